@@ -1,0 +1,49 @@
+"""posdebias: measure and remove position bias of multimodal LLMs in multi-image retrieval.
+
+The public API is re-exported here; see docs/ for the guide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias._version import __version__
+from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.core import (
+    CalibrationState,
+    Observation,
+    Prediction,
+    RetrievalInstance,
+    cyclic_rotations,
+    symmetrized_calibration_set,
+)
+from posdebias.errors import PosdebiasError
+from posdebias.evaluation.metrics import Metrics, compute_metrics
+from posdebias.registry import get_registry, hookimpl
+
+
+def get_calibrator(name: str, **options: Any) -> Calibrator:
+    """A calibrator by registry name; unknown names and options give a clear error."""
+    return get_registry().create_calibrator(name, **options)
+
+
+__all__ = [
+    "Adapter",
+    "AdapterOptions",
+    "CalibrationState",
+    "Calibrator",
+    "CalibratorOptions",
+    "Metrics",
+    "Observation",
+    "PosdebiasError",
+    "Prediction",
+    "RetrievalInstance",
+    "__version__",
+    "compute_metrics",
+    "cyclic_rotations",
+    "get_calibrator",
+    "get_registry",
+    "hookimpl",
+    "symmetrized_calibration_set",
+]

@@ -1,0 +1,90 @@
+"""The adapter interface: one model family in, :class:`Observation` objects out.
+
+An adapter knows how to prompt its model, where each image's tokens are, how to score the labels
+and how to capture the attention row. Nothing downstream touches the model.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from posdebias.core.instance import RetrievalInstance
+from posdebias.core.observation import Observation
+from posdebias.errors import ConfigError, InputError
+
+
+class AdapterOptions(BaseModel):
+    """Base of adapter option models: unknown options are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Adapter(ABC):
+    """Base class of adapters; plugins subclass it and register the class.
+
+    Class attributes:
+        name: registry name (``posdebias evaluate --adapter NAME``).
+        model_types: Hugging Face ``config.model_type`` values this adapter handles.
+        Options: options accepted by :meth:`create` (build the adapter by name from a config).
+        provides_attention: whether observations carry ``attention``.
+    """
+
+    name: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]] = ()
+    Options: ClassVar[type[AdapterOptions]] = AdapterOptions
+    provides_attention: ClassVar[bool] = True
+    summary: ClassVar[str] = ""
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
+        from posdebias.calibrators.base import validation_message
+
+        try:
+            return cls.Options(**options)
+        except ValidationError as exc:
+            allowed = ", ".join(cls.Options.model_fields) or "none"
+            raise ConfigError(
+                validation_message(exc, f"adapter {cls.name!r}") + f"; options: {allowed}"
+            ) from None
+
+    @classmethod
+    def create(cls, **options: Any) -> Adapter:
+        """Build the adapter from options alone (``--adapter NAME``)."""
+        raise InputError(
+            f"adapter {cls.name!r} needs a model: pass --model ID_OR_PATH "
+            "(or posdebias.load_adapter / get_adapter in Python)"
+        )
+
+    @property
+    @abstractmethod
+    def num_layers(self) -> int | None:
+        """Language-model layers L in the observations' attention (None without attention)."""
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The label strings in use for the current N, when fixed by the adapter."""
+        return None
+
+    @abstractmethod
+    def observe_many(
+        self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
+    ) -> list[Observation]:
+        """One observation per instance, in order; results must not depend on ``batch_size``."""
+
+    def observe(self, instance: RetrievalInstance) -> Observation:
+        """The observation of a single instance (one forward pass)."""
+        return self.observe_many([instance])[0]
+
+    def labels_for(self, n: int) -> list[str]:
+        """The N label strings this adapter prompts with."""
+        from posdebias.core.labels import get_label_set
+
+        return get_label_set(getattr(self, "label_set", "digits")).labels(n)
+
+    def describe(self) -> dict[str, Any]:
+        """Metadata recorded in calibration states and reports (adapter, model id, ...)."""
+        return {"adapter": self.name, "model_id": None, "prompt_hash": None}

@@ -1,0 +1,138 @@
+"""The calibrator interface: ``fit(observations) -> CalibrationState``, ``predict(obs, state)``.
+
+Calibrators never call a model. A calibrator that needs the N cyclic rotations of an instance
+(``needs_rotations``) receives their observations from the runner through ``rotations``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from posdebias._version import __version__
+from posdebias.core.observation import Observation, Prediction
+from posdebias.core.stages import require_attention
+from posdebias.core.state import CalibrationState
+from posdebias.errors import ConfigError, InputError, ObservationError
+
+
+class CalibratorOptions(BaseModel):
+    """Base of every calibrator's options model: unknown options are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def validation_message(exc: ValidationError, owner: str) -> str:
+    """One line per problem, naming the field, what was wrong and what is allowed."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "(root)"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown option {field!r}")
+        else:
+            parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+    return f"{owner}: " + "; ".join(parts)
+
+
+class Calibrator(ABC):
+    """Base class of calibrators; plugins subclass it and register the class.
+
+    Class attributes:
+        name: the registry name (``get_calibrator(name)``).
+        Options: a :class:`CalibratorOptions` subclass; its fields are the options.
+        needs_attention: predict/fit need ``Observation.attention``.
+        needs_fit: fit uses the calibration observations (False: trivial state).
+        needs_rotations: predict needs the observations of all N cyclic rotations.
+    """
+
+    name: ClassVar[str]
+    Options: ClassVar[type[CalibratorOptions]] = CalibratorOptions
+    needs_attention: ClassVar[bool] = False
+    needs_fit: ClassVar[bool] = False
+    needs_rotations: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            self.options = self.Options(**options)
+        except ValidationError as exc:
+            allowed = ", ".join(self.Options.model_fields) or "none"
+            raise ConfigError(
+                validation_message(exc, f"calibrator {self.name!r}") + f"; options: {allowed}"
+            ) from None
+
+    def forward_passes(self, n: int) -> int:
+        """Model forward passes per test instance and candidate order."""
+        return n if self.needs_rotations else 1
+
+    # -- fitting -----------------------------------------------------------------------------
+
+    def fit(
+        self, observations: Sequence[Observation], *, n: int | None = None, **metadata: Any
+    ) -> CalibrationState:
+        """Fit on calibration observations (with targets); ``metadata`` fills state fields.
+
+        Calibrators with ``needs_fit = False`` accept an empty list if ``n`` is given.
+        """
+        observations = list(observations)
+        if observations:
+            n = observations[0].n
+        if n is None:
+            raise InputError(f"calibrator {self.name!r}: fit needs observations (or n=)")
+        num_layers = None
+        if self.needs_attention and observations:
+            require_attention(observations, self.name)
+            num_layers = observations[0].num_layers
+        if self.needs_fit and not observations:
+            raise InputError(f"calibrator {self.name!r} needs calibration observations")
+        fitted = self._fit(observations) if self.needs_fit else {}
+        return CalibrationState(
+            calibrator=self.name,
+            options=self.options.model_dump(mode="json"),
+            n=n,
+            num_layers=num_layers,
+            package_version=__version__,
+            num_observations=len(observations),
+            **fitted,
+            **metadata,
+        )
+
+    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
+        """Return the fitted state fields (arrays as nested lists)."""
+        return {}
+
+    # -- prediction --------------------------------------------------------------------------
+
+    def predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        *,
+        rotations: Sequence[Observation] | None = None,
+    ) -> Prediction:
+        """Calibrated scores for ``observation`` (positions in the observation's own order)."""
+        state.check_compatible(calibrator=self.name, n=observation.n)
+        if self.needs_attention:
+            require_attention([observation], self.name)
+            state.check_compatible(num_layers=observation.num_layers)
+        if self.needs_rotations and (rotations is None or len(rotations) != observation.n):
+            got = "none" if rotations is None else len(rotations)
+            raise ObservationError(
+                f"calibrator {self.name!r} needs the observations of all {observation.n} "
+                f"cyclic rotations, got {got}"
+            )
+        return self._predict(observation, state, rotations)
+
+    @abstractmethod
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"

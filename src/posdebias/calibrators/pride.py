@@ -1,0 +1,23 @@
+"""pride: subtract a static (position-only) prior estimated on the calibration set.
+
+PriDe (Zheng et al., ICLR 2024) on the same budget as the paper's method: p_prior is the mean
+label log-score over all M*N symmetrised observations (METHOD.md, Calibration step 5).
+"""
+
+from __future__ import annotations
+
+from posdebias.calibrators.base import Calibrator
+from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.stages import PriorEstimator
+
+
+class PriDe(Calibrator):
+    name = "pride"
+    needs_fit = True
+    summary = "subtract a static logit prior (PriDe)"
+
+    def _fit(self, observations):
+        return {"logit_prior": PriorEstimator().logit_prior(observations).tolist()}
+
+    def _predict(self, observation, state, rotations) -> Prediction:
+        return Prediction(scores=log_softmax(observation.label_logprobs - state.logit_prior_array))

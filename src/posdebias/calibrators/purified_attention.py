@@ -1,0 +1,27 @@
+"""purified_attention: the visual posterior pi alone (attention divided by its static prior)."""
+
+from __future__ import annotations
+
+from posdebias.calibrators.base import Calibrator
+from posdebias.calibrators.options import PosteriorOptions
+from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.stages import PriorEstimator
+
+
+class PurifiedAttention(Calibrator):
+    name = "purified_attention"
+    Options = PosteriorOptions
+    needs_attention = True
+    needs_fit = True
+    summary = "argmax of the attention posterior pi (static attention prior removed)"
+
+    def _fit(self, observations):
+        return {"attention_prior": PriorEstimator().attention_prior(observations).tolist()}
+
+    def _predict(self, observation, state, rotations) -> Prediction:
+        layers = self.options.selector().select(observation.attention)
+        corrector = self.options.corrector()
+        purified = corrector.purified_log_attention(
+            observation.attention, state.attention_prior_array, layers
+        )
+        return Prediction(scores=log_softmax(corrector.tau * purified))

@@ -1,0 +1,14 @@
+"""vanilla: the model's own answer, argmax of the label scores."""
+
+from __future__ import annotations
+
+from posdebias.calibrators.base import Calibrator
+from posdebias.core.observation import Prediction
+
+
+class Vanilla(Calibrator):
+    name = "vanilla"
+    summary = "argmax of the label log-probabilities (no correction)"
+
+    def _predict(self, observation, state, rotations) -> Prediction:
+        return Prediction(scores=observation.label_logprobs)

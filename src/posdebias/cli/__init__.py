@@ -1,0 +1,58 @@
+"""The ``posdebias`` command line: one module per subcommand, errors as messages, not tracebacks.
+
+Each subcommand module exposes ``register(subparsers)`` (adds its parser and sets ``handler``).
+Any :class:`PosdebiasError` becomes ``error: <message>`` on stderr and its exit code (2 for bad
+input); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from posdebias._version import __version__
+from posdebias.errors import PosdebiasError
+
+SUBCOMMANDS = ("evaluate", "plugins")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage errors: exit 2, one clear line
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = _Parser(
+        prog="posdebias",
+        description="Measure and remove position bias of multimodal LLMs in multi-image retrieval.",
+    )
+    parser.add_argument("--version", action="version", version=f"posdebias {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"posdebias.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    try:
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return int(args.handler(args) or 0)
+    except PosdebiasError as exc:
+        if debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,26 @@
+"""Data types and pipeline stages; no model, no I/O beyond JSON states."""
+
+from posdebias.core.instance import RetrievalInstance, random_orders, rotation_order
+from posdebias.core.labels import LABEL_SETS, LabelSet, get_label_set
+from posdebias.core.observation import Observation, Prediction
+from posdebias.core.stages import BiasProfiler, Corrector, LayerSelector, PriorEstimator
+from posdebias.core.state import CalibrationState
+from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_set
+
+__all__ = [
+    "LABEL_SETS",
+    "BiasProfiler",
+    "CalibrationState",
+    "Corrector",
+    "LabelSet",
+    "LayerSelector",
+    "Observation",
+    "Prediction",
+    "PriorEstimator",
+    "RetrievalInstance",
+    "cyclic_rotations",
+    "get_label_set",
+    "random_orders",
+    "rotation_order",
+    "symmetrized_calibration_set",
+]

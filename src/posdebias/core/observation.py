@@ -1,0 +1,155 @@
+"""What one forward pass yields (:class:`Observation`) and what a calibrator returns
+(:class:`Prediction`).
+
+Both hold numpy arrays and validate on construction, so a bad adapter fails where it is wrong,
+not three stages later inside a calibrator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from posdebias.errors import ObservationError
+
+LOGSUMEXP_TOLERANCE = 1e-4
+
+
+def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
+    try:
+        array = np.array(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ObservationError(f"{name} must be numeric, got {type(value).__name__}") from exc
+    if array.ndim != ndim:
+        raise ObservationError(f"{name} must have {ndim} dimension(s), got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ObservationError(f"{name} contains NaN or infinite values: {array.tolist()}")
+    array.setflags(write=False)
+    return array
+
+
+def log_softmax(scores: np.ndarray) -> np.ndarray:
+    """Numerically stable log-softmax over the last axis."""
+    shifted = scores - np.max(scores, axis=-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax over the last axis."""
+    return np.exp(log_softmax(scores))
+
+
+@dataclass(frozen=True, eq=False)
+class Observation:
+    """One candidate order of one instance, as seen by the model in one forward pass.
+
+    Attributes:
+        label_logprobs: [N] restricted log-probabilities s_j = log P(c_j | x) of the N labels
+            (logsumexp = 0; METHOD.md "Observations").
+        attention: [L, N] attention mass a^(l)_k of the last prompt token on image k's tokens in
+            language-model layer l (head mean), or None when the adapter cannot give it.
+        target: 0-based position of the true image in THIS order, or None at inference.
+    """
+
+    label_logprobs: np.ndarray
+    attention: np.ndarray | None = None
+    target: int | None = None
+    _n: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        scores = _as_float_array("label_logprobs", self.label_logprobs, 1)
+        n = scores.shape[0]
+        if n < 2:
+            raise ObservationError(f"label_logprobs needs at least 2 labels, got {n}")
+        total = float(np.logaddexp.reduce(scores))
+        if abs(total) > LOGSUMEXP_TOLERANCE:
+            raise ObservationError(
+                f"label_logprobs must be normalised log-probabilities (logsumexp 0), got "
+                f"logsumexp {total:.6g}; apply a log-softmax over the N labels"
+            )
+        object.__setattr__(self, "label_logprobs", scores)
+        object.__setattr__(self, "_n", n)
+        if self.attention is not None:
+            attention = _as_float_array("attention", self.attention, 2)
+            if attention.shape[1] != n or attention.shape[0] < 1:
+                raise ObservationError(
+                    f"attention must have shape [layers, {n}] to match {n} labels, "
+                    f"got {attention.shape}"
+                )
+            if np.any(attention < 0):
+                raise ObservationError("attention masses must be non-negative")
+            object.__setattr__(self, "attention", attention)
+        if self.target is not None:
+            if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
+                raise ObservationError(f"target must be an int position, got {self.target!r}")
+            if not 0 <= int(self.target) < n:
+                raise ObservationError(f"target {self.target} is out of range for N={n}")
+            object.__setattr__(self, "target", int(self.target))
+
+    @property
+    def n(self) -> int:
+        """Number of candidates N."""
+        return self._n
+
+    @property
+    def num_layers(self) -> int | None:
+        """Number of language-model layers L in ``attention`` (None without attention)."""
+        return None if self.attention is None else int(self.attention.shape[0])
+
+    def rotated(self, shift: int) -> Observation:
+        """The observation relabelled so that new position i is old position (i + shift) % N.
+
+        Matches :meth:`RetrievalInstance.rotated`: useful for symmetry tests and for the
+        synthetic model; a real model must be run again on the rotated instance.
+        """
+        index = (np.arange(self.n) + shift) % self.n
+        return Observation(
+            label_logprobs=self.label_logprobs[index],
+            attention=None if self.attention is None else self.attention[:, index],
+            target=None if self.target is None else (self.target - shift) % self.n,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (floats at full precision) for run logs and caches."""
+        return {
+            "label_logprobs": self.label_logprobs.tolist(),
+            "attention": None if self.attention is None else self.attention.tolist(),
+            "target": self.target,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> Observation:
+        try:
+            return cls(
+                label_logprobs=payload["label_logprobs"],
+                attention=payload.get("attention"),
+                target=payload.get("target"),
+            )
+        except KeyError as exc:
+            raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc
+
+
+@dataclass(frozen=True, eq=False)
+class Prediction:
+    """A calibrator's answer for one observation: calibrated log-scores and the chosen position.
+
+    ``choice`` is the argmax of ``scores`` (first index on exact ties) unless a calibrator sets
+    it; ``probabilities`` is the softmax of ``scores``.
+    """
+
+    scores: np.ndarray
+    choice: int = -1
+
+    def __post_init__(self) -> None:
+        scores = _as_float_array("scores", self.scores, 1)
+        object.__setattr__(self, "scores", scores)
+        choice = int(np.argmax(scores)) if self.choice == -1 else int(self.choice)
+        if not 0 <= choice < scores.shape[0]:
+            raise ObservationError(f"choice {choice} is out of range for N={scores.shape[0]}")
+        object.__setattr__(self, "choice", choice)
+
+    @property
+    def probabilities(self) -> np.ndarray:
+        return softmax(self.scores)

@@ -1,0 +1,172 @@
+"""What a calibrator fitted, saved as JSON with the metadata needed to refuse misuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from posdebias._io import atomic_write_text
+from posdebias.errors import CalibrationError
+
+SCHEMA_VERSION = 1
+
+Matrix = list[list[float]]
+
+
+class CalibrationState(BaseModel):
+    """Everything a calibrator fitted plus where it came from.
+
+    Arrays are stored as nested lists (JSON); use the ``*_array`` properties for numpy views.
+    A calibrator that needs no fitting stores only metadata.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    calibrator: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    n: int = Field(ge=2, description="number of candidates N")
+    num_layers: int | None = Field(default=None, description="language-model layers L")
+    label_set: list[str] | None = None
+    adapter: str | None = None
+    model_id: str | None = None
+    prompt_hash: str | None = None
+    package_version: str = ""
+    num_observations: int = 0
+    calibration_ids: list[str] = Field(default_factory=list)
+    observed_profile: Matrix | None = Field(default=None, description="Lobs [N, N]")
+    bias_matrix: Matrix | None = Field(default=None, description="B [N, N]")
+    gamma: float | None = None
+    attention_prior: Matrix | None = Field(default=None, description="a_prior [L, N]")
+    logit_prior: list[float] | None = Field(default=None, description="p_prior [N]")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> CalibrationState:
+        n = self.n
+        for name in ("observed_profile", "bias_matrix"):
+            value = getattr(self, name)
+            if value is not None and np.asarray(value).shape != (n, n):
+                raise ValueError(f"{name} must be {n}x{n}, got shape {np.asarray(value).shape}")
+        if self.logit_prior is not None and len(self.logit_prior) != n:
+            raise ValueError(f"logit_prior must have {n} entries, got {len(self.logit_prior)}")
+        if self.attention_prior is not None:
+            shape = np.asarray(self.attention_prior).shape
+            if len(shape) != 2 or shape[1] != n:
+                raise ValueError(f"attention_prior must be [layers, {n}], got shape {shape}")
+            if self.num_layers is not None and shape[0] != self.num_layers:
+                raise ValueError(
+                    f"attention_prior has {shape[0]} layers but num_layers is {self.num_layers}"
+                )
+        if self.label_set is not None and len(self.label_set) != n:
+            raise ValueError(f"label_set has {len(self.label_set)} labels for N={n}")
+        for name in ("observed_profile", "bias_matrix", "attention_prior", "logit_prior"):
+            value = getattr(self, name)
+            if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
+                raise ValueError(f"{name} contains NaN or infinite values")
+        return self
+
+    @staticmethod
+    def _array(value: Any) -> np.ndarray | None:
+        return None if value is None else np.asarray(value, dtype=np.float64)
+
+    @property
+    def bias_matrix_array(self) -> np.ndarray | None:
+        return self._array(self.bias_matrix)
+
+    @property
+    def observed_profile_array(self) -> np.ndarray | None:
+        return self._array(self.observed_profile)
+
+    @property
+    def attention_prior_array(self) -> np.ndarray | None:
+        return self._array(self.attention_prior)
+
+    @property
+    def logit_prior_array(self) -> np.ndarray | None:
+        return self._array(self.logit_prior)
+
+    def with_metadata(self, **metadata: Any) -> CalibrationState:
+        """A copy with metadata fields (adapter, model_id, label_set, ...) filled in."""
+        return self.model_validate({**self.model_dump(), **metadata})
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the state as JSON atomically (temporary file, then rename)."""
+        return atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> CalibrationState:
+        """Read and validate a saved state; every failure is a :class:`CalibrationError`."""
+        source = Path(path)
+        if not source.is_file():
+            raise CalibrationError(
+                f"calibration file {source} does not exist; create it with `posdebias calibrate`"
+            )
+        try:
+            payload = json.loads(source.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CalibrationError(
+                f"calibration file {source} is not valid JSON ({exc}); re-create it with "
+                "`posdebias calibrate`"
+            ) from exc
+        return cls.from_payload(payload, source=str(source))
+
+    @classmethod
+    def from_payload(cls, payload: Any, *, source: str = "<calibration>") -> CalibrationState:
+        if not isinstance(payload, dict):
+            raise CalibrationError(
+                f"{source}: expected a JSON object, got {type(payload).__name__}"
+            )
+        version = payload.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise CalibrationError(
+                f"{source}: calibration schema version {version!r} is not supported (this "
+                f"posdebias reads version {SCHEMA_VERSION}); re-create it with "
+                "`posdebias calibrate`"
+            )
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise CalibrationError(f"{source}: invalid calibration state: {problems}") from exc
+
+    # -- compatibility ---------------------------------------------------------------------
+
+    def check_compatible(
+        self,
+        *,
+        calibrator: str | None = None,
+        n: int | None = None,
+        num_layers: int | None = None,
+        label_set: list[str] | None = None,
+        adapter: str | None = None,
+    ) -> None:
+        """Refuse to use this state where it was not made for (each mismatch named)."""
+        problems = []
+        if calibrator is not None and calibrator != self.calibrator:
+            problems.append(f"it was fitted by calibrator {self.calibrator!r}, not {calibrator!r}")
+        if n is not None and n != self.n:
+            problems.append(f"it was made for N={self.n} images, not N={n}")
+        if num_layers is not None and self.num_layers is not None and num_layers != self.num_layers:
+            problems.append(f"it has {self.num_layers} layers but the model has {num_layers}")
+        if label_set is not None and self.label_set is not None and label_set != self.label_set:
+            problems.append(f"its labels are {self.label_set}, not {label_set}")
+        if adapter is not None and self.adapter is not None and adapter != self.adapter:
+            problems.append(f"it was made with adapter {self.adapter!r}, not {adapter!r}")
+        if problems:
+            raise CalibrationError(
+                "calibration state does not fit this use: "
+                + "; ".join(problems)
+                + ". Calibrate again for this model and setting (`posdebias calibrate`)."
+            )

@@ -1,0 +1,40 @@
+"""Cyclic symmetrisation of calibration data (METHOD.md "Calibration").
+
+Rotating each of M calibration instances through all N shifts puts the truth at every position
+exactly M times, so the conditional profile Lobs[i, :] is estimated from the same content for
+every truth position i and differs only by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from posdebias.core.instance import RetrievalInstance
+
+
+def cyclic_rotations(instance: RetrievalInstance) -> list[RetrievalInstance]:
+    """The N cyclic rotations of ``instance``; element r is ``instance.rotated(r)``."""
+    return [instance.rotated(shift) for shift in range(instance.n)]
+
+
+def symmetrized_calibration_set(
+    instances: Iterable[RetrievalInstance],
+) -> list[RetrievalInstance]:
+    """All cyclic rotations of all calibration instances (M*N instances, instance-major)."""
+    instances = list(instances)
+    sizes = {instance.n for instance in instances}
+    if len(sizes) > 1:
+        from posdebias.errors import InputError
+
+        raise InputError(f"calibration instances must all have the same N, got {sorted(sizes)}")
+    return [rotated for instance in instances for rotated in cyclic_rotations(instance)]
+
+
+def truth_position_counts(instances: Sequence[RetrievalInstance]) -> list[int]:
+    """How often the truth sits at each position (M for each after symmetrisation)."""
+    if not instances:
+        return []
+    counts = [0] * instances[0].n
+    for instance in instances:
+        counts[instance.target] += 1
+    return counts

@@ -1,0 +1,62 @@
+"""Error types: every failure a user can cause is one of these, with a message and a fix.
+
+The CLI turns any :class:`PosdebiasError` into its message and ``exit_code`` (2 for bad input or
+usage, 1 for runtime failures) instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PosdebiasError(Exception):
+    """Base class of every error posdebias raises on purpose."""
+
+    exit_code: int = 1
+
+
+class InputError(PosdebiasError, ValueError):
+    """The user gave something we cannot use (a file, a value, a name); exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(InputError):
+    """A configuration file or option has a wrong key, type or value."""
+
+
+class UnknownNameError(InputError, KeyError):
+    """A calibrator, adapter or label-set name that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ObservationError(InputError):
+    """An observation has the wrong shape or impossible values."""
+
+
+class CalibrationError(InputError):
+    """A calibration state is missing, corrupt, or made for another setting."""
+
+
+class BenchmarkError(InputError):
+    """A benchmark file, manifest or source dataset cannot be used."""
+
+
+class AdapterError(PosdebiasError):
+    """A model cannot be turned into observations (no chat template, no image spans, ...)."""
+
+    exit_code = 2
+
+
+class PluginError(PosdebiasError):
+    """A third-party plugin failed to load or breaks the plugin contract."""
+
+
+class ResumeError(InputError):
+    """``--resume`` was asked on a run directory made with another configuration."""
+
+
+class OutputError(PosdebiasError):
+    """An output location cannot be written (permissions, disk full)."""
+
+    exit_code = 2

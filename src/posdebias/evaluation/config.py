@@ -1,0 +1,141 @@
+"""pydantic configuration of an evaluation run (a YAML/TOML file, overridden by CLI flags)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tomllib
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from posdebias.errors import ConfigError
+
+DEFAULT_CALIBRATORS = (
+    "vanilla",
+    "pride",
+    "attention_readout",
+    "purified_attention",
+    "attention_guided",
+    "permutation_average",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CalibratorSpec(_Strict):
+    """One calibrator of a run; ``label`` names it in reports (default: its name)."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    label: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class AdapterSpec(_Strict):
+    name: str = "synthetic"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvaluateConfig(_Strict):
+    """Everything that defines an evaluation run."""
+
+    adapter: AdapterSpec = Field(default_factory=AdapterSpec)
+    model: str | None = Field(default=None, description="model id or path (HF adapters)")
+    benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
+    calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibrators: list[CalibratorSpec] = Field(
+        default_factory=lambda: [CalibratorSpec(name=name) for name in DEFAULT_CALIBRATORS]
+    )
+    n: int = Field(default=4, ge=2, le=26, description="images per instance (simulated model)")
+    orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
+    count: int = Field(default=200, ge=1, description="test instances")
+    calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
+    seed: int = 0
+    batch_size: int = Field(default=1, ge=1)
+    out: Path | None = None
+
+    @field_validator("calibrators", mode="before")
+    @classmethod
+    def _normalise_calibrators(cls, value: Any) -> Any:
+        """Accept names, a {name: options} mapping, or a list of {name, options, label}."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, dict):
+            return [{"name": name, "options": options or {}} for name, options in value.items()]
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("calibrators")
+    @classmethod
+    def _unique_labels(cls, value: list[CalibratorSpec]) -> list[CalibratorSpec]:
+        keys = [spec.key for spec in value]
+        duplicates = sorted({key for key in keys if keys.count(key) > 1})
+        if duplicates:
+            raise ValueError(
+                f"calibrator labels must be unique, repeated: {duplicates} "
+                "(give each a distinct 'label')"
+            )
+        if not value:
+            raise ValueError("at least one calibrator is needed")
+        return value
+
+
+def config_error(exc: ValidationError, source: str) -> ConfigError:
+    """A ConfigError naming every wrong field, what was given and what is allowed."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"unknown key {where!r}")
+        else:
+            lines.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+    return ConfigError(f"{source}: " + "; ".join(lines))
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML, TOML or JSON config file into a dict (no validation yet)."""
+    source = Path(path)
+    if not source.is_file():
+        raise ConfigError(f"config file {source} does not exist")
+    text = source.read_text(encoding="utf-8")
+    try:
+        if source.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif source.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {source} cannot be parsed: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {source} must hold a mapping of settings")
+    return data
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateConfig:
+    """A validated config from an optional file plus overrides (None values are ignored)."""
+    data = read_config_file(path) if path is not None else {}
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "adapter" and isinstance(value, str):
+            current = data.get("adapter") or {}
+            if not isinstance(current, dict) or current.get("name") != value:
+                current = {"name": value}  # another adapter: the file's options do not apply
+            data["adapter"] = current
+        else:
+            data[key] = value
+    try:
+        return EvaluateConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, str(path) if path else "configuration") from None

@@ -1,0 +1,87 @@
+"""Acc, RStd, Cons. and the confusion matrix over T candidate orders (METHOD.md, "Metrics").
+
+Inputs are arrays of shape [I, T] (I instances, T orders):
+``targets[i, t]`` the truth position in order t, ``choices[i, t]`` the chosen position,
+``chosen_images[i, t]`` the identity (e.g. base index) of the chosen image.
+
+* Acc: accuracy (%) of each order t over the I instances; reported as mean and sample std
+  (ddof=1; 0 for T=1) over the T orders.
+* recall_i: % of the (instance, order) pairs with truth at position i whose choice is i, pooled
+  over orders. RStd: sample std (ddof=1) of the N recalls, in percentage points.
+* Cons.: % of instances whose chosen IMAGE is the same under all T orders.
+* confusion[i, j]: % of the pairs with truth at i that chose j (rows sum to 100).
+* selection_rate[j]: % of all pairs that chose position j.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from posdebias.errors import InputError
+
+
+class Metrics(BaseModel):
+    """Position-bias metrics of one calibrator (percentages)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    accuracy_mean: float
+    accuracy_std: float
+    accuracy_per_order: list[float]
+    recall_per_position: list[float | None]
+    rstd: float
+    consistency: float
+    confusion: list[list[float | None]]
+    selection_rate: list[float]
+    num_instances: int
+    num_orders: int
+
+
+def compute_metrics(
+    targets: np.ndarray, choices: np.ndarray, chosen_images: np.ndarray, n: int
+) -> Metrics:
+    """Metrics of one calibrator from [I, T] arrays (see the module docstring)."""
+    targets = np.asarray(targets)
+    choices = np.asarray(choices)
+    chosen_images = np.asarray(chosen_images)
+    if targets.ndim != 2 or targets.shape != choices.shape or targets.shape != chosen_images.shape:
+        raise InputError(
+            f"targets, choices and chosen_images must be [instances, orders] arrays of one shape, "
+            f"got {targets.shape}, {choices.shape}, {chosen_images.shape}"
+        )
+    instances, orders = targets.shape
+    if instances == 0 or orders == 0:
+        raise InputError("metrics need at least one instance and one order")
+    correct = targets == choices
+    per_order = 100.0 * correct.mean(axis=0)
+    accuracy_std = float(np.std(per_order, ddof=1)) if orders > 1 else 0.0
+
+    confusion = np.full((n, n), np.nan)
+    recall = np.full(n, np.nan)
+    for i in range(n):
+        rows = targets == i
+        total = rows.sum()
+        if total:
+            confusion[i] = 100.0 * np.bincount(choices[rows], minlength=n)[:n] / total
+            recall[i] = confusion[i, i]
+    seen = recall[~np.isnan(recall)]
+    rstd = float(np.std(seen, ddof=1)) if seen.size > 1 else 0.0
+    consistency = 100.0 * float(np.mean(np.all(chosen_images == chosen_images[:, :1], axis=1)))
+    selection = 100.0 * np.bincount(choices.ravel(), minlength=n)[:n] / choices.size
+
+    def nan_to_none(values: np.ndarray) -> list:
+        return [None if np.isnan(v) else float(v) for v in values]
+
+    return Metrics(
+        accuracy_mean=float(per_order.mean()),
+        accuracy_std=accuracy_std,
+        accuracy_per_order=per_order.tolist(),
+        recall_per_position=nan_to_none(recall),
+        rstd=rstd,
+        consistency=consistency,
+        confusion=[nan_to_none(row) for row in confusion],
+        selection_rate=selection.tolist(),
+        num_instances=instances,
+        num_orders=orders,
+    )

@@ -1,0 +1,69 @@
+"""The typed schema of a results file (``results.json``)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from posdebias._io import atomic_write_text
+from posdebias._version import __version__
+from posdebias.evaluation.metrics import Metrics
+
+RESULTS_SCHEMA_VERSION = 1
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of posdebias and the libraries that change numbers."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {"posdebias": __version__, "python": platform.python_version()}
+    for name in ("numpy", "torch", "transformers", "open_clip_torch", "pydantic"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return versions
+
+
+class CalibratorResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any]
+    metrics: Metrics
+    cost: dict[str, float] = Field(default_factory=dict)
+
+
+class EvaluationResults(BaseModel):
+    """Every setting needed to reproduce a run, and the metrics of each calibrator.
+
+    Timings live in ``timing`` alone so that two identical runs give identical files apart from
+    that section.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = RESULTS_SCHEMA_VERSION
+    settings: dict[str, Any]
+    adapter: dict[str, Any]
+    versions: dict[str, str] = Field(default_factory=package_versions)
+    n: int
+    orders: int
+    seed: int
+    num_instances: int
+    calibration_ids: list[str] = Field(default_factory=list)
+    calibrators: dict[str, CalibratorResult]
+    timing: dict[str, Any] = Field(default_factory=dict)
+
+    def metrics(self) -> dict[str, Metrics]:
+        return {label: result.metrics for label, result in self.calibrators.items()}
+
+    def save(self, path: str | Path) -> Path:
+        return atomic_write_text(path, self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvaluationResults:
+        return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))

@@ -1,0 +1,283 @@
+"""The evaluation runner: connects an adapter (observations) with calibrators (predictions).
+
+For every test instance it draws T seeded candidate orders, computes each needed observation
+ONCE (the T orders, plus the N cyclic rotations of each order when a calibrator needs them) and
+feeds the same observations to every calibrator. Calibrators never see the model; the adapter
+never sees a calibrator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from posdebias.adapters.base import Adapter
+from posdebias.calibrators.base import Calibrator
+from posdebias.core.instance import RetrievalInstance, random_orders
+from posdebias.core.observation import Observation
+from posdebias.core.state import CalibrationState
+from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_set
+from posdebias.errors import InputError
+from posdebias.evaluation.metrics import Metrics, compute_metrics
+
+
+def observation_key(instance: RetrievalInstance) -> str:
+    """Cache key of an (instance, candidate order): the id plus the images in order."""
+    digest = hashlib.sha1("\x1f".join(instance.image_ids).encode()).hexdigest()[:16]
+    return f"{instance.id}#{digest}"
+
+
+def stable_seed(seed: int, instance_id: str) -> list[int]:
+    """A seed sequence for one instance that does not depend on its index or shard."""
+    digest = hashlib.sha256(instance_id.encode()).digest()
+    return [seed, int.from_bytes(digest[:4], "little")]
+
+
+def instance_orders(instance: RetrievalInstance, count: int, seed: int) -> list[np.ndarray]:
+    """The T candidate orders of a test instance (a function of seed and instance id only)."""
+    return random_orders(instance.n, count, stable_seed(seed, instance.id))
+
+
+class ObservationCache:
+    """In-memory observations by :func:`observation_key`; subclasses may persist them."""
+
+    def __init__(self) -> None:
+        self._store: dict[str, Observation] = {}
+
+    def get(self, key: str) -> Observation | None:
+        return self._store.get(key)
+
+    def put(self, key: str, observation: Observation) -> None:
+        self._store[key] = observation
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
+def observe_cached(
+    adapter: Adapter,
+    instances: Sequence[RetrievalInstance],
+    cache: ObservationCache,
+    *,
+    batch_size: int = 1,
+    timings: dict[str, float] | None = None,
+) -> list[Observation]:
+    """Observations of ``instances``, running the model only for keys not in ``cache``."""
+    keys = [observation_key(instance) for instance in instances]
+    missing: dict[str, RetrievalInstance] = {}
+    for key, instance in zip(keys, instances, strict=True):
+        if cache.get(key) is None and key not in missing:
+            missing[key] = instance
+    if missing:
+        started = time.perf_counter()
+        observed = adapter.observe_many(list(missing.values()), batch_size=batch_size)
+        elapsed = (time.perf_counter() - started) / len(missing)
+        for key, observation in zip(missing, observed, strict=True):
+            cache.put(key, observation)
+            if timings is not None:
+                timings[key] = elapsed
+    return [cache.get(key) for key in keys]  # type: ignore[misc]
+
+
+def fit_calibrators(
+    adapter: Adapter,
+    calibrators: Mapping[str, Calibrator],
+    calibration_instances: Sequence[RetrievalInstance],
+    *,
+    batch_size: int = 1,
+    cache: ObservationCache | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, CalibrationState]:
+    """Fit every calibrator on the symmetrised calibration set (observed once, shared)."""
+    symmetrized = symmetrized_calibration_set(calibration_instances)
+    n = symmetrized[0].n if symmetrized else None
+    needs_data = any(c.needs_fit for c in calibrators.values())
+    observations: list[Observation] = []
+    if needs_data:
+        if not symmetrized:
+            raise InputError("calibration needs at least one instance with a known target")
+        if any(instance.target is None for instance in symmetrized):
+            raise InputError("calibration instances must have a known target")
+        observations = observe_cached(
+            adapter, symmetrized, cache or ObservationCache(), batch_size=batch_size
+        )
+    info = {
+        "adapter": adapter.name,
+        "calibration_ids": [instance.id for instance in calibration_instances],
+        **(metadata or {}),
+    }
+    if n is not None:
+        info.setdefault("label_set", adapter.labels_for(n))
+    states = {}
+    for label, calibrator in calibrators.items():
+        used = observations if calibrator.needs_fit else []
+        states[label] = calibrator.fit(used, n=n, **info)
+    return states
+
+
+@dataclass
+class InstanceRecord:
+    """The outcome of one test instance under its T orders, for every calibrator.
+
+    ``orders[t]`` is the permutation shown in order t; ``targets[t]`` the truth position there;
+    ``choices[label][t]`` the chosen position and ``chosen_images[label][t]`` the chosen image as
+    its position in the base (file) order.
+    """
+
+    instance_id: str
+    orders: list[list[int]]
+    targets: list[int]
+    choices: dict[str, list[int]] = field(default_factory=dict)
+    chosen_images: dict[str, list[int]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "orders": self.orders,
+            "targets": self.targets,
+            "choices": self.choices,
+            "chosen_images": self.chosen_images,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> InstanceRecord:
+        return cls(
+            instance_id=payload["instance_id"],
+            orders=payload["orders"],
+            targets=payload["targets"],
+            choices=dict(payload["choices"]),
+            chosen_images=dict(payload["chosen_images"]),
+        )
+
+
+@dataclass
+class CostAccount:
+    """Per calibrator: forward passes per instance and seconds spent (model + calibrator)."""
+
+    forward_passes: int = 0
+    seconds: float = 0.0
+    instances: int = 0
+
+    def per_instance(self) -> dict[str, float]:
+        count = max(self.instances, 1)
+        return {
+            "forward_passes_per_instance": self.forward_passes / count,
+            "seconds_per_instance": self.seconds / count,
+        }
+
+
+class Evaluator:
+    """Runs test instances through the adapter once and through every calibrator."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        calibrators: Mapping[str, Calibrator],
+        states: Mapping[str, CalibrationState],
+        *,
+        orders: int = 5,
+        seed: int = 0,
+        batch_size: int = 1,
+        cache: ObservationCache | None = None,
+    ) -> None:
+        if orders < 1:
+            raise InputError(f"--orders must be at least 1, got {orders}")
+        missing = [label for label in calibrators if label not in states]
+        if missing:
+            raise InputError(f"no calibration state for {missing}; fit or load one first")
+        self.adapter = adapter
+        self.calibrators = dict(calibrators)
+        self.states = dict(states)
+        self.orders = orders
+        self.seed = seed
+        self.batch_size = batch_size
+        self.cache = cache or ObservationCache()
+        self.costs = {label: CostAccount() for label in self.calibrators}
+        self._timings: dict[str, float] = {}
+
+    @property
+    def needs_rotations(self) -> bool:
+        return any(c.needs_rotations for c in self.calibrators.values())
+
+    def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
+        if instance.target is None:
+            raise InputError(f"test instance {instance.id!r} has no target")
+        orders = instance_orders(instance, self.orders, self.seed)
+        shown = [instance.permuted(order) for order in orders]
+        rotations = [cyclic_rotations(view) for view in shown] if self.needs_rotations else []
+        wanted = shown + [r for group in rotations for r in group]
+        observations = dict(
+            zip(
+                (observation_key(v) for v in wanted),
+                observe_cached(
+                    self.adapter,
+                    wanted,
+                    self.cache,
+                    batch_size=self.batch_size,
+                    timings=self._timings,
+                ),
+                strict=True,
+            )
+        )
+        record = InstanceRecord(
+            instance_id=instance.id,
+            orders=[order.tolist() for order in orders],
+            targets=[view.target for view in shown],  # type: ignore[misc]
+        )
+        for label, calibrator in self.calibrators.items():
+            state = self.states[label]
+            choices, images = [], []
+            cost = self.costs[label]
+            for t, view in enumerate(shown):
+                started = time.perf_counter()
+                group = None
+                used = [view]
+                if calibrator.needs_rotations:
+                    used = rotations[t]
+                    group = [observations[observation_key(r)] for r in used]
+                prediction = calibrator.predict(
+                    observations[observation_key(view)], state, rotations=group
+                )
+                cost.seconds += time.perf_counter() - started
+                cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)
+                cost.forward_passes += len(used)
+                choices.append(prediction.choice)
+                images.append(int(orders[t][prediction.choice]))
+            cost.instances += 1
+            record.choices[label] = choices
+            record.chosen_images[label] = images
+        return record
+
+    def run(
+        self,
+        instances: Iterable[RetrievalInstance],
+        *,
+        on_record: Callable[[InstanceRecord], None] | None = None,
+    ) -> list[InstanceRecord]:
+        records = []
+        for instance in instances:
+            record = self.evaluate_instance(instance)
+            records.append(record)
+            if on_record is not None:
+                on_record(record)
+        return records
+
+
+def summarize(
+    records: Sequence[InstanceRecord], labels: Iterable[str], n: int
+) -> dict[str, Metrics]:
+    """Metrics per calibrator label from instance records (all with the same T)."""
+    if not records:
+        raise InputError("no evaluated instances to summarise")
+    targets = np.array([record.targets for record in records])
+    summary = {}
+    for label in labels:
+        choices = np.array([record.choices[label] for record in records])
+        images = np.array([record.chosen_images[label] for record in records])
+        summary[label] = compute_metrics(targets, choices, images, n)
+    return summary
