@@ -50,7 +50,7 @@ class SyntheticOptions(AdapterOptions):
     bias: list[list[float]] | None = Field(default=None, description="C [N, N] (default above)")
     bias_scale: float = Field(default=1.0, ge=0, description="multiplies C; 0 = bias-free model")
     logit_evidence: float = Field(default=2.0, ge=0)
-    attention_evidence: float = Field(default=3.0, ge=0)
+    attention_evidence: float = Field(default=1.5, ge=0)
     content_noise: float = Field(default=0.3, ge=0)
     noise: float = Field(default=0.5, ge=0)
     sink_strength: float = Field(default=1.0, ge=0)

@@ -11,6 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from rich.console import Console
+
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError
 
@@ -21,6 +23,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console that never truncates tables when output goes to a file or a pipe."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=160)
+    return console
 
 
 def build_parser() -> argparse.ArgumentParser:

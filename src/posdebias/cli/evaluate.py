@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
+from posdebias.cli import make_console
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import run_evaluation, write_results
 from posdebias.evaluation.table import print_results_table
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         out=args.out,
     )
-    console = Console()
+    console = make_console()
     results = run_evaluation(config)
     title = (
         f"{results.adapter.get('model_id') or results.adapter['adapter']}: "

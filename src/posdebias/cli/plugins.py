@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
+from posdebias.cli import make_console
 from posdebias.registry import get_registry
 
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             info = plugins[registry.provider(kind, name)]
             table.add_row(kind, name, info.name, info.distribution or "-", info.version or "-")
-    console = Console()
+    console = make_console()
     console.print(table)
     for info in registry.plugins():
         if info.error:

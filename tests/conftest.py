@@ -1,0 +1,24 @@
+"""Shared fixtures and hypothesis profile."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    """Each test sees a registry built from scratch (plugins registered in one test stay there)."""
+    from posdebias.registry import reset_registry
+
+    reset_registry()
+    yield
+    reset_registry()

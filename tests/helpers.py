@@ -1,0 +1,28 @@
+"""Builders of synthetic observations for the calibrator tests (no model involved)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posdebias import Observation
+from posdebias.core.observation import log_softmax
+
+
+def random_observation(
+    rng: np.random.Generator, n: int, layers: int, target: int | None
+) -> Observation:
+    return Observation(
+        label_logprobs=log_softmax(rng.normal(scale=2.0, size=n)),
+        attention=rng.random((layers, n)) * rng.random((layers, 1)) + 1e-3,
+        target=target,
+    )
+
+
+def calibration_set(rng: np.random.Generator, n: int, layers: int, m: int) -> list[Observation]:
+    """M*N observations whose truth visits every position M times."""
+    return [random_observation(rng, n, layers, index % n) for index in range(m * n)]
+
+
+def top_two_gap(scores: np.ndarray) -> float:
+    ordered = np.sort(scores)
+    return float(ordered[-1] - ordered[-2])

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from posdebias import RetrievalInstance, cyclic_rotations, symmetrized_calibration_set
+from posdebias.core.instance import positions_to_base, random_orders
+from posdebias.core.symmetry import truth_position_counts
+from posdebias.errors import InputError
+
+
+def make(n=4, target=1, ident="x"):
+    return RetrievalInstance(
+        query="a red circle", images=[f"img{k}.png" for k in range(n)], target=target, id=ident
+    )
+
+
+def test_permutation_tracks_target_and_identity():
+    instance = make()
+    view = instance.permuted([2, 0, 3, 1])
+    assert view.images == ("img2.png", "img0.png", "img3.png", "img1.png")
+    assert view.target == 3  # base target 1 now sits at position 3
+    assert view.image_id_at(view.target) == "img1.png"
+
+
+def test_rotation_convention():
+    view = make().rotated(1)
+    assert view.images[0] == "img1.png" and view.target == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"target": 4}, "out of range"),
+        ({"images": ["a.png", "a.png", "b.png"], "target": 0}, "duplicate"),
+        ({"query": "   "}, "empty"),
+        ({"images": ["a.png"], "target": 0}, "at least 2"),
+    ],
+)
+def test_invalid_instances(kwargs, message):
+    fields = {"query": "q", "images": ["a.png", "b.png", "c.png"], "target": 0, "id": "i"}
+    fields.update(kwargs)
+    with pytest.raises(InputError, match=message):
+        RetrievalInstance(**fields)
+
+
+def test_symmetrized_set_puts_truth_everywhere_m_times():
+    instances = [make(target=t, ident=f"i{t}") for t in (0, 0, 3)]
+    symmetrized = symmetrized_calibration_set(instances)
+    assert len(symmetrized) == 12
+    assert truth_position_counts(symmetrized) == [3, 3, 3, 3]
+    for index, base in enumerate(instances):
+        group = symmetrized[index * 4 : (index + 1) * 4]
+        assert [r.images for r in group] == [r.images for r in cyclic_rotations(base)]
+        # the matching image is the same one in every rotation
+        assert {r.image_id_at(r.target) for r in group} == {base.image_id_at(base.target)}
+
+
+def test_random_orders_are_seeded_permutations():
+    first = random_orders(5, 3, seed=[7, 1])
+    again = random_orders(5, 3, seed=[7, 1])
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert all(sorted(order.tolist()) == [0, 1, 2, 3, 4] for order in first)
+
+
+def test_positions_to_base_inverts_a_permutation():
+    order = np.array([2, 0, 3, 1])
+    values = np.array([10.0, 11.0, 12.0, 13.0])  # value of the image shown at each position
+    base = positions_to_base(order, values)
+    assert base.tolist() == [11.0, 13.0, 10.0, 12.0]
