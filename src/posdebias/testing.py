@@ -101,6 +101,7 @@ def _text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
         "num_attention_heads": 4,
         "num_key_value_heads": 2,  # grouped-query attention, as the real checkpoints
         "max_position_embeddings": 4096,
+        "initializer_range": 0.2,  # larger than real init: peaked attention, varied scores
         **extra,
     }
 
@@ -180,9 +181,159 @@ def _qwen_vl(family: str) -> tuple[Any, Any]:
     return AutoModelForImageTextToText.from_config(config), processor
 
 
+def _tiny_vision(**extra: Any) -> dict[str, Any]:
+    return {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "patch_size": 14,
+        **extra,
+    }
+
+
+def _llava_onevision(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.llava_onevision import (
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>", "<video>"],
+        chat_template=_CHATML.replace("IMAGE", "<image>"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={"image_token": "<image>", "video_token": "<video>"},
+    )
+    size = 28  # 2 x 2 patches of 14 -> 4 tokens + 1 image-newline per image in multi-image mode
+    pinpoints = [[size, size], [size, 2 * size], [2 * size, size], [2 * size, 2 * size]]
+    image_processor = LlavaOnevisionImageProcessor(
+        size={"height": size, "width": size}, image_grid_pinpoints=pinpoints
+    )
+    processor = LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size={"height": size, "width": size}),
+        num_image_tokens=(size // 14) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "qwen2",
+            **_text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
+            "pad_token_id": ids("<|endoftext|>"),
+        },
+        vision_config={"model_type": "siglip_vision_model", **_tiny_vision(image_size=size)},
+        image_token_index=ids("<image>"),
+        video_token_index=ids("<video>"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=pinpoints,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+def _internvl(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.got_ocr2 import GotOcr2ImageProcessor
+    from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
+
+    tokenizer = build_tokenizer(
+        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<img>", "</img>", "<IMG_CONTEXT>"]
+        + ["<video>"],
+        chat_template=_CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
+    # The real checkpoints: 448 px tiles, patch 14, pixel shuffle 0.5 -> 256 tokens per tile.
+    # Here 56 px tiles -> (56 / 14)^2 * 0.25 = 4 tokens per tile, same code path.
+    size = 56
+    seq_length = (size // 14) ** 2 // 4
+    image_processor = GotOcr2ImageProcessor(
+        size={"height": size, "width": size}, crop_to_patches=False, max_patches=1
+    )
+    processor = InternVLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(size={"height": size, "width": size}),
+        image_seq_length=seq_length,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "qwen2",
+            **_text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
+            "pad_token_id": ids("<|endoftext|>"),
+        },
+        vision_config=_tiny_vision(image_size=[size, size], patch_size=[14, 14]),
+        image_token_id=ids("<IMG_CONTEXT>"),
+        image_seq_length=seq_length,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+def _llava(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText, CLIPImageProcessor
+    from transformers.models.llava import LlavaProcessor
+
+    tokenizer = build_tokenizer(
+        ["<s>", "</s>", "<pad>", "<image>"],
+        chat_template=_LLAVA_TEMPLATE,
+        eos_token="</s>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        named_tokens={"image_token": "<image>"},
+    )
+    size = 28  # 2 x 2 patches of 14 (+ CLS, dropped by the "default" feature strategy)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": size}, crop_size={"height": size, "width": size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "llama",
+            **_text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),
+            "pad_token_id": ids("<pad>"),
+        },
+        vision_config={
+            "model_type": "clip_vision_model",
+            **_tiny_vision(image_size=size, projection_dim=32),
+        },
+        image_token_index=ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
 _BUILDERS: dict[str, Callable[[str], tuple[Any, Any]]] = {
     "qwen2_5_vl": _qwen_vl,
     "qwen2_vl": _qwen_vl,
+    "llava_onevision": _llava_onevision,
+    "internvl": _internvl,
+    "llava": _llava,
 }
 
 

@@ -18,6 +18,7 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -103,6 +104,23 @@ def load_image(reference: Any, instance_id: str) -> Any:
         raise InputError(
             f"instance {instance_id!r}: image file {path} cannot be read as an image ({exc})"
         ) from None
+
+
+@dataclass
+class PreparedBatch:
+    """Model inputs of one batch (left padded) with what the probe and the scorer need.
+
+    Attributes:
+        inputs: the processor's tensors on the model's device.
+        position_ids: explicit prompt positions (padding-independent).
+        spans: per row, the [start, end) token range of each image.
+        plan: the label token trie for this N.
+    """
+
+    inputs: Any
+    position_ids: Any
+    spans: list[list[tuple[int, int]]]
+    plan: LabelPlan
 
 
 class HFAdapter(Adapter):
@@ -296,14 +314,13 @@ class HFAdapter(Adapter):
                     results[index] = observation
         return results  # type: ignore[return-value]
 
-    def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
-        import torch
-
-        from posdebias.adapters.probe import recording
-        from posdebias.adapters.scoring import score_labels
-        from posdebias.adapters.spans import find_image_spans, span_matrix
+    def prepare_batch(self, instances: Sequence[RetrievalInstance]) -> PreparedBatch:
+        """Render, tokenise (left padding) and locate the image spans of instances with one N."""
+        from posdebias.adapters.spans import find_image_spans
 
         n = instances[0].n
+        if any(instance.n != n for instance in instances):
+            raise InputError("a batch must hold instances with the same number of images")
         texts = [self.render(instance) for instance in instances]
         images = [[load_image(im, inst.id) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
@@ -318,26 +335,42 @@ class HFAdapter(Adapter):
             )
             for row in range(len(instances))
         ]
-        length = inputs["input_ids"].shape[1]
         positions = self.prompt_position_ids(inputs)
         inputs = inputs.to(self.device)
-        positions = positions.to(self.device)
         model_dtype = getattr(self.model, "dtype", None)
         if model_dtype is not None and "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(model_dtype)
+        return PreparedBatch(
+            inputs=inputs, position_ids=positions.to(self.device), spans=spans, plan=plan
+        )
+
+    def run_batch(self, batch: PreparedBatch) -> tuple[Any, Any]:
+        """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention)."""
+        import torch
+
+        from posdebias.adapters.probe import recording
+        from posdebias.adapters.scoring import score_labels
+        from posdebias.adapters.spans import span_matrix
+
+        length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            with recording(span_matrix(spans, length)) as recorder:
+            with recording(span_matrix(batch.spans, length)) as recorder:
                 output = self.model(
-                    **inputs, position_ids=positions, use_cache=True, logits_to_keep=1
+                    **batch.inputs, position_ids=batch.position_ids, use_cache=True, logits_to_keep=1
                 )
             attention = recorder.attention(self.num_layers)
             cache = getattr(output, "cache", None) or output.past_key_values
+            mask = batch.inputs["attention_mask"]
 
             def decode(prefix: Prefix) -> Any:
-                return self._decode_step(prefix, inputs["attention_mask"], positions, cache, length)
+                return self._decode_step(prefix, mask, batch.position_ids, cache, length)
 
-            scores = score_labels(plan, output.logits[:, -1, :], decode)
-        self._last_n = n
+            scores = score_labels(batch.plan, output.logits[:, -1, :], decode)
+        return scores, attention
+
+    def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
+        scores, attention = self.run_batch(self.prepare_batch(instances))
+        self._last_n = instances[0].n
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
         return [
