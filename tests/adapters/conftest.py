@@ -5,16 +5,7 @@ from __future__ import annotations
 import pytest
 
 from posdebias.core.instance import RetrievalInstance
-from posdebias.testing import FAMILIES, tiny_model_and_processor, write_test_images
-
-_PAIRS: dict[str, tuple] = {}
-
-
-def tiny_pair(family: str) -> tuple:
-    """One (model, processor) per family and session; adapters install the probe on it."""
-    if family not in _PAIRS:
-        _PAIRS[family] = tiny_model_and_processor(family, seed=0)
-    return _PAIRS[family]
+from posdebias.testing import FAMILIES, write_test_images
 
 
 @pytest.fixture(scope="session")

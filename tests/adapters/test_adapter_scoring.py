@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from adapter_reference import reforward_scores
-from conftest import tiny_pair
+from adapter_reference import reforward_scores, tiny_pair
 
 from posdebias import get_adapter
 from posdebias.adapters.scoring import plan_labels, restricted_scores
