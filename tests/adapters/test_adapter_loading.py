@@ -189,3 +189,35 @@ def test_cli_reports_a_missing_model_directory(tmp_path, capsys):
     code = main(["evaluate", "--model", str(tmp_path / "missing"), "--count", "3"])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_plugin_adapter_is_chosen_by_model_type(make_instances):
+    """The docs/adapters.md recipe: subclass HFAdapter, override span_tokens, register."""
+    from types import SimpleNamespace
+
+    from posdebias import hookimpl
+    from posdebias.adapters.hf import HFAdapter
+    from posdebias.adapters.spans import SpanTokens
+
+    class MarkerAdapter(HFAdapter):
+        name = "marker_vl"
+        model_types = ("marker_vl",)
+
+        def span_tokens(self) -> SpanTokens:
+            ids = self.tokenizer.convert_tokens_to_ids
+            return SpanTokens(ids("<IMG_CONTEXT>"), ids("<img>"), ids("</img>"))
+
+    @hookimpl
+    def posdebias_register_adapters(register):
+        register(MarkerAdapter)
+
+    registry = posdebias.get_registry()
+    registry.add_plugin(
+        SimpleNamespace(posdebias_register_adapters=posdebias_register_adapters),
+        name="marker-plugin",
+    )
+    assert _adapter_class("marker_vl", None) is MarkerAdapter
+    adapter = posdebias.get_adapter(*tiny_pair("internvl"), adapter="marker_vl")
+    instance = make_instances(1, 3)[0]
+    expected = posdebias.get_adapter(*tiny_pair("internvl")).observe(instance)
+    np.testing.assert_allclose(adapter.observe(instance).attention, expected.attention, atol=1e-6)
