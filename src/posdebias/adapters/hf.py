@@ -169,6 +169,8 @@ class HFAdapter(Adapter):
         self._last_n: int | None = None
         forward = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in forward else "past_key_values"
+        # Only the last position's logits are needed; older forwards lack the argument.
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
 
@@ -367,7 +369,7 @@ class HFAdapter(Adapter):
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
-                    logits_to_keep=1,
+                    **self._last_logits_only,
                 )
             attention = recorder.attention(self.num_layers)
             cache = getattr(output, "cache", None) or output.past_key_values
@@ -422,7 +424,7 @@ class HFAdapter(Adapter):
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
-            logits_to_keep=1,
+            **self._last_logits_only,
             **{self._cache_argument: cache},
         )
         cache.crop(-k)  # rewind to the prompt for the next prefix

@@ -167,6 +167,11 @@ def load_adapter(
             ignored when ``device_map`` is given (accelerate placement).
         label_set, prompt, **options: adapter options (``end_token``, ``answer_prefix``).
     """
+    named = options.pop("model", None)
+    if named is not None and os.fspath(named) != os.fspath(model_id_or_path):
+        raise InputError(
+            f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
+        )
     source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
