@@ -19,6 +19,7 @@ an observation is a deterministic function of what is shown.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ class SyntheticOptions(AdapterOptions):
     sink_strength: float = Field(default=1.0, ge=0)
     label_set: str = "digits"
     seed: int = 0
+    latency: float = Field(default=0.0, ge=0, description="seconds slept per forward pass")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticOptions:
@@ -144,6 +146,8 @@ class SyntheticAdapter(Adapter):
     def observe_many(
         self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
     ) -> list[Observation]:
+        if self.options.latency:
+            time.sleep(self.options.latency * len(instances))
         return [self.observe_one(instance) for instance in instances]
 
     def describe(self) -> dict[str, Any]:

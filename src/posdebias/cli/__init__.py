@@ -16,7 +16,7 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError
 
-SUBCOMMANDS = ("evaluate", "plugins")
+SUBCOMMANDS = ("calibrate", "evaluate", "plugins", "rank", "report")
 
 
 class _Parser(argparse.ArgumentParser):
