@@ -382,7 +382,7 @@ def _dump(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True, separators=(",", ":")) + "\n"
 
 
-def _existing_info(out_dir: Path) -> dict[str, Any] | None:
+def existing_dataset_info(out_dir: Path) -> dict[str, Any] | None:
     """The generator info of a shapes folder at ``out_dir``, or None if it is not one."""
     try:
         payload = json.loads((out_dir / CAPTIONS_FILE).read_text(encoding="utf-8"))
@@ -441,7 +441,7 @@ def generate_shapes_dataset(
         raise BenchmarkError(f"shapes count must be at least 1, got {count}")
     target = Path(out_dir)
     info = _dataset_info(count, seed, space, image_size)
-    existing = _existing_info(target) if target.exists() else None
+    existing = existing_dataset_info(target) if target.exists() else None
     if existing == info:
         return target
     if target.exists() and existing is None:

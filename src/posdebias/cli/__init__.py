@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError
 
-SUBCOMMANDS = ("evaluate", "plugins")
+SUBCOMMANDS = ("build", "evaluate", "plugins")
 
 
 class _Parser(argparse.ArgumentParser):
