@@ -173,7 +173,8 @@ def _format_validation(error: ValidationError) -> list[str]:
     messages = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"])
-        messages.append(f"{where}: {item['msg']}" if where else item["msg"])
+        message = item["msg"].removeprefix("Value error, ")
+        messages.append(f"{where}: {message}" if where else message)
     return messages
 
 
