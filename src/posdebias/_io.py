@@ -24,6 +24,12 @@ def _output_error(path: Path, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it into place.
 
@@ -36,6 +42,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     except OSError as exc:
         raise _output_error(target, exc) from exc
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; final files get normal modes
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

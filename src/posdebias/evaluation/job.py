@@ -104,12 +104,12 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
     from posdebias.benchmarks.files import load_benchmark
 
     benchmark = load_benchmark(config.benchmark)
-    description = {"benchmark": str(config.benchmark), "benchmark_hash": benchmark.manifest_hash()}
+    description = {"benchmark": str(config.benchmark), "benchmark_sha256": benchmark.fingerprint}
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
         test = benchmark.instances
-        description["calibration_benchmark_hash"] = held.manifest_hash()
+        description["calibration_benchmark_sha256"] = held.fingerprint
     else:
         calibration, test = split_held_out(
             benchmark.instances, config.calibration_count, config.seed
