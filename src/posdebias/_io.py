@@ -24,10 +24,13 @@ def _output_error(path: Path, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
 
 
-def _umask() -> int:
+def _read_umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+_UMASK = _read_umask()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -42,7 +45,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     except OSError as exc:
         raise _output_error(target, exc) from exc
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; final files get normal modes
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; final files get normal modes
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

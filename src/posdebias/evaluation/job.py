@@ -175,9 +175,11 @@ def resolve_states(
 def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSource) -> dict:
     """What must match for ``--resume`` to reuse a run's observations and records."""
     described = {k: v for k, v in adapter.describe().items() if k not in ("device",)}
+    # the benchmark is identified by its content hash: a moved folder still resumes
+    source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
     identity = {
         "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
-        "source": source.description,
+        "source": source_identity,
         "seed": config.seed,
         "orders": config.orders,
         "count": config.count,
