@@ -9,6 +9,7 @@ from typing import Any
 
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.api import Debiaser
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core import (
     CalibrationState,
@@ -51,6 +52,7 @@ __all__ = [
     "CalibrationState",
     "Calibrator",
     "CalibratorOptions",
+    "Debiaser",
     "Metrics",
     "Observation",
     "PosdebiasError",

@@ -12,13 +12,15 @@ truth. For truth at position t of an instance shown in a given order (docs/synth
 C is the conditional bias matrix (default: a primacy pull plus a neighbour confusion of every
 odd position with the previous one), sink^(l) a static per-layer positional artefact, w_l the
 informativeness of layer l (1 in the informative layers, 0 elsewhere) and m_l the image mass,
-larger in the informative layers. All randomness is keyed by seed, instance id and image ids, so
-an observation is a deterministic function of what is shown.
+larger in the informative layers. Like a real model it sees only what is shown: the matching
+image is the one whose id the query names (``synthetic_instances`` builds such pairs; otherwise
+the instance's target), and all randomness is keyed by seed, query and image ids.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +58,7 @@ class SyntheticOptions(AdapterOptions):
     sink_strength: float = Field(default=1.0, ge=0)
     label_set: str = "digits"
     seed: int = 0
+    latency: float = Field(default=0.0, ge=0, description="seconds slept per forward pass")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticOptions:
@@ -115,22 +118,32 @@ class SyntheticAdapter(Adapter):
         mass = 0.05 + 0.1 * rng.random(self.options.num_layers) + 0.3 * informative
         return sinks, mass
 
+    @staticmethod
+    def matching_position(instance: RetrievalInstance) -> int | None:
+        """Where the image the query describes sits (``synthetic_instances`` queries end with
+        the matching image's id); the instance's target for other instances."""
+        named = instance.query.rsplit(" ", 1)[-1]
+        for position, image_id in enumerate(instance.image_ids):
+            if image_id == named:
+                return position
+        return instance.target
+
     def observe_one(self, instance: RetrievalInstance) -> Observation:
         n = instance.n
         check_candidate_count(n, get_label_set(self.label_set))
         opts = self.options
-        target = instance.target
+        target = self.matching_position(instance)
         truth = np.zeros(n)
         if target is not None:
             truth[target] = 1.0
         content = np.array(
             [
-                _rng("content", opts.seed, instance.id, image).normal()
+                _rng("content", opts.seed, instance.query, image).normal()
                 for image in instance.image_ids
             ]
         )
         content *= opts.content_noise
-        noise_rng = _rng("order", opts.seed, instance.id, *instance.image_ids)
+        noise_rng = _rng("order", opts.seed, instance.query, *instance.image_ids)
         row = self.bias_matrix(n)[target] if target is not None else np.zeros(n)
         logits = row + opts.logit_evidence * truth + content + opts.noise * noise_rng.normal(size=n)
         sinks, mass = self._static_layer_profile(n)
@@ -139,11 +152,15 @@ class SyntheticAdapter(Adapter):
         z = sinks + weight * evidence + opts.noise * noise_rng.normal(size=(opts.num_layers, n))
         layer_mass = mass * np.exp(0.1 * noise_rng.normal(size=opts.num_layers))
         attention = layer_mass[:, None] * softmax(z)
-        return Observation(label_logprobs=log_softmax(logits), attention=attention, target=target)
+        return Observation(
+            label_logprobs=log_softmax(logits), attention=attention, target=instance.target
+        )
 
     def observe_many(
         self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
     ) -> list[Observation]:
+        if self.options.latency:
+            time.sleep(self.options.latency * len(instances))
         return [self.observe_one(instance) for instance in instances]
 
     def describe(self) -> dict[str, Any]:
@@ -165,12 +182,10 @@ def synthetic_instances(
     for index in range(count):
         ident = f"{prefix}-{seed}-{index:05d}"
         images = tuple(f"synthetic://{ident}/{k}" for k in range(n))
+        target = int(rng.integers(n))
         instances.append(
             RetrievalInstance(
-                query=f"caption of {ident}",
-                images=images,
-                target=int(rng.integers(n)),
-                id=ident,
+                query=f"the image {images[target]}", images=images, target=target, id=ident
             )
         )
     return instances

@@ -7,8 +7,12 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.evaluation.config import load_config
-from posdebias.evaluation.job import run_evaluation, write_results
-from posdebias.evaluation.table import print_results_table
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model / --adapter, shared by every command that needs a model."""
+    parser.add_argument("--model", help="Hugging Face model id or local path")
+    parser.add_argument("--adapter", help="adapter name (see `posdebias plugins`)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,39 +23,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "T candidate orders per test instance. Flags override the config file.",
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
-    parser.add_argument("--adapter", help="adapter name (see `posdebias plugins`)")
-    parser.add_argument("--model", help="Hugging Face model id or local path")
+    add_model_arguments(parser)
+    parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
+    parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
-    parser.add_argument("--orders", type=int, help="candidate orders T per instance")
+    parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
+    parser.add_argument(
+        "--calibration-count",
+        type=int,
+        dest="calibration_count",
+        help="calibration instances M (5)",
+    )
     parser.add_argument("-N", dest="n", type=int, help="images per instance (simulated model)")
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
-    parser.add_argument("--out", type=Path, help="write results.json into this directory")
+    parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run in --out (same configuration)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from posdebias.evaluation.job import run_evaluation
+    from posdebias.evaluation.progress import RunProgress
+    from posdebias.evaluation.report import write_report
+    from posdebias.evaluation.table import print_results_table
+
     config = load_config(
         args.config,
         adapter=args.adapter,
         model=args.model,
+        benchmark=args.benchmark,
+        calibration=args.calibration,
         calibrators=args.calibrators,
         orders=args.orders,
         count=args.count,
+        calibration_count=args.calibration_count,
         n=args.n,
         seed=args.seed,
         batch_size=args.batch_size,
         out=args.out,
     )
+    if args.resume and config.out is None:
+        from posdebias.errors import InputError
+
+        raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
-    results = run_evaluation(config)
+    try:
+        with RunProgress(console, config.count) as progress:
+            results = run_evaluation(config, resume=args.resume, on_record=progress.update)
+    except KeyboardInterrupt:
+        if config.out is not None:
+            make_console(stderr=True).print(
+                f"interrupted: progress is saved in {config.out}; continue with the same "
+                "command plus --resume"
+            )
+        raise
+    if results is None:  # a non-zero rank of a data-parallel run
+        return 0
     title = (
-        f"{results.adapter.get('model_id') or results.adapter['adapter']}: "
-        f"N={results.n}, {results.num_instances} instances x {results.orders} orders"
+        f"{results.adapter.get('model_id') or results.adapter['adapter']}: N={results.n}, "
+        f"{results.num_instances} instances x {results.orders} orders"
     )
     print_results_table(results.metrics(), title=title, console=console)
     if config.out is not None:
-        path = write_results(results, config.out)
-        console.print(f"results written to {path}")
+        report = write_report(results, config.out)
+        console.print(f"results: {config.out / 'results.json'}  report: {report}")
     return 0

@@ -39,7 +39,10 @@ class CalibratorSpec(_Strict):
 
 
 class AdapterSpec(_Strict):
-    name: str = "synthetic"
+    """The adapter by registry name; with ``model`` the name is optional (picked by
+    model_type), without it the simulated model is the default."""
+
+    name: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -50,6 +53,9 @@ class EvaluateConfig(_Strict):
     model: str | None = Field(default=None, description="model id or path (HF adapters)")
     benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
     calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibration_benchmark: Path | None = Field(
+        default=None, description="separate benchmark to calibrate on (default: held out)"
+    )
     calibrators: list[CalibratorSpec] = Field(
         default_factory=lambda: [CalibratorSpec(name=name) for name in DEFAULT_CALIBRATORS]
     )
@@ -105,7 +111,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     source = Path(path)
     if not source.is_file():
         raise ConfigError(f"config file {source} does not exist")
-    text = source.read_text(encoding="utf-8")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {source} is not UTF-8 text ({exc})") from exc
     try:
         if source.suffix == ".toml":
             data = tomllib.loads(text)
@@ -128,7 +137,11 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateCon
     for key, value in overrides.items():
         if value is None:
             continue
-        if key == "adapter" and isinstance(value, str):
+        if key == "adapter" and isinstance(value, dict):
+            if value.get("name") is None:
+                value = {**(data.get("adapter") or {}), "options": value.get("options", {})}
+            data["adapter"] = value
+        elif key == "adapter" and isinstance(value, str):
             current = data.get("adapter") or {}
             if not isinstance(current, dict) or current.get("name") != value:
                 current = {"name": value}  # another adapter: the file's options do not apply

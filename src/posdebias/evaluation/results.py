@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
+from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.metrics import Metrics
 
 RESULTS_SCHEMA_VERSION = 1
@@ -49,13 +50,16 @@ class EvaluationResults(BaseModel):
     schema_version: int = RESULTS_SCHEMA_VERSION
     settings: dict[str, Any]
     adapter: dict[str, Any]
+    source: dict[str, Any] = Field(default_factory=dict)
     versions: dict[str, str] = Field(default_factory=package_versions)
     n: int
     orders: int
     seed: int
     num_instances: int
     calibration_ids: list[str] = Field(default_factory=list)
+    test_ids: list[str] = Field(default_factory=list)
     calibrators: dict[str, CalibratorResult]
+    divergence: DivergenceProfile | None = None
     timing: dict[str, Any] = Field(default_factory=dict)
 
     def metrics(self) -> dict[str, Metrics]:
@@ -66,4 +70,17 @@ class EvaluationResults(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> EvaluationResults:
-        return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        """Read a results file; a missing or invalid one is an InputError naming it."""
+        from pydantic import ValidationError
+
+        from posdebias.errors import InputError
+
+        source = Path(path)
+        if not source.is_file():
+            raise InputError(
+                f"results file {source} does not exist; run `posdebias evaluate --out DIR` first"
+            )
+        try:
+            return cls.model_validate_json(source.read_text(encoding="utf-8"))
+        except (ValidationError, ValueError) as exc:
+            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from exc

@@ -93,18 +93,24 @@ def fit_calibrators(
     cache: ObservationCache | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> dict[str, CalibrationState]:
-    """Fit every calibrator on the symmetrised calibration set (observed once, shared)."""
+    """Fit every calibrator on the symmetrised calibration set (observed once, shared).
+
+    The calibration set is observed whenever it is given, even if no calibrator needs it, so a
+    calibrator added to a finished run later finds every observation cached.
+    """
     symmetrized = symmetrized_calibration_set(calibration_instances)
     n = symmetrized[0].n if symmetrized else None
-    needs_data = any(c.needs_fit for c in calibrators.values())
+    if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
+        raise InputError("calibration needs at least one instance with a known target")
+    if any(instance.target is None for instance in symmetrized):
+        raise InputError("calibration instances must have a known target")
     observations: list[Observation] = []
-    if needs_data:
-        if not symmetrized:
-            raise InputError("calibration needs at least one instance with a known target")
-        if any(instance.target is None for instance in symmetrized):
-            raise InputError("calibration instances must have a known target")
+    if symmetrized:
         observations = observe_cached(
-            adapter, symmetrized, cache or ObservationCache(), batch_size=batch_size
+            adapter,
+            symmetrized,
+            cache if cache is not None else ObservationCache(),
+            batch_size=batch_size,
         )
     info = {
         "adapter": adapter.name,
@@ -196,7 +202,7 @@ class Evaluator:
         self.orders = orders
         self.seed = seed
         self.batch_size = batch_size
-        self.cache = cache or ObservationCache()
+        self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
         self._timings: dict[str, float] = {}
 

@@ -1,0 +1,55 @@
+"""``posdebias rank``: the calibrated distribution over images for one caption."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from posdebias.cli import make_console
+from posdebias.cli.evaluate import add_model_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("rank", help="rank images for a caption with a calibration")
+    parser.add_argument("--calibration", type=Path, required=True, help="calibration state")
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--adapter-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="adapter option (repeatable; values parsed as YAML)",
+    )
+    parser.add_argument("caption", help="the query text")
+    parser.add_argument("images", nargs="+", help="candidate images, in the order shown")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+    from rich.table import Table
+
+    from posdebias.api import Debiaser
+    from posdebias.errors import InputError
+    from posdebias.evaluation.config import load_config
+    from posdebias.evaluation.job import build_adapter
+
+    options = {}
+    for item in args.adapter_option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--adapter-option {item!r} must look like KEY=VALUE")
+        options[key] = yaml.safe_load(value)
+    config = load_config(None, model=args.model, adapter={"name": args.adapter, "options": options})
+    debiaser = Debiaser.load(args.calibration, build_adapter(config))
+    prediction = debiaser.rank(args.caption, args.images)
+    table = Table(title=f"{debiaser.calibrator.name}: {args.caption!r}", title_justify="left")
+    for column in ("position", "image", "probability", ""):
+        table.add_column(column)
+    for position, (image, probability) in enumerate(
+        zip(args.images, prediction.probabilities, strict=True)
+    ):
+        mark = "<- chosen" if position == prediction.choice else ""
+        table.add_row(str(position + 1), image, f"{probability:.4f}", mark)
+    make_console().print(table)
+    return 0

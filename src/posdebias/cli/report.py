@@ -1,0 +1,26 @@
+"""``posdebias report RUN_DIR``: re-render the table, figures and summary of a saved run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from posdebias.cli import make_console
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="re-render table and figures of a run")
+    parser.add_argument("run_dir", type=Path, help="directory written by evaluate --out")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from posdebias.evaluation.report import write_report
+    from posdebias.evaluation.results import EvaluationResults
+    from posdebias.evaluation.table import print_results_table
+
+    results = EvaluationResults.load(args.run_dir / "results.json")
+    console = make_console()
+    print_results_table(results.metrics(), console=console)
+    console.print(f"report: {write_report(results, args.run_dir)}")
+    return 0
