@@ -161,26 +161,58 @@ def test_too_many_candidates_for_the_label_set(image_files):
         adapter.observe(RetrievalInstance("a cat", images, 0, "big"))
 
 
-def test_end_to_end_evaluation_with_every_calibrator(saved, make_instances):
-    """The runner's real flow on a saved tiny model: calibrate, evaluate T orders, metrics."""
+def test_cli_evaluates_a_saved_tiny_model_with_every_calibrator(saved, tmp_path):
+    """`posdebias build --source shapes` then `posdebias evaluate --model DIR` end to end."""
+    from posdebias.cli import main
     from posdebias.evaluation.config import DEFAULT_CALIBRATORS
-    from posdebias.evaluation.runner import Evaluator, fit_calibrators, summarize
 
-    adapter = posdebias.load_adapter(saved["qwen2_5_vl"])
-    calibrators = {name: posdebias.get_calibrator(name) for name in DEFAULT_CALIBRATORS}
-    calibration = make_instances(2, 3, offset=7)
-    test = make_instances(3, 3)
-    states = fit_calibrators(adapter, calibrators, calibration, batch_size=2)
-    evaluator = Evaluator(adapter, calibrators, states, orders=2, seed=0, batch_size=2)
-    records = evaluator.run(test)
-    metrics = summarize(records, calibrators, 3)
-    assert set(metrics) == set(DEFAULT_CALIBRATORS)
-    for name, value in metrics.items():
-        assert 0.0 <= value.accuracy_mean <= 100.0, name
-    assert evaluator.costs["permutation_average"].per_instance()[
-        "forward_passes_per_instance"
-    ] == pytest.approx(2 * 3)
-    assert json.dumps(adapter.describe())  # recorded in states and reports
+    bench = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                str(tmp_path / "shapes"),
+                "--setting",
+                "random",
+                "-N",
+                "3",
+                "--count",
+                "6",
+                "--out",
+                str(bench),
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "run"
+    code = main(
+        [
+            "evaluate",
+            "--model",
+            str(saved["qwen2_5_vl"]),
+            "--benchmark",
+            str(bench),
+            "--count",
+            "3",
+            "--orders",
+            "2",
+            "--calibration-count",
+            "2",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["calibrators"]) == set(DEFAULT_CALIBRATORS)
+    assert results["adapter"]["adapter"] == "qwen2_vl"
+    assert results["adapter"]["num_layers"] == 3
+    assert len(results["adapter"]["prompt_hash"]) == 64
 
 
 def test_cli_reports_a_missing_model_directory(tmp_path, capsys):
