@@ -38,3 +38,15 @@ def make_instances(image_files):
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models run many small ops: one thread is faster, and far faster on a busy machine
+    (no spinning thread barriers); restored afterwards for the other tests."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
