@@ -194,3 +194,251 @@ def test_row13_disk_full_during_a_run_keeps_what_was_written(tmp_path, capsys):
 
 
 # row 15: broken plugins -> tests/test_registry.py (import error, unknown hook) ----------------
+
+
+# rows 1, 2, 3, 5: benchmark files ---------------------------------------------------------------
+
+
+@pytest.fixture
+def bench(tmp_path):
+    """A small real shapes benchmark (images on disk) to damage."""
+    out = tmp_path / "bench"
+    code = main(
+        [
+            "build",
+            "--source",
+            "shapes",
+            "--root",
+            str(tmp_path / "shapes"),
+            "--setting",
+            "random",
+            "-N",
+            "4",
+            "--count",
+            "12",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    return out
+
+
+def rewrite_lines(bench: Path, change) -> None:
+    path = bench / "benchmark.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    change(records)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def evaluate_bench(bench, capsys, tmp_path, *extra):
+    out = tmp_path / "run"
+    code, err = run(
+        [
+            "evaluate",
+            "--adapter",
+            "synthetic",
+            "--benchmark",
+            bench,
+            "--count",
+            "4",
+            "--orders",
+            "1",
+            "--out",
+            out,
+            *extra,
+        ],
+        capsys,
+    )
+    assert not out.exists() or not (out / "results.json").exists()
+    return code, err
+
+
+def test_row1_benchmark_missing(tmp_path, capsys):
+    code, err = evaluate_bench(tmp_path / "nope", capsys, tmp_path)
+    assert code == 2 and "does not exist" in err and "posdebias build" in err
+
+
+def test_row1_benchmark_empty(bench, tmp_path, capsys):
+    (bench / "benchmark.jsonl").write_text("")
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "the file is empty: it has no instances" in err
+
+
+def test_row1_benchmark_not_jsonl(bench, tmp_path, capsys):
+    (bench / "benchmark.jsonl").write_text("id,query,images\n1,a,b\n")
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 1:" in err and "line 2:" in err
+
+
+def test_row1_line_missing_a_field(bench, tmp_path, capsys):
+    rewrite_lines(bench, lambda records: records[2].pop("target"))
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 3: target: Field required" in err
+
+
+def test_row2_image_missing(bench, tmp_path, capsys):
+    rewrite_lines(bench, lambda records: records[0]["images"].__setitem__(1, "images/gone.png"))
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 1: image 'images/gone.png' not found under" in err
+
+
+def test_row3_target_out_of_range(bench, tmp_path, capsys):
+    rewrite_lines(bench, lambda records: records[4].__setitem__("target", 9))
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 5: target 9 is out of range" in err
+
+
+def test_row3_duplicate_images(bench, tmp_path, capsys):
+    def duplicate(records):
+        records[1]["images"][2] = records[1]["images"][3]
+
+    rewrite_lines(bench, duplicate)
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 2:" in err and "duplicate" in err
+
+
+@pytest.mark.parametrize("caption", ["", "   \t"])
+def test_row5_empty_caption(bench, tmp_path, capsys, caption):
+    rewrite_lines(bench, lambda records: records[3].__setitem__("query", caption))
+    code, err = evaluate_bench(bench, capsys, tmp_path)
+    assert code == 2 and "line 4:" in err and "empty" in err
+
+
+# rows 2, 9, 10: real (tiny) Hugging Face models ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_llava(tmp_path_factory):
+    from posdebias.testing import save_tiny_model
+
+    return save_tiny_model("llava", tmp_path_factory.mktemp("models") / "llava")
+
+
+def test_row2_corrupt_image(bench, tmp_path, capsys, tiny_llava):
+    first = json.loads((bench / "benchmark.jsonl").read_text().splitlines()[0])
+    root = json.loads((bench / "manifest.json").read_text())["root"]
+    (Path(root) / first["images"][0]).write_bytes(b"this is not a png")
+    code, err = run(
+        [
+            "evaluate",
+            "--model",
+            tiny_llava,
+            "--benchmark",
+            bench,
+            "--count",
+            "3",
+            "--orders",
+            "1",
+            "--calibrators",
+            "vanilla",
+        ],
+        capsys,
+    )
+    assert code == 2 and first["images"][0] in err and "image" in err
+
+
+def test_row9_processor_without_chat_template(tmp_path, capsys, tiny_llava, bench):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llava, model)
+    for path in model.iterdir():
+        if "chat_template" in path.name:
+            path.unlink()
+        elif path.suffix == ".json":
+            payload = json.loads(path.read_text())
+            if isinstance(payload, dict) and payload.pop("chat_template", None) is not None:
+                path.write_text(json.dumps(payload))
+    code, err = run(
+        [
+            "evaluate",
+            "--model",
+            model,
+            "--benchmark",
+            bench,
+            "--count",
+            "2",
+            "--orders",
+            "1",
+            "--calibrators",
+            "vanilla",
+        ],
+        capsys,
+    )
+    assert code == 2 and "has no chat template" in err
+
+
+def test_row10_model_path_does_not_exist(tmp_path, capsys):
+    code, err = run(["evaluate", "--model", tmp_path / "no-model", "--count", "2"], capsys)
+    assert code == 2 and "no-model" in err
+
+
+def test_row10_hub_id_when_offline(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = __import__("time").monotonic()
+    code, err = run(
+        ["evaluate", "--model", "some-org/some-model-that-is-not-cached", "--count", "2"], capsys
+    )
+    assert code == 2 and "offline" in err.lower()
+    assert __import__("time").monotonic() - started < 30
+
+
+# row 14: too few hard negatives ------------------------------------------------------------------
+
+
+def test_row14_too_few_distractors_after_filters(tmp_path, capsys):
+    clip_config = tmp_path / "tiny-clip.json"
+    clip_config.write_text(
+        json.dumps(
+            {
+                "embed_dim": 32,
+                "vision_cfg": {
+                    "image_size": 32,
+                    "layers": 1,
+                    "width": 64,
+                    "patch_size": 16,
+                    "head_width": 32,
+                },
+                "text_cfg": {
+                    "context_length": 32,
+                    "vocab_size": 49408,
+                    "width": 32,
+                    "heads": 2,
+                    "layers": 1,
+                },
+            }
+        )
+    )
+    out = tmp_path / "adv"
+    code, err = run(
+        [
+            "build",
+            "--source",
+            "shapes",
+            "--root",
+            tmp_path / "shapes",
+            "--setting",
+            "adversarial",
+            "-N",
+            "4",
+            "--count",
+            "5",
+            "--pool-size",
+            "6",
+            "--caption-threshold",
+            "-0.99",
+            "--clip-model",
+            clip_config,
+            "--clip-pretrained",
+            "none",
+            "--no-cache",
+            "--out",
+            out,
+        ],
+        capsys,
+    )
+    assert code == 2 and "anchor image" in err and "only" in err
+    assert not out.exists()
