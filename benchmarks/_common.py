@@ -149,6 +149,10 @@ def build_vl_adapter(args: argparse.Namespace, tokens_per_image: int) -> Any:
     for key, value in text_config_options(args).items():
         setattr(config.text_config, key, value)
     config.vision_config.out_hidden_size = args.hidden
+    half = args.hidden // args.heads // 2  # rotary frequencies: temporal, height, width
+    rope = dict(config.text_config.rope_parameters)
+    rope["mrope_section"] = [half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8]
+    config.text_config.rope_parameters = rope
     pixels = side * side
     processor.image_processor = Qwen2VLImageProcessor(
         size={"shortest_edge": pixels, "longest_edge": pixels}

@@ -77,9 +77,24 @@ def child(args: argparse.Namespace) -> None:
         seconds, peak, _ = common.measure(forward, args.device)
         times.append(seconds)
         peaks.append(peak)
-    common.dump_json_line(
-        {"seconds": sorted(times)[len(times) // 2], "peak_bytes": max(peaks), "times": times}
-    )
+    result = {"seconds": sorted(times)[len(times) // 2], "peak_bytes": max(peaks), "times": times}
+    if args.mode == "probe":
+        # Paired in the same process: the probed model without a recorder IS plain SDPA, so
+        # alternating the two isolates the probe's own cost from process-to-process noise.
+        ratios = []
+        for _ in range(args.inner):
+            plain, _, _ = common.measure(lambda: plain_forward(model, ids, mask), args.device)
+            probed, _, _ = common.measure(forward, args.device)
+            ratios.append(probed / plain)
+        result["paired_ratios"] = ratios
+    common.dump_json_line(result)
+
+
+def plain_forward(model, ids, mask) -> None:
+    import torch
+
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
 
 
 def run_child(args: argparse.Namespace, mode: str, tokens: int) -> dict | None:
@@ -116,6 +131,12 @@ def run_child(args: argparse.Namespace, mode: str, tokens: int) -> dict | None:
     return None
 
 
+def _paired_cell(paired: dict | None) -> str:
+    if paired is None:
+        return ""
+    return f"{paired['median']:.3f} ({paired['min']:.3f}-{paired['max']:.3f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_arguments(parser, default_out="probe_cost.json")
@@ -124,7 +145,7 @@ def main() -> None:
     parser.add_argument(
         "--eager-max-tokens", type=int, default=8192, help="skip eager above this T"
     )
-    parser.add_argument("--inner", type=int, default=2, help="timed forwards per process")
+    parser.add_argument("--inner", type=int, default=4, help="timed forwards per process")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=int, help=argparse.SUPPRESS)
@@ -166,6 +187,9 @@ def main() -> None:
                 base_peak = common.spread([r["peak_bytes"] for r in base])["median"]
                 record["time_ratio"] = times["median"] / base_time
                 record["memory_ratio"] = peaks["median"] / base_peak
+            if mode == "probe":
+                paired = [ratio for r in runs for ratio in r.get("paired_ratios", [])]
+                record["paired_ratio"] = common.spread(paired)
             records.append(record)
             rows.append(
                 [
@@ -176,12 +200,21 @@ def main() -> None:
                     f"{common.mib(peaks['median']):.1f} "
                     f"({common.mib(peaks['min']):.1f}-{common.mib(peaks['max']):.1f})",
                     f"{record.get('memory_ratio', float('nan')):.3f}",
+                    _paired_cell(record.get("paired_ratio")),
                 ]
             )
     table = common.print_table(
         f"Probe cost ({args.layers} layers, width {args.hidden}, {args.heads} heads / "
         f"{args.kv_heads} KV heads, {args.dtype}, {args.device}, {args.repeats} processes each)",
-        ["T", "mode", "time s (min-max)", "time / sdpa", "peak MiB (min-max)", "memory / sdpa"],
+        [
+            "T",
+            "mode",
+            "time s (min-max)",
+            "time / sdpa",
+            "peak MiB (min-max)",
+            "memory / sdpa",
+            "paired time / sdpa (min-max)",
+        ],
         rows,
     )
     common.write_results(
