@@ -98,3 +98,18 @@ def test_probe_memory_has_no_quadratic_tensor(family_name, make_instances):
     with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
         adapter.model(**batch.inputs, position_ids=batch.position_ids)
     assert all(mass.shape == (2, 4) for mass in recorder.masses.values())
+
+
+def test_half_precision_keys_are_upcast_in_chunks_exactly():
+    from posdebias.adapters.probe import KEY_CHUNK, AttentionRecorder
+
+    length = 2 * KEY_CHUNK + 37  # two full chunks and a partial one
+    generator = torch.Generator().manual_seed(0)
+    key = torch.randn(2, 2, length, 16, generator=generator).to(torch.bfloat16)
+    q_last = torch.randn(2, 2, 3, 16, generator=generator)
+    recorder = AttentionRecorder(torch.zeros(2, length, 4))
+    scores = recorder._last_row_scores(q_last, key)
+    expected = torch.matmul(q_last.double(), key.double().transpose(-1, -2))
+    assert scores.dtype == torch.float32
+    assert torch.max(torch.abs(scores.double() - expected)) < 1e-4
+    assert recorder._scratch is not None and recorder._scratch.shape[2] == KEY_CHUNK

@@ -95,3 +95,12 @@ def test_mixed_n_batches_keep_the_order(make_instances):
     assert [o.n for o in observations] == [3, 2]
     single = adapter.observe(mixed[1])
     np.testing.assert_allclose(observations[1].label_logprobs, single.label_logprobs, atol=1e-6)
+
+
+def test_scores_without_the_probe_equal_scores_with_it(make_instances):
+    adapter = get_adapter(*tiny_pair("qwen2_5_vl"))
+    batch = adapter.prepare_batch(make_instances(2, 3))
+    probed, attention = adapter.run_batch(batch)
+    plain, none = adapter.run_batch(batch, attention=False)
+    assert attention is not None and none is None
+    assert torch.equal(plain, probed)

@@ -354,8 +354,14 @@ class HFAdapter(Adapter):
             inputs=inputs, position_ids=positions.to(self.device), spans=spans, plan=plan
         )
 
-    def run_batch(self, batch: PreparedBatch) -> tuple[Any, Any]:
-        """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention)."""
+    def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]:
+        """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
+
+        ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
+        a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
+        """
+        import contextlib
+
         import torch
 
         from posdebias.adapters.probe import recording
@@ -364,14 +370,19 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            with recording(span_matrix(batch.spans, length)) as recorder:
+            probe = (
+                recording(span_matrix(batch.spans, length))
+                if attention
+                else contextlib.nullcontext()
+            )
+            with probe as recorder:
                 output = self.model(
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
                     **self._last_logits_only,
                 )
-            attention = recorder.attention(self.num_layers)
+            masses = recorder.attention(self.num_layers) if recorder is not None else None
             cache = getattr(output, "cache", None) or output.past_key_values
             mask = batch.inputs["attention_mask"]
 
@@ -379,7 +390,7 @@ class HFAdapter(Adapter):
                 return self._decode_step(prefix, mask, batch.position_ids, cache, length)
 
             scores = score_labels(batch.plan, output.logits[:, -1, :], decode)
-        return scores, attention
+        return scores, masses
 
     def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
         scores, attention = self.run_batch(self.prepare_batch(instances))

@@ -13,8 +13,13 @@ left padding is silently ignored). The function
    reshaping q to [B, H_kv, G, D] instead of repeating K, and reduces it at once to the mass on
    each image span with a precomputed [B, T, N] span matrix.
 
-The extra memory is one [B, H_kv, T, D] float32 copy of one layer's keys plus [B, H, T] scores,
-freed before the next layer; no T x T tensor is ever formed. The recorder lives in a
+The extra memory is [B, H, T] float32 scores plus, for half-precision models, a float32 scratch
+copy of at most ``KEY_CHUNK`` keys per KV head, allocated once per pass and reused by every
+layer: the keys are upcast chunk by chunk, never whole (a fresh float32 copy of a layer's K per
+layer cost up to 10% of the forward time on CPU, docs/performance.md). The scores stay float32
+(a bfloat16 product rounds the logits by ~0.1). No T x T tensor is ever formed, and the masses
+stay on the model's device until :meth:`AttentionRecorder.attention` (one transfer per pass,
+not a device synchronisation per layer). The recorder lives in a
 :class:`contextvars.ContextVar`, so concurrent or nested calls (threads, asyncio tasks) each see
 their own and nothing leaks between calls; without an active recorder the probe is plain SDPA.
 """
@@ -31,6 +36,7 @@ import torch
 from posdebias.errors import AdapterError
 
 PROBE_NAME = "posdebias_probe"
+KEY_CHUNK = 512  # keys upcast to float32 at a time in half-precision models
 
 _ACTIVE: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
     "posdebias_attention_recorder", default=None
@@ -52,6 +58,7 @@ class AttentionRecorder:
         self.span_matrix = span_matrix.to(torch.float32)
         self.masses: dict[int, torch.Tensor] = {}
         self.modules: dict[int, torch.nn.Module] = {}
+        self._scratch: torch.Tensor | None = None
 
     def record(
         self,
@@ -79,7 +86,8 @@ class AttentionRecorder:
         scale = dim**-0.5 if scaling is None else scaling
         # [B, H, D] -> [B, H_kv, G, D]: query heads h = kv * G + g share key head kv.
         q_last = query[:, :, -1, :].to(torch.float32).reshape(batch, kv_heads, groups, dim)
-        scores = torch.matmul(q_last, key.to(torch.float32).transpose(-1, -2)) * scale
+        scores = self._last_row_scores(q_last, key)
+        scores.mul_(scale)
         if attention_mask is not None:
             last_row = attention_mask[:, :, -1, :].to(scores.device)  # [B, 1 or H, T]
             if last_row.shape[1] != 1:
@@ -87,14 +95,42 @@ class AttentionRecorder:
             else:
                 last_row = last_row[:, :, None, :]
             if last_row.dtype == torch.bool:
-                scores = scores.masked_fill(~last_row, float("-inf"))
+                scores.masked_fill_(~last_row, float("-inf"))
             else:
-                scores = scores + last_row.to(torch.float32)
+                scores.add_(last_row.to(torch.float32))
         probabilities = torch.softmax(scores, dim=-1)  # [B, H_kv, G, T]
         head_mean = probabilities.sum(dim=(1, 2)) / heads  # [B, T]
-        span = self.span_matrix.to(head_mean.device)
-        self.masses[layer] = torch.bmm(head_mean[:, None, :], span)[:, 0, :].cpu()
+        span = self._span_on(head_mean.device)
+        self.masses[layer] = torch.bmm(head_mean[:, None, :], span)[:, 0, :]
         self.modules[layer] = module
+
+    def _last_row_scores(self, q_last: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """[B, H_kv, G, T] float32 q_last K^T, upcasting half-precision keys chunk by chunk."""
+        if key.dtype == torch.float32:
+            return torch.matmul(q_last, key.transpose(-1, -2))
+        batch, kv_heads, kv_len, dim = key.shape
+        scores = torch.empty(
+            (batch, kv_heads, q_last.shape[2], kv_len), dtype=torch.float32, device=key.device
+        )
+        chunk = min(KEY_CHUNK, kv_len)
+        scratch = self._scratch
+        if scratch is None or scratch.shape != (batch, kv_heads, chunk, dim):
+            scratch = torch.empty(
+                (batch, kv_heads, chunk, dim), dtype=torch.float32, device=key.device
+            )
+            self._scratch = scratch
+        for start in range(0, kv_len, chunk):
+            stop = min(start + chunk, kv_len)
+            part = scratch[:, :, : stop - start]
+            part.copy_(key[:, :, start:stop])
+            scores[..., start:stop] = torch.matmul(q_last, part.transpose(-1, -2))
+        return scores
+
+    def _span_on(self, device: torch.device) -> torch.Tensor:
+        """The span matrix on ``device``, moved there once per pass."""
+        if self.span_matrix.device != device:
+            self.span_matrix = self.span_matrix.to(device)
+        return self.span_matrix
 
     def attention(self, num_layers: int) -> torch.Tensor:
         """[B, L, N] masses ordered by layer index; every layer must have been recorded once."""
@@ -104,7 +140,7 @@ class AttentionRecorder:
                 f"0..{num_layers - 1}; is the language model using the probe "
                 "(set_attn_implementation)?"
             )
-        return torch.stack([self.masses[layer] for layer in range(num_layers)], dim=1)
+        return torch.stack([self.masses[layer] for layer in range(num_layers)], dim=1).cpu()
 
 
 def probe_attention_forward(
