@@ -24,6 +24,23 @@ from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.registry import get_registry, hookimpl
 
 
+def load_adapter(model_id_or_path: Any, **options: Any) -> Adapter:
+    """Load a Hugging Face model + processor and wrap them in the adapter of their family.
+
+    See :func:`posdebias.adapters.loading.load_adapter` (imports torch/transformers on use).
+    """
+    from posdebias.adapters.loading import load_adapter as _load_adapter
+
+    return _load_adapter(model_id_or_path, **options)
+
+
+def get_adapter(model: Any, processor: Any, **options: Any) -> Adapter:
+    """Wrap an already loaded Hugging Face model + processor in the adapter of its family."""
+    from posdebias.adapters.loading import get_adapter as _get_adapter
+
+    return _get_adapter(model, processor, **options)
+
+
 def get_calibrator(name: str, **options: Any) -> Calibrator:
     """A calibrator by registry name; unknown names and options give a clear error."""
     return get_registry().create_calibrator(name, **options)
@@ -44,8 +61,10 @@ __all__ = [
     "__version__",
     "compute_metrics",
     "cyclic_rotations",
+    "get_adapter",
     "get_calibrator",
     "get_registry",
     "hookimpl",
+    "load_adapter",
     "symmetrized_calibration_set",
 ]

@@ -1,8 +1,37 @@
-"""Model adapters: each turns one model family into observations."""
+"""Model adapters: each turns one model family into observations.
+
+The Hugging Face adapters import torch and transformers only when a model is loaded, so listing
+them (``posdebias plugins``) stays fast.
+"""
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.generic import GenericAdapter
+from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
+from posdebias.adapters.internvl import InternVLAdapter
+from posdebias.adapters.llava import LlavaAdapter
+from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
+from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.synthetic import SyntheticAdapter
 
-BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (SyntheticAdapter,)
+BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
+    SyntheticAdapter,
+    Qwen2VLAdapter,
+    LlavaOnevisionAdapter,
+    InternVLAdapter,
+    LlavaAdapter,
+    GenericAdapter,
+)
 
-__all__ = ["BUILTIN_ADAPTERS", "Adapter", "AdapterOptions", "SyntheticAdapter"]
+__all__ = [
+    "BUILTIN_ADAPTERS",
+    "Adapter",
+    "AdapterOptions",
+    "GenericAdapter",
+    "HFAdapter",
+    "HFAdapterOptions",
+    "InternVLAdapter",
+    "LlavaAdapter",
+    "LlavaOnevisionAdapter",
+    "Qwen2VLAdapter",
+    "SyntheticAdapter",
+]

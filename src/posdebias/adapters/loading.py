@@ -1,0 +1,205 @@
+"""Load a Hugging Face model and pick its adapter: :func:`load_adapter` and :func:`get_adapter`.
+
+The adapter is chosen by ``config.model_type`` among every registered adapter (built-ins and
+plugins, :meth:`Registry.adapter_for_model_type`); when none claims it, the generic adapter is
+tried, which fails with a clear message if it cannot find the images' tokens. A local directory
+may hold ``posdebias_prompt.json``: the prompt template the model was trained or tuned with,
+used unless a prompt is passed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
+from posdebias.errors import AdapterError, InputError
+
+PLUGIN_GUIDE = "docs/plugins.md"
+
+
+def _adapter_class(model_type: str, adapter: str | None) -> type:
+    from posdebias.adapters.generic import GenericAdapter
+    from posdebias.adapters.hf import HFAdapter
+    from posdebias.registry import get_registry
+
+    registry = get_registry()
+    if adapter is not None:
+        cls = registry.adapter_class(adapter)
+        if not issubclass(cls, HFAdapter):
+            raise InputError(
+                f"adapter {adapter!r} does not wrap Hugging Face models; drop --model or choose "
+                f"one of: {', '.join(_hf_adapter_names())}"
+            )
+        return cls
+    return registry.adapter_for_model_type(model_type) or GenericAdapter
+
+
+def _hf_adapter_names() -> list[str]:
+    from posdebias.adapters.hf import HFAdapter
+    from posdebias.registry import get_registry
+
+    registry = get_registry()
+    return sorted(
+        name for name in registry.adapter_names() if issubclass(registry.adapter_class(name), HFAdapter)
+    )
+
+
+def known_families() -> str:
+    """'name (model types)' of every registered Hugging Face adapter, for error messages."""
+    from posdebias.registry import get_registry
+
+    registry = get_registry()
+    parts = []
+    for name in _hf_adapter_names():
+        types = getattr(registry.adapter_class(name), "model_types", ())
+        parts.append(f"{name} ({', '.join(types)})" if types else name)
+    return "; ".join(parts)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
+
+
+def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | None) -> str:
+    """The path or hub id to load; fails fast for a missing path or an uncached hub id."""
+    text = os.fspath(model_id_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise InputError(
+                f"model directory {path} has no config.json; it is not a Hugging Face model "
+                "directory (save one with model.save_pretrained and processor.save_pretrained)"
+            )
+        return str(path)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text[:1]
+    if looks_local:
+        raise InputError(f"model path {text} does not exist")
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(text, "config.json", revision=revision)
+    if not isinstance(cached, str) and _offline():
+        raise InputError(
+            f"model {text!r} is neither a local directory nor in the Hugging Face cache, and "
+            "HF_HUB_OFFLINE is set; download it first or pass a local path"
+        )
+    return text
+
+
+def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(
+            source, revision=revision, trust_remote_code=trust_remote_code
+        )
+    except OSError as exc:
+        raise InputError(
+            f"cannot load the config of {source!r}: {exc}. If this machine is offline, pass a "
+            "local model directory (or a model already in the Hugging Face cache)"
+        ) from None
+    except ValueError as exc:
+        raise AdapterError(
+            f"cannot load {source!r}: {exc}. Known adapter families: {known_families()}; other "
+            f"families need an adapter plugin (see {PLUGIN_GUIDE})"
+        ) from None
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return "auto"
+    value = getattr(torch, dtype, None)
+    if not isinstance(value, torch.dtype):
+        raise InputError(f"dtype {dtype!r} is not a torch dtype; use auto, float32, bfloat16")
+    return value
+
+
+def load_adapter(
+    model_id_or_path: str | os.PathLike[str],
+    *,
+    adapter: str | None = None,
+    dtype: str = "auto",
+    device: str | None = None,
+    device_map: str | dict[str, Any] | None = None,
+    trust_remote_code: bool = False,
+    revision: str | None = None,
+    label_set: str = "digits",
+    prompt: PromptTemplate | dict | str | Path | None = None,
+    **options: Any,
+) -> Any:
+    """Load model + processor with ``from_pretrained`` and wrap them in the right adapter.
+
+    Args:
+        model_id_or_path: a local model directory or a Hugging Face hub id (hub ids need the
+            network or the local cache).
+        adapter: force an adapter by registry name (default: by ``config.model_type``).
+        dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16``, ``float16``.
+        device: where to put the model (default: ``cuda`` when available, else ``cpu``);
+            ignored when ``device_map`` is given (accelerate placement).
+        label_set, prompt, **options: adapter options (``end_token``, ``answer_prefix``).
+    """
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    source = _resolve_source(model_id_or_path, revision)
+    config = _load_config(source, revision, trust_remote_code)
+    cls = _adapter_class(config.model_type, adapter)
+    cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
+    if prompt is None and Path(source, PROMPT_FILE).is_file():
+        prompt = load_prompt_file(Path(source, PROMPT_FILE))
+    kwargs: dict[str, Any] = {
+        "revision": revision,
+        "trust_remote_code": trust_remote_code,
+        "dtype": _torch_dtype(dtype),
+    }
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        processor = AutoProcessor.from_pretrained(
+            source, revision=revision, trust_remote_code=trust_remote_code
+        )
+        model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+    except OSError as exc:
+        raise InputError(f"cannot load model {source!r}: {exc}") from None
+    except ValueError as exc:
+        raise AdapterError(
+            f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
+            f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"
+        ) from None
+    if device_map is None:
+        model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.eval()
+    return cls(
+        model,
+        processor,
+        model_id=os.fspath(model_id_or_path),
+        label_set=label_set,
+        prompt=prompt,
+        **options,
+    )
+
+
+def get_adapter(model: Any, processor: Any, *, adapter: str | None = None, **options: Any) -> Any:
+    """Wrap an already loaded model + processor (options: label_set, prompt, end_token, ...)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is None:
+        raise InputError(f"{type(model).__name__} is not a Hugging Face model (no config)")
+    cls = _adapter_class(model_type, adapter)
+    parsed = cls.parse_options(options)
+    loading = [name for name in ("dtype", "device", "device_map", "model") if name in options]
+    if loading:
+        raise InputError(
+            f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
+        )
+    model.eval()
+    return cls(
+        model,
+        processor,
+        label_set=parsed.label_set,
+        prompt=parsed.prompt,
+        end_token=parsed.end_token,
+        answer_prefix=parsed.answer_prefix,
+    )

@@ -1,0 +1,49 @@
+"""Fixtures of the adapter tests: tiny random-weight models of each family, real PNG files."""
+
+from __future__ import annotations
+
+import pytest
+
+from posdebias.core.instance import RetrievalInstance
+from posdebias.testing import FAMILIES, tiny_model_and_processor, write_test_images
+
+_PAIRS: dict[str, tuple] = {}
+
+
+def tiny_pair(family: str) -> tuple:
+    """One (model, processor) per family and session; adapters install the probe on it."""
+    if family not in _PAIRS:
+        _PAIRS[family] = tiny_model_and_processor(family, seed=0)
+    return _PAIRS[family]
+
+
+@pytest.fixture(scope="session")
+def image_files(tmp_path_factory):
+    return write_test_images(tmp_path_factory.mktemp("images"), 16)
+
+
+@pytest.fixture(scope="session")
+def make_instances(image_files):
+    """Instances of N images with captions of different lengths (left padding in batches)."""
+
+    def make(count: int, n: int, offset: int = 0) -> list[RetrievalInstance]:
+        instances = []
+        for index in range(count):
+            start = (offset + 3 * index) % (len(image_files) - n + 1)
+            caption = "a photo of a red square" + " on a blue background" * index
+            instances.append(
+                RetrievalInstance(
+                    query=caption,
+                    images=tuple(image_files[start : start + n]),
+                    target=index % n,
+                    id=f"inst-{offset}-{index}",
+                )
+            )
+        return instances
+
+    return make
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    return request.param

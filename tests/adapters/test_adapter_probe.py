@@ -1,0 +1,101 @@
+"""The attention probe against eager attention maps, per family, with left padding."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from adapter_reference import eager_masses, fresh_model
+from conftest import tiny_pair
+
+from posdebias import get_adapter
+from posdebias.adapters.probe import PROBE_NAME, recording
+from posdebias.adapters.spans import span_matrix
+
+
+def test_probe_rows_equal_eager_last_rows_with_left_padding(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family))
+    instances = make_instances(2, 3)
+    batch = adapter.prepare_batch(instances)
+    padding = (batch.inputs["attention_mask"] == 0).sum(dim=1)
+    assert padding[0] > 0 and padding[1] == 0, "the batch must exercise left padding"
+    _, attention = adapter.run_batch(batch)
+    reference = eager_masses(family, batch)
+    assert attention.shape == (2, adapter.num_layers, 3)
+    assert torch.max(torch.abs(attention.double() - reference)) < 1e-5
+    # The padded row alone (no padding) gives the same masses.
+    _, alone = adapter.run_batch(adapter.prepare_batch(instances[:1]))
+    assert torch.max(torch.abs(alone[0] - attention[0])) < 1e-5
+
+
+def test_logits_with_probe_equal_plain_sdpa_exactly(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family))
+    batch = adapter.prepare_batch(make_instances(2, 3))
+    plain = fresh_model(family, "sdpa")
+    length = batch.inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        expected = plain(**batch.inputs, position_ids=batch.position_ids).logits
+        with recording(span_matrix(batch.spans, length)) as recorder:
+            probed = adapter.model(**batch.inputs, position_ids=batch.position_ids).logits
+    assert len(recorder.masses) == adapter.num_layers
+    real = batch.inputs["attention_mask"].bool()
+    assert torch.equal(probed[real], expected[real])
+
+
+def test_only_the_language_model_is_probed(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family))
+    model = adapter.model
+    assert model.config.get_text_config()._attn_implementation == PROBE_NAME
+    vision = model.config.vision_config
+    assert vision._attn_implementation != PROBE_NAME
+    batch = adapter.prepare_batch(make_instances(1, 2))
+    length = batch.inputs["input_ids"].shape[1]
+    with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
+        model(**batch.inputs, position_ids=batch.position_ids)
+    language_modules = {id(module) for module in model.model.language_model.modules()}
+    assert sorted(recorder.masses) == list(range(adapter.num_layers))
+    assert all(id(module) in language_modules for module in recorder.modules.values())
+
+
+def test_recorder_is_scoped_to_its_context(make_instances):
+    adapter = get_adapter(*tiny_pair("llava"))
+    batch = adapter.prepare_batch(make_instances(1, 2))
+    length = batch.inputs["input_ids"].shape[1]
+    matrix = span_matrix(batch.spans, length)
+
+    def forward():
+        with torch.no_grad():
+            adapter.model(**batch.inputs, position_ids=batch.position_ids)
+
+    with recording(matrix) as outer:
+        thread = threading.Thread(target=forward)  # a new thread starts with no recorder
+        thread.start()
+        thread.join()
+        assert outer.masses == {}
+        with recording(matrix) as inner:
+            forward()
+        assert len(inner.masses) == adapter.num_layers and outer.masses == {}
+        forward()
+    assert len(outer.masses) == adapter.num_layers
+    forward()  # outside any recording: plain SDPA, nothing recorded anywhere
+    assert len(outer.masses) == adapter.num_layers
+
+
+def test_attention_masses_are_probabilities(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family))
+    observation = adapter.observe(make_instances(1, 4)[0])
+    assert observation.attention.shape == (adapter.num_layers, 4)
+    assert (observation.attention > 0).all()
+    assert (observation.attention.sum(axis=1) < 1 + 1e-6).all()
+
+
+@pytest.mark.parametrize("family_name", ["qwen2_5_vl"])
+def test_probe_memory_has_no_quadratic_tensor(family_name, make_instances):
+    """The recorder keeps O(layers x batch x N) numbers, never a T x T map."""
+    adapter = get_adapter(*tiny_pair(family_name))
+    batch = adapter.prepare_batch(make_instances(2, 4))
+    length = batch.inputs["input_ids"].shape[1]
+    with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
+        adapter.model(**batch.inputs, position_ids=batch.position_ids)
+    assert all(mass.shape == (2, 4) for mass in recorder.masses.values())
