@@ -1,0 +1,381 @@
+"""Building a benchmark: source pool -> anchors -> distractors -> ``benchmark.jsonl`` + manifest.
+
+The order of random draws is fixed and documented, so a seed means the same benchmark on every
+machine: one ``numpy.random.default_rng(seed)`` draws the ``count`` anchors (without
+replacement) from the pool; then, per anchor in order, the caption index, the random distractors
+(random setting only) and the candidate order that places the anchor among its distractors.
+
+The pool is the first ``pool_size`` images of the source in its deterministic order (not a
+seeded sample), so builds with another seed, N or count reuse the cached CLIP embeddings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from posdebias._version import __version__
+from posdebias.benchmarks.files import (
+    MAX_N,
+    MIN_N,
+    AnnotationFile,
+    BenchmarkManifest,
+    ClipInfo,
+    FilterInfo,
+    InstanceRecord,
+    SourceInfo,
+    sha256_file,
+    write_benchmark,
+)
+from posdebias.benchmarks.selection import (
+    DEFAULT_CAPTION_THRESHOLD,
+    category_keep_mask,
+    max_caption_similarity,
+    random_distractors,
+    select_hard_negatives,
+)
+from posdebias.benchmarks.sources import SOURCE_KINDS, read_source
+from posdebias.errors import BenchmarkError
+
+SETTINGS = ("random", "adversarial")
+DEFAULT_COUNT = 1000
+_DIGITS = 6  # similarities are rounded so the file does not carry float noise
+
+
+@dataclass
+class BuildReport:
+    """What a build did: where it wrote, how long each step took, what the cache did."""
+
+    out_dir: Path
+    manifest: BenchmarkManifest
+    seconds: dict[str, float] = field(default_factory=dict)
+    cache_hits: list[str] = field(default_factory=list)
+    cache_misses: list[str] = field(default_factory=list)
+    shapes_reused: bool | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Steps:
+    """Rich progress bars when a console is given; silent otherwise (library use, tests)."""
+
+    def __init__(self, console: Console | None) -> None:
+        self.progress = (
+            Progress(
+                TextColumn("{task.description:<28}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=False,
+            )
+            if console is not None
+            else None
+        )
+
+    @contextmanager
+    def task(self, description: str, total: int) -> Iterator[Any]:
+        if self.progress is None:
+            yield lambda advance: None
+            return
+        task_id = self.progress.add_task(description, total=total)
+        yield lambda advance: self.progress.advance(task_id, advance)
+        self.progress.update(task_id, completed=total)
+
+    def __enter__(self) -> _Steps:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _check_options(
+    source: str, setting: str, n: int, count: int, pool_size: int | None, threshold: float
+) -> None:
+    if source not in SOURCE_KINDS:
+        raise BenchmarkError(f"unknown source {source!r}; choose one of {list(SOURCE_KINDS)}")
+    if setting not in SETTINGS:
+        raise BenchmarkError(f"unknown setting {setting!r}; choose one of {list(SETTINGS)}")
+    if not MIN_N <= n <= MAX_N:
+        raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
+    if count < 1:
+        raise BenchmarkError(f"--count must be at least 1, got {count}")
+    if pool_size is not None and pool_size < n:
+        raise BenchmarkError(f"--pool-size {pool_size} is smaller than N={n}")
+    if not -1.0 < threshold <= 1.0:
+        raise BenchmarkError(f"caption threshold {threshold} must be in (-1, 1]")
+
+
+def build_benchmark(
+    source: str,
+    root: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    setting: str = "random",
+    n: int = 4,
+    count: int = DEFAULT_COUNT,
+    seed: int = 0,
+    captions: str | os.PathLike[str] | None = None,
+    instances: str | os.PathLike[str] | None = None,
+    pool_size: int | None = None,
+    clip_model: str | None = None,
+    clip_pretrained: str | None = None,
+    caption_threshold: float = DEFAULT_CAPTION_THRESHOLD,
+    drop_category_supersets: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    skip_missing_images: bool = False,
+    shapes_images: int | None = None,
+    shapes_seed: int = 0,
+    shapes_image_size: int = 64,
+    shape_space: Any = None,
+    device: str | None = None,
+    batch_size: int = 64,
+    console: Console | None = None,
+) -> BuildReport:
+    """Build a benchmark folder (``benchmark.jsonl`` + ``manifest.json``) at ``out``.
+
+    Everything is validated and computed before anything is written, so a failed build leaves
+    no output. ``source='shapes'`` first generates the bundled dataset into ``root``
+    (``shapes_images`` images, default ``pool_size`` or ``2 * count``). See the CLI
+    (``posdebias build --help``) and docs/benchmarks.md for the options.
+    """
+    _check_options(source, setting, n, count, pool_size, caption_threshold)
+    report_seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    shapes_info = None
+    shapes_reused = None
+    if source == "shapes":
+        from posdebias.benchmarks.shapes import (
+            ShapeSpace,
+            existing_dataset_info,
+            generate_shapes_dataset,
+        )
+
+        space = shape_space or ShapeSpace()
+        total = shapes_images or pool_size or max(2 * count, n)
+        before = existing_dataset_info(Path(root)) if Path(root).exists() else None
+        generate_shapes_dataset(
+            root, total, seed=shapes_seed, space=space, image_size=shapes_image_size
+        )
+        shapes_info = existing_dataset_info(Path(root))
+        shapes_reused = before is not None and before == shapes_info
+        report_seconds["generate shapes"] = time.perf_counter() - started
+
+    mark = time.perf_counter()
+    pool_source = read_source(source, root, captions, instances, skip_missing=skip_missing_images)
+    pool = pool_source.images
+    if pool_size is not None:
+        if pool_size > len(pool):
+            raise BenchmarkError(
+                f"--pool-size {pool_size} is larger than the {len(pool)} usable images of the "
+                "source; lower it or omit it to use them all"
+            )
+        pool = pool[:pool_size]
+    if len(pool) < n:
+        raise BenchmarkError(f"the pool has {len(pool)} images, fewer than N={n}")
+    if count > len(pool):
+        raise BenchmarkError(
+            f"--count {count} is larger than the pool of {len(pool)} images (each image is the "
+            "anchor of at most one instance); lower --count or use a larger pool"
+        )
+    report_seconds["read source"] = time.perf_counter() - mark
+
+    rng = np.random.default_rng(seed)
+    anchors = rng.choice(len(pool), size=count, replace=False)
+    k = n - 1
+    records: list[InstanceRecord] = []
+    warnings_out: list[str] = []
+    clip_info = None
+    filters = None
+    counts: dict[str, int | float] = {"instances": count, "pool": len(pool)}
+    cache = None
+
+    with _Steps(console) as steps:
+        if setting == "adversarial":
+            from posdebias.benchmarks.clip import (
+                DEFAULT_CLIP_MODEL,
+                DEFAULT_CLIP_PRETRAINED,
+                RANDOM_WEIGHTS_WARNING,
+                EmbeddingCache,
+                default_cache_dir,
+                image_cache_items,
+                load_clip,
+            )
+
+            model_name = clip_model or DEFAULT_CLIP_MODEL
+            weights = clip_pretrained or DEFAULT_CLIP_PRETRAINED
+            mark = time.perf_counter()
+            encoder = load_clip(model_name, weights, device=device, batch_size=batch_size)
+            if encoder.identity.get("random_weights"):
+                warnings_out.append(RANDOM_WEIGHTS_WARNING)
+            report_seconds["load CLIP"] = time.perf_counter() - mark
+            folder = None
+            if use_cache:
+                folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            cache = EmbeddingCache(folder)
+            paths = [image.path for image in pool]
+            texts = [caption for image in pool for caption in image.captions]
+            offsets = np.cumsum([0] + [len(image.captions) for image in pool])
+
+            mark = time.perf_counter()
+
+            def encode_images() -> np.ndarray:
+                with steps.task("encoding images (CLIP)", len(paths)) as advance:
+                    return encoder.encode_images([pool_source.root / p for p in paths], advance)
+
+            def encode_texts() -> np.ndarray:
+                with steps.task("encoding captions (CLIP)", len(texts)) as advance:
+                    return encoder.encode_texts(texts, advance)
+
+            image_emb = cache.get_or_compute(
+                "images",
+                encoder.identity,
+                image_cache_items(pool_source.root, paths),
+                encode_images,
+            )
+            text_emb = cache.get_or_compute("texts", encoder.identity, texts, encode_texts)
+            report_seconds["embeddings"] = time.perf_counter() - mark
+
+            if pool_source.has_categories:
+                category_sets = [frozenset(image.categories or ()) for image in pool]
+                mode = "equal_or_superset" if drop_category_supersets else "equal"
+                skip_reason = None
+            else:
+                category_sets = None
+                mode = "skipped"
+                skip_reason = (
+                    "Flickr8k has no object categories"
+                    if source == "flickr8k"
+                    else f"the {source} source gave no categories for every image"
+                )
+                warnings_out.append(f"category filter skipped: {skip_reason}")
+            filters = FilterInfo(
+                category=mode,
+                category_filter_skipped=category_sets is None,
+                category_skip_reason=skip_reason,
+                caption_threshold=caption_threshold,
+            )
+            clip_info = ClipInfo(
+                model=model_name,
+                pretrained=weights,
+                identity=encoder.identity,
+                random_weights=bool(encoder.identity.get("random_weights")),
+            )
+
+        mark = time.perf_counter()
+        survivors = []
+        with steps.task("selecting distractors", count) as advance:
+            for number, anchor in enumerate(int(a) for a in anchors):
+                image = pool[anchor]
+                caption_index = int(rng.integers(len(image.captions)))
+                image_sims = caption_sims = None
+                if setting == "random":
+                    distractors = random_distractors(rng, len(pool), anchor, k)
+                else:
+                    keep = (
+                        category_keep_mask(
+                            category_sets, anchor, drop_supersets=drop_category_supersets
+                        )
+                        if category_sets is not None
+                        else None
+                    )
+                    query_sims = max_caption_similarity(
+                        text_emb[offsets[anchor] + caption_index], text_emb, offsets
+                    )
+                    chosen = select_hard_negatives(
+                        image_emb,
+                        anchor,
+                        query_sims,
+                        k,
+                        category_keep=keep,
+                        caption_threshold=caption_threshold,
+                        anchor_name=f"{image.image_id} ({image.path})",
+                    )
+                    distractors = chosen.indices
+                    survivors.append(chosen.counts["after_caption_filter"])
+                members = np.concatenate([[anchor], distractors])
+                order = rng.permutation(n)
+                shown = members[order]
+                target = int(np.flatnonzero(order == 0)[0])
+                if setting == "adversarial":
+                    image_sims = image_emb[shown] @ image_emb[anchor]
+                    caption_sims = query_sims[shown]
+                records.append(
+                    InstanceRecord(
+                        id=f"{setting}-{number:05d}",
+                        query=image.captions[caption_index],
+                        images=[pool[i].path for i in shown],
+                        target=target,
+                        anchor_image_id=image.image_id,
+                        setting=setting,
+                        caption_index=caption_index,
+                        similarities=_rounded(image_sims),
+                        caption_similarities=_rounded(caption_sims),
+                    )
+                )
+                advance(1)
+        report_seconds["select distractors"] = time.perf_counter() - mark
+    if survivors:
+        counts["min_candidates_after_filters"] = int(min(survivors))
+        counts["mean_candidates_after_filters"] = round(float(np.mean(survivors)), 2)
+
+    manifest = BenchmarkManifest(
+        package_version=__version__,
+        root=str(pool_source.root),
+        source=SourceInfo(
+            kind=source,
+            annotation_files=[
+                AnnotationFile(path=str(path), sha256=sha256_file(path))
+                for path in pool_source.annotation_files
+            ],
+            images_in_source=len(pool_source.images) + len(pool_source.skipped_missing),
+            skipped_missing_images=len(pool_source.skipped_missing),
+            pool_size=len(pool),
+            has_categories=pool_source.has_categories,
+            shapes=_shapes_summary(shapes_info),
+        ),
+        setting=setting,
+        n=n,
+        count=count,
+        seed=seed,
+        clip=clip_info,
+        filters=filters,
+        counts=counts,
+    )
+    mark = time.perf_counter()
+    manifest = write_benchmark(out, records, manifest)
+    report_seconds["write"] = time.perf_counter() - mark
+    report_seconds["total"] = time.perf_counter() - started
+    return BuildReport(
+        out_dir=Path(out),
+        manifest=manifest,
+        seconds=report_seconds,
+        cache_hits=list(cache.hits) if cache else [],
+        cache_misses=list(cache.misses) if cache else [],
+        shapes_reused=shapes_reused,
+        warnings=warnings_out,
+    )
+
+
+def _rounded(values: np.ndarray | None) -> list[float] | None:
+    if values is None:
+        return None
+    return [round(float(value), _DIGITS) for value in values]
+
+
+def _shapes_summary(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {key: info[key] for key in ("count", "seed", "image_size", "space")}

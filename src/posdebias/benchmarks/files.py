@@ -1,0 +1,311 @@
+"""The benchmark file (``benchmark.jsonl``) and its ``manifest.json``: schema, writing, loading.
+
+One JSON object per line (keys sorted, no spaces) describes one instance: ``id``, ``query``,
+``images`` (paths relative to the root), ``target`` (index of the anchor), ``anchor_image_id``,
+``setting``, ``caption_index`` (which of the anchor's captions is the query) and, in the
+adversarial setting, ``similarities`` (CLIP image cosine of each image with the anchor image) and
+``caption_similarities`` (highest caption cosine of each image with the query). The manifest
+records everything needed to rebuild the file and check it is the one that was built: source and
+annotation hashes, setting, N, seed, CLIP model and weights, filters, counts, the sha256 of the
+JSONL and the package version. Both files are written atomically; the same build gives the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from posdebias._io import atomic_write_text
+from posdebias.benchmarks.sources import problems_error
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import BenchmarkError
+
+BENCHMARK_FILE = "benchmark.jsonl"
+MANIFEST_FILE = "manifest.json"
+FORMAT_VERSION = 1
+MIN_N, MAX_N = 2, 26
+
+Setting = Literal["random", "adversarial"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InstanceRecord(_Strict):
+    """One line of ``benchmark.jsonl``."""
+
+    id: str = Field(min_length=1)
+    query: str = Field(min_length=1)
+    images: list[str] = Field(min_length=MIN_N, max_length=MAX_N)
+    target: int = Field(ge=0)
+    anchor_image_id: str
+    setting: Setting
+    caption_index: int = Field(ge=0)
+    similarities: list[float] | None = None
+    caption_similarities: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InstanceRecord:
+        n = len(self.images)
+        if not self.query.strip():
+            raise ValueError("query is blank")
+        if self.target >= n:
+            raise ValueError(f"target {self.target} is out of range for {n} images")
+        if len(set(self.images)) != n:
+            raise ValueError("images has duplicates")
+        for name in ("similarities", "caption_similarities"):
+            values = getattr(self, name)
+            if values is not None and len(values) != n:
+                raise ValueError(f"{name} has {len(values)} values for {n} images")
+        return self
+
+
+class AnnotationFile(_Strict):
+    path: str
+    sha256: str
+
+
+class SourceInfo(_Strict):
+    kind: str
+    annotation_files: list[AnnotationFile]
+    images_in_source: int
+    skipped_missing_images: int = 0
+    pool_size: int
+    has_categories: bool
+    shapes: dict[str, Any] | None = None  # generator settings for --source shapes
+
+
+class ClipInfo(_Strict):
+    model: str
+    pretrained: str
+    identity: dict[str, Any]
+    random_weights: bool = False
+
+
+class FilterInfo(_Strict):
+    category: Literal["equal", "equal_or_superset", "skipped"]
+    category_filter_skipped: bool
+    category_skip_reason: str | None = None
+    caption_threshold: float
+
+
+class BenchmarkManifest(_Strict):
+    """``manifest.json``: how a benchmark was built (no timestamps: rebuilds are identical)."""
+
+    format_version: int = FORMAT_VERSION
+    package_version: str
+    root: str
+    source: SourceInfo
+    setting: Setting
+    n: int = Field(ge=MIN_N, le=MAX_N)
+    count: int = Field(ge=1)
+    seed: int
+    clip: ClipInfo | None = None
+    filters: FilterInfo | None = None
+    counts: dict[str, int | float] = Field(default_factory=dict)
+    benchmark_file: str = BENCHMARK_FILE
+    benchmark_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A loaded benchmark: instances with absolute image paths, the manifest and the root."""
+
+    instances: list[RetrievalInstance]
+    manifest: BenchmarkManifest | None
+    root: Path
+    path: Path
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_line(record: InstanceRecord) -> str:
+    """The canonical one-line JSON of a record (sorted keys, unset optional keys left out)."""
+    payload = record.model_dump(exclude_none=True)
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_benchmark(
+    out_dir: str | os.PathLike[str],
+    records: list[InstanceRecord],
+    manifest: BenchmarkManifest,
+) -> BenchmarkManifest:
+    """Write ``benchmark.jsonl`` then ``manifest.json`` (with the JSONL's sha256) atomically.
+
+    Returns the manifest as written (``benchmark_sha256`` filled in).
+    """
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise BenchmarkError(f"--out {folder} is a file; give a folder for the benchmark")
+    text = "".join(record_line(record) + "\n" for record in records)
+    data = text.encode("utf-8")
+    final = manifest.model_copy(update={"benchmark_sha256": sha256_bytes(data)})
+    atomic_write_text(folder / BENCHMARK_FILE, text)
+    atomic_write_text(
+        folder / MANIFEST_FILE,
+        json.dumps(final.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
+    )
+    return final
+
+
+def _format_validation(error: ValidationError) -> list[str]:
+    messages = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        messages.append(f"{where}: {message}" if where else message)
+    return messages
+
+
+def load_manifest(path: Path) -> BenchmarkManifest:
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchmarkError(f"cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise BenchmarkError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    try:
+        return BenchmarkManifest.model_validate(payload)
+    except ValidationError as exc:
+        raise problems_error(
+            f"{path} is not a valid benchmark manifest", _format_validation(exc)
+        ) from exc
+
+
+def _locate(path: Path) -> tuple[Path, Path | None]:
+    """(JSONL path, manifest path or None) for a benchmark folder or a JSONL file."""
+    if path.is_dir():
+        manifest = path / MANIFEST_FILE
+        if not manifest.is_file():
+            raise BenchmarkError(
+                f"{path} has no {MANIFEST_FILE}; give a folder made by `posdebias build`"
+            )
+        return path / load_manifest(manifest).benchmark_file, manifest
+    if path.is_file():
+        manifest = path.parent / MANIFEST_FILE
+        return path, manifest if manifest.is_file() else None
+    raise BenchmarkError(
+        f"benchmark {path} does not exist; give a folder made by `posdebias build`"
+    )
+
+
+def load_benchmark(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    check_images: bool = True,
+) -> Benchmark:
+    """Load and validate a benchmark folder (or its JSONL file) into retrieval instances.
+
+    ``root`` overrides the manifest's root (data moved to another machine). Every problem is
+    collected (schema, duplicate ids, N differing from the manifest, images missing under the
+    root, a JSONL changed since it was built) and reported in one :class:`BenchmarkError` with
+    the line number of each.
+    """
+    jsonl_path, manifest_path = _locate(Path(path))
+    manifest = load_manifest(manifest_path) if manifest_path is not None else None
+    if root is not None:
+        root_path = Path(root).resolve()
+    elif manifest is not None:
+        root_path = Path(manifest.root)
+    else:
+        raise BenchmarkError(
+            f"{jsonl_path} has no {MANIFEST_FILE} beside it; pass the image root explicitly"
+        )
+    try:
+        data = jsonl_path.read_bytes()
+    except OSError as exc:
+        raise BenchmarkError(f"cannot read {jsonl_path}: {exc.strerror}") from exc
+    problems: list[str] = []
+    if manifest is not None and manifest.benchmark_sha256 != sha256_bytes(data):
+        problems.append(
+            f"the file differs from the one recorded in {MANIFEST_FILE} (sha256 mismatch): it "
+            "was edited or truncated after `posdebias build`; rebuild it"
+        )
+    if check_images and not root_path.is_dir():
+        raise BenchmarkError(f"the image root {root_path} does not exist; pass root= (--root)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchmarkError(f"{jsonl_path} is not UTF-8 text ({exc.reason})") from exc
+
+    instances: list[RetrievalInstance] = []
+    first_line: dict[str, int] = {}
+    exists: dict[str, bool] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = InstanceRecord.model_validate_json(line)
+        except ValidationError as exc:
+            problems += [f"line {number}: {message}" for message in _format_validation(exc)]
+            continue
+        line_problems = []
+        if record.id in first_line:
+            line_problems.append(
+                f"duplicate id {record.id!r} (first on line {first_line[record.id]})"
+            )
+        if manifest is not None and len(record.images) != manifest.n:
+            line_problems.append(
+                f"{len(record.images)} images, but the manifest says N={manifest.n}"
+            )
+        for image in record.images:
+            posix = PurePosixPath(image)
+            if posix.is_absolute() or ".." in posix.parts:
+                line_problems.append(f"image path {image!r} must be relative to the root")
+            elif check_images:
+                if image not in exists:
+                    exists[image] = (root_path / image).is_file()
+                if not exists[image]:
+                    line_problems.append(f"image {image!r} not found under {root_path}")
+        first_line.setdefault(record.id, number)
+        if line_problems:
+            problems += [f"line {number}: {message}" for message in line_problems]
+            continue
+        metadata: dict[str, Any] = {
+            "anchor_image_id": record.anchor_image_id,
+            "setting": record.setting,
+            "caption_index": record.caption_index,
+        }
+        if record.similarities is not None:
+            metadata["similarities"] = record.similarities
+        if record.caption_similarities is not None:
+            metadata["caption_similarities"] = record.caption_similarities
+        instances.append(
+            RetrievalInstance(
+                query=record.query,
+                images=tuple(str(root_path / image) for image in record.images),
+                target=record.target,
+                id=record.id,
+                metadata=metadata,
+                image_ids=tuple(record.images),
+            )
+        )
+    if not problems and not instances:
+        problems.append("the file has no instances")
+    if problems:
+        raise problems_error(
+            f"{jsonl_path}", problems, "Fix or rebuild the benchmark with `posdebias build`."
+        )
+    return Benchmark(instances=instances, manifest=manifest, root=root_path, path=jsonl_path)

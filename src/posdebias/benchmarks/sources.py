@@ -1,0 +1,492 @@
+"""Readers for the on-disk formats of the benchmark sources: each returns a :class:`SourcePool`.
+
+A pool lists every usable image once, with all its captions and (where the source has them) its
+object categories, in a deterministic order that does not depend on the file system or on hash
+seeds: COCO and shapes by image id, Flickr8k by file name, JSONL in file order. Paths are kept
+relative to the root, which is what benchmark files store (METHOD.md, "Benchmarks").
+
+Every reader collects all the problems it finds and raises one :class:`BenchmarkError` naming
+each (file and line, or JSON location) so a user fixes a file in one pass, not one error a run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from posdebias.errors import BenchmarkError
+
+SOURCE_KINDS = ("coco", "flickr8k", "jsonl", "shapes")
+_MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class PoolImage:
+    """One candidate image of a source.
+
+    ``image_id`` is the source's own identity (COCO id, Flickr8k file name, JSONL path);
+    ``path`` is relative to the pool root (POSIX separators); ``categories`` is a sorted tuple of
+    object category names, or None when the source has no categories (Flickr8k).
+    """
+
+    image_id: str
+    path: str
+    captions: tuple[str, ...]
+    categories: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class SourcePool:
+    """All images of a source, plus what a manifest must record about where they came from."""
+
+    kind: str
+    root: Path
+    images: tuple[PoolImage, ...]
+    annotation_files: tuple[Path, ...]
+    skipped_missing: tuple[str, ...] = ()
+
+    @property
+    def has_categories(self) -> bool:
+        return bool(self.images) and all(image.categories is not None for image in self.images)
+
+
+def problems_error(what: str, problems: Sequence[str], fix: str = "") -> BenchmarkError:
+    """One error listing every problem (the first few dozen, then a count)."""
+    shown = list(problems[:_MAX_LISTED])
+    more = len(problems) - len(shown)
+    lines = [f"{what}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"]
+    lines += [f"  {problem}" for problem in shown]
+    if more:
+        lines.append(f"  ... and {more} more")
+    if fix:
+        lines.append(fix)
+    return BenchmarkError("\n".join(lines))
+
+
+def _read_text(path: Path, what: str, flag: str) -> str:
+    if not path.is_file():
+        raise BenchmarkError(f"{what} {path} does not exist; check {flag}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchmarkError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise BenchmarkError(f"{what} {path} is not UTF-8 text ({exc.reason})") from exc
+
+
+def _read_json(path: Path, what: str, flag: str) -> Any:
+    text = _read_text(path, what, flag)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchmarkError(
+            f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON ({exc.msg})"
+        ) from exc
+
+
+def _check_root(root: Path) -> Path:
+    if not root.is_dir():
+        raise BenchmarkError(f"--root {root} is not a folder; give the folder holding the images")
+    return root.resolve()
+
+
+def _find_one(folders: Sequence[Path], pattern: str, what: str, flag: str) -> Path:
+    found: list[Path] = []
+    for folder in folders:
+        if folder.is_dir():
+            found.extend(sorted(folder.glob(pattern)))
+    unique = list(dict.fromkeys(path.resolve() for path in found))
+    if len(unique) == 1:
+        return unique[0]
+    where = ", ".join(str(folder) for folder in folders)
+    if not unique:
+        raise BenchmarkError(f"no {what} ({pattern}) found in {where}; pass it with {flag} FILE")
+    names = ", ".join(str(path) for path in unique)
+    raise BenchmarkError(f"several {what} files found ({names}); choose one with {flag} FILE")
+
+
+def _relative_path(name: str, root: Path) -> str | None:
+    """``name`` as a clean POSIX path relative to ``root``, or None if it escapes the root."""
+    path = Path(name)
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to(root)
+        except ValueError:
+            return None
+    posix = PurePosixPath(path.as_posix())
+    if not posix.parts or ".." in posix.parts:
+        return None
+    return posix.as_posix()
+
+
+def _finish(
+    kind: str,
+    root: Path,
+    images: list[PoolImage],
+    annotation_files: Sequence[Path],
+    listed_in: Path,
+    skip_missing: bool,
+) -> SourcePool:
+    """Check every image exists under the root; drop or report the missing ones."""
+    if not images:
+        raise BenchmarkError(f"{listed_in} lists no images with captions; nothing to build from")
+    missing = [image.path for image in images if not (root / image.path).is_file()]
+    if missing and not skip_missing:
+        raise problems_error(
+            f"{len(missing)} of {len(images)} images listed in {listed_in} are not under {root}",
+            [f"missing image: {path}" for path in missing],
+            "Check --root (the folder the file names are relative to), or pass "
+            "--skip-missing-images to build from the images that exist.",
+        )
+    kept = [image for image in images if (root / image.path).is_file()] if missing else images
+    if not kept:
+        raise BenchmarkError(f"none of the images listed in {listed_in} exist under {root}")
+    return SourcePool(
+        kind=kind,
+        root=root,
+        images=tuple(kept),
+        annotation_files=tuple(path.resolve() for path in annotation_files),
+        skipped_missing=tuple(missing),
+    )
+
+
+# ---------------------------------------------------------------------------------------- COCO
+
+
+def read_coco(
+    root: str | os.PathLike[str],
+    captions_file: str | os.PathLike[str] | None = None,
+    instances_file: str | os.PathLike[str] | None = None,
+    *,
+    skip_missing: bool = False,
+    kind: str = "coco",
+) -> SourcePool:
+    """Read a COCO captions file (+ instances file for categories) and the image folder.
+
+    ``root`` is the folder the ``file_name`` entries are relative to (e.g. ``coco/val2014``).
+    Without ``captions_file`` we look for exactly one ``captions_*.json`` in ``root/annotations``,
+    ``root/../annotations`` or ``root``; without ``instances_file`` for the matching
+    ``instances_*.json`` beside it. No instances file: the pool has no categories.
+    """
+    root_path = _check_root(Path(root))
+    if captions_file is None:
+        folders = [root_path / "annotations", root_path.parent / "annotations", root_path]
+        captions_path = _find_one(folders, "captions_*.json", "COCO captions file", "--captions")
+    else:
+        captions_path = Path(captions_file)
+    if instances_file is None:
+        guess = captions_path.with_name(captions_path.name.replace("captions_", "instances_", 1))
+        instances_path = guess if guess != captions_path and guess.is_file() else None
+    else:
+        instances_path = Path(instances_file)
+
+    payload = _read_json(captions_path, "COCO captions file", "--captions")
+    problems: list[str] = []
+    file_names = _coco_images(payload, captions_path, problems)
+    captions: dict[int, list[str]] = {image_id: [] for image_id in file_names}
+    for index, ann in enumerate(_coco_list(payload, "annotations", captions_path, problems)):
+        where = f"annotations[{index}]"
+        if not isinstance(ann, dict):
+            problems.append(f"{where}: not an object")
+            continue
+        image_id, caption = ann.get("image_id"), ann.get("caption")
+        if not isinstance(image_id, int) or isinstance(image_id, bool):
+            problems.append(f"{where}: image_id must be an integer, got {image_id!r}")
+        elif image_id not in captions:
+            problems.append(f"{where}: image_id {image_id} is not in the images list")
+        elif not isinstance(caption, str) or not caption.strip():
+            problems.append(f"{where} (image {image_id}): caption is missing or empty")
+        else:
+            captions[image_id].append(" ".join(caption.split()))
+    if not problems:
+        uncaptioned = [image_id for image_id, texts in captions.items() if not texts]
+        problems += [f"image id {image_id} has no caption" for image_id in sorted(uncaptioned)]
+    if problems:
+        raise problems_error(
+            f"{captions_path}", problems, "Fix the captions file or choose another."
+        )
+
+    categories = None
+    if instances_path is not None:
+        categories = _coco_categories(instances_path, set(file_names))
+
+    images = []
+    for image_id in sorted(file_names):
+        relative = _relative_path(file_names[image_id], root_path)
+        if relative is None:
+            problems.append(f"image {image_id}: file_name {file_names[image_id]!r} is outside root")
+            continue
+        images.append(
+            PoolImage(
+                image_id=str(image_id),
+                path=relative,
+                captions=tuple(captions[image_id]),
+                categories=None if categories is None else categories.get(image_id, ()),
+            )
+        )
+    if problems:
+        raise problems_error(f"{captions_path}", problems)
+    files = [captions_path] + ([instances_path] if instances_path is not None else [])
+    return _finish(kind, root_path, images, files, captions_path, skip_missing)
+
+
+def _coco_list(payload: Any, key: str, path: Path, problems: list[str]) -> list[Any]:
+    if not isinstance(payload, dict) or not isinstance(payload.get(key), list):
+        problems.append(f"top level: a COCO file needs a {key!r} list")
+        return []
+    return payload[key]
+
+
+def _coco_images(payload: Any, path: Path, problems: list[str]) -> dict[int, str]:
+    file_names: dict[int, str] = {}
+    for index, image in enumerate(_coco_list(payload, "images", path, problems)):
+        where = f"images[{index}]"
+        if not isinstance(image, dict):
+            problems.append(f"{where}: not an object")
+            continue
+        image_id, file_name = image.get("id"), image.get("file_name")
+        if not isinstance(image_id, int) or isinstance(image_id, bool):
+            problems.append(f"{where}: id must be an integer, got {image_id!r}")
+        elif not isinstance(file_name, str) or not file_name:
+            problems.append(f"{where} (id {image_id}): file_name is missing")
+        elif image_id in file_names:
+            problems.append(f"{where}: duplicate image id {image_id}")
+        else:
+            file_names[image_id] = file_name
+    return file_names
+
+
+def _coco_categories(path: Path, image_ids: set[int]) -> dict[int, tuple[str, ...]]:
+    """Image id -> sorted category names, from a COCO instances file."""
+    payload = _read_json(path, "COCO instances file", "--instances")
+    problems: list[str] = []
+    names: dict[int, str] = {}
+    for index, category in enumerate(_coco_list(payload, "categories", path, problems)):
+        if (
+            not isinstance(category, dict)
+            or not isinstance(category.get("id"), int)
+            or not isinstance(category.get("name"), str)
+        ):
+            problems.append(f"categories[{index}]: needs an integer id and a name")
+            continue
+        names[category["id"]] = category["name"]
+    found: dict[int, set[str]] = {}
+    for index, ann in enumerate(_coco_list(payload, "annotations", path, problems)):
+        if not isinstance(ann, dict):
+            problems.append(f"annotations[{index}]: not an object")
+            continue
+        image_id, category_id = ann.get("image_id"), ann.get("category_id")
+        if category_id not in names:
+            problems.append(f"annotations[{index}]: unknown category_id {category_id!r}")
+        elif image_id in image_ids:
+            found.setdefault(image_id, set()).add(names[category_id])
+    if problems:
+        raise problems_error(f"{path}", problems, "Fix the instances file or choose another.")
+    return {image_id: tuple(sorted(cats)) for image_id, cats in found.items()}
+
+
+# ------------------------------------------------------------------------------------ Flickr8k
+
+
+def read_flickr8k(
+    root: str | os.PathLike[str],
+    captions_file: str | os.PathLike[str] | None = None,
+    *,
+    skip_missing: bool = False,
+) -> SourcePool:
+    """Read Flickr8k captions (``Flickr8k.token.txt`` or the CSV ``captions.txt``) + images.
+
+    ``root`` is the image folder. The format is recognised from the content: a CSV with the
+    header ``image,caption``, or ``name.jpg#k<TAB>caption`` lines. Flickr8k has no object
+    categories, so the adversarial category filter is skipped (and the manifest says so).
+    """
+    root_path = _check_root(Path(root))
+    if captions_file is None:
+        candidates = [
+            root_path / "captions.txt",
+            root_path.parent / "captions.txt",
+            root_path / "Flickr8k.token.txt",
+            root_path.parent / "Flickr8k.token.txt",
+            root_path.parent / "Flickr8k_text" / "Flickr8k.token.txt",
+        ]
+        existing = [path for path in candidates if path.is_file()]
+        if len(existing) != 1:
+            listed = ", ".join(str(path) for path in (existing or candidates))
+            raise BenchmarkError(
+                f"{'several' if existing else 'no'} Flickr8k captions files found ({listed}); "
+                "pass one with --captions FILE"
+            )
+        captions_path = existing[0]
+    else:
+        captions_path = Path(captions_file)
+    text = _read_text(captions_path, "Flickr8k captions file", "--captions")
+    lines = text.splitlines()
+    first = next((line.strip() for line in lines if line.strip()), "")
+    if first.lower().replace(" ", "") == "image,caption":
+        captions, problems = _flickr_csv(text)
+    elif "\t" in first and "#" in first.split("\t", 1)[0]:
+        captions, problems = _flickr_token(lines)
+    else:
+        raise BenchmarkError(
+            f"{captions_path}:1: not a Flickr8k captions file: expected the CSV header "
+            f"'image,caption' or 'name.jpg#0<TAB>caption' lines, got {first[:60]!r}"
+        )
+    images = []
+    for name in sorted(captions):
+        relative = _relative_path(name, root_path)
+        if relative is None:
+            problems.append(f"image name {name!r} is outside the root")
+            continue
+        ordered = tuple(caption for _, caption in sorted(captions[name], key=lambda kc: kc[0]))
+        images.append(PoolImage(image_id=name, path=relative, captions=ordered, categories=None))
+    if problems:
+        raise problems_error(f"{captions_path}", problems, "Fix the captions file.")
+    return _finish("flickr8k", root_path, images, [captions_path], captions_path, skip_missing)
+
+
+def _flickr_token(lines: list[str]) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
+    captions: dict[str, list[tuple[int, str]]] = {}
+    problems: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name, hash_, k = key.strip().rpartition("#")
+        if not tab or not hash_ or not name or not k.isdigit():
+            problems.append(f"line {number}: expected 'name.jpg#k<TAB>caption', got {line[:60]!r}")
+        elif not caption.strip():
+            problems.append(f"line {number}: empty caption for {name}")
+        else:
+            captions.setdefault(name, []).append((int(k), " ".join(caption.split())))
+    return captions, problems
+
+
+def _flickr_csv(text: str) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
+    captions: dict[str, list[tuple[int, str]]] = {}
+    problems: list[str] = []
+    reader = csv.reader(text.splitlines())
+    next(reader)  # the header, checked by the caller
+    for row in reader:
+        number = reader.line_num
+        if not row or not any(field.strip() for field in row):
+            continue
+        # unquoted commas inside a caption split it into more fields: join them back
+        name, caption = row[0].strip(), ",".join(row[1:])
+        if not name or len(row) < 2:
+            problems.append(f"line {number}: expected 'image,caption', got {','.join(row)[:60]!r}")
+        elif not caption.strip():
+            problems.append(f"line {number}: empty caption for {name}")
+        else:
+            index = len(captions.get(name, []))
+            captions.setdefault(name, []).append((index, " ".join(caption.split())))
+    return captions, problems
+
+
+# --------------------------------------------------------------------------------------- JSONL
+
+_JSONL_KEYS = ("image", "caption", "categories")
+
+
+def read_jsonl(
+    root: str | os.PathLike[str],
+    captions_file: str | os.PathLike[str] | None,
+    *,
+    skip_missing: bool = False,
+) -> SourcePool:
+    """Read a JSONL of ``{"image": path, "caption": text, "categories": [names]?}`` lines.
+
+    Paths are relative to ``root``. An image may appear on several lines (several captions);
+    categories, if given, must be given for every image and agree between its lines.
+    """
+    root_path = _check_root(Path(root))
+    if captions_file is None:
+        raise BenchmarkError("--source jsonl needs the JSONL file: pass it with --captions FILE")
+    path = Path(captions_file)
+    text = _read_text(path, "JSONL captions file", "--captions")
+    problems: list[str] = []
+    captions: dict[str, list[str]] = {}
+    categories: dict[str, tuple[str, ...] | None] = {}
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {number}: not valid JSON ({exc.msg})")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"line {number}: expected an object with image and caption")
+            continue
+        unknown = sorted(key for key in record if key not in _JSONL_KEYS)
+        image, caption, cats = record.get("image"), record.get("caption"), record.get("categories")
+        if unknown:
+            problems.append(f"line {number}: unknown keys {unknown}; allowed: {list(_JSONL_KEYS)}")
+        if not isinstance(image, str) or not image.strip():
+            problems.append(f"line {number}: 'image' must be a non-empty path")
+            continue
+        relative = _relative_path(image, root_path)
+        if relative is None:
+            problems.append(f"line {number}: image {image!r} is outside the root {root_path}")
+            continue
+        if not isinstance(caption, str) or not caption.strip():
+            problems.append(f"line {number}: 'caption' must be a non-empty string")
+            continue
+        if cats is not None and (
+            not isinstance(cats, list) or not all(isinstance(c, str) and c for c in cats)
+        ):
+            problems.append(f"line {number}: 'categories' must be a list of names")
+            continue
+        normalised = None if cats is None else tuple(sorted(dict.fromkeys(cats)))
+        if relative in categories and categories[relative] != normalised:
+            problems.append(
+                f"line {number}: categories of {relative} differ from line {first_line[relative]}"
+            )
+            continue
+        first_line.setdefault(relative, number)
+        categories[relative] = normalised
+        captions.setdefault(relative, []).append(" ".join(caption.split()))
+    with_categories = [name for name, cats in categories.items() if cats is not None]
+    if with_categories and len(with_categories) != len(categories):
+        without = [name for name, cats in categories.items() if cats is None]
+        problems += [
+            f"line {first_line[name]}: {name} has no categories but other images do"
+            for name in without
+        ]
+    if problems:
+        raise problems_error(f"{path}", problems, "Fix the JSONL file.")
+    images = [
+        PoolImage(image_id=name, path=name, captions=tuple(texts), categories=categories[name])
+        for name, texts in captions.items()
+    ]
+    return _finish("jsonl", root_path, images, [path], path, skip_missing)
+
+
+def read_source(
+    kind: str,
+    root: str | os.PathLike[str],
+    captions_file: str | os.PathLike[str] | None = None,
+    instances_file: str | os.PathLike[str] | None = None,
+    *,
+    skip_missing: bool = False,
+) -> SourcePool:
+    """Dispatch to the reader of ``kind`` (one of :data:`SOURCE_KINDS`)."""
+    if kind in ("coco", "shapes"):
+        if kind == "shapes" and captions_file is None:
+            from posdebias.benchmarks.shapes import CAPTIONS_FILE, INSTANCES_FILE
+
+            captions_file = Path(root) / CAPTIONS_FILE
+            instances_file = instances_file or Path(root) / INSTANCES_FILE
+        return read_coco(root, captions_file, instances_file, skip_missing=skip_missing, kind=kind)
+    if instances_file is not None:
+        raise BenchmarkError(f"--instances is only used with --source coco, not {kind}")
+    if kind == "flickr8k":
+        return read_flickr8k(root, captions_file, skip_missing=skip_missing)
+    if kind == "jsonl":
+        return read_jsonl(root, captions_file, skip_missing=skip_missing)
+    raise BenchmarkError(f"unknown source {kind!r}; choose one of {list(SOURCE_KINDS)}")

@@ -1,0 +1,158 @@
+"""``posdebias build``: make a random or CLIP hard-negative benchmark from a dataset on disk."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+
+from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
+from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
+from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
+from posdebias.benchmarks.sources import SOURCE_KINDS
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "build",
+        help="build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
+        description="Build a multi-image retrieval benchmark: COUNT instances, each a caption "
+        "and N images (its own and N-1 distractors). Writes OUT/benchmark.jsonl and "
+        "OUT/manifest.json. See docs/benchmarks.md.",
+    )
+    parser.add_argument("--source", required=True, choices=SOURCE_KINDS)
+    parser.add_argument(
+        "--root",
+        required=True,
+        type=Path,
+        help="folder the image file names are relative to (shapes: generated into it)",
+    )
+    parser.add_argument(
+        "--captions",
+        type=Path,
+        help="captions file: COCO captions_*.json, Flickr8k.token.txt / captions.txt, or the "
+        "JSONL (default: looked for next to --root)",
+    )
+    parser.add_argument("--instances", type=Path, help="COCO instances_*.json (categories)")
+    parser.add_argument("--setting", required=True, choices=SETTINGS)
+    parser.add_argument("-N", dest="n", type=int, default=4, help="images per instance (2..26)")
+    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help="number of instances")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--clip-model",
+        help="open_clip model name or path to an open_clip model-config JSON (default ViT-L-14)",
+    )
+    parser.add_argument(
+        "--clip-pretrained",
+        help="pretrained tag, local checkpoint file, or 'none' (random weights, tests only; "
+        "default openai)",
+    )
+    parser.add_argument(
+        "--pool-size", type=int, help="use the first K images of the source (default: all)"
+    )
+    parser.add_argument(
+        "--caption-threshold",
+        type=float,
+        default=DEFAULT_CAPTION_THRESHOLD,
+        help="adversarial: drop images whose caption cosine with the query is >= this",
+    )
+    parser.add_argument(
+        "--drop-category-supersets",
+        action="store_true",
+        help="adversarial: also drop images containing all of the anchor's categories",
+    )
+    parser.add_argument("--cache-dir", type=Path, help="CLIP embedding cache folder")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    parser.add_argument("--device", help="torch device for CLIP (default: cuda if available)")
+    parser.add_argument("--batch-size", type=int, default=64, help="CLIP encoding batch size")
+    parser.add_argument(
+        "--skip-missing-images",
+        action="store_true",
+        help="drop listed images that are not on disk instead of stopping",
+    )
+    parser.add_argument(
+        "--shapes-images",
+        type=int,
+        help="shapes: images to generate (default pool size or 2xcount)",
+    )
+    parser.add_argument("--shapes-seed", type=int, default=0, help="shapes: generator seed")
+    parser.add_argument("--shapes-image-size", type=int, default=64, help="shapes: pixels")
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    if (args.clip_pretrained or "").lower() == "none" and args.setting == "adversarial":
+        console.print(
+            "[bold red]WARNING: --clip-pretrained none gives a CLIP model with RANDOM weights; "
+            "the hard negatives are arbitrary. Only for tests.[/bold red]"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # shown above, in red
+        report = build_benchmark(
+            args.source,
+            args.root,
+            args.out,
+            setting=args.setting,
+            n=args.n,
+            count=args.count,
+            seed=args.seed,
+            captions=args.captions,
+            instances=args.instances,
+            pool_size=args.pool_size,
+            clip_model=args.clip_model,
+            clip_pretrained=args.clip_pretrained,
+            caption_threshold=args.caption_threshold,
+            drop_category_supersets=args.drop_category_supersets,
+            cache_dir=args.cache_dir,
+            use_cache=not args.no_cache,
+            skip_missing_images=args.skip_missing_images,
+            shapes_images=args.shapes_images,
+            shapes_seed=args.shapes_seed,
+            shapes_image_size=args.shapes_image_size,
+            device=args.device,
+            batch_size=args.batch_size,
+            console=console,
+        )
+    print_summary(report, Console())
+    return 0
+
+
+def print_summary(report: BuildReport, console: Console) -> None:
+    """What was built, from what, how long it took and what the cache did."""
+    m = report.manifest
+    console.print(
+        f"[bold]built[/bold] {m.count} {m.setting} instances, N={m.n}, seed={m.seed}, "
+        f"from {m.source.kind} ({m.source.pool_size} pool images of "
+        f"{m.source.images_in_source} in the source)"
+    )
+    if report.shapes_reused is not None:
+        state = "reused" if report.shapes_reused else "generated"
+        console.print(f"shapes dataset {state} in {m.root}")
+    if m.source.skipped_missing_images:
+        console.print(f"[yellow]{m.source.skipped_missing_images} missing images skipped[/yellow]")
+    if m.clip is not None and m.filters is not None:
+        console.print(f"CLIP {m.clip.model} / {m.clip.pretrained}")
+        category = (
+            f"skipped ({m.filters.category_skip_reason})"
+            if m.filters.category_filter_skipped
+            else m.filters.category
+        )
+        console.print(
+            f"filters: category {category}; caption similarity < {m.filters.caption_threshold}; "
+            f"candidates left per anchor: min {m.counts.get('min_candidates_after_filters')}, "
+            f"mean {m.counts.get('mean_candidates_after_filters')}"
+        )
+        if report.cache_hits or report.cache_misses:
+            console.print(
+                f"embedding cache: hits {report.cache_hits or '-'}, "
+                f"computed {report.cache_misses or '-'}"
+            )
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    timing = ", ".join(f"{step} {seconds:.1f}s" for step, seconds in report.seconds.items())
+    console.print(f"time: {timing}")
+    console.print(f"wrote {report.out_dir / BENCHMARK_FILE} and {report.out_dir / MANIFEST_FILE}")
