@@ -35,20 +35,26 @@ from posdebias.evaluation.runner import (
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
 from posdebias.registry import get_registry
 
-DEFAULT_ADAPTER = "synthetic"
+#: What runs when neither a model nor an adapter is named: the bundled organism (a tiny real
+#: LLaVA, posdebias/organism) on the bundled shapes benchmark. ``--adapter synthetic`` is the
+#: simulated model.
+DEFAULT_MODEL = "posdebias/organism"
 
 
 def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter:
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
-    unless an adapter name is given)."""
+    unless an adapter name is given); with neither, the bundled :data:`DEFAULT_MODEL`."""
     options = dict(config.adapter.options)
-    if config.model is not None:
+    model = config.model
+    if model is None and config.adapter.name is None:
+        model = DEFAULT_MODEL
+    if model is not None:
         from posdebias.adapters.loading import load_adapter
 
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
-        return load_adapter(config.model, adapter=config.adapter.name, **options)
-    return get_registry().create_adapter(config.adapter.name or DEFAULT_ADAPTER, **options)
+        return load_adapter(model, adapter=config.adapter.name, **options)
+    return get_registry().create_adapter(config.adapter.name, **options)
 
 
 def build_calibrators(config: EvaluateConfig) -> dict[str, Calibrator]:
@@ -85,8 +91,20 @@ def split_held_out(
 
 def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
     """(calibration, test) instances: from ``benchmark`` (calibration held out by seed, or
-    from ``calibration_benchmark``), or the simulated model's own instances."""
-    if config.benchmark is None:
+    from ``calibration_benchmark``), the bundled shapes benchmark for the bundled model, or the
+    simulated model's own instances."""
+    benchmark_path = config.benchmark
+    if benchmark_path is None and getattr(adapter, "model_id", None) == DEFAULT_MODEL:
+        from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
+
+        if config.count + config.calibration_count > BENCHMARK_COUNT:
+            raise InputError(
+                f"the bundled benchmark has {BENCHMARK_COUNT} instances, fewer than --count "
+                f"{config.count} plus {config.calibration_count} calibration instances; lower "
+                "--count or build a larger one with `posdebias build --source shapes`"
+            )
+        benchmark_path = bundled_benchmark(config.n)
+    if benchmark_path is None:
         if adapter.name != "synthetic":
             raise InputError(
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
@@ -103,8 +121,8 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
         )
     from posdebias.benchmarks.files import load_benchmark
 
-    benchmark = load_benchmark(config.benchmark)
-    description = {"benchmark": str(config.benchmark), "benchmark_hash": benchmark.manifest_hash()}
+    benchmark = load_benchmark(benchmark_path)
+    description = {"benchmark": str(benchmark_path), "benchmark_hash": benchmark.manifest_hash()}
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
