@@ -20,7 +20,7 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
     import posdebias
 
     plan = TrainingPlan(
-        pool_size=24, batch_size=4, contrastive_steps=2, retrieval_steps=2, bias_steps=2
+        pool_size=24, batch_size=4, alignment_steps=2, retrieval_steps=2, bias_steps=2
     )
     lines: list[str] = []
     out = train_organism(tmp_path / "model", plan, log=lines.append)

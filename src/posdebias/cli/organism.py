@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         nargs=3,
         metavar=("ALIGN", "RETRIEVAL", "BIAS"),
-        help="steps of the three stages (default 300 1000 300)",
+        help="steps of the three stages (default 1500 1000 300)",
     )
     train.add_argument("--batch-size", type=int, dest="batch_size", help="examples per step (64)")
     train.set_defaults(handler=run)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if min(args.steps) < 1:
             raise InputError(f"--steps must all be at least 1, got {args.steps}")
         align, retrieval, bias = args.steps
-        plan = replace(plan, contrastive_steps=align, retrieval_steps=retrieval, bias_steps=bias)
+        plan = replace(plan, alignment_steps=align, retrieval_steps=retrieval, bias_steps=bias)
     if args.batch_size is not None:
         if args.batch_size < 2:
             raise InputError(f"--batch-size must be at least 2, got {args.batch_size}")
