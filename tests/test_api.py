@@ -54,11 +54,38 @@ def test_permutation_average_debiaser_runs_the_rotations():
 
 def test_rank_command(tmp_path, capsys):
     states = tmp_path / "cal.json"
-    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "attention_guided",
-                 "--out", str(states)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--adapter",
+                "synthetic",
+                "--calibrators",
+                "attention_guided",
+                "--out",
+                str(states),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["rank", "--calibration", str(states), "--adapter", "synthetic",
-                 "a red circle", "a.png", "b.png", "c.png", "d.png"]) == 0
+    assert (
+        main(
+            [
+                "rank",
+                "--calibration",
+                str(states),
+                "--adapter",
+                "synthetic",
+                "a red circle",
+                "a.png",
+                "b.png",
+                "c.png",
+                "d.png",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count("<- chosen") == 1 and "d.png" in out
 
@@ -66,6 +93,10 @@ def test_rank_command(tmp_path, capsys):
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
     state = Debiaser(SyntheticAdapter()).calibrate(synthetic_instances(2, 4))
     path = state.with_metadata(adapter="llava").save(tmp_path / "cal.json")
-    assert main(["rank", "--calibration", str(path), "--adapter", "synthetic", "q",
-                 "a", "b", "c", "d"]) == 2
+    assert (
+        main(
+            ["rank", "--calibration", str(path), "--adapter", "synthetic", "q", "a", "b", "c", "d"]
+        )
+        == 2
+    )
     assert "made with adapter 'llava', not 'synthetic'" in capsys.readouterr().err

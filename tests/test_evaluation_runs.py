@@ -301,3 +301,59 @@ def test_data_parallel_run_equals_single_process(tmp_path):
         "records.rank1.jsonl",
     ]
     assert results_without_timing(parallel) == results_without_timing(single)
+
+
+def test_benchmark_calibration_is_held_out_of_the_test_set(tmp_path):
+    bench = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                str(tmp_path / "shapes"),
+                "--setting",
+                "random",
+                "-N",
+                "4",
+                "--count",
+                "30",
+                "--seed",
+                "0",
+                "--out",
+                str(bench),
+            ]
+        )
+        == 0
+    )
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "evaluate",
+                "--adapter",
+                "synthetic",
+                "--benchmark",
+                str(bench),
+                "--orders",
+                "2",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    results = EvaluationResults.load(run / "results.json")
+    assert len(results.calibration_ids) == 5 and results.num_instances == 25
+    assert not set(results.calibration_ids) & set(results.test_ids)
+    # `calibrate` holds out the same instances with the same seed
+    states = tmp_path / "states"
+    assert (
+        main(
+            ["calibrate", "--adapter", "synthetic", "--benchmark", str(bench), "--out", str(states)]
+        )
+        == 0
+    )
+    state = CalibrationState.load(states / "attention_guided.json")
+    assert state.calibration_ids == results.calibration_ids

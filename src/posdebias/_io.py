@@ -24,6 +24,15 @@ def _output_error(path: Path, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
 
 
+def _read_umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+_UMASK = _read_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it into place.
 
@@ -36,6 +45,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     except OSError as exc:
         raise _output_error(target, exc) from exc
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; final files get normal modes
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -87,7 +97,10 @@ class JsonlAppender:
             raise _output_error(self.path, exc) from exc
 
     def close(self) -> None:
-        self._handle.close()
+        # every append was flushed and fsynced; only a line whose append already failed (and
+        # was reported) can still sit in the buffer, so a close error adds nothing to report
+        with contextlib.suppress(OSError):
+            self._handle.close()
 
     def __enter__(self) -> JsonlAppender:
         return self
@@ -105,6 +118,8 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     source = Path(path)
     if not source.exists():
         return
+    if not source.is_file():
+        raise OutputError(f"{source} is not a regular file; remove it or use another --out")
     lines = source.read_text(encoding="utf-8").split("\n")
     complete = lines[:-1]  # after the last newline: a torn line or ''
     for number, line in enumerate(complete, start=1):
@@ -122,7 +137,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
 def truncate_torn_tail(path: str | os.PathLike[str]) -> None:
     """Cut a partial last line (left by a killed writer) so appends start on a fresh line."""
     source = Path(path)
-    if not source.exists():
+    if not source.is_file():  # missing, or a device/pipe the caller chose: nothing to mend
         return
     data = source.read_bytes()
     if data and not data.endswith(b"\n"):

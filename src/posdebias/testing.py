@@ -131,7 +131,9 @@ def _qwen_vl(family: str) -> tuple[Any, Any]:
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
     )
     # 56 x 56 pixels -> 4 x 4 patches of 14 -> 2 x 2 merged tokens per image.
-    image_processor = Qwen2VLImageProcessor(size={"shortest_edge": 56 * 56, "longest_edge": 56 * 56})
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 56 * 56, "longest_edge": 56 * 56}
+    )
     processor_class = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen2VLProcessor
     processor = processor_class(
         image_processor=image_processor,
@@ -244,8 +246,15 @@ def _internvl(family: str) -> tuple[Any, Any]:
     from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
 
     tokenizer = build_tokenizer(
-        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<img>", "</img>", "<IMG_CONTEXT>"]
-        + ["<video>"],
+        [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<img>",
+            "</img>",
+            "<IMG_CONTEXT>",
+            "<video>",
+        ],
         chat_template=_CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",

@@ -8,6 +8,16 @@ from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.spans import span_matrix
 from posdebias.testing import tiny_model_and_processor
 
+_PAIRS: dict[str, tuple] = {}
+
+
+def tiny_pair(family: str) -> tuple:
+    """One (model, processor) per family and process; adapters install the probe on it (a
+    no-op for outputs), so tests share it instead of rebuilding."""
+    if family not in _PAIRS:
+        _PAIRS[family] = tiny_model_and_processor(family, seed=0)
+    return _PAIRS[family]
+
 
 def fresh_model(family: str, implementation: str):
     """A second copy of the session's tiny model (same seed, same weights), untouched by the

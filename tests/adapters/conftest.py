@@ -5,16 +5,7 @@ from __future__ import annotations
 import pytest
 
 from posdebias.core.instance import RetrievalInstance
-from posdebias.testing import FAMILIES, tiny_model_and_processor, write_test_images
-
-_PAIRS: dict[str, tuple] = {}
-
-
-def tiny_pair(family: str) -> tuple:
-    """One (model, processor) per family and session; adapters install the probe on it."""
-    if family not in _PAIRS:
-        _PAIRS[family] = tiny_model_and_processor(family, seed=0)
-    return _PAIRS[family]
+from posdebias.testing import FAMILIES, write_test_images
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +38,15 @@ def make_instances(image_files):
 @pytest.fixture(params=FAMILIES)
 def family(request) -> str:
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models run many small ops: one thread is faster, and far faster on a busy machine
+    (no spinning thread barriers); restored afterwards for the other tests."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -6,8 +6,7 @@ import threading
 
 import pytest
 import torch
-from adapter_reference import eager_masses, fresh_model
-from conftest import tiny_pair
+from adapter_reference import eager_masses, fresh_model, tiny_pair
 
 from posdebias import get_adapter
 from posdebias.adapters.probe import PROBE_NAME, recording

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from adapter_reference import reforward_scores
-from conftest import tiny_pair
+from adapter_reference import reforward_scores, tiny_pair
 
 from posdebias import get_adapter
 from posdebias.adapters.scoring import plan_labels, restricted_scores
@@ -52,14 +51,18 @@ def test_prefix_labels_need_an_end_token():
 
 
 def test_multi_token_scores_equal_full_reforward(family, make_instances):
+    """N=12 digits, a left-padded batch of 2: the cached decoding step of each row equals
+    full forwards of that row alone with the label tokens appended."""
     adapter = get_adapter(*tiny_pair(family))
-    instance = make_instances(1, 12)[0]
-    batch = adapter.prepare_batch([instance])
+    instances = make_instances(2, 12)
+    batch = adapter.prepare_batch(instances)
+    assert (batch.inputs["attention_mask"][0] == 0).any(), "row 0 must be left padded"
     assert batch.plan.steps, "N=12 digits must need a cached decoding step"
     scores, _ = adapter.run_batch(batch)
-    reference = reforward_scores(adapter, batch)
-    assert torch.max(torch.abs(scores[0].double() - reference)) < 1e-5
-    assert abs(float(torch.logsumexp(scores[0].double(), dim=0))) < 1e-6
+    for row, instance in enumerate(instances):
+        reference = reforward_scores(adapter, adapter.prepare_batch([instance]))
+        assert torch.max(torch.abs(scores[row].double() - reference)) < 1e-5
+        assert abs(float(torch.logsumexp(scores[row].double(), dim=0))) < 1e-6
 
 
 @pytest.mark.parametrize("label_set", ["roman", "words", "upper"])

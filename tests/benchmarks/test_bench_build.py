@@ -235,6 +235,42 @@ def test_cli_end_to_end_on_shapes(tmp_path, tiny_clip_config, capsys):
     assert "shapes dataset reused" in captured.out and "category equal" in captured.out
     assert len(load_benchmark(tmp_path / "a")) == 25
 
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({"shapes": ["ring", "hexagon"], "max_objects": 1}))
+    small = ["build", "--source", "shapes", "--root", str(tmp_path / "rings"), "--count", "8"]
+    assert (
+        main(
+            [
+                *small,
+                "--setting",
+                "random",
+                "--shapes-space",
+                str(space),
+                "--out",
+                str(tmp_path / "rings-out"),
+            ]
+        )
+        == 0
+    )
+    queries = [inst.query for inst in load_benchmark(tmp_path / "rings-out").instances]
+    assert all(("ring" in q) != ("hexagon" in q) for q in queries)
+    space.write_text(json.dumps({"shapes": ["blob"]}))
+    assert (
+        main(
+            [
+                *small,
+                "--setting",
+                "random",
+                "--shapes-space",
+                str(space),
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
+    assert "unknown shape kinds" in capsys.readouterr().err
+
     code = main([*common, "--setting", "random", "-N", "30", "--out", str(tmp_path / "bad")])
     assert code == 2 and "N must be 2..26" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
@@ -252,3 +288,81 @@ def test_cli_end_to_end_on_shapes(tmp_path, tiny_clip_config, capsys):
         ]
     )
     assert code == 2 and "is not a folder" in capsys.readouterr().err
+
+
+def test_flickr8k_adversarial_skips_the_category_filter_and_says_so(
+    shapes_root, tmp_path, tiny_clip_config
+):
+    # a Flickr8k-layout copy of the shapes images (CSV captions.txt, no categories)
+    images = tmp_path / "Images"
+    images.mkdir()
+    rows = ["image,caption"]
+    for image in read_source("shapes", shapes_root).images[:30]:
+        name = image.path.split("/")[1].replace(".png", ".jpg")
+        (images / name).write_bytes((shapes_root / image.path).read_bytes())
+        rows += [f"{name},{caption}" for caption in image.captions]
+    (tmp_path / "captions.txt").write_text("\n".join(rows) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        report = build_benchmark(
+            "flickr8k",
+            images,
+            tmp_path / "out",
+            setting="adversarial",
+            n=4,
+            count=10,
+            clip_model=str(tiny_clip_config),
+            clip_pretrained="none",
+            use_cache=False,
+            device="cpu",
+        )
+    filters = load_benchmark(tmp_path / "out").manifest.filters
+    assert filters.category == "skipped" and filters.category_filter_skipped
+    assert "Flickr8k has no object categories" in filters.category_skip_reason
+    assert any("category filter skipped" in warning for warning in report.warnings)
+
+
+def test_output_does_not_depend_on_the_hash_seed(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import posdebias
+
+    src = str(Path(posdebias.__file__).resolve().parents[1])
+    outputs = []
+    for hash_seed in ("1", "2"):
+        folder = tmp_path / f"h{hash_seed}"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": src}
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "posdebias",
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                str(folder / "shapes"),
+                "--setting",
+                "random",
+                "-N",
+                "4",
+                "--count",
+                "30",
+                "--out",
+                str(folder / "out"),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        outputs.append(
+            (
+                _bytes(folder / "out")[0],
+                (folder / "shapes/annotations/captions_shapes.json").read_bytes(),
+                (folder / "shapes/images/000017.png").read_bytes(),
+            )
+        )
+    assert outputs[0] == outputs[1]

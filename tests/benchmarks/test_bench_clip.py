@@ -71,3 +71,19 @@ def test_cache_hits_misses_and_damaged_files(tmp_path, shapes_root):
     assert len(calls) == 4  # a damaged file is a miss, recomputed and rewritten
     assert np.array_equal(cache.get_or_compute("images", identity, items, compute), first)
     assert len(calls) == 4
+
+
+def test_local_checkpoint_file_is_loaded(tmp_path, tiny_clip, tiny_clip_config, shapes_root):
+    import torch
+
+    # other weights than the seeded random ones, saved as a plain state dict
+    state = {k: v + 0.01 * torch.randn_like(v) for k, v in tiny_clip.model.state_dict().items()}
+    checkpoint = tmp_path / "tiny.pt"
+    torch.save(state, checkpoint)
+    loaded = load_clip(str(tiny_clip_config), str(checkpoint), device="cpu")
+    assert "random_weights" not in loaded.identity
+    assert len(loaded.identity["checkpoint_sha256"]) == 64
+    for name, value in loaded.model.state_dict().items():
+        assert torch.equal(value, state[name])
+    paths = [shapes_root / "images/000001.png"]
+    assert not np.allclose(loaded.encode_images(paths), tiny_clip.encode_images(paths))

@@ -18,8 +18,8 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -169,6 +169,8 @@ class HFAdapter(Adapter):
         self._last_n: int | None = None
         forward = inspect.signature(model.forward).parameters
         self._cache_argument = "cache" if "cache" in forward else "past_key_values"
+        # Only the last position's logits are needed; older forwards lack the argument.
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
 
@@ -184,7 +186,9 @@ class HFAdapter(Adapter):
                 "'model' in the adapter config)"
             )
         return load_adapter(
-            parsed.model, adapter=cls.name, **parsed.model_dump(exclude={"model"}, exclude_unset=True)
+            parsed.model,
+            adapter=cls.name,
+            **parsed.model_dump(exclude={"model"}, exclude_unset=True),
         )
 
     # -- family hooks --------------------------------------------------------------------------
@@ -207,14 +211,20 @@ class HFAdapter(Adapter):
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
-        return self.processor(
-            text=texts,
-            images=images,
-            padding=True,
-            padding_side="left",
-            return_tensors="pt",
-            return_text_replacement_offsets=True,
-        )
+        try:
+            return self.processor(
+                text=texts,
+                images=images,
+                padding=True,
+                padding_side="left",
+                return_tensors="pt",
+                return_text_replacement_offsets=True,
+            )
+        except ValueError as exc:
+            raise AdapterError(
+                f"the processor of {self.model_id} rejected the prompt and its images: {exc}. "
+                "The chat template must render one image placeholder per image item"
+            ) from exc
 
     def prompt_position_ids(self, inputs: Any) -> Any:
         """Position ids of the padded prompt: each row counts from 0 at its first real token."""
@@ -356,7 +366,10 @@ class HFAdapter(Adapter):
         with torch.inference_mode():
             with recording(span_matrix(batch.spans, length)) as recorder:
                 output = self.model(
-                    **batch.inputs, position_ids=batch.position_ids, use_cache=True, logits_to_keep=1
+                    **batch.inputs,
+                    position_ids=batch.position_ids,
+                    use_cache=True,
+                    **self._last_logits_only,
                 )
             attention = recorder.attention(self.num_layers)
             cache = getattr(output, "cache", None) or output.past_key_values
@@ -411,7 +424,7 @@ class HFAdapter(Adapter):
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
-            logits_to_keep=1,
+            **self._last_logits_only,
             **{self._cache_argument: cache},
         )
         cache.crop(-k)  # rewind to the prompt for the next prefix
@@ -440,4 +453,3 @@ class HFAdapter(Adapter):
             "answer_prefix": self.answer_prefix,
             "transformers": transformers.__version__,
         }
-

@@ -42,7 +42,9 @@ def _hf_adapter_names() -> list[str]:
 
     registry = get_registry()
     return sorted(
-        name for name in registry.adapter_names() if issubclass(registry.adapter_class(name), HFAdapter)
+        name
+        for name in registry.adapter_names()
+        if issubclass(registry.adapter_class(name), HFAdapter)
     )
 
 
@@ -88,12 +90,36 @@ def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | No
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(text, "config.json", revision=revision)
-    if not isinstance(cached, str) and _offline():
-        raise InputError(
-            f"model {text!r} is neither a local directory nor in the Hugging Face cache, and "
-            "HF_HUB_OFFLINE is set; download it first or pass a local path"
-        )
-    return text
+    if isinstance(cached, str):
+        return text
+    if _offline():
+        why = "HF_HUB_OFFLINE is set"
+    elif not _hub_reachable():
+        why = f"this machine is offline ({_hub_endpoint()} cannot be reached)"
+    else:
+        return text
+    raise InputError(
+        f"model {text!r} is not a local directory (no such path) and not in the Hugging Face "
+        f"cache, and {why}; download it first or pass a local model directory"
+    )
+
+
+def _hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub endpoint accepts a TCP connection (instead of minutes of retries)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(_hub_endpoint())
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> Any:
@@ -150,10 +176,15 @@ def load_adapter(
             ignored when ``device_map`` is given (accelerate placement).
         label_set, prompt, **options: adapter options (``end_token``, ``answer_prefix``).
     """
+    named = options.pop("model", None)
+    if named is not None and os.fspath(named) != os.fspath(model_id_or_path):
+        raise InputError(
+            f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
+        )
+    source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    source = _resolve_source(model_id_or_path, revision)
     config = _load_config(source, revision, trust_remote_code)
     cls = _adapter_class(config.model_type, adapter)
     cls.parse_options({"label_set": label_set, **options})  # reject unknown options early

@@ -46,7 +46,9 @@ class AttentionRecorder:
 
     def __init__(self, span_matrix: torch.Tensor) -> None:
         if span_matrix.ndim != 3:
-            raise AdapterError(f"span matrix must be [batch, tokens, images], got {span_matrix.shape}")
+            raise AdapterError(
+                f"span matrix must be [batch, tokens, images], got {span_matrix.shape}"
+            )
         self.span_matrix = span_matrix.to(torch.float32)
         self.masses: dict[int, torch.Tensor] = {}
         self.modules: dict[int, torch.nn.Module] = {}
@@ -98,8 +100,9 @@ class AttentionRecorder:
         """[B, L, N] masses ordered by layer index; every layer must have been recorded once."""
         if sorted(self.masses) != list(range(num_layers)):
             raise AdapterError(
-                f"attention probe recorded layers {sorted(self.masses)}, expected 0..{num_layers - 1}"
-                "; is the language model using the probe (set_attn_implementation)?"
+                f"attention probe recorded layers {sorted(self.masses)}, expected "
+                f"0..{num_layers - 1}; is the language model using the probe "
+                "(set_attn_implementation)?"
             )
         return torch.stack([self.masses[layer] for layer in range(num_layers)], dim=1)
 

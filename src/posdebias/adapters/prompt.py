@@ -108,7 +108,9 @@ class PromptTemplate(BaseModel):
             ]
         messages = [{"role": "user", "content": content}]
         if self.system is not None:
-            messages.insert(0, {"role": "system", "content": [{"type": "text", "text": self.system}]})
+            messages.insert(
+                0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
+            )
         return messages
 
 

@@ -82,7 +82,8 @@ def find_image_spans(
             chunk = positions[cursor : cursor + count]
             if count < 1 or chunk[-1] - chunk[0] + 1 != count:
                 raise AdapterError(
-                    f"the tokens of image {len(groups) + 1} are not contiguous; cannot form its span"
+                    f"the tokens of image {len(groups) + 1} are not contiguous; "
+                    "cannot form its span"
                 )
             groups.append((chunk[0], chunk[-1] + 1))
             cursor += count

@@ -38,12 +38,14 @@ from posdebias.benchmarks.files import (
 )
 from posdebias.benchmarks.selection import (
     DEFAULT_CAPTION_THRESHOLD,
+    HardNegatives,
     category_keep_mask,
     max_caption_similarity,
     random_distractors,
     select_hard_negatives,
 )
-from posdebias.benchmarks.sources import SOURCE_KINDS, read_source
+from posdebias.benchmarks.shapes import ShapeSpace, existing_dataset_info, generate_shapes_dataset
+from posdebias.benchmarks.sources import SOURCE_KINDS, PoolImage, SourcePool, read_source
 from posdebias.errors import BenchmarkError
 
 SETTINGS = ("random", "adversarial")
@@ -139,7 +141,7 @@ def build_benchmark(
     shapes_images: int | None = None,
     shapes_seed: int = 0,
     shapes_image_size: int = 64,
-    shape_space: Any = None,
+    shape_space: ShapeSpace | None = None,
     device: str | None = None,
     batch_size: int = 64,
     console: Console | None = None,
@@ -152,30 +154,124 @@ def build_benchmark(
     (``posdebias build --help``) and docs/benchmarks.md for the options.
     """
     _check_options(source, setting, n, count, pool_size, caption_threshold)
-    report_seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    warnings_out: list[str] = []
     started = time.perf_counter()
-    shapes_info = None
-    shapes_reused = None
+    shapes_info = shapes_reused = None
     if source == "shapes":
-        from posdebias.benchmarks.shapes import (
-            ShapeSpace,
-            existing_dataset_info,
-            generate_shapes_dataset,
-        )
-
-        space = shape_space or ShapeSpace()
-        total = shapes_images or pool_size or max(2 * count, n)
         before = existing_dataset_info(Path(root)) if Path(root).exists() else None
         generate_shapes_dataset(
-            root, total, seed=shapes_seed, space=space, image_size=shapes_image_size
+            root,
+            shapes_images or pool_size or max(2 * count, n),
+            seed=shapes_seed,
+            space=shape_space or ShapeSpace(),
+            image_size=shapes_image_size,
         )
         shapes_info = existing_dataset_info(Path(root))
         shapes_reused = before is not None and before == shapes_info
-        report_seconds["generate shapes"] = time.perf_counter() - started
+        seconds["generate shapes"] = time.perf_counter() - started
 
     mark = time.perf_counter()
-    pool_source = read_source(source, root, captions, instances, skip_missing=skip_missing_images)
-    pool = pool_source.images
+    source_pool = read_source(source, root, captions, instances, skip_missing=skip_missing_images)
+    pool = _take_pool(source_pool, pool_size, n, count)
+    seconds["read source"] = time.perf_counter() - mark
+
+    index = clip_info = filters = cache = None
+    with _Steps(console) as steps:
+        if setting == "adversarial":
+            from posdebias.benchmarks.clip import (
+                DEFAULT_CLIP_MODEL,
+                DEFAULT_CLIP_PRETRAINED,
+                RANDOM_WEIGHTS_WARNING,
+                EmbeddingCache,
+                default_cache_dir,
+                load_clip,
+            )
+
+            model_name = clip_model or DEFAULT_CLIP_MODEL
+            weights = clip_pretrained or DEFAULT_CLIP_PRETRAINED
+            mark = time.perf_counter()
+            encoder = load_clip(model_name, weights, device=device, batch_size=batch_size)
+            seconds["load CLIP"] = time.perf_counter() - mark
+            if encoder.identity.get("random_weights"):
+                warnings_out.append(RANDOM_WEIGHTS_WARNING)
+            clip_info = ClipInfo(
+                model=model_name,
+                pretrained=weights,
+                identity=encoder.identity,
+                random_weights=bool(encoder.identity.get("random_weights")),
+            )
+            folder = None
+            if use_cache:
+                folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            cache = EmbeddingCache(folder)
+            mark = time.perf_counter()
+            index = _HardNegativeIndex.encode(
+                source_pool.root,
+                pool,
+                encoder,
+                cache,
+                steps,
+                caption_threshold=caption_threshold,
+                drop_supersets=drop_category_supersets,
+                use_categories=source_pool.has_categories,
+            )
+            seconds["embeddings"] = time.perf_counter() - mark
+            filters = _filter_info(source, index, caption_threshold)
+            if filters.category_filter_skipped:
+                warnings_out.append(f"category filter skipped: {filters.category_skip_reason}")
+
+        mark = time.perf_counter()
+        records, survivors = _select(pool, setting, n, count, seed, index, steps)
+        seconds["select distractors"] = time.perf_counter() - mark
+
+    counts: dict[str, int | float] = {"instances": count, "pool": len(pool)}
+    if survivors:
+        counts["min_candidates_after_filters"] = int(min(survivors))
+        counts["mean_candidates_after_filters"] = round(float(np.mean(survivors)), 2)
+    manifest = BenchmarkManifest(
+        package_version=__version__,
+        root=str(source_pool.root),
+        source=SourceInfo(
+            kind=source,
+            annotation_files=[
+                AnnotationFile(path=str(path), sha256=sha256_file(path))
+                for path in source_pool.annotation_files
+            ],
+            images_in_source=len(source_pool.images) + len(source_pool.skipped_missing),
+            skipped_missing_images=len(source_pool.skipped_missing),
+            pool_size=len(pool),
+            has_categories=source_pool.has_categories,
+            shapes=_shapes_summary(shapes_info),
+        ),
+        setting=setting,
+        n=n,
+        count=count,
+        seed=seed,
+        clip=clip_info,
+        filters=filters,
+        counts=counts,
+    )
+    mark = time.perf_counter()
+    manifest = write_benchmark(out, records, manifest)
+    seconds["write"] = time.perf_counter() - mark
+    seconds["total"] = time.perf_counter() - started
+    return BuildReport(
+        out_dir=Path(out),
+        manifest=manifest,
+        seconds=seconds,
+        cache_hits=list(cache.hits) if cache else [],
+        cache_misses=list(cache.misses) if cache else [],
+        shapes_reused=shapes_reused,
+        warnings=warnings_out,
+    )
+
+
+def _take_pool(
+    source_pool: SourcePool, pool_size: int | None, n: int, count: int
+) -> tuple[PoolImage, ...]:
+    """The first ``pool_size`` images of the source, checked against N and the count."""
+    pool = source_pool.images
     if pool_size is not None:
         if pool_size > len(pool):
             raise BenchmarkError(
@@ -190,188 +286,152 @@ def build_benchmark(
             f"--count {count} is larger than the pool of {len(pool)} images (each image is the "
             "anchor of at most one instance); lower --count or use a larger pool"
         )
-    report_seconds["read source"] = time.perf_counter() - mark
+    return pool
 
+
+@dataclass
+class _HardNegativeIndex:
+    """A pool's CLIP embeddings and categories: what the adversarial setting selects from."""
+
+    pool: tuple[PoolImage, ...]
+    image_embeddings: np.ndarray  # [P, D]
+    caption_embeddings: np.ndarray  # [C, D], the captions of pool image p at offsets[p]:[p+1]
+    caption_offsets: np.ndarray  # [P + 1]
+    category_sets: list[frozenset[str]] | None
+    caption_threshold: float
+    drop_supersets: bool
+
+    @classmethod
+    def encode(
+        cls,
+        root: Path,
+        pool: tuple[PoolImage, ...],
+        encoder: Any,
+        cache: Any,
+        steps: _Steps,
+        *,
+        caption_threshold: float,
+        drop_supersets: bool,
+        use_categories: bool,
+    ) -> _HardNegativeIndex:
+        from posdebias.benchmarks.clip import image_cache_items
+
+        paths = [image.path for image in pool]
+        texts = [caption for image in pool for caption in image.captions]
+
+        def encode_images() -> np.ndarray:
+            with steps.task("encoding images (CLIP)", len(paths)) as advance:
+                return encoder.encode_images([root / path for path in paths], advance)
+
+        def encode_texts() -> np.ndarray:
+            with steps.task("encoding captions (CLIP)", len(texts)) as advance:
+                return encoder.encode_texts(texts, advance)
+
+        identity = encoder.identity
+        items = image_cache_items(root, paths)
+        return cls(
+            pool=pool,
+            image_embeddings=cache.get_or_compute("images", identity, items, encode_images),
+            caption_embeddings=cache.get_or_compute("texts", identity, texts, encode_texts),
+            caption_offsets=np.cumsum([0] + [len(image.captions) for image in pool]),
+            category_sets=(
+                [frozenset(image.categories or ()) for image in pool] if use_categories else None
+            ),
+            caption_threshold=caption_threshold,
+            drop_supersets=drop_supersets,
+        )
+
+    def choose(self, anchor: int, caption_index: int, k: int) -> tuple[HardNegatives, np.ndarray]:
+        """The hard negatives of ``anchor`` and the caption similarity of every pool image."""
+        keep = None
+        if self.category_sets is not None:
+            keep = category_keep_mask(
+                self.category_sets, anchor, drop_supersets=self.drop_supersets
+            )
+        query = self.caption_embeddings[self.caption_offsets[anchor] + caption_index]
+        caption_similarity = max_caption_similarity(
+            query, self.caption_embeddings, self.caption_offsets
+        )
+        image = self.pool[anchor]
+        chosen = select_hard_negatives(
+            self.image_embeddings,
+            anchor,
+            caption_similarity,
+            k,
+            category_keep=keep,
+            caption_threshold=self.caption_threshold,
+            anchor_name=f"{image.image_id} ({image.path})",
+        )
+        return chosen, caption_similarity
+
+
+def _filter_info(source: str, index: _HardNegativeIndex, threshold: float) -> FilterInfo:
+    if index.category_sets is not None:
+        mode = "equal_or_superset" if index.drop_supersets else "equal"
+        return FilterInfo(category=mode, category_filter_skipped=False, caption_threshold=threshold)
+    reason = (
+        "Flickr8k has no object categories"
+        if source == "flickr8k"
+        else f"the {source} source has no categories for every image (no instances file?)"
+    )
+    return FilterInfo(
+        category="skipped",
+        category_filter_skipped=True,
+        category_skip_reason=reason,
+        caption_threshold=threshold,
+    )
+
+
+def _select(
+    pool: tuple[PoolImage, ...],
+    setting: str,
+    n: int,
+    count: int,
+    seed: int,
+    index: _HardNegativeIndex | None,
+    steps: _Steps,
+) -> tuple[list[InstanceRecord], list[int]]:
+    """The instance records, in the documented draw order (see the module docstring)."""
     rng = np.random.default_rng(seed)
-    anchors = rng.choice(len(pool), size=count, replace=False)
-    k = n - 1
+    anchors = [int(a) for a in rng.choice(len(pool), size=count, replace=False)]
     records: list[InstanceRecord] = []
-    warnings_out: list[str] = []
-    clip_info = None
-    filters = None
-    counts: dict[str, int | float] = {"instances": count, "pool": len(pool)}
-    cache = None
-
-    with _Steps(console) as steps:
-        if setting == "adversarial":
-            from posdebias.benchmarks.clip import (
-                DEFAULT_CLIP_MODEL,
-                DEFAULT_CLIP_PRETRAINED,
-                RANDOM_WEIGHTS_WARNING,
-                EmbeddingCache,
-                default_cache_dir,
-                image_cache_items,
-                load_clip,
-            )
-
-            model_name = clip_model or DEFAULT_CLIP_MODEL
-            weights = clip_pretrained or DEFAULT_CLIP_PRETRAINED
-            mark = time.perf_counter()
-            encoder = load_clip(model_name, weights, device=device, batch_size=batch_size)
-            if encoder.identity.get("random_weights"):
-                warnings_out.append(RANDOM_WEIGHTS_WARNING)
-            report_seconds["load CLIP"] = time.perf_counter() - mark
-            folder = None
-            if use_cache:
-                folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-            cache = EmbeddingCache(folder)
-            paths = [image.path for image in pool]
-            texts = [caption for image in pool for caption in image.captions]
-            offsets = np.cumsum([0] + [len(image.captions) for image in pool])
-
-            mark = time.perf_counter()
-
-            def encode_images() -> np.ndarray:
-                with steps.task("encoding images (CLIP)", len(paths)) as advance:
-                    return encoder.encode_images([pool_source.root / p for p in paths], advance)
-
-            def encode_texts() -> np.ndarray:
-                with steps.task("encoding captions (CLIP)", len(texts)) as advance:
-                    return encoder.encode_texts(texts, advance)
-
-            image_emb = cache.get_or_compute(
-                "images",
-                encoder.identity,
-                image_cache_items(pool_source.root, paths),
-                encode_images,
-            )
-            text_emb = cache.get_or_compute("texts", encoder.identity, texts, encode_texts)
-            report_seconds["embeddings"] = time.perf_counter() - mark
-
-            if pool_source.has_categories:
-                category_sets = [frozenset(image.categories or ()) for image in pool]
-                mode = "equal_or_superset" if drop_category_supersets else "equal"
-                skip_reason = None
+    survivors: list[int] = []
+    with steps.task("selecting distractors", count) as advance:
+        for number, anchor in enumerate(anchors):
+            image = pool[anchor]
+            caption_index = int(rng.integers(len(image.captions)))
+            if index is None:
+                distractors = random_distractors(rng, len(pool), anchor, n - 1)
             else:
-                category_sets = None
-                mode = "skipped"
-                skip_reason = (
-                    "Flickr8k has no object categories"
-                    if source == "flickr8k"
-                    else f"the {source} source gave no categories for every image"
+                chosen, caption_similarity = index.choose(anchor, caption_index, n - 1)
+                distractors = chosen.indices
+                survivors.append(chosen.counts["after_caption_filter"])
+            order = rng.permutation(n)
+            shown = np.concatenate([[anchor], distractors])[order]
+            similarities = caption_similarities = None
+            if index is not None:
+                similarities = _rounded(
+                    index.image_embeddings[shown] @ index.image_embeddings[anchor]
                 )
-                warnings_out.append(f"category filter skipped: {skip_reason}")
-            filters = FilterInfo(
-                category=mode,
-                category_filter_skipped=category_sets is None,
-                category_skip_reason=skip_reason,
-                caption_threshold=caption_threshold,
-            )
-            clip_info = ClipInfo(
-                model=model_name,
-                pretrained=weights,
-                identity=encoder.identity,
-                random_weights=bool(encoder.identity.get("random_weights")),
-            )
-
-        mark = time.perf_counter()
-        survivors = []
-        with steps.task("selecting distractors", count) as advance:
-            for number, anchor in enumerate(int(a) for a in anchors):
-                image = pool[anchor]
-                caption_index = int(rng.integers(len(image.captions)))
-                image_sims = caption_sims = None
-                if setting == "random":
-                    distractors = random_distractors(rng, len(pool), anchor, k)
-                else:
-                    keep = (
-                        category_keep_mask(
-                            category_sets, anchor, drop_supersets=drop_category_supersets
-                        )
-                        if category_sets is not None
-                        else None
-                    )
-                    query_sims = max_caption_similarity(
-                        text_emb[offsets[anchor] + caption_index], text_emb, offsets
-                    )
-                    chosen = select_hard_negatives(
-                        image_emb,
-                        anchor,
-                        query_sims,
-                        k,
-                        category_keep=keep,
-                        caption_threshold=caption_threshold,
-                        anchor_name=f"{image.image_id} ({image.path})",
-                    )
-                    distractors = chosen.indices
-                    survivors.append(chosen.counts["after_caption_filter"])
-                members = np.concatenate([[anchor], distractors])
-                order = rng.permutation(n)
-                shown = members[order]
-                target = int(np.flatnonzero(order == 0)[0])
-                if setting == "adversarial":
-                    image_sims = image_emb[shown] @ image_emb[anchor]
-                    caption_sims = query_sims[shown]
-                records.append(
-                    InstanceRecord(
-                        id=f"{setting}-{number:05d}",
-                        query=image.captions[caption_index],
-                        images=[pool[i].path for i in shown],
-                        target=target,
-                        anchor_image_id=image.image_id,
-                        setting=setting,
-                        caption_index=caption_index,
-                        similarities=_rounded(image_sims),
-                        caption_similarities=_rounded(caption_sims),
-                    )
+                caption_similarities = _rounded(caption_similarity[shown])
+            records.append(
+                InstanceRecord(
+                    id=f"{setting}-{number:05d}",
+                    query=image.captions[caption_index],
+                    images=[pool[i].path for i in shown],
+                    target=int(np.flatnonzero(order == 0)[0]),
+                    anchor_image_id=image.image_id,
+                    setting=setting,
+                    caption_index=caption_index,
+                    similarities=similarities,
+                    caption_similarities=caption_similarities,
                 )
-                advance(1)
-        report_seconds["select distractors"] = time.perf_counter() - mark
-    if survivors:
-        counts["min_candidates_after_filters"] = int(min(survivors))
-        counts["mean_candidates_after_filters"] = round(float(np.mean(survivors)), 2)
-
-    manifest = BenchmarkManifest(
-        package_version=__version__,
-        root=str(pool_source.root),
-        source=SourceInfo(
-            kind=source,
-            annotation_files=[
-                AnnotationFile(path=str(path), sha256=sha256_file(path))
-                for path in pool_source.annotation_files
-            ],
-            images_in_source=len(pool_source.images) + len(pool_source.skipped_missing),
-            skipped_missing_images=len(pool_source.skipped_missing),
-            pool_size=len(pool),
-            has_categories=pool_source.has_categories,
-            shapes=_shapes_summary(shapes_info),
-        ),
-        setting=setting,
-        n=n,
-        count=count,
-        seed=seed,
-        clip=clip_info,
-        filters=filters,
-        counts=counts,
-    )
-    mark = time.perf_counter()
-    manifest = write_benchmark(out, records, manifest)
-    report_seconds["write"] = time.perf_counter() - mark
-    report_seconds["total"] = time.perf_counter() - started
-    return BuildReport(
-        out_dir=Path(out),
-        manifest=manifest,
-        seconds=report_seconds,
-        cache_hits=list(cache.hits) if cache else [],
-        cache_misses=list(cache.misses) if cache else [],
-        shapes_reused=shapes_reused,
-        warnings=warnings_out,
-    )
+            )
+            advance(1)
+    return records, survivors
 
 
-def _rounded(values: np.ndarray | None) -> list[float] | None:
-    if values is None:
-        return None
+def _rounded(values: np.ndarray) -> list[float]:
     return [round(float(value), _DIGITS) for value in values]
 
 

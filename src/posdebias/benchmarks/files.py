@@ -56,11 +56,12 @@ class InstanceRecord(_Strict):
     def _consistent(self) -> InstanceRecord:
         n = len(self.images)
         if not self.query.strip():
-            raise ValueError("query is blank")
+            raise ValueError("the query (caption) is empty or whitespace; give each line a caption")
         if self.target >= n:
             raise ValueError(f"target {self.target} is out of range for {n} images")
-        if len(set(self.images)) != n:
-            raise ValueError("images has duplicates")
+        repeated = sorted({image for image in self.images if self.images.count(image) > 1})
+        if repeated:
+            raise ValueError(f"duplicate images {repeated}: each candidate must be different")
         for name in ("similarities", "caption_similarities"):
             values = getattr(self, name)
             if values is not None and len(values) != n:
@@ -126,6 +127,13 @@ class Benchmark:
 
     def __len__(self) -> int:
         return len(self.instances)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the benchmark file: what a run's results and resumption are tied to."""
+        if self.manifest is not None and self.manifest.benchmark_sha256:
+            return self.manifest.benchmark_sha256
+        return sha256_file(self.path)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -302,7 +310,9 @@ def load_benchmark(
                 image_ids=tuple(record.images),
             )
         )
-    if not problems and not instances:
+    if not text.strip():
+        problems.append("the file is empty: it has no instances")
+    elif not problems and not instances:
         problems.append("the file has no instances")
     if problems:
         raise problems_error(

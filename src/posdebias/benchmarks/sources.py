@@ -72,7 +72,7 @@ def _read_text(path: Path, what: str, flag: str) -> str:
     if not path.is_file():
         raise BenchmarkError(f"{what} {path} does not exist; check {flag}")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8").removeprefix("\ufeff")  # tolerate a BOM
     except OSError as exc:
         raise BenchmarkError(f"cannot read {what} {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -66,3 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not a user error: say so instead of a bare traceback
+        if debug:
+            raise
+        print(
+            f"internal error: {type(exc).__name__}: {exc}\nrun again with --debug for the "
+            "traceback and please report it",
+            file=sys.stderr,
+        )
+        return 1

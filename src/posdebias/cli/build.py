@@ -11,6 +11,7 @@ from rich.console import Console
 from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
+from posdebias.benchmarks.shapes import load_shape_space
 from posdebias.benchmarks.sources import SOURCE_KINDS
 
 
@@ -79,6 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--shapes-seed", type=int, default=0, help="shapes: generator seed")
     parser.add_argument("--shapes-image-size", type=int, default=64, help="shapes: pixels")
+    parser.add_argument(
+        "--shapes-space", type=Path, help="shapes: JSON file of a ShapeSpace (attribute space)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.set_defaults(handler=run)
 
@@ -113,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             shapes_images=args.shapes_images,
             shapes_seed=args.shapes_seed,
             shapes_image_size=args.shapes_image_size,
+            shape_space=load_shape_space(args.shapes_space) if args.shapes_space else None,
             device=args.device,
             batch_size=args.batch_size,
             console=console,

@@ -112,7 +112,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     source = Path(path)
     if not source.is_file():
         raise ConfigError(f"config file {source} does not exist")
-    text = source.read_text(encoding="utf-8")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {source} is not UTF-8 text ({exc})") from exc
     try:
         if source.suffix == ".toml":
             data = tomllib.loads(text)

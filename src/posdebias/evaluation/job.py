@@ -134,12 +134,12 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
     from posdebias.benchmarks.files import load_benchmark
 
     benchmark = load_benchmark(benchmark_path)
-    description = {"benchmark": str(benchmark_path), "benchmark_hash": benchmark.manifest_hash()}
+    description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
         test = benchmark.instances
-        description["calibration_benchmark_hash"] = held.manifest_hash()
+        description["calibration_benchmark_sha256"] = held.fingerprint
     else:
         calibration, test = split_held_out(
             benchmark.instances, config.calibration_count, config.seed
@@ -205,9 +205,11 @@ def resolve_states(
 def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSource) -> dict:
     """What must match for ``--resume`` to reuse a run's observations and records."""
     described = {k: v for k, v in adapter.describe().items() if k not in ("device",)}
+    # the benchmark is identified by its content hash: a moved folder still resumes
+    source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
     identity = {
         "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
-        "source": source.description,
+        "source": source_identity,
         "seed": config.seed,
         "orders": config.orders,
         "count": config.count,

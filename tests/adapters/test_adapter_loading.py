@@ -1,0 +1,255 @@
+"""Loading from disk, adapter choice, options, prompts, bad input, and the end-to-end flow."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from adapter_reference import tiny_pair
+
+import posdebias
+from posdebias.adapters.generic import GenericAdapter
+from posdebias.adapters.loading import _adapter_class
+from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
+from posdebias.testing import FAMILIES, save_tiny_model
+
+EXPECTED = {
+    "qwen2_5_vl": "qwen2_vl",
+    "qwen2_vl": "qwen2_vl",
+    "llava_onevision": "llava_onevision",
+    "internvl": "internvl",
+    "llava": "llava",
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Every family saved once, as a downloaded checkpoint directory would look."""
+    root = tmp_path_factory.mktemp("models")
+    return {family: save_tiny_model(family, root / family) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_saved_model_loads_with_its_adapter_and_same_results(name, saved, make_instances):
+    adapter = posdebias.load_adapter(saved[name], dtype="float32", device="cpu")
+    assert adapter.name == EXPECTED[name]
+    instance = make_instances(1, 3)[0]
+    loaded = adapter.observe(instance)
+    in_memory = posdebias.get_adapter(*tiny_pair(name)).observe(instance)
+    np.testing.assert_allclose(loaded.label_logprobs, in_memory.label_logprobs, atol=1e-6)
+    np.testing.assert_allclose(loaded.attention, in_memory.attention, atol=1e-6)
+    info = adapter.describe()
+    for key in ("adapter", "model_id", "revision", "dtype", "device", "num_layers", "prompt_hash"):
+        assert key in info
+    assert info["model_id"] == str(saved[name]) and info["labels"] == ["1", "2", "3"]
+    assert info["num_layers"] == loaded.attention.shape[0] and info["dtype"] == "float32"
+
+
+def test_registry_creates_an_hf_adapter_by_name(saved):
+    registry = posdebias.get_registry()
+    adapter = registry.create_adapter("llava", model=str(saved["llava"]), label_set="upper")
+    assert adapter.name == "llava" and adapter.label_set == "upper"
+    with pytest.raises(InputError, match="needs a model"):
+        registry.create_adapter("llava")
+    with pytest.raises(ConfigError, match="nonsense"):
+        registry.create_adapter("llava", model=str(saved["llava"]), nonsense=1)
+
+
+def test_prompt_file_in_the_model_directory_is_the_default(saved, make_instances, tmp_path):
+    directory = save_tiny_model("llava", tmp_path / "organism")
+    template = PromptTemplate(image_prefix="label {label}", instruction="Pick one of {range}.")
+    (directory / PROMPT_FILE).write_text(template.model_dump_json())
+    adapter = posdebias.load_adapter(directory)
+    assert adapter.prompt == template
+    rendered = adapter.render(make_instances(1, 3)[0])
+    assert rendered.index("label 1<image>") < rendered.index("label 2<image>")
+    assert "Pick one of 1 to 3." in rendered
+    assert adapter.describe()["prompt_hash"] == template.digest()
+    default = posdebias.load_adapter(saved["llava"])
+    assert default.describe()["prompt_hash"] != template.digest()
+    explicit = posdebias.load_adapter(directory, prompt={"instruction": "Choose {range}."})
+    assert "Choose 1 to 3." in explicit.render(make_instances(1, 3)[0])
+
+
+def test_default_prompt_is_methods_prompt(make_instances):
+    adapter = posdebias.get_adapter(*tiny_pair("qwen2_5_vl"), label_set="words")
+    rendered = adapter.render(make_instances(1, 4)[0])
+    assert rendered.endswith("<|im_start|>assistant\n")  # the generation prompt
+    assert rendered.count("<|vision_start|>") == 4
+    assert rendered.rindex("<|vision_end|>") < rendered.index("Given 4 images")  # images first
+    assert "indexed from first to fourth" in rendered
+    assert "Caption: a photo of a red square\nAnswer:" in rendered
+
+
+def test_prompt_template_rejects_bad_fields():
+    with pytest.raises(ConfigError, match="unknown field"):
+        posdebias.get_adapter(*tiny_pair("llava"), prompt={"instructions": "x"})
+    with pytest.raises(ConfigError, match="placeholders"):
+        posdebias.get_adapter(*tiny_pair("llava"), prompt={"query": "{caption} {nope}"})
+    with pytest.raises(ConfigError, match="caption"):
+        posdebias.get_adapter(*tiny_pair("llava"), prompt={"query": "Answer:"})
+    with pytest.raises(ConfigError, match="unknown label set 'emoji'"):
+        posdebias.get_adapter(*tiny_pair("llava"), label_set="emoji")
+
+
+def test_missing_paths_and_offline_hub_ids_fail_fast(tmp_path, monkeypatch):
+    with pytest.raises(InputError, match="does not exist"):
+        posdebias.load_adapter(tmp_path / "missing")
+    with pytest.raises(InputError, match=r"no config\.json"):
+        posdebias.load_adapter(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(InputError, match="HF_HUB_OFFLINE"):
+        posdebias.load_adapter("some-org/not-cached-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: offline
+    with pytest.raises(InputError, match="offline"):
+        posdebias.load_adapter("some-org/not-cached-model")
+
+
+def test_unknown_families_fall_back_to_generic_and_adapter_names_are_checked(saved):
+    assert _adapter_class("some_new_family", None) is GenericAdapter
+    with pytest.raises(UnknownNameError, match=r"known adapters: .*llava.*docs/plugins\.md"):
+        posdebias.load_adapter(saved["llava"], adapter="nope")
+    with pytest.raises(InputError, match="does not wrap Hugging Face models"):
+        posdebias.load_adapter(saved["llava"], adapter="synthetic")
+
+
+def test_generic_adapter_matches_the_specific_one(make_instances):
+    instance = make_instances(1, 3)[0]
+    for name in ("llava", "internvl"):
+        generic = posdebias.get_adapter(*tiny_pair(name), adapter="generic")
+        specific = posdebias.get_adapter(*tiny_pair(name))
+        a, b = generic.observe(instance), specific.observe(instance)
+        np.testing.assert_allclose(a.label_logprobs, b.label_logprobs, atol=1e-6)
+        np.testing.assert_allclose(a.attention, b.attention, atol=1e-6)
+
+
+def test_generic_adapter_without_an_image_token_says_so():
+    model, processor = tiny_pair("llava")
+
+    class NoImageToken:
+        tokenizer = processor.tokenizer
+        chat_template = processor.chat_template
+        image_token = None
+
+    with pytest.raises(AdapterError, match="no image token"):
+        posdebias.get_adapter(model, NoImageToken(), adapter="generic")
+
+
+def test_bad_images_give_clear_errors(tmp_path, image_files):
+    adapter = posdebias.get_adapter(*tiny_pair("llava"))
+    corrupt = tmp_path / "corrupt.png"
+    corrupt.write_bytes(b"not a png")
+    cases = {
+        tmp_path / "absent.png": "does not exist",
+        corrupt: "cannot be read as an image",
+        "synthetic://x/0": "not a file",
+    }
+    for bad, message in cases.items():
+        instance = RetrievalInstance("a cat", (image_files[0], bad), 0, "bad-1")
+        with pytest.raises(InputError, match=message):
+            adapter.observe(instance)
+
+
+def test_too_many_candidates_for_the_label_set(image_files):
+    adapter = posdebias.get_adapter(*tiny_pair("llava"), label_set="upper")
+    images = tuple(f"img{i}.png" for i in range(27))
+    with pytest.raises(InputError, match="at most 26"):
+        adapter.observe(RetrievalInstance("a cat", images, 0, "big"))
+
+
+def test_cli_evaluates_a_saved_tiny_model_with_every_calibrator(saved, tmp_path):
+    """`posdebias build --source shapes` then `posdebias evaluate --model DIR` end to end."""
+    from posdebias.cli import main
+    from posdebias.evaluation.config import DEFAULT_CALIBRATORS
+
+    bench = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                str(tmp_path / "shapes"),
+                "--setting",
+                "random",
+                "-N",
+                "3",
+                "--count",
+                "6",
+                "--out",
+                str(bench),
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "run"
+    code = main(
+        [
+            "evaluate",
+            "--model",
+            str(saved["qwen2_5_vl"]),
+            "--benchmark",
+            str(bench),
+            "--count",
+            "3",
+            "--orders",
+            "2",
+            "--calibration-count",
+            "2",
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["calibrators"]) == set(DEFAULT_CALIBRATORS)
+    assert results["adapter"]["adapter"] == "qwen2_vl"
+    assert results["adapter"]["num_layers"] == 3
+    assert len(results["adapter"]["prompt_hash"]) == 64
+
+
+def test_cli_reports_a_missing_model_directory(tmp_path, capsys):
+    from posdebias.cli import main
+
+    code = main(["evaluate", "--model", str(tmp_path / "missing"), "--count", "3"])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_plugin_adapter_is_chosen_by_model_type(make_instances):
+    """The docs/adapters.md recipe: subclass HFAdapter, override span_tokens, register."""
+    from types import SimpleNamespace
+
+    from posdebias import hookimpl
+    from posdebias.adapters.hf import HFAdapter
+    from posdebias.adapters.spans import SpanTokens
+
+    class MarkerAdapter(HFAdapter):
+        name = "marker_vl"
+        model_types = ("marker_vl",)
+
+        def span_tokens(self) -> SpanTokens:
+            ids = self.tokenizer.convert_tokens_to_ids
+            return SpanTokens(ids("<IMG_CONTEXT>"), ids("<img>"), ids("</img>"))
+
+    @hookimpl
+    def posdebias_register_adapters(register):
+        register(MarkerAdapter)
+
+    registry = posdebias.get_registry()
+    registry.add_plugin(
+        SimpleNamespace(posdebias_register_adapters=posdebias_register_adapters),
+        name="marker-plugin",
+    )
+    assert _adapter_class("marker_vl", None) is MarkerAdapter
+    adapter = posdebias.get_adapter(*tiny_pair("internvl"), adapter="marker_vl")
+    instance = make_instances(1, 3)[0]
+    expected = posdebias.get_adapter(*tiny_pair("internvl")).observe(instance)
+    np.testing.assert_allclose(adapter.observe(instance).attention, expected.attention, atol=1e-6)

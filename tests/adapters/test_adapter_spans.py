@@ -1,0 +1,111 @@
+"""Image-token spans per family, and the span finder's failure modes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from adapter_reference import tiny_pair
+
+from posdebias import get_adapter
+from posdebias.adapters.spans import SpanTokens, find_image_spans
+from posdebias.errors import AdapterError
+
+IMG, START, END = 7, 5, 6
+
+
+def test_marker_delimited_runs():
+    ids = [1, START, IMG, IMG, END, START, IMG, IMG, IMG, END, 2]
+    spans = find_image_spans(ids, SpanTokens(IMG, START, END), 2)
+    assert spans == [(1, 5), (5, 10)]
+
+
+def test_touching_runs_are_split_by_processor_counts():
+    ids = [0, 0, IMG, IMG, IMG, IMG, IMG, 3]
+    assert find_image_spans(ids, SpanTokens(IMG), 2, tokens_per_image=[2, 3]) == [(2, 4), (4, 7)]
+    with pytest.raises(AdapterError, match="found 1 image-token spans .* for 2 images"):
+        find_image_spans(ids, SpanTokens(IMG), 2)
+
+
+def test_span_count_mismatch_fails_loudly():
+    ids = [START, IMG, END, 4, START, IMG, END]
+    with pytest.raises(AdapterError, match="found 2 image-token spans .* for 3 images"):
+        find_image_spans(ids, SpanTokens(IMG, START, END), 3)
+    with pytest.raises(AdapterError, match="expanded 2 images into 5 tokens"):
+        find_image_spans(ids, SpanTokens(IMG), 2, tokens_per_image=[2, 3])
+
+
+def _decoded_spans(adapter, batch, row=0):
+    ids = batch.inputs["input_ids"][row].tolist()
+    return [adapter.tokenizer.convert_ids_to_tokens(ids[s:e]) for s, e in batch.spans[row]]
+
+
+def test_family_spans_cover_exactly_each_image(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family))
+    instances = make_instances(2, 4)
+    batch = adapter.prepare_batch(instances)
+    for row in range(2):
+        spans = batch.spans[row]
+        assert len(spans) == 4
+        ids = batch.inputs["input_ids"][row].tolist()
+        image_positions = {i for i, t in enumerate(ids) if t == adapter.tokens.image}
+        covered = {t for s, e in spans for t in range(s, e)}
+        assert image_positions <= covered
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # ordered, disjoint
+    tokens = _decoded_spans(adapter, batch)
+    if family in ("qwen2_vl", "qwen2_5_vl"):
+        assert all(t[0] == "<|vision_start|>" and t[-1] == "<|vision_end|>" for t in tokens)
+        assert all(set(t[1:-1]) == {"<|image_pad|>"} for t in tokens)
+    elif family == "internvl":
+        assert all(t[0] == "<img>" and t[-1] == "</img>" for t in tokens)
+        assert all(t[1:-1] == ["<IMG_CONTEXT>"] * 4 for t in tokens)
+    elif family == "llava_onevision":
+        # One contiguous run for all images: 2 x 2 patch tokens + 1 image-newline each.
+        assert batch.spans[0][0][1] == batch.spans[0][1][0]
+        assert all(t == ["<image>"] * 5 for t in tokens)
+    elif family == "llava":
+        assert all(t == ["<image>"] * 4 for t in tokens)
+
+
+def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):
+    """The processor configured as InternVL3-hf (448 px, image_seq_length 256)."""
+    from transformers.models.got_ocr2 import GotOcr2ImageProcessor
+    from transformers.models.internvl import InternVLProcessor
+
+    tiny = tiny_pair("internvl")[1]
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(
+            size={"height": 448, "width": 448}, crop_to_patches=False
+        ),
+        tokenizer=tiny.tokenizer,
+        video_processor=tiny.video_processor,
+        image_seq_length=256,
+        chat_template=tiny.chat_template,
+    )
+    from PIL import Image
+
+    images = [Image.open(path).convert("RGB") for path in image_files[:3]]
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}] * 3 + [{"type": "text", "text": "x"}]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    inputs = processor(text=[text], images=[images], return_tensors="pt")
+    tokens = SpanTokens(
+        processor.image_token_id, processor.start_image_token_id, processor.end_image_token_id
+    )
+    spans = find_image_spans(inputs["input_ids"][0], tokens, 3)
+    assert [end - start for start, end in spans] == [258, 258, 258]
+
+
+def test_template_without_image_placeholders_fails_clearly(make_instances):
+    from posdebias.testing import tiny_model_and_processor
+
+    model, processor = tiny_model_and_processor("llava")
+    processor.chat_template = (
+        "{% for m in messages %}{% for item in m['content'] %}{% if item['type'] == 'text' %}"
+        "{{ item['text'] }}{% endif %}{% endfor %}{% endfor %}ASSISTANT:"
+    )
+    adapter = get_adapter(model, processor)
+    with pytest.raises(AdapterError, match="image"):
+        adapter.observe(make_instances(1, 2)[0])
