@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from posdebias.cli import main
 from posdebias.organism import MODEL_DIR, MODEL_NAME
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """The bundled benchmark is built into a fresh cache; nothing may touch the network."""
-    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return tmp_path / "cache"
 
 
 def test_bundled_folder_holds_a_complete_model():
@@ -52,8 +42,9 @@ def test_loads_offline_by_name_through_the_llava_adapter(cache_dir):
 def test_default_run_reproduces_logit_attention_divergence(cache_dir, tmp_path, capsys):
     """No --adapter / --model: the organism on the bundled benchmark, every calibrator.
 
-    A smaller sample than the default run (60 instances x 2 orders), so the thresholds are a
-    little looser than issue 7's targets for the full run.
+    A smaller sample than the default run (60 instances x 2 orders, a few seconds) checked
+    against issue 7's targets for the full run; a regression in the adapter, the probe or a
+    calibrator breaks one of them.
     """
     out = tmp_path / "run"
     assert main(["evaluate", "--count", "60", "--orders", "2", "--out", str(out)]) == 0
@@ -71,8 +62,29 @@ def test_default_run_reproduces_logit_attention_divergence(cache_dir, tmp_path, 
         "permutation_average",
     }
     vanilla = metrics["vanilla"]
-    assert vanilla["accuracy_mean"] <= 85 and vanilla["rstd"] >= 20  # the bias is there
-    assert metrics["purified_attention"]["accuracy_mean"] >= 90  # the attention is right
+    assert vanilla["accuracy_mean"] <= 80 and vanilla["rstd"] >= 25  # the bias is there
+    assert metrics["purified_attention"]["accuracy_mean"] >= 95  # the attention is right
     guided = metrics["attention_guided"]
-    assert guided["accuracy_mean"] >= 90 and guided["consistency"] >= 75
+    assert guided["accuracy_mean"] >= 95 and guided["consistency"] >= 85
     assert "posdebias/organism" in capsys.readouterr().out
+
+
+def test_default_run_refuses_more_instances_than_the_bundled_benchmark(cache_dir, capsys):
+    assert main(["evaluate", "--count", "600", "--calibrators", "vanilla"]) == 2
+    err = capsys.readouterr().err
+    assert "bundled benchmark has 500 instances" in err and "posdebias build" in err
+
+
+def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
+    from posdebias.benchmarks.files import load_benchmark
+    from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
+
+    first = bundled_benchmark(4, tmp_path)
+    manifest = first / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert bundled_benchmark(4, tmp_path) == first and manifest.stat().st_mtime_ns == stamp
+    lines = (first / "benchmark.jsonl").read_text()
+    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
+    assert bundled_benchmark(4, tmp_path) == first
+    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
+    assert len(load_benchmark(first)) == BENCHMARK_COUNT

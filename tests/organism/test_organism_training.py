@@ -34,6 +34,7 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
     assert observation.attention.shape == (4, 4)
     assert np.isclose(np.exp(observation.label_logprobs).sum(), 1.0)
     assert not list(tmp_path.glob(".model.*"))  # the staging folder is gone
+    assert (out / "model.safetensors").stat().st_mode & 0o044  # readable like any other file
 
 
 def test_cli_refuses_a_non_empty_output_folder(tmp_path, capsys):

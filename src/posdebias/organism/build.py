@@ -151,6 +151,7 @@ def build_config(tokenizer: Any) -> Any:
             "projection_dim": 64,
         },
         image_token_index=ids(IMAGE_TOKEN),
+        image_seq_length=(VISION_SIZE // PATCH_SIZE) ** 2,
         projector_hidden_act="gelu",
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,

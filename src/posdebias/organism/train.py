@@ -63,7 +63,7 @@ class TrainingPlan:
     batch_size: int = 64
     alignment_steps: int = 1500
     alignment_learning_rate: float = 2e-3
-    retrieval_steps: int = 1000
+    retrieval_steps: int = 1400
     bias_steps: int = 300
     learning_rate: float = 1e-3
     alignment_temperature: float = 0.1
@@ -90,6 +90,11 @@ def _staging_folder(target: Path) -> Iterator[Path]:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
     try:
         yield staging
+        umask = os.umask(0)
+        os.umask(umask)
+        for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
+            file.chmod(0o666 & ~umask)
+        staging.chmod(0o777 & ~umask)
         if target.exists():
             target.rmdir()
         os.replace(staging, target)
