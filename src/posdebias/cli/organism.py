@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train",
         help="train the organism and write a loadable model folder",
         description="Train the organism from a seed on in-memory shapes data (about 9 minutes "
-        "on one busy CPU core) and write weights, config, tokenizer, processor and prompt to --out.",
+        "on one busy CPU core); write weights, config, tokenizer, processor and prompt to --out.",
     )
     train.add_argument("--out", type=Path, required=True, help="output model folder")
     train.add_argument("--seed", type=int, default=0, help="training seed (0: shipped weights)")

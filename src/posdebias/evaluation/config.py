@@ -60,7 +60,7 @@ class EvaluateConfig(_Strict):
     calibrators: list[CalibratorSpec] = Field(
         default_factory=lambda: [CalibratorSpec(name=name) for name in DEFAULT_CALIBRATORS]
     )
-    n: int = Field(default=4, ge=2, le=26, description="images per instance (simulated model, bundled benchmark)")
+    n: int = Field(default=4, ge=2, le=26, description="images per instance (no benchmark given)")
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
