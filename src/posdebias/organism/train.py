@@ -35,7 +35,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,6 @@ class TrainingPlan:
     attention_weight: float = 1.0
     confusion: tuple[tuple[float, ...], ...] = BIAS_CONFUSION
     threads: int = 1  # one thread: reproducible sums, and no slowdown on a busy machine
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 CARD_FILE = "README.md"
