@@ -11,8 +11,10 @@ from posdebias.errors import ConfigError
 from posdebias.evaluation.config import load_config
 
 
-def test_default_evaluate_prints_the_table(capsys, tmp_path):
-    assert main(["evaluate", "--count", "40", "--out", str(tmp_path)]) == 0
+def test_simulated_evaluate_prints_the_table(capsys, tmp_path):
+    assert (
+        main(["evaluate", "--adapter", "synthetic", "--count", "40", "--out", str(tmp_path)]) == 0
+    )
     out = capsys.readouterr().out
     for name in (
         "vanilla",
@@ -49,6 +51,8 @@ def test_n_flag_changes_the_number_of_candidates(tmp_path):
         main(
             [
                 "evaluate",
+                "--adapter",
+                "synthetic",
                 "-N",
                 "6",
                 "--count",

@@ -14,6 +14,9 @@ import pytest
 
 from posdebias.cli import main
 
+#: These rows are about the run, not the model: the simulated model keeps them fast.
+SIMULATED = ("--adapter", "synthetic")
+
 
 def run(args, capsys):
     code = main([str(a) for a in args])
@@ -60,14 +63,16 @@ def test_row4_more_images_than_the_label_set_can_name():
 
 
 def test_row6_missing_calibration(tmp_path, capsys):
-    code, err = run(["evaluate", "--calibration", tmp_path / "nope.json", "--count", "2"], capsys)
+    code, err = run(
+        ["evaluate", *SIMULATED, "--calibration", tmp_path / "nope.json", "--count", "2"], capsys
+    )
     assert code == 2 and "does not exist" in err and "posdebias calibrate" in err
 
 
 def test_row6_corrupt_calibration(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    code, err = run(["evaluate", "--calibration", bad, "--count", "2"], capsys)
+    code, err = run(["evaluate", *SIMULATED, "--calibration", bad, "--count", "2"], capsys)
     assert code == 2 and "not valid JSON" in err
 
 
@@ -77,7 +82,7 @@ def test_row6_wrong_schema_version(tmp_path, capsys):
     payload = json.loads(path.read_text())
     payload["schema_version"] = 0
     path.write_text(json.dumps(payload))
-    code, err = run(["evaluate", "--calibration", states, "--count", "2"], capsys)
+    code, err = run(["evaluate", *SIMULATED, "--calibration", states, "--count", "2"], capsys)
     assert code == 2 and "schema version 0 is not supported" in err
 
 
@@ -105,7 +110,8 @@ def test_row6_calibration_from_another_adapter(tmp_path, capsys):
     payload["adapter"] = "qwen2_vl"
     path.write_text(json.dumps(payload))
     code, err = run(
-        ["evaluate", "--calibration", path, "--calibrators", "pride", "--count", "2"], capsys
+        ["evaluate", *SIMULATED, "--calibration", path, "--calibrators", "pride", "--count", "2"],
+        capsys,
     )
     assert code == 2 and "adapter 'qwen2_vl', not 'synthetic'" in err
 
@@ -159,9 +165,23 @@ def test_row11_config_errors_name_the_field(tmp_path, capsys, content, message):
 
 def test_row12_resume_with_other_configuration(tmp_path, capsys):
     out = tmp_path / "run"
-    assert run(["evaluate", "--count", "4", "--orders", "2", "--out", out], capsys)[0] == 0
+    assert (
+        run(["evaluate", *SIMULATED, "--count", "4", "--orders", "2", "--out", out], capsys)[0] == 0
+    )
     code, err = run(
-        ["evaluate", "--count", "4", "--orders", "2", "--seed", "1", "--out", out, "--resume"],
+        [
+            "evaluate",
+            *SIMULATED,
+            "--count",
+            "4",
+            "--orders",
+            "2",
+            "--seed",
+            "1",
+            "--resume",
+            "--out",
+            out,
+        ],
         capsys,
     )
     assert code == 2 and "seed: 0 there, 1 now" in err
@@ -173,7 +193,7 @@ def test_row12_resume_with_other_configuration(tmp_path, capsys):
 def test_row13_output_directory_cannot_be_created(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code, err = run(["evaluate", "--count", "2", "--out", blocker / "run"], capsys)
+    code, err = run(["evaluate", *SIMULATED, "--count", "2", "--out", blocker / "run"], capsys)
     assert code == 2 and "cannot create output directory" in err
 
 
@@ -182,14 +202,16 @@ def test_row13_disk_full_during_a_run_keeps_what_was_written(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     os.symlink("/dev/full", out / "records.jsonl")
-    code, err = run(["evaluate", "--count", "6", "--orders", "2", "--out", out], capsys)
+    code, err = run(["evaluate", *SIMULATED, "--count", "6", "--orders", "2", "--out", out], capsys)
     assert code == 2 and "disk is full" in err
     assert not (out / "results.json").exists()
     kept = (out / "observations.jsonl").read_text().splitlines()
     assert kept and all(json.loads(line)["key"] for line in kept)
     # space freed: the run resumes from what was kept
     (out / "records.jsonl").unlink()
-    code, err = run(["evaluate", "--count", "6", "--orders", "2", "--out", out, "--resume"], capsys)
+    code, err = run(
+        ["evaluate", *SIMULATED, "--count", "6", "--orders", "2", "--out", out, "--resume"], capsys
+    )
     assert code == 0, err and Path(out / "results.json").exists()
 
 

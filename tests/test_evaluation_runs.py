@@ -38,6 +38,8 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
     code = main(
         [
             "evaluate",
+            "--adapter",
+            "synthetic",
             "--calibration",
             str(states),
             "--calibrators",
@@ -65,7 +67,22 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
 
 
 def test_results_schema_round_trips(tmp_path):
-    assert main(["evaluate", "--count", "10", "--orders", "2", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--adapter",
+                "synthetic",
+                "--count",
+                "10",
+                "--orders",
+                "2",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     loaded = EvaluationResults.load(tmp_path / "results.json")
     again = tmp_path / "again.json"
     loaded.save(again)
@@ -76,7 +93,9 @@ def test_results_schema_round_trips(tmp_path):
 def test_calibration_for_another_n_is_refused(tmp_path, capsys):
     states = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "-N", "5", "--out", str(states)]) == 0
-    code = main(["evaluate", "--calibration", str(states), "--count", "5"])
+    code = main(
+        ["evaluate", "--adapter", "synthetic", "--calibration", str(states), "--count", "5"]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "made for N=5 images, not N=4" in err and "posdebias calibrate" in err
@@ -85,7 +104,20 @@ def test_calibration_for_another_n_is_refused(tmp_path, capsys):
 def test_same_seed_gives_byte_identical_results_apart_from_timing(tmp_path):
     for name in ("a", "b"):
         assert (
-            main(["evaluate", "--count", "25", "--orders", "2", "--out", str(tmp_path / name)]) == 0
+            main(
+                [
+                    "evaluate",
+                    "--adapter",
+                    "synthetic",
+                    "--count",
+                    "25",
+                    "--orders",
+                    "2",
+                    "--out",
+                    str(tmp_path / name),
+                ]
+            )
+            == 0
         )
     assert results_without_timing(tmp_path / "a") == results_without_timing(tmp_path / "b")
 
@@ -96,6 +128,8 @@ def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
         main(
             [
                 "evaluate",
+                "--adapter",
+                "synthetic",
                 "--calibrators",
                 "vanilla",
                 "--count",
@@ -113,6 +147,8 @@ def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
         main(
             [
                 "evaluate",
+                "--adapter",
+                "synthetic",
                 "--calibrators",
                 "vanilla,attention_guided,pride",
                 "--count",
@@ -133,10 +169,56 @@ def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
 
 def test_existing_run_directory_needs_resume_and_same_configuration(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["evaluate", "--count", "5", "--orders", "2", "--out", str(run)]) == 0
-    assert main(["evaluate", "--count", "5", "--orders", "2", "--out", str(run)]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--adapter",
+                "synthetic",
+                "--count",
+                "5",
+                "--orders",
+                "2",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "evaluate",
+                "--adapter",
+                "synthetic",
+                "--count",
+                "5",
+                "--orders",
+                "2",
+                "--out",
+                str(run),
+            ]
+        )
+        == 2
+    )
     assert "--resume" in capsys.readouterr().err
-    assert main(["evaluate", "--count", "5", "--orders", "3", "--out", str(run), "--resume"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--adapter",
+                "synthetic",
+                "--count",
+                "5",
+                "--orders",
+                "3",
+                "--out",
+                str(run),
+                "--resume",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "different configuration" in err and "orders: 2 there, 3 now" in err
 
@@ -149,7 +231,7 @@ def test_killed_run_resumes_to_the_uninterrupted_report(tmp_path, signal_to_send
     config.write_text(
         "adapter: {name: synthetic, options: {latency: 0.004}}\ncount: 60\norders: 3\n"
     )
-    args = ["evaluate", "--config", str(config)]
+    args = ["evaluate", "--adapter", "synthetic", "--config", str(config)]
     reference = tmp_path / "reference"
     assert main([*args, "--out", str(reference)]) == 0
 
@@ -184,7 +266,7 @@ def test_killed_run_resumes_to_the_uninterrupted_report(tmp_path, signal_to_send
 def test_data_parallel_run_equals_single_process(tmp_path):
     """`accelerate launch` with 2 CPU processes (gloo) merges into the single-process report."""
     single = tmp_path / "single"
-    args = ["evaluate", "--count", "21", "--orders", "2"]
+    args = ["evaluate", "--adapter", "synthetic", "--count", "21", "--orders", "2"]
     assert main([*args, "--out", str(single)]) == 0
     parallel = tmp_path / "parallel"
     accelerate = Path(sys.executable).with_name("accelerate")

@@ -114,6 +114,8 @@ def test_plugin_calibrator_usable_from_cli_and_config(site, tmp_path):
     result = run_cli(
         site,
         "evaluate",
+        "--adapter",
+        "synthetic",
         "--calibrators",
         "vanilla,last_position",
         "--count",
@@ -130,7 +132,9 @@ def test_plugin_calibrator_usable_from_cli_and_config(site, tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("calibrators:\n  last_position: {margin: 3.0}\ncount: 5\norders: 1\n")
     out2 = tmp_path / "run2"
-    result = run_cli(site, "evaluate", "--config", str(config), "--out", str(out2))
+    result = run_cli(
+        site, "evaluate", "--adapter", "synthetic", "--config", str(config), "--out", str(out2)
+    )
     assert result.returncode == 0, result.stderr
     saved = json.loads((out2 / "results.json").read_text())["calibrators"]
     assert list(saved) == ["last_position"] and saved["last_position"]["options"]["margin"] == 3.0

@@ -65,8 +65,17 @@ def _offline() -> bool:
 
 
 def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | None) -> str:
-    """The path or hub id to load; fails fast for a missing path or an uncached hub id."""
+    """The path or hub id to load; fails fast for a missing path or an uncached hub id.
+
+    Names of models bundled with posdebias (``posdebias/organism``) resolve to their package
+    folder first, so they load offline through the same ``from_pretrained`` path.
+    """
     text = os.fspath(model_id_or_path)
+    from posdebias.organism import bundled_model_path
+
+    bundled = bundled_model_path(text)
+    if bundled is not None:  # shipped inside the package (the organism): no hub lookup
+        return str(bundled)
     path = Path(text).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

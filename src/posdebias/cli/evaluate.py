@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="calibration_count",
         help="calibration instances M (5)",
     )
-    parser.add_argument("-N", dest="n", type=int, help="images per instance (simulated model)")
+    parser.add_argument(
+        "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
+    )
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")

@@ -40,7 +40,8 @@ class CalibratorSpec(_Strict):
 
 class AdapterSpec(_Strict):
     """The adapter by registry name; with ``model`` the name is optional (picked by
-    model_type), without it the simulated model is the default."""
+    model_type). With neither, the bundled organism model runs (``synthetic`` names the
+    simulated model)."""
 
     name: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
@@ -59,7 +60,7 @@ class EvaluateConfig(_Strict):
     calibrators: list[CalibratorSpec] = Field(
         default_factory=lambda: [CalibratorSpec(name=name) for name in DEFAULT_CALIBRATORS]
     )
-    n: int = Field(default=4, ge=2, le=26, description="images per instance (simulated model)")
+    n: int = Field(default=4, ge=2, le=26, description="images per instance (no benchmark given)")
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")

@@ -1,0 +1,381 @@
+"""Train the organism from a seed: attention that finds the right image, a biased answer.
+
+Three stages (the recipe measured by the spike of issue 7):
+
+0. alignment: the mean of an image's 4 projected tokens is pulled towards the sum of the
+   language model's embeddings of its caption's attribute words (the rest of the batch are the
+   negatives), and every image token classifies each attribute against the embeddings of that
+   attribute's words, so image tokens and caption words live in one space. (With this grammar
+   - size, position and background besides colour and shape - the contrastive loss alone left
+   the model leaning on colour: 84% attention accuracy);
+1. retrieval (vision tower frozen, cosine learning-rate decay): cross-entropy of the true label
+   at the last prompt token,
+   plus an auxiliary loss pulling the head-mean attention of the last token in
+   ``attention_layer`` onto the true image's span. The attention is measured by the same probe
+   the adapter uses at inference (posdebias.adapters.probe), so what is trained is exactly
+   what METHOD.md's a^(l)_k reads. Answer-only training stayed at chance in the spike;
+2. bias: only the top decoder layer, the final norm and the LM head are trained, on soft
+   targets that depend on where the truth is (``BIAS_CONFUSION``), so the OUTPUT becomes
+   position-biased while the lower layers' attention still points at the right image.
+
+Every example goes through the real LLaVA adapter's prompt path (chat template, processor,
+image-span finder), so training and inference cannot disagree on the layout. Data come from
+the bundled shapes generator in memory; all draws come from seeded numpy generators in list
+order, never from set or hash order (a hash-seed-dependent candidate order is a cue the model
+learns, and it vanishes after reloading).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import OutputError
+
+#: Row i: probabilities of answering label j when the truth is at position i (N = 4).
+BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
+    (0.75, 0.20, 0.05, 0.00),
+    (0.05, 0.85, 0.10, 0.00),
+    (0.00, 0.05, 0.90, 0.05),
+    (0.00, 0.05, 0.60, 0.35),
+)
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Every setting of a training run (saved next to the weights as ``training.json``)."""
+
+    seed: int = 0
+    n: int = 4
+    pool_size: int = 1200
+    batch_size: int = 64
+    alignment_steps: int = 1500
+    alignment_learning_rate: float = 2e-3
+    retrieval_steps: int = 1400
+    bias_steps: int = 300
+    learning_rate: float = 1e-3
+    alignment_temperature: float = 0.1
+    attention_layer: int = 1
+    attention_weight: float = 1.0
+    confusion: tuple[tuple[float, ...], ...] = BIAS_CONFUSION
+    threads: int = 1  # one thread: reproducible sums, and no slowdown on a busy machine
+
+
+CARD_FILE = "README.md"
+TRAINING_FILE = "training.json"
+
+
+@contextlib.contextmanager
+def _staging_folder(target: Path) -> Iterator[Path]:
+    """A folder beside ``target`` that becomes ``target`` only if the block succeeds."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise OutputError(f"{target} exists and is not an empty folder; choose a new folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
+    try:
+        yield staging
+        umask = os.umask(0)
+        os.umask(umask)
+        for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
+            file.chmod(0o666 & ~umask)
+        staging.chmod(0o777 & ~umask)
+        if target.exists():
+            target.rmdir()
+        os.replace(staging, target)
+    except OSError as exc:
+        raise OutputError(f"cannot write the model to {target}: {exc.strerror}") from exc
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+class ShapesPool:
+    """Distinct-caption single-shape images rendered in memory, and instances drawn from them."""
+
+    def __init__(self, size: int, seed: int, processor: Any = None) -> None:
+        from posdebias.benchmarks.shapes import (
+            caption_for,
+            render_shape_image,
+            sample_unique_attributes,
+        )
+        from posdebias.organism.build import IMAGE_SIZE, shape_space
+
+        self.attributes = sample_unique_attributes(size, seed, shape_space())
+        self.captions = [caption_for(attributes) for attributes in self.attributes]
+        self.images = [render_shape_image(a, IMAGE_SIZE) for a in self.attributes]
+        self.tokenizer = processor.tokenizer if processor is not None else None
+        self.pixels = (
+            processor.image_processor(self.images, return_tensors="pt")["pixel_values"]
+            if processor is not None
+            else None
+        )
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def attribute_words(self, index: int) -> list[str]:
+        """Colour, shape, size, position and background words of image ``index``."""
+        attributes = self.attributes[index]
+        (obj,) = attributes.objects
+        return [obj.colour, obj.shape, obj.size, obj.position, attributes.background]
+
+    def instances(
+        self, rng: np.random.Generator, count: int, n: int, prefix: str
+    ) -> list[RetrievalInstance]:
+        """``count`` instances: a random anchor, N-1 random distractors, a random target slot."""
+        from posdebias.benchmarks.selection import random_distractors
+
+        drawn = []
+        for number in range(count):
+            anchor = int(rng.integers(len(self)))
+            distractors = [int(i) for i in random_distractors(rng, len(self), anchor, n - 1)]
+            target = int(rng.integers(n))
+            members = [*distractors[:target], anchor, *distractors[target:]]
+            drawn.append(
+                RetrievalInstance(
+                    query=self.captions[anchor],
+                    images=[self.images[i] for i in members],
+                    target=target,
+                    id=f"{prefix}-{number}",
+                )
+            )
+        return drawn
+
+
+def _label_token_ids(adapter: Any, sample: RetrievalInstance) -> list[int]:
+    _, plan = adapter.plan_for(sample.n, adapter.render(sample))
+    if any(len(path) != 1 for path in plan.paths):
+        raise RuntimeError("the organism's labels must be single tokens")
+    return [path[0] for path in plan.paths]
+
+
+def _forward(adapter: Any, instances: list[RetrievalInstance]) -> tuple[Any, Any]:
+    """Last-position logits [B, V] and probed attention masses [B, L, N], with gradients."""
+    from posdebias.adapters.probe import recording
+    from posdebias.adapters.spans import span_matrix
+
+    batch = adapter.prepare_batch(instances)
+    length = batch.inputs["input_ids"].shape[1]
+    with recording(span_matrix(batch.spans, length)) as recorder:
+        output = adapter.model(
+            **batch.inputs, position_ids=batch.position_ids, use_cache=False, logits_to_keep=1
+        )
+    return output.logits[:, -1, :].float(), recorder.attention(adapter.num_layers)
+
+
+def _attribute_words(space: Any) -> list[list[str]]:
+    """The values of each attribute a single-shape caption names, in declaration order."""
+    return [
+        list(space.colours),
+        list(space.shapes),
+        list(space.sizes),
+        list(space.positions),
+        list(space.backgrounds),
+    ]
+
+
+def _alignment_stage(model: Any, pool: ShapesPool, plan: TrainingPlan, log: Callable) -> None:
+    """Stage 0: image tokens aligned with the word embeddings of their caption's attributes.
+
+    Two losses: contrastive (the mean image token against the sum of the caption's attribute
+    word embeddings, the batch as negatives) and, per attribute, every image token classifying
+    its value against the embeddings of that attribute's words (so each token carries colour,
+    shape, size, position and background, not just the easiest of them).
+    """
+    import torch
+    from torch.nn.functional import cross_entropy, normalize
+
+    from posdebias.organism.build import shape_space
+
+    tokenizer_ids = pool.tokenizer.convert_tokens_to_ids
+    groups = _attribute_words(shape_space())
+    group_ids = [torch.tensor(tokenizer_ids(words)) for words in groups]
+    values = torch.tensor(
+        [
+            [group.index(word) for group, word in zip(groups, pool.attribute_words(i), strict=True)]
+            for i in range(len(pool))
+        ]
+    )
+    word_ids = torch.tensor([tokenizer_ids(pool.attribute_words(i)) for i in range(len(pool))])
+    pixels = pool.pixels
+    rng = np.random.default_rng([plan.seed, 0])
+    embeddings = model.get_input_embeddings()
+    params = [
+        *model.model.vision_tower.parameters(),
+        *model.model.multi_modal_projector.parameters(),
+        embeddings.weight,
+    ]
+    optimizer = torch.optim.AdamW(params, lr=plan.alignment_learning_rate)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, plan.alignment_steps)
+    temperature = plan.alignment_temperature
+    for step in range(plan.alignment_steps):
+        chosen = torch.from_numpy(rng.choice(len(pool), plan.batch_size, replace=False))
+        tokens = torch.stack(model.get_image_features(pixel_values=pixels[chosen]).pooler_output)
+        tokens = normalize(tokens, dim=-1)  # [B, tokens per image, D]
+        image = normalize(tokens.mean(dim=1), dim=-1)
+        text = normalize(embeddings(word_ids[chosen]).sum(dim=1), dim=-1)
+        logits = image @ text.T / temperature
+        targets = torch.arange(len(chosen))
+        loss = (cross_entropy(logits, targets) + cross_entropy(logits.T, targets)) / 2
+        correct = []
+        for group, ids in enumerate(group_ids):
+            scores = tokens @ normalize(embeddings(ids), dim=-1).T / temperature  # [B, T, V]
+            truth = values[chosen, group][:, None].expand(-1, tokens.shape[1])
+            loss = loss + cross_entropy(scores.flatten(0, 1), truth.flatten())
+            correct.append((scores.argmax(dim=-1) == truth).float().mean().item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        if step % 50 == 0 or step == plan.alignment_steps - 1:
+            matching = (logits.argmax(dim=1) == targets).float().mean().item()
+            log(
+                f"stage 0 step {step}: loss {loss.item():.3f} batch matching {matching:.2f} "
+                "attributes " + " ".join(f"{value:.2f}" for value in correct)
+            )
+
+
+def _retrieval_stage(
+    adapter: Any, pool: ShapesPool, plan: TrainingPlan, label_ids: list[int], log: Callable
+) -> None:
+    import torch
+
+    model = adapter.model
+    rng = np.random.default_rng([plan.seed, 1])
+    for parameter in model.model.vision_tower.parameters():
+        parameter.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=plan.learning_rate)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, plan.retrieval_steps)
+    labels = torch.tensor(label_ids)
+    for step in range(plan.retrieval_steps):
+        batch = pool.instances(rng, plan.batch_size, plan.n, "train")
+        targets = torch.tensor([instance.target for instance in batch])
+        logits, attention = _forward(adapter, batch)
+        answer_loss = torch.nn.functional.cross_entropy(logits, labels[targets])
+        mass = attention[:, plan.attention_layer, :].gather(1, targets[:, None])[:, 0]
+        attention_loss = -torch.log(mass + 1e-6).mean()
+        loss = answer_loss + plan.attention_weight * attention_loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        if step % 50 == 0 or step == plan.retrieval_steps - 1:
+            correct = (logits[:, labels].argmax(dim=1) == targets).float().mean().item()
+            log(
+                f"stage 1 step {step}: answer {answer_loss.item():.3f} attention "
+                f"{attention_loss.item():.3f} accuracy {correct:.2f} mass {mass.mean().item():.2f}"
+            )
+
+
+def _bias_stage(
+    adapter: Any, pool: ShapesPool, plan: TrainingPlan, label_ids: list[int], log: Callable
+) -> None:
+    import torch
+
+    model = adapter.model
+    rng = np.random.default_rng([plan.seed, 2])
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    language_model = model.model.language_model
+    trained = [
+        *language_model.layers[-1].parameters(),
+        *language_model.norm.parameters(),
+        *model.lm_head.parameters(),
+    ]
+    for parameter in trained:
+        parameter.requires_grad_(True)
+    optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate)
+    confusion = torch.tensor(plan.confusion, dtype=torch.float32)
+    labels = torch.tensor(label_ids)
+    for step in range(plan.bias_steps):
+        batch = pool.instances(rng, plan.batch_size, plan.n, "bias")
+        targets = torch.tensor([instance.target for instance in batch])
+        logits, _ = _forward(adapter, batch)
+        log_probs = torch.log_softmax(logits, dim=-1)[:, labels]
+        loss = -(confusion[targets] * log_probs).sum(dim=1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 50 == 0 or step == plan.bias_steps - 1:
+            log(f"stage 2 step {step}: loss {loss.item():.3f}")
+
+
+def train_organism(
+    out: str | Path,
+    plan: TrainingPlan | None = None,
+    *,
+    dtype: str = "float16",
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Train from ``plan.seed`` and write a loadable model folder to ``out``.
+
+    The folder holds the weights (``dtype``), config, tokenizer, processor, chat template,
+    ``posdebias_prompt.json``, the model card and ``training.json`` (plan, time, versions).
+    """
+    import torch
+    import transformers
+
+    from posdebias.adapters.llava import LlavaAdapter
+    from posdebias.adapters.prompt import PROMPT_FILE
+    from posdebias.organism.build import PROMPT, build_untrained
+
+    plan = plan or TrainingPlan()
+    if len(plan.confusion) != plan.n or any(len(row) != plan.n for row in plan.confusion):
+        raise ValueError(f"the confusion matrix must be {plan.n} x {plan.n}")
+    started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(plan.threads)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(plan.seed)
+            model, processor = build_untrained(plan.seed)
+            model.train()
+            pool = ShapesPool(plan.pool_size, plan.seed, processor)
+            log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
+            _alignment_stage(model, pool, plan, log)
+            adapter = LlavaAdapter(model, processor, prompt=PROMPT)
+            label_ids = _label_token_ids(
+                adapter, pool.instances(np.random.default_rng(0), 1, plan.n, "x")[0]
+            )
+            _retrieval_stage(adapter, pool, plan, label_ids, log)
+            _bias_stage(adapter, pool, plan, label_ids, log)
+    finally:
+        torch.set_num_threads(threads)
+    seconds = time.perf_counter() - started
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    info = {
+        "plan": asdict(plan),
+        "dtype": dtype,
+        "training_seconds": round(seconds, 1),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": platform.machine(),
+    }
+    path = Path(out)
+    with _staging_folder(path) as staging:
+        model.set_attn_implementation("sdpa")
+        model.to(getattr(torch, dtype)).save_pretrained(staging)
+        processor.save_pretrained(staging)
+        (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
+        shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
+        (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
+    log(f"trained in {seconds:.0f} s; wrote {path}")
+    return path

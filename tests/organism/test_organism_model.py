@@ -1,0 +1,90 @@
+"""The shipped organism: loads offline by name, and the default run shows the phenomenon."""
+
+from __future__ import annotations
+
+import json
+
+from posdebias.cli import main
+from posdebias.organism import MODEL_DIR, MODEL_NAME
+
+
+def test_bundled_folder_holds_a_complete_model():
+    names = {path.name for path in MODEL_DIR.iterdir()}
+    expected = {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "processor_config.json",
+        "chat_template.jinja",
+        "posdebias_prompt.json",
+        "README.md",
+        "training.json",
+    }
+    assert expected <= names, expected - names
+    assert (MODEL_DIR / "model.safetensors").stat().st_size < 3_000_000  # fp16, small wheel
+
+
+def test_loads_offline_by_name_through_the_llava_adapter(cache_dir):
+    import posdebias
+    from posdebias.adapters.llava import LlavaAdapter
+    from posdebias.organism.build import PROMPT
+
+    adapter = posdebias.load_adapter(MODEL_NAME)
+    assert isinstance(adapter, LlavaAdapter)
+    assert adapter.model.config.model_type == "llava"
+    assert adapter.prompt == PROMPT  # read from posdebias_prompt.json, not special-cased
+    described = adapter.describe()
+    assert described["model_id"] == MODEL_NAME and described["dtype"] == "float16"
+    assert described["num_layers"] == 4
+
+
+def test_default_run_reproduces_logit_attention_divergence(cache_dir, tmp_path, capsys):
+    """No --adapter / --model: the organism on the bundled benchmark, every calibrator.
+
+    A smaller sample than the default run (60 instances x 2 orders, a few seconds) checked
+    against issue 7's targets for the full run; a regression in the adapter, the probe or a
+    calibrator breaks one of them.
+    """
+    out = tmp_path / "run"
+    assert main(["evaluate", "--count", "60", "--orders", "2", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["adapter"]["model_id"] == MODEL_NAME
+    assert results["adapter"]["adapter"] == "llava"
+    assert str(cache_dir) in results["source"]["benchmark"]
+    metrics = {name: c["metrics"] for name, c in results["calibrators"].items()}
+    assert set(metrics) == {
+        "vanilla",
+        "pride",
+        "attention_readout",
+        "purified_attention",
+        "attention_guided",
+        "permutation_average",
+    }
+    vanilla = metrics["vanilla"]
+    assert vanilla["accuracy_mean"] <= 80 and vanilla["rstd"] >= 25  # the bias is there
+    assert metrics["purified_attention"]["accuracy_mean"] >= 95  # the attention is right
+    guided = metrics["attention_guided"]
+    assert guided["accuracy_mean"] >= 95 and guided["consistency"] >= 85
+    assert "posdebias/organism" in capsys.readouterr().out
+
+
+def test_default_run_refuses_more_instances_than_the_bundled_benchmark(cache_dir, capsys):
+    assert main(["evaluate", "--count", "600", "--calibrators", "vanilla"]) == 2
+    err = capsys.readouterr().err
+    assert "bundled benchmark has 500 instances" in err and "posdebias build" in err
+
+
+def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
+    from posdebias.benchmarks.files import load_benchmark
+    from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
+
+    first = bundled_benchmark(4, tmp_path)
+    manifest = first / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert bundled_benchmark(4, tmp_path) == first and manifest.stat().st_mtime_ns == stamp
+    lines = (first / "benchmark.jsonl").read_text()
+    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
+    assert bundled_benchmark(4, tmp_path) == first
+    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
+    assert len(load_benchmark(first)) == BENCHMARK_COUNT
