@@ -464,3 +464,20 @@ def test_row14_too_few_distractors_after_filters(tmp_path, capsys):
     )
     assert code == 2 and "anchor image" in err and "only" in err
     assert not out.exists()
+
+
+def test_pickled_weights_are_refused(tmp_path, capsys, tiny_llava, bench):
+    """Only safetensors weights are loaded: a checkpoint with pickled .bin weights is refused."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    model = tmp_path / "pickled"
+    shutil.copytree(tiny_llava, model)
+    weights = model / "model.safetensors"
+    torch.save(load_file(weights), model / "pytorch_model.bin")
+    weights.unlink()
+    code, err = run(["evaluate", "--model", model, "--benchmark", bench, "--count", "2",
+                     "--orders", "1", "--calibrators", "vanilla"], capsys)
+    assert code == 2 and "safetensors weights only" in err

@@ -191,6 +191,8 @@ def load_adapter(
     if prompt is None and Path(source, PROMPT_FILE).is_file():
         prompt = load_prompt_file(Path(source, PROMPT_FILE))
     kwargs: dict[str, Any] = {
+        # never unpickle weights from user data: .bin checkpoints can run code on load
+        "use_safetensors": True,
         "revision": revision,
         "trust_remote_code": trust_remote_code,
         "dtype": _torch_dtype(dtype),
@@ -203,7 +205,11 @@ def load_adapter(
         )
         model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
     except OSError as exc:
-        raise InputError(f"cannot load model {source!r}: {exc}") from None
+        hint = ""
+        if "safetensors" in str(exc):
+            hint = (" posdebias loads safetensors weights only (pickled .bin checkpoints can run "
+                    "code); convert the checkpoint with save_pretrained(safe_serialization=True)")
+        raise InputError(f"cannot load model {source!r}: {exc}.{hint}") from None
     except ValueError as exc:
         raise AdapterError(
             f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
