@@ -26,3 +26,33 @@ def calibration_set(rng: np.random.Generator, n: int, layers: int, m: int) -> li
 def top_two_gap(scores: np.ndarray) -> float:
     ordered = np.sort(scores)
     return float(ordered[-1] - ordered[-2])
+
+
+def build_shapes_benchmark(directory, *, count: int = 12, n: int = 4, seed: int = 0):
+    """A real shapes benchmark on disk, built through `posdebias build` (images under
+    ``directory/shapes``, the benchmark in ``directory/bench``)."""
+    from pathlib import Path
+
+    from posdebias.cli import main
+
+    directory = Path(directory)
+    out = directory / "bench"
+    args = [
+        "build",
+        "--source",
+        "shapes",
+        "--root",
+        str(directory / "shapes"),
+        "--setting",
+        "random",
+        "-N",
+        str(n),
+        "--count",
+        str(count),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    return out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import build_shapes_benchmark
 from posdebias.cli import main
 
 #: These rows are about the run, not the model: the simulated model keeps them fast.
@@ -212,7 +213,8 @@ def test_row13_disk_full_during_a_run_keeps_what_was_written(tmp_path, capsys):
     code, err = run(
         ["evaluate", *SIMULATED, "--count", "6", "--orders", "2", "--out", out, "--resume"], capsys
     )
-    assert code == 0, err and Path(out / "results.json").exists()
+    assert code == 0, err
+    assert (out / "results.json").exists()
 
 
 # row 15: broken plugins -> tests/test_registry.py (import error, unknown hook) ----------------
@@ -224,28 +226,7 @@ def test_row13_disk_full_during_a_run_keeps_what_was_written(tmp_path, capsys):
 @pytest.fixture
 def bench(tmp_path):
     """A small real shapes benchmark (images on disk) to damage."""
-    out = tmp_path / "bench"
-    code = main(
-        [
-            "build",
-            "--source",
-            "shapes",
-            "--root",
-            str(tmp_path / "shapes"),
-            "--setting",
-            "random",
-            "-N",
-            "4",
-            "--count",
-            "12",
-            "--seed",
-            "0",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
-    return out
+    return build_shapes_benchmark(tmp_path, count=12, n=4)
 
 
 def rewrite_lines(bench: Path, change) -> None:
@@ -478,6 +459,20 @@ def test_pickled_weights_are_refused(tmp_path, capsys, tiny_llava, bench):
     weights = model / "model.safetensors"
     torch.save(load_file(weights), model / "pytorch_model.bin")
     weights.unlink()
-    code, err = run(["evaluate", "--model", model, "--benchmark", bench, "--count", "2",
-                     "--orders", "1", "--calibrators", "vanilla"], capsys)
+    code, err = run(
+        [
+            "evaluate",
+            "--model",
+            model,
+            "--benchmark",
+            bench,
+            "--count",
+            "2",
+            "--orders",
+            "1",
+            "--calibrators",
+            "vanilla",
+        ],
+        capsys,
+    )
     assert code == 2 and "safetensors weights only" in err

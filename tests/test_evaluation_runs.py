@@ -12,11 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from helpers import build_shapes_benchmark
 from posdebias import CalibrationState
 from posdebias.cli import main
 from posdebias.evaluation.results import EvaluationResults
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def evaluate(*args: object) -> int:
+    """`posdebias evaluate` on the simulated model, arguments stringified."""
+    return main(["evaluate", "--adapter", "synthetic", *map(str, args)])
 
 
 def results_without_timing(path: Path) -> dict:
@@ -35,22 +41,17 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
     assert state.adapter == "synthetic" and state.label_set == ["1", "2", "3", "4"]
 
     run = tmp_path / "run"
-    code = main(
-        [
-            "evaluate",
-            "--adapter",
-            "synthetic",
-            "--calibration",
-            str(states),
-            "--calibrators",
-            "vanilla,attention_guided",
-            "--count",
-            "30",
-            "--orders",
-            "3",
-            "--out",
-            str(run),
-        ]
+    code = evaluate(
+        "--calibration",
+        states,
+        "--calibrators",
+        "vanilla, attention_guided",
+        "--count",
+        "30",
+        "--orders",
+        "3",
+        "--out",
+        run,
     )
     assert code == 0
     results = EvaluationResults.load(run / "results.json")
@@ -67,22 +68,7 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
 
 
 def test_results_schema_round_trips(tmp_path):
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--count",
-                "10",
-                "--orders",
-                "2",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 0
-    )
+    assert evaluate("--count", "10", "--orders", "2", "--out", tmp_path) == 0
     loaded = EvaluationResults.load(tmp_path / "results.json")
     again = tmp_path / "again.json"
     loaded.save(again)
@@ -93,9 +79,7 @@ def test_results_schema_round_trips(tmp_path):
 def test_calibration_for_another_n_is_refused(tmp_path, capsys):
     states = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "-N", "5", "--out", str(states)]) == 0
-    code = main(
-        ["evaluate", "--adapter", "synthetic", "--calibration", str(states), "--count", "5"]
-    )
+    code = evaluate("--calibration", states, "--count", "5")
     assert code == 2
     err = capsys.readouterr().err
     assert "made for N=5 images, not N=4" in err and "posdebias calibrate" in err
@@ -103,62 +87,25 @@ def test_calibration_for_another_n_is_refused(tmp_path, capsys):
 
 def test_same_seed_gives_byte_identical_results_apart_from_timing(tmp_path):
     for name in ("a", "b"):
-        assert (
-            main(
-                [
-                    "evaluate",
-                    "--adapter",
-                    "synthetic",
-                    "--count",
-                    "25",
-                    "--orders",
-                    "2",
-                    "--out",
-                    str(tmp_path / name),
-                ]
-            )
-            == 0
-        )
+        assert evaluate("--count", "25", "--orders", "2", "--out", tmp_path / name) == 0
     assert results_without_timing(tmp_path / "a") == results_without_timing(tmp_path / "b")
 
 
 def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
     run = tmp_path / "run"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--calibrators",
-                "vanilla",
-                "--count",
-                "15",
-                "--orders",
-                "2",
-                "--out",
-                str(run),
-            ]
-        )
-        == 0
-    )
+    assert evaluate("--calibrators", "vanilla", "--count", "15", "--orders", "2", "--out", run) == 0
     lines_before = (run / "observations.jsonl").read_text().count("\n")
     assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--calibrators",
-                "vanilla,attention_guided,pride",
-                "--count",
-                "15",
-                "--orders",
-                "2",
-                "--out",
-                str(run),
-                "--resume",
-            ]
+        evaluate(
+            "--calibrators",
+            "vanilla, attention_guided, pride",
+            "--count",
+            "15",
+            "--orders",
+            "2",
+            "--out",
+            run,
+            "--resume",
         )
         == 0
     )
@@ -169,56 +116,10 @@ def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
 
 def test_existing_run_directory_needs_resume_and_same_configuration(tmp_path, capsys):
     run = tmp_path / "run"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--count",
-                "5",
-                "--orders",
-                "2",
-                "--out",
-                str(run),
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--count",
-                "5",
-                "--orders",
-                "2",
-                "--out",
-                str(run),
-            ]
-        )
-        == 2
-    )
+    assert evaluate("--count", "5", "--orders", "2", "--out", run) == 0
+    assert evaluate("--count", "5", "--orders", "2", "--out", run) == 2
     assert "--resume" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--count",
-                "5",
-                "--orders",
-                "3",
-                "--out",
-                str(run),
-                "--resume",
-            ]
-        )
-        == 2
-    )
+    assert evaluate("--count", "5", "--orders", "3", "--out", run, "--resume") == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "orders: 2 there, 3 now" in err
 
@@ -270,26 +171,11 @@ def test_data_parallel_run_equals_single_process(tmp_path):
     assert main([*args, "--out", str(single)]) == 0
     parallel = tmp_path / "parallel"
     accelerate = Path(sys.executable).with_name("accelerate")
+    launch = "launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no"
+    command = [str(accelerate), *launch.split(), "--dynamo_backend", "no", "-m", "posdebias"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [
-            str(accelerate),
-            "launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "-m",
-            "posdebias",
-            *args,
-            "--out",
-            str(parallel),
-        ],
+        [*command, *args, "--out", str(parallel)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -304,56 +190,15 @@ def test_data_parallel_run_equals_single_process(tmp_path):
 
 
 def test_benchmark_calibration_is_held_out_of_the_test_set(tmp_path):
-    bench = tmp_path / "bench"
-    assert (
-        main(
-            [
-                "build",
-                "--source",
-                "shapes",
-                "--root",
-                str(tmp_path / "shapes"),
-                "--setting",
-                "random",
-                "-N",
-                "4",
-                "--count",
-                "30",
-                "--seed",
-                "0",
-                "--out",
-                str(bench),
-            ]
-        )
-        == 0
-    )
+    bench = build_shapes_benchmark(tmp_path, count=30, n=4)
     run = tmp_path / "run"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--adapter",
-                "synthetic",
-                "--benchmark",
-                str(bench),
-                "--orders",
-                "2",
-                "--out",
-                str(run),
-            ]
-        )
-        == 0
-    )
+    assert evaluate("--benchmark", bench, "--orders", "2", "--out", run) == 0
     results = EvaluationResults.load(run / "results.json")
     assert len(results.calibration_ids) == 5 and results.num_instances == 25
     assert not set(results.calibration_ids) & set(results.test_ids)
     # `calibrate` holds out the same instances with the same seed
     states = tmp_path / "states"
-    assert (
-        main(
-            ["calibrate", "--adapter", "synthetic", "--benchmark", str(bench), "--out", str(states)]
-        )
-        == 0
-    )
+    args = ["calibrate", "--adapter", "synthetic", "--benchmark", str(bench), "--out", str(states)]
+    assert main(args) == 0
     state = CalibrationState.load(states / "attention_guided.json")
     assert state.calibration_ids == results.calibration_ids

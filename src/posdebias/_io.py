@@ -24,6 +24,15 @@ def _output_error(path: Path, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
 
 
+def cache_root() -> Path:
+    """Where posdebias caches what it can rebuild (CLIP embeddings, the bundled benchmark):
+    ``$POSDEBIAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/posdebias`` or ``~/.cache/posdebias``."""
+    if os.environ.get("POSDEBIAS_CACHE_DIR"):
+        return Path(os.environ["POSDEBIAS_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "posdebias"
+
+
 def _read_umask() -> int:
     current = os.umask(0)
     os.umask(current)

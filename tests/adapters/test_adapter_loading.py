@@ -9,6 +9,7 @@ import pytest
 from adapter_reference import tiny_pair
 
 import posdebias
+from helpers import build_shapes_benchmark
 from posdebias.adapters.generic import GenericAdapter
 from posdebias.adapters.loading import _adapter_class
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate
@@ -166,27 +167,7 @@ def test_cli_evaluates_a_saved_tiny_model_with_every_calibrator(saved, tmp_path)
     from posdebias.cli import main
     from posdebias.evaluation.config import DEFAULT_CALIBRATORS
 
-    bench = tmp_path / "bench"
-    assert (
-        main(
-            [
-                "build",
-                "--source",
-                "shapes",
-                "--root",
-                str(tmp_path / "shapes"),
-                "--setting",
-                "random",
-                "-N",
-                "3",
-                "--count",
-                "6",
-                "--out",
-                str(bench),
-            ]
-        )
-        == 0
-    )
+    bench = build_shapes_benchmark(tmp_path, count=6, n=3)
     out = tmp_path / "run"
     code = main(
         [

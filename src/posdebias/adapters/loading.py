@@ -207,8 +207,10 @@ def load_adapter(
     except OSError as exc:
         hint = ""
         if "safetensors" in str(exc):
-            hint = (" posdebias loads safetensors weights only (pickled .bin checkpoints can run "
-                    "code); convert the checkpoint with save_pretrained(safe_serialization=True)")
+            hint = (
+                " posdebias loads safetensors weights only (pickled .bin checkpoints can run "
+                "code); convert the checkpoint with save_pretrained(safe_serialization=True)"
+            )
         raise InputError(f"cannot load model {source!r}: {exc}.{hint}") from None
     except ValueError as exc:
         raise AdapterError(

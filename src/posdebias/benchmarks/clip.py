@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import os
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._io import atomic_write_bytes
+from posdebias._io import atomic_write_bytes, cache_root
 from posdebias.benchmarks.files import sha256_file
 from posdebias.errors import BenchmarkError
 
@@ -43,11 +42,8 @@ Progress = Callable[[int], None]
 
 
 def default_cache_dir() -> Path:
-    """``$POSDEBIAS_CACHE_DIR/clip``, else ``$XDG_CACHE_HOME/posdebias/clip`` or ``~/.cache``."""
-    if os.environ.get("POSDEBIAS_CACHE_DIR"):
-        return Path(os.environ["POSDEBIAS_CACHE_DIR"]) / "clip"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "posdebias" / "clip"
+    """The ``clip`` folder of :func:`posdebias._io.cache_root`."""
+    return cache_root() / "clip"
 
 
 def _sha256_json(payload: Any) -> str:

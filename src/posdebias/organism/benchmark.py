@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from posdebias._io import cache_root
 from posdebias.errors import OutputError
 
 #: Instances in the bundled benchmark (calibration is held out of them by seed).
@@ -23,14 +24,6 @@ SHAPES_SEED = 7
 BENCHMARK_SEED = 0
 #: Bump when anything above or the generator changes, so stale caches are never reused.
 VERSION = 1
-
-
-def cache_root() -> Path:
-    """``$POSDEBIAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/posdebias`` or ``~/.cache/posdebias``."""
-    if os.environ.get("POSDEBIAS_CACHE_DIR"):
-        return Path(os.environ["POSDEBIAS_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "posdebias"
 
 
 def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = None) -> Path:
