@@ -162,38 +162,32 @@ def test_too_many_candidates_for_the_label_set(image_files):
         adapter.observe(RetrievalInstance("a cat", images, 0, "big"))
 
 
-def test_cli_evaluates_a_saved_tiny_model_with_every_calibrator(saved, tmp_path):
-    """`posdebias build --source shapes` then `posdebias evaluate --model DIR` end to end."""
+def test_cli_calibrate_evaluate_report_on_a_saved_tiny_model(saved, tmp_path):
+    """`posdebias build` -> `calibrate --model DIR` -> `evaluate --calibration` with every
+    calibrator -> `report`, on a real (tiny) Qwen2.5-VL checkpoint on disk."""
+    from posdebias import CalibrationState
     from posdebias.cli import main
     from posdebias.evaluation.config import DEFAULT_CALIBRATORS
 
-    bench = build_shapes_benchmark(tmp_path, count=6, n=3)
-    out = tmp_path / "run"
-    code = main(
-        [
-            "evaluate",
-            "--model",
-            str(saved["qwen2_5_vl"]),
-            "--benchmark",
-            str(bench),
-            "--count",
-            "3",
-            "--orders",
-            "2",
-            "--calibration-count",
-            "2",
-            "--batch-size",
-            "2",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
+    model = str(saved["qwen2_5_vl"])
+    bench = str(build_shapes_benchmark(tmp_path, count=6, n=3))
+    states, out = tmp_path / "states", tmp_path / "run"
+    common = ["--model", model, "--benchmark", bench, "--batch-size", "2"]
+    assert main(["calibrate", *common, "--count", "2", "--out", str(states)]) == 0
+    state = CalibrationState.load(states / "attention_guided.json")
+    assert (state.adapter, state.model_id, state.n, state.num_layers) == ("qwen2_vl", model, 3, 3)
+    assert len(state.prompt_hash) == 64 and len(state.calibration_ids) == 2
+
+    run = ["evaluate", *common, "--calibration", str(states), "--calibration-count", "2"]
+    assert main([*run, "--count", "3", "--orders", "2", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert set(results["calibrators"]) == set(DEFAULT_CALIBRATORS)
     assert results["adapter"]["adapter"] == "qwen2_vl"
     assert results["adapter"]["num_layers"] == 3
-    assert len(results["adapter"]["prompt_hash"]) == 64
+    assert results["divergence"]["raw_attention"]
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert "figures/divergence.png" in (out / "report.md").read_text()
 
 
 def test_cli_reports_a_missing_model_directory(tmp_path, capsys):
