@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	rm -rf runs/demo  # the demo's own folder: each demo is a fresh run
 	$(BIN)/posdebias evaluate --out runs/demo
 
 test: $(STAMP)
