@@ -271,12 +271,58 @@ def mib(value: float) -> float:
     return value / 2**20
 
 
-def write_results(path: Path, payload: dict[str, Any]) -> None:
+def write_results(
+    name: str,
+    args: argparse.Namespace,
+    info: dict[str, Any],
+    records: list[dict[str, Any]],
+    table: str,
+    **extra: Any,
+) -> None:
+    """Write one benchmark's JSON (machine, arguments, records, printed table) atomically."""
     from posdebias._io import atomic_write_json
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, payload)
-    print(f"results written to {path}")
+    payload = {
+        "benchmark": name,
+        "machine": info,
+        "args": vars(args) | {"out": str(args.out)},
+        **extra,
+        "results": records,
+        "table": table,
+    }
+    atomic_write_json(args.out, payload)
+    print(f"results written to {args.out}")
+
+
+def ratio_record(
+    times: Sequence[float],
+    peaks: Sequence[float],
+    base_times: Sequence[float],
+    base_peaks: Sequence[float],
+    **fields: Any,
+) -> dict[str, Any]:
+    """Median/min/max of one configuration and its ratios to the baseline measured in the same
+    run (alternating), plus the paired per-repetition time ratios."""
+    t, p = spread(times), spread(peaks)
+    return {
+        **fields,
+        "seconds": t,
+        "peak_bytes": p,
+        "time_ratio": t["median"] / spread(base_times)["median"],
+        "memory_ratio": p["median"] / spread(base_peaks)["median"],
+        "paired_time_ratios": [a / b for a, b in zip(times, base_times, strict=True)],
+    }
+
+
+def ratio_cells(record: dict[str, Any]) -> list[str]:
+    """Table cells: median time (min-max), time ratio, median peak MiB, memory ratio."""
+    t, p = record["seconds"], record["peak_bytes"]
+    return [
+        f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})",
+        f"{record['time_ratio']:.3f}",
+        f"{mib(p['median']):.1f}",
+        f"{record['memory_ratio']:.3f}",
+    ]
 
 
 def dump_json_line(payload: dict[str, Any]) -> None:

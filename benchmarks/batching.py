@@ -115,16 +115,7 @@ def main() -> None:
         ],
         rows,
     )
-    common.write_results(
-        args.out,
-        {
-            "benchmark": "batching",
-            "machine": info,
-            "args": vars(args) | {"out": str(args.out)},
-            "results": records,
-            "table": table,
-        },
-    )
+    common.write_results("batching", args, info, records, table)
 
 
 if __name__ == "__main__":

@@ -92,16 +92,7 @@ def main() -> None:
         ["mode", "observations", "total s (min-max)", "speed-up", "peak MiB", "max |score diff|"],
         rows,
     )
-    common.write_results(
-        args.out,
-        {
-            "benchmark": "calibration",
-            "machine": info,
-            "args": vars(args) | {"out": str(args.out)},
-            "results": records,
-            "table": table,
-        },
-    )
+    common.write_results("calibration", args, info, records, table)
 
 
 if __name__ == "__main__":

@@ -90,38 +90,15 @@ def main() -> None:
                     )
                     times[method].append(seconds)
                     peaks[method].append(peak)
-            base_time = common.spread(times["vanilla"])["median"]
-            base_peak = common.spread(peaks["vanilla"])["median"]
             for method in methods:
-                t = common.spread(times[method])
-                p = common.spread(peaks[method])
-                record = {
-                    "n": n,
-                    "tokens": length,
-                    "method": method,
-                    "seconds": t,
-                    "peak_bytes": p,
-                    "time_ratio": t["median"] / base_time,
-                    "memory_ratio": p["median"] / base_peak,
-                    "paired_time_ratios": [
-                        a / b for a, b in zip(times[method], times["vanilla"], strict=True)
-                    ],
-                }
+                record = common.ratio_record(
+                    times[method], peaks[method], times["vanilla"], peaks["vanilla"],
+                    n=n, tokens=length, method=method,
+                )  # fmt: skip
                 records.append(record)
-                rows.append(
-                    [
-                        n,
-                        length,
-                        method,
-                        f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})",
-                        f"{record['time_ratio']:.3f}",
-                        f"{common.mib(p['median']):.1f}",
-                        f"{record['memory_ratio']:.3f}",
-                    ]
-                )
-                print(
-                    f"  N={n} {method}: {t['median']:.3f} s x{record['time_ratio']:.3f}", flush=True
-                )
+                rows.append([n, length, method, *common.ratio_cells(record)])
+                median = record["seconds"]["median"]
+                print(f"  N={n} {method}: {median:.3f} s x{record['time_ratio']:.3f}", flush=True)
     table = common.print_table(
         f"End to end per instance ({args.tokens_per_image} tokens/image, {args.layers} layers, "
         f"width {args.hidden}, {args.dtype}, {args.device}, {args.repeats} instances)",
@@ -136,16 +113,7 @@ def main() -> None:
         ],
         rows,
     )
-    common.write_results(
-        args.out,
-        {
-            "benchmark": "end_to_end",
-            "machine": info,
-            "args": vars(args) | {"out": str(args.out)},
-            "results": records,
-            "table": table,
-        },
-    )
+    common.write_results("end_to_end", args, info, records, table)
 
 
 if __name__ == "__main__":

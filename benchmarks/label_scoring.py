@@ -99,33 +99,14 @@ def main() -> None:
             times[mode].append(seconds)
             peaks[mode].append(peak)
     length = batches[0].inputs["input_ids"].shape[1]
-    base_time = common.spread(times["n9_labels"])["median"]
-    base_peak = common.spread(peaks["n9_labels"])["median"]
     rows, records = [], []
     for mode in MODES:
-        t, p = common.spread(times[mode]), common.spread(peaks[mode])
-        record = {
-            "mode": mode,
-            "tokens": length,
-            "seconds": t,
-            "peak_bytes": p,
-            "time_ratio": t["median"] / base_time,
-            "memory_ratio": p["median"] / base_peak,
-            "paired_time_ratios": [
-                a / b for a, b in zip(times[mode], times["n9_labels"], strict=True)
-            ],
-        }
+        record = common.ratio_record(
+            times[mode], peaks[mode], times["n9_labels"], peaks["n9_labels"],
+            mode=mode, tokens=length,
+        )  # fmt: skip
         records.append(record)
-        rows.append(
-            [
-                mode,
-                length,
-                f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})",
-                f"{record['time_ratio']:.3f}",
-                f"{common.mib(p['median']):.1f}",
-                f"{record['memory_ratio']:.3f}",
-            ]
-        )
+        rows.append([mode, length, *common.ratio_cells(record)])
     table = common.print_table(
         f"Label scoring, 12-image prompt ({args.tokens_per_image} tokens/image, {args.layers} "
         f"layers, width {args.hidden}, {args.dtype}, {args.device}, {args.repeats} instances; "
@@ -135,17 +116,9 @@ def main() -> None:
     )
     print(f"max |cached - reforward| label score: {max(differences):.2e}")
     common.write_results(
-        args.out,
-        {
-            "benchmark": "label_scoring",
-            "machine": info,
-            "args": vars(args) | {"out": str(args.out)},
-            "decoding_steps": steps,
-            "max_abs_difference_cached_vs_reforward": max(differences),
-            "results": records,
-            "table": table,
-        },
-    )
+        "label_scoring", args, info, records, table,
+        decoding_steps=steps, max_abs_difference_cached_vs_reforward=max(differences),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -217,16 +217,7 @@ def main() -> None:
         ],
         rows,
     )
-    common.write_results(
-        args.out,
-        {
-            "benchmark": "probe_cost",
-            "machine": info,
-            "args": vars(args) | {"out": str(args.out)},
-            "results": records,
-            "table": table,
-        },
-    )
+    common.write_results("probe_cost", args, info, records, table)
 
 
 if __name__ == "__main__":

@@ -320,6 +320,12 @@ def tiny_llava(tmp_path_factory):
     return save_tiny_model("llava", tmp_path_factory.mktemp("models") / "llava")
 
 
+def evaluate_model(model, bench, capsys):
+    """`posdebias evaluate --model DIR` on two instances, vanilla only: enough to load it."""
+    args = ["evaluate", "--model", model, "--benchmark", bench, "--count", "2", "--orders", "1"]
+    return run([*args, "--calibrators", "vanilla"], capsys)
+
+
 def test_row2_corrupt_image(bench, tmp_path, capsys, tiny_llava):
     first = json.loads((bench / "benchmark.jsonl").read_text().splitlines()[0])
     root = json.loads((bench / "manifest.json").read_text())["root"]
@@ -355,22 +361,7 @@ def test_row9_processor_without_chat_template(tmp_path, capsys, tiny_llava, benc
             payload = json.loads(path.read_text())
             if isinstance(payload, dict) and payload.pop("chat_template", None) is not None:
                 path.write_text(json.dumps(payload))
-    code, err = run(
-        [
-            "evaluate",
-            "--model",
-            model,
-            "--benchmark",
-            bench,
-            "--count",
-            "2",
-            "--orders",
-            "1",
-            "--calibrators",
-            "vanilla",
-        ],
-        capsys,
-    )
+    code, err = evaluate_model(model, bench, capsys)
     assert code == 2 and "has no chat template" in err
 
 
@@ -459,20 +450,5 @@ def test_pickled_weights_are_refused(tmp_path, capsys, tiny_llava, bench):
     weights = model / "model.safetensors"
     torch.save(load_file(weights), model / "pytorch_model.bin")
     weights.unlink()
-    code, err = run(
-        [
-            "evaluate",
-            "--model",
-            model,
-            "--benchmark",
-            bench,
-            "--count",
-            "2",
-            "--orders",
-            "1",
-            "--calibrators",
-            "vanilla",
-        ],
-        capsys,
-    )
+    code, err = evaluate_model(model, bench, capsys)
     assert code == 2 and "safetensors weights only" in err
