@@ -61,6 +61,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, default_out: str) -
     )
 
 
+def start(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """Parse the arguments, fix the allocator and torch threads, print and return the machine:
+    the common start of the in-process scripts (probe_cost.py forks children first)."""
+    args = parser.parse_args()
+    ensure_malloc_env()
+    setup_torch(args)
+    info = machine(args)
+    print(f"machine: {info}", flush=True)
+    return args, info
+
+
 def setup_torch(args: argparse.Namespace) -> Any:
     import torch
 

@@ -29,13 +29,9 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--tokens-per-image", type=int, default=256)
     parser.set_defaults(repeats=3, dtype="float32")
-    args = parser.parse_args()
-    common.ensure_malloc_env()
-    common.setup_torch(args)
+    args, info = common.start(parser)
     import numpy as np
 
-    info = common.machine(args)
-    print(f"machine: {info}", flush=True)
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     with tempfile.TemporaryDirectory() as tmp:
         instances = common.make_instances(args.instances, args.n, args.tokens_per_image, Path(tmp))

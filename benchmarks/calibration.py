@@ -28,15 +28,11 @@ def main() -> None:
     parser.add_argument("--tokens-per-image", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=None, help="default: N")
     parser.set_defaults(repeats=2, dtype="float32")
-    args = parser.parse_args()
-    common.ensure_malloc_env()
-    common.setup_torch(args)
+    args, info = common.start(parser)
     import numpy as np
 
     from posdebias.core.symmetry import symmetrized_calibration_set
 
-    info = common.machine(args)
-    print(f"machine: {info}", flush=True)
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     batched_size = args.batch_size or args.n
     sizes = {"one by one": 1, f"batched ({batched_size})": batched_size}

@@ -54,14 +54,10 @@ def main() -> None:
     parser.add_argument("--n-list", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument("--tokens-per-image", type=int, default=256)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    args = parser.parse_args()
-    common.ensure_malloc_env()
-    common.setup_torch(args)
+    args, info = common.start(parser)
     from posdebias.evaluation.runner import fit_calibrators
     from posdebias.registry import get_registry
 
-    info = common.machine(args)
-    print(f"machine: {info}", flush=True)
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     registry = get_registry()
     methods = ["vanilla", *[m for m in args.methods if m != "vanilla"]]

@@ -66,11 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_arguments(parser, default_out="label_scoring.json")
     parser.add_argument("--tokens-per-image", type=int, default=256)
-    args = parser.parse_args()
-    common.ensure_malloc_env()
-    common.setup_torch(args)
-    info = common.machine(args)
-    print(f"machine: {info}", flush=True)
+    args, info = common.start(parser)
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     with tempfile.TemporaryDirectory() as tmp:
         instances = common.make_instances(args.repeats, 12, args.tokens_per_image, Path(tmp))
