@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import ConfigDict, Field, field_validator
 
+from posdebias._images import min_image_side, open_image
+from posdebias._inputs import excerpt
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.prompt import PromptTemplate, coerce_prompt
 from posdebias.adapters.spans import SpanTokens
@@ -78,32 +80,28 @@ class HFAdapterOptions(AdapterOptions):
 LOADING_OPTIONS = ("model", "dtype", "device", "device_map", "trust_remote_code", "revision")
 
 
-def load_image(reference: Any, instance_id: str) -> Any:
-    """An RGB PIL image from a path or a PIL image; clear errors for missing or bad files."""
-    from PIL import Image, UnidentifiedImageError
+def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
+    """An RGB PIL image from a path or a PIL image; clear errors for missing or bad files.
+
+    Files open through :func:`posdebias._images.open_image` (raster formats only, a pixel cap,
+    shrunk early to no less than ``min_side`` on the short side).
+    """
+    from PIL import Image
 
     if isinstance(reference, Image.Image):
         return reference.convert("RGB")
     if not isinstance(reference, (str, Path)):
         raise InputError(
-            f"instance {instance_id!r}: image {reference!r} is neither a path nor a PIL image"
+            f"instance {excerpt(instance_id)}: image {excerpt(reference)} is neither a path "
+            "nor a PIL image"
         )
     text = str(reference)
     if "://" in text:
         raise InputError(
-            f"instance {instance_id!r}: image {text!r} is not a file; a real model needs image "
-            "files (build a benchmark, or pass paths / PIL images)"
+            f"instance {excerpt(instance_id)}: image {excerpt(text)} is not a file; a real model "
+            "needs image files (build a benchmark, or pass paths / PIL images)"
         )
-    path = Path(text)
-    if not path.is_file():
-        raise InputError(f"instance {instance_id!r}: image file {path} does not exist")
-    try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as exc:
-        raise InputError(
-            f"instance {instance_id!r}: image file {path} cannot be read as an image ({exc})"
-        ) from None
+    return open_image(text, what=f"instance {excerpt(instance_id)}: image", min_side=min_side)
 
 
 @dataclass
@@ -332,7 +330,8 @@ class HFAdapter(Adapter):
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
         texts = [self.render(instance) for instance in instances]
-        images = [[load_image(im, inst.id) for im in inst.images] for inst in instances]
+        side = min_image_side(self.processor)
+        images = [[load_image(im, inst.id, side) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)

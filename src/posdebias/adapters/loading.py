@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from posdebias._weights import check_safetensors_only
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.errors import AdapterError, InputError
 
@@ -104,6 +105,19 @@ def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | No
     )
 
 
+def _local_folder(source: str, revision: str | None) -> Path:
+    """The folder transformers will read ``source`` from: the directory itself, or the cached
+    snapshot of a hub id (a hub id not cached yet is checked by transformers' own
+    ``use_safetensors=True``)."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(source, "config.json", revision=revision)
+    return Path(cached).parent if isinstance(cached, str) else path
+
+
 def _hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
@@ -182,6 +196,7 @@ def load_adapter(
             f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
         )
     source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
+    check_safetensors_only(_local_folder(source, revision))  # before anything is opened
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -216,6 +231,11 @@ def load_adapter(
         raise AdapterError(
             f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
             f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"
+        ) from None
+    except Exception as exc:  # a damaged file: truncated safetensors, a broken tokenizer, ...
+        raise InputError(
+            f"cannot load model {source!r}: {type(exc).__name__}: {str(exc)[:300]}. A file of "
+            "the model folder is damaged or truncated; download or save the model again"
         ) from None
     if device_map is None:
         model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import string
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet
-from posdebias.errors import ConfigError, InputError
+from posdebias.errors import ConfigError
 
 PROMPT_FILE = "posdebias_prompt.json"
 
@@ -62,12 +65,14 @@ class PromptTemplate(BaseModel):
             "image_suffix": (self.image_suffix, {**sample, "label": "1", "index": 1}),
         }
         for name, (template, values) in fields.items():
+            allowed = ", ".join("{" + key + "}" for key in values)
             try:
+                _check_fields(template, values)
                 template.format(**values)
-            except (KeyError, IndexError, ValueError) as exc:
-                allowed = ", ".join("{" + key + "}" for key in values)
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
                 raise ValueError(
-                    f"{name} template {template!r} is invalid ({exc}); placeholders: {allowed}"
+                    f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
+                    f"placeholders: {allowed}"
                 ) from None
         if "{caption}" not in self.query and "{caption}" not in self.instruction:
             raise ValueError("the prompt never shows the caption: put {caption} in query")
@@ -114,6 +119,27 @@ class PromptTemplate(BaseModel):
         return messages
 
 
+#: Widest field a template may ask for (``{label:>3}``); a huge width would build a huge string.
+MAX_FIELD_WIDTH = 100
+
+
+def _check_fields(template: str, values: dict[str, Any]) -> None:
+    """Only the named placeholders, no attribute or index access (``{n.real}``,
+    ``{caption.__class__}`` would reach into Python objects) and no huge widths."""
+    for _, field, spec, _ in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if field not in values:
+            raise ValueError(f"unknown placeholder {{{field[:40]}}}")
+        if spec and (
+            "{" in spec or any(int(run) > MAX_FIELD_WIDTH for run in re.findall(r"\d+", spec))
+        ):
+            raise ValueError(
+                f"format spec {spec[:40]!r} of {{{field}}} is nested or wider than "
+                f"{MAX_FIELD_WIDTH}"
+            )
+
+
 def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTemplate | None:
     """A PromptTemplate from a template, a dict of fields, or a JSON file path."""
     if prompt is None or isinstance(prompt, PromptTemplate):
@@ -130,12 +156,8 @@ def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTe
 
 def load_prompt_file(path: Path) -> PromptTemplate:
     """Read a PromptTemplate from JSON; errors name the file and the wrong field."""
-    if not path.is_file():
-        raise InputError(f"prompt file {path} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"prompt file {path} is not valid JSON: {exc}") from None
+    text = read_input_text(path, "prompt file", limit=CONFIG_LIMIT)
+    data = parse_json(text, f"prompt file {path}", error=ConfigError)
     try:
         return PromptTemplate.model_validate(data)
     except ValidationError as exc:

@@ -23,6 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from posdebias._inputs import excerpt
 from posdebias._version import __version__
 from posdebias.benchmarks.files import (
     MAX_N,
@@ -103,8 +104,16 @@ class _Steps:
 
 
 def _check_options(
-    source: str, setting: str, n: int, count: int, pool_size: int | None, threshold: float
+    source: str,
+    setting: str,
+    n: int,
+    count: int,
+    pool_size: int | None,
+    threshold: float,
+    numbers: tuple[tuple[str, Any, int], ...] = (),
 ) -> None:
+    """Every option checked before anything is read or written; ``numbers`` holds
+    (flag, value, minimum) of the other whole-number options."""
     if source not in SOURCE_KINDS:
         raise BenchmarkError(f"unknown source {source!r}; choose one of {list(SOURCE_KINDS)}")
     if setting not in SETTINGS:
@@ -117,6 +126,9 @@ def _check_options(
         raise BenchmarkError(f"--pool-size {pool_size} is smaller than N={n}")
     if not -1.0 < threshold <= 1.0:
         raise BenchmarkError(f"caption threshold {threshold} must be in (-1, 1]")
+    for flag, value, low in numbers:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise BenchmarkError(f"{flag} must be a whole number >= {low}, got {excerpt(value)}")
 
 
 def build_benchmark(
@@ -153,7 +165,15 @@ def build_benchmark(
     (``shapes_images`` images, default ``pool_size`` or ``2 * count``). See the CLI
     (``posdebias build --help``) and docs/benchmarks.md for the options.
     """
-    _check_options(source, setting, n, count, pool_size, caption_threshold)
+    _check_options(
+        source,
+        setting,
+        n,
+        count,
+        pool_size,
+        caption_threshold,
+        (("--seed", seed, 0), ("--shapes-seed", shapes_seed, 0), ("--batch-size", batch_size, 1)),
+    )
     seconds: dict[str, float] = {}
     warnings_out: list[str] = []
     started = time.perf_counter()

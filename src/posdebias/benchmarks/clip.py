@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
 from posdebias._io import atomic_write_bytes, cache_root
 from posdebias.benchmarks.files import sha256_file
 from posdebias.errors import BenchmarkError
@@ -55,10 +56,8 @@ def _register_config_file(path: Path) -> tuple[str, str]:
     """Register an open_clip model-config JSON under a content-derived name; (name, sha256)."""
     import open_clip
 
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BenchmarkError(f"cannot read the CLIP model config {path}: {exc}") from exc
+    text = read_input_text(path, "CLIP model config", limit=CONFIG_LIMIT, error=BenchmarkError)
+    config = parse_json(text, f"CLIP model config {path}", error=BenchmarkError)
     missing = [k for k in ("embed_dim", "vision_cfg", "text_cfg") if k not in config]
     if not isinstance(config, dict) or missing:
         raise BenchmarkError(
@@ -95,17 +94,15 @@ class ClipEncoder:
     def encode_images(self, paths: Sequence[Path], progress: Progress | None = None) -> np.ndarray:
         """[len(paths), D] float32 L2-normalised image embeddings."""
         import torch
-        from PIL import Image, UnidentifiedImageError
+
+        from posdebias._images import open_image
 
         chunks = []
         for start in range(0, len(paths), self.batch_size):
             batch = []
             for path in paths[start : start + self.batch_size]:
-                try:
-                    with Image.open(path) as image:
-                        batch.append(self.preprocess(image.convert("RGB")))
-                except (OSError, UnidentifiedImageError) as exc:
-                    raise BenchmarkError(f"cannot read image {path}: {exc}") from exc
+                # one image at a time at full size: the batch holds preprocessed tensors only
+                batch.append(self.preprocess(open_image(path)))
             with torch.inference_mode():
                 features = self.model.encode_image(torch.stack(batch).to(self.device))
             chunks.append(_normalised(features))

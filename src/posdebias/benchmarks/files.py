@@ -22,6 +22,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posdebias._inputs import (
+    CONFIG_LIMIT,
+    DATA_LIMIT,
+    confined_path,
+    excerpt,
+    jsonl_lines,
+    parse_json,
+    read_input_bytes,
+    read_input_text,
+)
 from posdebias._io import atomic_write_text
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
@@ -187,12 +197,8 @@ def _format_validation(error: ValidationError) -> list[str]:
 
 
 def load_manifest(path: Path) -> BenchmarkManifest:
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BenchmarkError(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise BenchmarkError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+    text = read_input_text(path, "benchmark manifest", limit=CONFIG_LIMIT, error=BenchmarkError)
+    payload = parse_json(text, str(path), error=BenchmarkError)
     try:
         return BenchmarkManifest.model_validate(payload)
     except ValidationError as exc:
@@ -205,14 +211,22 @@ def _locate(path: Path) -> tuple[Path, Path | None]:
     """(JSONL path, manifest path or None) for a benchmark folder or a JSONL file."""
     if path.is_dir():
         manifest = path / MANIFEST_FILE
-        if not manifest.is_file():
+        if not manifest.exists():
             raise BenchmarkError(
                 f"{path} has no {MANIFEST_FILE}; give a folder made by `posdebias build`"
             )
-        return path / load_manifest(manifest).benchmark_file, manifest
+        name = load_manifest(manifest).benchmark_file
+        return confined_path(path, name, "the manifest's benchmark_file", error=BenchmarkError), (
+            manifest
+        )
     if path.is_file():
         manifest = path.parent / MANIFEST_FILE
         return path, manifest if manifest.is_file() else None
+    if path.exists():
+        raise BenchmarkError(
+            f"benchmark {path} is not a folder or a regular file; give a folder made by "
+            "`posdebias build`"
+        )
     raise BenchmarkError(
         f"benchmark {path} does not exist; give a folder made by `posdebias build`"
     )
@@ -236,15 +250,12 @@ def load_benchmark(
     if root is not None:
         root_path = Path(root).resolve()
     elif manifest is not None:
-        root_path = Path(manifest.root)
+        root_path = _manifest_root(manifest, jsonl_path.parent)
     else:
         raise BenchmarkError(
             f"{jsonl_path} has no {MANIFEST_FILE} beside it; pass the image root explicitly"
         )
-    try:
-        data = jsonl_path.read_bytes()
-    except OSError as exc:
-        raise BenchmarkError(f"cannot read {jsonl_path}: {exc.strerror}") from exc
+    data = read_input_bytes(jsonl_path, "benchmark file", limit=DATA_LIMIT, error=BenchmarkError)
     problems: list[str] = []
     if manifest is not None and manifest.benchmark_sha256 != sha256_bytes(data):
         problems.append(
@@ -261,7 +272,9 @@ def load_benchmark(
     instances: list[RetrievalInstance] = []
     first_line: dict[str, int] = {}
     exists: dict[str, bool] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    inside_root: dict[str, bool] = {}
+    real_root = root_path.resolve()
+    for number, line in enumerate(jsonl_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -272,7 +285,7 @@ def load_benchmark(
         line_problems = []
         if record.id in first_line:
             line_problems.append(
-                f"duplicate id {record.id!r} (first on line {first_line[record.id]})"
+                f"duplicate id {excerpt(record.id)} (first on line {first_line[record.id]})"
             )
         if manifest is not None and len(record.images) != manifest.n:
             line_problems.append(
@@ -280,13 +293,21 @@ def load_benchmark(
             )
         for image in record.images:
             posix = PurePosixPath(image)
-            if posix.is_absolute() or ".." in posix.parts:
-                line_problems.append(f"image path {image!r} must be relative to the root")
+            if posix.is_absolute() or ".." in posix.parts or "\x00" in image:
+                line_problems.append(f"image path {excerpt(image)} must be relative to the root")
+                continue
+            if image not in inside_root:
+                inside_root[image] = (root_path / image).resolve().is_relative_to(real_root)
+            if not inside_root[image]:
+                line_problems.append(
+                    f"image {excerpt(image)} leads outside the root {root_path} through a "
+                    "symlink; images must be inside the root"
+                )
             elif check_images:
                 if image not in exists:
                     exists[image] = (root_path / image).is_file()
                 if not exists[image]:
-                    line_problems.append(f"image {image!r} not found under {root_path}")
+                    line_problems.append(f"image {excerpt(image)} not found under {root_path}")
         first_line.setdefault(record.id, number)
         if line_problems:
             problems += [f"line {number}: {message}" for message in line_problems]
@@ -319,3 +340,16 @@ def load_benchmark(
             f"{jsonl_path}", problems, "Fix or rebuild the benchmark with `posdebias build`."
         )
     return Benchmark(instances=instances, manifest=manifest, root=root_path, path=jsonl_path)
+
+
+def _manifest_root(manifest: BenchmarkManifest, folder: Path) -> Path:
+    """The image root a manifest names: the absolute folder `posdebias build` was given, or a
+    relative one, which must stay inside the benchmark folder (symlinks resolved)."""
+    root = manifest.root
+    if "\x00" in root or not root:
+        raise BenchmarkError(f"the manifest's root {excerpt(root)} is not a usable path")
+    if Path(root).is_absolute():
+        return Path(root)
+    return confined_path(
+        folder, root, "the manifest's root", error=BenchmarkError, hint="pass root= (--root)"
+    )

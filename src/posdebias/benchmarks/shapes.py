@@ -37,6 +37,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posdebias._inputs import CONFIG_LIMIT, read_input_text
 from posdebias.errors import BenchmarkError, OutputError
 
 GENERATOR_NAME = "posdebias.benchmarks.shapes"
@@ -180,10 +181,9 @@ class ShapeSpace(BaseModel):
 def load_shape_space(path: str | os.PathLike[str]) -> ShapeSpace:
     """Read a :class:`ShapeSpace` from a JSON file, with a clear error for a bad one."""
     source = Path(path)
+    text = read_input_text(source, "shape space", limit=CONFIG_LIMIT, error=BenchmarkError)
     try:
-        return ShapeSpace.model_validate_json(source.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BenchmarkError(f"cannot read shape space {source}: {exc.strerror}") from exc
+        return ShapeSpace.model_validate_json(text)
     except ValidationError as exc:
         raise BenchmarkError(f"{source}: invalid shape space: {exc}") from exc
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, parse_json, read_input_text
 from posdebias.errors import BenchmarkError
 
 SOURCE_KINDS = ("coco", "flickr8k", "jsonl", "shapes")
@@ -69,24 +70,11 @@ def problems_error(what: str, problems: Sequence[str], fix: str = "") -> Benchma
 
 
 def _read_text(path: Path, what: str, flag: str) -> str:
-    if not path.is_file():
-        raise BenchmarkError(f"{what} {path} does not exist; check {flag}")
-    try:
-        return path.read_text(encoding="utf-8").removeprefix("\ufeff")  # tolerate a BOM
-    except OSError as exc:
-        raise BenchmarkError(f"cannot read {what} {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise BenchmarkError(f"{what} {path} is not UTF-8 text ({exc.reason})") from exc
+    return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint=f"check {flag}")
 
 
 def _read_json(path: Path, what: str, flag: str) -> Any:
-    text = _read_text(path, what, flag)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BenchmarkError(
-            f"{path}:{exc.lineno}:{exc.colno}: {what} is not valid JSON ({exc.msg})"
-        ) from exc
+    return parse_json(_read_text(path, what, flag), f"{path}: {what}", error=BenchmarkError)
 
 
 def _check_root(root: Path) -> Path:
@@ -111,7 +99,10 @@ def _find_one(folders: Sequence[Path], pattern: str, what: str, flag: str) -> Pa
 
 
 def _relative_path(name: str, root: Path) -> str | None:
-    """``name`` as a clean POSIX path relative to ``root``, or None if it escapes the root."""
+    """``name`` as a clean POSIX path relative to ``root`` (already resolved), or None if it
+    escapes the root, by ``..``, by being absolute elsewhere, or through a symlink."""
+    if "\x00" in name:
+        return None
     path = Path(name)
     if path.is_absolute():
         try:
@@ -120,6 +111,8 @@ def _relative_path(name: str, root: Path) -> str | None:
             return None
     posix = PurePosixPath(path.as_posix())
     if not posix.parts or ".." in posix.parts:
+        return None
+    if not (root / posix).resolve().is_relative_to(root):
         return None
     return posix.as_posix()
 
@@ -196,7 +189,7 @@ def read_coco(
             continue
         image_id, caption = ann.get("image_id"), ann.get("caption")
         if not isinstance(image_id, int) or isinstance(image_id, bool):
-            problems.append(f"{where}: image_id must be an integer, got {image_id!r}")
+            problems.append(f"{where}: image_id must be an integer, got {excerpt(image_id)}")
         elif image_id not in captions:
             problems.append(f"{where}: image_id {image_id} is not in the images list")
         elif not isinstance(caption, str) or not caption.strip():
@@ -216,11 +209,21 @@ def read_coco(
         categories = _coco_categories(instances_path, set(file_names))
 
     images = []
+    owner: dict[str, int] = {}
     for image_id in sorted(file_names):
         relative = _relative_path(file_names[image_id], root_path)
         if relative is None:
-            problems.append(f"image {image_id}: file_name {file_names[image_id]!r} is outside root")
+            problems.append(
+                f"image {image_id}: file_name {excerpt(file_names[image_id])} is outside root"
+            )
             continue
+        if relative in owner:
+            problems.append(
+                f"image {image_id}: file_name {excerpt(relative)} is also the file of image "
+                f"{owner[relative]}; each image id needs its own file"
+            )
+            continue
+        owner[relative] = image_id
         images.append(
             PoolImage(
                 image_id=str(image_id),
@@ -251,7 +254,7 @@ def _coco_images(payload: Any, path: Path, problems: list[str]) -> dict[int, str
             continue
         image_id, file_name = image.get("id"), image.get("file_name")
         if not isinstance(image_id, int) or isinstance(image_id, bool):
-            problems.append(f"{where}: id must be an integer, got {image_id!r}")
+            problems.append(f"{where}: id must be an integer, got {excerpt(image_id)}")
         elif not isinstance(file_name, str) or not file_name:
             problems.append(f"{where} (id {image_id}): file_name is missing")
         elif image_id in file_names:
@@ -282,7 +285,7 @@ def _coco_categories(path: Path, image_ids: set[int]) -> dict[int, tuple[str, ..
             continue
         image_id, category_id = ann.get("image_id"), ann.get("category_id")
         if category_id not in names:
-            problems.append(f"annotations[{index}]: unknown category_id {category_id!r}")
+            problems.append(f"annotations[{index}]: unknown category_id {excerpt(category_id)}")
         elif image_id in image_ids:
             found.setdefault(image_id, set()).add(names[category_id])
     if problems:
@@ -325,7 +328,7 @@ def read_flickr8k(
     else:
         captions_path = Path(captions_file)
     text = _read_text(captions_path, "Flickr8k captions file", "--captions")
-    lines = text.splitlines()
+    lines = jsonl_lines(text)
     first = next((line.strip() for line in lines if line.strip()), "")
     if first.lower().replace(" ", "") == "image,caption":
         captions, problems = _flickr_csv(text)
@@ -334,13 +337,13 @@ def read_flickr8k(
     else:
         raise BenchmarkError(
             f"{captions_path}:1: not a Flickr8k captions file: expected the CSV header "
-            f"'image,caption' or 'name.jpg#0<TAB>caption' lines, got {first[:60]!r}"
+            f"'image,caption' or 'name.jpg#0<TAB>caption' lines, got {excerpt(first)}"
         )
     images = []
     for name in sorted(captions):
         relative = _relative_path(name, root_path)
         if relative is None:
-            problems.append(f"image name {name!r} is outside the root")
+            problems.append(f"image name {excerpt(name)} is outside the root")
             continue
         ordered = tuple(caption for _, caption in sorted(captions[name], key=lambda kc: kc[0]))
         images.append(PoolImage(image_id=name, path=relative, captions=ordered, categories=None))
@@ -357,8 +360,10 @@ def _flickr_token(lines: list[str]) -> tuple[dict[str, list[tuple[int, str]]], l
             continue
         key, tab, caption = line.partition("\t")
         name, hash_, k = key.strip().rpartition("#")
-        if not tab or not hash_ or not name or not k.isdigit():
-            problems.append(f"line {number}: expected 'name.jpg#k<TAB>caption', got {line[:60]!r}")
+        if not tab or not hash_ or not name or not (k.isascii() and k.isdigit()):
+            problems.append(
+                f"line {number}: expected 'name.jpg#k<TAB>caption', got {excerpt(line)}"
+            )
         elif not caption.strip():
             problems.append(f"line {number}: empty caption for {name}")
         else:
@@ -369,7 +374,7 @@ def _flickr_token(lines: list[str]) -> tuple[dict[str, list[tuple[int, str]]], l
 def _flickr_csv(text: str) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
     captions: dict[str, list[tuple[int, str]]] = {}
     problems: list[str] = []
-    reader = csv.reader(text.splitlines())
+    reader = csv.reader(jsonl_lines(text))
     next(reader)  # the header, checked by the caller
     for row in reader:
         number = reader.line_num
@@ -378,7 +383,8 @@ def _flickr_csv(text: str) -> tuple[dict[str, list[tuple[int, str]]], list[str]]
         # unquoted commas inside a caption split it into more fields: join them back
         name, caption = row[0].strip(), ",".join(row[1:])
         if not name or len(row) < 2:
-            problems.append(f"line {number}: expected 'image,caption', got {','.join(row)[:60]!r}")
+            got = excerpt(",".join(row))
+            problems.append(f"line {number}: expected 'image,caption', got {got}")
         elif not caption.strip():
             problems.append(f"line {number}: empty caption for {name}")
         else:
@@ -412,13 +418,16 @@ def read_jsonl(
     captions: dict[str, list[str]] = {}
     categories: dict[str, tuple[str, ...] | None] = {}
     first_line: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(jsonl_lines(text), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             problems.append(f"line {number}: not valid JSON ({exc.msg})")
+            continue
+        except (RecursionError, ValueError):
+            problems.append(f"line {number}: not usable JSON (nested too deeply or a huge number)")
             continue
         if not isinstance(record, dict):
             problems.append(f"line {number}: expected an object with image and caption")
@@ -432,7 +441,9 @@ def read_jsonl(
             continue
         relative = _relative_path(image, root_path)
         if relative is None:
-            problems.append(f"line {number}: image {image!r} is outside the root {root_path}")
+            problems.append(
+                f"line {number}: image {excerpt(image)} is outside the root {root_path}"
+            )
             continue
         if not isinstance(caption, str) or not caption.strip():
             problems.append(f"line {number}: 'caption' must be a non-empty string")

@@ -22,15 +22,40 @@ SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich console that never truncates tables when output goes to a file or a pipe."""
-    console = Console(stderr=stderr)
+    """A rich console that never truncates tables when output goes to a file or a pipe.
+
+    Markup and emoji codes are off: what we print holds user text (labels, captions, paths,
+    model ids) that must appear as written, so ``[red]`` or ``:smile:`` in a caption is shown
+    literally (and ``[/x]`` cannot crash a command). Style with ``style=`` or ``Text`` instead.
+    """
+    console = Console(stderr=stderr, markup=False, emoji=False)
     if not console.is_terminal:
-        console = Console(stderr=stderr, width=160)
+        console = Console(stderr=stderr, width=160, markup=False, emoji=False)
     return console
+
+
+#: An error message is cut to this many lines of at most this many characters.
+MAX_MESSAGE_LINES = 60
+MAX_LINE_CHARS = 1000
+
+
+def printable(message: str) -> str:
+    """``message`` safe for a terminal: control and other invisible characters (escape
+    sequences, carriage returns, U+2028...) shown as escapes, lines and line count bounded."""
+    lines = message.split("\n")
+    shown = []
+    for line in lines[:MAX_MESSAGE_LINES]:
+        text = "".join(ch if ch == "\t" or ch.isprintable() else ascii(ch)[1:-1] for ch in line)
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS] + f"... ({len(text) - MAX_LINE_CHARS} more characters)"
+        shown.append(text)
+    if len(lines) > MAX_MESSAGE_LINES:
+        shown.append(f"... ({len(lines) - MAX_MESSAGE_LINES} more lines)")
+    return "\n".join(shown)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PosdebiasError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -70,8 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         print(
-            f"internal error: {type(exc).__name__}: {exc}\nrun again with --debug for the "
-            "traceback and please report it",
+            f"internal error: {type(exc).__name__}: {printable(str(exc))}\nrun again with "
+            "--debug for the traceback and please report it",
             file=sys.stderr,
         )
         return 1

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import warnings
 from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.shapes import load_shape_space
 from posdebias.benchmarks.sources import SOURCE_KINDS
+from posdebias.cli import make_console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,11 +91,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if (args.clip_pretrained or "").lower() == "none" and args.setting == "adversarial":
         console.print(
-            "[bold red]WARNING: --clip-pretrained none gives a CLIP model with RANDOM weights; "
-            "the hard negatives are arbitrary. Only for tests.[/bold red]"
+            "WARNING: --clip-pretrained none gives a CLIP model with RANDOM weights; "
+            "the hard negatives are arbitrary. Only for tests.",
+            style="bold red",
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # shown above, in red
@@ -122,15 +126,15 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             console=console,
         )
-    print_summary(report, Console())
+    print_summary(report, make_console())
     return 0
 
 
-def print_summary(report: BuildReport, console: Console) -> None:
+def print_summary(report: BuildReport, console: Console) -> None:  # markup off: user paths
     """What was built, from what, how long it took and what the cache did."""
     m = report.manifest
     console.print(
-        f"[bold]built[/bold] {m.count} {m.setting} instances, N={m.n}, seed={m.seed}, "
+        f"built {m.count} {m.setting} instances, N={m.n}, seed={m.seed}, "
         f"from {m.source.kind} ({m.source.pool_size} pool images of "
         f"{m.source.images_in_source} in the source)"
     )
@@ -138,7 +142,7 @@ def print_summary(report: BuildReport, console: Console) -> None:
         state = "reused" if report.shapes_reused else "generated"
         console.print(f"shapes dataset {state} in {m.root}")
     if m.source.skipped_missing_images:
-        console.print(f"[yellow]{m.source.skipped_missing_images} missing images skipped[/yellow]")
+        console.print(f"{m.source.skipped_missing_images} missing images skipped", style="yellow")
     if m.clip is not None and m.filters is not None:
         console.print(f"CLIP {m.clip.model} / {m.clip.pretrained}")
         category = (
@@ -157,7 +161,7 @@ def print_summary(report: BuildReport, console: Console) -> None:
                 f"computed {report.cache_misses or '-'}"
             )
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"warning: {warning}", style="yellow")
     timing = ", ".join(f"{step} {seconds:.1f}s" for step, seconds in report.seconds.items())
     console.print(f"time: {timing}")
     console.print(f"wrote {report.out_dir / BENCHMARK_FILE} and {report.out_dir / MANIFEST_FILE}")

@@ -32,5 +32,5 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     for info in registry.plugins():
         if info.error:
-            console.print(f"[red]plugin {info.name!r} failed:[/red] {info.error}")
+            console.print(f"plugin {info.name!r} failed: {info.error}", style="red")
     return 0

@@ -26,9 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
     from rich.table import Table
 
+    from posdebias._inputs import excerpt, load_yaml
     from posdebias.api import Debiaser
     from posdebias.errors import InputError
     from posdebias.evaluation.config import load_config
@@ -37,9 +37,13 @@ def run(args: argparse.Namespace) -> int:
     options = {}
     for item in args.adapter_option:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise InputError(f"--adapter-option {item!r} must look like KEY=VALUE")
-        options[key] = yaml.safe_load(value)
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise InputError(
+                f"--adapter-option {excerpt(item)} must look like KEY=VALUE with KEY an option "
+                "name (e.g. label_set=upper)"
+            )
+        options[key] = load_yaml(value, f"--adapter-option {key}")
     config = load_config(None, model=args.model, adapter={"name": args.adapter, "options": options})
     debiaser = Debiaser.load(args.calibration, build_adapter(config))
     prediction = debiaser.rank(args.caption, args.images)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posdebias._inputs import STATE_LIMIT, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias.errors import CalibrationError
 
@@ -106,17 +107,21 @@ class CalibrationState(BaseModel):
     def load(cls, path: str | Path) -> CalibrationState:
         """Read and validate a saved state; every failure is a :class:`CalibrationError`."""
         source = Path(path)
-        if not source.is_file():
-            raise CalibrationError(
-                f"calibration file {source} does not exist; create it with `posdebias calibrate`"
-            )
+        text = read_input_text(
+            source,
+            "calibration file",
+            limit=STATE_LIMIT,
+            error=CalibrationError,
+            hint="create it with `posdebias calibrate`",
+        )
         try:
-            payload = json.loads(source.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            payload = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
             raise CalibrationError(
-                f"calibration file {source} is not valid JSON ({exc}); re-create it with "
+                f"calibration file {source} is not valid JSON ({why}); re-create it with "
                 "`posdebias calibrate`"
-            ) from exc
+            ) from None
         return cls.from_payload(payload, source=str(source))
 
     @classmethod

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import tomllib
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from posdebias._inputs import CONFIG_LIMIT, excerpt, load_yaml, parse_json, read_input_text
 from posdebias.errors import ConfigError
 
 DEFAULT_CALIBRATORS = (
@@ -64,7 +63,7 @@ class EvaluateConfig(_Strict):
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
     batch_size: int = Field(default=1, ge=1)
     out: Path | None = None
 
@@ -103,28 +102,23 @@ def config_error(exc: ValidationError, source: str) -> ConfigError:
         if error["type"] == "extra_forbidden":
             lines.append(f"unknown key {where!r}")
         else:
-            lines.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+            lines.append(f"{where}: {error['msg']} (got {excerpt(error.get('input'))})")
     return ConfigError(f"{source}: " + "; ".join(lines))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a YAML, TOML or JSON config file into a dict (no validation yet)."""
     source = Path(path)
-    if not source.is_file():
-        raise ConfigError(f"config file {source} does not exist")
-    try:
-        text = source.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {source} is not UTF-8 text ({exc})") from exc
-    try:
-        if source.suffix == ".toml":
+    text = read_input_text(source, "config file", limit=CONFIG_LIMIT, error=ConfigError)
+    if source.suffix == ".toml":
+        try:
             data = tomllib.loads(text)
-        elif source.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config file {source} cannot be parsed: {exc}") from exc
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise ConfigError(f"config file {source} cannot be parsed: {exc}") from None
+    elif source.suffix == ".json":
+        data = parse_json(text, f"config file {source}", error=ConfigError)
+    else:
+        data = load_yaml(text, f"config file {source}")
     if data is None:
         data = {}
     if not isinstance(data, dict):

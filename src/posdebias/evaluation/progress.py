@@ -15,7 +15,7 @@ class RunProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
-            TextColumn("{task.fields[accuracy]}"),
+            TextColumn("{task.fields[accuracy]}", markup=False),  # labels are user text
             console=console,
             transient=True,
             disable=not console.is_terminal,

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from posdebias._inputs import STATE_LIMIT, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
 from posdebias.evaluation.divergence import DivergenceProfile
@@ -76,11 +77,13 @@ class EvaluationResults(BaseModel):
         from posdebias.errors import InputError
 
         source = Path(path)
-        if not source.is_file():
-            raise InputError(
-                f"results file {source} does not exist; run `posdebias evaluate --out DIR` first"
-            )
+        text = read_input_text(
+            source,
+            "results file",
+            limit=STATE_LIMIT,
+            hint="run `posdebias evaluate --out DIR` first",
+        )
         try:
-            return cls.model_validate_json(source.read_text(encoding="utf-8"))
+            return cls.model_validate_json(text)
         except (ValidationError, ValueError) as exc:
-            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from exc
+            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from None

@@ -29,7 +29,7 @@ def results_table(metrics: Mapping[str, Metrics], title: str | None = None) -> T
 def print_results_table(
     metrics: Mapping[str, Metrics], title: str | None = None, console: Console | None = None
 ) -> None:
-    (console or Console()).print(results_table(metrics, title))
+    (console or Console(markup=False, emoji=False)).print(results_table(metrics, title))
 
 
 def plain_results_table(metrics: Mapping[str, Metrics]) -> str:

@@ -1,0 +1,238 @@
+"""Reading what a user hands us, safely: regular files of bounded size, confined paths, JSON Lines
+split on ``\\n`` only, JSON and YAML that cannot explode, and bounded excerpts for messages.
+
+Every reader of user files goes through here so the same rules hold everywhere (docs/errors.md,
+"Security"): a FIFO, a device or a directory is refused instead of read (``/dev/zero`` would read
+forever, a FIFO would hang), a file over its size limit is refused with the limit in the message,
+a path named *inside* an input file must stay inside the folder it belongs to (symlinks
+resolved), and an error message quotes at most :data:`EXCERPT_CHARS` characters of the input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+from posdebias.errors import ConfigError, InputError
+
+MiB = 1 << 20
+#: Size limits of the files we read (bytes). Configs, prompts and manifests are small; a
+#: calibration state holds a few arrays; benchmark and annotation files can be large (COCO's
+#: train instances file is 450 MB).
+CONFIG_LIMIT = 1 * MiB
+STATE_LIMIT = 64 * MiB
+DATA_LIMIT = 2048 * MiB
+IMAGE_FILE_LIMIT = 256 * MiB
+#: How much of an offending input value an error message quotes.
+EXCERPT_CHARS = 80
+#: Largest YAML document after alias expansion, in nodes (a config has a few dozen).
+YAML_MAX_NODES = 10_000
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``repr`` of ``value`` cut to about ``limit`` characters, saying how long it really was."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__ (or a huge structure) must not break a message
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({type(value).__name__})"
+
+
+def _size(n: int) -> str:
+    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} bytes"
+
+
+def read_input_bytes(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    limit: int,
+    error: type[InputError] = InputError,
+    hint: str = "",
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or ``error`` saying why not.
+
+    Opened non-blocking, so a FIFO is refused instead of waited on; ``/dev/zero`` and other
+    devices, directories and sockets are refused before anything is read.
+    """
+    source = Path(path)
+    suffix = f"; {hint}" if hint else ""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{what} {source} does not exist{suffix}") from None
+    except IsADirectoryError:
+        raise error(f"{what} {source} is a directory, not a file{suffix}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {source}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{what} {source} is a directory, not a file{suffix}")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(
+                f"{what} {source} is not a regular file (a device, pipe or socket); posdebias "
+                "reads only regular files"
+            )
+        if info.st_size > limit:
+            raise error(
+                f"{what} {source} is {_size(info.st_size)}, over the limit of {_size(limit)} "
+                f"for a {what}; is it the right file?"
+            )
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise error(f"cannot read {what} {source}: {exc.strerror}") from None
+    if len(data) > limit:  # it grew while we read it
+        raise error(f"{what} {source} is over the limit of {_size(limit)} for a {what}")
+    return data
+
+
+def read_input_text(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    limit: int,
+    error: type[InputError] = InputError,
+    hint: str = "",
+) -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (a leading byte-order mark is dropped)."""
+    data = read_input_bytes(path, what, limit=limit, error=error, hint=hint)
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def check_regular_file(path: Path, what: str, *, limit: int, error: type[InputError]) -> None:
+    """Refuse ``path`` unless it is a regular file of at most ``limit`` bytes (for files that a
+    library opens itself, such as images)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{what} {path} is not a regular file; posdebias reads only regular files")
+    if info.st_size > limit:
+        raise error(f"{what} {path} is {_size(info.st_size)}, over the limit of {_size(limit)}")
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split on ``\\n`` only (a ``\\r`` before it is dropped).
+
+    ``str.splitlines`` also splits on U+2028, U+0085 and other characters that are valid, raw,
+    inside JSON strings, which breaks a valid file apart.
+    """
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def parse_json(text: str | bytes, what: str, *, error: type[InputError] = InputError) -> Any:
+    """``json.loads`` with every failure (syntax, nesting too deep, a number too long) as
+    ``error``; the message says where, not what the text was."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{what}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise error(f"{what}: not usable JSON (nested too deeply)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise error(f"{what}: not usable JSON ({str(exc)[:EXCERPT_CHARS]})") from None
+
+
+def confined_path(
+    base: Path, name: str, what: str, *, error: type[InputError] = InputError, hint: str = ""
+) -> Path:
+    """``base / name`` with symlinks resolved, refused unless it stays inside ``base``.
+
+    For paths written *inside* input files (a manifest's ``benchmark_file``, an image listed in
+    a benchmark): such a file cannot make posdebias read elsewhere. Paths the user types on the
+    command line are not confined.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise error(f"{what} {excerpt(name)} is not a usable relative path")
+    if (
+        PurePosixPath(name).is_absolute()
+        or PureWindowsPath(name).is_absolute()
+        or PureWindowsPath(name).drive
+    ):
+        raise error(
+            f"{what} {excerpt(name)} is an absolute path; an input file may only name paths "
+            f"inside {base}{'; ' + hint if hint else ''}"
+        )
+    root = base.resolve()
+    try:
+        target = (root / name).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, an unusable name
+        raise error(f"{what} {excerpt(name)} cannot be resolved ({exc})") from None
+    if not target.is_relative_to(root):
+        raise error(
+            f"{what} {excerpt(name)} leads outside {base} (symlinks resolved); an input file may "
+            f"only name paths inside the folder it belongs to{'; ' + hint if hint else ''}"
+        )
+    return target
+
+
+# ------------------------------------------------------------------------------------- YAML
+
+
+def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) -> Any:
+    """``yaml.safe_load`` that refuses a document whose aliases expand beyond
+    :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, what, error)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise error(f"{what} cannot be parsed as YAML: {_bounded(str(exc))}") from None
+    except RecursionError:
+        raise error(f"{what} is nested too deeply to be a configuration") from None
+    finally:
+        loader.dispose()
+
+
+def _bounded(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_expansion(root: Any, what: str, error: type[InputError]) -> None:
+    import yaml
+
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise error(f"{what}: a YAML alias refers to itself; configurations cannot be cyclic")
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        active.discard(key)
+        sizes[key] = total
+        if total > YAML_MAX_NODES:
+            raise error(
+                f"{what} expands to more than {YAML_MAX_NODES} YAML nodes (through aliases); a "
+                "configuration is never that large: remove the repeated aliases"
+            )
+        return total
+
+    size(root)
