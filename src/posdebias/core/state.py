@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from posdebias._inputs import STATE_LIMIT, read_input_text
 from posdebias._io import atomic_write_text
-from posdebias.errors import CalibrationError
+from posdebias.errors import CalibrationError, validation_message
 
 SCHEMA_VERSION = 1
 
@@ -140,11 +140,9 @@ class CalibrationState(BaseModel):
         try:
             return cls.model_validate(payload)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise CalibrationError(f"{source}: invalid calibration state: {problems}") from exc
+            raise CalibrationError(
+                validation_message(exc, f"{source}: invalid calibration state", unknown="field")
+            ) from exc
 
     # -- compatibility ---------------------------------------------------------------------
 
