@@ -15,6 +15,7 @@ from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError
 from posdebias.registry import get_registry
+from posdebias.registry.guard import check_observations, check_prediction, plugin_call
 
 
 class Debiaser:
@@ -87,6 +88,11 @@ class Debiaser:
             label_set=self.adapter.labels_for(instance.n),
         )
         views = cyclic_rotations(instance) if self.calibrator.needs_rotations else [instance]
-        observations = self.adapter.observe_many(views, batch_size=self.batch_size)
+        with plugin_call("adapter", self.adapter.name, "observing instances"):
+            observations = check_observations(
+                self.adapter, views, self.adapter.observe_many(views, batch_size=self.batch_size)
+            )
         rotations = observations if self.calibrator.needs_rotations else None
-        return self.calibrator.predict(observations[0], state, rotations=rotations)
+        with plugin_call("calibrator", self.calibrator.name, "predicting"):
+            prediction = self.calibrator.predict(observations[0], state, rotations=rotations)
+        return check_prediction(self.calibrator, prediction, instance.n)

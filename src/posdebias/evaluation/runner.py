@@ -23,7 +23,9 @@ from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_set
 from posdebias.errors import InputError
+from posdebias.evaluation.logcheck import check_record_row
 from posdebias.evaluation.metrics import Metrics, compute_metrics
+from posdebias.registry.guard import check_observations, check_prediction, plugin_call
 
 
 def observation_key(instance: RetrievalInstance) -> str:
@@ -75,7 +77,11 @@ def observe_cached(
             missing[key] = instance
     if missing:
         started = time.perf_counter()
-        observed = adapter.observe_many(list(missing.values()), batch_size=batch_size)
+        todo = list(missing.values())
+        with plugin_call("adapter", adapter.name, "observing instances"):
+            observed = check_observations(
+                adapter, todo, adapter.observe_many(todo, batch_size=batch_size)
+            )
         elapsed = (time.perf_counter() - started) / len(missing)
         for key, observation in zip(missing, observed, strict=True):
             cache.put(key, observation)
@@ -122,7 +128,8 @@ def fit_calibrators(
     states = {}
     for label, calibrator in calibrators.items():
         used = observations if calibrator.needs_fit else []
-        states[label] = calibrator.fit(used, n=n, **info)
+        with plugin_call("calibrator", calibrator.name, "fitting"):
+            states[label] = calibrator.fit(used, n=n, **info)
     return states
 
 
@@ -152,6 +159,7 @@ class InstanceRecord:
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> InstanceRecord:
+        check_record_row(payload)  # a tampered log is a clear error, not a wrong metric
         return cls(
             instance_id=payload["instance_id"],
             orders=payload["orders"],
@@ -246,9 +254,14 @@ class Evaluator:
                 if calibrator.needs_rotations:
                     used = rotations[t]
                     group = [observations[observation_key(r)] for r in used]
-                prediction = calibrator.predict(
-                    observations[observation_key(view)], state, rotations=group
-                )
+                with plugin_call("calibrator", calibrator.name, "predicting"):
+                    prediction = check_prediction(
+                        calibrator,
+                        calibrator.predict(
+                            observations[observation_key(view)], state, rotations=group
+                        ),
+                        view.n,
+                    )
                 cost.seconds += time.perf_counter() - started
                 cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)
                 cost.forward_passes += len(used)

@@ -19,9 +19,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from posdebias._inputs import excerpt
 from posdebias._io import JsonlAppender, atomic_write_json, read_jsonl_records, truncate_torn_tail
 from posdebias.core.observation import Observation
 from posdebias.errors import OutputError, ResumeError
+from posdebias.evaluation.logcheck import check_observation_row
 from posdebias.evaluation.runner import InstanceRecord, ObservationCache
 
 RUN_FILE = "run.json"
@@ -38,6 +40,7 @@ class PersistentObservationCache(ObservationCache):
         """Read earlier observation logs (all ranks); returns how many were loaded."""
         for path in paths:
             for row in read_jsonl_records(path):
+                check_observation_row(row)
                 self._store[row["key"]] = Observation.from_dict(row["observation"])
         return len(self._store)
 
@@ -73,13 +76,15 @@ class RunDirectory:
                 saved = json.loads(run_file.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise ResumeError(f"{run_file} is corrupt ({exc}); use a new --out") from exc
+            if not isinstance(saved, dict):
+                raise ResumeError(f"{run_file} is corrupt (not a JSON object); use a new --out")
             if not resume:
                 raise ResumeError(
                     f"{self.root} already holds a run; add --resume to continue it or choose "
                     "another --out directory"
                 )
             differences = [
-                f"{key}: {saved.get(key)!r} there, {identity.get(key)!r} now"
+                f"{key}: {excerpt(saved.get(key))} there, {excerpt(identity.get(key))} now"
                 for key in sorted(set(saved) | set(identity))
                 if saved.get(key) != identity.get(key)
             ]

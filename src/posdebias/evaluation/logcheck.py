@@ -1,0 +1,74 @@
+"""Rows of a run's logs, checked before ``--resume`` trusts them.
+
+The logs are ours, but they sit in a folder the user can edit: a line that is valid JSON with
+the wrong shape (a list, a missing key, a choice of 99 among 4 images) must be a clear error,
+never a crash and never a silently wrong metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from posdebias._inputs import excerpt
+from posdebias.errors import ResumeError
+
+_FIX = "delete the run directory (or the log) and run again without --resume"
+
+
+def _corrupt(what: str) -> ResumeError:
+    return ResumeError(f"a run log record is corrupt ({what}); {_FIX}")
+
+
+def _int_list(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise _corrupt(f"{name} must be a list of integers, got {excerpt(value, 40)}")
+    return value
+
+
+def check_record_row(row: Any) -> None:
+    """An instance record: id, T orders (permutations of one N), targets and, per calibrator,
+    T choices in range and the images those choices show."""
+    if not isinstance(row, Mapping):
+        raise _corrupt(f"expected an object, got {type(row).__name__}")
+    for key in ("instance_id", "orders", "targets", "choices", "chosen_images"):
+        if key not in row:
+            raise _corrupt(f"missing {key!r}")
+    if not isinstance(row["instance_id"], str) or not row["instance_id"]:
+        raise _corrupt(f"instance_id must be a string, got {excerpt(row['instance_id'], 40)}")
+    orders = row["orders"]
+    if not isinstance(orders, list) or not orders:
+        raise _corrupt("orders must be a non-empty list")
+    n = None
+    for order in orders:
+        order = _int_list(order, "an order")
+        n = n or len(order)
+        if sorted(order) != list(range(n)):
+            raise _corrupt(f"order {excerpt(order, 40)} is not a permutation of 0..{n - 1}")
+    assert n is not None
+    targets = _int_list(row["targets"], "targets")
+    if len(targets) != len(orders) or any(not 0 <= t < n for t in targets):
+        raise _corrupt(f"targets {excerpt(targets, 40)} do not fit {len(orders)} orders of N={n}")
+    for name in ("choices", "chosen_images"):
+        if not isinstance(row[name], Mapping):
+            raise _corrupt(f"{name} must be an object of calibrator labels")
+    for label, choices in row["choices"].items():
+        choices = _int_list(choices, f"choices of {excerpt(label, 40)}")
+        if len(choices) != len(orders) or any(not 0 <= c < n for c in choices):
+            raise _corrupt(
+                f"choices of {excerpt(label, 40)} do not fit {len(orders)} orders of N={n}"
+            )
+        images = row["chosen_images"].get(label)
+        expected = [order[c] for order, c in zip(orders, choices, strict=True)]
+        if images != expected:
+            raise _corrupt(f"chosen_images of {excerpt(label, 40)} disagree with its choices")
+
+
+def check_observation_row(row: Any) -> None:
+    """An observation log row: a string key and an observation object."""
+    if not isinstance(row, Mapping):
+        raise _corrupt(f"expected an object, got {type(row).__name__}")
+    if not isinstance(row.get("key"), str) or not isinstance(row.get("observation"), Mapping):
+        raise _corrupt("an observation row needs a string 'key' and an 'observation' object")
