@@ -136,6 +136,9 @@ def min_image_side(processor: Any) -> int | None:
         elif isinstance(value, dict):
             for item in value.values():
                 collect(item)
+        elif hasattr(value, "__dataclass_fields__"):  # transformers' SizeDict
+            for name in value.__dataclass_fields__:
+                collect(getattr(value, name, None))
         elif isinstance(value, (list, tuple)):
             for item in value:
                 collect(item)

@@ -72,7 +72,7 @@ def read_input_bytes(
         raise error(f"{what} {source} is a directory, not a file{suffix}") from None
     except OSError as exc:
         raise error(f"cannot read {what} {source}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise error(f"{what} {source} is a directory, not a file{suffix}")
@@ -86,10 +86,12 @@ def read_input_bytes(
                 f"{what} {source} is {_size(info.st_size)}, over the limit of {_size(limit)} "
                 f"for a {what}; is it the right file?"
             )
-        try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
-        except OSError as exc:
-            raise error(f"cannot read {what} {source}: {exc.strerror}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {source}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:  # it grew while we read it
         raise error(f"{what} {source} is over the limit of {_size(limit)} for a {what}")
     return data
