@@ -1,0 +1,458 @@
+"""Every user error is exit 2 with a message, never "internal error": one test per class of
+docs/errors.md (unvalidated numbers, unescaped output, unbounded echo, configs that explode,
+third-party exceptions, tampered logs, broken plugins), each with several variants.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from helpers import build_shapes_benchmark
+from posdebias.cli import main, printable
+
+SIMULATED = ("--adapter", "synthetic")
+
+
+def run(args, capsys):
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "internal error" not in captured.err, captured.err
+    return code, captured.out, captured.err
+
+
+# unvalidated numbers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["evaluate", *SIMULATED, "--seed", "-1"],
+            "seed: Input should be greater than or equal to 0",
+        ),
+        (["calibrate", *SIMULATED, "--seed", "-7", "--out", "x"], "seed: Input should be greater"),
+        (["evaluate", *SIMULATED, "--batch-size", "0"], "batch_size: Input should be greater"),
+        (["evaluate", *SIMULATED, "--orders", "-2"], "orders: Input should be greater"),
+    ],
+)
+def test_numbers_are_validated_before_use(capsys, args, message):
+    code, _, err = run(args, capsys)
+    assert code == 2 and message in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--seed", "-3", "--seed must be a whole number >= 0, got -3"),
+        ("--shapes-seed", "-1", "--shapes-seed must be a whole number >= 0, got -1"),
+        ("--batch-size", "0", "--batch-size must be a whole number >= 1, got 0"),
+        ("--batch-size", "-64", "--batch-size must be a whole number >= 1, got -64"),
+    ],
+)
+def test_build_numbers_are_validated_before_anything_is_written(
+    tmp_path, capsys, flag, value, message
+):
+    args = ["build", "--source", "shapes", "--root", tmp_path / "root", "--setting"]
+    args += ["adversarial", "--clip-pretrained", "none", "--out", tmp_path / "out", flag, value]
+    code, _, err = run(args, capsys)
+    assert code == 2 and message in err
+    assert not (tmp_path / "root").exists() and not (tmp_path / "out").exists()
+
+
+# unescaped output: rich markup and emoji codes in user text --------------------------------------
+
+
+MARKUP = ["[bold red]x[/]", "[/]", "[link=file:///etc]y", ":smile: [[", "a]b[/c"]
+
+
+@pytest.mark.parametrize("label", MARKUP)
+def test_markup_in_a_label_is_printed_as_written(tmp_path, capsys, label):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"calibrators": [{"name": "vanilla", "label": label}]}))
+    code, out, err = run(["evaluate", *SIMULATED, "--config", config, "--count", "2"], capsys)
+    assert code == 0, err
+    assert label in out  # shown literally, not styled away
+
+
+@pytest.mark.parametrize("name", ["[/red]run", "[bold]x[/bold]", ":rocket:"])
+def test_markup_in_paths_is_printed_as_written(tmp_path, capsys, name):
+    out_dir = tmp_path / name
+    code, out, err = run(["evaluate", *SIMULATED, "--count", "2", "--out", out_dir], capsys)
+    assert code == 0, err
+    assert str(out_dir / "results.json") in out.replace("\n", "")
+    root = tmp_path / f"shapes{name}"
+    code, out, err = run(
+        [
+            "build",
+            "--source",
+            "shapes",
+            "--root",
+            root,
+            "--setting",
+            "random",
+            "--count",
+            "4",
+            "--out",
+            tmp_path / f"b{name}",
+        ],  # fmt: skip
+        capsys,
+    )
+    assert code == 0, err
+    assert f"shapes dataset generated in {root}" in " ".join(out.split())
+
+
+def test_markup_in_a_caption_and_image_paths_through_rank(tmp_path, capsys):
+    """`posdebias rank` prints the caption and the image paths: both exactly as given."""
+    calibration = tmp_path / "pride.json"
+    code, _, err = run(
+        ["calibrate", "--calibrators", "pride", "--count", "1", "--out", calibration], capsys
+    )
+    assert code == 0, err
+    from posdebias.testing import write_test_images
+
+    images = write_test_images(tmp_path / "[red]imgs[/]", 4, size=16)
+    caption = "[/] a :smile: [bold]caption"
+    code, out, err = run(["rank", "--calibration", calibration, caption, *images], capsys)
+    assert code == 0, err
+    flat = "".join(out.split())
+    assert "".join(caption.split()) in flat
+    assert all("".join(str(image).split()) in flat for image in images)
+
+
+# unbounded echo and terminal control characters in messages --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["x" * 100_000, "\x1b[2J\x1b[31mred", "a\rb\u2028c\x00d", "[" * 5000],
+)
+def test_error_messages_quote_a_bounded_printable_excerpt(capsys, value):
+    code, _, err = run(["evaluate", *SIMULATED, "--calibrators", value], capsys)
+    assert code == 2 and err.startswith("error: unknown calibrator")
+    assert len(err) < 3000
+    assert "\x1b" not in err and "\r" not in err and "\u2028" not in err and "\x00" not in err
+
+
+def test_printable_bounds_lines_and_escapes_controls():
+    text = printable("a\x1b[0m\n" + "y" * 5000 + "\n" * 200)
+    assert "\\x1b[0m" in text and "more characters" in text and "more lines" in text
+
+
+def test_argparse_errors_are_printable_and_bounded(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evaluate", "--count", "\x1b[2J" + "9" * 10_000 + "z"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "invalid int value" in err
+    assert "\x1b" not in err and len(err) < 3000
+
+
+# configs that explode ----------------------------------------------------------------------------
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, levels):
+        refs = ", ".join([f"*a{level - 1}"] * 9)
+        lines.append(f"a{level}: &a{level} [{refs}]")
+    return "\n".join(lines) + f"\nseed: *a{levels - 1}\n"
+
+
+@pytest.mark.parametrize("levels", [4, 9, 12])
+def test_yaml_alias_bombs_are_refused_quickly(tmp_path, capsys, levels):
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_alias_bomb(levels))
+    code, _, err = run(["evaluate", *SIMULATED, "--config", config], capsys)
+    assert code == 2 and "expands to more than 10000 YAML nodes" in err and len(err) < 1000
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("long.json", '{"seed": ' + "9" * 5000 + "}", "not usable JSON"),
+        ("deep.yaml", "a: " + "[" * 5000 + "]" * 5000, "nested too deeply"),
+        ("self.yaml", "a: &a [*a]\n", "YAML"),
+        ("bad.toml", "[[[", "cannot be parsed"),
+        ("latin1.yaml", None, "is not UTF-8 text"),
+    ],
+)
+def test_broken_config_files(tmp_path, capsys, name, text, message):
+    config = tmp_path / name
+    if text is None:
+        config.write_bytes(b"seed: \xff\xfe\n")
+    else:
+        config.write_text(text)
+    code, _, err = run(["evaluate", *SIMULATED, "--config", config], capsys)
+    assert code == 2 and message in err and len(err) < 2000
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("k=[unclosed", "cannot be parsed as YAML"),
+        ("=3", "must look like KEY=VALUE"),
+        ("no-equals-sign", "must look like KEY=VALUE"),
+        ("a b=1", "must look like KEY=VALUE"),
+        ("label_set=&a [*a]", "YAML"),
+    ],
+)
+def test_malformed_adapter_options(tmp_path, capsys, option, message):
+    args = ["rank", "--calibration", tmp_path / "x.json", "--adapter-option", option, "cap"]
+    code, _, err = run([*args, "a.png", "b.png"], capsys)
+    assert code == 2 and message in err
+
+
+# prompt templates ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("{caption.__class__}", "unknown placeholder {caption.__class__}"),
+        ("{n.real} {caption}", "unknown placeholder {n.real}"),
+        ("{caption[0]}", "unknown placeholder {caption[0]}"),
+        ("{caption:>99999999999}", "wider than 100"),
+        ("{caption:.{n}}", "nested"),
+        ("{} {caption}", "unknown placeholder {}"),
+        ("{caption", "invalid"),
+    ],
+)
+def test_prompt_templates_cannot_reach_into_objects_or_grow_huge(query, message):
+    from posdebias.adapters.prompt import coerce_prompt
+    from posdebias.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("[", r"\[")):
+        coerce_prompt({"query": query})
+
+
+def test_prompt_template_error_through_the_cli(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("adapter: {options: {prompt: {query: '{caption.__init__.__globals__}'}}}\n")
+    code, _, err = run(["evaluate", "--config", config, "--count", "1"], capsys)
+    assert code == 2 and "unknown placeholder" in err and "__builtins__" not in err
+
+
+# datasets -----------------------------------------------------------------------------------------
+
+
+def _coco(tmp_path, images):
+    from PIL import Image
+
+    root = tmp_path / "coco"
+    (root / "annotations").mkdir(parents=True)
+    for image in images:
+        Image.new("RGB", (8, 8), (image["id"] * 20, 0, 0)).save(root / image["file_name"])
+    annotations = [
+        {"id": i, "image_id": image["id"], "caption": f"caption {i}"}
+        for i, image in enumerate(images)
+    ]
+    payload = {"images": images, "annotations": annotations}
+    (root / "annotations" / "captions_x.json").write_text(json.dumps(payload))
+    return root
+
+
+def test_coco_ids_sharing_a_file_name(tmp_path, capsys):
+    images = [{"id": i, "file_name": f"{i}.png"} for i in range(6)]
+    root = _coco(tmp_path, images)
+    payload = json.loads((root / "annotations" / "captions_x.json").read_text())
+    payload["images"][3]["file_name"] = "1.png"
+    payload["images"][5]["file_name"] = "./1.png"
+    (root / "annotations" / "captions_x.json").write_text(json.dumps(payload))
+    args = ["build", "--source", "coco", "--root", root, "--setting", "random", "-N", "2"]
+    code, _, err = run([*args, "--count", "2", "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "is also the file of image 1" in err and "image 5" in err
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663", "\uff11", "1\u00b9"])
+def test_flickr8k_index_must_be_ascii_digits(tmp_path, capsys, index):
+    from PIL import Image
+
+    root = tmp_path / "flickr"
+    root.mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        Image.new("RGB", (8, 8)).save(root / name, format="JPEG")
+    (root / "Flickr8k.token.txt").write_text(f"a.jpg#0\tone\nb.jpg#{index}\ttwo\n")
+    args = ["build", "--source", "flickr8k", "--root", root, "--setting", "random", "-N", "2"]
+    code, _, err = run([*args, "--count", "1", "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "line 2: expected 'name.jpg#k<TAB>caption'" in err
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085", "\x1c", "\x0b", "\x0c"])
+def test_jsonl_survives_unicode_line_separators_through_build(tmp_path, capsys, separator):
+    """Image names holding a character str.splitlines() splits on: valid JSON Lines, read back
+    intact from the source file and from the benchmark `posdebias build` writes."""
+    from PIL import Image
+
+    from posdebias.benchmarks.files import load_benchmark
+
+    root = tmp_path / "images"
+    root.mkdir()
+    lines = []
+    for index in range(4):
+        name = f"image{separator}{index}.png"
+        Image.new("RGB", (8, 8), (index * 50, 0, 0)).save(root / name)
+        caption = f"first{separator}second {index}"
+        lines.append(json.dumps({"image": name, "caption": caption}, ensure_ascii=False))
+    source = tmp_path / "captions.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["build", "--source", "jsonl", "--root", root, "--captions", source]
+    args += ["--setting", "random", "-N", "2", "--count", "3", "--out", tmp_path / "out"]
+    code, _, err = run(args, capsys)
+    assert code == 0, err
+    written = (tmp_path / "out" / "benchmark.jsonl").read_text(encoding="utf-8")
+    assert separator in written and written.count("\n") == 3
+    benchmark = load_benchmark(tmp_path / "out")
+    assert len(benchmark.instances) == 3
+    assert all(separator in image_id for i in benchmark.instances for image_id in i.image_ids)
+    assert all(inst.query.startswith("first second") for inst in benchmark.instances)
+
+
+# third-party exceptions at the boundary: truncated weights ---------------------------------------
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.01, 0.0])
+def test_truncated_safetensors_is_a_clear_error(tmp_path, capsys, keep):
+    from posdebias.testing import save_tiny_model
+
+    model = save_tiny_model("llava", tmp_path / "model")
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep)])
+    bench = build_shapes_benchmark(tmp_path, count=6)
+    args = ["evaluate", "--model", model, "--benchmark", bench, "--count", "1", "--orders", "1"]
+    code, _, err = run([*args, "--calibrators", "vanilla"], capsys)
+    assert code == 2 and "damaged or truncated" in err
+
+
+# tampered but valid-JSON run logs -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert main(["evaluate", *SIMULATED, "--count", "3", "--out", str(out)]) == 0
+    return out
+
+
+def _tamper(record):
+    first = dict(record)
+    label = sorted(first["choices"])[0]
+    yield "a list", [1, 2]
+    yield "missing key", {k: v for k, v in first.items() if k != "targets"}
+    yield "choices not a mapping", {**first, "choices": "x"}
+    yield "choice out of range", {**first, "choices": {**first["choices"], label: [99] * 5}}
+    yield "images disagree", {**first, "chosen_images": {**first["chosen_images"], label: [0] * 5}}
+    yield "order not a permutation", {**first, "orders": [[0, 0, 1, 2]] * 5}
+    yield "target out of range", {**first, "targets": [7] * 5}
+    yield "id not a string", {**first, "instance_id": 12}
+
+
+@pytest.mark.parametrize("variant", range(8))
+def test_tampered_run_logs_are_refused_not_trusted(finished_run, tmp_path, capsys, variant):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    lines = (out / "records.jsonl").read_text().split("\n")
+    name, bad = list(_tamper(json.loads(lines[0])))[variant]
+    lines[0] = json.dumps(bad)
+    (out / "records.jsonl").write_text("\n".join(lines))
+    code, _, err = run(["evaluate", *SIMULATED, "--count", "3", "--out", out, "--resume"], capsys)
+    assert code == 2 and "a run log record is corrupt" in err, name
+
+
+@pytest.mark.parametrize(
+    "row", [[1], {"key": 5, "observation": {}}, {"observation": {}}, {"key": "k", "observation": 3}]
+)
+def test_tampered_observation_logs_are_refused(finished_run, tmp_path, capsys, row):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    lines = (out / "observations.jsonl").read_text().split("\n")
+    lines[0] = json.dumps(row)
+    (out / "observations.jsonl").write_text("\n".join(lines))
+    code, _, err = run(["evaluate", *SIMULATED, "--count", "3", "--out", out, "--resume"], capsys)
+    assert code == 2 and "a run log record is corrupt" in err
+
+
+# plugins that break the contract ------------------------------------------------------------------
+
+
+def _register_broken_adapter(behaviour: str) -> None:
+    import posdebias
+    from posdebias.adapters.synthetic import SyntheticAdapter
+    from posdebias.core.observation import Observation, log_softmax
+    from posdebias.registry import get_registry
+
+    class Broken(SyntheticAdapter):
+        name = "broken"
+
+        def observe_many(self, instances, *, batch_size=1):
+            observed = super().observe_many(instances, batch_size=batch_size)
+            if behaviour == "raises":
+                raise RuntimeError("the plugin's own bug")
+            if behaviour == "too few":
+                return observed[:-1]
+            if behaviour == "wrong n":
+                return [Observation(label_logprobs=log_softmax(np.zeros(7))) for _ in observed]
+            if behaviour == "not observations":
+                return [None for _ in observed]
+            if behaviour == "invalid observation":
+                return [Observation(label_logprobs=np.zeros(instances[0].n))]
+            return observed
+
+    class Plugin:
+        @posdebias.hookimpl
+        def posdebias_register_adapters(self, register):
+            register(Broken)
+
+    get_registry().add_plugin(Plugin(), name="acme-broken")
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        ("raises", "failed while observing instances: RuntimeError: the plugin's own bug"),
+        ("too few", "observations for"),
+        ("wrong n", "returned 7 label scores"),
+        ("not observations", "returned a NoneType, not an Observation"),
+        ("invalid observation", "made an invalid result"),
+    ],
+)
+def test_a_broken_plugin_adapter_is_named(tmp_path, capsys, behaviour, message):
+    bench = build_shapes_benchmark(tmp_path, count=6)
+    _register_broken_adapter(behaviour)
+    args = ["evaluate", "--adapter", "broken", "--benchmark", bench, "--count", "2"]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "adapter 'broken' (from plugin 'acme-broken')" in err
+    assert message in err and "POSDEBIAS_BLOCK_PLUGINS=acme-broken" in err
+
+
+def test_a_raising_plugin_calibrator_is_named(capsys):
+    import posdebias
+    from posdebias.calibrators.vanilla import Vanilla
+    from posdebias.registry import get_registry
+
+    class Exploding(Vanilla):
+        name = "exploding"
+
+        def _predict(self, observation, state, rotations):
+            raise ZeroDivisionError("oops")
+
+    class Plugin:
+        @posdebias.hookimpl
+        def posdebias_register_calibrators(self, register):
+            register(Exploding)
+
+    get_registry().add_plugin(Plugin(), name="acme-calibrators")
+    args = ["evaluate", *SIMULATED, "--calibrators", "exploding", "--count", "2"]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "calibrator 'exploding' (from plugin 'acme-calibrators')" in err
+    assert "ZeroDivisionError: oops" in err
+
+
+def test_jsonl_lines_split_on_newline_only():
+    from posdebias._inputs import jsonl_lines
+
+    assert jsonl_lines('{"a":"x\u2028y\u0085z"}\r\n{}\n') == ['{"a":"x\u2028y\u0085z"}', "{}", ""]
