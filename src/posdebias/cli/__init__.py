@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from posdebias._version import __version__
-from posdebias.errors import PosdebiasError
+from posdebias.errors import InputError, PosdebiasError
 
 SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", "report")
 
@@ -77,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     try:
+        if any("\x00" in arg for arg in args_list):  # only possible in-process, never from a shell
+            raise InputError("an argument contains a NUL character; no path or name can")
         parser = build_parser()
         args = parser.parse_args(args_list)
         if args.command is None:

@@ -114,9 +114,21 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = load_yaml(text, f"config file {source}")
     if data is None:
         data = {}
+    if _has_nul(data):
+        raise ConfigError(f"config file {source} contains a NUL character; no setting can")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {source} must hold a mapping of settings")
     return data
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateConfig:
