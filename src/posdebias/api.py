@@ -14,6 +14,7 @@ from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError
+from posdebias.evaluation.runner import fit_calibrators
 from posdebias.registry import get_registry
 
 
@@ -44,7 +45,6 @@ class Debiaser:
 
     def calibrate(self, instances: Sequence[RetrievalInstance]) -> CalibrationState:
         """Fit on the N cyclic rotations of each calibration instance (targets known)."""
-        from posdebias.evaluation.runner import fit_calibrators
 
         described = self.adapter.describe()
         self.state = fit_calibrators(

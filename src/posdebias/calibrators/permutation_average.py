@@ -6,14 +6,15 @@ costly upper baseline the single-pass methods are compared with.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
-from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
+from posdebias.core.state import CalibrationState
 
 
 class PermutationAverageOptions(CalibratorOptions):
@@ -23,11 +24,18 @@ class PermutationAverageOptions(CalibratorOptions):
 class PermutationAverage(Calibrator):
     name = "permutation_average"
     Options = PermutationAverageOptions
+    options: PermutationAverageOptions
     needs_rotations = True
     summary = "average label scores over the N cyclic rotations (N forward passes)"
 
-    def _predict(self, observation, state, rotations) -> Prediction:
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
         n = observation.n
+        assert rotations is not None  # predict() checks there are N of them
         positions = np.arange(n)
         # the image at position k of this order sits at position (k - r) % N in rotation r
         per_rotation = np.stack(
@@ -36,7 +44,7 @@ class PermutationAverage(Calibrator):
         if self.options.average == "log":
             averaged = per_rotation.mean(axis=0)
         else:
-            averaged = np.log(np.exp(per_rotation).mean(axis=0))
+            averaged = log_mean_exp(per_rotation, axis=0)
         return Prediction(scores=log_softmax(averaged))
 
 
