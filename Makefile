@@ -1,4 +1,4 @@
-# Each target creates .venv and installs what it needs on a machine with only Python 3.10+.
+# Each target creates .venv and installs what it needs on a machine with only Python 3.11+.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
