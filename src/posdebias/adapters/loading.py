@@ -250,4 +250,5 @@ def get_adapter(model: Any, processor: Any, *, adapter: str | None = None, **opt
         prompt=parsed.prompt,
         end_token=parsed.end_token,
         answer_prefix=parsed.answer_prefix,
+        prompt_variant=parsed.prompt_variant,
     )

@@ -15,6 +15,14 @@ def posdebias_register_adapters(register):
 
 
 @hookimpl
+def posdebias_register_decoders(register):
+    from posdebias.decoders import BUILTIN_DECODERS
+
+    for decoder in BUILTIN_DECODERS:
+        register(decoder)
+
+
+@hookimpl
 def posdebias_register_calibrators(register):
     from posdebias.calibrators import BUILTIN_CALIBRATORS
 

@@ -44,3 +44,13 @@ def posdebias_register_calibrators(register: Callable[[type[Any]], None]) -> Non
     :class:`posdebias.Calibrator` with a unique ``name`` and a pydantic ``Options`` model.
     Returns nothing.
     """
+
+
+@hookspec
+def posdebias_register_decoders(register: Callable[[type[Any]], None]) -> None:
+    """Register decoders: methods that call the model themselves (generated answers, SoFA).
+
+    Called once, when the registry first loads plugins. ``register(cls)`` takes a subclass of
+    :class:`posdebias.decoders.Decoder` with a unique ``name`` and a pydantic ``Options``
+    model; its rows sit next to the calibrators' (``--decoders NAME``). Returns nothing.
+    """

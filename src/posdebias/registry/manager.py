@@ -39,6 +39,7 @@ class PluginInfo:
     version: str | None = None
     adapters: list[str] = field(default_factory=list)
     calibrators: list[str] = field(default_factory=list)
+    decoders: list[str] = field(default_factory=list)
     error: str | None = None
 
 
@@ -66,6 +67,7 @@ class Registry:
         self._plugins: dict[str, PluginInfo] = {}
         self._adapters: dict[str, Registered] = {}
         self._calibrators: dict[str, Registered] = {}
+        self._decoders: dict[str, Registered] = {}
         from posdebias.registry import builtins
 
         self.add_plugin(builtins, name=BUILTIN_PLUGIN, distribution="posdebias")
@@ -139,8 +141,9 @@ class Registry:
     def _collect(self, name: str, info: PluginInfo) -> None:
         from posdebias.adapters.base import Adapter
         from posdebias.calibrators.base import Calibrator
+        from posdebias.decoders.base import Decoder
 
-        staged: dict[str, list[tuple[str, type]]] = {"adapter": [], "calibrator": []}
+        staged: dict[str, list[tuple[str, type]]] = {"adapter": [], "calibrator": [], "decoder": []}
 
         def registrar(kind: str, base: type) -> Callable[[type], None]:
             def register(cls: type) -> None:
@@ -157,6 +160,7 @@ class Registry:
         hooks = (
             ("posdebias_register_adapters", registrar("adapter", Adapter)),
             ("posdebias_register_calibrators", registrar("calibrator", Calibrator)),
+            ("posdebias_register_decoders", registrar("decoder", Decoder)),
         )
         try:
             for hook_name, register in hooks:
@@ -170,6 +174,7 @@ class Registry:
         for kind, table, names in (
             ("adapter", self._adapters, info.adapters),
             ("calibrator", self._calibrators, info.calibrators),
+            ("decoder", self._decoders, info.decoders),
         ):
             for cls_name, cls in staged[kind]:
                 if cls_name in table:
@@ -191,6 +196,15 @@ class Registry:
     def calibrator_names(self) -> list[str]:
         return list(self._calibrators)
 
+    def decoder_names(self) -> list[str]:
+        return list(self._decoders)
+
+    def decoder_class(self, name: str) -> type:
+        return self._lookup(self._decoders, name, "decoder").cls
+
+    def create_decoder(self, name: str, **options: Any) -> Any:
+        return self.decoder_class(name)(**options)
+
     def adapter_names(self) -> list[str]:
         return list(self._adapters)
 
@@ -201,7 +215,7 @@ class Registry:
         return self._lookup(self._adapters, name, "adapter").cls
 
     def provider(self, kind: str, name: str) -> str:
-        table = self._adapters if kind == "adapter" else self._calibrators
+        table = {"adapter": self._adapters, "decoder": self._decoders}.get(kind, self._calibrators)
         return self._lookup(table, name, kind).plugin
 
     @staticmethod
