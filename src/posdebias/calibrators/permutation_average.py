@@ -14,11 +14,13 @@ averages the log-probabilities, ``prob`` the probabilities).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import rotation_order
 from posdebias.core.observation import Prediction, log_softmax
@@ -89,3 +91,8 @@ class PermutationAverage(Calibrator):
         else:
             averaged = np.log(np.exp(per_order).mean(axis=0))
         return Prediction(scores=log_softmax(averaged))
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(PermutationAverage)

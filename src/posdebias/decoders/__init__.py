@@ -1,19 +1,12 @@
-"""Built-in decoders: methods that call the model themselves (generated answers, SoFA)."""
+"""Built-in decoders: methods that call the model themselves (generated answers, SoFA); each
+module registers its classes through the plugin hook (see
+:data:`posdebias.registry.BUILTIN_PLUGINS`)."""
 
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 from posdebias.decoders.generated import ChainOfThought, Generated, Instruction, SelfConsistency
 from posdebias.decoders.sofa import Sofa
 
-BUILTIN_DECODERS: tuple[type[Decoder], ...] = (
-    Generated,
-    Instruction,
-    ChainOfThought,
-    SelfConsistency,
-    Sofa,
-)
-
 __all__ = [
-    "BUILTIN_DECODERS",
     "ChainOfThought",
     "Decision",
     "Decoder",

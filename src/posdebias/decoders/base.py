@@ -21,9 +21,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.adapters.base import Adapter
-from posdebias.calibrators.base import validation_message
 from posdebias.core.instance import RetrievalInstance
-from posdebias.errors import ConfigError
+from posdebias.errors import ConfigError, validation_message
 
 
 class DecoderOptions(BaseModel):

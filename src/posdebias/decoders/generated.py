@@ -16,11 +16,12 @@ An answer that names no valid label is no answer: it counts as wrong and as a pa
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import Field
 
+from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.core.answers import AnswerParser
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
@@ -143,6 +144,12 @@ def majority_vote(answers: Sequence[int | None], *, fallback: str = "none") -> i
     counts = Counter(valid)
     best = max(counts.values())
     return next(answer for answer in valid if counts[answer] == best)
+
+
+@hookimpl
+def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
+    for decoder in (Generated, Instruction, ChainOfThought, SelfConsistency):
+        register(decoder)
 
 
 __all__ = [

@@ -8,12 +8,14 @@ paper's vanilla). The mask itself is posdebias.adapters.sofa.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from posdebias.decoders.base import Decision
+from posdebias._markers import hookimpl
+from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import Generated, GeneratedOptions
 from posdebias.errors import AdapterError
 
@@ -73,3 +75,8 @@ class Sofa(Generated):
             )
             for observation in observations
         ]
+
+
+@hookimpl
+def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
+    register(Sofa)
