@@ -167,3 +167,41 @@ def test_majority_vote_rule():
     assert majority_vote([None, 3, 0, 0, 3]) == 3
     assert majority_vote([None, None]) is None
     assert majority_vote([None], fallback="first") == 0
+
+
+def test_the_shipped_config_runs_every_row_on_the_organism(tmp_path):
+    """examples/paper_baselines.yaml: every row of the paper's comparison in one run (here on 3
+    instances x 2 orders; the shipped count is 40 x 5)."""
+    config = Path(__file__).parents[1] / "examples" / "paper_baselines.yaml"
+    run = tmp_path / "run"
+    args = ["evaluate", "--config", str(config), "--count", "3", "--orders", "2", "--out", str(run)]
+    assert main(args) == 0
+    results = EvaluationResults.load(run / "results.json")
+    rows = results.calibrators
+    assert list(rows) == [
+        "vanilla",
+        "pride",
+        "permutation_average_cyclic",
+        "permutation_average_random",
+        "attention_guided",
+        "attention_guided_no_prior",
+        "vanilla_generated",
+        "instruction",
+        "chain_of_thought",
+        "self_consistency",
+        "sofa",
+        "sofa_generated",
+    ]
+    assert rows["permutation_average_cyclic"].cost["forward_passes_per_instance"] == 2 * 4
+    assert rows["permutation_average_random"].cost["forward_passes_per_instance"] == 2 * 16
+    assert rows["sofa"].cost["forward_passes_per_instance"] == 2
+    sc = rows["self_consistency"].cost
+    cot = rows["chain_of_thought"].cost
+    assert 5 * cot["generated_tokens_per_instance"] < sc["generated_tokens_per_instance"]
+    assert sc["generated_tokens_per_instance"] <= 2 * 10 * 12  # 10 samples of <= 12 tokens
+    assert sc["forward_passes_per_instance"] <= cot["forward_passes_per_instance"] + 2 * 11
+    assert rows["vanilla_generated"].cost["generated_tokens_per_instance"] <= 2 * 2
+    report = (run / "report.md").read_text()
+    for label in rows:
+        assert f"| {label} |" in report
+    assert (run / "figures" / "confusion.png").is_file()
