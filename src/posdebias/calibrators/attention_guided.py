@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import numpy as np
+from pydantic import Field
+
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
@@ -21,6 +24,11 @@ from posdebias.core.state import CalibrationState
 class AttentionGuidedOptions(PosteriorOptions):
     average: Literal["log", "prob"] = "log"
     mixture: Literal["log", "prob"] = "log"
+    attention_prior: bool = Field(
+        default=True,
+        description="divide by the static attention prior (false: the paper's ablation "
+        "'dynamic selection without the attention prior', posterior from raw attention)",
+    )
 
 
 class AttentionGuided(Calibrator):
@@ -48,9 +56,10 @@ class AttentionGuided(Calibrator):
     ) -> Prediction:
         layers = self.options.selector().select(observation.attention_matrix)
         corrector = self.options.corrector(self.options.mixture)
-        purified = corrector.purified_log_attention(
-            observation.attention_matrix, state.fitted("attention_prior"), layers
-        )
+        prior = state.fitted("attention_prior")
+        if not self.options.attention_prior:
+            prior = np.ones_like(prior)  # log 1 = 0: the posterior reads the raw attention
+        purified = corrector.purified_log_attention(observation.attention_matrix, prior, layers)
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.fitted("bias_matrix"))
         return Prediction(scores=corrector.correct(observation.label_logprobs, bias))
