@@ -16,6 +16,8 @@ import stat
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+import yaml
+
 from posdebias.errors import ConfigError, InputError
 
 MiB = 1 << 20
@@ -189,8 +191,6 @@ def confined_path(
 def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) -> Any:
     """``yaml.safe_load`` that refuses a document whose aliases expand beyond
     :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself."""
-    import yaml
-
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -211,8 +211,6 @@ def _bounded(text: str, limit: int = 400) -> str:
 
 
 def _check_expansion(root: Any, what: str, error: type[InputError]) -> None:
-    import yaml
-
     sizes: dict[int, int] = {}
     active: set[int] = set()
 

@@ -12,8 +12,8 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
-from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError
+from posdebias.evaluation.runner import fit_calibrators
 from posdebias.registry import get_registry
 from posdebias.registry.guard import check_observations, check_prediction, plugin_call
 
@@ -45,7 +45,6 @@ class Debiaser:
 
     def calibrate(self, instances: Sequence[RetrievalInstance]) -> CalibrationState:
         """Fit on the N cyclic rotations of each calibration instance (targets known)."""
-        from posdebias.evaluation.runner import fit_calibrators
 
         described = self.adapter.describe()
         self.state = fit_calibrators(
@@ -87,7 +86,9 @@ class Debiaser:
             num_layers=self.adapter.num_layers if self.calibrator.needs_attention else None,
             label_set=self.adapter.labels_for(instance.n),
         )
-        views = cyclic_rotations(instance) if self.calibrator.needs_rotations else [instance]
+        views = (
+            self.calibrator.views_of(instance) if self.calibrator.needs_rotations else [instance]
+        )
         with plugin_call("adapter", self.adapter.name, "observing instances"):
             observations = check_observations(
                 self.adapter, views, self.adapter.observe_many(views, batch_size=self.batch_size)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._images import open_image
 from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
 from posdebias._io import atomic_write_bytes, cache_root
 from posdebias.benchmarks.files import sha256_file
@@ -94,8 +95,6 @@ class ClipEncoder:
     def encode_images(self, paths: Sequence[Path], progress: Progress | None = None) -> np.ndarray:
         """[len(paths), D] float32 L2-normalised image embeddings."""
         import torch
-
-        from posdebias._images import open_image
 
         chunks = []
         for start in range(0, len(paths), self.batch_size):

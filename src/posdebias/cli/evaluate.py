@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 
 from posdebias.cli import make_console
+from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
+from posdebias.evaluation.job import run_evaluation
+from posdebias.evaluation.progress import RunProgress
+from posdebias.evaluation.report import write_report
+from posdebias.evaluation.table import print_results_table
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument(
+        "--decoders",
+        help="comma-separated decoder names: generated, instruction, chain_of_thought, "
+        "self_consistency, sofa (rows that run the model themselves; none by default)",
+    )
     parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(
@@ -50,10 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.evaluation.job import run_evaluation
-    from posdebias.evaluation.progress import RunProgress
-    from posdebias.evaluation.report import write_report
-    from posdebias.evaluation.table import print_results_table
 
     config = load_config(
         args.config,
@@ -62,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         benchmark=args.benchmark,
         calibration=args.calibration,
         calibrators=args.calibrators,
+        decoders=args.decoders,
         orders=args.orders,
         count=args.count,
         calibration_count=args.calibration_count,
@@ -71,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
     )
     if args.resume and config.out is None:
-        from posdebias.errors import InputError
-
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
     try:
@@ -91,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
         f"{results.adapter.get('model_id') or results.adapter['adapter']}: N={results.n}, "
         f"{results.num_instances} instances x {results.orders} orders"
     )
-    print_results_table(results.metrics(), title=title, console=console)
+    print_results_table(
+        results.metrics(), title=title, console=console, generated=results.generated_rows()
+    )
     if config.out is not None:
         report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")

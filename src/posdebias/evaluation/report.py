@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from posdebias.evaluation.table import plain_results_table
 FIGURES = "figures"
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -26,7 +27,7 @@ def _save(figure, path: Path) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-def _pyplot():
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -35,7 +36,9 @@ def _pyplot():
     return plt
 
 
-def _heatmap(axis, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float) -> None:
+def _heatmap(
+    axis: Any, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float
+) -> None:
     n = matrix.shape[0]
     axis.imshow(matrix, cmap="Blues", vmin=0, vmax=scale)
     axis.set_title(title, fontsize=9)
@@ -129,17 +132,27 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         f"{results.orders} orders, seed {results.seed}",
         f"- calibration instances: {len(results.calibration_ids)}",
         "",
-        plain_results_table(results.metrics()),
+        plain_results_table(results.metrics(), results.generated_rows()),
         "",
         "Acc: accuracy per order, mean ± std over orders. RStd: std of the recall per truth "
         "position (lower is better). Cons.: % of instances with the same image chosen under "
         "every order.",
         "",
-        "| calibrator | forward passes / instance |",
-        "|---|---:|",
+        "Cost per test instance (all orders): forward passes (prompt passes plus decoding "
+        "steps), generated tokens, seconds (model and method).",
+        "",
+        "| row | forward passes | generated tokens | seconds |",
+        "|---|---:|---:|---:|",
     ]
+    seconds = results.timing.get("seconds_per_instance", {})
     for label, result in results.calibrators.items():
-        lines.append(f"| {label} | {result.cost.get('forward_passes_per_instance', 0):g} |")
+        cost = result.cost
+        spent = seconds.get(label)
+        lines.append(
+            f"| {label} | {cost.get('forward_passes_per_instance', 0):g} "
+            f"| {cost.get('generated_tokens_per_instance', 0):g} "
+            f"| {'-' if spent is None else f'{spent:.4f}'} |"
+        )
     for title, path in written:
         if path is not None:
             lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{path.name})"]
