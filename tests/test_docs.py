@@ -23,3 +23,41 @@ def test_every_test_named_in_errors_md_exists():
         module = ROOT / (path or "tests/test_errors.py")
         assert module.exists(), reference
         assert name in _defined_functions(module), reference
+
+
+def _function_sources(path: Path, name: str) -> str:
+    """The source of test ``name`` with its decorators (parametrized cases live there)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            return "\n".join(lines[first - 1 : node.end_lineno])
+    return ""
+
+
+def test_security_rows_are_asserted_verbatim_by_their_tests():
+    """In the 'Security and hostile input' table, every backticked message of a row is asserted,
+    character for character, by one of the tests the row names; and the code says it too."""
+    text = (ROOT / "docs" / "errors.md").read_text()
+    section = text.split("## Security and hostile input", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| H")]
+    assert len(rows) >= 18
+    code = "".join(path.read_text() for path in (ROOT / "src" / "posdebias").rglob("*.py"))
+    code = re.sub(r"\"\s*\n\s*f?\"", "", code)  # join implicitly concatenated literals
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        message, tests = cells[2], cells[4]
+        sources = ""
+        for reference in re.findall(r"`((?:tests/[\w/]+\.py::)?test_\w+)`", tests):
+            path, _, name = reference.rpartition("::")
+            source = _function_sources(ROOT / (path or "tests/test_errors.py"), name)
+            assert source, reference
+            sources += source
+        for fragment in re.findall(r"`([^`]+)`", message):
+            assert fragment in sources.replace("\\'", "'"), (fragment, row)
+            # the code builds the message: its longest run of words between values is in it
+            runs = re.split(r"\{[^}]*\}|\d+|'[^']*'|--[\w-]+|[()]", fragment)
+            lead = max((run.strip() for run in runs), key=len)
+            pydantic = "Input should" in fragment  # worded by pydantic, not by us
+            assert pydantic or len(lead) < 8 or lead in code.replace("\\'", "'"), (fragment, row)

@@ -135,6 +135,8 @@ def test_files_over_their_size_limit_are_refused(tmp_path, capsys, flag, size):
         handle.truncate(size * 2**20 + 1)  # sparse: no disk used
     code, err = run(["evaluate", *SIMULATED, flag, big, "--count", "1"], capsys)
     assert code == 2 and f"over the limit of {size} MiB" in err
+    if flag == "--config":
+        assert "over the limit of 1 MiB for a config file" in err
 
 
 # safetensors only, by every route ----------------------------------------------------------------

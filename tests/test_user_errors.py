@@ -74,8 +74,11 @@ def test_markup_in_a_label_is_printed_as_written(tmp_path, capsys, label):
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"calibrators": [{"name": "vanilla", "label": label}]}))
     code, out, err = run(["evaluate", *SIMULATED, "--config", config, "--count", "2"], capsys)
-    assert code == 0, err
-    assert label in out  # shown literally, not styled away
+    if code == 2:  # labels name files, so a label with these characters may be refused
+        assert "label" in err and err.startswith("error: ")
+    else:
+        assert code == 0, err
+        assert label in out  # shown literally, not styled away
 
 
 @pytest.mark.parametrize("name", ["[/red]run", "[bold]x[/bold]", ":rocket:"])
@@ -402,7 +405,7 @@ def _register_broken_adapter(behaviour: str) -> None:
     [
         ("raises", "failed while observing instances: RuntimeError: the plugin's own bug"),
         ("too few", "observations for"),
-        ("wrong n", "returned 7 label scores"),
+        ("wrong n", "returned 7 label scores for instance"),
         ("not observations", "returned a NoneType, not an Observation"),
         ("invalid observation", "made an invalid result"),
     ],
@@ -443,3 +446,20 @@ def test_jsonl_lines_split_on_newline_only():
     from posdebias._inputs import jsonl_lines
 
     assert jsonl_lines('{"a":"x\u2028y\u0085z"}\r\n{}\n') == ['{"a":"x\u2028y\u0085z"}', "{}", ""]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("c.json", '{"out": "run\\u0000x"}'),
+        ("c.yaml", 'out: "run\\0x"\n'),
+        ("c.toml", 'out = "a\\u0000"'),
+    ],
+)
+def test_nul_characters_are_refused(tmp_path, capsys, name, text):
+    config = tmp_path / name
+    config.write_text(text)
+    code, _, err = run(["evaluate", *SIMULATED, "--config", config, "--count", "1"], capsys)
+    assert code == 2 and "contains a NUL character" in err
+    code = main(["evaluate", *SIMULATED, "--out", "run\x00x"])
+    assert code == 2 and "contains a NUL character" in capsys.readouterr().err
