@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from posdebias.errors import InputError
@@ -186,8 +187,6 @@ def _qwen_backend(vocabulary: str) -> str:
 
 @functools.cache
 def _converted_ranks(vocabulary: str) -> str:
-    from pathlib import Path
-
     from tokenizers import normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
