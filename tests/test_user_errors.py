@@ -463,3 +463,20 @@ def test_nul_characters_are_refused(tmp_path, capsys, name, text):
     assert code == 2 and "contains a NUL character" in err
     code = main(["evaluate", *SIMULATED, "--out", "run\x00x"])
     assert code == 2 and "contains a NUL character" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", ["$\\frac{", "_hidden", "a$b$c", "$$"])
+def test_labels_in_figures_are_drawn_as_written(finished_run, tmp_path, capsys, label):
+    """matplotlib reads `$` as math (a bad formula fails the figure) and hides `_` legend
+    entries: `posdebias report` on results whose labels hold them still draws every figure."""
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    results = json.loads((out / "results.json").read_text())
+    first = sorted(results["calibrators"])[0]
+    results["calibrators"][label] = results["calibrators"].pop(first)
+    (out / "results.json").write_text(json.dumps(results))
+    for figure in (out / "figures").glob("*.png"):
+        figure.unlink()
+    code, _, err = run(["report", out], capsys)
+    assert code == 0, err
+    assert len(list((out / "figures").glob("*.png"))) >= 2

@@ -57,6 +57,13 @@ def _heatmap(
                 axis.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
 
 
+def plain(text: str) -> str:
+    """``text`` shown as written by matplotlib: ``$`` would start math mode (and a bad formula
+    fails the whole figure), a leading ``_`` would hide a legend entry."""
+    text = str(text).replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
 def confusion_figure(results: EvaluationResults, path: Path) -> Path:
     """Truth position x predicted position (%), one heat map per calibrator (paper Fig. 1)."""
     plt = _pyplot()
@@ -66,7 +73,12 @@ def confusion_figure(results: EvaluationResults, path: Path) -> Path:
         metrics = results.calibrators[label].metrics
         matrix = np.array([[np.nan if v is None else v for v in row] for row in metrics.confusion])
         _heatmap(
-            axis, matrix, f"{label}\nAcc {metrics.accuracy_mean:.1f}", "predicted", "truth", 100.0
+            axis,
+            matrix,
+            f"{plain(label)}\nAcc {metrics.accuracy_mean:.1f}",
+            "predicted",
+            "truth",
+            100.0,
         )
     return _save(figure, path)
 
@@ -82,7 +94,8 @@ def recall_figure(results: EvaluationResults, path: Path) -> Path:
         recall = [
             0.0 if v is None else v for v in results.calibrators[label].metrics.recall_per_position
         ]
-        axis.bar(np.arange(n) + index * width - 0.4 + width / 2, recall, width, label=label)
+        position = np.arange(n) + index * width - 0.4 + width / 2
+        axis.bar(position, recall, width, label=plain(label))
     axis.set_xticks(range(n), [str(i + 1) for i in range(n)])
     axis.set_xlabel("truth position")
     axis.set_ylabel("recall (%)")
@@ -107,7 +120,7 @@ def divergence_figure(results: EvaluationResults, path: Path) -> Path | None:
     figure, axes = plt.subplots(1, len(panels), figsize=(2.8 * len(panels), 2.9), squeeze=False)
     for axis, (title, matrix) in zip(axes[0], panels, strict=True):
         _heatmap(axis, np.asarray(matrix), title, "position", "truth position", 1.0)
-    figure.suptitle(f"logit-attention divergence ({profile.calibrator} layers)", fontsize=9)
+    figure.suptitle(f"logit-attention divergence ({plain(profile.calibrator)} layers)", fontsize=9)
     return _save(figure, path)
 
 
