@@ -18,10 +18,8 @@ from posdebias._io import JsonlAppender, read_jsonl_records
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
+from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid answer
 from posdebias.evaluation.runner import InstanceRecord, observation_key
-
-#: The recorded choice of an order without a valid answer (counts as wrong).
-NO_ANSWER = -1
 
 
 def decision_key(decoder: Decoder, view: RetrievalInstance) -> str:

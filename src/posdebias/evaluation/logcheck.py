@@ -13,6 +13,8 @@ from typing import Any
 from posdebias._inputs import excerpt
 from posdebias.errors import ResumeError
 
+#: The recorded choice of an order without a valid answer (a decoder's; counts as wrong).
+NO_ANSWER = -1
 _FIX = "delete the run directory (or the log) and run again without --resume"
 
 
@@ -29,8 +31,8 @@ def _int_list(value: Any, name: str) -> list[int]:
 
 
 def check_record_row(row: Any) -> None:
-    """An instance record: id, T orders (permutations of one N), targets and, per calibrator,
-    T choices in range and the images those choices show."""
+    """An instance record: id, T orders (permutations of one N), targets and, per calibrator or
+    decoder, T choices in range (a decoder's -1: no valid answer) and the images they show."""
     if not isinstance(row, Mapping):
         raise _corrupt(f"expected an object, got {type(row).__name__}")
     for key in ("instance_id", "orders", "targets", "choices", "chosen_images"):
@@ -56,12 +58,15 @@ def check_record_row(row: Any) -> None:
             raise _corrupt(f"{name} must be an object of calibrator labels")
     for label, choices in row["choices"].items():
         choices = _int_list(choices, f"choices of {excerpt(label, 40)}")
-        if len(choices) != len(orders) or any(not 0 <= c < n for c in choices):
+        if len(choices) != len(orders) or any(not NO_ANSWER <= c < n for c in choices):
             raise _corrupt(
                 f"choices of {excerpt(label, 40)} do not fit {len(orders)} orders of N={n}"
             )
         images = row["chosen_images"].get(label)
-        expected = [order[c] for order, c in zip(orders, choices, strict=True)]
+        expected = [
+            NO_ANSWER if c == NO_ANSWER else order[c]
+            for order, c in zip(orders, choices, strict=True)
+        ]
         if images != expected:
             raise _corrupt(f"chosen_images of {excerpt(label, 40)} disagree with its choices")
 

@@ -43,8 +43,11 @@ def plugin_call(kind: str, name: str, action: str) -> Iterator[None]:
     PluginError naming the plugin (exit code 2)."""
     try:
         yield
-    except ObservationError as exc:  # an observation the adapter built is invalid: its bug
-        who, fix = _blame(kind, name)
+    except ObservationError as exc:
+        plugin = provider_of(kind, name)
+        if kind != "adapter" or plugin is None or plugin in BUILTIN_PLUGINS:
+            raise  # a calibrator's ObservationError is about the observations it was given
+        who, fix = _blame(kind, name)  # an observation a third-party adapter built is invalid
         raise PluginError(f"{who} made an invalid result while {action}: {exc}; {fix}") from exc
     except PosdebiasError:
         raise
