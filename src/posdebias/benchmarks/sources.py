@@ -75,7 +75,7 @@ def _read_text(path: Path, what: str, flag: str) -> str:
 
 
 def _read_json(path: Path, what: str, flag: str) -> Any:
-    return parse_json(_read_text(path, what, flag), f"{path}: {what}", error=BenchmarkError)
+    return parse_json(_read_text(path, what, flag), str(path), error=BenchmarkError)
 
 
 def _check_root(root: Path) -> Path:
