@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posdebias.adapters.sofa import SofaSettings
+from posdebias.adapters.shared_prefix import decoding_over, share_prefix
+from posdebias.adapters.sofa import SofaSettings, sofa_attention, sofa_scope
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.errors import ConfigError, InputError
@@ -158,9 +159,6 @@ def _generate_batch(
     seeds: list[int],
 ) -> list[Generation]:
     import torch
-
-    from posdebias.adapters.shared_prefix import decoding_over, share_prefix
-    from posdebias.adapters.sofa import sofa_attention, sofa_scope
 
     started = time.perf_counter()
     template = (
