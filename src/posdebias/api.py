@@ -13,9 +13,8 @@ from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError
-from posdebias.evaluation.runner import fit_calibrators
+from posdebias.evaluation.runner import ObservationCache, fit_calibrators, observe_cached
 from posdebias.registry import get_registry
-from posdebias.registry.guard import check_observations, check_prediction, plugin_call
 
 
 class Debiaser:
@@ -89,11 +88,9 @@ class Debiaser:
         views = (
             self.calibrator.views_of(instance) if self.calibrator.needs_rotations else [instance]
         )
-        with plugin_call("adapter", self.adapter.name, "observing instances"):
-            observations = check_observations(
-                self.adapter, views, self.adapter.observe_many(views, batch_size=self.batch_size)
-            )
+        # through the runner's plugin contract: a broken plugin adapter is named, not a crash
+        observations = observe_cached(
+            self.adapter, views, ObservationCache(), batch_size=self.batch_size
+        )
         rotations = observations if self.calibrator.needs_rotations else None
-        with plugin_call("calibrator", self.calibrator.name, "predicting"):
-            prediction = self.calibrator.predict(observations[0], state, rotations=rotations)
-        return check_prediction(self.calibrator, prediction, instance.n)
+        return self.calibrator.predict(observations[0], state, rotations=rotations)
