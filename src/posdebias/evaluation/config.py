@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from posdebias._inputs import CONFIG_LIMIT, load_yaml, parse_json, read_input_text
 from posdebias.errors import ConfigError, validation_message
+
+#: What a calibrator label may be: it becomes a file name.
+SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 DEFAULT_CALIBRATORS = (
     "vanilla",
@@ -31,6 +35,17 @@ class CalibratorSpec(_Strict):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
     label: str | None = None
+
+    @field_validator("label")
+    @classmethod
+    def _safe_label(cls, value: str | None) -> str | None:
+        """A label names files (``states/<label>.json``): letters, digits, ``_ . -`` only."""
+        if value is not None and (not SAFE_LABEL.match(value) or value.endswith(".")):
+            raise ValueError(
+                "a label names a file: use 1 to 64 letters, digits, '_', '.' or '-', starting "
+                "with a letter or digit"
+            )
+        return value
 
     @property
     def key(self) -> str:
