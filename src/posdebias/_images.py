@@ -69,6 +69,8 @@ def open_image(
                     return image.reduce(factor).convert("RGB")  # shrink before any copy
                 rgb = image.convert("RGB")
                 return rgb.reduce(factor) if factor >= 2 else rgb
+    except InputError:
+        raise  # ours, already clear (InputError is a ValueError: keep it out of the next clause)
     except Image.DecompressionBombError:
         raise _too_large(what, source, None, None, cap) from None
     except UnidentifiedImageError:

@@ -191,7 +191,10 @@ def confined_path(
 def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) -> Any:
     """``yaml.safe_load`` that refuses a document whose aliases expand beyond
     :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # the reader refuses some characters right away
+    except yaml.YAMLError as exc:
+        raise error(f"{what} cannot be parsed as YAML: {_bounded(str(exc))}") from None
     try:
         node = loader.get_single_node()
         if node is None:
