@@ -54,10 +54,7 @@ class AdapterError(PosdebiasError):
 
 
 class PluginError(PosdebiasError):
-    """A third-party plugin failed to load or breaks the plugin contract (exit code 2: not
-    a bug of posdebias; the message names the plugin)."""
-
-    exit_code = 2
+    """A third-party plugin failed to load or breaks the plugin contract."""
 
 
 class PluginContractError(PluginError):
