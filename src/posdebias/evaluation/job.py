@@ -20,7 +20,7 @@ import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
@@ -300,6 +300,7 @@ def _run_evaluation(
     if not source.test:
         raise InputError("no test instances to evaluate")
     n = source.test[0].n
+    check_order_count(n, config.orders)  # before any forward pass
     run_dir = None
     cache: ObservationCache = ObservationCache()
     logs = []
