@@ -250,4 +250,6 @@ def get_adapter(model: Any, processor: Any, *, adapter: str | None = None, **opt
         prompt=parsed.prompt,
         end_token=parsed.end_token,
         answer_prefix=parsed.answer_prefix,
+        image_size=parsed.image_size,
+        logits_processors=parsed.logits_processors,
     )

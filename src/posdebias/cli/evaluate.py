@@ -39,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
     )
     parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--protocol",
+        choices=("default", "reference"),
+        help="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
@@ -67,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         calibration_count=args.calibration_count,
         n=args.n,
         seed=args.seed,
+        protocol=args.protocol,
         batch_size=args.batch_size,
         out=args.out,
     )

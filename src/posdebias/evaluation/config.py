@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tomllib
 import yaml
@@ -65,6 +65,10 @@ class EvaluateConfig(_Strict):
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = 0
+    protocol: Literal["default", "reference"] = Field(
+        default="default",
+        description="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     batch_size: int = Field(default=1, ge=1)
     out: Path | None = None
 

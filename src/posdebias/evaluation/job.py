@@ -25,6 +25,8 @@ from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
+from posdebias.evaluation.protocol import apply_prompt, calibrator_specs, get_protocol
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults
 from posdebias.evaluation.runner import (
     Evaluator,
@@ -58,13 +60,18 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     unless an adapter name is given); with neither, the bundled :data:`DEFAULT_MODEL`."""
     options = dict(config.adapter.options)
     model = resolved_model(config)
+    protocol = get_protocol(config.protocol)
     if model is not None:
         from posdebias.adapters.loading import load_adapter
 
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
-        return load_adapter(model, adapter=config.adapter.name, **options)
-    return get_registry().create_adapter(config.adapter.name, **options)
+        options = protocol_adapter_options(protocol, options)
+        adapter = load_adapter(model, adapter=config.adapter.name, **options)
+    else:
+        adapter = get_registry().create_adapter(config.adapter.name, **options)
+    apply_prompt(protocol, adapter)
+    return adapter
 
 
 def with_default_batch_size(config: EvaluateConfig) -> EvaluateConfig:
@@ -151,6 +158,13 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
             )
         from posdebias.adapters.synthetic import synthetic_instances
 
+        if get_protocol(config.protocol).calibration_from_test:
+            test = synthetic_instances(config.count, config.n, config.seed, "test")
+            return InstanceSource(
+                calibration=test[: config.calibration_count],
+                test=test,
+                description={"source": "synthetic", "n": config.n},
+            )
         return InstanceSource(
             calibration=synthetic_instances(
                 config.calibration_count, config.n, config.seed + 1, "cal"
@@ -162,6 +176,14 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
 
     benchmark = load_benchmark(benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
+    if get_protocol(config.protocol).calibration_from_test:
+        if config.calibration_benchmark is not None:
+            raise InputError(
+                "protocol 'reference' calibrates on the first instances of the evaluated file; "
+                "drop calibration_benchmark or use protocol 'default'"
+            )
+        calibration = benchmark.instances[: config.calibration_count]
+        return InstanceSource(calibration, benchmark.instances[: config.count], description)
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
@@ -238,6 +260,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
         "source": source_identity,
         "seed": config.seed,
+        "protocol": config.protocol,
         "orders": config.orders,
         "count": config.count,
         "calibration_count": config.calibration_count,
@@ -296,6 +319,12 @@ def _run_evaluation(
     calibrators = build_calibrators(config)
     adapter = build_adapter(config, shard)
     config = with_default_batch_size(config)
+    if config.protocol != "default":
+        specs = calibrator_specs(
+            get_protocol(config.protocol), config.calibrators, adapter.num_layers
+        )
+        config = config.model_copy(update={"calibrators": specs})
+        calibrators = build_calibrators(config)
     source = load_instances(config, adapter)
     if not source.test:
         raise InputError("no test instances to evaluate")
@@ -332,6 +361,7 @@ def _run_evaluation(
             seed=config.seed,
             batch_size=config.batch_size,
             cache=cache,
+            shared_orders=get_protocol(config.protocol).shared_orders,
         )
         done = run_dir.read_records() if (run_dir is not None and resume) else {}
         labels = set(calibrators)

@@ -38,8 +38,14 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
     return [seed, int.from_bytes(digest[:4], "little")]
 
 
-def instance_orders(instance: RetrievalInstance, count: int, seed: int) -> list[np.ndarray]:
-    """The T candidate orders of a test instance (a function of seed and instance id only)."""
+def instance_orders(
+    instance: RetrievalInstance, count: int, seed: int, *, shared: bool = False
+) -> list[np.ndarray]:
+    """The T distinct candidate orders of a test instance (a function of seed and instance id
+    only); ``shared``: one set for every instance of this N, the identity first (the authors'
+    protocol)."""
+    if shared:
+        return random_orders(instance.n, count, [seed, instance.n], identity_first=True)
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
 
 
@@ -190,6 +196,7 @@ class Evaluator:
         seed: int = 0,
         batch_size: int = 1,
         cache: ObservationCache | None = None,
+        shared_orders: bool = False,
     ) -> None:
         if orders < 1:
             raise InputError(f"--orders must be at least 1, got {orders}")
@@ -201,6 +208,7 @@ class Evaluator:
         self.states = dict(states)
         self.orders = orders
         self.seed = seed
+        self.shared_orders = shared_orders
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -213,7 +221,7 @@ class Evaluator:
     def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
-        orders = instance_orders(instance, self.orders, self.seed)
+        orders = instance_orders(instance, self.orders, self.seed, shared=self.shared_orders)
         shown = [instance.permuted(order) for order in orders]
         rotations = [cyclic_rotations(view) for view in shown] if self.needs_rotations else []
         wanted = shown + [r for group in rotations for r in group]
