@@ -16,7 +16,16 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError
 
-SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", "report")
+SUBCOMMANDS = (
+    "build",
+    "calibrate",
+    "evaluate",
+    "organism",
+    "plugins",
+    "rank",
+    "report",
+    "sweep",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -139,6 +139,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateConfig:
     """A validated config from an optional file plus overrides (None values are ignored)."""
     data = read_config_file(path) if path is not None else {}
+    return config_from_data(data, str(path) if path else "configuration", **overrides)
+
+
+def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> EvaluateConfig:
+    """A validated config from parsed settings plus overrides (see :func:`load_config`)."""
     for key, value in overrides.items():
         if value is None:
             continue
@@ -156,4 +161,4 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateCon
     try:
         return EvaluateConfig.model_validate(data)
     except ValidationError as exc:
-        raise config_error(exc, str(path) if path else "configuration") from None
+        raise config_error(exc, source) from None
