@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posdebias._io import atomic_write_json, atomic_write_text
+from posdebias._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from posdebias.core.observation import Observation
 from posdebias.errors import InputError, OutputError, ResumeError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
@@ -506,7 +506,7 @@ _AXIS = {
 
 
 def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
-    from posdebias.evaluation.report import _pyplot, _save
+    from posdebias.evaluation.report import _pyplot
 
     plt = _pyplot()
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
@@ -542,7 +542,10 @@ def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
     with warnings.catch_warnings():  # long transfer labels: bbox_inches="tight" fits them
         warnings.simplefilter("ignore", UserWarning)
         figure.tight_layout()
-    return _save(figure, path)
+    buffer = io.BytesIO()  # small (docs embed them), no version stamp: reproducible bytes
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    plt.close(figure)
+    return atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_sweep_report(
