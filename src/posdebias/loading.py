@@ -254,6 +254,7 @@ def get_adapter(
         answer_prefix=parsed.answer_prefix,
         image_size=parsed.image_size,
         logits_processors=parsed.logits_processors,
+        prompt_variant=parsed.prompt_variant,
     )
 
 
