@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.errors import InputError
+from posdebias.evaluation.config import config_error, config_from_data, read_config_file
+from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
 
 #: The n study's defaults when neither the command line nor the config sets them: the scaling
 #: table of docs/experiments.md (100 instances x 3 orders at each N).
@@ -15,7 +20,6 @@ N_STUDY_DEFAULTS = {"count": 100, "orders": 3}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from posdebias.evaluation.sweep import STUDIES
 
     parser = subparsers.add_parser(
         "sweep",
@@ -58,10 +62,6 @@ def _values(text: str | None) -> list[float] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from posdebias.evaluation.config import config_error, config_from_data, read_config_file
-    from posdebias.evaluation.sweep import SweepSpec, run_sweep
 
     data = read_config_file(args.config) if args.config is not None else {}
     section = data.pop("sweep", None) or {}
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     )
     console = make_console()
 
-    def progress(point, payload) -> None:
+    def progress(point: Point, payload: dict[str, Any]) -> None:
         best = max(payload["rows"], key=lambda row: row["accuracy"])
         console.print(
             f"{point.label}: done ({len(payload['keys'])} observations; best "

@@ -76,7 +76,7 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
         options = protocol_adapter_options(protocol, options)
-        adapter = load_adapter(model, adapter=config.adapter.name, **options)
+        adapter: Adapter = load_adapter(model, adapter=config.adapter.name, **options)
     else:
         adapter = create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)

@@ -26,6 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from posdebias.adapters.prompt import PromptTemplate
+from posdebias.evaluation.config import CalibratorSpec
+from posdebias.registry import get_registry
+
 ProtocolName = Literal["default", "reference"]
 
 #: The authors' candidate layers: 21..35 (inclusive) of their 36-layer models.
@@ -92,7 +96,6 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
 def apply_prompt(protocol: Protocol, adapter: Any) -> None:
     """Give the adapter's prompt its trailing space (adapters with a prompt template only),
     before anything is rendered."""
-    from posdebias.adapters.prompt import PromptTemplate
 
     prompt = getattr(adapter, "prompt", None)
     if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
@@ -101,18 +104,18 @@ def apply_prompt(protocol: Protocol, adapter: Any) -> None:
         adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
 
 
-def calibrator_specs(protocol: Protocol, specs: list[Any], num_layers: int) -> list[Any]:
+def calibrator_specs(
+    protocol: Protocol, specs: list[CalibratorSpec], num_layers: int | None
+) -> list[CalibratorSpec]:
     """Calibrator specs with the reference ``layer_range`` for every calibrator that selects
-    layers and has none set."""
-    from posdebias.registry import get_registry
-
-    if not protocol.reference_layers:
+    layers and has none set (unchanged for an adapter without layers)."""
+    if not protocol.reference_layers or num_layers is None:
         return specs
     registry = get_registry()
     layers = list(reference_layer_range(num_layers))
     updated = []
     for spec in specs:
-        fields = getattr(registry.calibrator_class(spec.name).Options, "model_fields", {})
+        fields = registry.calibrator_class(spec.name).Options.model_fields
         if "layer_range" in fields and "layer_range" not in spec.options:
             spec = spec.model_copy(update={"options": {**spec.options, "layer_range": layers}})
         updated.append(spec)

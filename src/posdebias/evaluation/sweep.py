@@ -42,12 +42,31 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posdebias._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from posdebias._io import (
+    JsonlAppender,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    truncate_torn_tail,
+)
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.core.instance import check_order_count
 from posdebias.core.observation import Observation
 from posdebias.errors import InputError, OutputError, ResumeError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
+from posdebias.evaluation.job import (
+    build_adapter,
+    build_calibrators,
+    default_model_threads,
+    load_instances,
+    split_held_out,
+    with_default_batch_size,
+)
+from posdebias.evaluation.protocol import calibrator_specs, get_protocol
+from posdebias.evaluation.report import _pyplot
 from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
 from posdebias.evaluation.store import PersistentObservationCache
+from posdebias.registry import get_registry
 
 STUDIES = ("n", "calibration_size", "top_k", "tau", "transfer")
 
@@ -135,7 +154,6 @@ def _number(value: float) -> int | float:
 
 
 def _calibrators_with_option(specs: list[CalibratorSpec], option: str) -> list[CalibratorSpec]:
-    from posdebias.registry import get_registry
 
     registry = get_registry()
     chosen = [
@@ -203,7 +221,6 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
 
 
 def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
-    from posdebias.benchmarks.files import load_benchmark
 
     if spec.values is not None:
         raise InputError("the transfer study takes 'benchmarks', not 'values'")
@@ -228,7 +245,7 @@ def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
             f"calibration fitted at one N does not apply at another. Got {listed}"
         )
     names = _short_names(spec.benchmarks)
-    points = []
+    points: list[Point] = []
     for a, source in enumerate(spec.benchmarks):
         for b, target in enumerate(spec.benchmarks):
             update = {"benchmark": Path(target), "calibration_benchmark": Path(source)}
@@ -261,7 +278,6 @@ def _short_names(paths: Sequence[Path]) -> list[str]:
 def _instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
     """(calibration, test) of a point. Transfer: calibration held out of A by seed, test = B
     minus its own held-out calibration, so every pair tests B on the same instances."""
-    from posdebias.evaluation.job import load_instances, split_held_out
 
     config = point.config
     if study != "transfer":
@@ -270,7 +286,6 @@ def _instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
         if study == "calibration_size":
             calibration = calibration[: int(point.value)]
         return calibration, source.test
-    from posdebias.benchmarks.files import load_benchmark
 
     assert config.benchmark is not None and config.calibration_benchmark is not None
     a = load_benchmark(config.calibration_benchmark)
@@ -284,9 +299,6 @@ def run_point(
     point: Point, study: str, adapter: Any, cache: ObservationCache
 ) -> tuple[list[dict[str, Any]], list[str], int]:
     """Evaluate one point: (rows, digests of the observation keys used, observations made)."""
-    from posdebias.core.instance import check_order_count
-    from posdebias.evaluation.job import build_calibrators
-    from posdebias.evaluation.protocol import calibrator_specs, get_protocol
 
     config = point.config
     protocol = get_protocol(config.protocol)
@@ -379,12 +391,6 @@ def run_sweep(
     on_point: Callable[[Point, dict[str, Any]], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) a study into ``out``; returns the rows and the files written."""
-    from posdebias._io import JsonlAppender, truncate_torn_tail
-    from posdebias.evaluation.job import (
-        build_adapter,
-        default_model_threads,
-        with_default_batch_size,
-    )
 
     points = plan_points(study, config, spec)
     started = time.perf_counter()
@@ -506,7 +512,6 @@ _AXIS = {
 
 
 def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
-    from posdebias.evaluation.report import _pyplot
 
     plt = _pyplot()
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
@@ -538,7 +543,8 @@ def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
         if study == "n":
             ns = sorted({row["value"] for row in rows})
             axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance")
-    axes[0].legend(fontsize=7)
+    handles, names = axes[0].get_legend_handles_labels()
+    axes[-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     with warnings.catch_warnings():  # long transfer labels: bbox_inches="tight" fits them
         warnings.simplefilter("ignore", UserWarning)
         figure.tight_layout()
