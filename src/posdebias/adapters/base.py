@@ -85,6 +85,22 @@ class Adapter(ABC):
 
         return get_label_set(getattr(self, "label_set", "digits")).labels(n)
 
-    def describe(self) -> dict[str, Any]:
-        """Metadata recorded in calibration states and reports (adapter, model id, ...)."""
+    def describe(self, n: int | None = None) -> dict[str, Any]:
+        """Metadata recorded in calibration states and reports (adapter, model id, ...).
+
+        A pure function of the adapter and N (the labels prompted for N candidates, where the
+        adapter has them): the run's ``run.json`` and ``results.json`` agree whether or not a
+        forward pass has run.
+        """
         return {"adapter": self.name, "model_id": None, "prompt_hash": None}
+
+
+def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
+    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
+    import inspect
+
+    try:
+        takes_n = len(inspect.signature(adapter.describe).parameters) > 0
+    except (TypeError, ValueError):
+        takes_n = True
+    return adapter.describe(n) if takes_n else adapter.describe()

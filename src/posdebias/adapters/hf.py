@@ -443,7 +443,7 @@ class HFAdapter(Adapter):
             raise AdapterError("the KV cache could not be rewound to the prompt")
         return output.logits[:, -1, :]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
         return {
@@ -455,7 +455,7 @@ class HFAdapter(Adapter):
             "device": str(self.device),
             "num_layers": self.num_layers,
             "label_set": self.label_set,
-            "labels": self.labels,
+            "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.prompt.digest(),
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None

@@ -163,7 +163,7 @@ class SyntheticAdapter(Adapter):
             time.sleep(self.options.latency * len(instances))
         return [self.observe_one(instance) for instance in instances]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         return {
             "adapter": self.name,
             "model_id": "synthetic",

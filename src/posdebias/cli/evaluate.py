@@ -26,6 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
+    parser.add_argument(
+        "--calibration-transfer",
+        action="store_true",
+        default=None,
+        dest="calibration_transfer",
+        help="use --calibration states fitted on another model (recorded in results.json)",
+    )
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
     parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
@@ -50,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from posdebias.cli.defaults import default_preset
     from posdebias.evaluation.job import run_evaluation
     from posdebias.evaluation.progress import RunProgress
     from posdebias.evaluation.report import write_report
@@ -61,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         benchmark=args.benchmark,
         calibration=args.calibration,
+        calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,
         orders=args.orders,
         count=args.count,
@@ -77,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     try:
         with RunProgress(console, config.count) as progress:
-            results = run_evaluation(config, resume=args.resume, on_record=progress.update)
+            results = run_evaluation(
+                config, resume=args.resume, on_record=progress.update, preset=default_preset()
+            )
     except KeyboardInterrupt:
         if config.out is not None:
             make_console(stderr=True).print(
@@ -93,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print_results_table(results.metrics(), title=title, console=console)
     if config.out is not None:
-        report = write_report(results, config.out)
+        from posdebias._io import DirectoryLock
+
+        with DirectoryLock(config.out):
+            report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")
     return 0

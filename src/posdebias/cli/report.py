@@ -15,12 +15,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from posdebias._io import DirectoryLock
     from posdebias.evaluation.report import write_report
     from posdebias.evaluation.results import EvaluationResults
     from posdebias.evaluation.table import print_results_table
 
-    results = EvaluationResults.load(args.run_dir / "results.json")
+    results = EvaluationResults.load(args.run_dir / "results.json")  # validated before writing
     console = make_console()
     print_results_table(results.metrics(), console=console)
-    console.print(f"report: {write_report(results, args.run_dir)}")
+    with DirectoryLock(args.run_dir):
+        report = write_report(results, args.run_dir)
+    console.print(f"report: {report}")
     return 0
