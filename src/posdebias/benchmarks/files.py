@@ -209,6 +209,19 @@ def check_benchmark_out(folder: Path) -> None:
         )
 
 
+def same_files(images: list[str], root: Path) -> list[str]:
+    """A problem for each group of image paths that name one file (``./x.png``,
+    ``images//x.png``, a symbolic link to it): each candidate must be a different image."""
+    groups: dict[str, list[str]] = {}
+    for image in images:
+        groups.setdefault(os.path.realpath(root / image), []).append(image)
+    return [
+        f"images {names} are the same file; each candidate must be a different image"
+        for names in groups.values()
+        if len(names) > 1
+    ]
+
+
 def _source_changed(manifest: BenchmarkManifest, root: Path) -> list[str]:
     """Problems if the images a benchmark was built from changed since: a shapes root
     regenerated with other settings, or an annotation file with other content."""
@@ -355,6 +368,8 @@ def load_benchmark(
                     exists[image] = (root_path / image).is_file()
                 if not exists[image]:
                     line_problems.append(f"image {image!r} not found under {root_path}")
+        if check_images and not line_problems:
+            line_problems += same_files(record.images, root_path)
         first_line.setdefault(record.id, number)
         if line_problems:
             problems += [f"line {number}: {message}" for message in line_problems]

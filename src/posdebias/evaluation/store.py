@@ -52,6 +52,7 @@ _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
     r"|(observations|records)(\.rank\d+)?\.jsonl)$"
 )
+_LOCK = DirectoryLock.FILE
 _TEMP = re.compile(r"^\..+\.(tmp|staging)$")
 
 
@@ -98,16 +99,6 @@ class RunDirectory:
         if not self.root.is_dir():
             raise OutputError(f"--out {self.root} is a file; give a folder for the run")
         entries = sorted(self.root.iterdir())
-        foreign = [
-            e.name for e in entries if not (_OWN_NAMES.match(e.name) or _TEMP.match(e.name))
-        ]
-        if foreign and not (self.root / RUN_FILE).is_file():
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise OutputError(
-                f"--out {self.root} is not empty and is not a posdebias run directory (it holds "
-                f"{shown}); posdebias writes only into a new or empty folder or one of its own "
-                "runs: choose another --out"
-            )
         links = [e.name for e in entries if e.is_symlink() and _OWN_NAMES.match(e.name)]
         for sub in (STATES_DIR, FIGURES_DIR):
             folder = self.root / sub
@@ -118,6 +109,19 @@ class RunDirectory:
                 f"--out {self.root} holds symbolic links where the run keeps its own files "
                 f"({', '.join(links[:5])}); posdebias does not write through links: remove "
                 "them or choose another --out"
+            )
+        if (self.root / RUN_FILE).is_file() and not (self.root / RUN_FILE).is_symlink():
+            foreign = []
+        else:  # no run of ours: only what a run leaves before its run.json may be there
+            foreign = [
+                e.name for e in entries if not (e.name == _LOCK or _TEMP.match(e.name))
+            ]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise OutputError(
+                f"--out {self.root} is not empty and is not a posdebias run directory (it holds "
+                f"{shown}); posdebias writes only into a new or empty folder or one of its own "
+                "runs: choose another --out"
             )
 
     def lock(self) -> None:
