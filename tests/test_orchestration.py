@@ -98,7 +98,7 @@ def test_evaluation_knows_no_model_by_name():
 
 
 def test_describe_is_a_pure_function_of_the_adapter_and_n(tmp_path):
-    from posdebias.adapters.loading import load_adapter
+    from posdebias.loading import load_adapter
     from posdebias.core.instance import RetrievalInstance
     from posdebias.testing import save_tiny_model, write_test_images
 

@@ -39,4 +39,3 @@ def tiny_clip(tiny_clip_config):
 def shapes_root(tmp_path_factory) -> Path:
     """60 shapes images (COCO-format folder), shared read-only by the tests."""
     return generate_shapes_dataset(tmp_path_factory.mktemp("shapes") / "root", 60, seed=0)
-

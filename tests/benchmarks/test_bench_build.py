@@ -153,9 +153,7 @@ def test_option_errors(shapes_root, tmp_path):
         ({"setting": "hard"}, "setting: Input should be 'random' or 'adversarial'"),
     ]:
         with pytest.raises(BenchmarkError, match=message):
-            build(
-                "coco", shapes_root, tmp_path / "out", **{"setting": "random", **options}
-            )
+            build("coco", shapes_root, tmp_path / "out", **{"setting": "random", **options})
     assert not (tmp_path / "out").exists()
 
 

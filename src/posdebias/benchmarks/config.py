@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.shapes import ShapeSpace, load_shape_space
-from posdebias.errors import BenchmarkError
+from posdebias.errors import BenchmarkError, validation_message
 
 DEFAULT_COUNT = 1000
 SETTINGS = ("random", "adversarial")
@@ -162,8 +162,6 @@ def build_config_from(data: dict[str, Any], flags: dict[str, Any], where: str) -
 
     Flags override the file; source flags go into ``source``, CLIP flags into ``adversarial``.
     """
-    from posdebias.benchmarks.files import _format_validation
-
     data = dict(data)
     source = dict(data.get("source") or {}) if isinstance(data.get("source"), dict) else {}
     adversarial = data.get("adversarial")
@@ -198,4 +196,4 @@ def build_config_from(data: dict[str, Any], flags: dict[str, Any], where: str) -
     try:
         return BuildConfig.model_validate(data)
     except ValidationError as exc:
-        raise BenchmarkError(f"{where}: " + "; ".join(_format_validation(exc))) from None
+        raise BenchmarkError(validation_message(exc, where, unknown="key")) from None

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from posdebias._io import DirectoryLock, remove_stale, write_files_together
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
-from posdebias.errors import BenchmarkError
+from posdebias.errors import BenchmarkError, validation_problems
 
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -192,9 +192,7 @@ def check_benchmark_out(folder: Path) -> None:
     if not folder.is_dir():
         raise BenchmarkError(f"--out {folder} is a file; give a folder for the benchmark")
     names = sorted(entry.name for entry in folder.iterdir())
-    foreign = [
-        name for name in names if name not in _OWN_BENCHMARK_NAMES and not _TEMP.match(name)
-    ]
+    foreign = [name for name in names if name not in _OWN_BENCHMARK_NAMES and not _TEMP.match(name)]
     if foreign and not (folder / MANIFEST_FILE).is_file():
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise BenchmarkError(
@@ -256,15 +254,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _format_validation(error: ValidationError) -> list[str]:
-    messages = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        messages.append(f"{where}: {message}" if where else message)
-    return messages
-
-
 def load_manifest(path: Path) -> BenchmarkManifest:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
@@ -276,7 +265,7 @@ def load_manifest(path: Path) -> BenchmarkManifest:
         return BenchmarkManifest.model_validate(payload)
     except ValidationError as exc:
         raise problems_error(
-            f"{path} is not a valid benchmark manifest", _format_validation(exc)
+            f"{path} is not a valid benchmark manifest", validation_problems(exc, unknown="key")
         ) from exc
 
 
@@ -348,7 +337,9 @@ def load_benchmark(
         try:
             record = InstanceRecord.model_validate_json(line)
         except ValidationError as exc:
-            problems += [f"line {number}: {message}" for message in _format_validation(exc)]
+            problems += [
+                f"line {number}: {message}" for message in validation_problems(exc, unknown="key")
+            ]
             continue
         line_problems = []
         if record.id in first_line:

@@ -38,10 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.cli.defaults import resolve
     from posdebias.errors import InputError, OutputError
     from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
     from posdebias.evaluation.job import calibrate, prepare
+    from posdebias.evaluation.preset import resolve_preset
     from posdebias.evaluation.states import save_states
     from posdebias.registry import get_registry
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if single_file and args.out.is_symlink():
         raise OutputError(f"--out {args.out} is a symbolic link; give a plain file path")
-    resolved = resolve(config)
+    resolved = resolve_preset(config)
     with resolved.threads():
         run_ = prepare(resolved)
         calibrate(run_)

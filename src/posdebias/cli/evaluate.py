@@ -57,7 +57,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.cli.defaults import default_preset
     from posdebias.evaluation.job import run_evaluation
     from posdebias.evaluation.progress import RunProgress
     from posdebias.evaluation.report import write_report
@@ -86,9 +85,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     try:
         with RunProgress(console, config.count) as progress:
-            results = run_evaluation(
-                config, resume=args.resume, on_record=progress.update, preset=default_preset()
-            )
+            results = run_evaluation(config, resume=args.resume, on_record=progress.update)
     except KeyboardInterrupt:
         if config.out is not None:
             make_console(stderr=True).print(

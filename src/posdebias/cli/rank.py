@@ -30,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from posdebias.api import Debiaser
-    from posdebias.cli.defaults import resolve
     from posdebias.errors import InputError
     from posdebias.evaluation.config import load_config
     from posdebias.evaluation.job import build_adapter
+    from posdebias.evaluation.preset import resolve_preset
 
     options = {}
     for item in args.adapter_option:
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--adapter-option {item!r} must look like KEY=VALUE")
         options[key] = yaml.safe_load(value)
     config = load_config(None, model=args.model, adapter={"name": args.adapter, "options": options})
-    debiaser = Debiaser.load(args.calibration, build_adapter(resolve(config).config))
+    debiaser = Debiaser.load(args.calibration, build_adapter(resolve_preset(config).config))
     prediction = debiaser.rank(args.caption, args.images)
     table = Table(title=f"{debiaser.calibrator.name}: {args.caption!r}", title_justify="left")
     for column in ("position", "image", "probability", ""):

@@ -52,6 +52,7 @@ from posdebias.evaluation.runner import (
     summarize,
 )
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
+from posdebias.loading import create_adapter, load_adapter
 from posdebias.registry import get_registry
 
 
@@ -60,8 +61,6 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
     if config.model is not None:
-        from posdebias.adapters.loading import load_adapter
-
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
         return load_adapter(config.model, adapter=config.adapter.name, **options)
@@ -70,7 +69,7 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
             "(the command line's default run uses the bundled model)"
         )
-    return get_registry().create_adapter(config.adapter.name, **options)
+    return create_adapter(config.adapter.name, **options)
 
 
 def build_calibrators(config: EvaluateConfig) -> dict[str, Calibrator]:

@@ -1,9 +1,10 @@
 """Presets: a named model with the settings it runs best with, resolved once at config time.
 
-The bundled default run (``posdebias evaluate`` with no arguments) is one preset: the organism
-model, its shapes benchmark, one forward batch per test instance and one CPU thread. The preset
-is handed down by the layer that knows the model (the command line registers the organism's);
-no phase of a run tests a model by name.
+The bundled default run (``posdebias evaluate`` with no arguments) is one preset: the model a
+plugin registered as the default bundled model (the organism, for posdebias itself), its
+benchmark, its forward batch and its CPU threads. :func:`resolve_preset` turns the registry's
+:class:`~posdebias.registry.BundledModel` into a :class:`Preset` once; no phase of a run tests a
+model by name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from posdebias.errors import InputError
 from posdebias.evaluation.config import EvaluateConfig
+from posdebias.registry import BundledModel, get_registry
 
 
 @dataclass(frozen=True)
@@ -25,15 +28,40 @@ class Preset:
             model nor an adapter.
         benchmark: ``(n, instances_needed) -> folder`` of the benchmark used when the config
             names none (may build it on first use; raises an InputError when it cannot serve).
-        batch_size_per_view: when true and no batch size is given, one forward batch holds a
-            test instance's views: orders x N.
+        batch_size: forward batch when no batch size is given (None: the config's default).
+        batch_size_per_view: instead, one forward batch holds a test instance's views: orders
+            x N.
         threads: torch CPU threads for the run (None: torch's own setting).
     """
 
     model: str
     benchmark: Callable[[int, int], Path] | None = None
+    batch_size: int | None = None
     batch_size_per_view: bool = False
     threads: int | None = None
+
+    @classmethod
+    def from_bundled(cls, bundled: BundledModel) -> Preset:
+        """The preset of a bundled model registered by a plugin."""
+        benchmark = None
+        if bundled.benchmark is not None:
+            make, size = bundled.benchmark, bundled.benchmark_size
+
+            def benchmark(n: int, needed: int) -> Path:
+                if size is not None and needed > size:
+                    raise InputError(
+                        f"the bundled benchmark has {size} instances, fewer than the {needed} "
+                        "asked for (--count plus --calibration-count); lower --count or build "
+                        "a larger one with `posdebias build --source shapes`"
+                    )
+                return make(n)
+
+        return cls(
+            model=bundled.name,
+            benchmark=benchmark,
+            batch_size=bundled.batch_size,
+            threads=bundled.threads,
+        )
 
 
 @dataclass(frozen=True)
@@ -62,13 +90,27 @@ class ResolvedConfig:
             torch.set_num_threads(before)
 
 
-def resolve_preset(config: EvaluateConfig, preset: Preset | None) -> ResolvedConfig:
-    """Apply ``preset`` where the config leaves a setting open.
+def registry_preset(config: EvaluateConfig) -> Preset | None:
+    """The preset of the bundled model the config runs: the registry's default model when the
+    config names neither a model nor an adapter, the bundled model it names, else None."""
+    registry = get_registry()
+    if config.model is None and config.adapter.name is None:
+        bundled = registry.default_model()
+    else:
+        bundled = registry.bundled_model(config.model) if config.model is not None else None
+    return None if bundled is None else Preset.from_bundled(bundled)
+
+
+def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> ResolvedConfig:
+    """Apply ``preset`` (default: :func:`registry_preset`) where the config leaves a setting
+    open.
 
     The preset applies when the config names neither a model nor an adapter (then its model is
     the config's model) or names the preset's model. A batch size the user gave is kept: results
     do not depend on it, and the run records the one it used.
     """
+    if preset is None:
+        preset = registry_preset(config)
     if preset is None:
         return ResolvedConfig(config)
     update: dict[str, object] = {}
@@ -76,7 +118,10 @@ def resolve_preset(config: EvaluateConfig, preset: Preset | None) -> ResolvedCon
         update["model"] = preset.model
     elif config.model != preset.model:
         return ResolvedConfig(config)
-    if preset.batch_size_per_view and "batch_size" not in config.model_fields_set:
-        update["batch_size"] = config.orders * config.n
+    if "batch_size" not in config.model_fields_set:
+        if preset.batch_size_per_view:
+            update["batch_size"] = config.orders * config.n
+        elif preset.batch_size is not None:
+            update["batch_size"] = preset.batch_size
     resolved = config.model_copy(update=update)
     return ResolvedConfig(resolved, preset)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import platform
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
+from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.metrics import Metrics
 
@@ -19,8 +21,6 @@ RESULTS_SCHEMA_VERSION = 1
 
 def package_versions() -> dict[str, str]:
     """Versions of posdebias and the libraries that change numbers."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {"posdebias": __version__, "python": platform.python_version()}
     for name in ("numpy", "torch", "transformers", "open_clip_torch", "pydantic"):
         try:
@@ -105,10 +105,6 @@ class EvaluationResults(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> EvaluationResults:
         """Read a results file; a missing or invalid one is an InputError naming it."""
-        from pydantic import ValidationError
-
-        from posdebias.errors import InputError
-
         source = Path(path)
         if not source.is_file():
             raise InputError(
@@ -117,15 +113,12 @@ class EvaluationResults(BaseModel):
         try:
             return cls.model_validate_json(source.read_text(encoding="utf-8"))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'file'}: {err['msg']}"
-                for err in exc.errors()[:5]
-            )
             raise InputError(
-                f"{source} is not a valid posdebias results file ({problems}); nothing was "
-                "written. Re-run `posdebias evaluate --out DIR --resume` to rebuild it"
+                validation_message(exc, f"{source} is not a valid posdebias results file")
+                + "; nothing was written. Re-run `posdebias evaluate --out DIR --resume` to "
+                "rebuild it"
             ) from None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:
             raise InputError(
                 f"{source} is not a valid posdebias results file ({exc!s:.120}); nothing was "
                 "written"

@@ -113,9 +113,7 @@ class RunDirectory:
         if (self.root / RUN_FILE).is_file() and not (self.root / RUN_FILE).is_symlink():
             foreign = []
         else:  # no run of ours: only what a run leaves before its run.json may be there
-            foreign = [
-                e.name for e in entries if not (e.name == _LOCK or _TEMP.match(e.name))
-            ]
+            foreign = [e.name for e in entries if not (e.name == _LOCK or _TEMP.match(e.name))]
         if foreign:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise OutputError(
