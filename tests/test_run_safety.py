@@ -381,7 +381,8 @@ def test_the_same_image_twice_through_a_path_alias_is_refused(tmp_path, capsys, 
     if alias.startswith("{d}/../"):
         assert code == 2 and "must be relative to the root" in err, err
     else:
-        assert code == 2 and "are the same file" in err, err
+        assert code == 2, err
+        assert "are the same file; each candidate must be a different image" in err
     assert not (tmp_path / "run").exists()
 
 
@@ -743,3 +744,17 @@ def test_a_run_that_failed_before_its_first_record_can_be_started_again(
     # a run with records is protected again
     code, err = cli(capsys, *args)
     assert code == 2 and "--resume" in err
+
+
+def test_the_library_and_rank_compare_a_loaded_state_with_the_model(tmp_path, capsys):
+    from posdebias.adapters.synthetic import SyntheticAdapter
+    from posdebias.api import Debiaser
+    from posdebias.errors import CalibrationError
+
+    states = tmp_path / "states"
+    assert cli(capsys, "calibrate", "--adapter", "synthetic", "--out", states)[0] == 0
+    _edited_state(states, "pride", model_id="org/other-checkpoint")
+    with pytest.raises(CalibrationError, match="fitted on model 'org/other-checkpoint'"):
+        Debiaser.load(states / "pride.json", SyntheticAdapter())
+    loaded = Debiaser.load(states / "pride.json", SyntheticAdapter(), transfer=True)
+    assert loaded.state.model_id == "org/other-checkpoint"
