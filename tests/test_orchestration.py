@@ -98,8 +98,8 @@ def test_evaluation_knows_no_model_by_name():
 
 
 def test_describe_is_a_pure_function_of_the_adapter_and_n(tmp_path):
-    from posdebias.loading import load_adapter
     from posdebias.core.instance import RetrievalInstance
+    from posdebias.loading import load_adapter
     from posdebias.testing import save_tiny_model, write_test_images
 
     model = save_tiny_model("llava", tmp_path / "model")

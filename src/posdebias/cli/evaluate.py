@@ -34,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use --calibration states fitted on another model (recorded in results.json)",
     )
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument(
+        "--decoders",
+        help="comma-separated decoder names: generated, instruction, chain_of_thought, "
+        "self_consistency, sofa (rows that run the model themselves; none by default)",
+    )
     parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         calibration=args.calibration,
         calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,
+        decoders=args.decoders,
         orders=args.orders,
         count=args.count,
         calibration_count=args.calibration_count,
@@ -99,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         f"{results.adapter.get('model_id') or results.adapter['adapter']}: N={results.n}, "
         f"{results.num_instances} instances x {results.orders} orders"
     )
-    print_results_table(results.metrics(), title=title, console=console)
+    print_results_table(
+        results.metrics(), title=title, console=console, generated=results.generated_rows()
+    )
     if config.out is not None:
         from posdebias._io import DirectoryLock
 

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = EvaluationResults.load(args.run_dir / "results.json")  # validated before writing
     console = make_console()
-    print_results_table(results.metrics(), console=console)
+    print_results_table(results.metrics(), console=console, generated=results.generated_rows())
     with DirectoryLock(args.run_dir):
         report = write_report(results, args.run_dir)
     console.print(f"report: {report}")

@@ -39,8 +39,10 @@ from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.state import CalibrationState
+from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults
@@ -70,6 +72,13 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
             "(the command line's default run uses the bundled model)"
         )
     return create_adapter(config.adapter.name, **options)
+
+
+def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:
+    registry = get_registry()
+    return {
+        spec.key: registry.create_decoder(spec.name, **spec.options) for spec in config.decoders
+    }
 
 
 def build_calibrators(config: EvaluateConfig) -> dict[str, Calibrator]:
@@ -249,6 +258,13 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     }
 
 
+def decoder_fingerprint(decoder: Decoder) -> str:
+    """What decides a decoder row's choices: its class and its digest (name and options)."""
+    cls = type(decoder)
+    text = f"{cls.__module__}.{cls.__qualname__}\x1f{decoder.digest()}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
 def calibrator_fingerprint(calibrator: Calibrator, state: CalibrationState) -> str:
     """Everything that decides a calibrator's choices on given observations: its class, its
     options and its fitted state."""
@@ -288,8 +304,10 @@ class Run:
     source: InstanceSource
     n: int
     provided: dict[str, CalibrationState]
+    decoders: dict[str, Decoder] = field(default_factory=dict)
     run_dir: RunDirectory | None = None
     cache: ObservationCache = field(default_factory=ObservationCache)
+    decisions: DecisionCache = field(default_factory=DecisionCache)
     states: dict[str, CalibrationState] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
     records: dict[str, InstanceRecord] = field(default_factory=dict)
@@ -312,6 +330,7 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     config = resolved.config
     shard = shard or current_shard()
     calibrators = build_calibrators(config)
+    decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
     check_attention(adapter, calibrators)
     source = load_instances(config, adapter, resolved.benchmark_factory())
@@ -319,7 +338,7 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
         raise InputError("no test instances to evaluate")
     n = source.test[0].n
     provided = saved_states(config, adapter, calibrators, n)
-    run = Run(config, shard, resume, adapter, calibrators, source, n, provided)
+    run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
     if config.out is None:
         return run
     run_dir = RunDirectory(config.out, rank=shard.rank if shard.distributed else None)
@@ -338,6 +357,11 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
         cache = PersistentObservationCache(observation_log)
         cache.load(run_dir.observation_logs())
         run.cache = cache
+        if decoders:
+            generation_log = run_dir.open_generation_log()
+            run._logs.append(generation_log)
+            run.decisions = DecisionCache(generation_log)
+            run.decisions.load(run_dir.generation_logs())
         run.records = run_dir.read_records()
     except BaseException:
         run.close()
@@ -359,7 +383,7 @@ def calibrate(run: Run) -> None:
     run.fingerprints = {
         label: calibrator_fingerprint(calibrator, run.states[label])
         for label, calibrator in run.calibrators.items()
-    }
+    } | {label: decoder_fingerprint(decoder) for label, decoder in run.decoders.items()}
     if run.run_dir is not None and run.shard.is_main:
         from posdebias.evaluation.states import save_states
 
@@ -393,12 +417,17 @@ def evaluate_shard(
     if run.run_dir is not None:
         record_log = run.run_dir.open_record_log()
         run._logs.append(record_log)
-    labels = list(run.calibrators)
+    rows = DecoderRows(
+        run.adapter, run.decoders, run.decisions, batch_size=config.batch_size, seed=config.seed
+    )
+    by_id = {instance.id: instance for instance in todo}
+    labels = [*run.calibrators, *run.decoders]
     correct = dict.fromkeys(labels, 0)
     seen = 0
 
     def record_made(record: InstanceRecord) -> None:
         nonlocal seen
+        record = rows.add(record, by_id[record.instance_id])
         record.fingerprints = dict(run.fingerprints)
         run.records[record.instance_id] = record
         if record_log is not None:
@@ -427,6 +456,7 @@ def merge(run: Run) -> bool:
     run.records = run.run_dir.read_records()
     assert isinstance(run.cache, PersistentObservationCache)
     run.cache.load(run.run_dir.observation_logs())
+    run.decisions.load(run.run_dir.generation_logs())
     return True
 
 
@@ -444,7 +474,12 @@ def finish(run: Run) -> EvaluationResults:
     if stale:
         raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
     records = [run.records[instance.id] for instance in source.test]
-    metrics = summarize(records, run.calibrators, run.n)
+    metrics = summarize(records, [*run.calibrators, *run.decoders], run.n)
+    views = {
+        record.instance_id: [instance.permuted(order) for order in record.orders]
+        for record, instance in zip(records, source.test, strict=True)
+    }
+    generated_costs = decoder_costs(run.decoders, views, run.decisions)
     assert run.evaluator is not None
     clock = run.clock
     results = EvaluationResults(
@@ -470,6 +505,16 @@ def finish(run: Run) -> EvaluationResults:
                 ),
             )
             for label, calibrator in run.calibrators.items()
+        }
+        | {
+            label: CalibratorResult(
+                name=decoder.name,
+                options=decoder.options.model_dump(mode="json"),
+                metrics=metrics[label],
+                cost=generated_costs[label].as_dict(),
+                kind="decoder",
+            )
+            for label, decoder in run.decoders.items()
         },
         divergence=divergence_profiles(
             run.calibrators, run.states, source.test, records, run.cache, config.seed
@@ -481,7 +526,8 @@ def finish(run: Run) -> EvaluationResults:
             "seconds_per_instance": {
                 label: cost.per_instance()["seconds_per_instance"]
                 for label, cost in run.evaluator.costs.items()
-            },
+            }
+            | {label: cost.seconds for label, cost in generated_costs.items()},
             "instances_evaluated_in_this_process": run.evaluated_here,
             "world_size": run.shard.world,
             **peak_memory(),

@@ -41,6 +41,7 @@ class CalibratorResult(BaseModel):
         default=None,
         description="where the state came from: fitted in the run, or saved (model, transfer)",
     )
+    kind: str = Field(default="calibrator", description="calibrator or decoder")
 
 
 class EvaluationResults(BaseModel):
@@ -95,6 +96,10 @@ class EvaluationResults(BaseModel):
                 ):
                     raise ValueError(f"divergence.{name} is not {n}x{n}")
         return self
+
+    def generated_rows(self) -> list[str]:
+        """Labels of the decoder rows (they carry a parse-failure rate)."""
+        return [label for label, result in self.calibrators.items() if result.kind == "decoder"]
 
     def metrics(self) -> dict[str, Metrics]:
         return {label: result.metrics for label, result in self.calibrators.items()}

@@ -6,6 +6,7 @@ Layout of ``--out DIR``::
     .posdebias.lock            held while a process writes here (a second one is refused)
     observations[.rankR].jsonl one line per forward pass: cache key + Observation
     records[.rankR].jsonl      one line per test instance: orders, targets, choices
+    generations[.rankR].jsonl  one line per decoder decision: texts, parsed answers, cost
     states/<label>.json        fitted calibration states
     results.json               the typed report (written last, atomically)
 
@@ -50,7 +51,7 @@ FIGURES_DIR = "figures"
 #: Everything a run directory of ours may hold (temporary names are matched separately).
 _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
-    r"|(observations|records)(\.rank\d+)?\.jsonl)$"
+    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)$"
 )
 _LOCK = DirectoryLock.FILE
 _TEMP = re.compile(r"^\..+\.(tmp|staging)$")
@@ -85,6 +86,7 @@ class RunDirectory:
         suffix = "" if rank is None else f".rank{rank}"
         self.observations_path = self.root / f"observations{suffix}.jsonl"
         self.records_path = self.root / f"records{suffix}.jsonl"
+        self.generations_path = self.root / f"generations{suffix}.jsonl"
         self.states_dir = self.root / STATES_DIR
         self.results_path = self.root / RESULTS_FILE
         self._lock = DirectoryLock(self.root)
@@ -188,7 +190,7 @@ class RunDirectory:
     def _reset(self) -> None:
         """Forget a run that never produced a record (its observations belong to another
         configuration): only files of ours are removed."""
-        for path in self.observation_logs() + self.record_logs():
+        for path in self.observation_logs() + self.generation_logs() + self.record_logs():
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         if self.states_dir.is_dir() and not self.states_dir.is_symlink():
@@ -203,6 +205,13 @@ class RunDirectory:
     def open_observation_log(self) -> JsonlAppender:
         truncate_torn_tail(self.observations_path)
         return JsonlAppender(self.observations_path)
+
+    def generation_logs(self) -> list[Path]:
+        return sorted(self.root.glob("generations*.jsonl"))
+
+    def open_generation_log(self) -> JsonlAppender:
+        truncate_torn_tail(self.generations_path)
+        return JsonlAppender(self.generations_path)
 
     def open_record_log(self) -> JsonlAppender:
         truncate_torn_tail(self.records_path)
