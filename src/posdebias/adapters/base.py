@@ -6,6 +6,7 @@ and how to capture the attention row. Nothing downstream touches the model.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import get_label_set
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -88,7 +90,6 @@ class Adapter(ABC):
 
     def labels_for(self, n: int) -> list[str]:
         """The N label strings this adapter prompts with."""
-        from posdebias.core.labels import get_label_set
 
         return get_label_set(getattr(self, "label_set", "digits")).labels(n)
 
@@ -119,8 +120,6 @@ class Adapter(ABC):
 
 def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
     """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
-    import inspect
-
     try:
         takes_n = len(inspect.signature(adapter.describe).parameters) > 0
     except (TypeError, ValueError):

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._io import DirectoryLock, remove_stale, write_files_together
+from posdebias.benchmarks.shapes import existing_dataset_info
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import BenchmarkError, validation_problems
@@ -226,8 +227,6 @@ def _source_changed(manifest: BenchmarkManifest, root: Path) -> list[str]:
     problems = []
     pinned = manifest.source.shapes
     if pinned is not None:
-        from posdebias.benchmarks.shapes import existing_dataset_info
-
         current = existing_dataset_info(root) or {}
         changed = [key for key in sorted(pinned) if current.get(key) != pinned[key]]
         if changed:

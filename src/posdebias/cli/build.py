@@ -13,6 +13,7 @@ from posdebias.benchmarks.config import DEFAULT_COUNT, SETTINGS, BuildConfig, bu
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.sources import SOURCE_KINDS
+from posdebias.evaluation.config import read_config_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,8 +92,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_build_config(args: argparse.Namespace) -> BuildConfig:
     """The build config of a command line: the --config file, overridden by flags."""
-    from posdebias.evaluation.config import read_config_file
-
     data = read_config_file(args.config) if args.config is not None else {}
     flags = {
         name: getattr(args, name)

@@ -7,6 +7,13 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
+from posdebias.core.state import CalibrationState
+from posdebias.errors import InputError, OutputError
+from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
+from posdebias.evaluation.job import calibrate, prepare
+from posdebias.evaluation.preset import resolve_preset
+from posdebias.evaluation.states import save_states
+from posdebias.registry import get_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,12 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.errors import InputError, OutputError
-    from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
-    from posdebias.evaluation.job import calibrate, prepare
-    from posdebias.evaluation.preset import resolve_preset
-    from posdebias.evaluation.states import save_states
-    from posdebias.registry import get_registry
 
     config = load_config(args.config, **_overrides(args), calibrators=args.calibrators)
     if args.calibrators is None and "calibrators" not in config.model_fields_set:
@@ -96,8 +97,6 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _is_state_file(path: Path) -> bool:
-    from posdebias.core.state import CalibrationState
-
     try:
         CalibrationState.load(path)
     except Exception:  # any reason it is not ours: do not replace it

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
+from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
+from posdebias.evaluation.job import run_evaluation
+from posdebias.evaluation.progress import RunProgress
+from posdebias.evaluation.report import write_report
+from posdebias.evaluation.table import print_results_table
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,10 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.evaluation.job import run_evaluation
-    from posdebias.evaluation.progress import RunProgress
-    from posdebias.evaluation.report import write_report
-    from posdebias.evaluation.table import print_results_table
 
     config = load_config(
         args.config,
@@ -85,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
     )
     if args.resume and config.out is None:
-        from posdebias.errors import InputError
-
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
     try:
@@ -109,8 +109,6 @@ def run(args: argparse.Namespace) -> int:
         results.metrics(), title=title, console=console, generated=results.generated_rows()
     )
     if config.out is not None:
-        from posdebias._io import DirectoryLock
-
         with DirectoryLock(config.out):
             report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")

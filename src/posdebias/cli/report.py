@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
+from posdebias.evaluation.report import write_report
+from posdebias.evaluation.results import EvaluationResults
+from posdebias.evaluation.table import print_results_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,10 +19,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias._io import DirectoryLock
-    from posdebias.evaluation.report import write_report
-    from posdebias.evaluation.results import EvaluationResults
-    from posdebias.evaluation.table import print_results_table
 
     results = EvaluationResults.load(args.run_dir / "results.json")  # validated before writing
     console = make_console()

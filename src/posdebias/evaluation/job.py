@@ -36,6 +36,8 @@ import numpy as np
 
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
+from posdebias.adapters.synthetic import synthetic_instances
+from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.state import CalibrationState
@@ -44,6 +46,7 @@ from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults
 from posdebias.evaluation.runner import (
@@ -53,6 +56,7 @@ from posdebias.evaluation.runner import (
     fit_calibrators,
     summarize,
 )
+from posdebias.evaluation.states import save_states
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
 from posdebias.loading import create_adapter, load_adapter
 from posdebias.registry import get_registry
@@ -130,7 +134,6 @@ def load_instances(
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
                 "with `posdebias build`)"
             )
-        from posdebias.adapters.synthetic import synthetic_instances
 
         return InstanceSource(
             calibration=synthetic_instances(
@@ -139,7 +142,6 @@ def load_instances(
             test=synthetic_instances(config.count, config.n, config.seed, "test"),
             description={"source": "synthetic", "n": config.n},
         )
-    from posdebias.benchmarks.files import load_benchmark
 
     benchmark = load_benchmark(benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
@@ -385,8 +387,6 @@ def calibrate(run: Run) -> None:
         for label, calibrator in run.calibrators.items()
     } | {label: decoder_fingerprint(decoder) for label, decoder in run.decoders.items()}
     if run.run_dir is not None and run.shard.is_main:
-        from posdebias.evaluation.states import save_states
-
         save_states(run.states, run.run_dir.states_dir)
     run.clock["fitted"] = time.perf_counter()
 
@@ -462,8 +462,6 @@ def merge(run: Run) -> bool:
 
 def finish(run: Run) -> EvaluationResults:
     """Phase 5: summarise the records of every test instance and save ``results.json``."""
-    from posdebias.evaluation.divergence import divergence_profiles
-
     config, source = run.config, run.source
     stale = [
         instance.id

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from posdebias.evaluation.table import plain_results_table
 FIGURES = "figures"
 
 
-def _png(figure) -> bytes:
+def _png(figure: Any) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -27,11 +28,11 @@ def _png(figure) -> bytes:
     return buffer.getvalue()
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure: Any, path: Path) -> Path:
     return atomic_write_bytes(path, _png(figure))
 
 
-def _pyplot():
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -40,7 +41,9 @@ def _pyplot():
     return plt
 
 
-def _heatmap(axis, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float) -> None:
+def _heatmap(
+    axis: Any, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float
+) -> None:
     n = matrix.shape[0]
     axis.imshow(matrix, cmap="Blues", vmin=0, vmax=scale)
     axis.set_title(title, fontsize=9)
@@ -64,7 +67,7 @@ def confusion_figure(results: EvaluationResults, path: Path) -> Path:
     return _save(_confusion(results), path)
 
 
-def _confusion(results: EvaluationResults):
+def _confusion(results: EvaluationResults) -> Any:
     plt = _pyplot()
     labels = list(results.calibrators)
     figure, axes = plt.subplots(1, len(labels), figsize=(2.6 * len(labels), 2.8), squeeze=False)
@@ -82,7 +85,7 @@ def recall_figure(results: EvaluationResults, path: Path) -> Path:
     return _save(_recall(results), path)
 
 
-def _recall(results: EvaluationResults):
+def _recall(results: EvaluationResults) -> Any:
     plt = _pyplot()
     labels = list(results.calibrators)
     n = results.n
@@ -108,7 +111,7 @@ def divergence_figure(results: EvaluationResults, path: Path) -> Path | None:
     return None if figure is None else _save(figure, path)
 
 
-def _divergence(results: EvaluationResults):
+def _divergence(results: EvaluationResults) -> Any:
     profile = results.divergence
     if profile is None:
         return None
@@ -174,9 +177,9 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
             f"| {cost.get('generated_tokens_per_instance', 0):g} "
             f"| {'-' if spent is None else f'{spent:.4f}'} |"
         )
-    for title, name in written:
-        if name is not None:
-            lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name})"]
+    for title, figure_file in written:
+        if figure_file is not None:
+            lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{figure_file})"]
     text = "\n".join(lines) + "\n"
     figures = root / FIGURES
     if figures.is_symlink():
