@@ -15,6 +15,11 @@ from typing import Any
 
 from posdebias.errors import OutputError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 
 def _output_error(path: Path, exc: OSError) -> OutputError:
     if exc.errno == errno.ENOSPC:
@@ -167,9 +172,7 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> DirectoryLock:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock, as before
+        if fcntl is None:  # pragma: no cover - not POSIX: no lock, as before
             return self
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | os.O_CLOEXEC, 0o666)
