@@ -36,7 +36,7 @@ import numpy as np
 
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
-from posdebias.adapters.synthetic import synthetic_instances
+from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
@@ -48,7 +48,7 @@ from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_co
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
-from posdebias.evaluation.results import CalibratorResult, EvaluationResults
+from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
@@ -129,7 +129,7 @@ def load_instances(
     if benchmark_path is None and default_benchmark is not None:
         benchmark_path = default_benchmark(config.n, config.count + config.calibration_count)
     if benchmark_path is None:
-        if adapter.name != "synthetic":
+        if not isinstance(adapter, SyntheticAdapter):  # it simulates its own instances
             raise InputError(
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
                 "with `posdebias build`)"
@@ -396,7 +396,7 @@ def evaluate_shard(
 ) -> None:
     """Phase 3: evaluate this process's test instances that have no up-to-date record."""
     config = run.config
-    run.evaluator = Evaluator(
+    run.evaluator = evaluator = Evaluator(
         run.adapter,
         run.calibrators,
         run.states,
@@ -433,12 +433,14 @@ def evaluate_shard(
         if record_log is not None:
             record_log.append(record.to_dict())
         seen += len(record.targets)
-        for label in labels:
+        for label in evaluator.failures:
+            correct.pop(label, None)
+        for label in correct:
             correct[label] += sum(
                 c == t for c, t in zip(record.choices[label], record.targets, strict=True)
             )
         if on_record is not None:
-            on_record(record, {label: 100.0 * correct[label] / seen for label in labels})
+            on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
 
     run.evaluator.run(todo, on_record=record_made)
     run.evaluated_here = len(todo)
@@ -463,16 +465,21 @@ def merge(run: Run) -> bool:
 def finish(run: Run) -> EvaluationResults:
     """Phase 5: summarise the records of every test instance and save ``results.json``."""
     config, source = run.config, run.source
+    assert run.evaluator is not None
+    failures = run.evaluator.failures  # third-party calibrators that raised: dropped, named
+    calibrators = {k: c for k, c in run.calibrators.items() if k not in failures}
+    states = {k: s for k, s in run.states.items() if k not in failures}
+    fingerprints = {k: f for k, f in run.fingerprints.items() if k not in failures}
     stale = [
         instance.id
         for instance in source.test
         if instance.id not in run.records
-        or not run.records[instance.id].complete_for(run.fingerprints)
+        or not run.records[instance.id].complete_for(fingerprints)
     ]
     if stale:
         raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
     records = [run.records[instance.id] for instance in source.test]
-    metrics = summarize(records, [*run.calibrators, *run.decoders], run.n)
+    metrics = summarize(records, [*calibrators, *run.decoders], run.n)
     views = {
         record.instance_id: [instance.permuted(order) for order in record.orders]
         for record, instance in zip(records, source.test, strict=True)
@@ -502,7 +509,7 @@ def finish(run: Run) -> EvaluationResults:
                     run.states[label], label in run.provided, config.calibration_transfer
                 ),
             )
-            for label, calibrator in run.calibrators.items()
+            for label, calibrator in calibrators.items()
         }
         | {
             label: CalibratorResult(
@@ -514,8 +521,10 @@ def finish(run: Run) -> EvaluationResults:
             )
             for label, decoder in run.decoders.items()
         },
+        failed=dict(failures),
+        plugins=plugin_versions(run.adapter, {**calibrators, **run.decoders}),
         divergence=divergence_profiles(
-            run.calibrators, run.states, source.test, records, run.cache, config.seed
+            calibrators, states, source.test, records, run.cache, config.seed
         ),
         timing={
             "calibration_seconds": clock["fitted"] - clock["started"],
