@@ -473,8 +473,7 @@ def finish(run: Run) -> EvaluationResults:
     stale = [
         instance.id
         for instance in source.test
-        if instance.id not in run.records
-        or not run.records[instance.id].complete_for(fingerprints)
+        if instance.id not in run.records or not run.records[instance.id].complete_for(fingerprints)
     ]
     if stale:
         raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
