@@ -22,7 +22,19 @@ from typing import Any
 
 from posdebias.errors import InputError
 
-FAMILIES: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "llava_onevision", "internvl", "llava")
+FAMILIES: tuple[str, ...] = (
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "llava_onevision",
+    "internvl",
+    "llava",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "gemma3",
+    "llama4",
+)
+HYBRID_FAMILIES: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe", "gemma3", "llama4")
+"""Families whose language model is not one global softmax attention per layer."""
 
 _CORPUS = (
     "Given 4 images indexed from 1 to 4, identify the image that best matches the provided "
@@ -337,12 +349,27 @@ def _llava(family: str) -> tuple[Any, Any]:
     return AutoModelForImageTextToText.from_config(config), processor
 
 
+def _from_adapter(module: str, cls: str) -> Callable[[str], tuple[Any, Any]]:
+    """The builder of an adapter module's tiny model (``Adapter.tiny_model``)."""
+
+    def build(family: str) -> tuple[Any, Any]:
+        import importlib
+
+        return getattr(importlib.import_module(module), cls).tiny_model(family)
+
+    return build
+
+
 _BUILDERS: dict[str, Callable[[str], tuple[Any, Any]]] = {
     "qwen2_5_vl": _qwen_vl,
     "qwen2_vl": _qwen_vl,
     "llava_onevision": _llava_onevision,
     "internvl": _internvl,
     "llava": _llava,
+    "qwen3_5": _from_adapter("posdebias.adapters.qwen3_5", "Qwen3_5Adapter"),
+    "qwen3_5_moe": _from_adapter("posdebias.adapters.qwen3_5", "Qwen3_5Adapter"),
+    "gemma3": _from_adapter("posdebias.adapters.gemma3", "Gemma3Adapter"),
+    "llama4": _from_adapter("posdebias.adapters.llama4", "Llama4Adapter"),
 }
 
 

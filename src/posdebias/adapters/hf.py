@@ -30,10 +30,12 @@ from posdebias.adapters.prompt import PromptTemplate, coerce_prompt
 from posdebias.adapters.spans import SpanTokens
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
+    from posdebias.adapters.cache import PromptCache
     from posdebias.adapters.scoring import LabelPlan, Prefix
 
 
@@ -232,6 +234,11 @@ class HFAdapter(Adapter):
         positions = mask.long().cumsum(-1) - 1
         return positions.masked_fill(mask == 0, 0)
 
+    def model_forward(self, **inputs: Any) -> Any:
+        """One forward of the model (prompt or decoding step); an output with ``logits`` and the
+        cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
+        return self.model(**inputs)
+
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
         import torch
@@ -257,7 +264,15 @@ class HFAdapter(Adapter):
 
     @property
     def num_layers(self) -> int:
+        """Layers of the language model (all kinds; see :attr:`attention_layers` for the rows)."""
         return int(self._text_config.num_hidden_layers)
+
+    @property
+    def attention_layers(self) -> LayerSet:
+        """The softmax-attention layers the probe reads (adapters/layers.py)."""
+        from posdebias.adapters.layers import attention_layers
+
+        return attention_layers(self._text_config)
 
     @property
     def labels(self) -> list[str] | None:
@@ -364,6 +379,7 @@ class HFAdapter(Adapter):
 
         import torch
 
+        from posdebias.adapters.cache import PromptCache
         from posdebias.adapters.probe import recording
         from posdebias.adapters.scoring import score_labels
         from posdebias.adapters.spans import span_matrix
@@ -376,14 +392,14 @@ class HFAdapter(Adapter):
                 else contextlib.nullcontext()
             )
             with probe as recorder:
-                output = self.model(
+                output = self.model_forward(
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
                     **self._last_logits_only,
                 )
-            masses = recorder.attention(self.num_layers) if recorder is not None else None
-            cache = getattr(output, "cache", None) or output.past_key_values
+            masses = recorder.attention(self.attention_layers) if recorder is not None else None
+            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
             def decode(prefix: Prefix) -> Any:
@@ -397,11 +413,13 @@ class HFAdapter(Adapter):
         self._last_n = instances[0].n
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
+        layers = self.attention_layers
         return [
             Observation(
                 label_logprobs=scores_np[row],
                 attention=attention_np[row],
                 target=instance.target,
+                layers=layers,
             )
             for row, instance in enumerate(instances)
         ]
@@ -421,7 +439,7 @@ class HFAdapter(Adapter):
         ]
 
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: Any, length: int
+        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
     ) -> Any:
         """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
         import torch
@@ -430,17 +448,15 @@ class HFAdapter(Adapter):
         k = len(prefix)
         ids = torch.tensor([list(prefix)] * batch, dtype=torch.long, device=prompt_mask.device)
         mask = torch.cat([prompt_mask, torch.ones_like(ids, dtype=prompt_mask.dtype)], dim=1)
-        output = self.model(
+        output = self.model_forward(
             input_ids=ids,
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self._last_logits_only,
-            **{self._cache_argument: cache},
+            **{self._cache_argument: cache.cache},
         )
-        cache.crop(-k)  # rewind to the prompt for the next prefix
-        if cache.get_seq_length() != length:
-            raise AdapterError("the KV cache could not be rewound to the prompt")
+        cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
 
     def describe(self) -> dict[str, Any]:
@@ -454,6 +470,7 @@ class HFAdapter(Adapter):
             "dtype": str(getattr(self.model, "dtype", "")).replace("torch.", ""),
             "device": str(self.device),
             "num_layers": self.num_layers,
+            **self.attention_layers.to_dict(),
             "label_set": self.label_set,
             "labels": self.labels,
             "prompt_hash": self.prompt.digest(),

@@ -37,7 +37,7 @@ class AttentionGuided(Calibrator):
         }
 
     def _predict(self, observation, state, rotations) -> Prediction:
-        layers = self.options.selector().select(observation.attention)
+        layers = self.options.selector().select(observation.attention, observation.layers)
         corrector = self.options.corrector(self.options.mixture)
         purified = corrector.purified_log_attention(
             observation.attention, state.attention_prior_array, layers

@@ -17,6 +17,6 @@ class AttentionReadout(Calibrator):
     summary = "argmax of the raw attention of the top-K layers"
 
     def _predict(self, observation, state, rotations) -> Prediction:
-        layers = self.options.selector().select(observation.attention)
+        layers = self.options.selector().select(observation.attention, observation.layers)
         readout = mean_attention(observation.attention, layers)
         return Prediction(scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON))

@@ -19,7 +19,7 @@ class PurifiedAttention(Calibrator):
         return {"attention_prior": PriorEstimator().attention_prior(observations).tolist()}
 
     def _predict(self, observation, state, rotations) -> Prediction:
-        layers = self.options.selector().select(observation.attention)
+        layers = self.options.selector().select(observation.attention, observation.layers)
         corrector = self.options.corrector()
         purified = corrector.purified_log_attention(
             observation.attention, state.attention_prior_array, layers
