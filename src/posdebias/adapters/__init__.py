@@ -16,20 +16,7 @@ from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.qwen3_5 import Qwen3_5Adapter
 from posdebias.adapters.synthetic import SyntheticAdapter
 
-BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
-    SyntheticAdapter,
-    Qwen2VLAdapter,
-    Qwen3_5Adapter,
-    Gemma3Adapter,
-    Llama4Adapter,
-    LlavaOnevisionAdapter,
-    InternVLAdapter,
-    LlavaAdapter,
-    GenericAdapter,
-)
-
 __all__ = [
-    "BUILTIN_ADAPTERS",
     "Adapter",
     "AdapterOptions",
     "Gemma3Adapter",

@@ -18,10 +18,14 @@ global layers by default (docs/method.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.tiny import build_tokenizer, text_config, tiny_vision
 
 
 class Gemma3Adapter(HFAdapter):
@@ -70,8 +74,6 @@ def _tiny_model() -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.gemma3 import Gemma3ImageProcessor, Gemma3Processor
 
-    from posdebias.testing import _text_config, _tiny_vision, build_tokenizer
-
     tokenizer = build_tokenizer(
         [
             "<bos>",
@@ -106,7 +108,7 @@ def _tiny_model() -> tuple[Any, Any]:
     # 12 layers in the checkpoints' 5 local : 1 global pattern: layers 5 and 11 are global.
     text = {
         "model_type": "gemma3_text",
-        **_text_config(len(tokenizer), num_hidden_layers=12, head_dim=16),
+        **text_config(len(tokenizer), num_hidden_layers=12, head_dim=16),
         "query_pre_attn_scalar": 16,
         "sliding_window": TINY_SLIDING_WINDOW,
         "sliding_window_pattern": 6,
@@ -119,7 +121,7 @@ def _tiny_model() -> tuple[Any, Any]:
         text_config=text,
         vision_config={
             "model_type": "siglip_vision_model",
-            **_tiny_vision(image_size=size),
+            **tiny_vision(image_size=size),
             "vision_use_head": False,
         },
         mm_tokens_per_image=tokens,
@@ -132,3 +134,8 @@ def _tiny_model() -> tuple[Any, Any]:
     with torch.no_grad():  # initialised to zeros: every image would embed the same
         projector.normal_(0.0, 0.2)
     return model, processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Gemma3Adapter)

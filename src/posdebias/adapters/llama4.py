@@ -22,10 +22,14 @@ dependence on padding; the adapter's numbers never depend on the batch size).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.tiny import build_tokenizer, text_config
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError
@@ -123,8 +127,6 @@ def _tiny_model() -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llama4 import Llama4ImageProcessor, Llama4Processor
 
-    from posdebias.testing import _text_config, build_tokenizer
-
     tokenizer = build_tokenizer(
         [
             "<|begin_of_text|>",
@@ -158,7 +160,7 @@ def _tiny_model() -> tuple[Any, Any]:
     # 8 layers in the checkpoints' pattern: 3 chunked RoPE layers, then 1 global NoPE layer.
     text = {
         "model_type": "llama4_text",
-        **_text_config(len(tokenizer), num_hidden_layers=8, head_dim=16),
+        **text_config(len(tokenizer), num_hidden_layers=8, head_dim=16),
         "intermediate_size_mlp": 128,
         "num_local_experts": 2,
         "num_experts_per_tok": 1,
@@ -192,3 +194,8 @@ def _tiny_model() -> tuple[Any, Any]:
         image_token_index=ids("<|patch|>"),
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Llama4Adapter)

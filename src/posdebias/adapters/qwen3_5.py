@@ -12,9 +12,13 @@ cropped after a cached decoding step; adapters/cache.py restores it from a copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
 
 
 class Qwen3_5Adapter(Qwen2VLAdapter):
@@ -35,8 +39,6 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    from posdebias.testing import _CHATML, _text_config, build_tokenizer
-
     tokenizer = build_tokenizer(
         [
             "<|im_start|>",
@@ -47,7 +49,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "<|image_pad|>",
             "<|video_pad|>",
         ],
-        chat_template=_CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
@@ -67,7 +69,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     # 8 layers in the real pattern (full_attention_interval 4): linear x3, full, linear x3, full.
     # Rotary on a quarter of each 32-dim head (partial_rotary_factor 0.25, as the checkpoints):
     # 8 dims = 4 frequencies split over (temporal, height, width), interleaved.
-    text: dict[str, Any] = _text_config(
+    text: dict[str, Any] = text_config(
         len(tokenizer),
         num_hidden_layers=8,
         head_dim=32,
@@ -118,3 +120,8 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         tie_word_embeddings=False,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Qwen3_5Adapter)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
-from posdebias.errors import CalibrationError, ObservationError
+from posdebias.errors import CalibrationError, ObservationError, validation_message
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
@@ -164,11 +164,9 @@ class CalibrationState(BaseModel):
         try:
             return cls.model_validate({**payload, "schema_version": SCHEMA_VERSION})
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise CalibrationError(f"{source}: invalid calibration state: {problems}") from exc
+            raise CalibrationError(
+                validation_message(exc, f"{source}: invalid calibration state", unknown="field")
+            ) from exc
 
     # -- compatibility ---------------------------------------------------------------------
 
