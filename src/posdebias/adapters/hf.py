@@ -322,10 +322,20 @@ class HFAdapter(Adapter):
                     results[index] = observation
         return results  # type: ignore[return-value]
 
-    def prepare_batch(self, instances: Sequence[RetrievalInstance]) -> PreparedBatch:
-        """Render, tokenise (left padding) and locate the image spans of instances with one N."""
+    def image_spans(
+        self, input_ids: list[int], num_images: int, tokens_per_image: list[int] | None
+    ) -> list[tuple[int, int]]:
+        """[start, end) token range of each image in one prompt row: by default the image-token
+        runs of :meth:`span_tokens` (split by the processor's counts when given); override for
+        other layouts (tiles)."""
         from posdebias.adapters.spans import find_image_spans
 
+        return find_image_spans(
+            input_ids, self.tokens, num_images, tokens_per_image=tokens_per_image
+        )
+
+    def prepare_batch(self, instances: Sequence[RetrievalInstance]) -> PreparedBatch:
+        """Render, tokenise (left padding) and locate the image spans of instances with one N."""
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
@@ -335,11 +345,8 @@ class HFAdapter(Adapter):
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
         spans = [
-            find_image_spans(
-                inputs["input_ids"][row],
-                self.tokens,
-                n,
-                tokens_per_image=self._tokens_per_image(offsets, row),
+            self.image_spans(
+                inputs["input_ids"][row].tolist(), n, self._tokens_per_image(offsets, row)
             )
             for row in range(len(instances))
         ]

@@ -2,10 +2,8 @@
 
 Each image becomes ``<|image_start|>`` (tile patches and separators when the image is tiled)
 ``<|image|>`` + ``<|patch|>`` x 144 + ``<|image_end|>``; the model replaces the ``<|patch|>``
-tokens. The span is the patch run of the image's global view, widened by its ``<|image|>`` and
-``<|image_end|>`` markers; tiled images (more than one tile) have several patch runs, which
-:func:`~posdebias.adapters.spans.find_image_spans` refuses loudly, so pass images that fit one
-tile (the method's 336 x 336 images do).
+tokens. The span of an image is everything from its ``<|image_start|>`` to its
+``<|image_end|>``: every tile and the global view.
 
 Layers whose ``no_rope_layers`` entry is 1 use RoPE and ``chunked_attention``: the last prompt
 token sees only the tokens of its own chunk (``attention_chunk_size``, 8,192 in the
@@ -23,6 +21,7 @@ dependence on padding; the adapter's numbers never depend on the batch size).
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 from posdebias._markers import hookimpl
@@ -50,9 +49,31 @@ class Llama4Adapter(HFAdapter):
         ids = self.tokenizer.convert_tokens_to_ids
         return SpanTokens(
             image=int(self.model.config.image_token_id),
-            start=int(ids(self.processor.image_token)),
+            start=int(ids(self.processor.start_of_img_token)),
             end=int(ids(self.processor.end_of_img_token)),
         )
+
+    def image_spans(
+        self, input_ids: list[int], num_images: int, tokens_per_image: list[int] | None
+    ) -> list[tuple[int, int]]:
+        """From each ``<|image_start|>`` to its ``<|image_end|>``: every tile's patches, the
+        separators and the global view of one image."""
+        tokens = self.tokens
+        starts = [i for i, token in enumerate(input_ids) if token == tokens.start]
+        ends = [i for i, token in enumerate(input_ids) if token == tokens.end]
+        spans = list(zip(starts, [end + 1 for end in ends], strict=False))
+        if (
+            len(starts) != num_images
+            or len(ends) != num_images
+            or any(not start < end for start, end in spans)
+            or any(a[1] > b[0] for a, b in pairwise(spans))
+        ):
+            raise AdapterError(
+                f"found {len(starts)} <|image_start|> and {len(ends)} <|image_end|> markers "
+                f"for {num_images} images; the chat template must render one image placeholder "
+                "per image"
+            )
+        return spans
 
     def model_forward(self, **inputs: Any) -> Any:
         """The conditional-generation forward, composed from the model's own parts.
@@ -118,9 +139,10 @@ _TEMPLATE = (
     "\n\n{% endif %}"
 )
 
-TINY_CHUNK_SIZE = 50
-"""The tiny model's attention chunk: shorter than the prompt (about 65 tokens at N = 3, 100 at
-N = 8, where the last chunk starts inside the images)."""
+TINY_CHUNK_SIZE = 52
+"""The tiny model's attention chunk, shorter than the prompt: at N = 8 with a short caption
+(about 100 tokens) the last chunk starts inside the seventh image, at N = 3 (about 70 tokens)
+after the last image."""
 
 
 def _tiny_model() -> tuple[Any, Any]:
