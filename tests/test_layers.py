@@ -101,7 +101,8 @@ def test_states_record_layers_and_refuse_another_layer_set(tmp_path):
     assert loaded.layer_set == GEMMA and loaded.schema_version == 2
     # same depth, other kinds: refused with both layer sets named
     other = LayerSet(tuple(range(12)), (G,) * 12)
-    with pytest.raises(CalibrationError, match=r"layers 0-11 \(2 global, 10 sliding.*layers 0-11 \(global\)"):
+    both = r"layers 0-11 \(2 global, 10 sliding.*layers 0-11 \(global\)"
+    with pytest.raises(CalibrationError, match=both):
         loaded.check_compatible(layers=other)
     dense_observation = calibration_set(rng, 3, 12, 1)[0]
     with pytest.raises(CalibrationError, match="attention rows come from"):
