@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
@@ -62,9 +63,14 @@ class Adapter(ABC):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any] | None:
+    def tiny_model(
+        cls, model_type: str, *, real_vocabulary: bool = False
+    ) -> tuple[Any, Any] | None:
         """A tiny random-weight ``(model, processor)`` of ``model_type`` for tests, built offline
-        in code, or None when the adapter has none (:mod:`posdebias.testing` calls it)."""
+        in code, or None when the adapter has none (:mod:`posdebias.testing` calls it).
+
+        ``real_vocabulary``: the family's real tokenizer and chat template (embeddings tied to
+        keep the model small); an adapter without one raises :class:`InputError`."""
         return None
 
     @property
@@ -96,7 +102,6 @@ class Adapter(ABC):
 
     def labels_for(self, n: int) -> list[str]:
         """The N label strings this adapter prompts with."""
-        from posdebias.core.labels import get_label_set
 
         return get_label_set(getattr(self, "label_set", "digits")).labels(n)
 

@@ -26,6 +26,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
 from posdebias.adapters.tiny import build_tokenizer, text_config, tiny_vision
+from posdebias.errors import InputError
 
 
 class Gemma3Adapter(HFAdapter):
@@ -50,8 +51,11 @@ class Gemma3Adapter(HFAdapter):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str = "gemma3") -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+        vocabulary only)."""
+        if real_vocabulary:
+            raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
         return _tiny_model()
 
 

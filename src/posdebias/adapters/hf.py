@@ -17,6 +17,7 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,8 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.cache import PromptCache
+from posdebias.adapters.generation import generate_many
+from posdebias.adapters.layers import attention_layers
+from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
-from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.scoring import plan_labels, score_labels
+from posdebias.adapters.sofa import sofa_scope
+from posdebias.adapters.spans import SpanTokens, find_image_spans, span_matrix
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.layers import LayerSet
@@ -35,7 +42,6 @@ from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
-    from posdebias.adapters.cache import PromptCache
     from posdebias.adapters.generation import Generation, GenerationSettings
     from posdebias.adapters.scoring import LabelPlan, Prefix
 
@@ -156,13 +162,13 @@ class HFAdapter(Adapter):
         answer_prefix: str = "",
         prompt_variant: str = "plain",
     ) -> None:
-        from posdebias.adapters.probe import install_probe
 
         self.model = model
         self.processor = processor
-        self.tokenizer = getattr(processor, "tokenizer", None)
-        if self.tokenizer is None:
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
+        self.tokenizer: Any = tokenizer
         if not getattr(processor, "chat_template", None):
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
@@ -267,8 +273,6 @@ class HFAdapter(Adapter):
     @property
     def attention_layers(self) -> LayerSet:
         """The softmax-attention layers the probe reads (adapters/layers.py)."""
-        from posdebias.adapters.layers import attention_layers
-
         return attention_layers(self._text_config)
 
     @property
@@ -295,7 +299,6 @@ class HFAdapter(Adapter):
 
     def plan_for(self, n: int, rendered: str) -> tuple[list[str], LabelPlan]:
         """Label strings and their token trie for N candidates (cached per N)."""
-        from posdebias.adapters.scoring import plan_labels
 
         if n not in self._plans:
             labels = self.labels_for(n)
@@ -344,8 +347,6 @@ class HFAdapter(Adapter):
         """[start, end) token range of each image in one prompt row: by default the image-token
         runs of :meth:`span_tokens` (split by the processor's counts when given); override for
         other layouts (tiles)."""
-        from posdebias.adapters.spans import find_image_spans
-
         return find_image_spans(
             input_ids, self.tokens, num_images, tokens_per_image=tokens_per_image
         )
@@ -384,15 +385,8 @@ class HFAdapter(Adapter):
         ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
         a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
         """
-        import contextlib
 
         import torch
-
-        from posdebias.adapters.cache import PromptCache
-        from posdebias.adapters.probe import recording
-        from posdebias.adapters.scoring import score_labels
-        from posdebias.adapters.sofa import sofa_scope
-        from posdebias.adapters.spans import span_matrix
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
@@ -442,7 +436,6 @@ class HFAdapter(Adapter):
         batch_size: int = 1,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        from posdebias.adapters.generation import generate_many
 
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 

@@ -31,7 +31,7 @@ from posdebias.adapters.spans import SpanTokens
 from posdebias.adapters.tiny import build_tokenizer, text_config
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
-from posdebias.errors import AdapterError
+from posdebias.errors import AdapterError, InputError
 
 
 class PaddingChangesNumbers(AdapterError):
@@ -125,8 +125,11 @@ class Llama4Adapter(HFAdapter):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str = "llama4") -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+        vocabulary only)."""
+        if real_vocabulary:
+            raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
         return _tiny_model()
 
 

@@ -19,6 +19,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
+from posdebias.errors import InputError
 
 
 class Qwen3_5Adapter(Qwen2VLAdapter):
@@ -29,8 +30,11 @@ class Qwen3_5Adapter(Qwen2VLAdapter):
     summary = "Qwen3.5 / Qwen3.5-MoE (hybrid: full-attention layers read, linear layers skipped)"
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+        vocabulary only)."""
+        if real_vocabulary:
+            raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
         return _tiny_model(model_type)
 
 

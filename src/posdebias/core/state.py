@@ -112,6 +112,16 @@ class CalibrationState(BaseModel):
             return None
         return LayerSet.from_lists(self.layers, self.layer_kinds, self.num_layers)
 
+    def fitted(self, name: str) -> np.ndarray:
+        """The fitted array ``name`` as float64; a CalibrationError when this state lacks it."""
+        value = getattr(self, name, None)
+        if value is None:
+            raise CalibrationError(
+                f"the calibration state of {self.calibrator!r} has no {name!r}; re-create it "
+                "with `posdebias calibrate`"
+            )
+        return np.asarray(value, dtype=np.float64)
+
     def with_metadata(self, **metadata: Any) -> CalibrationState:
         """A copy with metadata fields (adapter, model_id, label_set, ...) filled in."""
         return self.model_validate({**self.model_dump(), **metadata})
