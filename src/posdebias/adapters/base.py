@@ -6,6 +6,7 @@ and how to capture the attention row. Nothing downstream touches the model.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -78,6 +80,13 @@ class Adapter(ABC):
         """Language-model layers L in the observations' attention (None without attention)."""
 
     @property
+    def attention_layers(self) -> LayerSet | None:
+        """The model layers (indices and kinds) of the observations' attention rows; by default
+        every layer 0..L-1, global (a dense model)."""
+        num_layers = self.num_layers
+        return None if num_layers is None else LayerSet.dense(num_layers)
+
+    @property
     def labels(self) -> list[str] | None:
         """The label strings in use for the current N, when fixed by the adapter."""
         return None
@@ -112,6 +121,20 @@ class Adapter(ABC):
             "adapter that implements generate_many (the Hugging Face adapters do)"
         )
 
-    def describe(self) -> dict[str, Any]:
-        """Metadata recorded in calibration states and reports (adapter, model id, ...)."""
+    def describe(self, n: int | None = None) -> dict[str, Any]:
+        """Metadata recorded in calibration states and reports (adapter, model id, ...).
+
+        A pure function of the adapter and N (the labels prompted for N candidates, where the
+        adapter has them): the run's ``run.json`` and ``results.json`` agree whether or not a
+        forward pass has run.
+        """
         return {"adapter": self.name, "model_id": None, "prompt_hash": None}
+
+
+def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
+    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
+    try:
+        takes_n = len(inspect.signature(adapter.describe).parameters) > 0
+    except (TypeError, ValueError):
+        takes_n = True
+    return adapter.describe(n) if takes_n else adapter.describe()

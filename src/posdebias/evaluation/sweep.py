@@ -57,11 +57,10 @@ from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.evaluation.job import (
     build_adapter,
     build_calibrators,
-    default_model_threads,
     load_instances,
     split_held_out,
-    with_default_batch_size,
 )
+from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.protocol import calibrator_specs, get_protocol
 from posdebias.evaluation.report import _pyplot
 from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
@@ -281,7 +280,7 @@ def _instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
 
     config = point.config
     if study != "transfer":
-        source = load_instances(config, adapter)
+        source = load_instances(config, adapter, resolve_preset(config).benchmark_factory())
         calibration = source.calibration
         if study == "calibration_size":
             calibration = calibration[: int(point.value)]
@@ -394,11 +393,12 @@ def run_sweep(
 
     points = plan_points(study, config, spec)
     started = time.perf_counter()
-    with default_model_threads(config):
+    resolved = resolve_preset(config)
+    with resolved.threads():
         if adapter is None:
-            adapter = build_adapter(config)
+            adapter = build_adapter(resolved.config)
         for point in points:
-            point.config = with_default_batch_size(point.config)
+            point.config = resolve_preset(point.config).config
         _prepare(out, sweep_identity(study, points, adapter), resume=resume)
         log_path = out / "observations.jsonl"
         truncate_torn_tail(log_path)
