@@ -22,7 +22,15 @@ from typing import Any
 
 from posdebias.errors import InputError
 
-FAMILIES: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "llava_onevision", "internvl", "llava")
+FAMILIES: tuple[str, ...] = (
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "llava_onevision",
+    "internvl",
+    "llava",
+    "qwen3_vl",
+    "qwen3_vl_moe",
+)
 
 _CORPUS = (
     "Given 4 images indexed from 1 to 4, identify the image that best matches the provided "
@@ -337,12 +345,30 @@ def _llava(family: str) -> tuple[Any, Any]:
     return AutoModelForImageTextToText.from_config(config), processor
 
 
+def _from_adapter(module: str, cls: str) -> Callable[[str], tuple[Any, Any]]:
+    """The builder of an adapter module's tiny model (``Adapter.tiny_model``)."""
+
+    def build(family: str) -> tuple[Any, Any]:
+        import importlib
+
+        return getattr(importlib.import_module(module), cls).tiny_model(family)
+
+    return build
+
+
+# Shared by the builders that live next to their adapters.
+CHATML = _CHATML
+text_config = _text_config
+tiny_vision = _tiny_vision
+
 _BUILDERS: dict[str, Callable[[str], tuple[Any, Any]]] = {
     "qwen2_5_vl": _qwen_vl,
     "qwen2_vl": _qwen_vl,
     "llava_onevision": _llava_onevision,
     "internvl": _internvl,
     "llava": _llava,
+    "qwen3_vl": _from_adapter("posdebias.adapters.qwen3_vl", "Qwen3VLAdapter"),
+    "qwen3_vl_moe": _from_adapter("posdebias.adapters.qwen3_vl", "Qwen3VLAdapter"),
 }
 
 
@@ -393,3 +419,16 @@ def write_test_images(
         Image.fromarray(pixels).save(file)
         files.append(file)
     return files
+
+
+def check_adapter(adapter: Any, instances: Any = None, **options: Any) -> Any:
+    """Run ``posdebias check`` on an adapter: see :func:`posdebias.adapters.check.check_adapter`.
+
+    In a plugin's test suite::
+
+        report = check_adapter(posdebias.get_adapter(model, processor))
+        assert report.passed, report.summary()
+    """
+    from posdebias.adapters.check import check_adapter as run_checks
+
+    return run_checks(adapter, instances, **options)

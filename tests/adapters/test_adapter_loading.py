@@ -23,6 +23,8 @@ EXPECTED = {
     "llava_onevision": "llava_onevision",
     "internvl": "internvl",
     "llava": "llava",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
 }
 
 

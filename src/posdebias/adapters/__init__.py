@@ -11,11 +11,13 @@ from posdebias.adapters.internvl import InternVLAdapter
 from posdebias.adapters.llava import LlavaAdapter
 from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.synthetic import SyntheticAdapter
 
 BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
     SyntheticAdapter,
     Qwen2VLAdapter,
+    Qwen3VLAdapter,
     LlavaOnevisionAdapter,
     InternVLAdapter,
     LlavaAdapter,
@@ -33,5 +35,6 @@ __all__ = [
     "LlavaAdapter",
     "LlavaOnevisionAdapter",
     "Qwen2VLAdapter",
+    "Qwen3VLAdapter",
     "SyntheticAdapter",
 ]

@@ -16,7 +16,7 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError
 
-SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", "report")
+SUBCOMMANDS = ("build", "calibrate", "check", "evaluate", "organism", "plugins", "rank", "report")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -299,6 +299,7 @@ def _run_evaluation(
     source = load_instances(config, adapter)
     if not source.test:
         raise InputError("no test instances to evaluate")
+    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
     run_dir = None
     cache: ObservationCache = ObservationCache()

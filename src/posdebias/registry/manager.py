@@ -50,6 +50,12 @@ class Registered:
     plugin: str
 
 
+def adapter_priority(cls: type) -> int:
+    """An adapter's claim strength on its model_types (``Adapter.priority``, default 0)."""
+    value = getattr(cls, "priority", 0)
+    return value if isinstance(value, int) else 0
+
+
 def _names_from_env(variable: str) -> set[str] | None:
     value = os.environ.get(variable)
     if value is None:
@@ -180,8 +186,26 @@ class Registry:
                         stacklevel=3,
                     )
                     continue
+                if kind == "adapter":
+                    self._warn_shared_model_types(name, cls)
                 table[cls_name] = Registered(cls, name)
                 names.append(cls_name)
+
+    def _warn_shared_model_types(self, plugin: str, cls: type) -> None:
+        """Two providers claiming one model_type at the same priority: say which one wins."""
+        priority = adapter_priority(cls)
+        for model_type in getattr(cls, "model_types", ()):
+            for entry in self._adapters.values():
+                if model_type in entry.cls.model_types and adapter_priority(entry.cls) == priority:
+                    warnings.warn(
+                        f"posdebias plugin {plugin!r}: adapter {cls.name!r} claims model_type "
+                        f"{model_type!r}, already claimed by adapter {entry.cls.name!r} "
+                        f"(plugin {entry.plugin!r}) at the same priority {priority}; "
+                        f"{entry.cls.name!r} keeps it. To take over, give {cls.name!r} a higher "
+                        f"`priority`, or choose it per run with --adapter {cls.name}",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -216,11 +240,23 @@ class Registry:
             ) from None
 
     def adapter_for_model_type(self, model_type: str) -> type | None:
-        """The adapter class that declares ``model_type``, or None."""
+        """The adapter class ``model_type`` resolves to, or None when none claims it.
+
+        Precedence: the highest ``priority`` among the adapters that list ``model_type``; at
+        equal priority the first registered (built-ins register before any plugin).
+        """
+        claims = self.model_type_claims().get(model_type)
+        return claims[0].cls if claims else None
+
+    def model_type_claims(self) -> dict[str, list[Registered]]:
+        """Every claimed model_type -> its claimants, the one it resolves to first."""
+        claims: dict[str, list[Registered]] = {}
         for entry in self._adapters.values():
-            if model_type in getattr(entry.cls, "model_types", ()):
-                return entry.cls
-        return None
+            for model_type in getattr(entry.cls, "model_types", ()):
+                claims.setdefault(model_type, []).append(entry)
+        for entries in claims.values():
+            entries.sort(key=lambda entry: -adapter_priority(entry.cls))  # stable: order kept
+        return dict(sorted(claims.items()))
 
     def create_calibrator(self, name: str, **options: Any) -> Any:
         return self.calibrator_class(name)(**options)
