@@ -30,6 +30,8 @@ FAMILIES: tuple[str, ...] = (
     "llava",
     "qwen3_vl",
     "qwen3_vl_moe",
+    "idefics3",
+    "smolvlm",
 )
 
 _CORPUS = (
@@ -369,6 +371,8 @@ _BUILDERS: dict[str, Callable[[str], tuple[Any, Any]]] = {
     "llava": _llava,
     "qwen3_vl": _from_adapter("posdebias.adapters.qwen3_vl", "Qwen3VLAdapter"),
     "qwen3_vl_moe": _from_adapter("posdebias.adapters.qwen3_vl", "Qwen3VLAdapter"),
+    "idefics3": _from_adapter("posdebias.adapters.idefics3", "Idefics3Adapter"),
+    "smolvlm": _from_adapter("posdebias.adapters.idefics3", "Idefics3Adapter"),
 }
 
 

@@ -36,6 +36,15 @@ def test_check_passes_on_every_builtin_family(family):
     assert _figure(report["probe = eager"]) < 1e-5
 
 
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_check_passes_with_image_splitting_off(family):
+    model, processor = tiny_model_and_processor(family)
+    processor.image_processor.do_image_splitting = False
+    report = check_adapter(get_adapter(model, processor))
+    assert report.passed, report.summary()
+    assert "7 tokens each, 4 runs" in report["image spans"].figure  # global view only
+
+
 @pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl"])
 def test_generic_adapter_on_a_multimodal_rope_model_fails_the_scores_check(family):
     report = check_adapter(get_adapter(*tiny_pair(family), adapter="generic"))

@@ -25,6 +25,8 @@ EXPECTED = {
     "llava": "llava",
     "qwen3_vl": "qwen3_vl",
     "qwen3_vl_moe": "qwen3_vl",
+    "idefics3": "idefics3",
+    "smolvlm": "idefics3",
 }
 
 

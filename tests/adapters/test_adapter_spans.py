@@ -119,6 +119,25 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         assert all(t == ["<image>"] * 5 for t in tokens)
     elif family == "llava":
         assert all(t == ["<image>"] * 4 for t in tokens)
+    elif family in ("idefics3", "smolvlm"):
+        # 48 px images -> 2 x 2 tiles + the global view; the newlines between rows of tiles
+        # are not the image's, so each span is the union of 3 runs.
+        assert all(len(span.runs) == 3 for span in batch.spans[0])
+        tile = ["<fake_token_around_image>", "<row_1_col_1>", *["<image>"] * 4]
+        glob = ["<fake_token_around_image>", "<global-img>", *["<image>"] * 4]
+        for t in tokens:
+            assert t[:6] == tile and t[-7:] == [*glob, "<fake_token_around_image>"]
+            assert "\n" not in t and t.count("<image>") == 5 * 4
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family), adapter="generic")
+    with pytest.raises(AdapterError) as error:
+        adapter.observe(make_instances(1, 4)[0])
+    assert "found 20 runs of image tokens" in str(error.value)
+    assert "for 4 images: does this family split images into tiles" in str(error.value)
+    assert "image_spans hook" in str(error.value)
 
 
 def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):

@@ -7,6 +7,7 @@ them (``posdebias plugins``) stays fast.
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
+from posdebias.adapters.idefics3 import Idefics3Adapter
 from posdebias.adapters.internvl import InternVLAdapter
 from posdebias.adapters.llava import LlavaAdapter
 from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
@@ -18,6 +19,7 @@ BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
     SyntheticAdapter,
     Qwen2VLAdapter,
     Qwen3VLAdapter,
+    Idefics3Adapter,
     LlavaOnevisionAdapter,
     InternVLAdapter,
     LlavaAdapter,
@@ -31,6 +33,7 @@ __all__ = [
     "GenericAdapter",
     "HFAdapter",
     "HFAdapterOptions",
+    "Idefics3Adapter",
     "InternVLAdapter",
     "LlavaAdapter",
     "LlavaOnevisionAdapter",

@@ -149,9 +149,10 @@ def find_image_spans(
         for count in counts:
             chunk = positions[cursor : cursor + count]
             if count < 1 or chunk[-1] - chunk[0] + 1 != count:
+                runs = len(_runs(positions))
                 raise AdapterError(
-                    f"the tokens of image {len(groups) + 1} are not contiguous; "
-                    "cannot form its span"
+                    f"the {count} tokens of image {len(groups) + 1} are not one run; "
+                    + span_count_message(runs, num_images, tokens.image)
                 )
             groups.append((chunk[0], chunk[-1] + 1))
             cursor += count
