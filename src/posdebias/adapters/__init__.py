@@ -15,19 +15,7 @@ from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.synthetic import SyntheticAdapter
 
-BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
-    SyntheticAdapter,
-    Qwen2VLAdapter,
-    Qwen3VLAdapter,
-    Idefics3Adapter,
-    LlavaOnevisionAdapter,
-    InternVLAdapter,
-    LlavaAdapter,
-    GenericAdapter,
-)
-
 __all__ = [
-    "BUILTIN_ADAPTERS",
     "Adapter",
     "AdapterOptions",
     "GenericAdapter",

@@ -12,8 +12,11 @@ When the spans cannot be found it fails with a message that says what it found.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
 
@@ -56,3 +59,8 @@ class GenericAdapter(HFAdapter):
         if scheme is None:
             return None
         return f"{scheme}, and the generic adapter only counts 1-D positions"
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(GenericAdapter)

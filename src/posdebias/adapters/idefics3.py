@@ -18,8 +18,11 @@ but not the plain newline text tokens between rows of tiles. The language model 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import ImageSpan, SpanTokens
 from posdebias.errors import AdapterError
@@ -107,7 +110,7 @@ _TEMPLATE = (
 def _tiny_model(family: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from posdebias.testing import build_tokenizer, text_config
+    from posdebias.adapters.tiny import build_tokenizer, text_config
 
     tiles = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
     tokenizer = build_tokenizer(
@@ -183,3 +186,8 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         tie_word_embeddings=False,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Idefics3Adapter)

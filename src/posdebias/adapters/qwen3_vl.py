@@ -11,8 +11,11 @@ token), not Qwen2-VL's 14.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 
 
@@ -34,7 +37,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    from posdebias.testing import CHATML, build_tokenizer, text_config
+    from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
 
     tokenizer = build_tokenizer(
         [
@@ -103,3 +106,8 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         tie_word_embeddings=False,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Qwen3VLAdapter)

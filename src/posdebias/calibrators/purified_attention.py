@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Prediction, log_softmax
@@ -25,3 +28,8 @@ class PurifiedAttention(Calibrator):
             observation.attention, state.attention_prior_array, layers
         )
         return Prediction(scores=log_softmax(corrector.tau * purified))
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(PurifiedAttention)
