@@ -119,11 +119,11 @@ def test_plugins_command_shows_what_each_model_type_resolves_to(tmp_path, priori
         if line.startswith("│") and ("qwen" in line or "llava" in line)
     }
     if priority == 0:
-        assert rows["qwen3_vl"][:3] == ["qwen3_vl", "posdebias.builtins", "0"]
+        assert rows["qwen3_vl"][:3] == ["qwen3_vl", "posdebias.adapters.qwen3_vl", "0"]
         assert rows["qwen3_vl"][3] == "my_qwen (myqwen, priority 0)"
         assert "claims model_type 'qwen3_vl'" in result.stderr  # the warning is visible
     else:
         assert rows["qwen3_vl"][:3] == ["my_qwen", "myqwen", "1"]
-        assert rows["qwen3_vl"][3] == "qwen3_vl (posdebias.builtins, priority 0)"
+        assert rows["qwen3_vl"][3] == "qwen3_vl (posdebias.adapters.qwen3_vl, priority 0)"
         assert "claims model_type" not in result.stderr
-    assert rows["llava"][:2] == ["llava", "posdebias.builtins"]
+    assert rows["llava"][:2] == ["llava", "posdebias.adapters.llava"]
