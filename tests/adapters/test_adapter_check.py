@@ -12,6 +12,7 @@ from helpers import build_shapes_benchmark
 from posdebias import get_adapter
 from posdebias.adapters.check import check_instances
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.mistral3 import tiny_llava_pixtral
 from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.spans import ImageSpan
 from posdebias.cli import main
@@ -45,7 +46,17 @@ def test_check_passes_with_image_splitting_off(family):
     assert "7 tokens each, 4 runs" in report["image spans"].figure  # global view only
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl"])
+def test_check_passes_on_a_pixtral_llava_checkpoint():
+    """Pixtral-12B in the llava format: the LLaVA adapter reads the Pixtral rows."""
+    model, processor = tiny_llava_pixtral()
+    adapter = get_adapter(model, processor)
+    assert adapter.name == "llava"
+    report = check_adapter(adapter)
+    assert report.passed, report.summary()
+    assert "4 runs" in report["image spans"].figure  # one block per image, breaks included
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v"])
 def test_generic_adapter_on_a_multimodal_rope_model_fails_the_scores_check(family):
     report = check_adapter(get_adapter(*tiny_pair(family), adapter="generic"))
     scores = report["scores = own forward"]

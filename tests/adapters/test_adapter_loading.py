@@ -27,6 +27,9 @@ EXPECTED = {
     "qwen3_vl_moe": "qwen3_vl",
     "idefics3": "idefics3",
     "smolvlm": "idefics3",
+    "mistral3": "mistral3",
+    "glm4v": "glm4v",
+    "glm4v_moe": "glm4v",
 }
 
 

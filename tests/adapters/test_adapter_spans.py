@@ -129,6 +129,14 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
             assert t[:6] == tile and t[-7:] == [*glob, "<fake_token_around_image>"]
             assert "\n" not in t and t.count("<image>") == 5 * 4
 
+    elif family.startswith("glm4v"):
+        assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
+        assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
+    elif family == "mistral3":
+        # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
+        assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
+                   for t in tokens)  # fmt: skip
+
 
 @pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
 def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instances):

@@ -6,11 +6,13 @@ them (``posdebias plugins``) stays fast.
 
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.generic import GenericAdapter
+from posdebias.adapters.glm4v import Glm4vAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.idefics3 import Idefics3Adapter
 from posdebias.adapters.internvl import InternVLAdapter
 from posdebias.adapters.llava import LlavaAdapter
 from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
+from posdebias.adapters.mistral3 import Mistral3Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.synthetic import SyntheticAdapter
@@ -19,12 +21,14 @@ __all__ = [
     "Adapter",
     "AdapterOptions",
     "GenericAdapter",
+    "Glm4vAdapter",
     "HFAdapter",
     "HFAdapterOptions",
     "Idefics3Adapter",
     "InternVLAdapter",
     "LlavaAdapter",
     "LlavaOnevisionAdapter",
+    "Mistral3Adapter",
     "Qwen2VLAdapter",
     "Qwen3VLAdapter",
     "SyntheticAdapter",

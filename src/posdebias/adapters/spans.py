@@ -249,3 +249,32 @@ def span_matrix(
             for start, end in as_span(span).runs:
                 matrix[row, start:end, image] = 1.0
     return matrix
+
+
+def find_closed_spans(
+    input_ids: Sequence[int] | Any, owned: set[int], closing: int, num_images: int, layout: str
+) -> list[ImageSpan]:
+    """Spans of layouts where each image is a block of its own tokens ended by one marker.
+
+    Every token in ``owned`` belongs to the image being read; ``closing`` ends it (Pixtral's
+    ``[IMG_END]`` after rows of ``[IMG]`` separated by ``[IMG_BREAK]``). Tokens outside ``owned``
+    inside a block are left out, so a span may be a union of runs. ``layout`` names the expected
+    layout in the error.
+    """
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    spans: list[ImageSpan] = []
+    current: list[int] = []
+    for position, token in enumerate(ids):
+        if token in owned:
+            current.append(position)
+            if token == closing:
+                spans.append(ImageSpan.from_positions(current))
+                current = []
+    if current or len(spans) != num_images:
+        unclosed = " and an unclosed one" if current else ""
+        raise AdapterError(
+            f"found {len(spans)} complete images ({layout}){unclosed} for {num_images} images: "
+            "the chat template must render one image placeholder per image, and the processor "
+            "must expand it in this family's layout"
+        )
+    return spans

@@ -47,6 +47,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.qwen2_vl",
     "posdebias.adapters.qwen3_vl",
     "posdebias.adapters.idefics3",
+    "posdebias.adapters.mistral3",
+    "posdebias.adapters.glm4v",
     "posdebias.adapters.llava_onevision",
     "posdebias.adapters.internvl",
     "posdebias.adapters.llava",
