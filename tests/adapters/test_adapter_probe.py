@@ -52,7 +52,8 @@ def test_only_the_language_model_is_probed(family, make_instances):
     length = batch.inputs["input_ids"].shape[1]
     with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
         model(**batch.inputs, position_ids=batch.position_ids)
-    language_modules = {id(module) for module in model.model.language_model.modules()}
+    language = getattr(model.model, "language_model", None) or model.model.text_model  # Idefics3
+    language_modules = {id(module) for module in language.modules()}
     assert sorted(recorder.masses) == list(range(adapter.num_layers))
     assert all(id(module) in language_modules for module in recorder.modules.values())
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from posdebias import load_adapter
     from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
     from posdebias.errors import InputError
-    from posdebias.evaluation.job import DEFAULT_MODEL
+    from posdebias.registry import get_registry
 
     if args.n < 2:
         raise InputError(f"-N must be at least 2, got {args.n}")
@@ -63,8 +63,14 @@ def run(args: argparse.Namespace) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()  # our rows say what matters
+    model = args.model
+    if model is None:  # the bundled default model (the organism)
+        default = get_registry().default_model()
+        if default is None:
+            raise InputError("name a model to check: --model ID_OR_PATH")
+        model = default.name
     adapter = load_adapter(
-        args.model or DEFAULT_MODEL,
+        model,
         adapter=args.adapter,
         dtype=args.dtype,
         device=args.device,
