@@ -12,7 +12,6 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
-from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError
 from posdebias.registry import get_registry
 
@@ -86,7 +85,9 @@ class Debiaser:
             num_layers=self.adapter.num_layers if self.calibrator.needs_attention else None,
             label_set=self.adapter.labels_for(instance.n),
         )
-        views = cyclic_rotations(instance) if self.calibrator.needs_rotations else [instance]
+        views = (
+            self.calibrator.views_of(instance) if self.calibrator.needs_rotations else [instance]
+        )
         observations = self.adapter.observe_many(views, batch_size=self.batch_size)
         rotations = observations if self.calibrator.needs_rotations else None
         return self.calibrator.predict(observations[0], state, rotations=rotations)

@@ -1,7 +1,8 @@
 """The calibrator interface: ``fit(observations) -> CalibrationState``, ``predict(obs, state)``.
 
 Calibrators never call a model. A calibrator that needs the N cyclic rotations of an instance
-(``needs_rotations``) receives their observations from the runner through ``rotations``.
+(``needs_rotations``) receives their observations from the runner through ``rotations``, in
+the order of :meth:`Calibrator.permutations` (default: the N cyclic rotations).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias._version import __version__
+from posdebias.core.instance import RetrievalInstance, rotation_order
 from posdebias.core.observation import Observation, Prediction
 from posdebias.core.stages import require_attention
 from posdebias.core.state import CalibrationState
@@ -33,7 +36,8 @@ class Calibrator(ABC):
         Options: a :class:`CalibratorOptions` subclass; its fields are the options.
         needs_attention: predict/fit need ``Observation.attention``.
         needs_fit: fit uses the calibration observations (False: trivial state).
-        needs_rotations: predict needs the observations of all N cyclic rotations.
+        needs_rotations: predict needs the observations of other candidate orders of the
+            instance (:meth:`permutations`; the N cyclic rotations unless overridden).
     """
 
     name: ClassVar[str]
@@ -54,7 +58,16 @@ class Calibrator(ABC):
 
     def forward_passes(self, n: int) -> int:
         """Model forward passes per test instance and candidate order."""
-        return n if self.needs_rotations else 1
+        return len(self.permutations(n)) if self.needs_rotations else 1
+
+    def permutations(self, n: int) -> list[np.ndarray]:
+        """The candidate orders whose observations ``predict`` receives as ``rotations``
+        (``view.permuted(p)``: new position k shows the view's position p[k])."""
+        return [rotation_order(n, shift) for shift in range(n)]
+
+    def views_of(self, instance: RetrievalInstance) -> list[RetrievalInstance]:
+        """The instance in every order of :meth:`permutations` (what the runner observes)."""
+        return [instance.permuted(order) for order in self.permutations(instance.n)]
 
     # -- fitting -----------------------------------------------------------------------------
 
@@ -106,11 +119,12 @@ class Calibrator(ABC):
         if self.needs_attention:
             require_attention([observation], self.name)
             state.check_compatible(num_layers=observation.num_layers)
-        if self.needs_rotations and (rotations is None or len(rotations) != observation.n):
+        wanted = len(self.permutations(observation.n)) if self.needs_rotations else 0
+        if self.needs_rotations and (rotations is None or len(rotations) != wanted):
             got = "none" if rotations is None else len(rotations)
             raise ObservationError(
-                f"calibrator {self.name!r} needs the observations of all {observation.n} "
-                f"cyclic rotations, got {got}"
+                f"calibrator {self.name!r} needs the observations of its {wanted} candidate "
+                f"orders (permutations), got {got}"
             )
         return self._predict(observation, state, rotations)
 
