@@ -147,7 +147,9 @@ def sofa_attention(
 
 
 @contextlib.contextmanager
-def sofa_scope(spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int) -> Iterator[None]:
+def sofa_scope(
+    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
+) -> Iterator[None]:
     """Entered by the adapter around a prompt forward of ``length`` tokens with these image
     spans; a no-op unless :func:`sofa_attention` is active."""
     run = _RUN.get()
