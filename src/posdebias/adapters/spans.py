@@ -181,8 +181,8 @@ def span_count_message(runs: int, num_images: int, image_token: int) -> str:
     if runs > num_images:
         return (
             f"{found}: does this family split images into tiles (or put other tokens inside an "
-            "image)? Its adapter must give the spans itself (the image_spans hook, see "
-            "docs/adapters.md)"
+            "image)? Its adapter must give the spans itself (the image_spans hook, see the "
+            "Adapters page of the documentation)"
         )
     return (
         f"{found}: runs of adjacent images touch, or the chat template drops image placeholders; "

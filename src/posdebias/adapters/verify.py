@@ -89,8 +89,9 @@ def mismatch_message(adapter: HFAdapter, difference: float, tolerance: float) ->
         f"the {adapter.name!r} adapter's label scores differ from the model's own forward by "
         f"{difference:.3g} (tolerance {tolerance:g}) on model_type {model_type!r}: {cause}. "
         "posdebias stops instead of computing wrong scores. Use an adapter for this family "
-        "(`posdebias plugins` lists which adapter each model_type gets; docs/adapters.md shows "
-        f"how to write one) and run `posdebias check --model {adapter.model_id or 'MODEL'}`"
+        "(`posdebias plugins` lists which adapter each model_type gets; the Adapters page of "
+        "the documentation shows how to write one) and run `posdebias check --model "
+        f"{adapter.model_id or 'MODEL'}`"
     )
 
 
@@ -102,8 +103,8 @@ def refuse_unsupported(adapter: HFAdapter) -> None:
         raise AdapterError(
             f"the {adapter.name!r} adapter cannot score model_type {model_type!r}: {problem}. "
             "It refuses instead of guessing; use an adapter for this family (`posdebias "
-            "plugins`; docs/adapters.md shows how to write one) and run `posdebias check "
-            f"--model {adapter.model_id or 'MODEL'}`"
+            "plugins`; the Adapters page of the documentation shows how to write one) and run "
+            f"`posdebias check --model {adapter.model_id or 'MODEL'}`"
         )
 
 
