@@ -209,3 +209,9 @@ def test_check_instances_have_padding_and_multi_token_labels():
     assert torch.equal(
         batch.inputs["attention_mask"][1], torch.ones_like(batch.inputs["attention_mask"][1])
     )
+
+
+def test_cli_check_on_a_benchmarks_instances(saved_qwen3, tmp_path, capsys):
+    bench = build_shapes_benchmark(tmp_path, count=3, n=3)
+    assert main(["check", "--model", str(saved_qwen3), "--benchmark", str(bench)]) == 0
+    assert "all 6 checks passed" in capsys.readouterr().out

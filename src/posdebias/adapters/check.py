@@ -229,10 +229,19 @@ class _Checks:
         return self._singles[index]
 
     def pair(self) -> PreparedBatch:
+        """The first two instances as one batch; it must be left padded (if the two prompts
+        tokenize to the same length, the second caption is lengthened, and used from then on)."""
+        import dataclasses
+
         batch = self.adapter.prepare_batch(self.instances[:2])
-        padding = (batch.inputs["attention_mask"] == 0).sum(dim=1)
-        if int(padding.max()) == 0:
-            raise InputError("the first two instances tokenize to the same length: no padding")
+        if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
+            second = self.instances[1]
+            longer = dataclasses.replace(second, query=second.query + " (seen again)")
+            self.instances[1] = longer
+            self._singles.pop(1, None)
+            batch = self.adapter.prepare_batch(self.instances[:2])
+            if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
+                raise InputError("the first two instances tokenize to the same length")
         return batch
 
     # -- the checks ----------------------------------------------------------------------------

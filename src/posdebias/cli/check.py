@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="an image to check with (repeatable, at least N; default: generated images)",
     )
     parser.add_argument(
+        "--benchmark",
+        type=Path,
+        help="check on the first three instances of this benchmark (posdebias build) instead",
+    )
+    parser.add_argument(
         "--trust-remote-code",
         dest="trust_remote_code",
         action="store_true",
@@ -77,7 +82,14 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         label_set=args.label_set,
     )
-    instances = check_instances(args.n, images=args.images)
+    if args.benchmark is not None:
+        from posdebias.benchmarks.files import load_benchmark
+
+        instances = load_benchmark(args.benchmark).instances[:3]
+        if len(instances) < 2:
+            raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")
+    else:
+        instances = check_instances(args.n, images=args.images)
     report = check_adapter(adapter, instances)
     console = make_console()
     table = Table(
