@@ -13,6 +13,7 @@ from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError
+from posdebias.evaluation.runner import fit_calibrators
 from posdebias.registry import get_registry
 
 
@@ -43,7 +44,6 @@ class Debiaser:
 
     def calibrate(self, instances: Sequence[RetrievalInstance]) -> CalibrationState:
         """Fit on the N cyclic rotations of each calibration instance (targets known)."""
-        from posdebias.evaluation.runner import fit_calibrators
 
         described = self.adapter.describe()
         self.state = fit_calibrators(

@@ -21,6 +21,7 @@ image span (:meth:`HFAdapter.span_tokens`, or every token of each image given di
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +31,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.generation import generate_many
+from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
-from posdebias.adapters.spans import ImageSpan, SpanTokens
+from posdebias.adapters.scoring import plan_labels, score_labels
+from posdebias.adapters.sofa import sofa_scope
+from posdebias.adapters.spans import (
+    ImageSpan,
+    SpanTokens,
+    as_span,
+    check_spans,
+    find_image_spans,
+    span_matrix,
+)
+from posdebias.adapters.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation
@@ -158,13 +171,13 @@ class HFAdapter(Adapter):
         answer_prefix: str = "",
         prompt_variant: str = "plain",
     ) -> None:
-        from posdebias.adapters.probe import install_probe
 
         self.model = model
         self.processor = processor
-        self.tokenizer = getattr(processor, "tokenizer", None)
-        if self.tokenizer is None:
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
+        self.tokenizer: Any = tokenizer
         if not getattr(processor, "chat_template", None):
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
@@ -228,8 +241,6 @@ class HFAdapter(Adapter):
             replacements: the text the processor substituted for each image placeholder, in
                 prompt order (``None`` when the processor does not report it).
         """
-        from posdebias.adapters.spans import find_image_spans
-
         counts = None
         if self.split_by_processor_counts:
             if replacements is None:
@@ -322,7 +333,6 @@ class HFAdapter(Adapter):
 
     def plan_for(self, n: int, rendered: str) -> tuple[list[str], LabelPlan]:
         """Label strings and their token trie for N candidates (cached per N)."""
-        from posdebias.adapters.scoring import plan_labels
 
         if n not in self._plans:
             labels = self.labels_for(n)
@@ -370,7 +380,6 @@ class HFAdapter(Adapter):
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
         (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
-        from posdebias.adapters.spans import as_span, check_spans
 
         n = instances[0].n
         if any(instance.n != n for instance in instances):
@@ -402,14 +411,8 @@ class HFAdapter(Adapter):
         ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
         a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
         """
-        import contextlib
 
         import torch
-
-        from posdebias.adapters.probe import recording
-        from posdebias.adapters.scoring import score_labels
-        from posdebias.adapters.sofa import sofa_scope
-        from posdebias.adapters.spans import span_matrix
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
@@ -439,13 +442,9 @@ class HFAdapter(Adapter):
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
         equal the model's own forward (verify.py; cached per model, so the first observed
         batch then needs no extra work)."""
-        from posdebias.adapters.verify import verify_instance
-
         verify_instance(self, instance)
 
     def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
-        from posdebias.adapters.verify import refuse_unsupported, verify_first_batch
-
         refuse_unsupported(self)
         batch = self.prepare_batch(instances)
         scores, attention = self.run_batch(batch)
@@ -470,7 +469,6 @@ class HFAdapter(Adapter):
         batch_size: int = 1,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        from posdebias.adapters.generation import generate_many
 
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 

@@ -76,4 +76,3 @@ def posdebias_register_models(register: Callable[[BundledModel], None]) -> None:
     looked up online), its folder, and optionally the benchmark it runs on by default.
     Returns nothing.
     """
-
