@@ -11,6 +11,7 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -137,8 +138,6 @@ def remote_code_message(source: str, detail: str) -> str:
 def _refuse_remote_code(source: str) -> None:
     """A local model whose config needs its own code (``auto_map`` + a model_type transformers
     does not know) is refused before transformers sees it."""
-    import json
-
     from transformers import CONFIG_MAPPING
 
     file = Path(source, "config.json")

@@ -21,12 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from posdebias.adapters.check import CheckReport, check_adapter
 from posdebias.adapters.tiny import build_tokenizer
 from posdebias.errors import InputError
 from posdebias.registry import Registry, get_registry
 
 __all__ = [
     "FAMILIES",
+    "CheckReport",
     "build_tokenizer",
     "check_adapter",
     "save_tiny_model",
@@ -97,16 +99,3 @@ def write_test_images(
         Image.fromarray(pixels).save(file)
         files.append(file)
     return files
-
-
-def check_adapter(adapter: Any, instances: Any = None, **options: Any) -> Any:
-    """Run ``posdebias check`` on an adapter: see :func:`posdebias.adapters.check.check_adapter`.
-
-    In a plugin's test suite::
-
-        report = check_adapter(posdebias.get_adapter(model, processor))
-        assert report.passed, report.summary()
-    """
-    from posdebias.adapters.check import check_adapter as run_checks
-
-    return run_checks(adapter, instances, **options)

@@ -20,18 +20,23 @@ The figures are float32 comparisons: load the model in float32 to check it.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from posdebias.adapters.hf import HFAdapter, PreparedBatch
+from posdebias.adapters.probe import install_probe
+from posdebias.adapters.spans import check_spans, span_matrix
+from posdebias.adapters.verify import reference_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import InputError, PosdebiasError
 
 if TYPE_CHECKING:
     import torch
-
-    from posdebias.adapters.hf import HFAdapter, PreparedBatch
 
 SCORE_TOLERANCE = 1e-4
 PROBE_TOLERANCE = 1e-5
@@ -91,7 +96,6 @@ class CheckReport:
 
 def check_images(count: int, *, seed: int = 0) -> list[Any]:
     """``count`` distinct seeded noise images (PIL) of different sizes."""
-    import numpy as np
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -160,8 +164,6 @@ def check_adapter(
         a :class:`CheckReport`; ``report.passed`` is True when no check failed. In a plugin's
         test suite: ``assert report.passed, report.summary()``.
     """
-    from posdebias.adapters.hf import HFAdapter
-
     if not isinstance(adapter, HFAdapter):
         raise InputError(
             f"posdebias check verifies Hugging Face adapters against their model; "
@@ -231,8 +233,6 @@ class _Checks:
     def pair(self) -> PreparedBatch:
         """The first two instances as one batch; it must be left padded (if the two prompts
         tokenize to the same length, the second caption is lengthened, and used from then on)."""
-        import dataclasses
-
         batch = self.adapter.prepare_batch(self.instances[:2])
         if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
             second = self.instances[1]
@@ -247,8 +247,6 @@ class _Checks:
     # -- the checks ----------------------------------------------------------------------------
 
     def spans(self) -> tuple[str, str, str]:
-        from posdebias.adapters.spans import check_spans
-
         covered = self.adapter.image_token_ids()
         summaries = []
         for index, instance in enumerate(self.instances):
@@ -283,8 +281,6 @@ class _Checks:
     def scores(self) -> tuple[str, str, str]:
         import torch
 
-        from posdebias.adapters.verify import reference_scores
-
         worst = 0.0
         multi = False
         for index, instance in enumerate(self.instances):
@@ -311,9 +307,6 @@ class _Checks:
 
     def probe(self) -> tuple[str, str, str]:
         import torch
-
-        from posdebias.adapters.probe import install_probe
-        from posdebias.adapters.spans import span_matrix
 
         adapter = self.adapter
         batch = self.pair()

@@ -17,6 +17,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.tiny import build_tokenizer, text_config
 
 
 class Glm4vAdapter(Qwen2VLAdapter):
@@ -58,8 +59,6 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         Glm4vProcessor,
         Glm4vVideoProcessor,
     )
-
-    from posdebias.adapters.tiny import build_tokenizer, text_config
 
     tokenizer = build_tokenizer(
         [

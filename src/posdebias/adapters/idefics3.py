@@ -25,6 +25,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import ImageSpan, SpanTokens
+from posdebias.adapters.tiny import build_tokenizer, text_config
 from posdebias.errors import AdapterError
 
 MAX_TILES = 12  # row/column marker tokens looked up: <row_1_col_1> .. <row_12_col_12>
@@ -41,9 +42,9 @@ class Idefics3Adapter(HFAdapter):
         ids = self.tokenizer.convert_tokens_to_ids
         processor = self.processor
         fake = getattr(processor, "fake_image_token", "<fake_token_around_image>")
+        tag = getattr(processor, "global_image_tag", None)  # Idefics3; SmolVLM: _token
         self.global_token = self._token_id(
-            getattr(processor, "global_image_tag", None)
-            or getattr(processor, "global_image_token", "<global-img>")
+            str(tag or getattr(processor, "global_image_token", "<global-img>"))
         )
         self.fake_token = self._token_id(fake)
         markers = (
@@ -109,8 +110,6 @@ _TEMPLATE = (
 
 def _tiny_model(family: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from posdebias.adapters.tiny import build_tokenizer, text_config
 
     tiles = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
     tokenizer = build_tokenizer(

@@ -15,6 +15,7 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.mistral3 import pixtral_spans, pixtral_tokens
 from posdebias.adapters.spans import ImageSpan
 from posdebias.adapters.tiny import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
 from posdebias.errors import AdapterError
@@ -41,8 +42,6 @@ class LlavaAdapter(HFAdapter):
 
     def image_token_ids(self) -> set[int]:
         if self._pixtral():
-            from posdebias.adapters.mistral3 import pixtral_tokens
-
             return set(pixtral_tokens(self))
         return super().image_token_ids()
 
@@ -50,8 +49,6 @@ class LlavaAdapter(HFAdapter):
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
         if self._pixtral():
-            from posdebias.adapters.mistral3 import pixtral_spans
-
             return pixtral_spans(self, input_ids, num_images)
         return super().image_spans(input_ids, num_images, replacements)
 

@@ -26,6 +26,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import ImageSpan, SpanTokens, find_closed_spans
+from posdebias.adapters.tiny import build_tokenizer, text_config
 from posdebias.errors import AdapterError
 
 
@@ -95,8 +96,6 @@ def tiny_pixtral_parts(size: int = 64) -> tuple[Any, Any, dict[str, Any], dict[s
     ``size`` px on the longest edge: a 64 x 64 image is 2 rows of 2 tokens.
     """
     from transformers.models.pixtral import PixtralImageProcessor, PixtralProcessor
-
-    from posdebias.adapters.tiny import build_tokenizer, text_config
 
     tokenizer = build_tokenizer(
         ["<s>", "</s>", "<pad>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"],

@@ -17,6 +17,7 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
 
 
 class Qwen3VLAdapter(Qwen2VLAdapter):
@@ -36,8 +37,6 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
-
-    from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
 
     tokenizer = build_tokenizer(
         [

@@ -10,8 +10,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.markup import escape
+from rich.table import Table
+
+from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
+from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
+from posdebias.errors import InputError
+from posdebias.loading import load_adapter
+from posdebias.registry import get_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,14 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from posdebias import load_adapter
-    from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
-    from posdebias.errors import InputError
-    from posdebias.registry import get_registry
-
     if args.n < 2:
         raise InputError(f"-N must be at least 2, got {args.n}")
     for image in args.images or ():
@@ -83,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         label_set=args.label_set,
     )
     if args.benchmark is not None:
-        from posdebias.benchmarks.files import load_benchmark
-
         instances = load_benchmark(args.benchmark).instances[:3]
         if len(instances) < 2:
             raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")

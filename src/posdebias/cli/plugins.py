@@ -10,6 +10,7 @@ from rich.table import Table
 
 from posdebias.cli import make_console
 from posdebias.registry import get_registry
+from posdebias.registry.manager import adapter_priority
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_types(registry: Any) -> Table:
     """model_type -> the adapter it resolves to (precedence: docs/adapters.md)."""
-    from posdebias.registry.manager import adapter_priority
-
     table = Table(
         title="model types (anything else: generic, if it can reproduce the positions)",
         title_justify="left",
