@@ -18,7 +18,7 @@ from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.mistral3 import pixtral_spans, pixtral_tokens
 from posdebias.adapters.spans import ImageSpan
 from posdebias.adapters.tiny import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
-from posdebias.errors import AdapterError
+from posdebias.errors import AdapterError, InputError
 
 
 class LlavaAdapter(HFAdapter):
@@ -53,8 +53,11 @@ class LlavaAdapter(HFAdapter):
         return super().image_spans(input_ids, num_images, replacements)
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only: LLaVA-1.5's Llama vocabulary is not available offline)."""
+        if real_vocabulary:
+            raise InputError("no real-vocabulary tiny model for LLaVA-1.5 (Llama vocabulary)")
         return _tiny_model(model_type)
 
 
