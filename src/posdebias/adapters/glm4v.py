@@ -18,6 +18,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.spans import SpanTokens
 from posdebias.adapters.tiny import build_tokenizer, text_config
+from posdebias.errors import InputError
 
 
 class Glm4vAdapter(Qwen2VLAdapter):
@@ -36,8 +37,13 @@ class Glm4vAdapter(Qwen2VLAdapter):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only)."""
+        if real_vocabulary:
+            raise InputError(
+                "no real-vocabulary tiny model for GLM-4.1V / GLM-4.5V yet (toy vocabulary only)"
+            )
         return _tiny_model(model_type)
 
 

@@ -26,7 +26,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import ImageSpan, SpanTokens
 from posdebias.adapters.tiny import build_tokenizer, text_config
-from posdebias.errors import AdapterError
+from posdebias.errors import AdapterError, InputError
 
 MAX_TILES = 12  # row/column marker tokens looked up: <row_1_col_1> .. <row_12_col_12>
 
@@ -93,8 +93,13 @@ class Idefics3Adapter(HFAdapter):
         return spans
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only)."""
+        if real_vocabulary:
+            raise InputError(
+                "no real-vocabulary tiny model for Idefics3 / SmolVLM yet (toy vocabulary only)"
+            )
         return _tiny_model(model_type)
 
 

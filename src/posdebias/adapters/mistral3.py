@@ -27,7 +27,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import ImageSpan, SpanTokens, find_closed_spans
 from posdebias.adapters.tiny import build_tokenizer, text_config
-from posdebias.errors import AdapterError
+from posdebias.errors import AdapterError, InputError
 
 
 def pixtral_tokens(adapter: HFAdapter) -> tuple[int, int, int]:
@@ -74,8 +74,13 @@ class Mistral3Adapter(HFAdapter):
         return pixtral_spans(self, input_ids, num_images)
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only)."""
+        if real_vocabulary:
+            raise InputError(
+                "no real-vocabulary tiny model for Mistral 3 yet (toy vocabulary only)"
+            )
         return _tiny_model(model_type)
 
 

@@ -18,6 +18,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
+from posdebias.errors import InputError
 
 
 class Qwen3VLAdapter(Qwen2VLAdapter):
@@ -28,8 +29,11 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
     summary = "Qwen3-VL / Qwen3-VL-MoE (interleaved multimodal RoPE, DeepStack, 16 px patches)"
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only)."""
+        if real_vocabulary:
+            raise InputError("no real-vocabulary tiny model for Qwen3-VL yet (toy vocabulary only)")
         return _tiny_model(model_type)
 
 
