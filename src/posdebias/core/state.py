@@ -43,6 +43,10 @@ class CalibrationState(BaseModel):
     gamma: float | None = None
     attention_prior: Matrix | None = Field(default=None, description="a_prior [L, N]")
     logit_prior: list[float] | None = Field(default=None, description="p_prior [N]")
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a plugin calibrator's own fitted parameters (its ``Fitted`` model, as JSON)",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> CalibrationState:
