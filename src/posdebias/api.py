@@ -82,7 +82,7 @@ class Debiaser:
         instance = RetrievalInstance(query=query, images=tuple(images), target=None, id=ident)
         state.check_compatible(
             n=instance.n,
-            num_layers=self.adapter.num_layers if self.calibrator.needs_attention else None,
+            layers=self.adapter.attention_layers if self.calibrator.needs_attention else None,
             label_set=self.adapter.labels_for(instance.n),
         )
         views = (
