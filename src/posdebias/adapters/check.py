@@ -318,7 +318,7 @@ class _Checks:
             return SKIP, "no eager attention", f"the language model has no eager attention: {exc}"
         try:
             with torch.inference_mode():
-                output = adapter.model(
+                output = adapter.model_forward(
                     **batch.inputs, position_ids=batch.position_ids, output_attentions=True
                 )
         finally:
@@ -411,7 +411,7 @@ class _Checks:
         import torch
 
         with torch.inference_mode():
-            output = self.adapter.model(
+            output = self.adapter.model_forward(
                 **batch.inputs, position_ids=batch.position_ids, output_hidden_states=True
             )
         return output.hidden_states[0][0].double().cpu()

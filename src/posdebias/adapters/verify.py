@@ -64,7 +64,7 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
                         fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
                         full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
                 full["input_ids"] = torch.cat([prompt, extra], dim=1)
-            output = adapter.model(**full, use_cache=False, **adapter._last_logits_only)
+            output = adapter.model_forward(**full, use_cache=False, **adapter._last_logits_only)
             step_logits[prefix] = output.logits[0, -1].double().cpu()
     totals = []
     for path in batch.plan.paths:
