@@ -59,10 +59,23 @@ class Debiaser:
         return self._fitted().save(path)
 
     @classmethod
-    def load(cls, path: str | Path, adapter: Adapter, *, batch_size: int = 1) -> Debiaser:
-        """A debiaser from a saved state; refused if made with another adapter."""
+    def load(
+        cls,
+        path: str | Path,
+        adapter: Adapter,
+        *,
+        batch_size: int = 1,
+        transfer: bool = False,
+    ) -> Debiaser:
+        """A debiaser from a saved state; refused if made with another adapter or prompt, or
+        on another model unless ``transfer`` says that is intended."""
         state = CalibrationState.load(path)
-        state.check_compatible(adapter=adapter.name)
+        described = adapter.describe()
+        state.check_compatible(
+            adapter=adapter.name,
+            prompt_hash=described.get("prompt_hash"),
+            model_id=None if transfer else described.get("model_id"),
+        )
         debiaser = cls(adapter, state.calibrator, batch_size=batch_size, **state.options)
         debiaser.state = state
         return debiaser

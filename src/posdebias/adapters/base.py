@@ -6,6 +6,7 @@ and how to capture the attention row. Nothing downstream touches the model.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -132,6 +133,20 @@ class Adapter(ABC):
             "adapter that implements generate_many (the Hugging Face adapters do)"
         )
 
-    def describe(self) -> dict[str, Any]:
-        """Metadata recorded in calibration states and reports (adapter, model id, ...)."""
+    def describe(self, n: int | None = None) -> dict[str, Any]:
+        """Metadata recorded in calibration states and reports (adapter, model id, ...).
+
+        A pure function of the adapter and N (the labels prompted for N candidates, where the
+        adapter has them): the run's ``run.json`` and ``results.json`` agree whether or not a
+        forward pass has run.
+        """
         return {"adapter": self.name, "model_id": None, "prompt_hash": None}
+
+
+def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
+    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
+    try:
+        takes_n = len(inspect.signature(adapter.describe).parameters) > 0
+    except (TypeError, ValueError):
+        takes_n = True
+    return adapter.describe(n) if takes_n else adapter.describe()

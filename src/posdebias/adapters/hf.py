@@ -508,7 +508,7 @@ class HFAdapter(Adapter):
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
         return {
@@ -521,7 +521,7 @@ class HFAdapter(Adapter):
             "num_layers": self.num_layers,
             **self.attention_layers.to_dict(),
             "label_set": self.label_set,
-            "labels": self.labels,
+            "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.prompt.digest(),
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
