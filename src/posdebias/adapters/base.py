@@ -37,6 +37,11 @@ class Adapter(ABC):
         model_types: Hugging Face ``config.model_type`` values this adapter handles.
         Options: options accepted by :meth:`create` (build the adapter by name from a config).
         provides_attention: whether observations carry ``attention``.
+        priority: claim strength on ``model_types``. A model resolves to the adapter with the
+            highest priority among those listing its ``model_type``; at equal priority the
+            first registered wins (built-ins register first) and the later one is warned about.
+            Built-ins have 0: a plugin takes a built-in family over only deliberately, with a
+            priority of 1 or more (or per run with ``--adapter NAME``).
     """
 
     name: ClassVar[str]
@@ -44,6 +49,7 @@ class Adapter(ABC):
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     provides_attention: ClassVar[bool] = True
     summary: ClassVar[str] = ""
+    priority: ClassVar[int] = 0
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
@@ -96,6 +102,12 @@ class Adapter(ABC):
         self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
     ) -> list[Observation]:
         """One observation per instance, in order; results must not depend on ``batch_size``."""
+
+    def verify(self, instance: RetrievalInstance) -> None:
+        """Raise :class:`~posdebias.errors.AdapterError` if this adapter would compute wrong
+        numbers for its model (checked on ``instance``); the runner calls it before a run
+        writes anything. Adapters without a model to compare against need nothing here."""
+        return None
 
     def observe(self, instance: RetrievalInstance) -> Observation:
         """The observation of a single instance (one forward pass)."""

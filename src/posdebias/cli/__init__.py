@@ -22,6 +22,7 @@ from posdebias.errors import PosdebiasError, PosdebiasPluginWarning
 SUBCOMMANDS = (
     "build",
     "calibrate",
+    "check",
     "evaluate",
     "organism",
     "plugins",

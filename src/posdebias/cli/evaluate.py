@@ -66,6 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow the model's own Python code from its repository (runs that code)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted run in --out (same configuration)",
@@ -93,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         out=args.out,
     )
+    if args.trust_remote_code:
+        options = {**config.adapter.options, "trust_remote_code": True}
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"options": options})}
+        )
     if args.resume and config.out is None:
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()

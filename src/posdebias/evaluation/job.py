@@ -366,6 +366,7 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     source = load_instances(config, adapter, resolved.benchmark_factory())
     if not source.test:
         raise InputError("no test instances to evaluate")
+    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
     provided = saved_states(config, adapter, calibrators, n)
