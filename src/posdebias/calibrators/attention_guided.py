@@ -11,7 +11,7 @@ from typing import Literal
 
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Prediction
+from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.stages import BiasProfiler, PriorEstimator
 
 
@@ -44,4 +44,7 @@ class AttentionGuided(Calibrator):
         )
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.bias_matrix_array)
-        return Prediction(scores=corrector.correct(observation.label_logprobs, bias))
+        return Prediction(
+            scores=corrector.correct(observation.label_logprobs, bias),
+            evidence=Evidence(posterior=posterior, expected_bias=bias, layers=tuple(layers)),
+        )

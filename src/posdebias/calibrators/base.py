@@ -10,11 +10,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias._version import __version__
-from posdebias.core.observation import Observation, Prediction
-from posdebias.core.stages import require_attention
+from posdebias.core.observation import Evidence, Observation, Prediction
+from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
 from posdebias.errors import ConfigError, InputError, ObservationError
 
@@ -44,7 +45,10 @@ class Calibrator(ABC):
         name: the registry name (``get_calibrator(name)``).
         Options: a :class:`CalibratorOptions` subclass; its fields are the options.
         needs_attention: predict/fit need ``Observation.attention``.
-        needs_fit: fit uses the calibration observations (False: trivial state).
+        needs_fit: fit uses the calibration observations (False: trivial state, so the
+            calibrator works without calibration data).
+        needs_targets: fit needs to know where the truth is (False: it fits from unlabelled
+            observations, and ``fit`` hides their targets from it).
         needs_rotations: predict needs the observations of all N cyclic rotations.
     """
 
@@ -52,6 +56,7 @@ class Calibrator(ABC):
     Options: ClassVar[type[CalibratorOptions]] = CalibratorOptions
     needs_attention: ClassVar[bool] = False
     needs_fit: ClassVar[bool] = False
+    needs_targets: ClassVar[bool] = True
     needs_rotations: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
@@ -88,6 +93,11 @@ class Calibrator(ABC):
             num_layers = observations[0].num_layers
         if self.needs_fit and not observations:
             raise InputError(f"calibrator {self.name!r} needs calibration observations")
+        if not self.needs_targets:  # a label-free fit cannot peek at the truth
+            observations = [
+                Observation(label_logprobs=obs.label_logprobs, attention=obs.attention)
+                for obs in observations
+            ]
         fitted = self._fit(observations) if self.needs_fit else {}
         return CalibrationState(
             calibrator=self.name,
@@ -112,8 +122,14 @@ class Calibrator(ABC):
         state: CalibrationState,
         *,
         rotations: Sequence[Observation] | None = None,
+        explain: bool = False,
     ) -> Prediction:
-        """Calibrated scores for ``observation`` (positions in the observation's own order)."""
+        """Calibrated scores for ``observation`` (positions in the observation's own order).
+
+        ``explain=True`` attaches :class:`Evidence`: the model's own label probabilities, the
+        attention readout (where the observation has attention) and whatever the calibrator
+        used on top (posterior, expected bias).
+        """
         state.check_compatible(calibrator=self.name, n=observation.n)
         if self.needs_attention:
             require_attention([observation], self.name)
@@ -124,7 +140,35 @@ class Calibrator(ABC):
                 f"calibrator {self.name!r} needs the observations of all {observation.n} "
                 f"cyclic rotations, got {got}"
             )
-        return self._predict(observation, state, rotations)
+        prediction = self._predict(observation, state, rotations)
+        if not explain:
+            return (
+                prediction
+                if prediction.evidence is None
+                else Prediction(scores=prediction.scores, choice=prediction.choice)
+            )
+        own = prediction.evidence or Evidence()
+        return Prediction(
+            scores=prediction.scores,
+            choice=prediction.choice,
+            evidence=own.merged(self._generic_evidence(observation)),
+        )
+
+    def _generic_evidence(self, observation: Observation) -> Evidence:
+        """What any calibrator can show: label probabilities and the attention readout."""
+        readout = layers = None
+        if observation.attention is not None:
+            make_selector = getattr(self.options, "selector", None)
+            selector = make_selector() if callable(make_selector) else LayerSelector()
+            chosen = selector.select(observation.attention)
+            mean = mean_attention(observation.attention, chosen)
+            readout = mean / mean.sum() if mean.sum() > 0 else mean
+            layers = tuple(chosen.tolist())
+        return Evidence(
+            label_probabilities=np.exp(observation.label_logprobs),
+            attention_readout=readout,
+            layers=layers,
+        )
 
     @abstractmethod
     def _predict(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.observation import Evidence, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
 
 
@@ -13,6 +15,7 @@ class PurifiedAttention(Calibrator):
     Options = PosteriorOptions
     needs_attention = True
     needs_fit = True
+    needs_targets = False  # the static attention prior is a mean over all observations
     summary = "argmax of the attention posterior pi (static attention prior removed)"
 
     def _fit(self, observations):
@@ -24,4 +27,7 @@ class PurifiedAttention(Calibrator):
         purified = corrector.purified_log_attention(
             observation.attention, state.attention_prior_array, layers
         )
-        return Prediction(scores=log_softmax(corrector.tau * purified))
+        scores = log_softmax(corrector.tau * purified)
+        return Prediction(
+            scores=scores, evidence=Evidence(posterior=np.exp(scores), layers=tuple(layers))
+        )

@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PosdebiasError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.cli_message()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

@@ -77,4 +77,8 @@ def run(args: argparse.Namespace) -> int:
     for label, state in states.items():
         path = state.save(args.out if single_file else args.out / f"{label}.json")
         console.print(f"{label}: {path} (N={state.n}, {state.num_observations} observations)")
+        if state.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {state.diagnostics['warning']}", markup=False
+            )
     return 0

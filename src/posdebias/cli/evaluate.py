@@ -92,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
         f"{results.num_instances} instances x {results.orders} orders"
     )
     print_results_table(results.metrics(), title=title, console=console)
+    for label, result in results.calibrators.items():
+        if result.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {result.diagnostics['warning']}", markup=False
+            )
     if config.out is not None:
         report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")

@@ -16,6 +16,22 @@ SCHEMA_VERSION = 1
 
 Matrix = list[list[float]]
 
+#: The advice that ends a calibration error: the method to call in Python, and the command to
+#: run on the command line (:meth:`PosdebiasError.cli_message` swaps them).
+RECALIBRATE = (
+    "Calibrate again for this model and setting (Debiaser.calibrate(instances)).",
+    "Calibrate again for this model and setting (`posdebias calibrate`).",
+)
+CREATE = (
+    "create it with Debiaser.calibrate(instances) and Debiaser.save(path).",
+    "create it with `posdebias calibrate`.",
+)
+
+
+def calibration_error(message: str, advice: tuple[str, str]) -> CalibrationError:
+    """A :class:`CalibrationError` ending in library advice, with the CLI's advice attached."""
+    return CalibrationError(f"{message}{advice[0]}", cli_advice=advice)
+
 
 class CalibrationState(BaseModel):
     """Everything a calibrator fitted plus where it came from.
@@ -43,6 +59,10 @@ class CalibrationState(BaseModel):
     gamma: float | None = None
     attention_prior: Matrix | None = Field(default=None, description="a_prior [L, N]")
     logit_prior: list[float] | None = Field(default=None, description="p_prior [N]")
+    diagnostics: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the fit found out about its data (e.g. uninformative attention)",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> CalibrationState:
@@ -107,15 +127,12 @@ class CalibrationState(BaseModel):
         """Read and validate a saved state; every failure is a :class:`CalibrationError`."""
         source = Path(path)
         if not source.is_file():
-            raise CalibrationError(
-                f"calibration file {source} does not exist; create it with `posdebias calibrate`"
-            )
+            raise calibration_error(f"calibration file {source} does not exist; ", CREATE)
         try:
             payload = json.loads(source.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CalibrationError(
-                f"calibration file {source} is not valid JSON ({exc}); re-create it with "
-                "`posdebias calibrate`"
+            raise calibration_error(
+                f"calibration file {source} is not valid JSON ({exc}); ", CREATE
             ) from exc
         return cls.from_payload(payload, source=str(source))
 
@@ -127,10 +144,10 @@ class CalibrationState(BaseModel):
             )
         version = payload.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise CalibrationError(
+            raise calibration_error(
                 f"{source}: calibration schema version {version!r} is not supported (this "
-                f"posdebias reads version {SCHEMA_VERSION}); re-create it with "
-                "`posdebias calibrate`"
+                f"posdebias reads version {SCHEMA_VERSION}); ",
+                CREATE,
             )
         try:
             return cls.model_validate(payload)
@@ -165,8 +182,7 @@ class CalibrationState(BaseModel):
         if adapter is not None and self.adapter is not None and adapter != self.adapter:
             problems.append(f"it was made with adapter {self.adapter!r}, not {adapter!r}")
         if problems:
-            raise CalibrationError(
-                "calibration state does not fit this use: "
-                + "; ".join(problems)
-                + ". Calibrate again for this model and setting (`posdebias calibrate`)."
+            raise calibration_error(
+                "calibration state does not fit this use: " + "; ".join(problems) + ". ",
+                RECALIBRATE,
             )

@@ -392,6 +392,9 @@ def _run_evaluation(
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
                 cost={"forward_passes_per_instance": config.orders * calibrator.forward_passes(n)},
+                diagnostics={
+                    k: v for k, v in states[label].diagnostics.items() if k != "soft_targets"
+                },
             )
             for label, calibrator in calibrators.items()
         },

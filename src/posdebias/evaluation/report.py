@@ -140,6 +140,14 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     ]
     for label, result in results.calibrators.items():
         lines.append(f"| {label} | {result.cost.get('forward_passes_per_instance', 0):g} |")
+    warnings = [
+        (label, result.diagnostics["warning"])
+        for label, result in results.calibrators.items()
+        if result.diagnostics.get("warning")
+    ]
+    if warnings:
+        lines += ["", "## Calibration warnings", ""]
+        lines += [f"- **{label}**: {warning}" for label, warning in warnings]
     for title, path in written:
         if path is not None:
             lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{path.name})"]

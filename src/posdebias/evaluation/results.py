@@ -36,6 +36,9 @@ class CalibratorResult(BaseModel):
     options: dict[str, Any]
     metrics: Metrics
     cost: dict[str, float] = Field(default_factory=dict)
+    diagnostics: dict[str, Any] = Field(
+        default_factory=dict, description="what the calibration found (CalibrationState)"
+    )
 
 
 class EvaluationResults(BaseModel):
