@@ -29,11 +29,11 @@ from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError, InputError
 from posdebias.registry import get_registry
 
-Query: TypeAlias = "RetrievalInstance | tuple[str, Sequence[ImageRef]]"
+Query: TypeAlias = RetrievalInstance | tuple[str, Sequence[ImageRef]]
 """What :meth:`Debiaser.rank_many` accepts per query: a :class:`RetrievalInstance`, or a
 ``(caption, images)`` pair."""
 
-CalibratorSpec: TypeAlias = "str | Calibrator"
+CalibratorSpec: TypeAlias = str | Calibrator
 
 
 class CalibrationWarning(UserWarning):
