@@ -4,8 +4,9 @@ For each of D calibration draws, M instances are drawn from a pool disjoint from
 attention_guided is fitted on them WITH targets, label_free on the same M WITHOUT targets and on
 4M unlabelled instances (the M plus 3M more). All are evaluated on the same test instances, each
 in T seeded candidate orders (observed once, shared by every calibrator), as `posdebias evaluate`
-does. Models: the bundled organism on its default benchmark (N = 4) and the simulated model at
-N = 4 and 8.
+does. Models: the bundled organism on its default benchmark (N = 4), the simulated model at N = 4
+and 8, and (synthetic-4-weak) the simulated model with weak attention evidence, where the
+label-free fit is expected to find the attention uninformative and fall back to PriDe.
 
     python benchmarks/label_free.py                 # ~2 min on one CPU thread
     python benchmarks/label_free.py --draws 10 --count 500
@@ -51,6 +52,7 @@ def evaluate_draws(adapter, pool, test, n, args):
         unlabelled = [without_target(x) for x in calibration]
         plans = {
             "vanilla": ("vanilla", calibration[:m]),
+            f"pride (M={m}, labelled)": ("pride", calibration[:m]),
             f"attention_guided (M={m}, labelled)": ("attention_guided", calibration[:m]),
             f"label_free (M={m}, unlabelled)": ("label_free", unlabelled[:m]),
             f"label_free (M={4 * m}, unlabelled)": ("label_free", unlabelled),
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=5, help="candidate orders T")
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--models", nargs="+", default=["organism", "synthetic-4", "synthetic-8"])
+    parser.add_argument("--models", nargs="+", default=["organism", "synthetic-4", "synthetic-8", "synthetic-4-weak"])
     parser.add_argument(
         "--out", type=Path, default=common.RESULTS_DIR / "label_free.json", help="JSON results"
     )
@@ -121,8 +123,10 @@ def main() -> None:
         else:
             from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 
+            # synthetic-N, or synthetic-N-weak: attention evidence 0.5 instead of 1.5
             n = int(model.split("-")[1])
-            adapter = SyntheticAdapter()
+            weak = model.endswith("-weak")
+            adapter = SyntheticAdapter(attention_evidence=0.5) if weak else SyntheticAdapter()
             test = synthetic_instances(args.count, n, seed=0, prefix="test")
             pool = synthetic_instances(100, n, seed=1, prefix="cal")
         accuracy, diagnostics = evaluate_draws(adapter, pool, test, n, args)
