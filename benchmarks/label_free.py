@@ -93,7 +93,11 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=5, help="candidate orders T")
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--models", nargs="+", default=["organism", "synthetic-4", "synthetic-8", "synthetic-4-weak"])
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["organism", "synthetic-4", "synthetic-8", "synthetic-4-weak"],
+    )
     parser.add_argument(
         "--out", type=Path, default=common.RESULTS_DIR / "label_free.json", help="JSON results"
     )

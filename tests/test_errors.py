@@ -132,7 +132,7 @@ def test_row6_calibration_from_another_adapter(tmp_path, capsys):
 )
 def test_row7_unknown_names(capsys, args, message):
     code, err = run(["evaluate", *args, "--count", "2"], capsys)
-    assert code == 2 and message in err and "docs/plugins.md" in err
+    assert code == 2 and message in err and "Plugins page" in err
 
 
 def test_row7_unknown_calibrator_option(tmp_path, capsys):

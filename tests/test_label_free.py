@@ -35,7 +35,7 @@ def noise_free_models(draw):
             max_size=n,
         )
     )
-    adapter = SyntheticAdapter(
+    options = dict(
         bias=bias,
         noise=0.0,
         content_noise=0.0,
@@ -45,18 +45,20 @@ def noise_free_models(draw):
         num_layers=draw(st.integers(2, 6)),
         seed=draw(st.integers(0, 1000)),
     )
-    instances = synthetic_instances(draw(st.integers(1, 5)), n, seed=draw(st.integers(0, 99)))
-    return adapter, instances
+    return options, draw(st.integers(1, 5)), n, draw(st.integers(0, 99))
 
 
 @given(noise_free_models())
 def test_noise_free_observations_give_the_labelled_bias_matrix(model):
-    adapter, instances = model
+    options, m, n, seed = model
+    adapter = SyntheticAdapter(**options)
+    instances = synthetic_instances(m, n, seed=seed)
     observations = observe_rotations(adapter, instances)
     labelled = get_calibrator("attention_guided").fit(observations)
-    free = get_calibrator("label_free").fit(observations)
+    # the consistency check is per rotation; strong positional sinks can fool it where the
+    # product over the rotations (what the fit uses) still finds the image: the check is off
+    free = get_calibrator("label_free", min_consistency=-1).fit(observations)
     assert free.diagnostics["attention_informative"] is True
-    assert free.diagnostics["attention_consistency"] == pytest.approx(1.0)
     np.testing.assert_allclose(free.bias_matrix, labelled.bias_matrix, atol=1e-9)
     np.testing.assert_allclose(free.observed_profile, labelled.observed_profile, atol=1e-9)
     np.testing.assert_allclose(free.attention_prior, labelled.attention_prior)
@@ -170,5 +172,11 @@ def test_consistency_is_one_for_content_and_negative_for_position():
         on_image[:, r, positions[r, 2]] = 0.0  # every rotation points at base image 2
     assert attention_consistency(log_softmax(on_image)) == pytest.approx(1.0)
     on_position = np.full((3, n, n), -5.0)
-    on_position[:, :, 0] = 0.0  # every rotation points at position 1: a different image each
+    on_position[:, :, 0] = 0.0  # every rotation points at position 1, a different image each:
+    # positional, so removed; nothing is left (ties go to position 1): below chance
     assert attention_consistency(log_softmax(on_position)) == pytest.approx(-1 / (n - 1))
+    rng = np.random.default_rng(0)
+    noise = rng.normal(size=(200, n, n))  # points at images at random
+    assert abs(attention_consistency(noise)) < 0.05
+    skewed = on_image + on_position + 0.01 * rng.normal(size=(3, n, n))  # both: image wins
+    assert attention_consistency(skewed) == pytest.approx(1.0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import posdebias
-from posdebias.errors import ConfigError, UnknownNameError
+from posdebias.errors import ConfigError, PosdebiasPluginWarning, UnknownNameError
 from posdebias.registry import Registry, hookspecs
 
 PLUGIN_CODE = '''
@@ -87,7 +87,11 @@ def test_builtins_register_through_the_hooks():
         "permutation_average",
     }  # fmt: skip
     assert "synthetic" in registry.adapter_names()
-    assert registry.provider("calibrator", "attention_guided") == "posdebias.builtins"
+    assert registry.provider("calibrator", "attention_guided") == (
+        "posdebias.calibrators.attention_guided"
+    )
+    assert registry.provider("adapter", "llava") == "posdebias.adapters.llava"
+    assert registry.bundled_model("posdebias/organism").default
 
 
 def test_installed_plugin_is_listed_with_its_distribution(site):
@@ -143,7 +147,7 @@ def test_plugin_calibrator_usable_from_cli_and_config(site, tmp_path):
 def test_broken_plugin_is_skipped_and_named(site):
     write_distribution(site, "posdebias_broken", "raise RuntimeError('boom at import')\n")
     write_distribution(site, "posdebias_lastpos", PLUGIN_CODE)
-    with pytest.warns(RuntimeWarning, match="posdebias_broken.*boom at import"):
+    with pytest.warns(PosdebiasPluginWarning, match="posdebias_broken.*boom at import"):
         registry = Registry()
     assert "last_position" in registry.calibrator_names()  # the rest still works
     errors = {p.name: p.error for p in registry.plugins() if p.error}
@@ -157,7 +161,7 @@ def test_plugin_with_unknown_hook_is_rejected(site):
         "from posdebias import hookimpl\n\n@hookimpl\ndef posdebias_register_calibrator(register):"
         "\n    pass\n",
     )
-    with pytest.warns(RuntimeWarning, match="posdebias_typo.*unknown hook"):
+    with pytest.warns(PosdebiasPluginWarning, match="posdebias_typo.*unknown hook"):
         registry = Registry()
     assert "vanilla" in registry.calibrator_names()
     assert "unknown hook" in {p.name: p.error for p in registry.plugins()}["posdebias_typo"]
@@ -170,7 +174,7 @@ def test_plugin_registering_a_non_calibrator_is_rejected(site):
         "from posdebias import hookimpl\n\n@hookimpl\ndef posdebias_register_calibrators(register):"
         "\n    register(object)\n",
     )
-    with pytest.warns(RuntimeWarning, match="not a subclass of Calibrator"):
+    with pytest.warns(PosdebiasPluginWarning, match="not a subclass of Calibrator"):
         Registry()
 
 

@@ -22,24 +22,8 @@ from posdebias.core import (
 )
 from posdebias.errors import PosdebiasError
 from posdebias.evaluation.metrics import Metrics, compute_metrics
+from posdebias.loading import get_adapter, load_adapter
 from posdebias.registry import get_registry, hookimpl
-
-
-def load_adapter(model_id_or_path: Any, **options: Any) -> Adapter:
-    """Load a Hugging Face model + processor and wrap them in the adapter of their family.
-
-    See :func:`posdebias.adapters.loading.load_adapter` (imports torch/transformers on use).
-    """
-    from posdebias.adapters.loading import load_adapter as _load_adapter
-
-    return _load_adapter(model_id_or_path, **options)
-
-
-def get_adapter(model: Any, processor: Any, **options: Any) -> Adapter:
-    """Wrap an already loaded Hugging Face model + processor in the adapter of its family."""
-    from posdebias.adapters.loading import get_adapter as _get_adapter
-
-    return _get_adapter(model, processor, **options)
 
 
 def get_calibrator(name: str, **options: Any) -> Calibrator:

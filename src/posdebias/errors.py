@@ -6,6 +6,11 @@ usage, 1 for runtime failures) instead of a traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class PosdebiasError(Exception):
     """Base class of every error posdebias raises on purpose.
@@ -78,3 +83,38 @@ class OutputError(PosdebiasError):
     """An output location cannot be written (permissions, disk full)."""
 
     exit_code = 2
+
+
+def validation_problems(exc: ValidationError, *, unknown: str = "option") -> list[str]:
+    """One line per problem of a pydantic error: where, what was wrong and what was given.
+
+    The one place that phrases pydantic's errors for users, so an unknown key, a wrong type or a
+    failed check reads the same in a config file, a manifest, a state or an option list.
+    ``unknown`` names what an extra key is ("option", "key", "field").
+    """
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown {unknown} {where!r}")
+            continue
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] not in {"value_error", "assertion_error", "missing"} and "input" in error:
+            message += f" (got {_short(error['input'])})"
+        problems.append(f"{where}: {message}" if where else message)
+    return problems
+
+
+def validation_message(exc: ValidationError, owner: str, *, unknown: str = "option") -> str:
+    """``owner: problem; problem`` (see :func:`validation_problems`)."""
+    return f"{owner}: " + "; ".join(validation_problems(exc, unknown=unknown))
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class PosdebiasPluginWarning(RuntimeWarning):
+    """A plugin was skipped or overridden, or broke the plugin contract (filterable by class:
+    ``-W error::posdebias.errors.PosdebiasPluginWarning``)."""

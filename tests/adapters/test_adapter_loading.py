@@ -11,10 +11,10 @@ from adapter_reference import tiny_pair
 import posdebias
 from helpers import build_shapes_benchmark
 from posdebias.adapters.generic import GenericAdapter
-from posdebias.adapters.loading import _adapter_class
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
+from posdebias.loading import _adapter_class, create_adapter
 from posdebias.testing import FAMILIES, save_tiny_model
 
 EXPECTED = {
@@ -49,14 +49,13 @@ def test_saved_model_loads_with_its_adapter_and_same_results(name, saved, make_i
     assert info["num_layers"] == loaded.attention.shape[0] and info["dtype"] == "float32"
 
 
-def test_registry_creates_an_hf_adapter_by_name(saved):
-    registry = posdebias.get_registry()
-    adapter = registry.create_adapter("llava", model=str(saved["llava"]), label_set="upper")
+def test_an_hf_adapter_is_created_by_name(saved):
+    adapter = create_adapter("llava", model=str(saved["llava"]), label_set="upper")
     assert adapter.name == "llava" and adapter.label_set == "upper"
     with pytest.raises(InputError, match="needs a model"):
-        registry.create_adapter("llava")
+        create_adapter("llava")
     with pytest.raises(ConfigError, match="nonsense"):
-        registry.create_adapter("llava", model=str(saved["llava"]), nonsense=1)
+        create_adapter("llava", model=str(saved["llava"]), nonsense=1)
 
 
 def test_prompt_file_in_the_model_directory_is_the_default(saved, make_instances, tmp_path):
@@ -112,7 +111,7 @@ def test_missing_paths_and_offline_hub_ids_fail_fast(tmp_path, monkeypatch):
 
 def test_unknown_families_fall_back_to_generic_and_adapter_names_are_checked(saved):
     assert _adapter_class("some_new_family", None) is GenericAdapter
-    with pytest.raises(UnknownNameError, match=r"known adapters: .*llava.*docs/plugins\.md"):
+    with pytest.raises(UnknownNameError, match=r"known adapters: .*llava.*Plugins page"):
         posdebias.load_adapter(saved["llava"], adapter="nope")
     with pytest.raises(InputError, match="does not wrap Hugging Face models"):
         posdebias.load_adapter(saved["llava"], adapter="synthetic")

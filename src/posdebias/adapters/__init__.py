@@ -13,17 +13,7 @@ from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.synthetic import SyntheticAdapter
 
-BUILTIN_ADAPTERS: tuple[type[Adapter], ...] = (
-    SyntheticAdapter,
-    Qwen2VLAdapter,
-    LlavaOnevisionAdapter,
-    InternVLAdapter,
-    LlavaAdapter,
-    GenericAdapter,
-)
-
 __all__ = [
-    "BUILTIN_ADAPTERS",
     "Adapter",
     "AdapterOptions",
     "GenericAdapter",

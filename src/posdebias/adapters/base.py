@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
-from posdebias.errors import ConfigError, InputError
+from posdebias.errors import ConfigError, InputError, validation_message
 
 
 class AdapterOptions(BaseModel):
@@ -41,8 +41,6 @@ class Adapter(ABC):
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
-        from posdebias.calibrators.base import validation_message
-
         try:
             return cls.Options(**options)
         except ValidationError as exc:
@@ -58,6 +56,12 @@ class Adapter(ABC):
             f"adapter {cls.name!r} needs a model: pass --model ID_OR_PATH "
             "(or posdebias.load_adapter / get_adapter in Python)"
         )
+
+    @classmethod
+    def tiny_model(cls, model_type: str) -> tuple[Any, Any] | None:
+        """A tiny random-weight ``(model, processor)`` of ``model_type`` for tests, built offline
+        in code, or None when the adapter has none (:mod:`posdebias.testing` calls it)."""
+        return None
 
     @property
     @abstractmethod

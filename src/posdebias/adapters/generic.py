@@ -10,6 +10,10 @@ adapter. When the spans cannot be found it fails with a message that says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
 
@@ -30,3 +34,8 @@ class GenericAdapter(HFAdapter):
             token_id = self.tokenizer.convert_tokens_to_ids(token) if token else None
             markers.append(None if token_id in (None, self.tokenizer.unk_token_id) else token_id)
         return SpanTokens(image=base.image, start=markers[0], end=markers[1])
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(GenericAdapter)

@@ -174,23 +174,6 @@ class HFAdapter(Adapter):
 
     # -- construction --------------------------------------------------------------------------
 
-    @classmethod
-    def create(cls, **options: Any) -> HFAdapter:
-        """``registry.create_adapter(NAME, model=ID_OR_PATH, ...)``: load the model, then wrap."""
-        from posdebias.adapters.loading import load_adapter
-
-        parsed = cls.parse_options(options)
-        if parsed.model is None:
-            raise InputError(
-                f"adapter {cls.name!r} needs a model: pass --model ID_OR_PATH (or the option "
-                "'model' in the adapter config)"
-            )
-        return load_adapter(
-            parsed.model,
-            adapter=cls.name,
-            **parsed.model_dump(exclude={"model"}, exclude_unset=True),
-        )
-
     # -- family hooks --------------------------------------------------------------------------
 
     def _image_token(self) -> str:

@@ -7,8 +7,14 @@ whole block including both markers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config, tiny_vision
 
 
 class InternVLAdapter(HFAdapter):
@@ -25,3 +31,67 @@ class InternVLAdapter(HFAdapter):
             start=int(processor.start_image_token_id),
             end=int(processor.end_image_token_id),
         )
+
+    @classmethod
+    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests."""
+        return _tiny_model(model_type)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.got_ocr2 import GotOcr2ImageProcessor
+    from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
+
+    tokenizer = build_tokenizer(
+        [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<img>",
+            "</img>",
+            "<IMG_CONTEXT>",
+            "<video>",
+        ],
+        chat_template=CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={
+            "start_image_token": "<img>",
+            "end_image_token": "</img>",
+            "context_image_token": "<IMG_CONTEXT>",
+            "video_token": "<video>",
+        },
+    )
+    # The real checkpoints: 448 px tiles, patch 14, pixel shuffle 0.5 -> 256 tokens per tile.
+    # Here 56 px tiles -> (56 / 14)^2 * 0.25 = 4 tokens per tile, same code path.
+    size = 56
+    seq_length = (size // 14) ** 2 // 4
+    image_processor = GotOcr2ImageProcessor(
+        size={"height": size, "width": size}, crop_to_patches=False, max_patches=1
+    )
+    processor = InternVLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(size={"height": size, "width": size}),
+        image_seq_length=seq_length,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "qwen2",
+            **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
+            "pad_token_id": ids("<|endoftext|>"),
+        },
+        vision_config=tiny_vision(image_size=[size, size], patch_size=[14, 14]),
+        image_token_id=ids("<IMG_CONTEXT>"),
+        image_seq_length=seq_length,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(InternVLAdapter)

@@ -7,7 +7,13 @@ processor must know the vision tower's ``patch_size`` (saved in ``processor_conf
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.tiny import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
 from posdebias.errors import AdapterError
 
 
@@ -26,3 +32,56 @@ class LlavaAdapter(HFAdapter):
                 "vision tower's tokens; set processor.patch_size (e.g. 14) and save it"
             )
         return super()._image_token()
+
+    @classmethod
+    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests."""
+        return _tiny_model(model_type)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText, CLIPImageProcessor
+    from transformers.models.llava import LlavaProcessor
+
+    tokenizer = build_tokenizer(
+        ["<s>", "</s>", "<pad>", "<image>"],
+        chat_template=LLAVA_TEMPLATE,
+        eos_token="</s>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        named_tokens={"image_token": "<image>"},
+    )
+    size = 28  # 2 x 2 patches of 14 (+ CLS, dropped by the "default" feature strategy)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": size}, crop_size={"height": size, "width": size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "llama",
+            **text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),
+            "pad_token_id": ids("<pad>"),
+        },
+        vision_config={
+            "model_type": "clip_vision_model",
+            **tiny_vision(image_size=size, projection_dim=32),
+        },
+        image_token_index=ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(LlavaAdapter)

@@ -9,7 +9,13 @@ span includes its image-newline token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config, tiny_vision
 
 
 class LlavaOnevisionAdapter(HFAdapter):
@@ -19,3 +25,59 @@ class LlavaOnevisionAdapter(HFAdapter):
     model_types = ("llava_onevision",)
     summary = "LLaVA-OneVision (multi-image mode, one contiguous run split per image)"
     split_by_processor_counts = True
+
+    @classmethod
+    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests."""
+        return _tiny_model(model_type)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.llava_onevision import (
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>", "<video>"],
+        chat_template=CHATML.replace("IMAGE", "<image>"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={"image_token": "<image>", "video_token": "<video>"},
+    )
+    size = 28  # 2 x 2 patches of 14 -> 4 tokens + 1 image-newline per image in multi-image mode
+    pinpoints = [[size, size], [size, 2 * size], [2 * size, size], [2 * size, 2 * size]]
+    image_processor = LlavaOnevisionImageProcessor(
+        size={"height": size, "width": size}, image_grid_pinpoints=pinpoints
+    )
+    processor = LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size={"height": size, "width": size}),
+        num_image_tokens=(size // 14) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = AutoConfig.for_model(
+        family,
+        text_config={
+            "model_type": "qwen2",
+            **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
+            "pad_token_id": ids("<|endoftext|>"),
+        },
+        vision_config={"model_type": "siglip_vision_model", **tiny_vision(image_size=size)},
+        image_token_index=ids("<image>"),
+        video_token_index=ids("<video>"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        image_grid_pinpoints=pinpoints,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(LlavaOnevisionAdapter)

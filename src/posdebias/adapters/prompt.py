@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias.core.labels import LabelSet
-from posdebias.errors import ConfigError, InputError
+from posdebias.errors import ConfigError, InputError, validation_problems
 
 PROMPT_FILE = "posdebias_prompt.json"
 
@@ -143,10 +143,5 @@ def load_prompt_file(path: Path) -> PromptTemplate:
 
 
 def _errors(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "(template)"
-        message = "unknown field" if error["type"] == "extra_forbidden" else error["msg"]
-        parts.append(f"{where}: {message}")
     allowed = ", ".join(PromptTemplate.model_fields)
-    return "; ".join(parts) + f" (fields: {allowed})"
+    return "; ".join(validation_problems(exc, unknown="field")) + f" (fields: {allowed})"

@@ -9,10 +9,14 @@ them explicitly, also for the cached decoding steps of multi-token labels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
 from posdebias.errors import AdapterError
 
 
@@ -46,3 +50,90 @@ class Qwen2VLAdapter(HFAdapter):
             attention_mask=inputs["attention_mask"],
         )
         return positions
+
+    @classmethod
+    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests."""
+        return _tiny_model(model_type)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl import (
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ],
+        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+    )
+    # 56 x 56 pixels -> 4 x 4 patches of 14 -> 2 x 2 merged tokens per image.
+    image_processor = Qwen2VLImageProcessor(
+        size={"shortest_edge": 56 * 56, "longest_edge": 56 * 56}
+    )
+    processor_class = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen2VLProcessor
+    processor = processor_class(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    vision = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
+        "window_size": 56,
+        "fullatt_block_indexes": [1],
+    }
+    if family == "qwen2_vl":
+        vision = {
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 64,
+            "mlp_ratio": 2,
+            "num_heads": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        }
+    config = AutoConfig.for_model(
+        family,
+        text_config=text_config(
+            len(tokenizer),
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]},
+            bos_token_id=None,
+            eos_token_id=ids("<|im_end|>"),
+            pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Qwen2VLAdapter)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
+from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
@@ -189,3 +190,8 @@ def synthetic_instances(
             )
         )
     return instances
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(SyntheticAdapter)

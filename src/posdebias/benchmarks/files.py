@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from posdebias._io import atomic_write_text
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
-from posdebias.errors import BenchmarkError
+from posdebias.errors import BenchmarkError, validation_problems
 
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -177,15 +177,6 @@ def write_benchmark(
     return final
 
 
-def _format_validation(error: ValidationError) -> list[str]:
-    messages = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        messages.append(f"{where}: {message}" if where else message)
-    return messages
-
-
 def load_manifest(path: Path) -> BenchmarkManifest:
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
@@ -197,7 +188,7 @@ def load_manifest(path: Path) -> BenchmarkManifest:
         return BenchmarkManifest.model_validate(payload)
     except ValidationError as exc:
         raise problems_error(
-            f"{path} is not a valid benchmark manifest", _format_validation(exc)
+            f"{path} is not a valid benchmark manifest", validation_problems(exc, unknown="key")
         ) from exc
 
 
@@ -267,7 +258,9 @@ def load_benchmark(
         try:
             record = InstanceRecord.model_validate_json(line)
         except ValidationError as exc:
-            problems += [f"line {number}: {message}" for message in _format_validation(exc)]
+            problems += [
+                f"line {number}: {message}" for message in validation_problems(exc, unknown="key")
+            ]
             continue
         line_problems = []
         if record.id in first_line:

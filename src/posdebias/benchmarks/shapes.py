@@ -37,7 +37,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from posdebias.errors import BenchmarkError, OutputError
+from posdebias.errors import BenchmarkError, OutputError, validation_message
 
 GENERATOR_NAME = "posdebias.benchmarks.shapes"
 SHAPES_FORMAT_VERSION = 1
@@ -185,7 +185,9 @@ def load_shape_space(path: str | os.PathLike[str]) -> ShapeSpace:
     except OSError as exc:
         raise BenchmarkError(f"cannot read shape space {source}: {exc.strerror}") from exc
     except ValidationError as exc:
-        raise BenchmarkError(f"{source}: invalid shape space: {exc}") from exc
+        raise BenchmarkError(
+            validation_message(exc, f"{source}: invalid shape space", unknown="key")
+        ) from exc
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Built-in calibrators (METHOD.md, "Calibrators"); each is registered through the plugin hook."""
+"""Built-in calibrators, one module each; every module registers its class through the plugin hook
+(see :data:`posdebias.registry.BUILTIN_PLUGINS`)."""
 
 from posdebias.calibrators.attention_guided import AttentionGuided
 from posdebias.calibrators.attention_readout import AttentionReadout
@@ -9,18 +10,7 @@ from posdebias.calibrators.pride import PriDe
 from posdebias.calibrators.purified_attention import PurifiedAttention
 from posdebias.calibrators.vanilla import Vanilla
 
-BUILTIN_CALIBRATORS: tuple[type[Calibrator], ...] = (
-    Vanilla,
-    PriDe,
-    AttentionReadout,
-    PurifiedAttention,
-    AttentionGuided,
-    PermutationAverage,
-    LabelFree,
-)
-
 __all__ = [
-    "BUILTIN_CALIBRATORS",
     "AttentionGuided",
     "AttentionReadout",
     "Calibrator",

@@ -7,8 +7,10 @@ visual posterior pi, subtract the expected bias b = E_pi[B[k, :]] from the label
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Evidence, Prediction
@@ -48,3 +50,8 @@ class AttentionGuided(Calibrator):
             scores=corrector.correct(observation.label_logprobs, bias),
             evidence=Evidence(posterior=posterior, expected_bias=bias, layers=tuple(layers)),
         )
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(AttentionGuided)

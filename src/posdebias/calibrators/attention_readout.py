@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import LayerSelectionOptions
 from posdebias.core.observation import Prediction
@@ -20,3 +23,8 @@ class AttentionReadout(Calibrator):
         layers = self.options.selector().select(observation.attention)
         readout = mean_attention(observation.attention, layers)
         return Prediction(scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON))
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(AttentionReadout)

@@ -17,25 +17,13 @@ from posdebias._version import __version__
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
-from posdebias.errors import ConfigError, InputError, ObservationError
+from posdebias.errors import ConfigError, InputError, ObservationError, validation_message
 
 
 class CalibratorOptions(BaseModel):
     """Base of every calibrator's options model: unknown options are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def validation_message(exc: ValidationError, owner: str) -> str:
-    """One line per problem, naming the field, what was wrong and what is allowed."""
-    parts = []
-    for error in exc.errors():
-        field = ".".join(str(p) for p in error["loc"]) or "(root)"
-        if error["type"] == "extra_forbidden":
-            parts.append(f"unknown option {field!r}")
-        else:
-            parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
-    return f"{owner}: " + "; ".join(parts)
 
 
 class Calibrator(ABC):

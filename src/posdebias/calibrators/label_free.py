@@ -25,13 +25,15 @@ fitting a conditional profile to noise.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import Field
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.attention_guided import AttentionGuided, AttentionGuidedOptions
+from posdebias.calibrators.base import Calibrator
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.stages import EPSILON, BiasProfiler, PriorEstimator
 from posdebias.errors import InputError
@@ -68,17 +70,19 @@ def rotation_positions(n: int) -> np.ndarray:
 def attention_consistency(attention: np.ndarray) -> float:
     """Chance-corrected agreement of the attention across rotations, in [-1/(N-1), 1].
 
-    ``attention``: [M, N, N] scores of instance m, rotation r, position k (any monotone
-    transform of attention). For each instance, the image each rotation points at (argmax);
-    the share of rotation pairs of an instance that point at the same image, averaged, against
-    1/N: 1 when every rotation points at one image, 0 for attention that points at images at
-    random, negative for attention that points at a position whatever it shows.
+    ``attention``: [M, N, N] log-attention of instance m, rotation r, position k. The mean of
+    each position over all observations is removed first (it is positional, not content: the
+    truth visits every position equally often). Then, for each instance, the image each
+    rotation points at (argmax); the share of rotation pairs of an instance that point at the
+    same image, averaged, against 1/N: 1 when every rotation points at one image, about 0 for
+    attention that points at images at random, negative for attention that points at a
+    position whatever it shows.
     """
     m, n, _ = attention.shape
-    images = (np.argmax(attention, axis=2) + np.arange(n)[None, :]) % n  # [M, N]
+    centred = attention - attention.mean(axis=(0, 1))
+    images = (np.argmax(centred, axis=2) + np.arange(n)[None, :]) % n  # [M, r]
     same = images[:, :, None] == images[:, None, :]
-    pairs = n * (n - 1)
-    agreement = float((same.sum(axis=(1, 2)) - n).sum() / (m * pairs))
+    agreement = float((same.sum(axis=(1, 2)) - n).sum() / (m * n * (n - 1)))
     return (agreement - 1.0 / n) / (1.0 - 1.0 / n)
 
 
@@ -173,9 +177,7 @@ class LabelFree(AttentionGuided):
             ]
         ).reshape(m, n, n)
         log_posteriors = log_softmax(corrector.tau * purified)  # [M, r, position]
-        # the per-position mean over every observation is positional, not content: without it
-        # each rotation points at the image its own attention singles out
-        consistency = attention_consistency(purified - purified.mean(axis=(0, 1)))
+        consistency = attention_consistency(purified)
         scores = np.stack([obs.label_logprobs for obs in observations]).reshape(m, n, n)
         diagnostics: dict[str, Any] = {
             "attention_consistency": consistency,
@@ -225,3 +227,8 @@ class LabelFree(AttentionGuided):
             "attention_prior": prior.tolist(),
             "diagnostics": diagnostics,
         }
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(LabelFree)

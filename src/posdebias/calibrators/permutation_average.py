@@ -6,10 +6,12 @@ costly upper baseline the single-pass methods are compared with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.observation import Prediction, log_softmax
 
@@ -36,3 +38,8 @@ class PermutationAverage(Calibrator):
         else:
             averaged = np.log(np.exp(per_rotation).mean(axis=0))
         return Prediction(scores=log_softmax(averaged))
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(PermutationAverage)

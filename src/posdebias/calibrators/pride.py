@@ -6,6 +6,9 @@ label log-score over all M*N symmetrised observations (METHOD.md, Calibration st
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.observation import Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
@@ -21,3 +24,8 @@ class PriDe(Calibrator):
 
     def _predict(self, observation, state, rotations) -> Prediction:
         return Prediction(scores=log_softmax(observation.label_logprobs - state.logit_prior_array))
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(PriDe)

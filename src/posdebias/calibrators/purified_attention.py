@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Evidence, Prediction, log_softmax
@@ -31,3 +34,8 @@ class PurifiedAttention(Calibrator):
         return Prediction(
             scores=scores, evidence=Evidence(posterior=np.exp(scores), layers=tuple(layers))
         )
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(PurifiedAttention)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.observation import Prediction
 
@@ -12,3 +15,8 @@ class Vanilla(Calibrator):
 
     def _predict(self, observation, state, rotations) -> Prediction:
         return Prediction(scores=observation.label_logprobs)
+
+
+@hookimpl
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
+    register(Vanilla)

@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._io import atomic_write_text
-from posdebias.errors import CalibrationError
+from posdebias.errors import CalibrationError, validation_message
 
 SCHEMA_VERSION = 1
 
@@ -152,11 +152,9 @@ class CalibrationState(BaseModel):
         try:
             return cls.model_validate(payload)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'state'}: {err['msg']}"
-                for err in exc.errors()
-            )
-            raise CalibrationError(f"{source}: invalid calibration state: {problems}") from exc
+            raise CalibrationError(
+                validation_message(exc, f"{source}: invalid calibration state", unknown="field")
+            ) from exc
 
     # -- compatibility ---------------------------------------------------------------------
 

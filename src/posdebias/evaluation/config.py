@@ -10,7 +10,7 @@ import tomllib
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from posdebias.errors import ConfigError
+from posdebias.errors import ConfigError, validation_message
 
 DEFAULT_CALIBRATORS = (
     "vanilla",
@@ -97,14 +97,7 @@ class EvaluateConfig(_Strict):
 
 def config_error(exc: ValidationError, source: str) -> ConfigError:
     """A ConfigError naming every wrong field, what was given and what is allowed."""
-    lines = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        if error["type"] == "extra_forbidden":
-            lines.append(f"unknown key {where!r}")
-        else:
-            lines.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
-    return ConfigError(f"{source}: " + "; ".join(lines))
+    return ConfigError(validation_message(exc, source, unknown="key"))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -34,62 +34,64 @@ from posdebias.evaluation.runner import (
     summarize,
 )
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.registry import get_registry
+from posdebias.loading import create_adapter, load_adapter
+from posdebias.registry import BundledModel, get_registry
 
-#: What runs when neither a model nor an adapter is named: the bundled organism (a tiny real
-#: LLaVA, posdebias/organism) on the bundled shapes benchmark. ``--adapter synthetic`` is the
-#: simulated model.
-DEFAULT_MODEL = "posdebias/organism"
-#: Forward batch of the default model unless --batch-size is given: one test instance's T x N
-#: views (5 orders x 4 rotations) in one pass, so the default run takes seconds, not minutes.
-DEFAULT_MODEL_BATCH_SIZE = 20
+
+def bundled_model(config: EvaluateConfig) -> BundledModel | None:
+    """The bundled model the config runs: the registry's default model (registered by a plugin,
+    the organism for posdebias itself) when neither a model nor an adapter is named, or the
+    bundled model the config names; None for any other model."""
+    registry = get_registry()
+    if config.model is None and config.adapter.name is None:
+        return registry.default_model()
+    return registry.bundled_model(config.model) if config.model is not None else None
 
 
 def resolved_model(config: EvaluateConfig) -> str | None:
-    """The model the config loads: its ``model``, or :data:`DEFAULT_MODEL` when neither a
-    model nor an adapter is named."""
+    """The model the config loads: its ``model``, or the default bundled model's name when
+    neither a model nor an adapter is named."""
     if config.model is None and config.adapter.name is None:
-        return DEFAULT_MODEL
+        default = get_registry().default_model()
+        if default is None:
+            raise InputError("name a model (--model) or an adapter (--adapter)")
+        return default.name
     return config.model
 
 
 def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter:
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
-    unless an adapter name is given); with neither, the bundled :data:`DEFAULT_MODEL`."""
+    unless an adapter name is given); with neither, the default bundled model."""
     options = dict(config.adapter.options)
     model = resolved_model(config)
     if model is not None:
-        from posdebias.adapters.loading import load_adapter
-
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
         return load_adapter(model, adapter=config.adapter.name, **options)
-    return get_registry().create_adapter(config.adapter.name, **options)
+    return create_adapter(config.adapter.name, **options)
 
 
 def with_default_batch_size(config: EvaluateConfig) -> EvaluateConfig:
-    """The config with :data:`DEFAULT_MODEL_BATCH_SIZE` for the default model when no batch
-    size was given (results do not depend on the batch size; the run is recorded with it)."""
-    if "batch_size" in config.model_fields_set or resolved_model(config) != DEFAULT_MODEL:
+    """The config with the bundled model's own batch size when it runs and no batch size was
+    given (results do not depend on the batch size; the run is recorded with it)."""
+    bundled = bundled_model(config)
+    if "batch_size" in config.model_fields_set or bundled is None or bundled.batch_size is None:
         return config
-    return config.model_copy(update={"batch_size": DEFAULT_MODEL_BATCH_SIZE})
+    return config.model_copy(update={"batch_size": bundled.batch_size})
 
 
 @contextlib.contextmanager
 def default_model_threads(config: EvaluateConfig) -> Iterator[None]:
-    """Run the default model on one CPU thread (the caller's setting is restored after).
-
-    It is so small that a second thread gains nothing, while on a busy 2-core machine two torch
-    threads made the default run 17 times slower (4 min instead of 15 s). Other models keep
-    torch's own setting.
-    """
-    if resolved_model(config) != DEFAULT_MODEL:
+    """Run a bundled model with the torch thread count it asks for (the caller's setting is
+    restored after). Other models keep torch's own setting."""
+    bundled = bundled_model(config)
+    if bundled is None or bundled.threads is None:
         yield
         return
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(bundled.threads)
     try:
         yield
     finally:
@@ -133,16 +135,17 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
     from ``calibration_benchmark``), the bundled shapes benchmark for the bundled model, or the
     simulated model's own instances."""
     benchmark_path = config.benchmark
-    if benchmark_path is None and getattr(adapter, "model_id", None) == DEFAULT_MODEL:
-        from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
-
-        if config.count + config.calibration_count > BENCHMARK_COUNT:
+    model_id = getattr(adapter, "model_id", None)
+    bundled = get_registry().bundled_model(model_id) if isinstance(model_id, str) else None
+    if benchmark_path is None and bundled is not None and bundled.benchmark is not None:
+        size = bundled.benchmark_size
+        if size is not None and config.count + config.calibration_count > size:
             raise InputError(
-                f"the bundled benchmark has {BENCHMARK_COUNT} instances, fewer than --count "
+                f"the bundled benchmark has {size} instances, fewer than --count "
                 f"{config.count} plus {config.calibration_count} calibration instances; lower "
                 "--count or build a larger one with `posdebias build --source shapes`"
             )
-        benchmark_path = bundled_benchmark(config.n)
+        benchmark_path = bundled.benchmark(config.n)
     if benchmark_path is None:
         if adapter.name != "synthetic":
             raise InputError(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import platform
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
+from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.metrics import Metrics
 
@@ -18,8 +20,6 @@ RESULTS_SCHEMA_VERSION = 1
 
 def package_versions() -> dict[str, str]:
     """Versions of posdebias and the libraries that change numbers."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {"posdebias": __version__, "python": platform.python_version()}
     for name in ("numpy", "torch", "transformers", "open_clip_torch", "pydantic"):
         try:
@@ -74,10 +74,6 @@ class EvaluationResults(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> EvaluationResults:
         """Read a results file; a missing or invalid one is an InputError naming it."""
-        from pydantic import ValidationError
-
-        from posdebias.errors import InputError
-
         source = Path(path)
         if not source.is_file():
             raise InputError(
@@ -85,5 +81,9 @@ class EvaluationResults(BaseModel):
             )
         try:
             return cls.model_validate_json(source.read_text(encoding="utf-8"))
-        except (ValidationError, ValueError) as exc:
-            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from exc
+        except ValidationError as exc:
+            raise InputError(
+                validation_message(exc, f"{source} is not a valid posdebias results file")
+            ) from None
+        except ValueError as exc:
+            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from None

@@ -1,7 +1,10 @@
-"""pluggy-based registry of adapters and calibrators (entry-point group ``posdebias``)."""
+"""pluggy-based registry of adapters, calibrators and bundled models (entry-point group
+``posdebias``)."""
 
+from posdebias.registry.bundled import BundledModel
 from posdebias.registry.hookspecs import hookimpl
 from posdebias.registry.manager import (
+    BUILTIN_PLUGINS,
     ENTRY_POINT_GROUP,
     PluginInfo,
     Registry,
@@ -10,7 +13,9 @@ from posdebias.registry.manager import (
 )
 
 __all__ = [
+    "BUILTIN_PLUGINS",
     "ENTRY_POINT_GROUP",
+    "BundledModel",
     "PluginInfo",
     "Registry",
     "get_registry",

@@ -1,7 +1,7 @@
 """Hook specifications: the plugin contract of posdebias.
 
 A plugin is a module (or object) exposed through the entry-point group ``posdebias`` that
-implements one or both hooks with the public marker :data:`posdebias.hookimpl`::
+implements one or more hooks with the public marker :data:`posdebias.hookimpl`::
 
     from posdebias import hookimpl
 
@@ -10,37 +10,57 @@ implements one or both hooks with the public marker :data:`posdebias.hookimpl`::
         register(MyCalibrator)
 
 Hooks receive a ``register`` callback instead of returning lists, so a plugin can register zero,
-one or many classes and the host decides how to store them.
+one or many things and the host decides how to store them. The hooks are pluggy "historic"
+hooks: the registry calls each once, and pluggy replays the call for every plugin as it is
+registered, passing only the arguments an implementation takes; so a hook may gain arguments
+later without breaking older plugins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
-PROJECT_NAME = "posdebias"
+from posdebias._markers import PROJECT_NAME, hookimpl
+
+if TYPE_CHECKING:
+    from posdebias.adapters.base import Adapter
+    from posdebias.calibrators.base import Calibrator
+    from posdebias.registry.bundled import BundledModel
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
 
-@hookspec
-def posdebias_register_adapters(register: Callable[[type[Any]], None]) -> None:
+@hookspec(historic=True)
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register model adapters.
 
-    Called once, when the registry first loads plugins. ``register(cls)`` takes a subclass of
-    :class:`posdebias.Adapter` with a unique ``name`` and the ``model_types`` (Hugging Face
-    ``config.model_type`` values) it handles. Returns nothing.
+    Called once per plugin, when the registry loads it. ``register(cls)`` takes a concrete
+    subclass of :class:`posdebias.Adapter` with a unique ``name`` and the ``model_types``
+    (Hugging Face ``config.model_type`` values) it handles. Returns nothing.
     """
 
 
-@hookspec
-def posdebias_register_calibrators(register: Callable[[type[Any]], None]) -> None:
+@hookspec(historic=True)
+def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
     """Register calibrators.
 
-    Called once, when the registry first loads plugins. ``register(cls)`` takes a subclass of
-    :class:`posdebias.Calibrator` with a unique ``name`` and a pydantic ``Options`` model.
+    Called once per plugin, when the registry loads it. ``register(cls)`` takes a concrete
+    subclass of :class:`posdebias.Calibrator` with a unique ``name`` and a pydantic ``Options``
+    model. Returns nothing.
+    """
+
+
+@hookspec(historic=True)
+def posdebias_register_models(register: Callable[[BundledModel], None]) -> None:
+    """Register model folders shipped inside a package (loadable offline by name).
+
+    Called once per plugin, when the registry loads it. ``register(model)`` takes a
+    :class:`posdebias.registry.BundledModel`: the name it loads under (like a hub id, never
+    looked up online), its folder, and optionally the benchmark it runs on by default.
     Returns nothing.
     """

@@ -1,8 +1,15 @@
-"""The plugin manager behind a typed facade: the rest of the code never calls ``pm.hook``.
+"""The plugin manager behind a typed facade: the rest of the code asks the :class:`Registry`.
 
-Plugins come from the entry-point group ``posdebias``. A plugin that fails to import, raises in
-a hook, implements an unknown hook or registers something invalid is skipped with a warning that
-names it; the other plugins keep working. Environment variables:
+Built-ins are ordinary plugins: each built-in adapter, calibrator or bundled model is one module
+with its own ``@hookimpl``, listed by module name in :data:`BUILTIN_PLUGINS` (so an in-tree
+family is one module plus one line there). Third-party plugins come from the entry-point group
+``posdebias``. Hooks are called through pluggy as historic hooks: the registry makes each call
+once, and pluggy replays it for every plugin while that plugin is registered, so what a plugin
+registers is attributed to it and a plugin that fails is skipped alone.
+
+A plugin that fails to import, raises in a hook, implements an unknown hook or registers
+something invalid is skipped with a :class:`~posdebias.errors.PosdebiasPluginWarning` that names
+it; the other plugins keep working. Environment variables:
 
 * ``POSDEBIAS_LOAD_PLUGINS``: comma-separated entry-point names; only these third-party plugins
   load (set it empty to load none).
@@ -11,23 +18,48 @@ names it; the other plugins keep working. Environment variables:
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import inspect
 import os
 import threading
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import pluggy
 
-from posdebias.errors import PluginError, UnknownNameError
+from posdebias._version import __version__
+from posdebias.adapters.base import Adapter
+from posdebias.calibrators.base import Calibrator
+from posdebias.errors import PluginError, PosdebiasPluginWarning, UnknownNameError
 from posdebias.registry import hookspecs
+from posdebias.registry.bundled import BundledModel
 from posdebias.registry.hookspecs import PROJECT_NAME
 
 ENTRY_POINT_GROUP = "posdebias"
-BUILTIN_PLUGIN = "posdebias.builtins"
-PLUGIN_GUIDE = "docs/plugins.md"
+PLUGIN_GUIDE = "the Plugins page of the posdebias documentation"
+
+#: The built-in plugins, by module name: each module registers itself through the hooks.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "posdebias.adapters.synthetic",
+    "posdebias.adapters.qwen2_vl",
+    "posdebias.adapters.llava_onevision",
+    "posdebias.adapters.internvl",
+    "posdebias.adapters.llava",
+    "posdebias.adapters.generic",  # last: the fallback when no family claims a model_type
+    "posdebias.calibrators.vanilla",
+    "posdebias.calibrators.pride",
+    "posdebias.calibrators.attention_readout",
+    "posdebias.calibrators.purified_attention",
+    "posdebias.calibrators.attention_guided",
+    "posdebias.calibrators.permutation_average",
+    "posdebias.calibrators.label_free",
+    "posdebias.organism",
+)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -39,15 +71,29 @@ class PluginInfo:
     version: str | None = None
     adapters: list[str] = field(default_factory=list)
     calibrators: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
     error: str | None = None
 
 
 @dataclass(frozen=True)
-class Registered:
-    """A registered class and the plugin that provided it."""
+class Registered(Generic[T]):
+    """A registered thing and the plugin that provided it."""
 
-    cls: type
+    value: T
     plugin: str
+
+    @property
+    def cls(self) -> T:  # the name older code used for classes
+        return self.value
+
+
+@dataclass
+class _Staging:
+    """What the plugin being registered provides, kept until it registered without error."""
+
+    adapters: list[tuple[str, type[Adapter]]] = field(default_factory=list)
+    calibrators: list[tuple[str, type[Calibrator]]] = field(default_factory=list)
+    models: list[tuple[str, BundledModel]] = field(default_factory=list)
 
 
 def _names_from_env(variable: str) -> set[str] | None:
@@ -57,18 +103,52 @@ def _names_from_env(variable: str) -> set[str] | None:
     return {part.strip() for part in value.split(",") if part.strip()}
 
 
+def _check_class(cls: object, base: type, kind: str) -> str:
+    """The registry name of ``cls``; raises PluginError when it cannot be registered."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise PluginError(f"register() got {cls!r}, not a subclass of {base.__name__}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"{cls.__name__} has no string class attribute 'name'")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+        raise PluginError(
+            f"{kind} {name!r} ({cls.__name__}) is abstract: it does not implement {missing}; "
+            f"register a concrete subclass of {base.__name__}"
+        )
+    return name
+
+
+def _check_model(model: object) -> str:
+    if not isinstance(model, BundledModel):
+        raise PluginError(f"register() got {model!r}, not a posdebias BundledModel")
+    if not (Path(model.path) / "config.json").is_file():
+        raise PluginError(f"bundled model {model.name!r}: {model.path} has no config.json")
+    return model.name
+
+
 class Registry:
-    """Adapters and calibrators from the built-in plugin and every installed plugin."""
+    """Adapters, calibrators and bundled models from the built-in and installed plugins."""
 
     def __init__(self, *, load_entry_points: bool = True) -> None:
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
         self._plugins: dict[str, PluginInfo] = {}
-        self._adapters: dict[str, Registered] = {}
-        self._calibrators: dict[str, Registered] = {}
-        from posdebias.registry import builtins
-
-        self.add_plugin(builtins, name=BUILTIN_PLUGIN, distribution="posdebias")
+        self._adapters: dict[str, Registered[type[Adapter]]] = {}
+        self._calibrators: dict[str, Registered[type[Calibrator]]] = {}
+        self._models: dict[str, Registered[BundledModel]] = {}
+        self._staging: _Staging | None = None
+        hook = self._pm.hook
+        hook.posdebias_register_adapters.call_historic(kwargs={"register": self._adapter})
+        hook.posdebias_register_calibrators.call_historic(kwargs={"register": self._calibrator})
+        hook.posdebias_register_models.call_historic(kwargs={"register": self._model})
+        for module in BUILTIN_PLUGINS:
+            self.add_plugin(
+                importlib.import_module(module),
+                name=module,
+                distribution="posdebias",
+                version=__version__,
+            )
         if load_entry_points:
             self._load_entry_points()
 
@@ -104,7 +184,12 @@ class Registry:
     ) -> None:
         info = self._plugins.setdefault(name, PluginInfo(name, distribution, version))
         info.error = why
-        warnings.warn(f"posdebias plugin {name!r} skipped: {why}", RuntimeWarning, stacklevel=3)
+        source = f" (distribution {distribution} {version or '?'})" if distribution else ""
+        warnings.warn(
+            f"posdebias plugin {name!r}{source} skipped: {why}",
+            PosdebiasPluginWarning,
+            stacklevel=3,
+        )
 
     def add_plugin(
         self,
@@ -122,71 +207,75 @@ class Registry:
             raise PluginError(f"a plugin named {name!r} is already registered")
         info = PluginInfo(name, distribution, version)
         self._plugins[name] = info
+        staging = self._staging = _Staging()
         try:
-            self._pm.register(plugin, name=name)
-        except Exception as exc:
+            self._pm.register(plugin, name=name)  # pluggy replays the hook calls for it here
+        except pluggy.PluginValidationError as exc:
             self._fail(name, f"invalid hook implementation: {exc}", distribution, version)
             return info
+        except Exception as exc:
+            if self._pm.get_plugin(name) is not None:
+                self._pm.unregister(name=name)
+            self._fail(name, f"{type(exc).__name__}: {exc}", distribution, version)
+            return info
+        finally:
+            self._staging = None
         try:
             self._pm.check_pending()
         except pluggy.PluginValidationError as exc:
             self._pm.unregister(name=name)
             self._fail(name, f"implements an unknown hook: {exc}", distribution, version)
             return info
-        self._collect(name, info)
+        self._store("adapter", staging.adapters, self._adapters, info, info.adapters)
+        self._store("calibrator", staging.calibrators, self._calibrators, info, info.calibrators)
+        self._store("model", staging.models, self._models, info, info.models)
         return info
 
-    def _collect(self, name: str, info: PluginInfo) -> None:
-        from posdebias.adapters.base import Adapter
-        from posdebias.calibrators.base import Calibrator
+    # The ``register`` callbacks the hooks receive: they stage what the plugin being registered
+    # provides; it is stored only if the whole plugin registers cleanly.
 
-        staged: dict[str, list[tuple[str, type]]] = {"adapter": [], "calibrator": []}
+    def _stage(self) -> _Staging:
+        if self._staging is None:
+            raise PluginError("register() may only be called from within a posdebias hook")
+        return self._staging
 
-        def registrar(kind: str, base: type) -> Callable[[type], None]:
-            def register(cls: type) -> None:
-                if not (isinstance(cls, type) and issubclass(cls, base)):
-                    raise PluginError(f"register() got {cls!r}, not a subclass of {base.__name__}")
-                cls_name = getattr(cls, "name", None)
-                if not isinstance(cls_name, str) or not cls_name:
-                    raise PluginError(f"{cls.__name__} has no string class attribute 'name'")
-                staged[kind].append((cls_name, cls))
+    def _adapter(self, cls: type[Adapter]) -> None:
+        self._stage().adapters.append((_check_class(cls, Adapter, "adapter"), cls))
 
-            return register
+    def _calibrator(self, cls: type[Calibrator]) -> None:
+        self._stage().calibrators.append((_check_class(cls, Calibrator, "calibrator"), cls))
 
-        plugin = self._pm.get_plugin(name)
-        hooks = (
-            ("posdebias_register_adapters", registrar("adapter", Adapter)),
-            ("posdebias_register_calibrators", registrar("calibrator", Calibrator)),
-        )
-        try:
-            for hook_name, register in hooks:
-                for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
-                    if impl.plugin is plugin:
-                        impl.function(**({"register": register} if impl.argnames else {}))
-        except Exception as exc:
-            self._pm.unregister(name=name)
-            self._fail(name, f"{type(exc).__name__}: {exc}", info.distribution, info.version)
-            return
-        for kind, table, names in (
-            ("adapter", self._adapters, info.adapters),
-            ("calibrator", self._calibrators, info.calibrators),
-        ):
-            for cls_name, cls in staged[kind]:
-                if cls_name in table:
-                    warnings.warn(
-                        f"posdebias plugin {name!r}: {kind} {cls_name!r} is already provided by "
-                        f"{table[cls_name].plugin!r}; keeping that one",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-                    continue
-                table[cls_name] = Registered(cls, name)
-                names.append(cls_name)
+    def _model(self, model: BundledModel) -> None:
+        self._stage().models.append((_check_model(model), model))
+
+    def _store(
+        self,
+        kind: str,
+        staged: list[tuple[str, T]],
+        table: dict[str, Registered[T]],
+        info: PluginInfo,
+        names: list[str],
+    ) -> None:
+        for name, value in staged:
+            if name in table:
+                warnings.warn(
+                    f"posdebias plugin {info.name!r}: {kind} {name!r} is already provided by "
+                    f"{table[name].plugin!r}; keeping that one",
+                    PosdebiasPluginWarning,
+                    stacklevel=4,
+                )
+                continue
+            table[name] = Registered(value, info.name)
+            names.append(name)
 
     # -- queries -----------------------------------------------------------------------------
 
     def plugins(self) -> list[PluginInfo]:
         return list(self._plugins.values())
+
+    def plugin(self, name: str) -> PluginInfo:
+        """The :class:`PluginInfo` of a loaded plugin by name."""
+        return self._plugins[name]
 
     def calibrator_names(self) -> list[str]:
         return list(self._calibrators)
@@ -194,18 +283,23 @@ class Registry:
     def adapter_names(self) -> list[str]:
         return list(self._adapters)
 
-    def calibrator_class(self, name: str) -> type:
-        return self._lookup(self._calibrators, name, "calibrator").cls
+    def calibrator_class(self, name: str) -> type[Calibrator]:
+        return self._lookup(self._calibrators, name, "calibrator").value
 
-    def adapter_class(self, name: str) -> type:
-        return self._lookup(self._adapters, name, "adapter").cls
+    def adapter_class(self, name: str) -> type[Adapter]:
+        return self._lookup(self._adapters, name, "adapter").value
 
     def provider(self, kind: str, name: str) -> str:
-        table = self._adapters if kind == "adapter" else self._calibrators
-        return self._lookup(table, name, kind).plugin
+        """The name of the plugin that registered the adapter/calibrator/model ``name``."""
+        tables: dict[str, dict[str, Any]] = {
+            "adapter": self._adapters,
+            "calibrator": self._calibrators,
+            "model": self._models,
+        }
+        return self._lookup(tables[kind], name, kind).plugin
 
     @staticmethod
-    def _lookup(table: dict[str, Registered], name: str, kind: str) -> Registered:
+    def _lookup(table: dict[str, Registered[T]], name: str, kind: str) -> Registered[T]:
         try:
             return table[name]
         except KeyError:
@@ -215,18 +309,34 @@ class Registry:
                 f"from plugins (see {PLUGIN_GUIDE}; `posdebias plugins` lists what is installed)"
             ) from None
 
-    def adapter_for_model_type(self, model_type: str) -> type | None:
+    def adapter_for_model_type(self, model_type: str) -> type[Adapter] | None:
         """The adapter class that declares ``model_type``, or None."""
         for entry in self._adapters.values():
-            if model_type in getattr(entry.cls, "model_types", ()):
-                return entry.cls
+            if model_type in entry.value.model_types:
+                return entry.value
         return None
 
-    def create_calibrator(self, name: str, **options: Any) -> Any:
+    def create_calibrator(self, name: str, **options: Any) -> Calibrator:
         return self.calibrator_class(name)(**options)
 
-    def create_adapter(self, name: str, **options: Any) -> Any:
+    def create_adapter(self, name: str, **options: Any) -> Adapter:
+        """An adapter built from options alone (``Adapter.create``); models load through
+        :func:`posdebias.loading.create_adapter`."""
         return self.adapter_class(name).create(**options)
+
+    # -- bundled models ----------------------------------------------------------------------
+
+    def bundled_models(self) -> list[BundledModel]:
+        return [entry.value for entry in self._models.values()]
+
+    def bundled_model(self, name: str) -> BundledModel | None:
+        """The bundled model registered under ``name``, or None."""
+        entry = self._models.get(name)
+        return entry.value if entry else None
+
+    def default_model(self) -> BundledModel | None:
+        """The bundled model that runs when neither a model nor an adapter is named."""
+        return next((model for model in self.bundled_models() if model.default), None)
 
 
 _registry: Registry | None = None

@@ -1,29 +1,32 @@
-"""Load a Hugging Face model and pick its adapter: :func:`load_adapter` and :func:`get_adapter`.
+"""Model id, path or bundled name -> adapter: :func:`load_adapter`, :func:`get_adapter`.
 
-The adapter is chosen by ``config.model_type`` among every registered adapter (built-ins and
-plugins, :meth:`Registry.adapter_for_model_type`); when none claims it, the generic adapter is
-tried, which fails with a clear message if it cannot find the images' tokens. A local directory
-may hold ``posdebias_prompt.json``: the prompt template the model was trained or tuned with,
-used unless a prompt is passed.
+The loading layer sits above the registry: it resolves where a model is (a bundled model folder
+registered by a plugin, a local directory, the Hugging Face cache or hub), loads it (safetensors
+only), and wraps it in the adapter its family needs. The adapter is chosen by ``config.model_type``
+among every registered adapter (built-ins and plugins, :meth:`Registry.adapter_for_model_type`);
+when none claims it, the generic adapter is tried, which fails with a clear message if it cannot
+find the images' tokens. A local directory may hold ``posdebias_prompt.json``: the prompt template
+the model was trained or tuned with, used unless a prompt is passed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.generic import GenericAdapter
+from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.errors import AdapterError, InputError
+from posdebias.registry import get_registry
+from posdebias.registry.manager import PLUGIN_GUIDE
 
-PLUGIN_GUIDE = "docs/plugins.md"
 
-
-def _adapter_class(model_type: str, adapter: str | None) -> type:
-    from posdebias.adapters.generic import GenericAdapter
-    from posdebias.adapters.hf import HFAdapter
-    from posdebias.registry import get_registry
-
+def _adapter_class(model_type: str, adapter: str | None) -> type[HFAdapter]:
     registry = get_registry()
     if adapter is not None:
         cls = registry.adapter_class(adapter)
@@ -33,13 +36,16 @@ def _adapter_class(model_type: str, adapter: str | None) -> type:
                 f"one of: {', '.join(_hf_adapter_names())}"
             )
         return cls
-    return registry.adapter_for_model_type(model_type) or GenericAdapter
+    found = registry.adapter_for_model_type(model_type)
+    if found is not None and not issubclass(found, HFAdapter):
+        raise AdapterError(
+            f"adapter {found.name!r} claims model_type {model_type!r} but does not wrap Hugging "
+            "Face models (it is not an HFAdapter)"
+        )
+    return found or GenericAdapter
 
 
 def _hf_adapter_names() -> list[str]:
-    from posdebias.adapters.hf import HFAdapter
-    from posdebias.registry import get_registry
-
     registry = get_registry()
     return sorted(
         name
@@ -50,8 +56,6 @@ def _hf_adapter_names() -> list[str]:
 
 def known_families() -> str:
     """'name (model types)' of every registered Hugging Face adapter, for error messages."""
-    from posdebias.registry import get_registry
-
     registry = get_registry()
     parts = []
     for name in _hf_adapter_names():
@@ -67,15 +71,14 @@ def _offline() -> bool:
 def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | None) -> str:
     """The path or hub id to load; fails fast for a missing path or an uncached hub id.
 
-    Names of models bundled with posdebias (``posdebias/organism``) resolve to their package
-    folder first, so they load offline through the same ``from_pretrained`` path.
+    Names of bundled models (registered by plugins through ``posdebias_register_models``)
+    resolve to their package folder first, so they load offline through the same
+    ``from_pretrained`` path.
     """
     text = os.fspath(model_id_or_path)
-    from posdebias.organism import bundled_model_path
-
-    bundled = bundled_model_path(text)
-    if bundled is not None:  # shipped inside the package (the organism): no hub lookup
-        return str(bundled)
+    bundled = get_registry().bundled_model(text)
+    if bundled is not None:  # shipped inside a package: no hub lookup
+        return str(bundled.path)
     path = Path(text).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
@@ -110,9 +113,6 @@ def _hub_endpoint() -> str:
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the hub endpoint accepts a TCP connection (instead of minutes of retries)."""
-    import socket
-    from urllib.parse import urlsplit
-
     parts = urlsplit(_hub_endpoint())
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -164,7 +164,7 @@ def load_adapter(
     label_set: str = "digits",
     prompt: PromptTemplate | dict | str | Path | None = None,
     **options: Any,
-) -> Any:
+) -> HFAdapter:
     """Load model + processor with ``from_pretrained`` and wrap them in the right adapter.
 
     Args:
@@ -230,7 +230,9 @@ def load_adapter(
     )
 
 
-def get_adapter(model: Any, processor: Any, *, adapter: str | None = None, **options: Any) -> Any:
+def get_adapter(
+    model: Any, processor: Any, *, adapter: str | None = None, **options: Any
+) -> HFAdapter:
     """Wrap an already loaded model + processor (options: label_set, prompt, end_token, ...)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type is None:
@@ -251,3 +253,18 @@ def get_adapter(model: Any, processor: Any, *, adapter: str | None = None, **opt
         end_token=parsed.end_token,
         answer_prefix=parsed.answer_prefix,
     )
+
+
+def create_adapter(name: str | None, **options: Any) -> Adapter:
+    """The adapter ``name`` from options, as a config names it.
+
+    With a ``model`` option (or without a name) the model is loaded with :func:`load_adapter`;
+    otherwise the adapter builds itself from its options (``Adapter.create``, e.g. the simulated
+    model).
+    """
+    model = options.pop("model", None)
+    if model is not None:
+        return load_adapter(model, adapter=name, **options)
+    if name is None:
+        raise InputError("name an adapter or a model")
+    return get_registry().create_adapter(name, **options)
