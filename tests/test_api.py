@@ -91,7 +91,12 @@ def test_rank_command(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("<- chosen") == 1 and "d.png" in out
+    assert out.count("<- chosen") == 1 and "d.png" in out and "posterior" not in out
+    command = ["rank", "--calibration", str(states), "--adapter", "synthetic", "--explain"]
+    assert main([*command, "a red circle", "a.png", "b.png", "c.png", "d.png"]) == 0
+    out = capsys.readouterr().out
+    for column in ("model", "attention", "posterior", "bias removed"):
+        assert column in out
 
 
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
