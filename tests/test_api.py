@@ -299,3 +299,19 @@ def test_options_with_several_calibrators_are_refused():
         {"k1": get_calibrator("attention_guided", top_k=1), "k2": "attention_guided"},
     )
     assert list(labelled.calibrators) == ["k1", "k2"]
+
+
+def test_calibrators_with_different_orders_share_the_views_they_have_in_common():
+    adapter = CountingAdapter()
+    cyclic = get_calibrator("permutation_average")
+    shuffled = get_calibrator("permutation_average", permutations="random", count=6)
+    both = Debiaser(adapter, {"cyclic": cyclic, "random": shuffled, "vanilla": "vanilla"})
+    test = synthetic_instances(3, 4, seed=31)
+    rankings = list(both.rank_many(test, batch_size=3))
+    orders = {tuple(p) for c in (cyclic, shuffled) for p in c.permutations(4)}
+    assert adapter.calls == [3 * len(orders)]  # each distinct order observed once per query
+    for label, calibrator in (("cyclic", cyclic), ("random", shuffled)):
+        alone = Debiaser(SyntheticAdapter(), calibrator)
+        for ranking, instance in zip(rankings, test, strict=True):
+            expected = alone.rank(instance.query, instance.images).scores
+            assert np.allclose(ranking.of(label).scores, expected)

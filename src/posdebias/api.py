@@ -25,7 +25,6 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.state import CalibrationState
-from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError, InputError
 from posdebias.registry import get_registry
 
@@ -346,7 +345,6 @@ class Debiaser:
     def _rank_chunk(
         self, instances: list[RetrievalInstance], batch_size: int, explain: bool
     ) -> list[Ranking]:
-        rotations = any(c.needs_rotations for c in self.calibrators.values())
         needs_attention = any(c.needs_attention for c in self.calibrators.values())
         states_by_n: dict[int, dict[str, CalibrationState]] = {}
         for instance in instances:
@@ -361,23 +359,38 @@ class Debiaser:
                     label_set=self.adapter.labels_for(n),
                 )
             states_by_n[n] = states
-        views = [
-            view
+        # every view once: the query as given, plus the orders a calibrator needs (its
+        # permutations; the N cyclic rotations for permutation_average by default)
+        views: list[RetrievalInstance] = []
+        index: dict[tuple[str, tuple[str, ...]], int] = {}
+
+        def view_index(view: RetrievalInstance) -> int:
+            key = (view.id, view.image_ids)
+            if key not in index:
+                index[key] = len(views)
+                views.append(view)
+            return index[key]
+
+        wanted = [
+            (
+                view_index(instance),
+                {
+                    label: [view_index(v) for v in calibrator.views_of(instance)]
+                    for label, calibrator in self.calibrators.items()
+                    if calibrator.needs_rotations
+                },
+            )
             for instance in instances
-            for view in (cyclic_rotations(instance) if rotations else [instance])
         ]
         observed = self.adapter.observe_many(views, batch_size=batch_size)
         rankings = []
-        start = 0
-        for instance in instances:
-            group = observed[start : start + (instance.n if rotations else 1)]
-            start += len(group)
+        for instance, (own, others) in zip(instances, wanted, strict=True):
             states = states_by_n[instance.n]
             predictions = {
                 label: calibrator.predict(
-                    group[0],
+                    observed[own],
                     states[label],
-                    rotations=group if calibrator.needs_rotations else None,
+                    rotations=[observed[i] for i in others[label]] if label in others else None,
                     explain=explain,
                 )
                 for label, calibrator in self.calibrators.items()

@@ -252,6 +252,7 @@ def get_adapter(
         prompt=parsed.prompt,
         end_token=parsed.end_token,
         answer_prefix=parsed.answer_prefix,
+        prompt_variant=parsed.prompt_variant,
     )
 
 

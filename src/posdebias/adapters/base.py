@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
-from posdebias.errors import ConfigError, InputError, validation_message
+from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
+
+if TYPE_CHECKING:
+    from posdebias.adapters.generation import Generation, GenerationSettings
 
 
 class AdapterOptions(BaseModel):
@@ -88,6 +91,21 @@ class Adapter(ABC):
         from posdebias.core.labels import get_label_set
 
         return get_label_set(getattr(self, "label_set", "digits")).labels(n)
+
+    def generate_many(
+        self,
+        instances: Sequence[RetrievalInstance],
+        settings: GenerationSettings,
+        *,
+        batch_size: int = 1,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Generated texts per instance (posdebias.adapters.generation); ``seeds[i]`` seeds the
+        samples of instance i, so results do not depend on the batch size."""
+        raise AdapterError(
+            f"adapter {self.name!r} cannot generate text; the generated baselines need an "
+            "adapter that implements generate_many (the Hugging Face adapters do)"
+        )
 
     def describe(self) -> dict[str, Any]:
         """Metadata recorded in calibration states and reports (adapter, model id, ...)."""

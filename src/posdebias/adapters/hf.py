@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.prompt import PromptTemplate, coerce_prompt
+from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.spans import SpanTokens
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
@@ -34,6 +34,7 @@ from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
+    from posdebias.adapters.generation import Generation, GenerationSettings
     from posdebias.adapters.scoring import LabelPlan, Prefix
 
 
@@ -51,6 +52,9 @@ class HFAdapterOptions(AdapterOptions):
     prompt: PromptTemplate | None = Field(
         default=None, description="prompt template fields, or a JSON file (default: METHOD.md)"
     )
+    prompt_variant: str = Field(
+        default="plain", description="plain, instruction or cot (docs/method.md)"
+    )
     end_token: str | None = Field(
         default=None, description="end-of-answer token (default: the model's first eos token)"
     )
@@ -67,6 +71,13 @@ class HFAdapterOptions(AdapterOptions):
     @classmethod
     def _known_label_set(cls, value: str) -> str:
         get_label_set(value)
+        return value
+
+    @field_validator("prompt_variant")
+    @classmethod
+    def _known_variant(cls, value: str) -> str:
+        if value not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt variant {value!r}; choose one of {PROMPT_VARIANTS}")
         return value
 
     @field_validator("prompt", mode="before")
@@ -141,6 +152,7 @@ class HFAdapter(Adapter):
         prompt: PromptTemplate | dict | str | Path | None = None,
         end_token: str | None = None,
         answer_prefix: str = "",
+        prompt_variant: str = "plain",
     ) -> None:
         from posdebias.adapters.probe import install_probe
 
@@ -155,7 +167,9 @@ class HFAdapter(Adapter):
                 "posdebias renders prompts with it (set processor.chat_template)"
             )
         self.label_set = get_label_set(label_set).name
-        self.prompt = coerce_prompt(prompt) or PromptTemplate()
+        self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
+        self.prompt_variant = prompt_variant
+        self.prompt = self.base_prompt.variant(prompt_variant)
         self.answer_prefix = answer_prefix
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.image_token = self._image_token()
@@ -250,9 +264,11 @@ class HFAdapter(Adapter):
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def render(self, instance: RetrievalInstance) -> str:
+    def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
         """The prompt text of one instance (chat template + generation prompt)."""
-        messages = self.prompt.messages(instance.query, instance.n, get_label_set(self.label_set))
+        messages = (prompt or self.prompt).messages(
+            instance.query, instance.n, get_label_set(self.label_set)
+        )
         try:
             return self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False
@@ -307,14 +323,17 @@ class HFAdapter(Adapter):
                     results[index] = observation
         return results  # type: ignore[return-value]
 
-    def prepare_batch(self, instances: Sequence[RetrievalInstance]) -> PreparedBatch:
-        """Render, tokenise (left padding) and locate the image spans of instances with one N."""
+    def prepare_batch(
+        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+    ) -> PreparedBatch:
+        """Render, tokenise (left padding) and locate the image spans of instances with one N
+        (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
         from posdebias.adapters.spans import find_image_spans
 
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
-        texts = [self.render(instance) for instance in instances]
+        texts = [self.render(instance, prompt) for instance in instances]
         images = [[load_image(im, inst.id) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
@@ -349,6 +368,7 @@ class HFAdapter(Adapter):
 
         from posdebias.adapters.probe import recording
         from posdebias.adapters.scoring import score_labels
+        from posdebias.adapters.sofa import sofa_scope
         from posdebias.adapters.spans import span_matrix
 
         length = batch.inputs["input_ids"].shape[1]
@@ -358,7 +378,7 @@ class HFAdapter(Adapter):
                 if attention
                 else contextlib.nullcontext()
             )
-            with probe as recorder:
+            with probe as recorder, sofa_scope(batch.spans, length):
                 output = self.model(
                     **batch.inputs,
                     position_ids=batch.position_ids,
@@ -388,6 +408,18 @@ class HFAdapter(Adapter):
             )
             for row, instance in enumerate(instances)
         ]
+
+    def generate_many(
+        self,
+        instances: Sequence[RetrievalInstance],
+        settings: GenerationSettings,
+        *,
+        batch_size: int = 1,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        from posdebias.adapters.generation import generate_many
+
+        return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
     def _tokens_per_image(self, offsets: Any, row: int) -> list[int] | None:
         if not self.split_by_processor_counts:
@@ -445,5 +477,6 @@ class HFAdapter(Adapter):
             if self.end_token_id is None
             else self.tokenizer.convert_ids_to_tokens(self.end_token_id),
             "answer_prefix": self.answer_prefix,
+            "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from posdebias.adapters.sofa import adjust_mask
 from posdebias.errors import AdapterError
 
 PROBE_NAME = "posdebias_probe"
@@ -157,6 +158,7 @@ def probe_attention_forward(
     """SDPA output, plus the last-row record when a recorder is active (see the module doc)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    attention_mask = adjust_mask(module, query, key, attention_mask)  # SoFA, sofa.py
     recorder = _ACTIVE.get()
     if recorder is not None:
         recorder.record(module, query, key, attention_mask, scaling)

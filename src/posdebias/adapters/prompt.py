@@ -33,6 +33,21 @@ DEFAULT_INSTRUCTION = (
 )
 DEFAULT_QUERY = "Caption: {caption}\nAnswer:"
 
+#: Prompt variants of the paper's prompt-only baselines (docs/method.md gives the exact texts).
+#: ``plain`` is the template as configured; the others are derived from it by
+#: :meth:`PromptTemplate.variant`, so they work with any template and every method.
+PROMPT_VARIANTS = ("plain", "instruction", "cot")
+INSTRUCTION_HINT = (
+    "The order of the images is arbitrary: judge each image by its content only, never by its "
+    "position in the list."
+)
+ANSWER_ONLY = "Respond with the index number only and nothing else."
+COT_HINT = (
+    "Think step by step: describe what each image shows and compare it with the caption, then "
+    "give the index ({range}) of the best match at the end."
+)
+COT_QUERY_END = "Let's think step by step."
+
 
 class PromptTemplate(BaseModel):
     """How one retrieval instance becomes a chat message (see the module docstring).
@@ -78,6 +93,31 @@ class PromptTemplate(BaseModel):
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    def variant(self, name: str) -> PromptTemplate:
+        """This template under a prompt variant (:data:`PROMPT_VARIANTS`).
+
+        ``instruction`` appends :data:`INSTRUCTION_HINT` to the instruction. ``cot`` drops
+        :data:`ANSWER_ONLY` from the instruction, appends :data:`COT_HINT`, and replaces a
+        trailing ``Answer:`` of the query by :data:`COT_QUERY_END` (appends it otherwise).
+        """
+        if name == "plain":
+            return self
+        if name == "instruction":
+            return self.model_copy(
+                update={"instruction": _join(self.instruction, INSTRUCTION_HINT)}
+            )
+        if name == "cot":
+            instruction = _join(self.instruction.replace(ANSWER_ONLY, "").strip(), COT_HINT)
+            query = self.query.rstrip()
+            if query.endswith("Answer:"):
+                query = query[: -len("Answer:")] + COT_QUERY_END
+            else:
+                query = query + "\n" + COT_QUERY_END
+            return self.model_copy(update={"instruction": instruction, "query": query})
+        raise ConfigError(
+            f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
+        )
+
     def messages(self, caption: str, num_images: int, label_set: LabelSet) -> list[dict]:
         """Chat messages with one ``{"type": "image"}`` item per image, in order."""
         labels = label_set.labels(num_images)
@@ -112,6 +152,10 @@ class PromptTemplate(BaseModel):
                 0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
             )
         return messages
+
+
+def _join(first: str, second: str) -> str:
+    return f"{first} {second}" if first.strip() else second
 
 
 def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTemplate | None:

@@ -164,6 +164,64 @@ class SyntheticAdapter(Adapter):
             time.sleep(self.options.latency * len(instances))
         return [self.observe_one(instance) for instance in instances]
 
+    def generate_many(
+        self,
+        instances: Sequence[RetrievalInstance],
+        settings: Any,
+        *,
+        batch_size: int = 1,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Any]:
+        """Simulated generation: the answer is the label drawn from the observation's label
+        distribution (argmax when greedy; softmax(s / T) over the top-k when sampling), written
+        as ``"{label}"``, or under the ``cot`` variant as a short reasoning that names the two
+        most likely images and ends with ``Answer: {label}``. Words count as tokens; text past
+        ``max_new_tokens`` words is cut (a cut reasoning may lose its answer). The prompt
+        wording has no other effect on the simulated model, and SoFA is not simulated."""
+        from posdebias.adapters.generation import Generation, sample_seed
+
+        if settings.sofa is not None:
+            raise InputError("the simulated model has no attention mask: SoFA needs a real model")
+        seeds = list(range(len(instances))) if seeds is None else list(seeds)
+        results = []
+        for instance, seed in zip(instances, seeds, strict=True):
+            started = time.perf_counter()
+            scores = self.observe_one(instance).label_logprobs
+            labels = self.labels_for(instance.n)
+            ranked = np.argsort(-scores, kind="stable")
+            texts, counts = [], []
+            for sample in range(settings.num_samples):
+                if settings.do_sample:
+                    keep = ranked[: settings.top_k or len(ranked)]
+                    weights = softmax(scores[keep] / settings.temperature)
+                    rng = np.random.default_rng(sample_seed(seed, sample))
+                    choice = int(keep[rng.choice(len(keep), p=weights)])
+                else:
+                    choice = int(ranked[0])
+                words = [labels[choice]]
+                if (settings.prompt_variant or "plain") == "cot":
+                    words = (
+                        f"Image {labels[ranked[0]]} and image {labels[ranked[1]]} are the "
+                        f"closest to the caption. Answer: {labels[choice]}"
+                    ).split()
+                words = words[: settings.max_new_tokens]
+                texts.append(" ".join(words))
+                counts.append(len(words))
+            passes = max(counts)  # the prefill gives the first token
+            if self.options.latency:
+                time.sleep(self.options.latency * passes)
+            results.append(
+                Generation(
+                    texts=texts,
+                    generated_tokens=sum(counts),
+                    forward_passes=passes,
+                    prompt_tokens=0,
+                    token_counts=counts,
+                    seconds=time.perf_counter() - started,
+                )
+            )
+        return results
+
     def describe(self) -> dict[str, Any]:
         return {
             "adapter": self.name,

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import numpy as np
+from pydantic import Field
+
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
@@ -20,6 +23,11 @@ from posdebias.core.stages import BiasProfiler, PriorEstimator
 class AttentionGuidedOptions(PosteriorOptions):
     average: Literal["log", "prob"] = "log"
     mixture: Literal["log", "prob"] = "log"
+    attention_prior: bool = Field(
+        default=True,
+        description="divide by the static attention prior (false: the paper's ablation "
+        "'dynamic selection without the attention prior', posterior from raw attention)",
+    )
 
 
 class AttentionGuided(Calibrator):
@@ -41,9 +49,10 @@ class AttentionGuided(Calibrator):
     def _predict(self, observation, state, rotations) -> Prediction:
         layers = self.options.selector().select(observation.attention)
         corrector = self.options.corrector(self.options.mixture)
-        purified = corrector.purified_log_attention(
-            observation.attention, state.attention_prior_array, layers
-        )
+        prior = state.attention_prior_array
+        if not self.options.attention_prior:
+            prior = np.ones_like(prior)  # log 1 = 0: the posterior reads the raw attention
+        purified = corrector.purified_log_attention(observation.attention, prior, layers)
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.bias_matrix_array)
         return Prediction(

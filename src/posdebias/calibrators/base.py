@@ -1,7 +1,8 @@
 """The calibrator interface: ``fit(observations) -> CalibrationState``, ``predict(obs, state)``.
 
 Calibrators never call a model. A calibrator that needs the N cyclic rotations of an instance
-(``needs_rotations``) receives their observations from the runner through ``rotations``.
+(``needs_rotations``) receives their observations from the runner through ``rotations``, in
+the order of :meth:`Calibrator.permutations` (default: the N cyclic rotations).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias._version import __version__
+from posdebias.core.instance import RetrievalInstance, rotation_order
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
@@ -37,7 +39,8 @@ class Calibrator(ABC):
             calibrator works without calibration data).
         needs_targets: fit needs to know where the truth is (False: it fits from unlabelled
             observations, and ``fit`` hides their targets from it).
-        needs_rotations: predict needs the observations of all N cyclic rotations.
+        needs_rotations: predict needs the observations of other candidate orders of the
+            instance (:meth:`permutations`; the N cyclic rotations unless overridden).
     """
 
     name: ClassVar[str]
@@ -59,7 +62,16 @@ class Calibrator(ABC):
 
     def forward_passes(self, n: int) -> int:
         """Model forward passes per test instance and candidate order."""
-        return n if self.needs_rotations else 1
+        return len(self.permutations(n)) if self.needs_rotations else 1
+
+    def permutations(self, n: int) -> list[np.ndarray]:
+        """The candidate orders whose observations ``predict`` receives as ``rotations``
+        (``view.permuted(p)``: new position k shows the view's position p[k])."""
+        return [rotation_order(n, shift) for shift in range(n)]
+
+    def views_of(self, instance: RetrievalInstance) -> list[RetrievalInstance]:
+        """The instance in every order of :meth:`permutations` (what the runner observes)."""
+        return [instance.permuted(order) for order in self.permutations(instance.n)]
 
     # -- fitting -----------------------------------------------------------------------------
 
@@ -122,11 +134,12 @@ class Calibrator(ABC):
         if self.needs_attention:
             require_attention([observation], self.name)
             state.check_compatible(num_layers=observation.num_layers)
-        if self.needs_rotations and (rotations is None or len(rotations) != observation.n):
+        wanted = len(self.permutations(observation.n)) if self.needs_rotations else 0
+        if self.needs_rotations and (rotations is None or len(rotations) != wanted):
             got = "none" if rotations is None else len(rotations)
             raise ObservationError(
-                f"calibrator {self.name!r} needs the observations of all {observation.n} "
-                f"cyclic rotations, got {got}"
+                f"calibrator {self.name!r} needs the observations of its {wanted} candidate "
+                f"orders (permutations), got {got}"
             )
         prediction = self._predict(observation, state, rotations)
         if not explain:

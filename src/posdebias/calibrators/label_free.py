@@ -168,10 +168,12 @@ class LabelFree(AttentionGuided):
         prior = PriorEstimator().attention_prior(observations)
         corrector = self.options.corrector(self.options.mixture)
         selector = self.options.selector()
+        # as predict reads it (attention_prior: false divides by 1, the raw attention)
+        divisor = prior if self.options.attention_prior else np.ones_like(prior)
         purified = np.stack(
             [
                 corrector.purified_log_attention(
-                    obs.attention, prior, selector.select(obs.attention)
+                    obs.attention, divisor, selector.select(obs.attention)
                 )
                 for obs in observations
             ]

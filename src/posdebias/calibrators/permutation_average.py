@@ -1,42 +1,95 @@
-"""permutation_average: average each image's score over the N cyclic rotations (N passes).
+"""permutation_average: average each image's score over several candidate orders.
 
-Every image visits every position once, so a purely positional bias averages out; this is the
-costly upper baseline the single-pass methods are compared with.
+Every image visits several positions, so a purely positional bias averages out; this is the
+costly upper baseline the single-pass methods are compared with. Two sets of orders:
+
+* ``cyclic`` (default; the paper's appendix): the N cyclic shifts, N forward passes;
+* ``random`` (the authors' code): ``count`` distinct random permutations, identity first,
+  drawn with ``seed`` and shared by every instance; ``count`` defaults to min(16, N!).
+
+Each order's label scores are mapped back to image identity and averaged (``average: log``
+averages the log-probabilities, ``prob`` the probabilities).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.core.instance import rotation_order
 from posdebias.core.observation import Prediction, log_softmax
+from posdebias.errors import ConfigError
+
+DEFAULT_RANDOM_COUNT = 16
 
 
 class PermutationAverageOptions(CalibratorOptions):
     average: Literal["log", "prob"] = "log"
+    permutations: Literal["cyclic", "random"] = Field(
+        default="cyclic", description="the N cyclic shifts, or random distinct permutations"
+    )
+    count: int | None = Field(
+        default=None, ge=1, description="orders (default: N cyclic, min(16, N!) random)"
+    )
+    seed: int = Field(default=0, description="seed of the random permutations")
+
+
+def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` distinct permutations of N, the identity first, drawn with ``seed``."""
+    if count > math.factorial(n):
+        raise ConfigError(
+            f"permutation_average: count {count} exceeds the N! = "
+            f"{math.factorial(n)} distinct orders of N={n} candidates"
+        )
+    rng = np.random.default_rng(seed)
+    chosen = [np.arange(n)]
+    seen = {tuple(chosen[0])}
+    while len(chosen) < count:
+        order = rng.permutation(n)
+        if tuple(order) not in seen:
+            seen.add(tuple(order))
+            chosen.append(order)
+    return chosen
 
 
 class PermutationAverage(Calibrator):
     name = "permutation_average"
     Options = PermutationAverageOptions
     needs_rotations = True
-    summary = "average label scores over the N cyclic rotations (N forward passes)"
+    summary = "average label scores over several candidate orders (one forward pass each)"
+
+    def permutations(self, n: int) -> list[np.ndarray]:
+        count = self.options.count
+        if self.options.permutations == "random":
+            return random_permutations(
+                n, count or min(DEFAULT_RANDOM_COUNT, math.factorial(n)), self.options.seed
+            )
+        if count is not None and count > n:
+            raise ConfigError(
+                f"permutation_average: count {count} exceeds the N={n} cyclic shifts; use "
+                "permutations: random for more orders"
+            )
+        return [rotation_order(n, shift) for shift in range(count or n)]
 
     def _predict(self, observation, state, rotations) -> Prediction:
-        n = observation.n
-        positions = np.arange(n)
-        # the image at position k of this order sits at position (k - r) % N in rotation r
-        per_rotation = np.stack(
-            [rotations[r].label_logprobs[(positions - r) % n] for r in range(n)]
+        orders = self.permutations(observation.n)
+        # the view's image k sits at position argsort(order)[k] of the permuted order
+        per_order = np.stack(
+            [
+                observed.label_logprobs[np.argsort(order)]
+                for order, observed in zip(orders, rotations, strict=True)
+            ]
         )
         if self.options.average == "log":
-            averaged = per_rotation.mean(axis=0)
+            averaged = per_order.mean(axis=0)
         else:
-            averaged = np.log(np.exp(per_rotation).mean(axis=0))
+            averaged = np.log(np.exp(per_order).mean(axis=0))
         return Prediction(scores=log_softmax(averaged))
 
 

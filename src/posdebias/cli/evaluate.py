@@ -27,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument(
+        "--decoders",
+        help="comma-separated decoder names: generated, instruction, chain_of_thought, "
+        "self_consistency, sofa (rows that run the model themselves; none by default)",
+    )
     parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(
@@ -62,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         benchmark=args.benchmark,
         calibration=args.calibration,
         calibrators=args.calibrators,
+        decoders=args.decoders,
         orders=args.orders,
         count=args.count,
         calibration_count=args.calibration_count,
@@ -91,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
         f"{results.adapter.get('model_id') or results.adapter['adapter']}: N={results.n}, "
         f"{results.num_instances} instances x {results.orders} orders"
     )
-    print_results_table(results.metrics(), title=title, console=console)
+    print_results_table(
+        results.metrics(), title=title, console=console, generated=results.generated_rows()
+    )
     for label, result in results.calibrators.items():
         if result.diagnostics.get("warning"):
             make_console(stderr=True).print(

@@ -11,7 +11,9 @@ from posdebias.registry import get_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plugins", help="list adapters, calibrators and plugins")
+    parser = subparsers.add_parser(
+        "plugins", help="list adapters, calibrators, decoders and plugins"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -24,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     for kind, names in (
         ("adapter", registry.adapter_names()),
         ("calibrator", registry.calibrator_names()),
+        ("decoder", registry.decoder_names()),
     ):
         for name in names:
             info = plugins[registry.provider(kind, name)]

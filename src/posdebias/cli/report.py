@@ -21,6 +21,6 @@ def run(args: argparse.Namespace) -> int:
 
     results = EvaluationResults.load(args.run_dir / "results.json")
     console = make_console()
-    print_results_table(results.metrics(), console=console)
+    print_results_table(results.metrics(), console=console, generated=results.generated_rows())
     console.print(f"report: {write_report(results, args.run_dir)}")
     return 0

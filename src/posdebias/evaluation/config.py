@@ -60,6 +60,10 @@ class EvaluateConfig(_Strict):
     calibrators: list[CalibratorSpec] = Field(
         default_factory=lambda: [CalibratorSpec(name=name) for name in DEFAULT_CALIBRATORS]
     )
+    decoders: list[CalibratorSpec] = Field(
+        default_factory=list,
+        description="methods that run the model themselves (generated answers, SoFA); opt-in",
+    )
     n: int = Field(default=4, ge=2, le=26, description="images per instance (no benchmark given)")
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
@@ -68,7 +72,7 @@ class EvaluateConfig(_Strict):
     batch_size: int = Field(default=1, ge=1)
     out: Path | None = None
 
-    @field_validator("calibrators", mode="before")
+    @field_validator("calibrators", "decoders", mode="before")
     @classmethod
     def _normalise_calibrators(cls, value: Any) -> Any:
         """Accept names, a {name: options} mapping, or a list of {name, options, label}."""
@@ -78,6 +82,19 @@ class EvaluateConfig(_Strict):
             return [{"name": name, "options": options or {}} for name, options in value.items()]
         if isinstance(value, list):
             return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("decoders")
+    @classmethod
+    def _decoder_labels(cls, value: list[CalibratorSpec], info: Any) -> list[CalibratorSpec]:
+        keys = [spec.key for spec in value]
+        taken = {spec.key for spec in info.data.get("calibrators") or []}
+        clashes = sorted({key for key in keys if keys.count(key) > 1 or key in taken})
+        if clashes:
+            raise ValueError(
+                f"row labels must be unique across calibrators and decoders, repeated: {clashes} "
+                "(give each a distinct 'label')"
+            )
         return value
 
     @field_validator("calibrators")

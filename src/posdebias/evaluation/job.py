@@ -22,8 +22,10 @@ from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.state import CalibrationState
+from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults
 from posdebias.evaluation.runner import (
@@ -96,6 +98,13 @@ def default_model_threads(config: EvaluateConfig) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:
+    registry = get_registry()
+    return {
+        spec.key: registry.create_decoder(spec.name, **spec.options) for spec in config.decoders
+    }
 
 
 def build_calibrators(config: EvaluateConfig) -> dict[str, Calibrator]:
@@ -297,6 +306,7 @@ def _run_evaluation(
     started = time.perf_counter()
     shard = shard or current_shard()
     calibrators = build_calibrators(config)
+    decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
     config = with_default_batch_size(config)
     source = load_instances(config, adapter)
@@ -305,6 +315,7 @@ def _run_evaluation(
     n = source.test[0].n
     run_dir = None
     cache: ObservationCache = ObservationCache()
+    decisions = DecisionCache()
     logs = []
     if config.out is not None:
         run_dir = RunDirectory(config.out, rank=shard.rank if shard.distributed else None)
@@ -318,8 +329,13 @@ def _run_evaluation(
         observation_log = run_dir.open_observation_log()
         logs.append(observation_log)
         cache = PersistentObservationCache(observation_log)
+        if decoders:
+            generation_log = run_dir.open_generation_log()
+            logs.append(generation_log)
+            decisions = DecisionCache(generation_log)
         if resume or shard.distributed:
             cache.load(run_dir.observation_logs())
+            decisions.load(run_dir.generation_logs())
     try:
         states = resolve_states(config, adapter, calibrators, source.calibration, n, cache)
         if run_dir is not None and shard.is_main:
@@ -335,8 +351,11 @@ def _run_evaluation(
             batch_size=config.batch_size,
             cache=cache,
         )
+        rows = DecoderRows(
+            adapter, decoders, decisions, batch_size=config.batch_size, seed=config.seed
+        )
         done = run_dir.read_records() if (run_dir is not None and resume) else {}
-        labels = set(calibrators)
+        labels = set(calibrators) | set(decoders)
         todo = [
             instance
             for index, instance in enumerate(source.test)
@@ -347,20 +366,20 @@ def _run_evaluation(
         record_log = run_dir.open_record_log() if run_dir is not None else None
         if record_log is not None:
             logs.append(record_log)
-        correct = dict.fromkeys(calibrators, 0)
+        correct = dict.fromkeys([*calibrators, *decoders], 0)
         seen = 0
         for instance in todo:
-            record = evaluator.evaluate_instance(instance)
+            record = rows.add(evaluator.evaluate_instance(instance), instance)
             done[record.instance_id] = record
             if record_log is not None:
                 record_log.append(record.to_dict())
             seen += len(record.targets)
-            for label in calibrators:
+            for label in correct:
                 correct[label] += sum(
                     c == t for c, t in zip(record.choices[label], record.targets, strict=True)
                 )
             if on_record is not None:
-                on_record(record, {label: 100.0 * correct[label] / seen for label in calibrators})
+                on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
     finally:
         for log in logs:
             log.close()
@@ -372,11 +391,17 @@ def _run_evaluation(
         assert run_dir is not None
         done = run_dir.read_records()
         cache.load(run_dir.observation_logs())
+        decisions.load(run_dir.generation_logs())
     missing = [instance.id for instance in source.test if instance.id not in done]
     if missing:
         raise InputError(f"{len(missing)} test instances have no record (first: {missing[0]})")
     records = [done[instance.id] for instance in source.test]
-    metrics = summarize(records, calibrators, n)
+    metrics = summarize(records, [*calibrators, *decoders], n)
+    views = {
+        record.instance_id: [instance.permuted(order) for order in record.orders]
+        for record, instance in zip(records, source.test, strict=True)
+    }
+    generated_costs = decoder_costs(decoders, views, decisions)
     from posdebias.evaluation.divergence import divergence_profiles
 
     results = EvaluationResults(
@@ -400,6 +425,16 @@ def _run_evaluation(
                 },
             )
             for label, calibrator in calibrators.items()
+        }
+        | {
+            label: CalibratorResult(
+                name=decoder.name,
+                options=decoder.options.model_dump(mode="json"),
+                metrics=metrics[label],
+                cost=generated_costs[label].as_dict(),
+                kind="decoder",
+            )
+            for label, decoder in decoders.items()
         },
         divergence=divergence_profiles(
             calibrators, states, source.test, records, cache, config.seed
@@ -411,7 +446,8 @@ def _run_evaluation(
             "seconds_per_instance": {
                 label: cost.per_instance()["seconds_per_instance"]
                 for label, cost in evaluator.costs.items()
-            },
+            }
+            | {label: cost.seconds for label, cost in generated_costs.items()},
             "instances_evaluated_in_this_process": len(todo),
             "world_size": shard.world,
             **peak_memory(),

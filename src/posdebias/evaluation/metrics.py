@@ -11,6 +11,9 @@ Inputs are arrays of shape [I, T] (I instances, T orders):
 * Cons.: % of instances whose chosen IMAGE is the same under all T orders.
 * confusion[i, j]: % of the pairs with truth at i that chose j (rows sum to 100).
 * selection_rate[j]: % of all pairs that chose position j.
+* no_answer: % of pairs without a valid answer (choice -1: a generated text that names no
+  valid label). Such a pair is wrong, never consistent, and in no confusion or selection cell,
+  so those rows sum to 100 minus the no-answer share.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Metrics(BaseModel):
     selection_rate: list[float]
     num_instances: int
     num_orders: int
+    no_answer: float = 0.0
 
 
 def compute_metrics(
@@ -63,12 +67,16 @@ def compute_metrics(
         rows = targets == i
         total = rows.sum()
         if total:
-            confusion[i] = 100.0 * np.bincount(choices[rows], minlength=n)[:n] / total
+            answered = choices[rows]
+            answered = answered[answered >= 0]
+            confusion[i] = 100.0 * np.bincount(answered, minlength=n)[:n] / total
             recall[i] = confusion[i, i]
     seen = recall[~np.isnan(recall)]
     rstd = float(np.std(seen, ddof=1)) if seen.size > 1 else 0.0
-    consistency = 100.0 * float(np.mean(np.all(chosen_images == chosen_images[:, :1], axis=1)))
-    selection = 100.0 * np.bincount(choices.ravel(), minlength=n)[:n] / choices.size
+    same = np.all(chosen_images == chosen_images[:, :1], axis=1) & np.all(choices >= 0, axis=1)
+    consistency = 100.0 * float(np.mean(same))
+    answered = choices.ravel()[choices.ravel() >= 0]
+    selection = 100.0 * np.bincount(answered, minlength=n)[:n] / choices.size
 
     def nan_to_none(values: np.ndarray) -> list:
         return [None if np.isnan(v) else float(v) for v in values]
@@ -84,4 +92,5 @@ def compute_metrics(
         selection_rate=selection.tolist(),
         num_instances=instances,
         num_orders=orders,
+        no_answer=100.0 * float(np.mean(choices < 0)),
     )

@@ -129,17 +129,27 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         f"{results.orders} orders, seed {results.seed}",
         f"- calibration instances: {len(results.calibration_ids)}",
         "",
-        plain_results_table(results.metrics()),
+        plain_results_table(results.metrics(), results.generated_rows()),
         "",
         "Acc: accuracy per order, mean ± std over orders. RStd: std of the recall per truth "
         "position (lower is better). Cons.: % of instances with the same image chosen under "
         "every order.",
         "",
-        "| calibrator | forward passes / instance |",
-        "|---|---:|",
+        "Cost per test instance (all orders): forward passes (prompt passes plus decoding "
+        "steps), generated tokens, seconds (model and method).",
+        "",
+        "| row | forward passes | generated tokens | seconds |",
+        "|---|---:|---:|---:|",
     ]
+    seconds = results.timing.get("seconds_per_instance", {})
     for label, result in results.calibrators.items():
-        lines.append(f"| {label} | {result.cost.get('forward_passes_per_instance', 0):g} |")
+        cost = result.cost
+        spent = seconds.get(label)
+        lines.append(
+            f"| {label} | {cost.get('forward_passes_per_instance', 0):g} "
+            f"| {cost.get('generated_tokens_per_instance', 0):g} "
+            f"| {'-' if spent is None else f'{spent:.4f}'} |"
+        )
     warnings = [
         (label, result.diagnostics["warning"])
         for label, result in results.calibrators.items()

@@ -39,6 +39,7 @@ class CalibratorResult(BaseModel):
     diagnostics: dict[str, Any] = Field(
         default_factory=dict, description="what the calibration found (CalibrationState)"
     )
+    kind: str = Field(default="calibrator", description="calibrator or decoder")
 
 
 class EvaluationResults(BaseModel):
@@ -64,6 +65,10 @@ class EvaluationResults(BaseModel):
     calibrators: dict[str, CalibratorResult]
     divergence: DivergenceProfile | None = None
     timing: dict[str, Any] = Field(default_factory=dict)
+
+    def generated_rows(self) -> list[str]:
+        """Labels of the decoder rows (they carry a parse-failure rate)."""
+        return [label for label, result in self.calibrators.items() if result.kind == "decoder"]
 
     def metrics(self) -> dict[str, Metrics]:
         return {label: result.metrics for label, result in self.calibrators.items()}

@@ -21,7 +21,7 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, random_orders
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
-from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_set
+from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.errors import InputError
 from posdebias.evaluation.metrics import Metrics, compute_metrics
 
@@ -234,8 +234,12 @@ class Evaluator:
             raise InputError(f"test instance {instance.id!r} has no target")
         orders = instance_orders(instance, self.orders, self.seed)
         shown = [instance.permuted(order) for order in orders]
-        rotations = [cyclic_rotations(view) for view in shown] if self.needs_rotations else []
-        wanted = shown + [r for group in rotations for r in group]
+        rotations = {
+            label: [calibrator.views_of(view) for view in shown]
+            for label, calibrator in self.calibrators.items()
+            if calibrator.needs_rotations
+        }
+        wanted = shown + [v for groups in rotations.values() for group in groups for v in group]
         observations = dict(
             zip(
                 (observation_key(v) for v in wanted),
@@ -263,7 +267,7 @@ class Evaluator:
                 group = None
                 used = [view]
                 if calibrator.needs_rotations:
-                    used = rotations[t]
+                    used = rotations[label][t]
                     group = [observations[observation_key(r)] for r in used]
                 prediction = calibrator.predict(
                     observations[observation_key(view)], state, rotations=group

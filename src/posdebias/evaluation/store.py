@@ -5,6 +5,7 @@ Layout of ``--out DIR``::
     run.json                   what defines the observations (checked by --resume)
     observations[.rankR].jsonl one line per forward pass: cache key + Observation
     records[.rankR].jsonl      one line per test instance: orders, targets, choices
+    generations[.rankR].jsonl  one line per decoder decision: texts, parsed answers, cost
     states/<label>.json        fitted calibration states
     results.json               the typed report (written last, atomically)
 
@@ -56,6 +57,7 @@ class RunDirectory:
         suffix = "" if rank is None else f".rank{rank}"
         self.observations_path = self.root / f"observations{suffix}.jsonl"
         self.records_path = self.root / f"records{suffix}.jsonl"
+        self.generations_path = self.root / f"generations{suffix}.jsonl"
         self.states_dir = self.root / "states"
         self.results_path = self.root / "results.json"
 
@@ -106,6 +108,13 @@ class RunDirectory:
     def open_observation_log(self) -> JsonlAppender:
         truncate_torn_tail(self.observations_path)
         return JsonlAppender(self.observations_path)
+
+    def generation_logs(self) -> list[Path]:
+        return sorted(self.root.glob("generations*.jsonl"))
+
+    def open_generation_log(self) -> JsonlAppender:
+        truncate_torn_tail(self.generations_path)
+        return JsonlAppender(self.generations_path)
 
     def open_record_log(self) -> JsonlAppender:
         truncate_torn_tail(self.records_path)

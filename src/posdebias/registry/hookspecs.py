@@ -28,6 +28,7 @@ from posdebias._markers import PROJECT_NAME, hookimpl
 if TYPE_CHECKING:
     from posdebias.adapters.base import Adapter
     from posdebias.calibrators.base import Calibrator
+    from posdebias.decoders.base import Decoder
     from posdebias.registry.bundled import BundledModel
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -52,6 +53,17 @@ def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None])
     Called once per plugin, when the registry loads it. ``register(cls)`` takes a concrete
     subclass of :class:`posdebias.Calibrator` with a unique ``name`` and a pydantic ``Options``
     model. Returns nothing.
+    """
+
+
+@hookspec(historic=True)
+def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
+    """Register decoders: methods that call the model themselves (generated answers, SoFA).
+
+    Called once per plugin, when the registry loads it. ``register(cls)`` takes a concrete
+    subclass of :class:`posdebias.decoders.Decoder` with a unique ``name`` and a pydantic
+    ``Options`` model; its rows sit next to the calibrators' (``--decoders NAME``). Returns
+    nothing.
     """
 
 

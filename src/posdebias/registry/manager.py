@@ -33,6 +33,7 @@ import pluggy
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
+from posdebias.decoders.base import Decoder
 from posdebias.errors import PluginError, PosdebiasPluginWarning, UnknownNameError
 from posdebias.registry import hookspecs
 from posdebias.registry.bundled import BundledModel
@@ -56,6 +57,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.attention_guided",
     "posdebias.calibrators.permutation_average",
     "posdebias.calibrators.label_free",
+    "posdebias.decoders.generated",
+    "posdebias.decoders.sofa",
     "posdebias.organism",
 )
 
@@ -71,6 +74,7 @@ class PluginInfo:
     version: str | None = None
     adapters: list[str] = field(default_factory=list)
     calibrators: list[str] = field(default_factory=list)
+    decoders: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -93,6 +97,7 @@ class _Staging:
 
     adapters: list[tuple[str, type[Adapter]]] = field(default_factory=list)
     calibrators: list[tuple[str, type[Calibrator]]] = field(default_factory=list)
+    decoders: list[tuple[str, type[Decoder]]] = field(default_factory=list)
     models: list[tuple[str, BundledModel]] = field(default_factory=list)
 
 
@@ -136,11 +141,13 @@ class Registry:
         self._plugins: dict[str, PluginInfo] = {}
         self._adapters: dict[str, Registered[type[Adapter]]] = {}
         self._calibrators: dict[str, Registered[type[Calibrator]]] = {}
+        self._decoders: dict[str, Registered[type[Decoder]]] = {}
         self._models: dict[str, Registered[BundledModel]] = {}
         self._staging: _Staging | None = None
         hook = self._pm.hook
         hook.posdebias_register_adapters.call_historic(kwargs={"register": self._adapter})
         hook.posdebias_register_calibrators.call_historic(kwargs={"register": self._calibrator})
+        hook.posdebias_register_decoders.call_historic(kwargs={"register": self._decoder})
         hook.posdebias_register_models.call_historic(kwargs={"register": self._model})
         for module in BUILTIN_PLUGINS:
             self.add_plugin(
@@ -228,6 +235,7 @@ class Registry:
             return info
         self._store("adapter", staging.adapters, self._adapters, info, info.adapters)
         self._store("calibrator", staging.calibrators, self._calibrators, info, info.calibrators)
+        self._store("decoder", staging.decoders, self._decoders, info, info.decoders)
         self._store("model", staging.models, self._models, info, info.models)
         return info
 
@@ -244,6 +252,9 @@ class Registry:
 
     def _calibrator(self, cls: type[Calibrator]) -> None:
         self._stage().calibrators.append((_check_class(cls, Calibrator, "calibrator"), cls))
+
+    def _decoder(self, cls: type[Decoder]) -> None:
+        self._stage().decoders.append((_check_class(cls, Decoder, "decoder"), cls))
 
     def _model(self, model: BundledModel) -> None:
         self._stage().models.append((_check_model(model), model))
@@ -280,6 +291,15 @@ class Registry:
     def calibrator_names(self) -> list[str]:
         return list(self._calibrators)
 
+    def decoder_names(self) -> list[str]:
+        return list(self._decoders)
+
+    def decoder_class(self, name: str) -> type[Decoder]:
+        return self._lookup(self._decoders, name, "decoder").value
+
+    def create_decoder(self, name: str, **options: Any) -> Decoder:
+        return self.decoder_class(name)(**options)
+
     def adapter_names(self) -> list[str]:
         return list(self._adapters)
 
@@ -294,6 +314,7 @@ class Registry:
         tables: dict[str, dict[str, Any]] = {
             "adapter": self._adapters,
             "calibrator": self._calibrators,
+            "decoder": self._decoders,
             "model": self._models,
         }
         return self._lookup(tables[kind], name, kind).plugin

@@ -1,0 +1,93 @@
+"""Read a candidate position out of a generated answer (the paper's generated baselines).
+
+The generated rows (vanilla generation, instruction prompt, chain-of-thought, self-consistency)
+ask the model for free text and parse the index from it; an answer that names no valid label
+counts as wrong. One parser per label set:
+
+* ``digits``: a whole number (``3``, ``image 3``, ``**3**``, ``03``) whose value is 1..N; numbers
+  inside other tokens (``v2``, ``3.5``, ``2024``) and out-of-range numbers (``7`` for N=4, ``0``)
+  are not labels.
+* ``upper`` / ``lower``: a single letter standing alone (``B``, ``(b)``, ``B.``) among the first
+  N letters.
+* ``roman``: an upper-case numeral standing alone (``III``) among the first N numerals.
+* ``words``: an ordinal word (``second``, ``Twenty-first``, ``twenty first``), case-insensitive.
+
+``A``, ``a`` and ``I`` are also English words: a single-letter match followed by a space and a
+lower-case word (``A red circle``, ``I think``) is read as a word, not a label.
+
+``which="last"`` (chain-of-thought: the conclusion comes at the end) takes the last valid label
+in the text, ``which="first"`` (a short direct answer) the first. Empty or junk text gives None.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from posdebias.core.labels import LabelSet, get_label_set
+
+Which = Literal["first", "last"]
+
+_ALONE_BEFORE = r"(?<![A-Za-z0-9])"
+_ALONE_AFTER = r"(?![A-Za-z0-9])"
+_ARTICLE_LIKE = re.compile(r" [a-z]")
+
+
+def _token_pattern(label_set: LabelSet, labels: list[str]) -> re.Pattern[str]:
+    if label_set.name == "digits":
+        # not part of a word, a decimal or a longer number
+        return re.compile(r"(?<![\w.,])(\d+)(?![\w]|[.,]\d)")
+    if label_set.name in ("upper", "lower"):
+        letters = "A-Z" if label_set.name == "upper" else "a-z"
+        return re.compile(f"{_ALONE_BEFORE}([{letters}]){_ALONE_AFTER}")
+    if label_set.name == "roman":
+        return re.compile(f"{_ALONE_BEFORE}([IVXLCDM]+){_ALONE_AFTER}")
+    # words: longest first, so "twenty-first" is not read as "first"
+    alternatives = sorted(labels, key=len, reverse=True)
+    body = "|".join(re.escape(word).replace(r"\-", r"[-\s]") for word in alternatives)
+    return re.compile(f"{_ALONE_BEFORE}({body}){_ALONE_AFTER}", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class AnswerParser:
+    """Parses generated texts into 0-based positions for N candidates of one label set."""
+
+    label_set: str
+    n: int
+    which: Which = "last"
+    _labels: list[str] = field(init=False, repr=False, compare=False)
+    _pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        labels = get_label_set(self.label_set).labels(self.n)
+        if self.which not in ("first", "last"):
+            raise ValueError(f"which must be 'first' or 'last', got {self.which!r}")
+        object.__setattr__(self, "_labels", labels)
+        object.__setattr__(self, "_pattern", _token_pattern(get_label_set(self.label_set), labels))
+
+    def candidates(self, text: str) -> list[int]:
+        """Every valid label in ``text``, as 0-based positions, in reading order."""
+        found = []
+        name = self.label_set
+        for match in self._pattern.finditer(text or ""):
+            token = match.group(1)
+            if name == "digits":
+                value = int(token)
+                if 1 <= value <= self.n:
+                    found.append(value - 1)
+                continue
+            if token in ("A", "a", "I") and _ARTICLE_LIKE.match(text, match.end()):
+                continue  # "A red circle", "I think": a word, not a label
+            if name == "words":
+                token = re.sub(r"[-\s]+", "-", token.lower())
+            if token in self._labels:
+                found.append(self._labels.index(token))
+        return found
+
+    def parse(self, text: str) -> int | None:
+        """The first or last valid label of ``text`` (0-based position), or None."""
+        found = self.candidates(text)
+        if not found:
+            return None
+        return found[0] if self.which == "first" else found[-1]

@@ -1,0 +1,18 @@
+"""Built-in decoders: methods that call the model themselves (generated answers, SoFA); each
+module registers its classes through the plugin hook (see
+:data:`posdebias.registry.BUILTIN_PLUGINS`)."""
+
+from posdebias.decoders.base import Decision, Decoder, DecoderOptions
+from posdebias.decoders.generated import ChainOfThought, Generated, Instruction, SelfConsistency
+from posdebias.decoders.sofa import Sofa
+
+__all__ = [
+    "ChainOfThought",
+    "Decision",
+    "Decoder",
+    "DecoderOptions",
+    "Generated",
+    "Instruction",
+    "SelfConsistency",
+    "Sofa",
+]

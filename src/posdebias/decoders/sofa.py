@@ -1,0 +1,82 @@
+"""SoFA (Tian et al., CVPR 2025) as a row: the usual answer under the SoFA attention mask.
+
+``answer: scored`` takes the argmax of the restricted label scores (one forward pass, like the
+scored vanilla row); ``answer: generated`` generates greedily and parses the index (like the
+paper's vanilla). The mask itself is posdebias.adapters.sofa.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from posdebias._markers import hookimpl
+from posdebias.decoders.base import Decision, Decoder
+from posdebias.decoders.generated import Generated, GeneratedOptions
+from posdebias.errors import AdapterError
+
+
+class SofaOptions(GeneratedOptions):
+    answer: Literal["scored", "generated"] = "scored"
+    sigma: float = Field(default=0.5, gt=0, le=1, description="weight of the opened entries")
+    layer_stride: int = Field(default=2, ge=1, description="every k-th language-model layer")
+    first_layer: int = Field(default=0, ge=0, description="the first layer SoFA changes")
+
+
+def require_effect(run, adapter) -> None:
+    """Refuse to report a SoFA row whose mask never took effect (e.g. an adapter whose
+    attention does not go through the posdebias attention function)."""
+    if not run.changed_layers:
+        raise AdapterError(
+            f"adapter {adapter.name!r} ran without the SoFA mask taking effect; SoFA needs a "
+            "Hugging Face adapter whose language model uses the posdebias attention function"
+        )
+
+
+class Sofa(Generated):
+    name = "sofa"
+    Options = SofaOptions
+    summary = "image blocks see later images (log sigma mask) in every second layer"
+
+    def sofa_settings(self):
+        from posdebias.adapters.sofa import SofaSettings
+
+        return SofaSettings(
+            sigma=self.options.sigma,
+            layer_stride=self.options.layer_stride,
+            first_layer=self.options.first_layer,
+        )
+
+    def decide(self, adapter, views, *, batch_size=1, seeds):
+        if self.options.answer == "generated":
+            from posdebias.adapters.sofa import sofa_attention
+
+            # the generation path opens its own SoFA block; this outer one only checks it
+            with sofa_attention(self.sofa_settings()) as run:
+                decisions = super().decide(adapter, views, batch_size=batch_size, seeds=seeds)
+            require_effect(run, adapter)
+            return decisions
+        from posdebias.adapters.sofa import sofa_attention
+
+        started = time.perf_counter()
+        with sofa_attention(self.sofa_settings()) as run:
+            observations = adapter.observe_many(list(views), batch_size=batch_size)
+        require_effect(run, adapter)
+        share = (time.perf_counter() - started) / max(len(views), 1)
+        return [
+            Decision(
+                choice=int(np.argmax(observation.label_logprobs)),
+                forward_passes=1,
+                seconds=share,
+            )
+            for observation in observations
+        ]
+
+
+@hookimpl
+def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
+    register(Sofa)

@@ -1,0 +1,151 @@
+"""Decoder rows in a run: decisions made once, logged as made, reused on resume.
+
+Every decision (its texts, parsed answers and cost) is appended to ``generations[.rankR].jsonl``
+in the run directory and fsynced before the instance's record is written, keyed by the decoder's
+digest (name + options) and the view (instance id + images in order). A killed run loses at
+most the decision being generated; ``--resume`` reads the log and generates only what is
+missing, so the resumed results equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from posdebias._io import JsonlAppender, read_jsonl_records
+from posdebias.adapters.base import Adapter
+from posdebias.core.instance import RetrievalInstance
+from posdebias.decoders.base import Decision, Decoder
+from posdebias.evaluation.runner import InstanceRecord, observation_key
+
+#: The recorded choice of an order without a valid answer (counts as wrong).
+NO_ANSWER = -1
+
+
+def decision_key(decoder: Decoder, view: RetrievalInstance) -> str:
+    return f"{decoder.digest()}|{observation_key(view)}"
+
+
+def view_seed(seed: int, view: RetrievalInstance) -> int:
+    """The sampling seed of one view: a function of the run seed and the view only."""
+    digest = hashlib.sha256(f"{seed}\x1f{observation_key(view)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+class DecisionCache:
+    """Decisions by :func:`decision_key`, appended to a JSONL log when one is given."""
+
+    def __init__(self, log: JsonlAppender | None = None) -> None:
+        self._store: dict[str, Decision] = {}
+        self._log = log
+
+    def load(self, paths: Sequence[Path]) -> int:
+        for path in paths:
+            for row in read_jsonl_records(path):
+                self._store[row["key"]] = Decision.from_dict(row["decision"])
+        return len(self._store)
+
+    def get(self, key: str) -> Decision | None:
+        return self._store.get(key)
+
+    def put(self, key: str, decision: Decision) -> None:
+        self._store[key] = decision
+        if self._log is not None:
+            self._log.append({"key": key, "decision": decision.to_dict()})
+
+
+def decide_cached(
+    decoder: Decoder,
+    adapter: Adapter,
+    views: Sequence[RetrievalInstance],
+    cache: DecisionCache,
+    *,
+    batch_size: int = 1,
+    seed: int = 0,
+) -> list[Decision]:
+    """The decoder's decisions for ``views``, running it only for views not in ``cache``."""
+    keys = [decision_key(decoder, view) for view in views]
+    missing: dict[str, RetrievalInstance] = {}
+    for key, view in zip(keys, views, strict=True):
+        if cache.get(key) is None and key not in missing:
+            missing[key] = view  # two orders of an instance may coincide: decide once
+    if missing:
+        todo = list(missing.values())
+        decided = decoder.decide(
+            adapter, todo, batch_size=batch_size, seeds=[view_seed(seed, v) for v in todo]
+        )
+        for key, decision in zip(missing, decided, strict=True):
+            cache.put(key, decision)
+    return [cache.get(key) for key in keys]  # type: ignore[misc]
+
+
+@dataclass
+class DecoderCost:
+    """What a decoder row cost per test instance (all T orders), from its logged decisions."""
+
+    forward_passes: float
+    generated_tokens: float
+    seconds: float
+
+    def as_dict(self) -> dict[str, float]:
+        """The reproducible part (seconds go to the results' ``timing``)."""
+        return {
+            "forward_passes_per_instance": self.forward_passes,
+            "generated_tokens_per_instance": self.generated_tokens,
+        }
+
+
+def decoder_costs(
+    decoders: Mapping[str, Decoder],
+    views: Mapping[str, Sequence[RetrievalInstance]],
+    cache: DecisionCache,
+) -> dict[str, DecoderCost]:
+    """Cost per decoder label over every test instance's views (resumed ones included)."""
+    costs = {}
+    count = max(len(views), 1)
+    for label, decoder in decoders.items():
+        decisions = [
+            cache.get(decision_key(decoder, view)) for shown in views.values() for view in shown
+        ]
+        present = [d for d in decisions if d is not None]
+        costs[label] = DecoderCost(
+            forward_passes=sum(d.forward_passes for d in present) / count,
+            generated_tokens=sum(d.generated_tokens for d in present) / count,
+            seconds=sum(d.seconds for d in present) / count,
+        )
+    return costs
+
+
+class DecoderRows:
+    """Adds the decoder rows to each instance record (the same T orders as the calibrators)."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        decoders: Mapping[str, Decoder],
+        cache: DecisionCache,
+        *,
+        batch_size: int = 1,
+        seed: int = 0,
+    ) -> None:
+        self.adapter = adapter
+        self.decoders = dict(decoders)
+        self.cache = cache
+        self.batch_size = batch_size
+        self.seed = seed
+
+    def add(self, record: InstanceRecord, instance: RetrievalInstance) -> InstanceRecord:
+        views = [instance.permuted(order) for order in record.orders]
+        for label, decoder in self.decoders.items():
+            decisions = decide_cached(
+                decoder, self.adapter, views, self.cache, batch_size=self.batch_size, seed=self.seed
+            )
+            choices = [NO_ANSWER if d.choice is None else int(d.choice) for d in decisions]
+            record.choices[label] = choices
+            record.chosen_images[label] = [
+                NO_ANSWER if choice == NO_ANSWER else int(order[choice])
+                for choice, order in zip(choices, record.orders, strict=True)
+            ]
+        return record

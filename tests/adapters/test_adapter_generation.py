@@ -1,0 +1,197 @@
+"""The generation path and the SoFA mask on tiny random-weight models of real families."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from adapter_reference import fresh_model, tiny_pair
+
+from posdebias import get_adapter
+from posdebias.adapters.generation import GenerationSettings
+from posdebias.adapters.prompt import ANSWER_ONLY, COT_HINT, INSTRUCTION_HINT, PromptTemplate
+from posdebias.adapters.sofa import SofaSettings, sofa_attention
+from posdebias.core.labels import get_label_set
+from posdebias.errors import AdapterError, ConfigError
+
+GENERATING = ("llava", "qwen2_5_vl")
+
+
+def adapter_for(family: str, **options):
+    model, processor = tiny_pair(family)
+    return get_adapter(model, processor, **options)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_greedy_tokens_equal_transformers_generate(family, make_instances):
+    """Our loop (explicit positions, shared cache) reproduces model.generate token for token,
+    alone and in a left-padded batch."""
+    adapter = adapter_for(family)
+    instances = make_instances(2, 3)
+    settings = GenerationSettings(max_new_tokens=6, stop_at_eos=False)
+    batched = adapter.generate_many(instances, settings, batch_size=2)
+    reference = fresh_model(family, "sdpa")
+    for index, instance in enumerate(instances):
+        batch = adapter.prepare_batch([instance])
+        with torch.no_grad():
+            out = reference.generate(
+                **batch.inputs, max_new_tokens=6, do_sample=False, min_new_tokens=6
+            )
+        expected = out[0, batch.inputs["input_ids"].shape[1] :].tolist()
+        assert batched[index].tokens == [expected]
+        assert batched[index].forward_passes == 6
+        assert batched[index].generated_tokens == 6
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_sampling_is_seeded_and_independent_of_the_batch(family, make_instances):
+    adapter = adapter_for(family)
+    instances = make_instances(3, 2)
+    settings = GenerationSettings(
+        max_new_tokens=5, do_sample=True, temperature=1.5, num_samples=3, stop_at_eos=False
+    )
+    one = adapter.generate_many(instances, settings, batch_size=1, seeds=[7, 8, 9])
+    three = adapter.generate_many(instances, settings, batch_size=3, seeds=[7, 8, 9])
+    assert [g.tokens for g in one] == [g.tokens for g in three]
+    other = adapter.generate_many(instances, settings, batch_size=3, seeds=[1, 2, 3])
+    assert [g.tokens for g in other] != [g.tokens for g in one]
+    # samples of one instance differ from each other (own generators)
+    assert len({tuple(t) for t in one[0].tokens}) > 1
+
+
+def test_samples_share_one_prefill(make_instances):
+    """num_samples expands the KV cache after ONE prompt pass of the instances."""
+    adapter = adapter_for("llava")
+    instances = make_instances(2, 3)
+    shapes = []
+    hook = adapter.model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["inputs_embeds"].shape[:2])),
+        with_kwargs=True,
+    )
+    try:
+        settings = GenerationSettings(
+            max_new_tokens=4, do_sample=True, num_samples=10, top_k=5, stop_at_eos=False
+        )
+        generated = adapter.generate_many(instances, settings, batch_size=2)
+    finally:
+        hook.remove()
+    prompt_length = shapes[0][1]
+    assert shapes[0] == (2, prompt_length)  # one prefill of 2 rows, not 20
+    assert shapes[1:] == [(20, 1)] * 3  # then 3 decoding steps over 20 rows
+    assert all(len(g.texts) == 10 and g.forward_passes == 4 for g in generated)
+    assert all(g.generated_tokens == 40 for g in generated)
+
+
+def test_stop_strings_and_token_limits(make_instances):
+    adapter = adapter_for("llava")
+    instances = make_instances(2, 2)
+    free = adapter.generate_many(instances, GenerationSettings(max_new_tokens=8))
+    for generation in free:
+        assert 0 <= generation.token_counts[0] <= 8
+    text = free[0].texts[0]
+    if len(text) > 2:
+        stop = text[1:3]
+        cut = adapter.generate_many(
+            instances[:1], GenerationSettings(max_new_tokens=8, stop=(stop,))
+        )[0]
+        assert stop not in cut.texts[0] and text.startswith(cut.texts[0])
+        assert cut.generated_tokens <= free[0].generated_tokens
+
+
+def test_invalid_settings_are_clear_errors():
+    with pytest.raises(ConfigError, match="do_sample"):
+        GenerationSettings(num_samples=3)
+    with pytest.raises(ConfigError, match="temperature"):
+        GenerationSettings(temperature=0)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        GenerationSettings(max_new_tokens=0)
+
+
+def test_simulated_model_cannot_run_sofa():
+    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+
+    adapter = SyntheticAdapter()
+    settings = GenerationSettings(sofa=SofaSettings())
+    with pytest.raises(Exception, match="SoFA needs a real model"):
+        adapter.generate_many(synthetic_instances(1, 4), settings)
+
+
+def test_prompt_variants():
+    base = PromptTemplate()
+    labels = get_label_set("digits")
+    assert INSTRUCTION_HINT in base.variant("instruction").instruction
+    cot = base.variant("cot")
+    assert ANSWER_ONLY not in cot.instruction and COT_HINT in cot.instruction
+    assert cot.query.endswith("Let's think step by step.")
+    assert base.variant("plain") == base
+    assert len({base.digest(), cot.digest(), base.variant("instruction").digest()}) == 3
+    text = cot.messages("a cat", 4, labels)[0]["content"][-1]["text"]
+    assert "(1 to 4)" in text
+    with pytest.raises(ConfigError, match="unknown prompt variant"):
+        base.variant("loud")
+    organism_like = PromptTemplate(instruction="", image_prefix="{label}", separator="")
+    assert organism_like.variant("instruction").instruction == INSTRUCTION_HINT
+
+
+def test_prompt_variant_adapter_option(make_instances):
+    plain = adapter_for("llava")
+    cot = adapter_for("llava", prompt_variant="cot")
+    instance = make_instances(1, 2)[0]
+    assert "step by step" in cot.render(instance) and "step by step" not in plain.render(instance)
+    assert cot.describe()["prompt_hash"] != plain.describe()["prompt_hash"]
+    with pytest.raises(ConfigError, match="prompt variant"):
+        adapter_for("llava", prompt_variant="loud")
+
+
+def causal_allowed(mask, length):
+    """Boolean [B, T, T] 'may attend' from whatever mask a layer received (None = causal)."""
+    if mask is None:
+        return torch.ones(length, length, dtype=torch.bool).tril()[None]
+    if mask.dtype == torch.bool:
+        return mask[:, 0]
+    return mask[:, 0] > float("-inf")
+
+
+@pytest.mark.parametrize("family", ["llava", "qwen2_5_vl", "internvl"])
+def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, make_instances):
+    adapter = adapter_for(family)
+    instances = make_instances(2, 3)  # two rows: left padding in the batch
+    batch = adapter.prepare_batch(instances)
+    length = batch.inputs["input_ids"].shape[1]
+    plain: dict[int, object] = {}
+    with sofa_attention(SofaSettings(sigma=1.0, layer_stride=99, first_layer=99), capture=plain):
+        adapter.run_batch(batch, attention=False)  # SoFA on no layer: the causal masks
+    opened: dict[int, object] = {}
+    settings = SofaSettings(sigma=0.25, layer_stride=2)
+    with sofa_attention(settings, capture=opened) as run:
+        scores, _ = adapter.run_batch(batch, attention=False)
+    assert sorted(opened) == list(range(adapter.num_layers))
+    assert run.changed_layers == {layer for layer in opened if layer % 2 == 0}
+    for layer, mask in opened.items():
+        causal = causal_allowed(plain[layer], length).expand(2, length, length)
+        if layer % 2:
+            assert mask is plain[layer] or torch.equal(
+                causal_allowed(mask, length).expand(2, length, length), causal
+            )
+            continue
+        values = mask[:, 0].float()
+        expected = torch.where(causal, 0.0, float("-inf"))
+        for row, spans in enumerate(batch.spans):
+            for i, (start_i, end_i) in enumerate(spans):
+                for start_j, end_j in spans[i + 1 :]:
+                    expected[row, start_i:end_i, start_j:end_j] = math.log(0.25)
+        padding_rows = torch.isneginf(expected).all(dim=-1)
+        expected[padding_rows] = 0.0  # padding rows see everything (never read)
+        assert torch.equal(values, expected)
+    assert torch.isfinite(scores).all()
+    baseline, _ = adapter.run_batch(batch, attention=False)
+    assert not torch.allclose(scores, baseline)  # the opened blocks change the answer scores
+
+
+def test_sofa_without_effect_is_refused():
+    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.decoders import Sofa
+
+    with pytest.raises(AdapterError, match="SoFA mask taking effect"):
+        Sofa().decide(SyntheticAdapter(), synthetic_instances(2, 4), seeds=[0, 1])
