@@ -1,10 +1,10 @@
-# Each target creates .venv and installs what it needs on a machine with only Python 3.10+.
+# Each target creates .venv and installs what it needs on a machine with only Python 3.11+.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint benchmarks clean
+.PHONY: demo test lint typecheck benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +18,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
+	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
 	$(BIN)/python -m pytest -q -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -26,6 +26,8 @@ from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
 from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, InputError
+from posdebias.evaluation.job import load_states
+from posdebias.evaluation.runner import fit_calibrators
 from posdebias.registry import get_registry
 
 Query: TypeAlias = RetrievalInstance | tuple[str, Sequence[ImageRef]]
@@ -219,7 +221,6 @@ class Debiaser:
         targets too. The rotations are observed once and shared; when no calibrator needs a fit
         nothing is observed. Returns the first calibrator's state (all are in ``states``).
         """
-        from posdebias.evaluation.runner import fit_calibrators
 
         instances = list(instances)
         if not instances:
@@ -300,8 +301,6 @@ class Debiaser:
     def load(cls, path: str | Path, adapter: Adapter, *, batch_size: int = 1) -> Debiaser:
         """A debiaser from what :meth:`save` wrote (a file, or a directory of files in name
         order); refused if made with another adapter."""
-        from posdebias.evaluation.job import load_states
-
         states = load_states(Path(path))
         registry = get_registry()
         calibrators = {}

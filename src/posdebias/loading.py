@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.generic import GenericAdapter
-from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
@@ -239,6 +239,7 @@ def get_adapter(
         raise InputError(f"{type(model).__name__} is not a Hugging Face model (no config)")
     cls = _adapter_class(model_type, adapter)
     parsed = cls.parse_options(options)
+    assert isinstance(parsed, HFAdapterOptions)  # HFAdapter.Options derive from it
     loading = [name for name in ("dtype", "device", "device_map", "model") if name in options]
     if loading:
         raise InputError(

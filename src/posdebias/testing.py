@@ -19,6 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from posdebias.adapters.tiny import build_tokenizer
 from posdebias.errors import InputError
 from posdebias.registry import Registry, get_registry
@@ -82,7 +84,6 @@ def write_test_images(
     directory: str | Path, count: int, *, size: int = 48, seed: int = 0
 ) -> list[Path]:
     """``count`` distinct small RGB PNG files (random noise, seeded) in ``directory``."""
-    import numpy as np
     from PIL import Image
 
     path = Path(directory)

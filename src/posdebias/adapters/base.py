@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import get_label_set
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -88,7 +89,6 @@ class Adapter(ABC):
 
     def labels_for(self, n: int) -> list[str]:
         """The N label strings this adapter prompts with."""
-        from posdebias.core.labels import get_label_set
 
         return get_label_set(getattr(self, "label_set", "digits")).labels(n)
 

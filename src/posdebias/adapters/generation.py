@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posdebias.adapters.sofa import SofaSettings
+from posdebias.adapters.sofa import SofaSettings, sofa_attention, sofa_scope
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.errors import ConfigError, InputError
@@ -154,8 +154,6 @@ def _generate_batch(
     seeds: list[int],
 ) -> list[Generation]:
     import torch
-
-    from posdebias.adapters.sofa import sofa_attention, sofa_scope
 
     started = time.perf_counter()
     template = (

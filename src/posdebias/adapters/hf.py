@@ -17,6 +17,7 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,8 +27,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.generation import generate_many
+from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
-from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.scoring import plan_labels, score_labels
+from posdebias.adapters.sofa import sofa_scope
+from posdebias.adapters.spans import SpanTokens, find_image_spans, span_matrix
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation
@@ -154,13 +159,13 @@ class HFAdapter(Adapter):
         answer_prefix: str = "",
         prompt_variant: str = "plain",
     ) -> None:
-        from posdebias.adapters.probe import install_probe
 
         self.model = model
         self.processor = processor
-        self.tokenizer = getattr(processor, "tokenizer", None)
-        if self.tokenizer is None:
+        tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
+        self.tokenizer: Any = tokenizer
         if not getattr(processor, "chat_template", None):
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
@@ -280,7 +285,6 @@ class HFAdapter(Adapter):
 
     def plan_for(self, n: int, rendered: str) -> tuple[list[str], LabelPlan]:
         """Label strings and their token trie for N candidates (cached per N)."""
-        from posdebias.adapters.scoring import plan_labels
 
         if n not in self._plans:
             labels = self.labels_for(n)
@@ -328,7 +332,6 @@ class HFAdapter(Adapter):
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
         (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
-        from posdebias.adapters.spans import find_image_spans
 
         n = instances[0].n
         if any(instance.n != n for instance in instances):
@@ -362,14 +365,8 @@ class HFAdapter(Adapter):
         ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
         a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
         """
-        import contextlib
 
         import torch
-
-        from posdebias.adapters.probe import recording
-        from posdebias.adapters.scoring import score_labels
-        from posdebias.adapters.sofa import sofa_scope
-        from posdebias.adapters.spans import span_matrix
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
@@ -417,7 +414,6 @@ class HFAdapter(Adapter):
         batch_size: int = 1,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        from posdebias.adapters.generation import generate_many
 
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 

@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.generation import Generation, sample_seed
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax, softmax
@@ -178,7 +179,6 @@ class SyntheticAdapter(Adapter):
         most likely images and ends with ``Answer: {label}``. Words count as tokens; text past
         ``max_new_tokens`` words is cut (a cut reasoning may lose its answer). The prompt
         wording has no other effect on the simulated model, and SoFA is not simulated."""
-        from posdebias.adapters.generation import Generation, sample_seed
 
         if settings.sofa is not None:
             raise InputError("the simulated model has no attention mask: SoFA needs a real model")

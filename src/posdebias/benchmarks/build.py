@@ -17,13 +17,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from posdebias._version import __version__
+from posdebias.benchmarks.clip import (
+    DEFAULT_CLIP_MODEL,
+    DEFAULT_CLIP_PRETRAINED,
+    RANDOM_WEIGHTS_WARNING,
+    EmbeddingCache,
+    default_cache_dir,
+    image_cache_items,
+    load_clip,
+)
 from posdebias.benchmarks.files import (
     MAX_N,
     MIN_N,
@@ -32,6 +41,7 @@ from posdebias.benchmarks.files import (
     ClipInfo,
     FilterInfo,
     InstanceRecord,
+    Setting,
     SourceInfo,
     sha256_file,
     write_benchmark,
@@ -124,7 +134,7 @@ def build_benchmark(
     root: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
-    setting: str = "random",
+    setting: Setting = "random",
     n: int = 4,
     count: int = DEFAULT_COUNT,
     seed: int = 0,
@@ -179,15 +189,6 @@ def build_benchmark(
     index = clip_info = filters = cache = None
     with _Steps(console) as steps:
         if setting == "adversarial":
-            from posdebias.benchmarks.clip import (
-                DEFAULT_CLIP_MODEL,
-                DEFAULT_CLIP_PRETRAINED,
-                RANDOM_WEIGHTS_WARNING,
-                EmbeddingCache,
-                default_cache_dir,
-                load_clip,
-            )
-
             model_name = clip_model or DEFAULT_CLIP_MODEL
             weights = clip_pretrained or DEFAULT_CLIP_PRETRAINED
             mark = time.perf_counter()
@@ -314,7 +315,6 @@ class _HardNegativeIndex:
         drop_supersets: bool,
         use_categories: bool,
     ) -> _HardNegativeIndex:
-        from posdebias.benchmarks.clip import image_cache_items
 
         paths = [image.path for image in pool]
         texts = [caption for image in pool for caption in image.captions]
@@ -367,7 +367,9 @@ class _HardNegativeIndex:
 
 def _filter_info(source: str, index: _HardNegativeIndex, threshold: float) -> FilterInfo:
     if index.category_sets is not None:
-        mode = "equal_or_superset" if index.drop_supersets else "equal"
+        mode: Literal["equal", "equal_or_superset"] = (
+            "equal_or_superset" if index.drop_supersets else "equal"
+        )
         return FilterInfo(category=mode, category_filter_skipped=False, caption_threshold=threshold)
     reason = (
         "Flickr8k has no object categories"
@@ -384,7 +386,7 @@ def _filter_info(source: str, index: _HardNegativeIndex, threshold: float) -> Fi
 
 def _select(
     pool: tuple[PoolImage, ...],
-    setting: str,
+    setting: Setting,
     n: int,
     count: int,
     seed: int,

@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,11 @@ def load_shape_space(path: str | os.PathLike[str]) -> ShapeSpace:
         ) from exc
 
 
+def _rgb(value: Sequence[int]) -> tuple[int, int, int]:
+    red, green, blue = value
+    return (red, green, blue)
+
+
 @dataclass(frozen=True)
 class ShapeObject:
     """One drawn shape: its caption words and the exact geometry they were rendered with."""
@@ -253,7 +258,7 @@ def sample_shape_attributes(
                 colour=colour,
                 size=size,
                 position=positions[index],
-                rgb=tuple(space.colours[colour]),
+                rgb=_rgb(space.colours[colour]),
                 center=(x + dx, y + dy),
                 diameter=space.sizes[size] * (1.0 + ds),
             )
@@ -261,7 +266,7 @@ def sample_shape_attributes(
     return ShapeAttributes(
         objects=tuple(objects),
         background=background,
-        background_rgb=tuple(space.backgrounds[background]),
+        background_rgb=_rgb(space.backgrounds[background]),
     )
 
 

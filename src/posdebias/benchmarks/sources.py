@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from posdebias.benchmarks.shapes import CAPTIONS_FILE, INSTANCES_FILE
 from posdebias.errors import BenchmarkError
 
 SOURCE_KINDS = ("coco", "flickr8k", "jsonl", "shapes")
@@ -478,8 +479,6 @@ def read_source(
     """Dispatch to the reader of ``kind`` (one of :data:`SOURCE_KINDS`)."""
     if kind in ("coco", "shapes"):
         if kind == "shapes" and captions_file is None:
-            from posdebias.benchmarks.shapes import CAPTIONS_FILE, INSTANCES_FILE
-
             captions_file = Path(root) / CAPTIONS_FILE
             instances_file = instances_file or Path(root) / INSTANCES_FILE
         return read_coco(root, captions_file, instances_file, skip_missing=skip_missing, kind=kind)

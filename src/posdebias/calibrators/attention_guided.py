@@ -7,8 +7,8 @@ visual posterior pi, subtract the expected bias b = E_pi[B[k, :]] from the label
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -16,8 +16,9 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Evidence, Prediction
+from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import BiasProfiler, PriorEstimator
+from posdebias.core.state import CalibrationState
 
 
 class AttentionGuidedOptions(PosteriorOptions):
@@ -33,11 +34,12 @@ class AttentionGuidedOptions(PosteriorOptions):
 class AttentionGuided(Calibrator):
     name = "attention_guided"
     Options = AttentionGuidedOptions
+    options: AttentionGuidedOptions
     needs_attention = True
     needs_fit = True
     summary = "conditional bias matrix weighted by the attention posterior (the paper's method)"
 
-    def _fit(self, observations):
+    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         profile, gamma, bias = BiasProfiler(average=self.options.average).fit(observations)
         return {
             "observed_profile": profile.tolist(),
@@ -46,15 +48,20 @@ class AttentionGuided(Calibrator):
             "attention_prior": PriorEstimator().attention_prior(observations).tolist(),
         }
 
-    def _predict(self, observation, state, rotations) -> Prediction:
-        layers = self.options.selector().select(observation.attention)
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
+        layers = self.options.selector().select(observation.attention_matrix)
         corrector = self.options.corrector(self.options.mixture)
-        prior = state.attention_prior_array
+        prior = state.fitted("attention_prior")
         if not self.options.attention_prior:
             prior = np.ones_like(prior)  # log 1 = 0: the posterior reads the raw attention
-        purified = corrector.purified_log_attention(observation.attention, prior, layers)
+        purified = corrector.purified_log_attention(observation.attention_matrix, prior, layers)
         posterior = corrector.visual_posterior(purified)
-        bias = corrector.expected_bias(posterior, state.bias_matrix_array)
+        bias = corrector.expected_bias(posterior, state.fitted("bias_matrix"))
         return Prediction(
             scores=corrector.correct(observation.label_logprobs, bias),
             evidence=Evidence(posterior=posterior, expected_bias=bias, layers=tuple(layers)),

@@ -151,6 +151,7 @@ def expectation_maximisation(
 class LabelFree(AttentionGuided):
     name = "label_free"
     Options = LabelFreeOptions
+    options: LabelFreeOptions
     needs_targets = False
     summary = "attention_guided calibrated without targets (EM over the cyclic rotations)"
 
@@ -170,13 +171,9 @@ class LabelFree(AttentionGuided):
         selector = self.options.selector()
         # as predict reads it (attention_prior: false divides by 1, the raw attention)
         divisor = prior if self.options.attention_prior else np.ones_like(prior)
+        attention = [obs.attention for obs in observations if obs.attention is not None]
         purified = np.stack(
-            [
-                corrector.purified_log_attention(
-                    obs.attention, divisor, selector.select(obs.attention)
-                )
-                for obs in observations
-            ]
+            [corrector.purified_log_attention(a, divisor, selector.select(a)) for a in attention]
         ).reshape(m, n, n)
         log_posteriors = log_softmax(corrector.tau * purified)  # [M, r, position]
         consistency = attention_consistency(purified)

@@ -14,7 +14,7 @@ averages the log-probabilities, ``prob`` the probabilities).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -23,7 +23,8 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import rotation_order
-from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
+from posdebias.core.state import CalibrationState
 from posdebias.errors import ConfigError
 
 DEFAULT_RANDOM_COUNT = 16
@@ -61,6 +62,7 @@ def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
 class PermutationAverage(Calibrator):
     name = "permutation_average"
     Options = PermutationAverageOptions
+    options: PermutationAverageOptions
     needs_rotations = True
     summary = "average label scores over several candidate orders (one forward pass each)"
 
@@ -77,8 +79,14 @@ class PermutationAverage(Calibrator):
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
 
-    def _predict(self, observation, state, rotations) -> Prediction:
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
         orders = self.permutations(observation.n)
+        assert rotations is not None  # predict() checks there is one observation per order
         # the view's image k sits at position argsort(order)[k] of the permuted order
         per_order = np.stack(
             [
@@ -89,7 +97,7 @@ class PermutationAverage(Calibrator):
         if self.options.average == "log":
             averaged = per_order.mean(axis=0)
         else:
-            averaged = np.log(np.exp(per_order).mean(axis=0))
+            averaged = log_mean_exp(per_order, axis=0)
         return Prediction(scores=log_softmax(averaged))
 
 

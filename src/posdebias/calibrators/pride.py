@@ -6,12 +6,14 @@ label log-score over all M*N symmetrised observations (METHOD.md, Calibration st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.observation import Prediction, log_softmax
+from posdebias.core.observation import Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
+from posdebias.core.state import CalibrationState
 
 
 class PriDe(Calibrator):
@@ -19,11 +21,18 @@ class PriDe(Calibrator):
     needs_fit = True
     summary = "subtract a static logit prior (PriDe)"
 
-    def _fit(self, observations):
+    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         return {"logit_prior": PriorEstimator().logit_prior(observations).tolist()}
 
-    def _predict(self, observation, state, rotations) -> Prediction:
-        return Prediction(scores=log_softmax(observation.label_logprobs - state.logit_prior_array))
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
+        return Prediction(
+            scores=log_softmax(observation.label_logprobs - state.fitted("logit_prior"))
+        )
 
 
 @hookimpl

@@ -2,33 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Evidence, Prediction, log_softmax
+from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
+from posdebias.core.state import CalibrationState
 
 
 class PurifiedAttention(Calibrator):
     name = "purified_attention"
     Options = PosteriorOptions
+    options: PosteriorOptions
     needs_attention = True
     needs_fit = True
     needs_targets = False  # the static attention prior is a mean over all observations
     summary = "argmax of the attention posterior pi (static attention prior removed)"
 
-    def _fit(self, observations):
+    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         return {"attention_prior": PriorEstimator().attention_prior(observations).tolist()}
 
-    def _predict(self, observation, state, rotations) -> Prediction:
-        layers = self.options.selector().select(observation.attention)
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
+        layers = self.options.selector().select(observation.attention_matrix)
         corrector = self.options.corrector()
         purified = corrector.purified_log_attention(
-            observation.attention, state.attention_prior_array, layers
+            observation.attention_matrix, state.fitted("attention_prior"), layers
         )
         scores = log_softmax(corrector.tau * purified)
         return Prediction(

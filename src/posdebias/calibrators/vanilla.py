@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.observation import Prediction
+from posdebias.core.observation import Observation, Prediction
+from posdebias.core.state import CalibrationState
 
 
 class Vanilla(Calibrator):
     name = "vanilla"
     summary = "argmax of the label log-probabilities (no correction)"
 
-    def _predict(self, observation, state, rotations) -> Prediction:
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
         return Prediction(scores=observation.label_logprobs)
 
 

@@ -8,8 +8,10 @@ input); ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -20,7 +22,7 @@ SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", 
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage errors: exit 2, one clear line
+    def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -34,7 +36,6 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
 
     parser = _Parser(
         prog="posdebias",

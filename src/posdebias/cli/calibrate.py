@@ -7,6 +7,16 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
+from posdebias.errors import InputError
+from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
+from posdebias.evaluation.job import (
+    build_adapter,
+    build_calibrators,
+    load_instances,
+    resolve_states,
+)
+from posdebias.evaluation.runner import ObservationCache
+from posdebias.registry import get_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,16 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.errors import InputError
-    from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
-    from posdebias.evaluation.job import (
-        build_adapter,
-        build_calibrators,
-        load_instances,
-        resolve_states,
-    )
-    from posdebias.evaluation.runner import ObservationCache
-    from posdebias.registry import get_registry
 
     calibrators = args.calibrators
     if calibrators is None:

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 
 from posdebias.cli import make_console
+from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
+from posdebias.evaluation.job import run_evaluation
+from posdebias.evaluation.progress import RunProgress
+from posdebias.evaluation.report import write_report
+from posdebias.evaluation.table import print_results_table
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,10 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.evaluation.job import run_evaluation
-    from posdebias.evaluation.progress import RunProgress
-    from posdebias.evaluation.report import write_report
-    from posdebias.evaluation.table import print_results_table
 
     config = load_config(
         args.config,
@@ -77,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
     )
     if args.resume and config.out is None:
-        from posdebias.errors import InputError
-
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
     try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from posdebias.errors import InputError, OutputError
+from posdebias.organism.train import TrainingPlan, train_organism
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,9 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from posdebias.organism.train import TrainingPlan, train_organism
 
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):  # fail before training

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+from rich.table import Table
+
+from posdebias.api import Debiaser
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
+from posdebias.errors import InputError
+from posdebias.evaluation.config import load_config
+from posdebias.evaluation.job import build_adapter
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,13 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
-    from rich.table import Table
-
-    from posdebias.api import Debiaser
-    from posdebias.errors import InputError
-    from posdebias.evaluation.config import load_config
-    from posdebias.evaluation.job import build_adapter
 
     options = {}
     for item in args.adapter_option:

@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 
 from posdebias.cli import make_console
+from posdebias.evaluation.report import write_report
+from posdebias.evaluation.results import EvaluationResults
+from posdebias.evaluation.table import print_results_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,9 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posdebias.evaluation.report import write_report
-    from posdebias.evaluation.results import EvaluationResults
-    from posdebias.evaluation.table import print_results_table
 
     results = EvaluationResults.load(args.run_dir / "results.json")
     console = make_console()

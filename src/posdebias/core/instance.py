@@ -77,16 +77,17 @@ class RetrievalInstance:
     def n(self) -> int:
         return len(self.images)
 
-    def permuted(self, order: Sequence[int]) -> RetrievalInstance:
+    def permuted(self, order: Sequence[int] | np.ndarray) -> RetrievalInstance:
         """The same instance with candidates shown in ``order`` (new i shows old order[i])."""
-        order = check_permutation(order, self.n)
+        checked = check_permutation(order, self.n)
+        target = self.target
         return RetrievalInstance(
             query=self.query,
-            images=tuple(self.images[k] for k in order),
-            target=None if self.target is None else int(np.flatnonzero(order == self.target)[0]),
+            images=tuple(self.images[k] for k in checked),
+            target=None if target is None else int(np.flatnonzero(checked == target)[0]),
             id=self.id,
             metadata=self.metadata,
-            image_ids=tuple(self.image_ids[k] for k in order),
+            image_ids=tuple(self.image_ids[k] for k in checked),
         )
 
     def rotated(self, shift: int) -> RetrievalInstance:
@@ -98,7 +99,7 @@ class RetrievalInstance:
         return self.image_ids[position]
 
 
-def check_permutation(order: Sequence[int], n: int) -> np.ndarray:
+def check_permutation(order: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     array = np.asarray(order, dtype=np.int64)
     if array.shape != (n,) or sorted(array.tolist()) != list(range(n)):
         raise InputError(f"{list(order)} is not a permutation of 0..{n - 1}")
@@ -116,12 +117,11 @@ def random_orders(n: int, count: int, seed: int | Sequence[int]) -> list[np.ndar
     return [rng.permutation(n) for _ in range(count)]
 
 
-def positions_to_base(order: Sequence[int], values: np.ndarray) -> np.ndarray:
+def positions_to_base(order: Sequence[int] | np.ndarray, values: np.ndarray) -> np.ndarray:
     """Map a per-position vector of a permuted order back to base-instance positions.
 
     ``values[i]`` belongs to the image shown at position i, i.e. base image ``order[i]``.
     """
-    order = np.asarray(order)
     out = np.empty_like(values)
-    out[order] = values
+    out[np.asarray(order)] = values
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posdebias.errors import UnknownNameError
+from posdebias.errors import InputError, UnknownNameError
 
 _ROMAN = [
     (1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),
@@ -76,7 +76,6 @@ def get_label_set(name: str) -> LabelSet:
 
 def check_candidate_count(n: int, label_set: LabelSet | None = None) -> None:
     """Reject N < 2 or an N that the label set cannot name."""
-    from posdebias.errors import InputError
 
     if n < 2:
         raise InputError(f"N={n} candidates: retrieval needs at least 2 images per instance")

@@ -30,10 +30,29 @@ def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
     return array
 
 
+def logsumexp(values: np.ndarray, axis: int = -1, *, keepdims: bool = False) -> np.ndarray:
+    """log(sum(exp(values))) along ``axis``, computed around the maximum so that values far
+    below zero (a label 800 nats below the best) neither underflow to log(0) nor give NaN.
+
+    The one stable log-sum-exp of the package: log-softmax and log-mean-exp are built on it.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    peak = np.max(values, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)  # all -inf: the sum is 0, its log -inf
+    with np.errstate(divide="ignore"):
+        total = peak + np.log(np.sum(np.exp(values - peak), axis=axis, keepdims=True))
+    return total if keepdims else np.squeeze(total, axis=axis)
+
+
+def log_mean_exp(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """log(mean(exp(values))) along ``axis``: averaging probabilities given as logs."""
+    values = np.asarray(values, dtype=np.float64)
+    return logsumexp(values, axis=axis) - np.log(values.shape[axis])
+
+
 def log_softmax(scores: np.ndarray) -> np.ndarray:
     """Numerically stable log-softmax over the last axis."""
-    shifted = scores - np.max(scores, axis=-1, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+    return scores - logsumexp(scores, axis=-1, keepdims=True)
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
@@ -97,6 +116,16 @@ class Observation:
     def num_layers(self) -> int | None:
         """Number of language-model layers L in ``attention`` (None without attention)."""
         return None if self.attention is None else int(self.attention.shape[0])
+
+    @property
+    def attention_matrix(self) -> np.ndarray:
+        """``attention`` for code that needs it: an ObservationError when the adapter gave none."""
+        if self.attention is None:
+            raise ObservationError(
+                "the observation has no attention (the adapter cannot capture it); use a "
+                "calibrator that needs only label scores (vanilla, pride, permutation_average)"
+            )
+        return self.attention
 
     def rotated(self, shift: int) -> Observation:
         """The observation relabelled so that new position i is old position (i + shift) % N.

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from posdebias.core.observation import Observation, log_softmax, softmax
+from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
 
 EPSILON = 1e-20
@@ -42,7 +42,7 @@ def require_attention(observations: Sequence[Observation], who: str) -> None:
         )
     layers = {obs.num_layers for obs in observations}
     if len(layers) != 1:
-        raise ObservationError(f"observations mix layer counts {sorted(layers)}")
+        raise ObservationError(f"observations mix layer counts {sorted(layers, key=str)}")
 
 
 # -- layer selection -----------------------------------------------------------------------
@@ -83,13 +83,19 @@ class LayerSelector:
 # -- prior estimation ------------------------------------------------------------------------
 
 
+def _attention(observation: Observation) -> np.ndarray:
+    if observation.attention is None:  # callers check with require_attention first
+        raise ObservationError("an observation has no attention")
+    return observation.attention
+
+
 @dataclass(frozen=True)
 class PriorEstimator:
     """Static priors over all M*N symmetrised observations (Calibration steps 4 and 5)."""
 
     def attention_prior(self, observations: Sequence[Observation]) -> np.ndarray:
         """a_prior^(l) = mean of a^(l)(x) over all observations: an [L, N] array."""
-        return np.mean(np.stack([obs.attention for obs in observations]), axis=0)
+        return np.mean(np.stack([_attention(obs) for obs in observations]), axis=0)
 
     def logit_prior(self, observations: Sequence[Observation]) -> np.ndarray:
         """p_prior[j] = mean of s_j(x) over all observations (PriDe on the same budget)."""
@@ -126,7 +132,7 @@ class BiasProfiler:
             if self.average == "log":
                 profile[i] = rows.mean(axis=0)
             else:
-                profile[i] = np.log(np.maximum(np.exp(rows).mean(axis=0), EPSILON))
+                profile[i] = log_mean_exp(rows, axis=0)
         return profile
 
     @staticmethod

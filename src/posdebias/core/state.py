@@ -109,6 +109,15 @@ class CalibrationState(BaseModel):
     def logit_prior_array(self) -> np.ndarray | None:
         return self._array(self.logit_prior)
 
+    def fitted(self, name: str) -> np.ndarray:
+        """The fitted array ``name`` as float64; a CalibrationError when this state lacks it."""
+        value = getattr(self, name, None)
+        if value is None:
+            raise calibration_error(
+                f"the calibration state of {self.calibrator!r} has no {name!r}; ", CREATE
+            )
+        return np.asarray(value, dtype=np.float64)
+
     def with_metadata(self, **metadata: Any) -> CalibrationState:
         """A copy with metadata fields (adapter, model_id, label_set, ...) filled in."""
         return self.model_validate({**self.model_dump(), **metadata})

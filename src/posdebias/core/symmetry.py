@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import InputError
 
 
 def cyclic_rotations(instance: RetrievalInstance) -> list[RetrievalInstance]:
@@ -24,8 +25,6 @@ def symmetrized_calibration_set(
     instances = list(instances)
     sizes = {instance.n for instance in instances}
     if len(sizes) > 1:
-        from posdebias.errors import InputError
-
         raise InputError(f"calibration instances must all have the same N, got {sorted(sizes)}")
     return [rotated for instance in instances for rotated in cyclic_rotations(instance)]
 
@@ -36,5 +35,7 @@ def truth_position_counts(instances: Sequence[RetrievalInstance]) -> list[int]:
         return []
     counts = [0] * instances[0].n
     for instance in instances:
+        if instance.target is None:
+            raise InputError(f"calibration instance {instance.id!r} has no target")
         counts[instance.target] += 1
     return counts

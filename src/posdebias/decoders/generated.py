@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
+from posdebias.adapters.generation import GenerationSettings
 from posdebias.core.answers import AnswerParser
+from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 
 PromptVariant = Literal["plain", "instruction", "cot"]
@@ -61,13 +63,12 @@ class Generated(Decoder):
     """Greedy generation parsed for the index (the paper's vanilla row)."""
 
     name = "generated"
-    Options: Any = GeneratedOptions
+    Options = GeneratedOptions
+    options: GeneratedOptions
     summary = "greedy generation, the index parsed from the text (the paper's vanilla)"
-    default_variant: str | None = None
+    default_variant: ClassVar[str | None] = None
 
-    def settings(self) -> Any:
-        from posdebias.adapters.generation import GenerationSettings
-
+    def settings(self) -> GenerationSettings:
         options = self.options
         return GenerationSettings(
             max_new_tokens=options.max_new_tokens,
@@ -82,11 +83,18 @@ class Generated(Decoder):
     def vote(self, answers: list[int | None]) -> int | None:
         return answers[0]
 
-    def decide(self, adapter, views, *, batch_size=1, seeds):
+    def decide(
+        self,
+        adapter: Adapter,
+        views: Sequence[RetrievalInstance],
+        *,
+        batch_size: int = 1,
+        seeds: Sequence[int],
+    ) -> list[Decision]:
         generations = adapter.generate_many(
             views, self.settings(), batch_size=batch_size, seeds=seeds
         )
-        decisions = []
+        decisions: list[Decision] = []
         for view, generation in zip(views, generations, strict=True):
             parser = AnswerParser(label_set_of(adapter), view.n, self.options.parse)
             answers = [parser.parse(text) for text in generation.texts]
@@ -115,12 +123,14 @@ class Instruction(Generated):
 class ChainOfThought(Generated):
     name = "chain_of_thought"
     Options = CotOptions
+    options: CotOptions
     summary = "reason first, then the index: the last valid label of the text"
 
 
 class SelfConsistency(Generated):
     name = "self_consistency"
     Options = SelfConsistencyOptions
+    options: SelfConsistencyOptions
     summary = "majority vote over sampled chains of thought sharing one prefill"
 
     def sampling(self) -> dict[str, Any]:

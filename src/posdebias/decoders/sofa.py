@@ -8,13 +8,16 @@ paper's vanilla). The mask itself is posdebias.adapters.sofa.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.sofa import SofaSettings, sofa_attention
+from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import Generated, GeneratedOptions
 from posdebias.errors import AdapterError
@@ -27,7 +30,7 @@ class SofaOptions(GeneratedOptions):
     first_layer: int = Field(default=0, ge=0, description="the first layer SoFA changes")
 
 
-def require_effect(run, adapter) -> None:
+def require_effect(run: Any, adapter: Adapter) -> None:
     """Refuse to report a SoFA row whose mask never took effect (e.g. an adapter whose
     attention does not go through the posdebias attention function)."""
     if not run.changed_layers:
@@ -40,27 +43,30 @@ def require_effect(run, adapter) -> None:
 class Sofa(Generated):
     name = "sofa"
     Options = SofaOptions
+    options: SofaOptions
     summary = "image blocks see later images (log sigma mask) in every second layer"
 
-    def sofa_settings(self):
-        from posdebias.adapters.sofa import SofaSettings
-
+    def sofa_settings(self) -> SofaSettings:
         return SofaSettings(
             sigma=self.options.sigma,
             layer_stride=self.options.layer_stride,
             first_layer=self.options.first_layer,
         )
 
-    def decide(self, adapter, views, *, batch_size=1, seeds):
+    def decide(
+        self,
+        adapter: Adapter,
+        views: Sequence[RetrievalInstance],
+        *,
+        batch_size: int = 1,
+        seeds: Sequence[int],
+    ) -> list[Decision]:
         if self.options.answer == "generated":
-            from posdebias.adapters.sofa import sofa_attention
-
             # the generation path opens its own SoFA block; this outer one only checks it
             with sofa_attention(self.sofa_settings()) as run:
                 decisions = super().decide(adapter, views, batch_size=batch_size, seeds=seeds)
             require_effect(run, adapter)
             return decisions
-        from posdebias.adapters.sofa import sofa_attention
 
         started = time.perf_counter()
         with sofa_attention(self.sofa_settings()) as run:

@@ -30,7 +30,8 @@ def _attention_calibrator(
     attention = [k for k, c in calibrators.items() if c.needs_attention]
     with_bias = [k for k in attention if states[k].bias_matrix is not None]
     with_prior = [k for k in attention if states[k].attention_prior is not None]
-    return (with_bias or with_prior or attention or [None])[0]
+    chosen = with_bias or with_prior or attention
+    return chosen[0] if chosen else None
 
 
 def divergence_profiles(

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from posdebias.adapters.base import Adapter
+from posdebias.adapters.synthetic import synthetic_instances
+from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.state import CalibrationState
@@ -27,6 +29,7 @@ from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults
 from posdebias.evaluation.runner import (
     Evaluator,
@@ -161,7 +164,6 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
                 "with `posdebias build`)"
             )
-        from posdebias.adapters.synthetic import synthetic_instances
 
         return InstanceSource(
             calibration=synthetic_instances(
@@ -170,7 +172,6 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
             test=synthetic_instances(config.count, config.n, config.seed, "test"),
             description={"source": "synthetic", "n": config.n},
         )
-    from posdebias.benchmarks.files import load_benchmark
 
     benchmark = load_benchmark(benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
@@ -388,7 +389,7 @@ def _run_evaluation(
         shard.wait()
         if not shard.is_main:
             return None
-        assert run_dir is not None
+        assert run_dir is not None and isinstance(cache, PersistentObservationCache)
         done = run_dir.read_records()
         cache.load(run_dir.observation_logs())
         decisions.load(run_dir.generation_logs())
@@ -402,7 +403,6 @@ def _run_evaluation(
         for record, instance in zip(records, source.test, strict=True)
     }
     generated_costs = decoder_costs(decoders, views, decisions)
-    from posdebias.evaluation.divergence import divergence_profiles
 
     results = EvaluationResults(
         settings=config.model_dump(mode="json", exclude={"out"}),

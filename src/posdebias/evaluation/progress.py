@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -26,7 +28,7 @@ class RunProgress:
         self._progress.__enter__()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         self._progress.__exit__(*exc_info)
 
     def update(self, record: object, accuracy: dict[str, float]) -> None:

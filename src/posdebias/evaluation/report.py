@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from posdebias.evaluation.table import plain_results_table
 FIGURES = "figures"
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure: Any, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -26,7 +27,7 @@ def _save(figure, path: Path) -> Path:
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-def _pyplot():
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -35,7 +36,9 @@ def _pyplot():
     return plt
 
 
-def _heatmap(axis, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float) -> None:
+def _heatmap(
+    axis: Any, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float
+) -> None:
     n = matrix.shape[0]
     axis.imshow(matrix, cmap="Blues", vmin=0, vmax=scale)
     axis.set_title(title, fontsize=9)

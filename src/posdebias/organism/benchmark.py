@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 
 from posdebias._io import cache_root
-from posdebias.errors import OutputError
+from posdebias.benchmarks.build import build_benchmark
+from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
+from posdebias.errors import BenchmarkError, OutputError
+from posdebias.organism.build import IMAGE_SIZE, shape_space
 
 #: Instances in the bundled benchmark (calibration is held out of them by seed).
 BENCHMARK_COUNT = 500
@@ -33,10 +36,6 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
     reused; a folder that does not load is rebuilt. Returns a folder that
     :func:`posdebias.benchmarks.files.load_benchmark` reads.
     """
-    from posdebias.benchmarks.build import build_benchmark
-    from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
-    from posdebias.errors import BenchmarkError
-    from posdebias.organism.build import IMAGE_SIZE, shape_space
 
     base = Path(cache_dir) if cache_dir is not None else cache_root()
     folder = base / "benchmarks" / f"organism-shapes-v{VERSION}"

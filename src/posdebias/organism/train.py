@@ -41,8 +41,19 @@ from typing import Any
 
 import numpy as np
 
+from posdebias.adapters.llava import LlavaAdapter
+from posdebias.adapters.probe import recording
+from posdebias.adapters.prompt import PROMPT_FILE
+from posdebias.adapters.spans import span_matrix
+from posdebias.benchmarks.selection import random_distractors
+from posdebias.benchmarks.shapes import (
+    caption_for,
+    render_shape_image,
+    sample_unique_attributes,
+)
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import OutputError
+from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
 
 #: Row i: probabilities of answering label j when the truth is at position i (N = 4).
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
@@ -108,18 +119,12 @@ class ShapesPool:
     """Distinct-caption single-shape images rendered in memory, and instances drawn from them."""
 
     def __init__(self, size: int, seed: int, processor: Any = None) -> None:
-        from posdebias.benchmarks.shapes import (
-            caption_for,
-            render_shape_image,
-            sample_unique_attributes,
-        )
-        from posdebias.organism.build import IMAGE_SIZE, shape_space
 
         self.attributes = sample_unique_attributes(size, seed, shape_space())
         self.captions = [caption_for(attributes) for attributes in self.attributes]
         self.images = [render_shape_image(a, IMAGE_SIZE) for a in self.attributes]
-        self.tokenizer = processor.tokenizer if processor is not None else None
-        self.pixels = (
+        self.tokenizer: Any = processor.tokenizer if processor is not None else None
+        self.pixels: Any = (
             processor.image_processor(self.images, return_tensors="pt")["pixel_values"]
             if processor is not None
             else None
@@ -138,7 +143,6 @@ class ShapesPool:
         self, rng: np.random.Generator, count: int, n: int, prefix: str
     ) -> list[RetrievalInstance]:
         """``count`` instances: a random anchor, N-1 random distractors, a random target slot."""
-        from posdebias.benchmarks.selection import random_distractors
 
         drawn = []
         for number in range(count):
@@ -149,7 +153,7 @@ class ShapesPool:
             drawn.append(
                 RetrievalInstance(
                     query=self.captions[anchor],
-                    images=[self.images[i] for i in members],
+                    images=tuple(self.images[i] for i in members),
                     target=target,
                     id=f"{prefix}-{number}",
                 )
@@ -166,8 +170,6 @@ def _label_token_ids(adapter: Any, sample: RetrievalInstance) -> list[int]:
 
 def _forward(adapter: Any, instances: list[RetrievalInstance]) -> tuple[Any, Any]:
     """Last-position logits [B, V] and probed attention masses [B, L, N], with gradients."""
-    from posdebias.adapters.probe import recording
-    from posdebias.adapters.spans import span_matrix
 
     batch = adapter.prepare_batch(instances)
     length = batch.inputs["input_ids"].shape[1]
@@ -199,8 +201,6 @@ def _alignment_stage(model: Any, pool: ShapesPool, plan: TrainingPlan, log: Call
     """
     import torch
     from torch.nn.functional import cross_entropy, normalize
-
-    from posdebias.organism.build import shape_space
 
     tokenizer_ids = pool.tokenizer.convert_tokens_to_ids
     groups = _attribute_words(shape_space())
@@ -330,10 +330,6 @@ def train_organism(
     """
     import torch
     import transformers
-
-    from posdebias.adapters.llava import LlavaAdapter
-    from posdebias.adapters.prompt import PROMPT_FILE
-    from posdebias.organism.build import PROMPT, build_untrained
 
     plan = plan or TrainingPlan()
     if len(plan.confusion) != plan.n or any(len(row) != plan.n for row in plan.confusion):

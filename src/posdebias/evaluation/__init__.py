@@ -1,0 +1,1 @@
+"""Evaluation: run phases, the runner connecting adapters and calibrators, metrics, reports."""
