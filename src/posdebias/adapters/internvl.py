@@ -33,12 +33,24 @@ class InternVLAdapter(HFAdapter):
         )
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
         """A tiny random-weight model and processor of this family, for tests."""
-        return _tiny_model(model_type)
+        return _tiny_model(model_type, real_vocabulary)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+#: The chat template of the transformers-native InternVL3 checkpoints (``-hf``).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' %}"
+    "{{ '<IMG_CONTEXT>\\n' }}{% elif content['type'] == 'video' %}{{ '<video>\\n' }}"
+    "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}{{'<|im_end|>\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
     from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
@@ -53,7 +65,9 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "<IMG_CONTEXT>",
             "<video>",
         ],
-        chat_template=CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
+        chat_template=CHAT_TEMPLATE
+        if real_vocabulary
+        else CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={
@@ -62,6 +76,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "context_image_token": "<IMG_CONTEXT>",
             "video_token": "<video>",
         },
+        vocabulary="qwen2.5" if real_vocabulary else None,
     )
     # The real checkpoints: 448 px tiles, patch 14, pixel shuffle 0.5 -> 256 tokens per tile.
     # Here 56 px tiles -> (56 / 14)^2 * 0.25 = 4 tokens per tile, same code path.
@@ -84,7 +99,9 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "model_type": "qwen2",
             **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
             "pad_token_id": ids("<|endoftext|>"),
+            "tie_word_embeddings": real_vocabulary,
         },
+        tie_word_embeddings=real_vocabulary,
         vision_config=tiny_vision(image_size=[size, size], patch_size=[14, 14]),
         image_token_id=ids("<IMG_CONTEXT>"),
         image_seq_length=seq_length,

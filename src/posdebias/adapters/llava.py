@@ -14,7 +14,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.tiny import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
-from posdebias.errors import AdapterError
+from posdebias.errors import AdapterError, InputError
 
 
 class LlavaAdapter(HFAdapter):
@@ -34,8 +34,11 @@ class LlavaAdapter(HFAdapter):
         return super()._image_token()
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only: LLaVA-1.5's Llama vocabulary is not available offline)."""
+        if real_vocabulary:
+            raise InputError("no real-vocabulary tiny model for LLaVA-1.5 (Llama vocabulary)")
         return _tiny_model(model_type)
 
 

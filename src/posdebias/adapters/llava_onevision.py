@@ -27,12 +27,29 @@ class LlavaOnevisionAdapter(HFAdapter):
     split_by_processor_counts = True
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
         """A tiny random-weight model and processor of this family, for tests."""
-        return _tiny_model(model_type)
+        return _tiny_model(model_type, real_vocabulary)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+#: The chat template of the llava-hf LLaVA-OneVision checkpoints: every image first, then text.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + ' '}}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>' }}{% endfor %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}"
+    "{{ '<video>' }}{% endfor %}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ '\\n' + content['text'] }}{% endfor %}{% else %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ '\\n' + content['text'] }}{% endgeneration %}{% endfor %}{% endif %}"
+    "{{'<|im_end|>'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llava_onevision import (
         LlavaOnevisionImageProcessor,
@@ -42,10 +59,11 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
 
     tokenizer = build_tokenizer(
         ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>", "<video>"],
-        chat_template=CHATML.replace("IMAGE", "<image>"),
+        chat_template=CHAT_TEMPLATE if real_vocabulary else CHATML.replace("IMAGE", "<image>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<image>", "video_token": "<video>"},
+        vocabulary="qwen2" if real_vocabulary else None,
     )
     size = 28  # 2 x 2 patches of 14 -> 4 tokens + 1 image-newline per image in multi-image mode
     pinpoints = [[size, size], [size, 2 * size], [2 * size, size], [2 * size, 2 * size]]
@@ -67,7 +85,9 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "model_type": "qwen2",
             **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
             "pad_token_id": ids("<|endoftext|>"),
+            "tie_word_embeddings": real_vocabulary,
         },
+        tie_word_embeddings=real_vocabulary,
         vision_config={"model_type": "siglip_vision_model", **tiny_vision(image_size=size)},
         image_token_index=ids("<image>"),
         video_token_index=ids("<video>"),

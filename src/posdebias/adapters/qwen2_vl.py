@@ -52,12 +52,30 @@ class Qwen2VLAdapter(HFAdapter):
         return positions
 
     @classmethod
-    def tiny_model(cls, model_type: str) -> tuple[Any, Any]:
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
         """A tiny random-weight model and processor of this family, for tests."""
-        return _tiny_model(model_type)
+        return _tiny_model(model_type, real_vocabulary)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+#: The chat template of the Qwen2-VL / Qwen2.5-VL instruct checkpoints (default system message).
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
+    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video "
+    "{{ video_count.value }}: {% endif %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl import (
@@ -76,10 +94,15 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "<|image_pad|>",
             "<|video_pad|>",
         ],
-        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        chat_template=CHAT_TEMPLATE
+        if real_vocabulary
+        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        vocabulary=("qwen2.5" if family == "qwen2_5_vl" else "qwen2_vl")
+        if real_vocabulary
+        else None,
     )
     # 56 x 56 pixels -> 4 x 4 patches of 14 -> 2 x 2 merged tokens per image.
     image_processor = Qwen2VLImageProcessor(
@@ -124,8 +147,10 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             bos_token_id=None,
             eos_token_id=ids("<|im_end|>"),
             pad_token_id=ids("<|endoftext|>"),
+            tie_word_embeddings=real_vocabulary,
         ),
         vision_config=vision,
+        tie_word_embeddings=real_vocabulary,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
