@@ -34,6 +34,13 @@ def main() -> None:
     parser.add_argument("--tokens-per-image", type=int, default=256)
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens per generation")
     parser.add_argument("--samples", type=int, default=10, help="self-consistency samples")
+    parser.add_argument(
+        "--pairs",
+        nargs="+",
+        choices=("generation", "sofa"),
+        default=["generation", "sofa"],
+        help="which comparisons to run",
+    )
     args, info = common.start(parser)
     from posdebias.adapters.generation import GenerationSettings
     from posdebias.adapters.sofa import SofaSettings, sofa_attention
@@ -64,7 +71,15 @@ def main() -> None:
         "vanilla_scored": vanilla,
         "sofa_scored": sofa,
     }
-    baselines = {"self_consistency": "chain_of_thought", "sofa_scored": "vanilla_scored"}
+    baselines = {
+        name: base
+        for name, base, pair in (
+            ("self_consistency", "chain_of_thought", "generation"),
+            ("sofa_scored", "vanilla_scored", "sofa"),
+        )
+        if pair in args.pairs
+    }
+    methods = {m: f for m, f in methods.items() if m in baselines or m in baselines.values()}
     rows, records = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.n_list:
@@ -93,8 +108,10 @@ def main() -> None:
                 )  # fmt: skip
                 records.append(record)
                 rows.append([n, length, name, base, *common.ratio_cells(record)])
+                paired = common.spread(record["paired_time_ratios"])["median"]
                 print(
-                    f"  N={n} {name} / {base}: x{record['time_ratio']:.3f} "
+                    f"  N={n} {name} / {base}: x{record['time_ratio']:.3f} (paired median "
+                    f"x{paired:.3f}) "
                     f"({record['seconds']['median']:.3f} s vs "
                     f"{record['baseline_seconds']['median']:.3f} s)",
                     flush=True,

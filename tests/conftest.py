@@ -22,3 +22,12 @@ def _fresh_registry():
     reset_registry()
     yield
     reset_registry()
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A site-packages folder on sys.path for plugin distributions written by a test."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    return site

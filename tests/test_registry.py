@@ -61,16 +61,10 @@ def write_distribution(site: Path, module: str, code: str, version: str = "1.2.3
     (dist / "entry_points.txt").write_text(f"[posdebias]\n{module} = {module}\n")
 
 
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    site = tmp_path / "site"
-    site.mkdir()
-    monkeypatch.syspath_prepend(str(site))
-    return site
-
-
 def run_cli(site: Path, *args: str, env: dict[str, str] | None = None):
-    environment = {**os.environ, "PYTHONPATH": str(site), **(env or {})}
+    # keep the caller's PYTHONPATH after the site: the source under test comes first there
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    environment = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "posdebias", *args],
         capture_output=True,

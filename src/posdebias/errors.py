@@ -75,6 +75,11 @@ class PluginError(PosdebiasError):
     """A third-party plugin failed to load or breaks the plugin contract."""
 
 
+class PluginContractError(PluginError):
+    """A calibrator or adapter broke the plugin contract at run time (e.g. returned 2 scores
+    for N = 4); the message names it, and the runner adds the plugin and distribution."""
+
+
 class ResumeError(InputError):
     """``--resume`` was asked on a run directory made with another configuration."""
 

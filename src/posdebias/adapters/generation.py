@@ -4,10 +4,11 @@ The paper's vanilla, instruction, chain-of-thought and self-consistency rows gen
 parse the index from it (posdebias.core.answers). :meth:`HFAdapter.generate_many` runs this
 module's loop instead of ``model.generate`` for two reasons:
 
-* several samples of one prompt share ONE prefill: the prompt runs once per instance, then its
-  KV cache is repeated ``num_samples`` times (``batch_repeat_interleave``) and the samples are
-  decoded together, so 10 self-consistency chains cost about one chain-of-thought generation,
-  not ten (``model.generate(num_return_sequences=10)`` would prefill ten copies);
+* several samples of one prompt share ONE prefill: the prompt runs once per instance and the
+  samples decode together over ONE copy of its keys and values (shared_prefix.py; each sample
+  keeps only its own new tokens), so 10 self-consistency chains cost about one
+  chain-of-thought generation, not ten (``model.generate(num_return_sequences=10)`` prefills
+  ten copies, and repeating the cache makes every step read ten copies of the prompt);
 * positions are explicit (the adapter's ``prompt_position_ids`` / ``decode_position_ids``, also
   multimodal RoPE), so a padded row sees what it would see alone, and every sample draws from
   its own generator seeded by (instance seed, sample index): the texts do not depend on the
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from posdebias.adapters.shared_prefix import decoding_over, share_prefix
 from posdebias.adapters.sofa import SofaSettings, sofa_attention, sofa_scope
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
@@ -48,6 +50,8 @@ class GenerationSettings:
         stop_at_eos: stop at end-of-sequence tokens (False: always max_new_tokens, benchmarks).
         prompt_variant: plain, instruction or cot (None: the adapter's own prompt).
         sofa: run the prompt pass under SoFA (posdebias.adapters.sofa).
+        share_prefix: decode samples over one copy of the prompt's keys and values (False:
+            repeat the cache per sample, the plain way; same distribution, more cost).
     """
 
     max_new_tokens: int = 8
@@ -59,6 +63,7 @@ class GenerationSettings:
     stop_at_eos: bool = True
     prompt_variant: str | None = None
     sofa: SofaSettings | None = None
+    share_prefix: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -190,8 +195,11 @@ def _generate_batch(
         logits = output.logits[:, -1, :]
         mask = batch.inputs["attention_mask"]
         positions = batch.position_ids
+        shared = False
         if samples > 1:
-            cache.batch_repeat_interleave(samples)
+            shared = settings.share_prefix and share_prefix(cache, samples)
+            if not shared:
+                cache.batch_repeat_interleave(samples)
             logits = logits.repeat_interleave(samples, dim=0)
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
@@ -214,14 +222,15 @@ def _generate_batch(
                     passes[index] += 1
             ids = torch.tensor(chosen, dtype=torch.long, device=mask.device)[:, None]
             mask = torch.cat([mask, torch.ones_like(ids, dtype=mask.dtype)], dim=1)
-            output = model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
-                use_cache=True,
-                **adapter._last_logits_only,
-                **{adapter._cache_argument: cache},
-            )
+            with decoding_over(cache) if shared else contextlib.nullcontext():
+                output = model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
+                    use_cache=True,
+                    **adapter._last_logits_only,
+                    **{adapter._cache_argument: cache},
+                )
             logits = output.logits[:, -1, :]
     if not settings.stop:
         texts = [adapter.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from posdebias.adapters.shared_prefix import shared_prefix_attention
 from posdebias.adapters.sofa import adjust_mask
 from posdebias.errors import AdapterError
 
@@ -159,6 +160,9 @@ def probe_attention_forward(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     attention_mask = adjust_mask(module, query, key, attention_mask)  # SoFA, sofa.py
+    shared = shared_prefix_attention(module, query, key, value, attention_mask, scaling)
+    if shared is not None:  # samples decoding over one copy of the prompt, shared_prefix.py
+        return shared, None
     recorder = _ACTIVE.get()
     if recorder is not None:
         recorder.record(module, query, key, attention_mask, scaling)

@@ -19,7 +19,19 @@ from posdebias.core.instance import RetrievalInstance, rotation_order
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
-from posdebias.errors import ConfigError, InputError, ObservationError, validation_message
+from posdebias.errors import (
+    CalibrationError,
+    ConfigError,
+    InputError,
+    ObservationError,
+    PluginContractError,
+    validation_message,
+)
+
+#: The fitted fields every calibration state has (the built-in stages' results).
+STATE_FIELDS = frozenset(
+    {"observed_profile", "bias_matrix", "gamma", "attention_prior", "logit_prior", "diagnostics"}
+)
 
 
 class CalibratorOptions(BaseModel):
@@ -41,6 +53,9 @@ class Calibrator(ABC):
             observations, and ``fit`` hides their targets from it).
         needs_rotations: predict needs the observations of other candidate orders of the
             instance (:meth:`permutations`; the N cyclic rotations unless overridden).
+        Fitted: a pydantic model of the calibrator's own fitted parameters, for fields the
+            calibration state does not have; ``_fit`` returns them (a dict or the model) and
+            they are saved, validated, in ``CalibrationState.extra``; :meth:`fitted` reads them.
     """
 
     name: ClassVar[str]
@@ -50,6 +65,7 @@ class Calibrator(ABC):
     needs_targets: ClassVar[bool] = True
     needs_rotations: ClassVar[bool] = False
     summary: ClassVar[str] = ""
+    Fitted: ClassVar[type[BaseModel] | None] = None
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -98,7 +114,7 @@ class Calibrator(ABC):
                 Observation(label_logprobs=obs.label_logprobs, attention=obs.attention)
                 for obs in observations
             ]
-        fitted = self._fit(observations) if self.needs_fit else {}
+        fitted = self._split_fitted(self._fit(observations) if self.needs_fit else {})
         return CalibrationState(
             calibrator=self.name,
             options=self.options.model_dump(mode="json"),
@@ -110,9 +126,51 @@ class Calibrator(ABC):
             **metadata,
         )
 
-    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
-        """Return the fitted state fields (arrays as nested lists)."""
+    def _fit(self, observations: list[Observation]) -> dict[str, Any] | BaseModel:
+        """Return the fitted state fields (arrays as nested lists) and, for a calibrator with a
+        ``Fitted`` model, its own parameters (or return a ``Fitted`` instance)."""
         return {}
+
+    def _split_fitted(self, fitted: dict[str, Any] | BaseModel) -> dict[str, Any]:
+        """State fields from what ``_fit`` returned: known fields as they are, the calibrator's
+        own parameters validated by its ``Fitted`` model into ``extra``."""
+        if isinstance(fitted, BaseModel):
+            fitted = fitted.model_dump(mode="json")
+        if not isinstance(fitted, dict):
+            raise PluginContractError(
+                f"calibrator {self.name!r}: _fit returned {type(fitted).__name__}, not a dict"
+            )
+        known = {key: value for key, value in fitted.items() if key in STATE_FIELDS}
+        own = {key: value for key, value in fitted.items() if key not in STATE_FIELDS}
+        if not own:
+            return known
+        if self.Fitted is None:
+            raise PluginContractError(
+                f"calibrator {self.name!r}: _fit returned fields the calibration state does not "
+                f"have ({', '.join(sorted(own))}); declare them in a pydantic model `Fitted` "
+                "on the calibrator class"
+            )
+        try:
+            validated = self.Fitted.model_validate(own)
+        except ValidationError as exc:
+            raise PluginContractError(
+                validation_message(exc, f"calibrator {self.name!r}: _fit", unknown="field")
+            ) from None
+        return {**known, "extra": validated.model_dump(mode="json")}
+
+    def fitted(self, state: CalibrationState) -> Any:
+        """This calibrator's own fitted parameters from ``state`` (an instance of ``Fitted``)."""
+        if self.Fitted is None:
+            raise PluginContractError(f"calibrator {self.name!r} declares no `Fitted` model")
+        try:
+            return self.Fitted.model_validate(state.extra)
+        except ValidationError as exc:
+            raise CalibrationError(
+                validation_message(
+                    exc, f"calibration state of {self.name!r}: extra", unknown="field"
+                )
+                + "; re-create it with `posdebias calibrate`"
+            ) from None
 
     # -- prediction --------------------------------------------------------------------------
 
@@ -141,7 +199,13 @@ class Calibrator(ABC):
                 f"calibrator {self.name!r} needs the observations of its {wanted} candidate "
                 f"orders (permutations), got {got}"
             )
-        prediction = self._predict(observation, state, rotations)
+        try:
+            prediction = self._predict(observation, state, rotations)
+        except ObservationError as exc:  # Prediction() refused what _predict made
+            raise PluginContractError(
+                f"calibrator {self.name!r} returned invalid scores: {exc}"
+            ) from None
+        prediction = self._checked(prediction, observation.n)
         if not explain:
             return (
                 prediction
@@ -154,6 +218,20 @@ class Calibrator(ABC):
             choice=prediction.choice,
             evidence=own.merged(self._generic_evidence(observation)),
         )
+
+    def _checked(self, prediction: object, n: int) -> Prediction:
+        """A prediction that holds N finite scores, or a PluginContractError naming us."""
+        if not isinstance(prediction, Prediction):
+            raise PluginContractError(
+                f"calibrator {self.name!r}: _predict returned {type(prediction).__name__}, not "
+                "a posdebias Prediction"
+            )
+        if prediction.scores.shape != (n,):
+            raise PluginContractError(
+                f"calibrator {self.name!r} returned {prediction.scores.shape[0]} scores for "
+                f"N={n} images; _predict must return one finite score per candidate"
+            )
+        return prediction
 
     def _generic_evidence(self, observation: Observation) -> Evidence:
         """What any calibrator can show: label probabilities and the attention readout."""

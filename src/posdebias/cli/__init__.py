@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from rich.console import Console
 
 from posdebias._version import __version__
-from posdebias.errors import PosdebiasError
+from posdebias.errors import PosdebiasError, PosdebiasPluginWarning
 
 SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", "report")
 
@@ -49,7 +50,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Plugin warnings as one line in the CLI's style; any other warning as Python shows it."""
+    if issubclass(category, PosdebiasPluginWarning):
+        print(f"warning: {message}", file=file or sys.stderr)
+        return
+    _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     try:

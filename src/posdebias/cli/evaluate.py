@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from posdebias.cli import make_console
@@ -107,4 +108,6 @@ def run(args: argparse.Namespace) -> int:
     if config.out is not None:
         report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")
-    return 0
+    for message in results.failed.values():  # plugin failures: named, the rest was kept
+        print(f"error: {message}", file=sys.stderr)
+    return 1 if results.failed else 0

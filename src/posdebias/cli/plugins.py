@@ -1,39 +1,105 @@
-"""``posdebias plugins``: every adapter and calibrator, and the plugin that provides it."""
+"""``posdebias plugins``: every adapter, calibrator, decoder and bundled model, and its plugin.
+
+``--options`` adds every option of each entry with its type, default and description (from the
+entry's pydantic ``Options`` model), so a configuration can be written without reading code.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+from rich.markup import escape
 from rich.table import Table
 
+from posdebias._version import __version__
 from posdebias.cli import make_console
-from posdebias.registry import get_registry
+from posdebias.registry import PluginInfo, Registry, get_registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "plugins", help="list adapters, calibrators, decoders and plugins"
+        "plugins",
+        help="list adapters, calibrators, decoders, bundled models and their plugins",
+        description="Everything registered, the plugin and distribution that provides it.",
+    )
+    parser.add_argument(
+        "--options",
+        action="store_true",
+        help="also list every option of each entry: type, default and description",
     )
     parser.set_defaults(handler=run)
 
 
+def _entries(registry: Registry) -> list[tuple[str, str, Any]]:
+    """(kind, name, class) of every registered adapter, calibrator and decoder."""
+    return (
+        [("adapter", name, registry.adapter_class(name)) for name in registry.adapter_names()]
+        + [
+            ("calibrator", name, registry.calibrator_class(name))
+            for name in registry.calibrator_names()
+        ]
+        + [("decoder", name, registry.decoder_class(name)) for name in registry.decoder_names()]
+    )
+
+
+def option_rows(options: type[BaseModel]) -> list[tuple[str, str, str, str]]:
+    """(name, type, default, description) of every field of an options model."""
+    rows = []
+    for name, info in options.model_fields.items():
+        annotation = info.annotation
+        kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+        if info.default is not PydanticUndefined:
+            default = repr(info.default)
+        elif info.default_factory is not None:
+            default = repr(info.default_factory())  # type: ignore[call-arg]
+        else:
+            default = "(required)"
+        rows.append((name, kind, default, info.description or ""))
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     registry = get_registry()
-    table = Table(title="posdebias plugins", title_justify="left")
-    for column in ("kind", "name", "plugin", "distribution", "version"):
-        table.add_column(column)
-    plugins = {info.name: info for info in registry.plugins()}
-    for kind, names in (
-        ("adapter", registry.adapter_names()),
-        ("calibrator", registry.calibrator_names()),
-        ("decoder", registry.decoder_names()),
-    ):
-        for name in names:
-            info = plugins[registry.provider(kind, name)]
-            table.add_row(kind, name, info.name, info.distribution or "-", info.version or "-")
     console = make_console()
+    console.print(f"posdebias {__version__}")
+    plugins: dict[str, PluginInfo] = {info.name: info for info in registry.plugins()}
+    table = Table(title="registered", title_justify="left")
+    for column in ("kind", "name", "summary", "plugin", "distribution", "version"):
+        table.add_column(column)
+    entries = _entries(registry)
+    for kind, name, cls in entries:
+        info = plugins[registry.provider(kind, name)]
+        table.add_row(
+            kind,
+            name,
+            escape(getattr(cls, "summary", "") or ""),
+            info.name,
+            info.distribution or "-",
+            info.version or "-",
+        )
+    for model in registry.bundled_models():
+        info = plugins[registry.provider("model", model.name)]
+        summary = model.summary + (" (the default run)" if model.default else "")
+        table.add_row(
+            "model", model.name, escape(summary), info.name, info.distribution or "-",
+            info.version or "-",
+        )  # fmt: skip
     console.print(table)
+    if args.options:
+        for kind, name, cls in entries:
+            rows = option_rows(cls.Options)
+            options = Table(title=f"{kind} {name}: options", title_justify="left")
+            for column in ("option", "type", "default", "description"):
+                options.add_column(column)
+            for row in rows:
+                options.add_row(*(escape(cell) for cell in row))
+            if not rows:
+                options.add_row("(none)", "", "", "")
+            console.print(options)
     for info in registry.plugins():
         if info.error:
-            console.print(f"[red]plugin {info.name!r} failed:[/red] {info.error}")
+            console.print(f"[red]plugin {escape(info.name)!r} failed:[/red] {escape(info.error)}")
     return 0

@@ -63,6 +63,10 @@ class CalibrationState(BaseModel):
         default_factory=dict,
         description="what the fit found out about its data (e.g. uninformative attention)",
     )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="a plugin calibrator's own fitted parameters (its ``Fitted`` model, as JSON)",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> CalibrationState:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.synthetic import synthetic_instances
+from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
@@ -30,7 +30,7 @@ from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.divergence import divergence_profiles
-from posdebias.evaluation.results import CalibratorResult, EvaluationResults
+from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
@@ -159,7 +159,7 @@ def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
             )
         benchmark_path = bundled.benchmark(config.n)
     if benchmark_path is None:
-        if adapter.name != "synthetic":
+        if not isinstance(adapter, SyntheticAdapter):  # it simulates its own instances
             raise InputError(
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
                 "with `posdebias build`)"
@@ -375,6 +375,8 @@ def _run_evaluation(
             if record_log is not None:
                 record_log.append(record.to_dict())
             seen += len(record.targets)
+            for label in evaluator.failures:
+                correct.pop(label, None)
             for label in correct:
                 correct[label] += sum(
                     c == t for c, t in zip(record.choices[label], record.targets, strict=True)
@@ -397,6 +399,8 @@ def _run_evaluation(
     if missing:
         raise InputError(f"{len(missing)} test instances have no record (first: {missing[0]})")
     records = [done[instance.id] for instance in source.test]
+    calibrators = {k: c for k, c in calibrators.items() if k not in evaluator.failures}
+    states = {k: s for k, s in states.items() if k not in evaluator.failures}
     metrics = summarize(records, [*calibrators, *decoders], n)
     views = {
         record.instance_id: [instance.permuted(order) for order in record.orders]
@@ -436,6 +440,8 @@ def _run_evaluation(
             )
             for label, decoder in decoders.items()
         },
+        failed=dict(evaluator.failures),
+        plugins=plugin_versions(adapter, {**calibrators, **decoders}),
         divergence=divergence_profiles(
             calibrators, states, source.test, records, cache, config.seed
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
+from posdebias.decoders.base import Decoder
 from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.metrics import Metrics
+from posdebias.registry import get_registry
 
 RESULTS_SCHEMA_VERSION = 1
 
@@ -42,6 +45,39 @@ class CalibratorResult(BaseModel):
     kind: str = Field(default="calibrator", description="calibrator or decoder")
 
 
+class PluginVersion(BaseModel):
+    """Which plugin distribution provided the run's adapter or one of its rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    name: str
+    plugin: str | None = None
+    distribution: str | None = None
+    version: str | None = None
+
+
+def plugin_versions(adapter: object, rows: Mapping[str, object]) -> list[PluginVersion]:
+    """The plugin and distribution (with its version) behind the adapter and every row."""
+    registry = get_registry()
+    entries = [("adapter", adapter)] + [
+        ("decoder" if isinstance(row, Decoder) else "calibrator", row) for row in rows.values()
+    ]
+    found = []
+    for kind, obj in entries:
+        info = registry.plugin_of(kind, type(obj))
+        found.append(
+            PluginVersion(
+                kind=kind,
+                name=str(getattr(obj, "name", type(obj).__name__)),
+                plugin=info.name if info else None,
+                distribution=info.distribution if info else None,
+                version=info.version if info else None,
+            )
+        )
+    return found
+
+
 class EvaluationResults(BaseModel):
     """Every setting needed to reproduce a run, and the metrics of each calibrator.
 
@@ -63,6 +99,10 @@ class EvaluationResults(BaseModel):
     calibration_ids: list[str] = Field(default_factory=list)
     test_ids: list[str] = Field(default_factory=list)
     calibrators: dict[str, CalibratorResult]
+    failed: dict[str, str] = Field(
+        default_factory=dict, description="label -> why a third-party calibrator was dropped"
+    )
+    plugins: list[PluginVersion] = Field(default_factory=list)
     divergence: DivergenceProfile | None = None
     timing: dict[str, Any] = Field(default_factory=dict)
 

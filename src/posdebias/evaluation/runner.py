@@ -22,8 +22,9 @@ from posdebias.core.instance import RetrievalInstance, random_orders
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.errors import InputError
+from posdebias.errors import InputError, PluginError, PosdebiasError
 from posdebias.evaluation.metrics import Metrics, compute_metrics
+from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 
 
 def observation_key(instance: RetrievalInstance) -> str:
@@ -75,7 +76,7 @@ def observe_cached(
             missing[key] = instance
     if missing:
         started = time.perf_counter()
-        observed = adapter.observe_many(list(missing.values()), batch_size=batch_size)
+        observed = _observe(adapter, list(missing.values()), batch_size)
         elapsed = (time.perf_counter() - started) / len(missing)
         for key, observation in zip(missing, observed, strict=True):
             cache.put(key, observation)
@@ -95,6 +96,29 @@ def _with_target(observation: Observation, target: int | None) -> Observation:
     return Observation(
         label_logprobs=observation.label_logprobs, attention=observation.attention, target=target
     )
+
+
+def _observe(
+    adapter: Adapter, instances: list[RetrievalInstance], batch_size: int
+) -> list[Observation]:
+    """``adapter.observe_many``; a plugin adapter's own failure becomes a PluginError naming it
+    (our errors, with their messages for the user, pass through)."""
+    try:
+        observed = adapter.observe_many(instances, batch_size=batch_size)
+    except PosdebiasError:
+        raise
+    except Exception as exc:
+        origin = third_party_origin("adapter", adapter)
+        if origin is None:
+            raise
+        where = f"observing instance {instances[0].id!r}"
+        raise PluginError(failure_message("adapter", adapter.name, origin, exc, where)) from exc
+    if len(observed) != len(instances):
+        raise PluginError(
+            f"adapter {adapter.name!r} returned {len(observed)} observations for "
+            f"{len(instances)} instances; observe_many must return one per instance, in order"
+        )
+    return list(observed)
 
 
 def fit_calibrators(
@@ -141,7 +165,14 @@ def fit_calibrators(
     states = {}
     for label, calibrator in calibrators.items():
         used = observations if calibrator.needs_fit else []
-        states[label] = calibrator.fit(used, n=n, **info)
+        try:
+            states[label] = calibrator.fit(used, n=n, **info)
+        except Exception as exc:
+            origin = third_party_origin("calibrator", calibrator)
+            if origin is None:
+                raise
+            message = failure_message("calibrator", calibrator.name, origin, exc, "in fit")
+            raise PluginError(message) from exc
     return states
 
 
@@ -223,6 +254,8 @@ class Evaluator:
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
+        #: label -> message, for third-party calibrators that raised (dropped from the run)
+        self.failures: dict[str, str] = {}
         self._timings: dict[str, float] = {}
 
     @property
@@ -258,29 +291,47 @@ class Evaluator:
             orders=[order.tolist() for order in orders],
             targets=[view.target for view in shown],  # type: ignore[misc]
         )
-        for label, calibrator in self.calibrators.items():
+        for label, calibrator in list(self.calibrators.items()):
             state = self.states[label]
             choices, images = [], []
             cost = self.costs[label]
-            for t, view in enumerate(shown):
-                started = time.perf_counter()
-                group = None
-                used = [view]
-                if calibrator.needs_rotations:
-                    used = rotations[label][t]
-                    group = [observations[observation_key(r)] for r in used]
-                prediction = calibrator.predict(
-                    observations[observation_key(view)], state, rotations=group
+            try:
+                for t, view in enumerate(shown):
+                    started = time.perf_counter()
+                    group = None
+                    used = [view]
+                    if calibrator.needs_rotations:
+                        used = rotations[label][t]
+                        group = [observations[observation_key(r)] for r in used]
+                    prediction = calibrator.predict(
+                        observations[observation_key(view)], state, rotations=group
+                    )
+                    cost.seconds += time.perf_counter() - started
+                    cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)
+                    cost.forward_passes += len(used)
+                    choices.append(prediction.choice)
+                    images.append(int(orders[t][prediction.choice]))
+            except Exception as exc:
+                origin = third_party_origin("calibrator", calibrator)
+                if origin is None:
+                    raise  # posdebias's own calibrator: a bug, reported as such
+                self._drop(
+                    label,
+                    failure_message(
+                        "calibrator", calibrator.name, origin, exc, f"on instance {instance.id!r}"
+                    ),
                 )
-                cost.seconds += time.perf_counter() - started
-                cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)
-                cost.forward_passes += len(used)
-                choices.append(prediction.choice)
-                images.append(int(orders[t][prediction.choice]))
+                continue
             cost.instances += 1
             record.choices[label] = choices
             record.chosen_images[label] = images
         return record
+
+    def _drop(self, label: str, message: str) -> None:
+        """Stop running a failed third-party calibrator; the others carry on."""
+        self.failures[label] = message
+        del self.calibrators[label], self.costs[label]
+        warn_plugin(f"{message}; dropped from the run, the other calibrators carry on")
 
     def run(
         self,

@@ -78,6 +78,12 @@ class PluginInfo:
     models: list[str] = field(default_factory=list)
     error: str | None = None
 
+    def describe(self) -> str:
+        """``plugin 'NAME' (distribution DIST VERSION)``, for messages."""
+        if self.distribution is None:
+            return f"plugin {self.name!r}"
+        return f"plugin {self.name!r} (distribution {self.distribution} {self.version or '?'})"
+
 
 @dataclass(frozen=True)
 class Registered(Generic[T]):
@@ -287,6 +293,18 @@ class Registry:
     def plugin(self, name: str) -> PluginInfo:
         """The :class:`PluginInfo` of a loaded plugin by name."""
         return self._plugins[name]
+
+    def plugin_of(self, kind: str, cls: type) -> PluginInfo | None:
+        """The plugin that registered ``cls`` as an adapter, calibrator or decoder, or None."""
+        tables: dict[str, dict[str, Registered[Any]]] = {
+            "adapter": self._adapters,
+            "calibrator": self._calibrators,
+            "decoder": self._decoders,
+        }
+        for entry in tables[kind].values():
+            if entry.value is cls:
+                return self._plugins[entry.plugin]
+        return None
 
     def calibrator_names(self) -> list[str]:
         return list(self._calibrators)
