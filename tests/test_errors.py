@@ -90,7 +90,7 @@ def test_row6_wrong_schema_version(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("num_layers: 5", "layers but the model has 5"),
+        ("num_layers: 5", "attention rows come from layers 0-7 (global), but this model's"),
         ("label_set: upper", "its labels are ['1', '2', '3', '4'], not ['A', 'B', 'C', 'D']"),
     ],
 )

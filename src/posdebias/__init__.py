@@ -14,6 +14,7 @@ from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core import (
     CalibrationState,
     Evidence,
+    LayerSet,
     Observation,
     Prediction,
     RetrievalInstance,
@@ -40,6 +41,7 @@ __all__ = [
     "CalibratorOptions",
     "Debiaser",
     "Evidence",
+    "LayerSet",
     "Metrics",
     "Observation",
     "PosdebiasError",

@@ -354,7 +354,7 @@ class Debiaser:
             for state in states.values():
                 state.check_compatible(
                     n=n,
-                    num_layers=self.adapter.num_layers if needs_attention else None,
+                    layers=self.adapter.attention_layers if needs_attention else None,
                     label_set=self.adapter.labels_for(n),
                 )
             states_by_n[n] = states

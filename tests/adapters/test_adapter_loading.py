@@ -23,6 +23,10 @@ EXPECTED = {
     "llava_onevision": "llava_onevision",
     "internvl": "internvl",
     "llava": "llava",
+    "qwen3_5": "qwen3_5",
+    "qwen3_5_moe": "qwen3_5",
+    "gemma3": "gemma3",
+    "llama4": "llama4",
 }
 
 
@@ -46,7 +50,10 @@ def test_saved_model_loads_with_its_adapter_and_same_results(name, saved, make_i
     for key in ("adapter", "model_id", "revision", "dtype", "device", "num_layers", "prompt_hash"):
         assert key in info
     assert info["model_id"] == str(saved[name]) and info["labels"] == ["1", "2", "3"]
-    assert info["num_layers"] == loaded.attention.shape[0] and info["dtype"] == "float32"
+    assert info["num_layers"] == adapter.num_layers and info["dtype"] == "float32"
+    assert info["layers"] == list(loaded.layers.indices) == list(adapter.attention_layers.indices)
+    assert info["layer_kinds"] == list(loaded.layers.kinds)
+    assert len(info["layers"]) == loaded.attention.shape[0]
 
 
 def test_an_hf_adapter_is_created_by_name(saved):

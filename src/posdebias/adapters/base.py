@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -76,6 +77,13 @@ class Adapter(ABC):
     @abstractmethod
     def num_layers(self) -> int | None:
         """Language-model layers L in the observations' attention (None without attention)."""
+
+    @property
+    def attention_layers(self) -> LayerSet | None:
+        """The model layers (indices and kinds) of the observations' attention rows; by default
+        every layer 0..L-1, global (a dense model)."""
+        num_layers = self.num_layers
+        return None if num_layers is None else LayerSet.dense(num_layers)
 
     @property
     def labels(self) -> list[str] | None:

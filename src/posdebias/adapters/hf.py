@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.cache import PromptCache
 from posdebias.adapters.generation import generate_many
+from posdebias.adapters.layers import attention_layers
 from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.scoring import plan_labels, score_labels
@@ -35,6 +37,7 @@ from posdebias.adapters.sofa import sofa_scope
 from posdebias.adapters.spans import SpanTokens, find_image_spans, span_matrix
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
@@ -234,6 +237,11 @@ class HFAdapter(Adapter):
         positions = mask.long().cumsum(-1) - 1
         return positions.masked_fill(mask == 0, 0)
 
+    def model_forward(self, **inputs: Any) -> Any:
+        """One forward of the model (prompt or decoding step); an output with ``logits`` and the
+        cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
+        return self.model(**inputs)
+
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
         import torch
@@ -259,7 +267,13 @@ class HFAdapter(Adapter):
 
     @property
     def num_layers(self) -> int:
+        """Layers of the language model (all kinds; see :attr:`attention_layers` for the rows)."""
         return int(self._text_config.num_hidden_layers)
+
+    @property
+    def attention_layers(self) -> LayerSet:
+        """The softmax-attention layers the probe reads (adapters/layers.py)."""
+        return attention_layers(self._text_config)
 
     @property
     def labels(self) -> list[str] | None:
@@ -327,12 +341,21 @@ class HFAdapter(Adapter):
                     results[index] = observation
         return results  # type: ignore[return-value]
 
+    def image_spans(
+        self, input_ids: list[int], num_images: int, tokens_per_image: list[int] | None
+    ) -> list[tuple[int, int]]:
+        """[start, end) token range of each image in one prompt row: by default the image-token
+        runs of :meth:`span_tokens` (split by the processor's counts when given); override for
+        other layouts (tiles)."""
+        return find_image_spans(
+            input_ids, self.tokens, num_images, tokens_per_image=tokens_per_image
+        )
+
     def prepare_batch(
         self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
         (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
-
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
@@ -342,11 +365,8 @@ class HFAdapter(Adapter):
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
         spans = [
-            find_image_spans(
-                inputs["input_ids"][row],
-                self.tokens,
-                n,
-                tokens_per_image=self._tokens_per_image(offsets, row),
+            self.image_spans(
+                inputs["input_ids"][row].tolist(), n, self._tokens_per_image(offsets, row)
             )
             for row in range(len(instances))
         ]
@@ -376,14 +396,14 @@ class HFAdapter(Adapter):
                 else contextlib.nullcontext()
             )
             with probe as recorder, sofa_scope(batch.spans, length):
-                output = self.model(
+                output = self.model_forward(
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
                     **self._last_logits_only,
                 )
-            masses = recorder.attention(self.num_layers) if recorder is not None else None
-            cache = getattr(output, "cache", None) or output.past_key_values
+            masses = recorder.attention(self.attention_layers) if recorder is not None else None
+            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
             def decode(prefix: Prefix) -> Any:
@@ -397,11 +417,13 @@ class HFAdapter(Adapter):
         self._last_n = instances[0].n
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
+        layers = self.attention_layers
         return [
             Observation(
                 label_logprobs=scores_np[row],
                 attention=attention_np[row],
                 target=instance.target,
+                layers=layers,
             )
             for row, instance in enumerate(instances)
         ]
@@ -432,7 +454,7 @@ class HFAdapter(Adapter):
         ]
 
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: Any, length: int
+        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
     ) -> Any:
         """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
         import torch
@@ -441,17 +463,15 @@ class HFAdapter(Adapter):
         k = len(prefix)
         ids = torch.tensor([list(prefix)] * batch, dtype=torch.long, device=prompt_mask.device)
         mask = torch.cat([prompt_mask, torch.ones_like(ids, dtype=prompt_mask.dtype)], dim=1)
-        output = self.model(
+        output = self.model_forward(
             input_ids=ids,
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self._last_logits_only,
-            **{self._cache_argument: cache},
+            **{self._cache_argument: cache.cache},
         )
-        cache.crop(-k)  # rewind to the prompt for the next prefix
-        if cache.get_seq_length() != length:
-            raise AdapterError("the KV cache could not be rewound to the prompt")
+        cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
 
     def describe(self) -> dict[str, Any]:
@@ -465,6 +485,7 @@ class HFAdapter(Adapter):
             "dtype": str(getattr(self.model, "dtype", "")).replace("torch.", ""),
             "device": str(self.device),
             "num_layers": self.num_layers,
+            **self.attention_layers.to_dict(),
             "label_set": self.label_set,
             "labels": self.labels,
             "prompt_hash": self.prompt.digest(),

@@ -171,9 +171,15 @@ class LabelFree(AttentionGuided):
         selector = self.options.selector()
         # as predict reads it (attention_prior: false divides by 1, the raw attention)
         divisor = prior if self.options.attention_prior else np.ones_like(prior)
-        attention = [obs.attention for obs in observations if obs.attention is not None]
         purified = np.stack(
-            [corrector.purified_log_attention(a, divisor, selector.select(a)) for a in attention]
+            [
+                corrector.purified_log_attention(
+                    obs.attention_matrix,
+                    divisor,
+                    selector.select(obs.attention_matrix, obs.layers),
+                )
+                for obs in observations
+            ]
         ).reshape(m, n, n)
         log_posteriors = log_softmax(corrector.tau * purified)  # [M, r, position]
         consistency = attention_consistency(purified)

@@ -221,7 +221,7 @@ def resolve_states(
             state.check_compatible(
                 calibrator=calibrator.name,
                 n=n,
-                num_layers=adapter.num_layers if calibrator.needs_attention else None,
+                layers=adapter.attention_layers if calibrator.needs_attention else None,
                 label_set=adapter.labels_for(n),
                 adapter=adapter.name,
             )

@@ -46,6 +46,9 @@ PLUGIN_GUIDE = "the Plugins page of the posdebias documentation"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.synthetic",
     "posdebias.adapters.qwen2_vl",
+    "posdebias.adapters.qwen3_5",
+    "posdebias.adapters.gemma3",
+    "posdebias.adapters.llama4",
     "posdebias.adapters.llava_onevision",
     "posdebias.adapters.internvl",
     "posdebias.adapters.llava",
