@@ -298,14 +298,27 @@ class Debiaser:
         return folder
 
     @classmethod
-    def load(cls, path: str | Path, adapter: Adapter, *, batch_size: int = 1) -> Debiaser:
+    def load(
+        cls,
+        path: str | Path,
+        adapter: Adapter,
+        *,
+        batch_size: int = 1,
+        transfer: bool = False,
+    ) -> Debiaser:
         """A debiaser from what :meth:`save` wrote (a file, or a directory of files in name
-        order); refused if made with another adapter."""
+        order); refused if made with another adapter or prompt, or on another model unless
+        ``transfer`` says that is intended."""
         states = load_states(Path(path))
+        described = adapter.describe()
         registry = get_registry()
         calibrators = {}
         for label, state in states.items():
-            state.check_compatible(adapter=adapter.name)
+            state.check_compatible(
+                adapter=adapter.name,
+                prompt_hash=described.get("prompt_hash"),
+                model_id=None if transfer else described.get("model_id"),
+            )
             calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
         debiaser = cls(adapter, calibrators, batch_size=batch_size)
         debiaser.states = dict(states)

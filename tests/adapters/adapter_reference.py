@@ -40,7 +40,8 @@ def forward(family: str, model, **inputs):
 def language_model(model):
     """The language model (decoder) module of a conditional-generation model."""
     inner = getattr(model, "model", None)
-    return getattr(inner, "language_model", None) or model.language_model
+    found = getattr(inner, "language_model", None) or getattr(inner, "text_model", None)
+    return found or model.language_model  # Idefics3 / SmolVLM: text_model
 
 
 def eager_masses(family: str, batch: PreparedBatch) -> torch.Tensor:

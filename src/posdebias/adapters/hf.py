@@ -1,7 +1,8 @@
 """Shared Hugging Face machinery: prompt rendering, batching, one probed forward, label scoring.
 
 A family adapter subclasses :class:`HFAdapter` and says only what differs: which tokens make an
-image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token runs touch
+image span (:meth:`HFAdapter.span_tokens`, or every token of each image given directly by
+:meth:`HFAdapter.image_spans`), whether consecutive images' token runs touch
 (``split_by_processor_counts``), how the processor wants the images, and the position ids
 (:meth:`HFAdapter.prompt_position_ids`). Everything else is here, once:
 
@@ -12,7 +13,10 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
    cache kept; position ids are explicit so a padded row sees exactly the positions it would see
    alone (results do not depend on the batch size);
 3. the labels are scored with the restricted softmax (scoring.py): the prompt's last logits plus
-   one cached decoding step per distinct multi-token prefix.
+   one cached decoding step per distinct multi-token prefix;
+4. the first batch an adapter observes with a model is verified against the model's own forward
+   (verify.py): a family whose positions the adapter does not reproduce stops with an error
+   instead of giving wrong scores.
 """
 
 from __future__ import annotations
@@ -34,7 +38,15 @@ from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.scoring import plan_labels, score_labels
 from posdebias.adapters.sofa import sofa_scope
-from posdebias.adapters.spans import SpanTokens, find_image_spans, span_matrix
+from posdebias.adapters.spans import (
+    ImageSpan,
+    SpanTokens,
+    as_span,
+    check_spans,
+    find_image_spans,
+    span_matrix,
+)
+from posdebias.adapters.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.layers import LayerSet
@@ -132,13 +144,13 @@ class PreparedBatch:
     Attributes:
         inputs: the processor's tensors on the model's device.
         position_ids: explicit prompt positions (padding-independent).
-        spans: per row, the [start, end) token range of each image.
+        spans: per row, every token of each image (:class:`ImageSpan`), in prompt order.
         plan: the label token trie for this N.
     """
 
     inputs: Any
     position_ids: Any
-    spans: list[list[tuple[int, int]]]
+    spans: list[list[ImageSpan]]
     plan: LabelPlan
 
 
@@ -214,6 +226,43 @@ class HFAdapter(Adapter):
             raise AdapterError(f"image token {self.image_token!r} is not in the vocabulary")
         return SpanTokens(image=image_id)
 
+    def image_spans(
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
+        """Every token of each image in one prompt row, one :class:`ImageSpan` per image.
+
+        The probe's span matrix and the image masses use exactly these tokens. The default is
+        one run of image tokens per image (split by the processor's per-image counts when
+        ``split_by_processor_counts``) widened by the start / end markers of
+        :meth:`span_tokens`. Override it for other layouts (tiles, row markers, break tokens):
+        return spans whose runs hold all tokens of image k; they are validated by
+        :func:`posdebias.adapters.spans.check_spans`.
+
+        Args:
+            input_ids: the row's token ids (left padding included; pad ids are no image's).
+            num_images: N.
+            replacements: the text the processor substituted for each image placeholder, in
+                prompt order (``None`` when the processor does not report it).
+        """
+        counts = None
+        if self.split_by_processor_counts:
+            if replacements is None:
+                raise AdapterError(
+                    f"{type(self.processor).__name__} returns no text replacement offsets; "
+                    "cannot split touching image-token runs per image"
+                )
+            counts = [replacement.count(self.image_token) for replacement in replacements]
+        return find_image_spans(input_ids, self.tokens, num_images, tokens_per_image=counts)
+
+    def image_token_ids(self) -> set[int]:
+        """Tokens that only ever belong to an image: every one must lie in some span."""
+        tokens = self.tokens
+        return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
+
+    def position_problem(self) -> str | None:
+        """Why this adapter cannot reproduce the model's positions, or None (it can)."""
+        return None
+
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
         try:
@@ -227,8 +276,7 @@ class HFAdapter(Adapter):
             )
         except ValueError as exc:
             raise AdapterError(
-                f"the processor of {self.model_id} rejected the prompt and its images: {exc}. "
-                "The chat template must render one image placeholder per image item"
+                f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
 
     def prompt_position_ids(self, inputs: Any) -> Any:
@@ -341,16 +389,6 @@ class HFAdapter(Adapter):
                     results[index] = observation
         return results  # type: ignore[return-value]
 
-    def image_spans(
-        self, input_ids: list[int], num_images: int, tokens_per_image: list[int] | None
-    ) -> list[tuple[int, int]]:
-        """[start, end) token range of each image in one prompt row: by default the image-token
-        runs of :meth:`span_tokens` (split by the processor's counts when given); override for
-        other layouts (tiles)."""
-        return find_image_spans(
-            input_ids, self.tokens, num_images, tokens_per_image=tokens_per_image
-        )
-
     def prepare_batch(
         self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
     ) -> PreparedBatch:
@@ -364,12 +402,13 @@ class HFAdapter(Adapter):
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
-        spans = [
-            self.image_spans(
-                inputs["input_ids"][row].tolist(), n, self._tokens_per_image(offsets, row)
-            )
-            for row in range(len(instances))
-        ]
+        spans = []
+        covered = self.image_token_ids()
+        for row in range(len(instances)):
+            ids = inputs["input_ids"][row].tolist()
+            row_spans = [as_span(s) for s in self.image_spans(ids, n, _replacements(offsets, row))]
+            check_spans(row_spans, ids, covered, n)
+            spans.append(row_spans)
         positions = self.prompt_position_ids(inputs)
         inputs = inputs.to(self.device)
         model_dtype = getattr(self.model, "dtype", None)
@@ -412,8 +451,17 @@ class HFAdapter(Adapter):
             scores = score_labels(batch.plan, output.logits[:, -1, :], decode)
         return scores, masses
 
+    def verify(self, instance: RetrievalInstance) -> None:
+        """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
+        equal the model's own forward (verify.py; cached per model, so the first observed
+        batch then needs no extra work)."""
+        verify_instance(self, instance)
+
     def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
-        scores, attention = self.run_batch(self.prepare_batch(instances))
+        refuse_unsupported(self)
+        batch = self.prepare_batch(instances)
+        scores, attention = self.run_batch(batch)
+        verify_first_batch(self, instances, batch, scores)  # once per model and adapter class
         self._last_n = instances[0].n
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
@@ -439,20 +487,6 @@ class HFAdapter(Adapter):
 
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
-    def _tokens_per_image(self, offsets: Any, row: int) -> list[int] | None:
-        if not self.split_by_processor_counts:
-            return None
-        if offsets is None:
-            raise AdapterError(
-                f"{type(self.processor).__name__} returns no text replacement offsets; cannot "
-                "split touching image-token runs per image"
-            )
-        return [
-            entry["replacement"].count(self.image_token)
-            for entry in offsets[row]
-            if entry.get("type") == "image"
-        ]
-
     def _decode_step(
         self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
     ) -> Any:
@@ -474,7 +508,7 @@ class HFAdapter(Adapter):
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
         return {
@@ -487,7 +521,7 @@ class HFAdapter(Adapter):
             "num_layers": self.num_layers,
             **self.attention_layers.to_dict(),
             "label_set": self.label_set,
-            "labels": self.labels,
+            "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.prompt.digest(),
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
@@ -497,3 +531,10 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }
+
+
+def _replacements(offsets: Any, row: int) -> list[str] | None:
+    """The processor's replacement text of each image placeholder of one row, or None."""
+    if offsets is None:
+        return None
+    return [entry["replacement"] for entry in offsets[row] if entry.get("type") == "image"]

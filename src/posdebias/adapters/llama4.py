@@ -27,7 +27,7 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
-from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.spans import ImageSpan, SpanTokens
 from posdebias.adapters.tiny import build_tokenizer, text_config
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
@@ -54,8 +54,8 @@ class Llama4Adapter(HFAdapter):
         )
 
     def image_spans(
-        self, input_ids: list[int], num_images: int, tokens_per_image: list[int] | None
-    ) -> list[tuple[int, int]]:
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
         """From each ``<|image_start|>`` to its ``<|image_end|>``: every tile's patches, the
         separators and the global view of one image."""
         tokens = self.tokens
@@ -73,7 +73,7 @@ class Llama4Adapter(HFAdapter):
                 f"for {num_images} images; the chat template must render one image placeholder "
                 "per image"
             )
-        return spans
+        return [ImageSpan.of(start, end) for start, end in spans]
 
     def model_forward(self, **inputs: Any) -> Any:
         """The conditional-generation forward, composed from the model's own parts.

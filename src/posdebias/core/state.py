@@ -209,13 +209,20 @@ class CalibrationState(BaseModel):
         layers: LayerSet | None = None,
         label_set: list[str] | None = None,
         adapter: str | None = None,
+        options: dict[str, Any] | None = None,
+        prompt_hash: str | None = None,
+        model_id: str | None = None,
     ) -> None:
         """Refuse to use this state where it was not made for (each mismatch named).
 
         ``layers``: the layer set of the observations (or the adapter's); a state whose
         attention rows come from other model layers, or layers of another kind, is refused.
+
+        ``options`` are the using calibrator's options, ``prompt_hash`` and ``model_id`` the
+        adapter's; a state that records none of a value is not checked against it.
         """
         problems = []
+        transfer_hint = False
         if calibrator is not None and calibrator != self.calibrator:
             problems.append(f"it was fitted by calibrator {self.calibrator!r}, not {calibrator!r}")
         if n is not None and n != self.n:
@@ -232,8 +239,41 @@ class CalibrationState(BaseModel):
             problems.append(f"its labels are {self.label_set}, not {label_set}")
         if adapter is not None and self.adapter is not None and adapter != self.adapter:
             problems.append(f"it was made with adapter {self.adapter!r}, not {adapter!r}")
+        if options is not None and options != self.options:
+            changed = sorted(
+                key
+                for key in set(options) | set(self.options)
+                if options.get(key) != self.options.get(key)
+            )
+            shown = ", ".join(
+                f"{key}: {self.options.get(key)!r} there, {options.get(key)!r} now"
+                for key in changed
+            )
+            problems.append(f"it was fitted with other options ({shown})")
+        if (
+            prompt_hash is not None
+            and self.prompt_hash is not None
+            and prompt_hash != self.prompt_hash
+        ):
+            problems.append(
+                f"it was fitted with another prompt (hash {self.prompt_hash!r}, "
+                f"now {prompt_hash!r})"
+            )
+        if model_id is not None and self.model_id is not None and model_id != self.model_id:
+            problems.append(f"it was fitted on model {self.model_id!r}, not {model_id!r}")
+            transfer_hint = True
         if problems:
+            library, cli = RECALIBRATE
+            if transfer_hint:
+                library += (
+                    " To use a state fitted on another model on purpose (calibration transfer), "
+                    "pass transfer=True to Debiaser.load."
+                )
+                cli += (
+                    " To use a state fitted on another model on purpose (calibration transfer), "
+                    "pass --calibration-transfer (config: calibration_transfer: true)."
+                )
             raise calibration_error(
                 "calibration state does not fit this use: " + "; ".join(problems) + ". ",
-                RECALIBRATE,
+                (library, cli),
             )
