@@ -30,7 +30,7 @@ def without_target(instance):
     return replace(instance, target=None)
 
 
-def evaluate_draws(adapter, pool, test, n, args):
+def evaluate_draws(adapter, pool, test, n, args, draws):
     """Accuracy (mean over orders) per calibrator label and draw."""
     import numpy as np
 
@@ -46,7 +46,7 @@ def evaluate_draws(adapter, pool, test, n, args):
     m = args.m
     accuracy: dict[str, list[float]] = {}
     diagnostics: dict[str, list[dict]] = {}
-    for draw in range(args.draws):
+    for draw in range(draws):
         chosen = np.random.default_rng(draw).choice(len(pool), 4 * m, replace=False)
         calibration = [pool[i] for i in chosen]
         unlabelled = [without_target(x) for x in calibration]
@@ -54,6 +54,7 @@ def evaluate_draws(adapter, pool, test, n, args):
             "vanilla": ("vanilla", calibration[:m]),
             f"pride (M={m}, labelled)": ("pride", calibration[:m]),
             f"attention_guided (M={m}, labelled)": ("attention_guided", calibration[:m]),
+            f"attention_guided (M={4 * m}, labelled)": ("attention_guided", calibration),
             f"label_free (M={m}, unlabelled)": ("label_free", unlabelled[:m]),
             f"label_free (M={4 * m}, unlabelled)": ("label_free", unlabelled),
         }
@@ -69,6 +70,11 @@ def evaluate_draws(adapter, pool, test, n, args):
             )[label]
             if states[label].diagnostics:
                 kept = {k: v for k, v in states[label].diagnostics.items() if k != "soft_targets"}
+                soft = states[label].diagnostics.get("soft_targets")
+                if soft is not None:  # did the fit find the truths it was not told?
+                    truths = [x.target for x in calibration[: len(instances)]]
+                    found = np.argmax(np.array(soft), axis=1) == truths
+                    kept["truths_found"] = float(np.mean(found))
                 diagnostics.setdefault(label, []).append(kept)
         evaluator = Evaluator(
             adapter,
@@ -89,7 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", type=int, default=5, help="labelled calibration instances M")
     parser.add_argument("--draws", type=int, default=5, help="calibration draws D")
-    parser.add_argument("--count", type=int, default=200, help="test instances")
+    parser.add_argument("--count", type=int, default=200, help="test instances (organism)")
+    parser.add_argument(
+        "--synthetic-count", type=int, default=1000, help="test instances (simulated model)"
+    )
+    parser.add_argument(
+        "--synthetic-draws", type=int, default=10, help="calibration draws (simulated model)"
+    )
     parser.add_argument("--orders", type=int, default=5, help="candidate orders T")
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
@@ -131,16 +143,21 @@ def main() -> None:
             n = int(model.split("-")[1])
             weak = model.endswith("-weak")
             adapter = SyntheticAdapter(attention_evidence=0.5) if weak else SyntheticAdapter()
-            test = synthetic_instances(args.count, n, seed=0, prefix="test")
+            test = synthetic_instances(args.synthetic_count, n, seed=0, prefix="test")
             pool = synthetic_instances(100, n, seed=1, prefix="cal")
-        accuracy, diagnostics = evaluate_draws(adapter, pool, test, n, args)
+        draws = args.draws if model == "organism" else args.synthetic_draws
+        accuracy, diagnostics = evaluate_draws(adapter, pool, test, n, args, draws)
         labelled = accuracy[f"attention_guided (M={args.m}, labelled)"]
         for label, values in accuracy.items():
             mean = statistics.mean(values)
             gap = [a - b for a, b in zip(values, labelled, strict=True)]
+            found = [d["truths_found"] for d in diagnostics.get(label, []) if "truths_found" in d]
+            informative = [d["attention_informative"] for d in diagnostics.get(label, [])]
             record = {
                 "model": model,
                 "n": n,
+                "test_instances": len(test),
+                "draws": draws,
                 "calibrator": label,
                 "accuracy_per_draw": values,
                 "accuracy_mean": mean,
@@ -157,12 +174,24 @@ def main() -> None:
                     f"{min(values):.2f}-{max(values):.2f}",
                     f"{statistics.mean(gap):+.2f}",
                     f"{min(gap):+.2f}",
+                    f"{100 * statistics.mean(found):.0f}" if found else "",
+                    f"{sum(informative)}/{len(informative)}" if informative else "",
                 ]
             )
     table = common.print_table(
-        f"Label-free calibration: accuracy %, {args.draws} calibration draws, {args.count} test "
-        f"instances x {args.orders} orders",
-        ["model", "calibrator", "Acc (mean of draws)", "min-max", "vs labelled", "worst draw"],
+        f"Label-free calibration: accuracy %, mean over calibration draws ({args.draws} on the "
+        f"organism with {args.count} test instances, {args.synthetic_draws} on the simulated "
+        f"model with {args.synthetic_count}), each test instance in {args.orders} orders",
+        [
+            "model",
+            "calibrator",
+            "Acc (mean of draws)",
+            "min-max",
+            "vs labelled M",
+            "worst draw",
+            "truths found %",
+            "attention informative",
+        ],
         rows,
     )
     common.write_results("label_free", args, info, records, table)
