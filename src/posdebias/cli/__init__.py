@@ -97,7 +97,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PosdebiasError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.cli_message()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

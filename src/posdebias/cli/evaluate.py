@@ -126,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
     print_results_table(
         results.metrics(), title=title, console=console, generated=results.generated_rows()
     )
+    for label, result in results.calibrators.items():
+        if result.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {result.diagnostics['warning']}", markup=False
+            )
     if config.out is not None:
         with DirectoryLock(config.out):
             report = write_report(results, config.out)

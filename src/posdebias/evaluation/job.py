@@ -538,6 +538,9 @@ def finish(run: Run) -> EvaluationResults:
                 calibration=state_provenance(
                     run.states[label], label in run.provided, config.calibration_transfer
                 ),
+                diagnostics={
+                    k: v for k, v in run.states[label].diagnostics.items() if k != "soft_targets"
+                },
             )
             for label, calibrator in calibrators.items()
         }

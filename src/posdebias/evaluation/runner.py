@@ -128,7 +128,20 @@ def observe_cached(
             cache.put(key, observation)
             if timings is not None:
                 timings[key] = elapsed
-    return [cache.get(key) for key in keys]  # type: ignore[misc]
+    # the key ignores the target, so one cached observation serves a labelled and an
+    # unlabelled request: each gets the target of the instance it asked for
+    return [
+        _with_target(cache.get(key), instance.target)  # type: ignore[arg-type]
+        for key, instance in zip(keys, instances, strict=True)
+    ]
+
+
+def _with_target(observation: Observation, target: int | None) -> Observation:
+    if observation.target == target:
+        return observation
+    return Observation(
+        label_logprobs=observation.label_logprobs, attention=observation.attention, target=target
+    )
 
 
 def _observe(
@@ -171,9 +184,15 @@ def fit_calibrators(
     symmetrized = symmetrized_calibration_set(calibration_instances)
     n = symmetrized[0].n if symmetrized else None
     if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
-        raise InputError("calibration needs at least one instance with a known target")
-    if any(instance.target is None for instance in symmetrized):
-        raise InputError("calibration instances must have a known target")
+        raise InputError("calibration needs at least one instance")
+    labelled = [label for label, c in calibrators.items() if c.needs_fit and c.needs_targets]
+    unknown = [instance.id for instance in calibration_instances if instance.target is None]
+    if labelled and unknown:
+        raise InputError(
+            f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
+            "labelled instances; give the targets, or calibrate a label-free calibrator "
+            "(label_free, purified_attention) on them"
+        )
     observations: list[Observation] = []
     if symmetrized:
         observations = observe_cached(
