@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
@@ -32,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
+    parser.add_argument(
+        "--calibration-transfer",
+        action="store_true",
+        default=None,
+        dest="calibration_transfer",
+        help="use --calibration states fitted on another model (recorded in results.json)",
+    )
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
     parser.add_argument(
         "--decoders",
@@ -50,8 +58,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
     )
     parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--protocol",
+        choices=("default", "reference"),
+        help="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
+    parser.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow the model's own Python code from its repository (runs that code)",
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -68,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         benchmark=args.benchmark,
         calibration=args.calibration,
+        calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,
         decoders=args.decoders,
         orders=args.orders,
@@ -75,9 +95,15 @@ def run(args: argparse.Namespace) -> int:
         calibration_count=args.calibration_count,
         n=args.n,
         seed=args.seed,
+        protocol=args.protocol,
         batch_size=args.batch_size,
         out=args.out,
     )
+    if args.trust_remote_code:
+        options = {**config.adapter.options, "trust_remote_code": True}
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"options": options})}
+        )
     if args.resume and config.out is None:
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
@@ -100,8 +126,14 @@ def run(args: argparse.Namespace) -> int:
     print_results_table(
         results.metrics(), title=title, console=console, generated=results.generated_rows()
     )
+    for label, result in results.calibrators.items():
+        if result.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {result.diagnostics['warning']}", markup=False
+            )
     if config.out is not None:
-        report = write_report(results, config.out)
+        with DirectoryLock(config.out):
+            report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")
     for message in results.failed.values():  # plugin failures: named, the rest was kept
         print(f"error: {message}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -68,6 +68,11 @@ class EvaluateConfig(_Strict):
     model: str | None = Field(default=None, description="model id or path (HF adapters)")
     benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
     calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibration_transfer: bool = Field(
+        default=False,
+        description="use saved calibration states fitted on another model (a transfer study); "
+        "recorded in results.json",
+    )
     calibration_benchmark: Path | None = Field(
         default=None, description="separate benchmark to calibrate on (default: held out)"
     )
@@ -83,6 +88,10 @@ class EvaluateConfig(_Strict):
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
+    protocol: Literal["default", "reference"] = Field(
+        default="default",
+        description="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     batch_size: int = Field(default=1, ge=1)
     out: Path | None = None
 
@@ -166,6 +175,11 @@ def _has_nul(value: Any) -> bool:
 def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateConfig:
     """A validated config from an optional file plus overrides (None values are ignored)."""
     data = read_config_file(path) if path is not None else {}
+    return config_from_data(data, str(path) if path else "configuration", **overrides)
+
+
+def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> EvaluateConfig:
+    """A validated config from parsed settings plus overrides (see :func:`load_config`)."""
     for key, value in overrides.items():
         if value is None:
             continue
@@ -183,4 +197,4 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateCon
     try:
         return EvaluateConfig.model_validate(data)
     except ValidationError as exc:
-        raise config_error(exc, str(path) if path else "configuration") from None
+        raise config_error(exc, source) from None

@@ -8,17 +8,21 @@ never sees a calibrator.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import RetrievalInstance, random_orders
+from posdebias.core.instance import ImageRef, RetrievalInstance, image_key, random_orders
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
@@ -28,10 +32,46 @@ from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 
 
+def _file_digest(path: str) -> str | None:
+    """sha256 of an image file's bytes (memoised by path, size and mtime), None if no file."""
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not S_ISREG(stat.st_mode):
+        return None
+    return _digest_of(os.path.realpath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _digest_of(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def image_identity(image: ImageRef) -> str:
+    """What an image contributes to a forward pass: its file's content hash when it is a
+    file (a path alias or a moved folder gives the same identity, another file with the same
+    name does not), else its reference text or object identity."""
+    if isinstance(image, (str, Path)):
+        digest = _file_digest(str(image))
+        if digest is not None:
+            return f"sha256:{digest}"
+    return image_key(image)
+
+
 def observation_key(instance: RetrievalInstance) -> str:
-    """Cache key of an (instance, candidate order): the id plus the images in order."""
-    digest = hashlib.sha1("\x1f".join(instance.image_ids).encode()).hexdigest()[:16]
-    return f"{instance.id}#{digest}"
+    """Cache key of an (instance, candidate order): every input of its forward pass.
+
+    The id, the caption and the images' content in the order shown; what is fixed for a whole
+    run (model, prompt template, label set) is the run's identity (``run.json``).
+    """
+    parts = [instance.query, *(image_identity(image) for image in instance.images)]
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{instance.id}#{digest[:32]}"
 
 
 def stable_seed(seed: int, instance_id: str) -> list[int]:
@@ -40,8 +80,14 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
     return [seed, int.from_bytes(digest[:4], "little")]
 
 
-def instance_orders(instance: RetrievalInstance, count: int, seed: int) -> list[np.ndarray]:
-    """The T candidate orders of a test instance (a function of seed and instance id only)."""
+def instance_orders(
+    instance: RetrievalInstance, count: int, seed: int, *, shared: bool = False
+) -> list[np.ndarray]:
+    """The T distinct candidate orders of a test instance (a function of seed and instance id
+    only); ``shared``: one set for every instance of this N, the identity first (the authors'
+    protocol)."""
+    if shared:
+        return random_orders(instance.n, count, [seed, instance.n], identity_first=True)
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
 
 
@@ -83,7 +129,20 @@ def observe_cached(
             cache.put(key, observation)
             if timings is not None:
                 timings[key] = elapsed
-    return [cache.get(key) for key in keys]  # type: ignore[misc]
+    # the key ignores the target, so one cached observation serves a labelled and an
+    # unlabelled request: each gets the target of the instance it asked for
+    return [
+        _with_target(cache.get(key), instance.target)  # type: ignore[arg-type]
+        for key, instance in zip(keys, instances, strict=True)
+    ]
+
+
+def _with_target(observation: Observation, target: int | None) -> Observation:
+    if observation.target == target:
+        return observation
+    return Observation(
+        label_logprobs=observation.label_logprobs, attention=observation.attention, target=target
+    )
 
 
 def _observe(
@@ -139,9 +198,15 @@ def fit_calibrators(
     symmetrized = symmetrized_calibration_set(calibration_instances)
     n = symmetrized[0].n if symmetrized else None
     if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
-        raise InputError("calibration needs at least one instance with a known target")
-    if any(instance.target is None for instance in symmetrized):
-        raise InputError("calibration instances must have a known target")
+        raise InputError("calibration needs at least one instance")
+    labelled = [label for label, c in calibrators.items() if c.needs_fit and c.needs_targets]
+    unknown = [instance.id for instance in calibration_instances if instance.target is None]
+    if labelled and unknown:
+        raise InputError(
+            f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
+            "labelled instances; give the targets, or calibrate a label-free calibrator "
+            "(label_free, purified_attention) on them"
+        )
     observations: list[Observation] = []
     if symmetrized:
         observations = observe_cached(
@@ -177,7 +242,9 @@ class InstanceRecord:
 
     ``orders[t]`` is the permutation shown in order t; ``targets[t]`` the truth position there;
     ``choices[label][t]`` the chosen position and ``chosen_images[label][t]`` the chosen image as
-    its position in the base (file) order.
+    its position in the base (file) order. ``fingerprints[label]`` identifies the calibrator
+    that chose (class, options, fitted state), so a resumed run never reuses a choice of a
+    calibrator that has changed since.
     """
 
     instance_id: str
@@ -185,6 +252,7 @@ class InstanceRecord:
     targets: list[int]
     choices: dict[str, list[int]] = field(default_factory=dict)
     chosen_images: dict[str, list[int]] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -193,17 +261,26 @@ class InstanceRecord:
             "targets": self.targets,
             "choices": self.choices,
             "chosen_images": self.chosen_images,
+            "fingerprints": self.fingerprints,
         }
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> InstanceRecord:
         check_record_row(payload)  # a tampered log is a clear error, not a wrong metric
         return cls(
-            instance_id=payload["instance_id"],
+            instance_id=str(payload["instance_id"]),
             orders=payload["orders"],
             targets=payload["targets"],
             choices=dict(payload["choices"]),
             chosen_images=dict(payload["chosen_images"]),
+            fingerprints=dict(payload.get("fingerprints") or {}),
+        )
+
+    def complete_for(self, fingerprints: Mapping[str, str]) -> bool:
+        """Whether this record holds a choice of every calibrator as it is now."""
+        return all(
+            label in self.choices and self.fingerprints.get(label) == fingerprint
+            for label, fingerprint in fingerprints.items()
         )
 
 
@@ -236,6 +313,7 @@ class Evaluator:
         seed: int = 0,
         batch_size: int = 1,
         cache: ObservationCache | None = None,
+        shared_orders: bool = False,
     ) -> None:
         if orders < 1:
             raise InputError(f"--orders must be at least 1, got {orders}")
@@ -247,6 +325,7 @@ class Evaluator:
         self.states = dict(states)
         self.orders = orders
         self.seed = seed
+        self.shared_orders = shared_orders
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -261,7 +340,7 @@ class Evaluator:
     def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
-        orders = instance_orders(instance, self.orders, self.seed)
+        orders = instance_orders(instance, self.orders, self.seed, shared=self.shared_orders)
         shown = [instance.permuted(order) for order in orders]
         rotations = {
             label: [calibrator.views_of(view) for view in shown]
