@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import posdebias
 from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
 from posdebias.cli import main
@@ -87,7 +88,16 @@ def test_rank_command(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("<- chosen") == 1 and "d.png" in out
+    # the printed distribution is the Debiaser's own, and the mark sits on its argmax
+    images = ["a.png", "b.png", "c.png", "d.png"]
+    adapter = posdebias.get_registry().create_adapter("synthetic")
+    expected = Debiaser.load(states, adapter).rank("a red circle", images)
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if ".png" in line}
+    assert list(rows) == images
+    for image, probability in zip(images, expected.probabilities, strict=True):
+        assert f"{probability:.4f}" in rows[image]
+    assert out.count("<- chosen") == 1 and "<- chosen" in rows[images[expected.choice]]
+    assert expected.choice == int(np.argmax(expected.probabilities))
 
 
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
