@@ -58,7 +58,8 @@ class HFAdapterOptions(AdapterOptions):
         default=None, description="prompt template fields, or a JSON file (default: METHOD.md)"
     )
     prompt_variant: str = Field(
-        default="plain", description="plain, instruction or cot (docs/method.md)"
+        default="plain",
+        description="plain, instruction or cot (the method page of the documentation)",
     )
     end_token: str | None = Field(
         default=None, description="end-of-answer token (default: the model's first eos token)"
@@ -200,7 +201,7 @@ class HFAdapter(Adapter):
         if not isinstance(token, str) or not token:
             raise AdapterError(
                 f"{type(self.processor).__name__} declares no image token; posdebias needs one "
-                "to find each image's tokens (write an adapter plugin, see docs/adapters.md)"
+                "to find each image's tokens (write an adapter plugin: see the Adapters docs page)"
             )
         return token
 

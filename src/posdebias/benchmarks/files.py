@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posdebias import defaults
 from posdebias._io import atomic_write_text
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
@@ -30,7 +31,7 @@ from posdebias.errors import BenchmarkError, validation_problems
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
-MIN_N, MAX_N = 2, 26
+MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
 
 Setting = Literal["random", "adversarial"]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from posdebias import defaults
 from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
         description="Build a multi-image retrieval benchmark: COUNT instances, each a caption "
         "and N images (its own and N-1 distractors). Writes OUT/benchmark.jsonl and "
-        "OUT/manifest.json. See docs/benchmarks.md.",
+        "OUT/manifest.json. See the Benchmarks page of the posdebias documentation.",
     )
     parser.add_argument("--source", required=True, choices=SOURCE_KINDS)
     parser.add_argument(
@@ -38,7 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--instances", type=Path, help="COCO instances_*.json (categories)")
     parser.add_argument("--setting", required=True, choices=SETTINGS)
-    parser.add_argument("-N", dest="n", type=int, default=4, help="images per instance (2..26)")
+    parser.add_argument(
+        "-N",
+        dest="n",
+        type=int,
+        default=defaults.CANDIDATES,
+        help=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES})",
+    )
     parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help="number of instances")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

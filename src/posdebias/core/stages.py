@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from posdebias import defaults
 from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
 
@@ -56,7 +57,7 @@ class LayerSelector:
     semantics; negative values count from the top).
     """
 
-    top_k: int = 2
+    top_k: int = defaults.TOP_K
     layer_range: tuple[int, int] | None = None
 
     def candidates(self, num_layers: int) -> np.ndarray:
@@ -172,7 +173,7 @@ class Corrector:
     ``prob``: b = log(pi @ rownorm(exp B)), paper).
     """
 
-    tau: float = 5.0
+    tau: float = defaults.TAU
     layer_average: Literal["arithmetic", "geometric"] = "arithmetic"
     mixture: Literal["log", "prob"] = "log"
 

@@ -10,16 +10,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from posdebias import defaults
 from posdebias.errors import ConfigError, validation_message
 
-DEFAULT_CALIBRATORS = (
-    "vanilla",
-    "pride",
-    "attention_readout",
-    "purified_attention",
-    "attention_guided",
-    "permutation_average",
-)
+DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
 
 class _Strict(BaseModel):
@@ -64,12 +58,17 @@ class EvaluateConfig(_Strict):
         default_factory=list,
         description="methods that run the model themselves (generated answers, SoFA); opt-in",
     )
-    n: int = Field(default=4, ge=2, le=26, description="images per instance (no benchmark given)")
+    n: int = Field(
+        default=defaults.CANDIDATES,
+        ge=defaults.MIN_CANDIDATES,
+        le=defaults.MAX_CANDIDATES,
+        description="images per instance (no benchmark given)",
+    )
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = 0
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
     out: Path | None = None
 
     @field_validator("calibrators", "decoders", mode="before")
