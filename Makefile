@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs benchmarks clean
+.PHONY: demo test lint typecheck docs goldens benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 # included; offline (built-in theme). Output in site/.
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet
+
+# Regenerate the golden metrics of the seeded default runs (tests/goldens/) after a deliberate
+# change of the numbers; commit them with the change.
+goldens: $(STAMP)
+	$(BIN)/python -m tests.golden --regenerate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
