@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias._io import atomic_write_text
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.calibrators.base import CalibratorOptions
 from posdebias.core.stages import Corrector, LayerSelector
 

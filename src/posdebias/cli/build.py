@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.errors import InputError, UnknownNameError
 
 _ROMAN = [

@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
 

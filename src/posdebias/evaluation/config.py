@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, validation_message
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from posdebias import defaults
+import posdebias.defaults as defaults
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.stages import EPSILON, Corrector, LayerSelector, mean_attention
