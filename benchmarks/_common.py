@@ -127,18 +127,42 @@ def text_config_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+LANGUAGE_MODELS = ("qwen2", "qwen3_5")
+"""``--language-model`` choices: a dense Qwen2 (every layer softmax attention) or a Qwen3.5
+hybrid (linear attention in 3 of every 4 layers; the probe reads the full-attention ones)."""
+
+
 def build_language_model(args: argparse.Namespace, attention: str) -> Any:
-    """A seeded random Qwen2-style causal LM with ``attention`` as its implementation."""
+    """A seeded random causal LM (``args.language_model``: Qwen2-style dense, or Qwen3.5
+    hybrid) with ``attention`` as the implementation of its softmax-attention layers."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from posdebias.adapters.probe import register_probe
 
     register_probe()
-    config = Qwen2Config(vocab_size=1024, **text_config_options(args))
+    family = getattr(args, "language_model", "qwen2")
+    if family == "qwen3_5":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+        head_dim = args.hidden // args.heads
+        config = Qwen3_5TextConfig(
+            vocab_size=1024,
+            head_dim=head_dim,
+            linear_key_head_dim=head_dim,
+            linear_value_head_dim=head_dim,
+            linear_num_key_heads=args.kv_heads,
+            linear_num_value_heads=args.heads,
+            **text_config_options(args),
+        )
+        model_class: Any = Qwen3_5ForCausalLM
+    else:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        config = Qwen2Config(vocab_size=1024, **text_config_options(args))
+        model_class = Qwen2ForCausalLM
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
+        model = model_class(config)
     model.set_attn_implementation(attention)
     return model.to(device=args.device, dtype=torch_dtype(args)).eval()
 

@@ -15,6 +15,7 @@ the median over processes with the min-max range. Usage:
 
     python benchmarks/probe_cost.py                      # CPU, T = 1k, 2k, 4k, 8k
     python benchmarks/probe_cost.py --device cuda --layers 28 --hidden 3584 --heads 28 --kv-heads 4
+    python benchmarks/probe_cost.py --language-model qwen3_5 --layers 8   # hybrid: 2 of 8 read
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ IMAGES = 4
 
 def child(args: argparse.Namespace) -> None:
     torch = common.setup_torch(args)
+    from posdebias.adapters.layers import attention_layers
     from posdebias.adapters.probe import PROBE_NAME, recording
 
     attention = {"sdpa": "sdpa", "probe": PROBE_NAME, "eager": "eager"}[args.mode]
     model = common.build_language_model(args, attention)
+    layers = attention_layers(model.config)  # hybrid: the full-attention layers only
     length = args.tokens
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 1024, (1, length), generator=generator).to(args.device)
@@ -56,7 +59,7 @@ def child(args: argparse.Namespace) -> None:
             if args.mode == "probe":
                 with recording(spans) as recorder:
                     model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
-                return recorder.attention(args.layers)
+                return recorder.attention(layers)
             if args.mode == "eager":
                 out = model(
                     input_ids=ids,
@@ -122,6 +125,8 @@ def run_child(args: argparse.Namespace, mode: str, tokens: int) -> dict | None:
         str(args.heads),
         "--kv-heads",
         str(args.kv_heads),
+        "--language-model",
+        args.language_model,
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
     for line in done.stdout.splitlines():
@@ -146,6 +151,12 @@ def main() -> None:
         "--eager-max-tokens", type=int, default=8192, help="skip eager above this T"
     )
     parser.add_argument("--inner", type=int, default=4, help="timed forwards per process")
+    parser.add_argument(
+        "--language-model",
+        choices=common.LANGUAGE_MODELS,
+        default="qwen2",
+        help="qwen2: dense; qwen3_5: hybrid, linear attention in 3 of 4 layers (not probed)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--tokens", type=int, help=argparse.SUPPRESS)
@@ -204,7 +215,8 @@ def main() -> None:
                 ]
             )
     table = common.print_table(
-        f"Probe cost ({args.layers} layers, width {args.hidden}, {args.heads} heads / "
+        f"Probe cost ({args.language_model}, {args.layers} layers, width {args.hidden}, "
+        f"{args.heads} heads / "
         f"{args.kv_heads} KV heads, {args.dtype}, {args.device}, {args.repeats} processes each)",
         [
             "T",

@@ -34,7 +34,7 @@ RUNS: dict[str, list[str]] = {
 def run_metrics(args: list[str]) -> dict[str, Any]:
     """The metrics of one CLI run, as the golden files store them."""
     from posdebias.evaluation.config import load_config
-    from posdebias.evaluation.job import default_model_threads, run_evaluation
+    from posdebias.evaluation.job import run_evaluation
 
     flags = dict(zip(args[::2], args[1::2], strict=True))
     config = load_config(
@@ -43,8 +43,7 @@ def run_metrics(args: list[str]) -> dict[str, Any]:
         count=int(flags["--count"]) if "--count" in flags else None,
         orders=int(flags["--orders"]) if "--orders" in flags else None,
     )
-    with default_model_threads(config):
-        results = run_evaluation(config)
+    results = run_evaluation(config)  # a bundled model's thread count is applied inside
     assert results is not None
     return {
         "run": ["posdebias", "evaluate", *args],

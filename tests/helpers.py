@@ -56,3 +56,39 @@ def build_shapes_benchmark(directory, *, count: int = 12, n: int = 4, seed: int 
     ]
     assert main(args) == 0
     return out
+
+
+def run_cli_with_file_size_limit(args, limit: int, *, cwd=None):
+    """`posdebias ARGS` in a subprocess whose files cannot grow beyond ``limit`` bytes.
+
+    RLIMIT_FSIZE makes the kernel refuse a write past the limit (EFBIG; SIGXFSZ is ignored), the
+    way a full disk refuses one: an honest out-of-space failure at the OS level, for one
+    process, without a special file system.
+    """
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from posdebias.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def build_from_options(kind, root, out, **options):
+    """`build_benchmark` from flat options, as the command line maps its flags into a
+    BuildConfig (source options into ``source``, CLIP options into ``adversarial``)."""
+    from posdebias.benchmarks.build import build_benchmark
+    from posdebias.benchmarks.config import build_config_from
+
+    flags = {"source": kind, "root": root, "out": out, **options}
+    return build_benchmark(build_config_from({}, flags, "build options"))

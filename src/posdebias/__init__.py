@@ -13,6 +13,7 @@ from posdebias.api import Debiaser
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core import (
     CalibrationState,
+    LayerSet,
     Observation,
     Prediction,
     RetrievalInstance,
@@ -37,6 +38,7 @@ __all__ = [
     "Calibrator",
     "CalibratorOptions",
     "Debiaser",
+    "LayerSet",
     "Metrics",
     "Observation",
     "PosdebiasError",

@@ -6,17 +6,28 @@ import contextlib
 import errno
 import json
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from posdebias.errors import OutputError
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 
 def _output_error(path: Path, exc: OSError) -> OutputError:
     if exc.errno == errno.ENOSPC:
         why = "the disk is full"
+    elif exc.errno == errno.EFBIG:
+        why = "the file system refuses a larger file (a disk quota or file-size limit)"
+    elif exc.errno == errno.ELOOP:
+        why = "it is a symbolic link, and posdebias does not write through links"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         why = "permission denied"
     else:
@@ -40,6 +51,160 @@ def _read_umask() -> int:
 
 
 _UMASK = _read_umask()
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+#: Temporary names carry the writer's pid, so a later process can tell a leftover of a killed
+#: writer (pid gone) from a file another live process is writing right now.
+_TEMP_NAME = re.compile(
+    r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<rand>[A-Za-z0-9_]+)\.(?P<kind>tmp|staging)$"
+)
+#: Names of version 0.1 (no pid): removed only where a lock says nobody else writes.
+_LEGACY_TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def temp_prefix(name: str) -> str:
+    """Prefix of a temporary file or staging folder for ``name`` (see :func:`remove_stale`)."""
+    return f".{name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(folder: str | os.PathLike[str], *, locked: bool = False) -> list[Path]:
+    """Delete temporary files and staging folders a killed writer left in ``folder``.
+
+    Only names this package makes (``.NAME.PID.RANDOM.tmp`` / ``.staging``) whose process is
+    gone are removed; with ``locked`` (the caller holds the folder's lock, so nobody else writes
+    there) version 0.1's names without a pid too. Returns what was removed.
+    """
+    root = Path(folder)
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP_NAME.match(entry.name)
+        stale = match is not None and not _alive(int(match["pid"]))
+        if not stale and locked and match is None and _LEGACY_TEMP_NAME.match(entry.name):
+            stale = True
+        if not stale:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+    return removed
+
+
+def make_staging_dir(target: Path) -> Path:
+    """A fresh staging folder beside ``target`` (same file system, so renames are atomic), with
+    the modes of a normal folder (mkdtemp's are 0700)."""
+    staging = Path(
+        tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".staging", dir=target.parent)
+    )
+    os.chmod(staging, 0o777 & ~_UMASK)
+    return staging
+
+
+def write_files_together(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
+    """Write several files into ``folder`` so that they appear together or not at all.
+
+    Every file is written and fsynced in a staging folder inside ``folder`` first; only when all
+    are complete are they renamed into place (renames need no space, so a full disk fails
+    before any file appears). Returns the final paths.
+    """
+    root = Path(folder)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = make_staging_dir(root / ".files")
+    except OSError as exc:
+        raise _output_error(root, exc) from exc
+    try:
+        for name, data in files.items():
+            if "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"not a plain file name: {name!r}")
+            path = staging / name
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except OSError as exc:
+                raise _output_error(root / name, exc) from exc
+        final = []
+        for name in files:
+            try:
+                os.replace(staging / name, root / name)
+            except OSError as exc:
+                raise _output_error(root / name, exc) from exc
+            final.append(root / name)
+        return final
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class DirectoryLock:
+    """An exclusive lock on a folder (``.posdebias.lock`` inside it) held while a command
+    writes there; a second process is refused with the holder's pid.
+
+    The lock is an ``flock`` on an open file, so the kernel releases it when the holder dies
+    (even by SIGKILL): a stale lock file never blocks the next run.
+    """
+
+    FILE = ".posdebias.lock"
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / self.FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        if fcntl is None:  # pragma: no cover - not POSIX: no lock, as before
+            return self
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise _output_error(self.path, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise _output_error(self.path, exc) from exc
+            raise OutputError(
+                f"{self.folder} is in use by another posdebias process (pid {holder}); wait "
+                "for it to finish, or choose another output location"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -50,7 +215,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent
+        )
     except OSError as exc:
         raise _output_error(target, exc) from exc
     try:
@@ -92,7 +259,8 @@ class JsonlAppender:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
+            self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         except OSError as exc:
             raise _output_error(self.path, exc) from exc
 
@@ -146,10 +314,18 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
 def truncate_torn_tail(path: str | os.PathLike[str]) -> None:
     """Cut a partial last line (left by a killed writer) so appends start on a fresh line."""
     source = Path(path)
+    if source.is_symlink():
+        raise OutputError(
+            f"{source} is a symbolic link; posdebias writes only its own files in a run "
+            "directory: remove the link or choose another --out"
+        )
     if not source.is_file():  # missing, or a device/pipe the caller chose: nothing to mend
         return
-    data = source.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        with open(source, "r+b") as handle:
-            handle.truncate(cut)
+    try:
+        fd = os.open(source, os.O_RDWR | _NOFOLLOW)
+    except OSError as exc:
+        raise _output_error(source, exc) from exc
+    with open(fd, "r+b") as handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)

@@ -59,10 +59,23 @@ class Debiaser:
         return self._fitted().save(path)
 
     @classmethod
-    def load(cls, path: str | Path, adapter: Adapter, *, batch_size: int = 1) -> Debiaser:
-        """A debiaser from a saved state; refused if made with another adapter."""
+    def load(
+        cls,
+        path: str | Path,
+        adapter: Adapter,
+        *,
+        batch_size: int = 1,
+        transfer: bool = False,
+    ) -> Debiaser:
+        """A debiaser from a saved state; refused if made with another adapter or prompt, or
+        on another model unless ``transfer`` says that is intended."""
         state = CalibrationState.load(path)
-        state.check_compatible(adapter=adapter.name)
+        described = adapter.describe()
+        state.check_compatible(
+            adapter=adapter.name,
+            prompt_hash=described.get("prompt_hash"),
+            model_id=None if transfer else described.get("model_id"),
+        )
         debiaser = cls(adapter, state.calibrator, batch_size=batch_size, **state.options)
         debiaser.state = state
         return debiaser
@@ -82,7 +95,7 @@ class Debiaser:
         instance = RetrievalInstance(query=query, images=tuple(images), target=None, id=ident)
         state.check_compatible(
             n=instance.n,
-            num_layers=self.adapter.num_layers if self.calibrator.needs_attention else None,
+            layers=self.adapter.attention_layers if self.calibrator.needs_attention else None,
             label_set=self.adapter.labels_for(instance.n),
         )
         views = (

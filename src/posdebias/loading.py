@@ -11,6 +11,7 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -122,9 +123,47 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def remote_code_message(source: str, detail: str) -> str:
+    """Why a model with its own Python code is refused, and how to allow it."""
+    return (
+        f"model {source!r} ships its own Python code ({detail}); posdebias never runs a "
+        "model's code unless you allow it, because that code can do anything your user account "
+        "can. If you trust its source, opt in with --trust-remote-code (posdebias check / "
+        "evaluate) or `trust_remote_code: true` in the adapter options of the config file "
+        "(adapter: {options: {trust_remote_code: true}}), then run `posdebias check --model "
+        f"{source} --trust-remote-code` to see whether the generic adapter scores it right"
+    )
+
+
+def _refuse_remote_code(source: str) -> None:
+    """A local model whose config needs its own code (``auto_map`` + a model_type transformers
+    does not know) is refused before transformers sees it."""
+    from transformers import CONFIG_MAPPING
+
+    file = Path(source, "config.json")
+    if not file.is_file():
+        return
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # transformers reports the broken file
+    if not isinstance(data, dict):
+        return
+    auto_map = data.get("auto_map")
+    if auto_map and data.get("model_type") not in CONFIG_MAPPING:
+        classes = ", ".join(f"{key} -> {value}" for key, value in dict(auto_map).items())
+        raise InputError(
+            remote_code_message(
+                source, f"model_type {data.get('model_type')!r}, auto_map {classes}"
+            )
+        )
+
+
 def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> Any:
     from transformers import AutoConfig
 
+    if not trust_remote_code:
+        _refuse_remote_code(source)
     try:
         return AutoConfig.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
@@ -135,6 +174,8 @@ def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> 
             "local model directory (or a model already in the Hugging Face cache)"
         ) from None
     except ValueError as exc:
+        if not trust_remote_code and "trust_remote_code" in str(exc):
+            raise InputError(remote_code_message(source, "its config needs custom code")) from None
         raise AdapterError(
             f"cannot load {source!r}: {exc}. Known adapter families: {known_families()}; other "
             f"families need an adapter plugin (see {PLUGIN_GUIDE})"
@@ -215,7 +256,13 @@ def load_adapter(
                 "code); convert the checkpoint with save_pretrained(safe_serialization=True)"
             )
         raise InputError(f"cannot load model {source!r}: {exc}.{hint}") from None
+    except ImportError as exc:  # e.g. SmolVLM's processor needs num2words
+        raise InputError(f"cannot load model {source!r}: {exc}") from None
     except ValueError as exc:
+        if not trust_remote_code and "trust_remote_code" in str(exc):
+            raise InputError(
+                remote_code_message(source, "its processor needs custom code")
+            ) from None
         raise AdapterError(
             f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
             f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"

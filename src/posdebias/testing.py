@@ -21,13 +21,16 @@ from typing import Any
 
 import numpy as np
 
+from posdebias.adapters.check import CheckReport, check_adapter
 from posdebias.adapters.tiny import build_tokenizer
 from posdebias.errors import InputError
 from posdebias.registry import Registry, get_registry
 
 __all__ = [
     "FAMILIES",
+    "CheckReport",
     "build_tokenizer",
+    "check_adapter",
     "save_tiny_model",
     "tiny_model_and_processor",
     "write_test_images",

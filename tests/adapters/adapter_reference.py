@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.spans import span_matrix
+from posdebias.registry.manager import get_registry
 from posdebias.testing import tiny_model_and_processor
 
 _PAIRS: dict[str, tuple] = {}
@@ -27,15 +30,46 @@ def fresh_model(family: str, implementation: str):
     return model
 
 
+def forward(family: str, model, **inputs):
+    """The model's forward as the family's adapter runs it (``HFAdapter.model_forward``: the
+    model itself, except where transformers' own forward cannot run, see docs/adapters.md)."""
+    adapter_class = get_registry().adapter_for_model_type(model.config.model_type) or HFAdapter
+    return adapter_class.model_forward(SimpleNamespace(model=model), **inputs)
+
+
+def language_model(model):
+    """The language model (decoder) module of a conditional-generation model."""
+    inner = getattr(model, "model", None)
+    found = getattr(inner, "language_model", None) or getattr(inner, "text_model", None)
+    return found or model.language_model  # Idefics3 / SmolVLM: text_model
+
+
 def eager_masses(family: str, batch: PreparedBatch) -> torch.Tensor:
-    """[B, L, N] head-mean attention mass of the last row, from eager ``output_attentions``."""
+    """[B, L, N] head-mean attention mass of the last row, from eager ``output_attentions``:
+    one row per softmax-attention layer (transformers returns attention maps only for them,
+    in layer order)."""
     model = fresh_model(family, "eager")
+    inputs = dict(batch.inputs)
     with torch.no_grad():
-        output = model(**batch.inputs, position_ids=batch.position_ids, output_attentions=True)
+        output = forward(
+            family, model, **inputs, position_ids=batch.position_ids, output_attentions=True
+        )
     length = batch.inputs["input_ids"].shape[1]
     spans = span_matrix(batch.spans, length).double()
     rows = [layer[:, :, -1, :].double().mean(dim=1) for layer in output.attentions]
     return torch.stack([torch.bmm(row[:, None, :], spans)[:, 0] for row in rows], dim=1)
+
+
+def score_tolerance(adapter: HFAdapter) -> float:
+    """Agreement required between cached label scores and full re-forwards: 1e-5, and 1e-3 for
+    language models with linear-attention layers. transformers' Gated DeltaNet kernels compute
+    in float32 whatever the model's dtype, and the chunked kernel of a prompt pass and the
+    recurrent kernel of a decoding step round differently: about 2e-5 on the tiny Qwen3.5 (the
+    same with the model in float64), 2e-4 on the tiny Qwen3.5-MoE, whose router turns the
+    difference into different expert weights. No tighter agreement exists to test; the
+    attention masses are still held to 1e-5."""
+    types = getattr(adapter.model.config.get_text_config(), "layer_types", None) or ()
+    return 1e-3 if "linear_attention" in types else 1e-5
 
 
 def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
@@ -50,11 +84,12 @@ def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
         full = dict(inputs)
         full["input_ids"] = torch.cat([prompt, extra], dim=1)
         full["attention_mask"] = torch.ones_like(full["input_ids"])
-        if "mm_token_type_ids" in full:
-            zeros = torch.zeros_like(extra, dtype=full["mm_token_type_ids"].dtype)
-            full["mm_token_type_ids"] = torch.cat([full["mm_token_type_ids"], zeros], dim=1)
+        for types in ("mm_token_type_ids", "token_type_ids"):
+            if types in full:
+                zeros = torch.zeros_like(extra, dtype=full[types].dtype)
+                full[types] = torch.cat([full[types], zeros], dim=1)
         with torch.no_grad():
-            logits = adapter.model(**full).logits[0].double()
+            logits = adapter.model_forward(**full).logits[0].double()
         total = torch.zeros((), dtype=torch.float64)
         for depth, token in enumerate(path):
             valid = list(batch.plan.options[path[:depth]])

@@ -178,9 +178,10 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, mak
         values = mask[:, 0].float()
         expected = torch.where(causal, 0.0, float("-inf"))
         for row, spans in enumerate(batch.spans):
-            for i, (start_i, end_i) in enumerate(spans):
-                for start_j, end_j in spans[i + 1 :]:
-                    expected[row, start_i:end_i, start_j:end_j] = math.log(0.25)
+            for i, span_i in enumerate(spans):  # one run per image in these families
+                for span_j in spans[i + 1 :]:
+                    rows, keys = slice(span_i.start, span_i.end), slice(span_j.start, span_j.end)
+                    expected[row, rows, keys] = math.log(0.25)
         padding_rows = torch.isneginf(expected).all(dim=-1)
         expected[padding_rows] = 0.0  # padding rows see everything (never read)
         assert torch.equal(values, expected)
@@ -214,3 +215,21 @@ def test_shared_prefix_decoding_equals_repeating_the_cache(family, make_instance
         seeds=[3, 4],
     )
     assert [g.tokens for g in shared] == [g.tokens for g in plain]
+
+
+@pytest.mark.parametrize("label_set", ["digits", "upper", "words"])
+def test_generated_decoder_parses_what_the_model_wrote(label_set, make_instances):
+    """A random tiny model writes junk: every decision is exactly the parser's reading of its
+    text, and no valid label means no answer (None), never a guess."""
+    from posdebias.core.answers import AnswerParser
+    from posdebias.decoders import ChainOfThought, Generated
+
+    adapter = adapter_for("llava", label_set=label_set)
+    views = make_instances(3, 3)
+    for decoder in (Generated(max_new_tokens=6), ChainOfThought(max_new_tokens=10)):
+        decisions = decoder.decide(adapter, views, batch_size=2, seeds=[0, 1, 2])
+        for view, decision in zip(views, decisions, strict=True):
+            parser = AnswerParser(label_set, view.n, decoder.options.parse)
+            assert decision.answers == [parser.parse(text) for text in decision.texts]
+            assert decision.choice == decision.answers[0]
+            assert decision.generated_tokens <= decoder.options.max_new_tokens

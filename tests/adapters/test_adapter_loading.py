@@ -23,6 +23,17 @@ EXPECTED = {
     "llava_onevision": "llava_onevision",
     "internvl": "internvl",
     "llava": "llava",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
+    "idefics3": "idefics3",
+    "smolvlm": "idefics3",
+    "mistral3": "mistral3",
+    "glm4v": "glm4v",
+    "glm4v_moe": "glm4v",
+    "qwen3_5": "qwen3_5",
+    "qwen3_5_moe": "qwen3_5",
+    "gemma3": "gemma3",
+    "llama4": "llama4",
 }
 
 
@@ -42,11 +53,14 @@ def test_saved_model_loads_with_its_adapter_and_same_results(name, saved, make_i
     in_memory = posdebias.get_adapter(*tiny_pair(name)).observe(instance)
     np.testing.assert_allclose(loaded.label_logprobs, in_memory.label_logprobs, atol=1e-6)
     np.testing.assert_allclose(loaded.attention, in_memory.attention, atol=1e-6)
-    info = adapter.describe()
+    info = adapter.describe(3)
     for key in ("adapter", "model_id", "revision", "dtype", "device", "num_layers", "prompt_hash"):
         assert key in info
     assert info["model_id"] == str(saved[name]) and info["labels"] == ["1", "2", "3"]
-    assert info["num_layers"] == loaded.attention.shape[0] and info["dtype"] == "float32"
+    assert info["num_layers"] == adapter.num_layers and info["dtype"] == "float32"
+    assert info["layers"] == list(loaded.layers.indices) == list(adapter.attention_layers.indices)
+    assert info["layer_kinds"] == list(loaded.layers.kinds)
+    assert len(info["layers"]) == loaded.attention.shape[0]
 
 
 def test_an_hf_adapter_is_created_by_name(saved):

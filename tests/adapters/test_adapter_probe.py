@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import torch
-from adapter_reference import eager_masses, fresh_model, tiny_pair
+from adapter_reference import eager_masses, forward, fresh_model, language_model, tiny_pair
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -24,7 +24,7 @@ def test_probe_rows_equal_eager_last_rows_with_left_padding(family, make_instanc
     assert padding[0] > 0 and padding[1] == 0, "the batch must exercise left padding"
     _, attention = adapter.run_batch(batch)
     reference = eager_masses(family, batch)
-    assert attention.shape == (2, adapter.num_layers, 3)
+    assert attention.shape == (2, len(adapter.attention_layers), 3)
     assert torch.max(torch.abs(attention.double() - reference)) < 1e-5
     # The padded row alone (no padding) gives the same masses.
     _, alone = adapter.run_batch(adapter.prepare_batch(instances[:1]))
@@ -37,10 +37,10 @@ def test_logits_with_probe_equal_plain_sdpa_exactly(family, make_instances):
     plain = fresh_model(family, "sdpa")
     length = batch.inputs["input_ids"].shape[1]
     with torch.no_grad():
-        expected = plain(**batch.inputs, position_ids=batch.position_ids).logits
+        expected = forward(family, plain, **batch.inputs, position_ids=batch.position_ids).logits
         with recording(span_matrix(batch.spans, length)) as recorder:
-            probed = adapter.model(**batch.inputs, position_ids=batch.position_ids).logits
-    assert len(recorder.masses) == adapter.num_layers
+            probed = adapter.model_forward(**batch.inputs, position_ids=batch.position_ids).logits
+    assert recorder.recorded_layers == list(adapter.attention_layers.indices)
     real = batch.inputs["attention_mask"].bool()
     assert torch.equal(probed[real], expected[real])
 
@@ -54,9 +54,9 @@ def test_only_the_language_model_is_probed(family, make_instances):
     batch = adapter.prepare_batch(make_instances(1, 2))
     length = batch.inputs["input_ids"].shape[1]
     with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
-        model(**batch.inputs, position_ids=batch.position_ids)
-    language_modules = {id(module) for module in model.model.language_model.modules()}
-    assert sorted(recorder.masses) == list(range(adapter.num_layers))
+        adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
+    language_modules = {id(module) for module in language_model(model).modules()}
+    assert recorder.recorded_layers == list(adapter.attention_layers.indices)
     assert all(id(module) in language_modules for module in recorder.modules.values())
 
 
@@ -68,7 +68,7 @@ def test_recorder_is_scoped_to_its_context(make_instances):
 
     def forward():
         with torch.no_grad():
-            adapter.model(**batch.inputs, position_ids=batch.position_ids)
+            adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
 
     with recording(matrix) as outer:
         thread = threading.Thread(target=forward)  # a new thread starts with no recorder
@@ -87,8 +87,11 @@ def test_recorder_is_scoped_to_its_context(make_instances):
 def test_attention_masses_are_probabilities(family, make_instances):
     adapter = get_adapter(*tiny_pair(family))
     observation = adapter.observe(make_instances(1, 4)[0])
-    assert observation.attention.shape == (adapter.num_layers, 4)
-    assert (observation.attention > 0).all()
+    layers = adapter.attention_layers
+    assert observation.layers == layers
+    assert observation.attention.shape == (len(layers), 4)
+    assert (observation.attention[layers.rows_of_kinds(["global"])] > 0).all()
+    assert (observation.attention >= 0).all()
     assert (observation.attention.sum(axis=1) < 1 + 1e-6).all()
 
 
@@ -112,7 +115,7 @@ class _QuadraticTensors(TorchDispatchMode):
 def _quadratic(adapter, batch, length: int, *, probe: bool) -> list[tuple[str, tuple[int, ...]]]:
     record = recording(span_matrix(batch.spans, length)) if probe else contextlib.nullcontext()
     with torch.no_grad(), record, _QuadraticTensors(length) as seen:
-        adapter.model(**batch.inputs, position_ids=batch.position_ids)
+        adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
     return seen.found
 
 
@@ -127,7 +130,7 @@ def test_probe_memory_has_no_quadratic_tensor(family_name, make_instances):
     with_probe = _quadratic(adapter, batch, length, probe=True)
     assert sorted(with_probe) == sorted(without)  # the model's own mask, nothing more
     with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
-        adapter.model(**batch.inputs, position_ids=batch.position_ids)
+        adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
     assert all(mass.shape == (2, 4) for mass in recorder.masses.values())
     # positive control: eager attention materialises [B, heads, T, T] weights, and we see them
     eager = get_adapter(*tiny_pair(family_name))

@@ -8,7 +8,13 @@ import pytest
 from adapter_reference import tiny_pair
 
 from posdebias import get_adapter
-from posdebias.adapters.spans import SpanTokens, find_image_spans
+from posdebias.adapters.spans import (
+    ImageSpan,
+    SpanTokens,
+    check_spans,
+    find_image_spans,
+    span_matrix,
+)
 from posdebias.errors import AdapterError
 
 IMG, START, END = 7, 5, 6
@@ -17,27 +23,75 @@ IMG, START, END = 7, 5, 6
 def test_marker_delimited_runs():
     ids = [1, START, IMG, IMG, END, START, IMG, IMG, IMG, END, 2]
     spans = find_image_spans(ids, SpanTokens(IMG, START, END), 2)
-    assert spans == [(1, 5), (5, 10)]
+    assert spans == [ImageSpan.of(1, 5), ImageSpan.of(5, 10)]
 
 
 def test_touching_runs_are_split_by_processor_counts():
     ids = [0, 0, IMG, IMG, IMG, IMG, IMG, 3]
-    assert find_image_spans(ids, SpanTokens(IMG), 2, tokens_per_image=[2, 3]) == [(2, 4), (4, 7)]
-    with pytest.raises(AdapterError, match="found 1 image-token spans .* for 2 images"):
+    spans = find_image_spans(ids, SpanTokens(IMG), 2, tokens_per_image=[2, 3])
+    assert spans == [ImageSpan.of(2, 4), ImageSpan.of(4, 7)]
+    with pytest.raises(AdapterError, match="found 1 runs of image tokens .* for 2 images: runs"):
         find_image_spans(ids, SpanTokens(IMG), 2)
 
 
 def test_span_count_mismatch_fails_loudly():
     ids = [START, IMG, END, 4, START, IMG, END]
-    with pytest.raises(AdapterError, match="found 2 image-token spans .* for 3 images"):
+    with pytest.raises(AdapterError, match="found 2 runs of image tokens .* for 3 images"):
         find_image_spans(ids, SpanTokens(IMG, START, END), 3)
     with pytest.raises(AdapterError, match="expanded 2 images into 5 tokens"):
         find_image_spans(ids, SpanTokens(IMG), 2, tokens_per_image=[2, 3])
 
 
+def test_tiled_images_are_named_as_the_likely_cause():
+    """Five runs per image (four tiles and a global view), found by the default span finder."""
+    tile = [START, IMG, IMG, END, 3]
+    ids = [1] + tile * 5 * 4 + [2]
+    with pytest.raises(AdapterError) as error:
+        find_image_spans(ids, SpanTokens(IMG, START, END), 4)
+    assert (
+        "found 20 runs of image tokens (token id 7) for 4 images: does this family split "
+        "images into tiles" in str(error.value)
+    )
+    with pytest.raises(AdapterError, match="found 0 runs .* no image tokens"):
+        find_image_spans([1, 2, 3], SpanTokens(IMG), 2)
+
+
+def test_a_span_is_the_union_of_its_runs():
+    span = ImageSpan(((2, 4), (6, 7)))
+    assert (span.start, span.end, len(span)) == (2, 7, 3)
+    assert span.positions() == [2, 3, 6]
+    assert ImageSpan.from_positions([6, 2, 3]) == span
+    matrix = span_matrix([[span, ImageSpan.of(8, 10)], [(0, 1), (1, 2)]], 10)
+    assert matrix[0, :, 0].tolist() == [0, 0, 1, 1, 0, 0, 1, 0, 0, 0]
+    assert matrix[0, :, 1].tolist() == [0] * 8 + [1, 1]
+    assert matrix[1, :2].tolist() == [[1, 0], [0, 1]]  # plain (start, end) pairs still work
+    for bad in (((3, 3),), ((4, 6), (2, 3)), ((2, 5), (4, 6)), ()):
+        with pytest.raises(AdapterError, match="image span"):
+            ImageSpan(bad)
+
+
+def test_span_rules_name_what_is_wrong():
+    ids = [1, IMG, IMG, 2, IMG, IMG, 3]
+    good = [ImageSpan.of(1, 3), ImageSpan.of(4, 6)]
+    assert check_spans(good, ids, {IMG}, 2).startswith("2 spans in order, 2 tokens each")
+    with pytest.raises(AdapterError, match="gave 1 image spans for 2 images"):
+        check_spans(good[:1], ids, {IMG}, 2)
+    with pytest.raises(AdapterError, match="out of prompt order"):
+        check_spans(good[::-1], ids, {IMG}, 2)
+    with pytest.raises(AdapterError, match="overlap"):
+        check_spans([ImageSpan.of(1, 5), ImageSpan.of(4, 6)], ids, {IMG}, 2)
+    with pytest.raises(AdapterError, match="1 image tokens belong to no image span .* 5"):
+        check_spans([ImageSpan.of(1, 3), ImageSpan.of(4, 5)], ids, {IMG}, 2)
+    with pytest.raises(AdapterError, match="ends after the prompt"):
+        check_spans([ImageSpan.of(1, 3), ImageSpan.of(4, 9)], ids, {IMG}, 2)
+
+
 def _decoded_spans(adapter, batch, row=0):
     ids = batch.inputs["input_ids"][row].tolist()
-    return [adapter.tokenizer.convert_ids_to_tokens(ids[s:e]) for s, e in batch.spans[row]]
+    return [
+        adapter.tokenizer.convert_ids_to_tokens([ids[t] for t in s.positions()])
+        for s in batch.spans[row]
+    ]
 
 
 def test_family_spans_cover_exactly_each_image(family, make_instances):
@@ -49,11 +103,11 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         assert len(spans) == 4
         ids = batch.inputs["input_ids"][row].tolist()
         image_positions = {i for i, t in enumerate(ids) if t == adapter.tokens.image}
-        covered = {t for s, e in spans for t in range(s, e)}
+        covered = {t for span in spans for t in span.positions()}
         assert image_positions <= covered
-        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # ordered, disjoint
+        assert all(a.end <= b.start for a, b in itertools.pairwise(spans))  # ordered, disjoint
     tokens = _decoded_spans(adapter, batch)
-    if family in ("qwen2_vl", "qwen2_5_vl"):
+    if family.startswith("qwen"):
         assert all(t[0] == "<|vision_start|>" and t[-1] == "<|vision_end|>" for t in tokens)
         assert all(set(t[1:-1]) == {"<|image_pad|>"} for t in tokens)
     elif family == "internvl":
@@ -61,10 +115,37 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         assert all(t[1:-1] == ["<IMG_CONTEXT>"] * 4 for t in tokens)
     elif family == "llava_onevision":
         # One contiguous run for all images: 2 x 2 patch tokens + 1 image-newline each.
-        assert batch.spans[0][0][1] == batch.spans[0][1][0]
+        assert batch.spans[0][0].end == batch.spans[0][1].start
         assert all(t == ["<image>"] * 5 for t in tokens)
     elif family == "llava":
         assert all(t == ["<image>"] * 4 for t in tokens)
+    elif family in ("idefics3", "smolvlm"):
+        # 48 px images -> 2 x 2 tiles + the global view; the newlines between rows of tiles
+        # are not the image's, so each span is the union of 3 runs.
+        assert all(len(span.runs) == 3 for span in batch.spans[0])
+        tile = ["<fake_token_around_image>", "<row_1_col_1>", *["<image>"] * 4]
+        glob = ["<fake_token_around_image>", "<global-img>", *["<image>"] * 4]
+        for t in tokens:
+            assert t[:6] == tile and t[-7:] == [*glob, "<fake_token_around_image>"]
+            assert "\n" not in t and t.count("<image>") == 5 * 4
+
+    elif family.startswith("glm4v"):
+        assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
+        assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
+    elif family == "mistral3":
+        # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
+        assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
+                   for t in tokens)  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instances):
+    adapter = get_adapter(*tiny_pair(family), adapter="generic")
+    with pytest.raises(AdapterError) as error:
+        adapter.observe(make_instances(1, 4)[0])
+    assert "found 20 runs of image tokens" in str(error.value)
+    assert "for 4 images: does this family split images into tiles" in str(error.value)
+    assert "image_spans hook" in str(error.value)
 
 
 def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):
@@ -95,7 +176,7 @@ def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):
         processor.image_token_id, processor.start_image_token_id, processor.end_image_token_id
     )
     spans = find_image_spans(inputs["input_ids"][0], tokens, 3)
-    assert [end - start for start, end in spans] == [258, 258, 258]
+    assert [len(span) for span in spans] == [258, 258, 258]
 
 
 def test_template_without_image_placeholders_fails_clearly(make_instances):

@@ -125,7 +125,7 @@ def test_prompt_renders_as_the_checkpoint_would(family, many_images):
     image_id = int(getattr(model.config, "image_token_id", None) or model.config.image_token_index)
     spans = batch.spans[0]
     assert len(spans) == n
-    covered = [t for start, end in spans for t in range(start, end)]
+    covered = [t for span in spans for t in span.positions()]
     image_positions = [t for t, token in enumerate(ids) if token == image_id]
     assert set(image_positions) <= set(covered)  # every image token is in a span ...
     assert len(covered) == len(set(covered))  # ... of exactly one image
@@ -136,12 +136,14 @@ def test_prompt_renders_as_the_checkpoint_would(family, many_images):
         )
         merge = model.config.vision_config.spatial_merge_size
         per_image = [int(g.prod()) // merge**2 for g in batch.inputs["image_grid_thw"]]
-        for (first, last), count in zip(spans, per_image, strict=True):
+        for span, count in zip(spans, per_image, strict=True):
+            first, last = span.start, span.end
             assert ids[first] == start and ids[last - 1] == end
             assert ids[first + 1 : last - 1] == [image_id] * count
     elif family == "internvl":
         start, end = (tokenizer.convert_tokens_to_ids(t) for t in ("<img>", "</img>"))
-        for first, last in spans:
+        for span in spans:
+            first, last = span.start, span.end
             assert ids[first] == start and ids[last - 1] == end
             assert ids[first + 1 : last - 1] == [image_id] * processor.image_seq_length
     else:  # LLaVA-OneVision: one run of image tokens for all images, split by the counts

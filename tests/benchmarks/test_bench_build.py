@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from posdebias.benchmarks.build import build_benchmark
+from helpers import build_from_options as build
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE, load_benchmark
 from posdebias.benchmarks.sources import read_source
 from posdebias.cli import main
@@ -22,7 +22,7 @@ def _bytes(folder):
 def _adversarial(shapes_root, out, clip_config, cache, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return build_benchmark(
+        return build(
             "coco",
             shapes_root,
             out,
@@ -37,9 +37,9 @@ def _adversarial(shapes_root, out, clip_config, cache, **options):
 
 def test_random_build_is_byte_identical_and_valid(shapes_root, tmp_path):
     options = {"setting": "random", "n": 5, "count": 40, "seed": 11}
-    build_benchmark("coco", shapes_root, tmp_path / "a", **options)
-    build_benchmark("coco", shapes_root, tmp_path / "b", **options)
-    build_benchmark("coco", shapes_root, tmp_path / "c", **{**options, "seed": 12})
+    build("coco", shapes_root, tmp_path / "a", **options)
+    build("coco", shapes_root, tmp_path / "b", **options)
+    build("coco", shapes_root, tmp_path / "c", **{**options, "seed": 12})
     assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
     assert _bytes(tmp_path / "a")[0] != _bytes(tmp_path / "c")[0]
 
@@ -150,18 +150,16 @@ def test_option_errors(shapes_root, tmp_path):
         ({"n": 1}, "N must be 2..26"),
         ({"count": 61}, "larger than the pool of 60"),
         ({"pool_size": 100}, "larger than the 60 usable images"),
-        ({"setting": "hard"}, "unknown setting"),
+        ({"setting": "hard"}, "setting: Input should be 'random' or 'adversarial'"),
     ]:
         with pytest.raises(BenchmarkError, match=message):
-            build_benchmark(
-                "coco", shapes_root, tmp_path / "out", **{"setting": "random", **options}
-            )
+            build("coco", shapes_root, tmp_path / "out", **{"setting": "random", **options})
     assert not (tmp_path / "out").exists()
 
 
 def test_loading_reports_every_problem_with_its_line(shapes_root, tmp_path):
     out = tmp_path / "bench"
-    build_benchmark("coco", shapes_root, out, setting="random", n=3, count=6, seed=0)
+    build("coco", shapes_root, out, setting="random", n=3, count=6, seed=0)
     lines = (out / BENCHMARK_FILE).read_text().splitlines()
     records = [json.loads(line) for line in lines]
     records[1]["target"] = 7
@@ -185,7 +183,7 @@ def test_loading_reports_every_problem_with_its_line(shapes_root, tmp_path):
     ):
         assert expected in message, expected
     # moved data: the manifest's root is overridden
-    build_benchmark("coco", shapes_root, out, setting="random", n=3, count=6, seed=0)
+    build("coco", shapes_root, out, setting="random", n=3, count=6, seed=0)
     with pytest.raises(BenchmarkError, match="does not exist"):
         load_benchmark(out, root=tmp_path / "elsewhere")
     assert len(load_benchmark(out / BENCHMARK_FILE)) == 6
@@ -304,7 +302,7 @@ def test_flickr8k_adversarial_skips_the_category_filter_and_says_so(
     (tmp_path / "captions.txt").write_text("\n".join(rows) + "\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        report = build_benchmark(
+        report = build(
             "flickr8k",
             images,
             tmp_path / "out",

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posdebias.benchmarks.build import build_benchmark
+from helpers import build_from_options as build
 from posdebias.benchmarks.files import BENCHMARK_FILE, load_benchmark
 from posdebias.errors import PosdebiasError
 
@@ -46,7 +46,7 @@ fields = st.sampled_from(
 @pytest.fixture(scope="module")
 def built(shapes_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("fuzz") / "bench"
-    build_benchmark("coco", shapes_root, out, setting="random", n=3, count=4, seed=0)
+    build("coco", shapes_root, out, setting="random", n=3, count=4, seed=0)
     return out
 
 

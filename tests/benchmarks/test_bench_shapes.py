@@ -43,7 +43,7 @@ def test_same_seed_same_bytes_other_seed_other_images(tmp_path):
     b = _files(generate_shapes_dataset(tmp_path / "b", 30, seed=3))
     c = _files(generate_shapes_dataset(tmp_path / "c", 30, seed=4))
     assert a == b
-    assert len(a) == 32  # 30 images + 2 annotation files
+    assert len(a) == 33  # 30 images + 2 annotation files + the marker
     assert a[CAPTIONS_FILE] != c[CAPTIONS_FILE]
 
 

@@ -6,6 +6,7 @@ and how to capture the attention row. Nothing downstream touches the model.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -35,6 +37,11 @@ class Adapter(ABC):
         model_types: Hugging Face ``config.model_type`` values this adapter handles.
         Options: options accepted by :meth:`create` (build the adapter by name from a config).
         provides_attention: whether observations carry ``attention``.
+        priority: claim strength on ``model_types``. A model resolves to the adapter with the
+            highest priority among those listing its ``model_type``; at equal priority the
+            first registered wins (built-ins register first) and the later one is warned about.
+            Built-ins have 0: a plugin takes a built-in family over only deliberately, with a
+            priority of 1 or more (or per run with ``--adapter NAME``).
     """
 
     name: ClassVar[str]
@@ -42,6 +49,7 @@ class Adapter(ABC):
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     provides_attention: ClassVar[bool] = True
     summary: ClassVar[str] = ""
+    priority: ClassVar[int] = 0
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
@@ -78,6 +86,13 @@ class Adapter(ABC):
         """Language-model layers L in the observations' attention (None without attention)."""
 
     @property
+    def attention_layers(self) -> LayerSet | None:
+        """The model layers (indices and kinds) of the observations' attention rows; by default
+        every layer 0..L-1, global (a dense model)."""
+        num_layers = self.num_layers
+        return None if num_layers is None else LayerSet.dense(num_layers)
+
+    @property
     def labels(self) -> list[str] | None:
         """The label strings in use for the current N, when fixed by the adapter."""
         return None
@@ -87,6 +102,12 @@ class Adapter(ABC):
         self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
     ) -> list[Observation]:
         """One observation per instance, in order; results must not depend on ``batch_size``."""
+
+    def verify(self, instance: RetrievalInstance) -> None:
+        """Raise :class:`~posdebias.errors.AdapterError` if this adapter would compute wrong
+        numbers for its model (checked on ``instance``); the runner calls it before a run
+        writes anything. Adapters without a model to compare against need nothing here."""
+        return None
 
     def observe(self, instance: RetrievalInstance) -> Observation:
         """The observation of a single instance (one forward pass)."""
@@ -112,6 +133,20 @@ class Adapter(ABC):
             "adapter that implements generate_many (the Hugging Face adapters do)"
         )
 
-    def describe(self) -> dict[str, Any]:
-        """Metadata recorded in calibration states and reports (adapter, model id, ...)."""
+    def describe(self, n: int | None = None) -> dict[str, Any]:
+        """Metadata recorded in calibration states and reports (adapter, model id, ...).
+
+        A pure function of the adapter and N (the labels prompted for N candidates, where the
+        adapter has them): the run's ``run.json`` and ``results.json`` agree whether or not a
+        forward pass has run.
+        """
         return {"adapter": self.name, "model_id": None, "prompt_hash": None}
+
+
+def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
+    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
+    try:
+        takes_n = len(inspect.signature(adapter.describe).parameters) > 0
+    except (TypeError, ValueError):
+        takes_n = True
+    return adapter.describe(n) if takes_n else adapter.describe()

@@ -167,7 +167,6 @@ def _generate_batch(
         else adapter.base_prompt.variant(settings.prompt_variant)
     )
     batch = adapter.prepare_batch(instances, template)
-    model = adapter.model
     samples = settings.num_samples
     rows = len(instances) * samples
     length = batch.inputs["input_ids"].shape[1]
@@ -185,7 +184,7 @@ def _generate_batch(
     with torch.inference_mode():
         sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
         with sofa, sofa_scope(batch.spans, length):
-            output = model(
+            output = adapter.model_forward(
                 **batch.inputs,
                 position_ids=batch.position_ids,
                 use_cache=True,
@@ -223,7 +222,7 @@ def _generate_batch(
             ids = torch.tensor(chosen, dtype=torch.long, device=mask.device)[:, None]
             mask = torch.cat([mask, torch.ones_like(ids, dtype=mask.dtype)], dim=1)
             with decoding_over(cache) if shared else contextlib.nullcontext():
-                output = model(
+                output = adapter.model_forward(
                     input_ids=ids,
                     attention_mask=mask,
                     position_ids=adapter.decode_position_ids(positions, step)[..., -1:],

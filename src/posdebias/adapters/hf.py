@@ -1,7 +1,8 @@
 """Shared Hugging Face machinery: prompt rendering, batching, one probed forward, label scoring.
 
 A family adapter subclasses :class:`HFAdapter` and says only what differs: which tokens make an
-image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token runs touch
+image span (:meth:`HFAdapter.span_tokens`, or every token of each image given directly by
+:meth:`HFAdapter.image_spans`), whether consecutive images' token runs touch
 (``split_by_processor_counts``), how the processor wants the images, and the position ids
 (:meth:`HFAdapter.prompt_position_ids`). Everything else is here, once:
 
@@ -12,7 +13,10 @@ image span (:meth:`HFAdapter.span_tokens`), whether consecutive images' token ru
    cache kept; position ids are explicit so a padded row sees exactly the positions it would see
    alone (results do not depend on the batch size);
 3. the labels are scored with the restricted softmax (scoring.py): the prompt's last logits plus
-   one cached decoding step per distinct multi-token prefix.
+   one cached decoding step per distinct multi-token prefix;
+4. the first batch an adapter observes with a model is verified against the model's own forward
+   (verify.py): a family whose positions the adapter does not reproduce stops with an error
+   instead of giving wrong scores.
 """
 
 from __future__ import annotations
@@ -27,14 +31,25 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import ConfigDict, Field, field_validator
 
 from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.cache import PromptCache
 from posdebias.adapters.generation import generate_many
+from posdebias.adapters.layers import attention_layers
 from posdebias.adapters.probe import install_probe, recording
 from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.scoring import plan_labels, score_labels
 from posdebias.adapters.sofa import sofa_scope
-from posdebias.adapters.spans import SpanTokens, find_image_spans, span_matrix
+from posdebias.adapters.spans import (
+    ImageSpan,
+    SpanTokens,
+    as_span,
+    check_spans,
+    find_image_spans,
+    span_matrix,
+)
+from posdebias.adapters.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
@@ -55,7 +70,8 @@ class HFAdapterOptions(AdapterOptions):
     model: str | None = Field(default=None, description="model id or local path")
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
     prompt: PromptTemplate | None = Field(
-        default=None, description="prompt template fields, or a JSON file (default: METHOD.md)"
+        default=None,
+        description="prompt template fields, or a JSON file (default: the method's prompt)",
     )
     prompt_variant: str = Field(
         default="plain",
@@ -130,13 +146,13 @@ class PreparedBatch:
     Attributes:
         inputs: the processor's tensors on the model's device.
         position_ids: explicit prompt positions (padding-independent).
-        spans: per row, the [start, end) token range of each image.
+        spans: per row, every token of each image (:class:`ImageSpan`), in prompt order.
         plan: the label token trie for this N.
     """
 
     inputs: Any
     position_ids: Any
-    spans: list[list[tuple[int, int]]]
+    spans: list[list[ImageSpan]]
     plan: LabelPlan
 
 
@@ -212,6 +228,43 @@ class HFAdapter(Adapter):
             raise AdapterError(f"image token {self.image_token!r} is not in the vocabulary")
         return SpanTokens(image=image_id)
 
+    def image_spans(
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
+        """Every token of each image in one prompt row, one :class:`ImageSpan` per image.
+
+        The probe's span matrix and the image masses use exactly these tokens. The default is
+        one run of image tokens per image (split by the processor's per-image counts when
+        ``split_by_processor_counts``) widened by the start / end markers of
+        :meth:`span_tokens`. Override it for other layouts (tiles, row markers, break tokens):
+        return spans whose runs hold all tokens of image k; they are validated by
+        :func:`posdebias.adapters.spans.check_spans`.
+
+        Args:
+            input_ids: the row's token ids (left padding included; pad ids are no image's).
+            num_images: N.
+            replacements: the text the processor substituted for each image placeholder, in
+                prompt order (``None`` when the processor does not report it).
+        """
+        counts = None
+        if self.split_by_processor_counts:
+            if replacements is None:
+                raise AdapterError(
+                    f"{type(self.processor).__name__} returns no text replacement offsets; "
+                    "cannot split touching image-token runs per image"
+                )
+            counts = [replacement.count(self.image_token) for replacement in replacements]
+        return find_image_spans(input_ids, self.tokens, num_images, tokens_per_image=counts)
+
+    def image_token_ids(self) -> set[int]:
+        """Tokens that only ever belong to an image: every one must lie in some span."""
+        tokens = self.tokens
+        return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
+
+    def position_problem(self) -> str | None:
+        """Why this adapter cannot reproduce the model's positions, or None (it can)."""
+        return None
+
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
         try:
@@ -225,8 +278,7 @@ class HFAdapter(Adapter):
             )
         except ValueError as exc:
             raise AdapterError(
-                f"the processor of {self.model_id} rejected the prompt and its images: {exc}. "
-                "The chat template must render one image placeholder per image item"
+                f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
 
     def prompt_position_ids(self, inputs: Any) -> Any:
@@ -234,6 +286,11 @@ class HFAdapter(Adapter):
         mask = inputs["attention_mask"]
         positions = mask.long().cumsum(-1) - 1
         return positions.masked_fill(mask == 0, 0)
+
+    def model_forward(self, **inputs: Any) -> Any:
+        """One forward of the model (prompt or decoding step); an output with ``logits`` and the
+        cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
+        return self.model(**inputs)
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
@@ -260,7 +317,13 @@ class HFAdapter(Adapter):
 
     @property
     def num_layers(self) -> int:
+        """Layers of the language model (all kinds; see :attr:`attention_layers` for the rows)."""
         return int(self._text_config.num_hidden_layers)
+
+    @property
+    def attention_layers(self) -> LayerSet:
+        """The softmax-attention layers the probe reads (adapters/layers.py)."""
+        return attention_layers(self._text_config)
 
     @property
     def labels(self) -> list[str] | None:
@@ -333,7 +396,6 @@ class HFAdapter(Adapter):
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
         (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
-
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
@@ -342,15 +404,13 @@ class HFAdapter(Adapter):
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
-        spans = [
-            find_image_spans(
-                inputs["input_ids"][row],
-                self.tokens,
-                n,
-                tokens_per_image=self._tokens_per_image(offsets, row),
-            )
-            for row in range(len(instances))
-        ]
+        spans = []
+        covered = self.image_token_ids()
+        for row in range(len(instances)):
+            ids = inputs["input_ids"][row].tolist()
+            row_spans = [as_span(s) for s in self.image_spans(ids, n, _replacements(offsets, row))]
+            check_spans(row_spans, ids, covered, n)
+            spans.append(row_spans)
         positions = self.prompt_position_ids(inputs)
         inputs = inputs.to(self.device)
         model_dtype = getattr(self.model, "dtype", None)
@@ -377,14 +437,14 @@ class HFAdapter(Adapter):
                 else contextlib.nullcontext()
             )
             with probe as recorder, sofa_scope(batch.spans, length):
-                output = self.model(
+                output = self.model_forward(
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
                     **self._last_logits_only,
                 )
-            masses = recorder.attention(self.num_layers) if recorder is not None else None
-            cache = getattr(output, "cache", None) or output.past_key_values
+            masses = recorder.attention(self.attention_layers) if recorder is not None else None
+            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
             def decode(prefix: Prefix) -> Any:
@@ -393,16 +453,27 @@ class HFAdapter(Adapter):
             scores = score_labels(batch.plan, output.logits[:, -1, :], decode)
         return scores, masses
 
+    def verify(self, instance: RetrievalInstance) -> None:
+        """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
+        equal the model's own forward (verify.py; cached per model, so the first observed
+        batch then needs no extra work)."""
+        verify_instance(self, instance)
+
     def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
-        scores, attention = self.run_batch(self.prepare_batch(instances))
+        refuse_unsupported(self)
+        batch = self.prepare_batch(instances)
+        scores, attention = self.run_batch(batch)
+        verify_first_batch(self, instances, batch, scores)  # once per model and adapter class
         self._last_n = instances[0].n
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
+        layers = self.attention_layers
         return [
             Observation(
                 label_logprobs=scores_np[row],
                 attention=attention_np[row],
                 target=instance.target,
+                layers=layers,
             )
             for row, instance in enumerate(instances)
         ]
@@ -418,22 +489,8 @@ class HFAdapter(Adapter):
 
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
-    def _tokens_per_image(self, offsets: Any, row: int) -> list[int] | None:
-        if not self.split_by_processor_counts:
-            return None
-        if offsets is None:
-            raise AdapterError(
-                f"{type(self.processor).__name__} returns no text replacement offsets; cannot "
-                "split touching image-token runs per image"
-            )
-        return [
-            entry["replacement"].count(self.image_token)
-            for entry in offsets[row]
-            if entry.get("type") == "image"
-        ]
-
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: Any, length: int
+        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
     ) -> Any:
         """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
         import torch
@@ -442,20 +499,18 @@ class HFAdapter(Adapter):
         k = len(prefix)
         ids = torch.tensor([list(prefix)] * batch, dtype=torch.long, device=prompt_mask.device)
         mask = torch.cat([prompt_mask, torch.ones_like(ids, dtype=prompt_mask.dtype)], dim=1)
-        output = self.model(
+        output = self.model_forward(
             input_ids=ids,
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self._last_logits_only,
-            **{self._cache_argument: cache},
+            **{self._cache_argument: cache.cache},
         )
-        cache.crop(-k)  # rewind to the prompt for the next prefix
-        if cache.get_seq_length() != length:
-            raise AdapterError("the KV cache could not be rewound to the prompt")
+        cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
         return {
@@ -466,8 +521,9 @@ class HFAdapter(Adapter):
             "dtype": str(getattr(self.model, "dtype", "")).replace("torch.", ""),
             "device": str(self.device),
             "num_layers": self.num_layers,
+            **self.attention_layers.to_dict(),
             "label_set": self.label_set,
-            "labels": self.labels,
+            "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.prompt.digest(),
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
@@ -477,3 +533,10 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }
+
+
+def _replacements(offsets: Any, row: int) -> list[str] | None:
+    """The processor's replacement text of each image placeholder of one row, or None."""
+    if offsets is None:
+        return None
+    return [entry["replacement"] for entry in offsets[row] if entry.get("type") == "image"]

@@ -2,7 +2,9 @@
 
 Runs of adjacent images touch, so they are split with the processor's replacement counts. The
 processor must know the vision tower's ``patch_size`` (saved in ``processor_config.json`` of the
-``llava-hf`` checkpoints) to expand ``<image>`` to the right number of tokens.
+``llava-hf`` checkpoints) to expand ``<image>`` to the right number of tokens. Pixtral-12B in
+the ``llava`` format (a Pixtral vision tower and processor) lays each image out in rows closed by
+break tokens instead; its spans come from :func:`posdebias.adapters.mistral3.pixtral_spans`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.mistral3 import pixtral_spans, pixtral_tokens
+from posdebias.adapters.spans import ImageSpan
 from posdebias.adapters.tiny import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
 from posdebias.errors import AdapterError, InputError
 
@@ -32,6 +36,21 @@ class LlavaAdapter(HFAdapter):
                 "vision tower's tokens; set processor.patch_size (e.g. 14) and save it"
             )
         return super()._image_token()
+
+    def _pixtral(self) -> bool:
+        return getattr(self.processor, "image_break_token", None) is not None
+
+    def image_token_ids(self) -> set[int]:
+        if self._pixtral():
+            return set(pixtral_tokens(self))
+        return super().image_token_ids()
+
+    def image_spans(
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
+        if self._pixtral():
+            return pixtral_spans(self, input_ids, num_images)
+        return super().image_spans(input_ids, num_images, replacements)
 
     @classmethod
     def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:

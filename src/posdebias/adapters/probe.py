@@ -35,6 +35,7 @@ import torch
 
 from posdebias.adapters.shared_prefix import shared_prefix_attention
 from posdebias.adapters.sofa import adjust_mask
+from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
 
 PROBE_NAME = "posdebias_probe"
@@ -134,15 +135,24 @@ class AttentionRecorder:
             self.span_matrix = self.span_matrix.to(device)
         return self.span_matrix
 
-    def attention(self, num_layers: int) -> torch.Tensor:
-        """[B, L, N] masses ordered by layer index; every layer must have been recorded once."""
-        if sorted(self.masses) != list(range(num_layers)):
+    @property
+    def recorded_layers(self) -> list[int]:
+        """Model layer indices the probe read in this pass, ascending."""
+        return sorted(self.masses)
+
+    def attention(self, layers: LayerSet | int) -> torch.Tensor:
+        """[B, L, N] masses, one row per layer of ``layers`` in its order (an int L: layers
+        0..L-1). Exactly those layers must have been recorded, each once: a layer the config
+        says has softmax attention that never reached the probe, or one it says has none that
+        did, is an error, never a silently missing or extra row."""
+        expected = list(range(layers)) if isinstance(layers, int) else list(layers.indices)
+        if self.recorded_layers != expected:
             raise AdapterError(
-                f"attention probe recorded layers {sorted(self.masses)}, expected "
-                f"0..{num_layers - 1}; is the language model using the probe "
-                "(set_attn_implementation)?"
+                f"attention probe recorded layers {self.recorded_layers}, expected {expected} "
+                "(the softmax-attention layers of the text config's layer_types); is the "
+                "language model using the probe (set_attn_implementation)?"
             )
-        return torch.stack([self.masses[layer] for layer in range(num_layers)], dim=1).cpu()
+        return torch.stack([self.masses[layer] for layer in expected], dim=1).cpu()
 
 
 def probe_attention_forward(

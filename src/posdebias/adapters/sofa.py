@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from posdebias.adapters.spans import ImageSpan, as_span
 from posdebias.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class SofaSettings:
 
 def sofa_mask(
     mask: torch.Tensor | None,
-    spans: Sequence[Sequence[tuple[int, int]]],
+    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]],
     length: int,
     sigma: float,
     dtype: torch.dtype,
@@ -78,9 +79,12 @@ def sofa_mask(
     additive = additive.expand(batch, 1, length, length).clone()
     opened = math.log(sigma)
     for row, row_spans in enumerate(spans):
-        for i, (start_i, end_i) in enumerate(row_spans):
-            for start_j, end_j in row_spans[i + 1 :]:
-                additive[row, 0, start_i:end_i, start_j:end_j] = opened
+        runs = [as_span(span).runs for span in row_spans]  # an image may be several runs
+        for i, runs_i in enumerate(runs):
+            for runs_j in runs[i + 1 :]:
+                for start_i, end_i in runs_i:
+                    for start_j, end_j in runs_j:
+                        additive[row, 0, start_i:end_i, start_j:end_j] = opened
     blocked = torch.isneginf(additive).all(dim=-1, keepdim=True)
     return additive.masked_fill(blocked, 0.0)
 
@@ -100,7 +104,7 @@ class _Scope:
     """One prompt pass under SoFA: its spans and the mask built for it."""
 
     def __init__(
-        self, run: SofaRun, spans: Sequence[Sequence[tuple[int, int]]], length: int
+        self, run: SofaRun, spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
     ) -> None:
         self.run = run
         self.settings = run.settings
@@ -143,7 +147,9 @@ def sofa_attention(
 
 
 @contextlib.contextmanager
-def sofa_scope(spans: Sequence[Sequence[tuple[int, int]]], length: int) -> Iterator[None]:
+def sofa_scope(
+    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
+) -> Iterator[None]:
     """Entered by the adapter around a prompt forward of ``length`` tokens with these image
     spans; a no-op unless :func:`sofa_attention` is active."""
     run = _RUN.get()

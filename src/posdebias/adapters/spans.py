@@ -1,7 +1,12 @@
 """Where each image's tokens are: the spans R_k of METHOD.md "Observations".
 
-Every family expands one placeholder per image into a run of image tokens; they differ in the
-markers around the run and in whether consecutive images' runs touch:
+An :class:`ImageSpan` is ALL the tokens that belong to one image: one run of consecutive
+positions, or the union of several (a family that splits an image into tiles with text between
+them). The probe's span matrix and the attention mass of image k are computed over exactly these
+tokens. An adapter gives them with its ``image_spans`` hook (:class:`HFAdapter`);
+:func:`check_spans` validates what any hook returns. Most families expand one placeholder per
+image into a run of image tokens and differ only in the markers around the run and in whether
+consecutive images' runs touch:
 
 * Qwen2-VL / Qwen2.5-VL: ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
 * InternVL: ``<img>`` + ``<IMG_CONTEXT>`` x 256 per tile + ``</img>``.
@@ -17,7 +22,7 @@ not the number of images.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +41,69 @@ class SpanTokens:
     end: int | None = None
 
 
+Run = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ImageSpan:
+    """All tokens of one image: sorted, disjoint, non-empty half-open runs [start, end).
+
+    ``ImageSpan.of(start, end)`` is one contiguous run; ``ImageSpan(((a, b), (c, d)))`` a union
+    (e.g. an image's tiles without the text between them).
+    """
+
+    runs: tuple[Run, ...]
+
+    def __post_init__(self) -> None:
+        runs = tuple((int(start), int(end)) for start, end in self.runs)
+        if not runs:
+            raise AdapterError("an image span needs at least one run of tokens")
+        previous = -1
+        for start, end in runs:
+            if start < 0 or end <= start or start < previous:
+                raise AdapterError(
+                    f"image span runs must be non-empty, sorted and disjoint, got {list(runs)}"
+                )
+            previous = end
+        object.__setattr__(self, "runs", runs)
+
+    @classmethod
+    def of(cls, start: int, end: int) -> ImageSpan:
+        """One contiguous run [start, end)."""
+        return cls(((start, end),))
+
+    @classmethod
+    def from_positions(cls, positions: Iterable[int]) -> ImageSpan:
+        """The span of these token positions (grouped into runs)."""
+        return cls(tuple(_runs(sorted(set(positions)))))
+
+    @property
+    def start(self) -> int:
+        return self.runs[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.runs[-1][1]
+
+    def __len__(self) -> int:
+        return sum(end - start for start, end in self.runs)
+
+    def positions(self) -> list[int]:
+        """Every token position of the span, in order."""
+        return [t for start, end in self.runs for t in range(start, end)]
+
+    def shifted(self, offset: int) -> ImageSpan:
+        return ImageSpan(tuple((start + offset, end + offset) for start, end in self.runs))
+
+
+def as_span(span: ImageSpan | Sequence[int]) -> ImageSpan:
+    """An :class:`ImageSpan` from a span or a plain ``(start, end)`` pair."""
+    if isinstance(span, ImageSpan):
+        return span
+    start, end = span
+    return ImageSpan.of(start, end)
+
+
 def _runs(positions: list[int]) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     for position in positions:
@@ -52,8 +120,8 @@ def find_image_spans(
     num_images: int,
     *,
     tokens_per_image: Sequence[int] | None = None,
-) -> list[tuple[int, int]]:
-    """Half-open token ranges [start, end) of each image, in prompt order.
+) -> list[ImageSpan]:
+    """The span of each image (one contiguous run, markers included), in prompt order.
 
     Args:
         input_ids: one sequence (padding included; pad tokens are never image tokens).
@@ -81,37 +149,132 @@ def find_image_spans(
         for count in counts:
             chunk = positions[cursor : cursor + count]
             if count < 1 or chunk[-1] - chunk[0] + 1 != count:
+                runs = len(_runs(positions))
                 raise AdapterError(
-                    f"the tokens of image {len(groups) + 1} are not contiguous; "
-                    "cannot form its span"
+                    f"the {count} tokens of image {len(groups) + 1} are not one run; "
+                    + span_count_message(runs, num_images, tokens.image)
                 )
             groups.append((chunk[0], chunk[-1] + 1))
             cursor += count
     else:
         groups = _runs(positions)
     if len(groups) != num_images:
-        raise AdapterError(
-            f"found {len(groups)} image-token spans (token id {tokens.image}) for {num_images} "
-            "images; the chat template must render one image placeholder per image"
-        )
+        raise AdapterError(span_count_message(len(groups), num_images, tokens.image))
     spans = []
     for start, end in groups:
         if tokens.start is not None and start > 0 and ids[start - 1] == tokens.start:
             start -= 1
         if tokens.end is not None and end < len(ids) and ids[end] == tokens.end:
             end += 1
-        spans.append((start, end))
+        spans.append(ImageSpan.of(start, end))
     return spans
 
 
-def span_matrix(spans: Sequence[Sequence[tuple[int, int]]], length: int) -> torch.Tensor:
-    """[B, T, N] float32 indicator of the spans of each batch row (the probe's reducer)."""
+def span_count_message(runs: int, num_images: int, image_token: int) -> str:
+    """What was found and its likely cause, when runs of image tokens are not one per image."""
+    found = f"found {runs} runs of image tokens (token id {image_token}) for {num_images} images"
+    if runs == 0:
+        return (
+            f"{found}: the prompt has no image tokens; the chat template must render one image "
+            "placeholder per image"
+        )
+    if runs > num_images:
+        return (
+            f"{found}: does this family split images into tiles (or put other tokens inside an "
+            "image)? Its adapter must give the spans itself (the image_spans hook, see the "
+            "Adapters page of the documentation)"
+        )
+    return (
+        f"{found}: runs of adjacent images touch, or the chat template drops image placeholders; "
+        "split runs by the processor's per-image counts (split_by_processor_counts) or check "
+        "the chat template renders one placeholder per image"
+    )
+
+
+def check_spans(
+    spans: Sequence[ImageSpan],
+    input_ids: Sequence[int] | Any,
+    image_tokens: Iterable[int],
+    num_images: int,
+) -> str:
+    """Validate one prompt's spans; returns a one-line summary, raises :class:`AdapterError`.
+
+    The rules every adapter's spans obey: one span per image, in prompt order and disjoint
+    (image k's tokens all come before image k+1's), inside the prompt, and together they hold
+    every token of ``image_tokens`` exactly once.
+    """
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    if len(spans) != num_images:
+        raise AdapterError(f"the adapter gave {len(spans)} image spans for {num_images} images")
+    for index, span in enumerate(spans):
+        if span.end > len(ids):
+            raise AdapterError(
+                f"image {index + 1}'s span {list(span.runs)} ends after the prompt ({len(ids)} "
+                "tokens)"
+            )
+        if index and span.start < spans[index - 1].end:
+            raise AdapterError(
+                f"image spans overlap or are out of prompt order: image {index} ends at "
+                f"{spans[index - 1].end}, image {index + 1} starts at {span.start}"
+            )
+    wanted = set(image_tokens)
+    image_positions = {t for t, token in enumerate(ids) if token in wanted}
+    covered = {t for span in spans for t in span.positions()}
+    missing = sorted(image_positions - covered)
+    if missing:
+        raise AdapterError(
+            f"{len(missing)} image tokens belong to no image span (first at position "
+            f"{missing[0]}); the spans must cover every image token"
+        )
+    sizes = sorted({len(span) for span in spans})
+    size_text = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    runs = sum(len(span.runs) for span in spans)
+    return (
+        f"{num_images} spans in order, {size_text} tokens each, {runs} runs, "
+        f"{len(image_positions)} image tokens covered once"
+    )
+
+
+def span_matrix(
+    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
+) -> torch.Tensor:
+    """[B, T, N] float32 indicator of every token of each image (the probe's reducer)."""
     import torch
 
     batch = len(spans)
     n = max(len(row) for row in spans)
     matrix = torch.zeros(batch, length, n, dtype=torch.float32)
     for row, row_spans in enumerate(spans):
-        for image, (start, end) in enumerate(row_spans):
-            matrix[row, start:end, image] = 1.0
+        for image, span in enumerate(row_spans):
+            for start, end in as_span(span).runs:
+                matrix[row, start:end, image] = 1.0
     return matrix
+
+
+def find_closed_spans(
+    input_ids: Sequence[int] | Any, owned: set[int], closing: int, num_images: int, layout: str
+) -> list[ImageSpan]:
+    """Spans of layouts where each image is a block of its own tokens ended by one marker.
+
+    Every token in ``owned`` belongs to the image being read; ``closing`` ends it (Pixtral's
+    ``[IMG_END]`` after rows of ``[IMG]`` separated by ``[IMG_BREAK]``). Tokens outside ``owned``
+    inside a block are left out, so a span may be a union of runs. ``layout`` names the expected
+    layout in the error.
+    """
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    spans: list[ImageSpan] = []
+    current: list[int] = []
+    for position, token in enumerate(ids):
+        if token in owned:
+            current.append(position)
+            if token == closing:
+                spans.append(ImageSpan.from_positions(current))
+                current = []
+    if current or len(spans) != num_images:
+        unclosed = " and an unclosed one" if current else ""
+        raise AdapterError(
+            f"found {len(spans)} complete images ({layout}){unclosed} for {num_images} images: "
+            "the chat template must render one image placeholder per image, and the processor "
+            "must expand it in this family's layout"
+        )
+    return spans

@@ -222,7 +222,7 @@ class SyntheticAdapter(Adapter):
             )
         return results
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, n: int | None = None) -> dict[str, Any]:
         return {
             "adapter": self.name,
             "model_id": "synthetic",

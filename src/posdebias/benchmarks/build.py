@@ -11,7 +11,6 @@ seeded sample), so builds with another seed, N or count reuse the cached CLIP em
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +32,13 @@ from posdebias.benchmarks.clip import (
     image_cache_items,
     load_clip,
 )
+from posdebias.benchmarks.config import (
+    DEFAULT_COUNT,
+    SETTINGS,
+    AdversarialOptions,
+    BuildConfig,
+    ShapesSource,
+)
 from posdebias.benchmarks.files import (
     MAX_N,
     MIN_N,
@@ -47,7 +53,6 @@ from posdebias.benchmarks.files import (
     write_benchmark,
 )
 from posdebias.benchmarks.selection import (
-    DEFAULT_CAPTION_THRESHOLD,
     HardNegatives,
     category_keep_mask,
     max_caption_similarity,
@@ -58,8 +63,7 @@ from posdebias.benchmarks.shapes import ShapeSpace, existing_dataset_info, gener
 from posdebias.benchmarks.sources import SOURCE_KINDS, PoolImage, SourcePool, read_source
 from posdebias.errors import BenchmarkError
 
-SETTINGS = ("random", "adversarial")
-DEFAULT_COUNT = 1000
+__all__ = ["DEFAULT_COUNT", "SETTINGS", "BuildConfig", "BuildReport", "build_benchmark"]
 _DIGITS = 6  # similarities are rounded so the file does not carry float noise
 
 
@@ -129,70 +133,55 @@ def _check_options(
         raise BenchmarkError(f"caption threshold {threshold} must be in (-1, 1]")
 
 
-def build_benchmark(
-    source: str,
-    root: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    setting: Setting = "random",
-    n: int = 4,
-    count: int = DEFAULT_COUNT,
-    seed: int = 0,
-    captions: str | os.PathLike[str] | None = None,
-    instances: str | os.PathLike[str] | None = None,
-    pool_size: int | None = None,
-    clip_model: str | None = None,
-    clip_pretrained: str | None = None,
-    caption_threshold: float = DEFAULT_CAPTION_THRESHOLD,
-    drop_category_supersets: bool = False,
-    cache_dir: str | os.PathLike[str] | None = None,
-    use_cache: bool = True,
-    skip_missing_images: bool = False,
-    shapes_images: int | None = None,
-    shapes_seed: int = 0,
-    shapes_image_size: int = 64,
-    shape_space: ShapeSpace | None = None,
-    device: str | None = None,
-    batch_size: int = 64,
-    console: Console | None = None,
-) -> BuildReport:
-    """Build a benchmark folder (``benchmark.jsonl`` + ``manifest.json``) at ``out``.
+def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> BuildReport:
+    """Build a benchmark folder (``benchmark.jsonl`` + ``manifest.json``) at ``config.out``.
 
-    Everything is validated and computed before anything is written, so a failed build leaves
-    no output. ``source='shapes'`` first generates the bundled dataset into ``root``
-    (``shapes_images`` images, default ``pool_size`` or ``2 * count``). See the CLI
-    (``posdebias build --help``) and docs/benchmarks.md for the options.
+    Everything is validated and computed before anything is written, and the two files appear
+    together or not at all, so a failed build leaves no output. A shapes source is first
+    generated into its root. See the CLI (``posdebias build --help``) and docs/benchmarks.md.
     """
+    spec = config.source
+    source, root, out = spec.kind, spec.root, config.out
+    setting, n, count, seed = config.setting, config.n, config.count, config.seed
+    pool_size = config.pool_size
+    clip = config.adversarial or AdversarialOptions()
+    caption_threshold = clip.caption_threshold
     _check_options(source, setting, n, count, pool_size, caption_threshold)
     seconds: dict[str, float] = {}
     warnings_out: list[str] = []
     started = time.perf_counter()
     shapes_info = shapes_reused = None
-    if source == "shapes":
+    if isinstance(spec, ShapesSource):
         before = existing_dataset_info(Path(root)) if Path(root).exists() else None
         generate_shapes_dataset(
             root,
-            shapes_images or pool_size or max(2 * count, n),
-            seed=shapes_seed,
-            space=shape_space or ShapeSpace(),
-            image_size=shapes_image_size,
+            spec.images or pool_size or max(2 * count, n),
+            seed=spec.seed,
+            space=spec.space or ShapeSpace(),
+            image_size=spec.image_size,
         )
         shapes_info = existing_dataset_info(Path(root))
         shapes_reused = before is not None and before == shapes_info
         seconds["generate shapes"] = time.perf_counter() - started
 
     mark = time.perf_counter()
-    source_pool = read_source(source, root, captions, instances, skip_missing=skip_missing_images)
+    source_pool = read_source(
+        source,
+        root,
+        spec.captions_file(),
+        spec.instances_file(),
+        skip_missing=spec.skip_missing_images,
+    )
     pool = _take_pool(source_pool, pool_size, n, count)
     seconds["read source"] = time.perf_counter() - mark
 
     index = clip_info = filters = cache = None
     with _Steps(console) as steps:
         if setting == "adversarial":
-            model_name = clip_model or DEFAULT_CLIP_MODEL
-            weights = clip_pretrained or DEFAULT_CLIP_PRETRAINED
+            model_name = clip.clip_model or DEFAULT_CLIP_MODEL
+            weights = clip.clip_pretrained or DEFAULT_CLIP_PRETRAINED
             mark = time.perf_counter()
-            encoder = load_clip(model_name, weights, device=device, batch_size=batch_size)
+            encoder = load_clip(model_name, weights, device=clip.device, batch_size=clip.batch_size)
             seconds["load CLIP"] = time.perf_counter() - mark
             if encoder.identity.get("random_weights"):
                 warnings_out.append(RANDOM_WEIGHTS_WARNING)
@@ -203,8 +192,8 @@ def build_benchmark(
                 random_weights=bool(encoder.identity.get("random_weights")),
             )
             folder = None
-            if use_cache:
-                folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+            if clip.use_cache:
+                folder = clip.cache_dir if clip.cache_dir is not None else default_cache_dir()
             cache = EmbeddingCache(folder)
             mark = time.perf_counter()
             index = _HardNegativeIndex.encode(
@@ -214,7 +203,7 @@ def build_benchmark(
                 cache,
                 steps,
                 caption_threshold=caption_threshold,
-                drop_supersets=drop_category_supersets,
+                drop_supersets=clip.drop_category_supersets,
                 use_categories=source_pool.has_categories,
             )
             seconds["embeddings"] = time.perf_counter() - mark

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -23,7 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._io import atomic_write_text
+from posdebias._io import DirectoryLock, remove_stale, write_files_together
+from posdebias.benchmarks.shapes import existing_dataset_info
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import BenchmarkError, validation_problems
@@ -34,6 +36,7 @@ FORMAT_VERSION = 1
 MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
 
 Setting = Literal["random", "adversarial"]
+_TEMP = re.compile(r"^\..+\.(tmp|staging)$")
 
 
 class _Strict(BaseModel):
@@ -165,17 +168,90 @@ def write_benchmark(
     Returns the manifest as written (``benchmark_sha256`` filled in).
     """
     folder = Path(out_dir)
-    if folder.exists() and not folder.is_dir():
-        raise BenchmarkError(f"--out {folder} is a file; give a folder for the benchmark")
+    check_benchmark_out(folder)
     text = "".join(record_line(record) + "\n" for record in records)
     data = text.encode("utf-8")
     final = manifest.model_copy(update={"benchmark_sha256": sha256_bytes(data)})
-    atomic_write_text(folder / BENCHMARK_FILE, text)
-    atomic_write_text(
-        folder / MANIFEST_FILE,
-        json.dumps(final.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
-    )
+    manifest_text = json.dumps(final.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    with DirectoryLock(folder):
+        remove_stale(folder, locked=True)
+        write_files_together(
+            folder, {BENCHMARK_FILE: data, MANIFEST_FILE: manifest_text.encode("utf-8")}
+        )
     return final
+
+
+#: What a benchmark folder of ours holds (besides temporary names and the lock).
+_OWN_BENCHMARK_NAMES = {BENCHMARK_FILE, MANIFEST_FILE, ".posdebias.lock"}
+
+
+def check_benchmark_out(folder: Path) -> None:
+    """Refuse an output folder we would overwrite files of someone else in: a file, a
+    non-empty folder that is not a benchmark of ours, or our file names as symbolic links."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise BenchmarkError(f"--out {folder} is a file; give a folder for the benchmark")
+    names = sorted(entry.name for entry in folder.iterdir())
+    foreign = [name for name in names if name not in _OWN_BENCHMARK_NAMES and not _TEMP.match(name)]
+    if foreign and not (folder / MANIFEST_FILE).is_file():
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise BenchmarkError(
+            f"--out {folder} is not empty and is not a benchmark folder (it holds {shown}); "
+            "give a new or empty folder, or one made by `posdebias build`"
+        )
+    links = [name for name in (BENCHMARK_FILE, MANIFEST_FILE) if (folder / name).is_symlink()]
+    if links:
+        raise BenchmarkError(
+            f"--out {folder}: {', '.join(links)} is a symbolic link; posdebias does not write "
+            "through links: remove it or choose another --out"
+        )
+
+
+def same_files(images: list[str], root: Path) -> list[str]:
+    """A problem for each group of image paths that name one file (``./x.png``,
+    ``images//x.png``, a symbolic link to it): each candidate must be a different image."""
+    groups: dict[str, list[str]] = {}
+    for image in images:
+        groups.setdefault(os.path.realpath(root / image), []).append(image)
+    return [
+        f"images {names} are the same file; each candidate must be a different image"
+        for names in groups.values()
+        if len(names) > 1
+    ]
+
+
+def _source_changed(manifest: BenchmarkManifest, root: Path) -> list[str]:
+    """Problems if the images a benchmark was built from changed since: a shapes root
+    regenerated with other settings, or an annotation file with other content."""
+    problems = []
+    pinned = manifest.source.shapes
+    if pinned is not None:
+        current = existing_dataset_info(root) or {}
+        changed = [key for key in sorted(pinned) if current.get(key) != pinned[key]]
+        if changed:
+            shown = ", ".join(
+                f"{key} {_short(pinned[key])} -> {_short(current.get(key))}" for key in changed
+            )
+            problems.append(
+                f"the shapes images under {root} were regenerated with other settings since "
+                f"this benchmark was built ({shown}); rebuild the benchmark, or regenerate the "
+                "images with its settings"
+            )
+    for annotation in manifest.source.annotation_files:
+        path = Path(annotation.path)
+        if path.is_file() and sha256_file(path) != annotation.sha256:
+            problems.append(
+                f"the annotation file {path} changed since this benchmark was built (sha256 "
+                "mismatch), so its images may have too; rebuild the benchmark"
+            )
+    return problems
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load_manifest(path: Path) -> BenchmarkManifest:
@@ -245,6 +321,8 @@ def load_benchmark(
         )
     if check_images and not root_path.is_dir():
         raise BenchmarkError(f"the image root {root_path} does not exist; pass root= (--root)")
+    if manifest is not None and check_images:
+        problems += _source_changed(manifest, root_path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -281,6 +359,8 @@ def load_benchmark(
                     exists[image] = (root_path / image).is_file()
                 if not exists[image]:
                     line_problems.append(f"image {image!r} not found under {root_path}")
+        if check_images and not line_problems:
+            line_problems += same_files(record.images, root_path)
         first_line.setdefault(record.id, number)
         if line_problems:
             problems += [f"line {number}: {message}" for message in line_problems]

@@ -27,7 +27,6 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posdebias._io import make_staging_dir, remove_stale
 from posdebias.errors import BenchmarkError, OutputError, validation_message
 
 GENERATOR_NAME = "posdebias.benchmarks.shapes"
@@ -439,30 +439,42 @@ def generate_shapes_dataset(
 
     Same arguments, same bytes. Images get ids 1..count and file names ``images/000001.png``
     (relative to ``out_dir``, which is the benchmark root). A folder already holding the same
-    dataset is reused as is; one holding another shapes dataset is replaced; any other non-empty
-    folder is refused (we never delete data we did not make). The folder is built beside the
-    target and renamed into place, so a failure leaves no half-written dataset.
+    dataset is reused as is; one holding another shapes dataset and nothing else is replaced;
+    any other non-empty folder is refused (we never delete data we did not make). The folder
+    is built beside the target and renamed into place, so a failure leaves no half-written
+    dataset; staging folders a killed build left there are removed by the next one.
     """
     space = space or ShapeSpace()
     if count < 1:
         raise BenchmarkError(f"shapes count must be at least 1, got {count}")
     target = Path(out_dir)
     info = _dataset_info(count, seed, space, image_size)
+    if target.parent.is_dir():
+        remove_stale(target.parent)
     existing = existing_dataset_info(target) if target.exists() else None
-    if existing == info:
+    if existing == info:  # the same dataset: nothing to write
         return target
-    if target.exists() and existing is None:
-        if not target.is_dir():
-            raise BenchmarkError(f"{target} is a file; --root must be a folder for --source shapes")
-        if any(target.iterdir()):
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise BenchmarkError(
+            f"{target} is a file or a link; --root must be a folder for --source shapes"
+        )
+    if target.exists() and any(target.iterdir()):
+        if existing is None:
             raise BenchmarkError(
                 f"{target} is not empty and is not a shapes dataset; choose an empty or new "
                 "folder as --root for --source shapes"
             )
+        foreign = _foreign_files(target)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise BenchmarkError(
+                f"{target} holds files that are not part of the shapes dataset ({shown}); "
+                "posdebias replaces only what it made: move them, or choose another --root"
+            )
     attributes = sample_unique_attributes(count, seed, space)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = make_staging_dir(target)
     except OSError as exc:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
     try:
@@ -474,6 +486,32 @@ def generate_shapes_dataset(
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+#: The marker file of a generated shapes folder (its generator settings).
+MARKER_FILE = ".posdebias-shapes.json"
+_OWN_IMAGE = re.compile(r"^\d{6}\.png$")
+
+
+def _foreign_files(folder: Path) -> list[str]:
+    """Entries of a shapes folder that the generator did not make (relative names)."""
+    foreign = []
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if name == MARKER_FILE and entry.is_file() and not entry.is_symlink():
+            continue
+        if name in ("images", "annotations") and entry.is_dir() and not entry.is_symlink():
+            for child in sorted(entry.iterdir()):
+                ours = (
+                    _OWN_IMAGE.match(child.name)
+                    if name == "images"
+                    else child.name in (Path(CAPTIONS_FILE).name, Path(INSTANCES_FILE).name)
+                )
+                if not ours or child.is_symlink() or not child.is_file():
+                    foreign.append(f"{name}/{child.name}")
+            continue
+        foreign.append(name)
+    return foreign
 
 
 def _write_dataset(
@@ -514,6 +552,7 @@ def _write_dataset(
                     "iscrowd": 0,
                 }
             )
+    (folder / MARKER_FILE).write_text(_dump(info), encoding="utf-8")
     plain_images = [{k: v for k, v in image.items() if k != "attributes"} for image in images]
     (folder / CAPTIONS_FILE).write_text(
         _dump({"info": info, "licenses": [], "images": images, "annotations": captions}),
@@ -538,7 +577,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
     if not target.exists():
         os.replace(staging, target)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+    old = make_staging_dir(target)
     old.rmdir()
     os.replace(target, old)
     try:

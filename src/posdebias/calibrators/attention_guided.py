@@ -54,7 +54,7 @@ class AttentionGuided(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix)
+        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
         corrector = self.options.corrector(self.options.mixture)
         prior = state.fitted("attention_prior")
         if not self.options.attention_prior:

@@ -27,7 +27,7 @@ class AttentionReadout(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix)
+        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
         readout = mean_attention(observation.attention_matrix, layers)
         return Prediction(scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON))
 

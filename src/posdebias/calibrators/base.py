@@ -99,10 +99,16 @@ class Calibrator(ABC):
             n = observations[0].n
         if n is None:
             raise InputError(f"calibrator {self.name!r}: fit needs observations (or n=)")
-        num_layers = None
+        layer_fields: dict[str, Any] = {}
         if self.needs_attention and observations:
             require_attention(observations, self.name)
-            num_layers = observations[0].num_layers
+            layers = observations[0].layers
+            assert layers is not None  # attention present (require_attention)
+            layer_fields = {
+                "num_layers": len(layers),
+                "layers": list(layers.indices),
+                "layer_kinds": list(layers.kinds),
+            }
         if self.needs_fit and not observations:
             raise InputError(f"calibrator {self.name!r} needs calibration observations")
         fitted = self._split_fitted(self._fit(observations) if self.needs_fit else {})
@@ -110,7 +116,7 @@ class Calibrator(ABC):
             calibrator=self.name,
             options=self.options.model_dump(mode="json"),
             n=n,
-            num_layers=num_layers,
+            **layer_fields,
             package_version=__version__,
             num_observations=len(observations),
             **fitted,
@@ -176,7 +182,7 @@ class Calibrator(ABC):
         state.check_compatible(calibrator=self.name, n=observation.n)
         if self.needs_attention:
             require_attention([observation], self.name)
-            state.check_compatible(num_layers=observation.num_layers)
+            state.check_compatible(layers=observation.layers)
         wanted = len(self.permutations(observation.n)) if self.needs_rotations else 0
         if self.needs_rotations and (rotations is None or len(rotations) != wanted):
             got = "none" if rotations is None else len(rotations)

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 import posdebias.defaults as defaults
 from posdebias.calibrators.base import CalibratorOptions
+from posdebias.core.layers import GLOBAL, LAYER_KINDS
 from posdebias.core.stages import Corrector, LayerSelector
 
 
@@ -16,8 +17,21 @@ class LayerSelectionOptions(CalibratorOptions):
         default=defaults.TOP_K, ge=1, description="K layers with the most image attention"
     )
     layer_range: tuple[int, int] | None = Field(
-        default=None, description="candidate layers [start, stop) (default: all layers)"
+        default=None, description="candidate model layers [start, stop) (default: all layers)"
     )
+    layer_kinds: tuple[str, ...] = Field(
+        default=(GLOBAL,),
+        min_length=1,
+        description="candidate layer kinds: global, sliding, chunked (default: global only)",
+    )
+
+    @field_validator("layer_kinds")
+    @classmethod
+    def _known_kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [kind for kind in value if kind not in LAYER_KINDS]
+        if unknown:
+            raise ValueError(f"unknown layer kind(s) {unknown}; known: {', '.join(LAYER_KINDS)}")
+        return tuple(dict.fromkeys(value))
 
     @field_validator("layer_range")
     @classmethod
@@ -27,7 +41,9 @@ class LayerSelectionOptions(CalibratorOptions):
         return value
 
     def selector(self) -> LayerSelector:
-        return LayerSelector(top_k=self.top_k, layer_range=self.layer_range)
+        return LayerSelector(
+            top_k=self.top_k, layer_range=self.layer_range, layer_kinds=self.layer_kinds
+        )
 
 
 class PosteriorOptions(LayerSelectionOptions):

@@ -30,7 +30,7 @@ class PurifiedAttention(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix)
+        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
         corrector = self.options.corrector()
         purified = corrector.purified_log_attention(
             observation.attention_matrix, state.fitted("attention_prior"), layers

@@ -19,7 +19,7 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError, PosdebiasPluginWarning
 
-SUBCOMMANDS = ("build", "calibrate", "evaluate", "organism", "plugins", "rank", "report")
+SUBCOMMANDS = ("build", "calibrate", "check", "evaluate", "organism", "plugins", "rank", "report")
 
 
 class _Parser(argparse.ArgumentParser):

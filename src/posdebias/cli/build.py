@@ -9,11 +9,12 @@ from pathlib import Path
 from rich.console import Console
 
 import posdebias.defaults as defaults
-from posdebias.benchmarks.build import DEFAULT_COUNT, SETTINGS, BuildReport, build_benchmark
+from posdebias.benchmarks.build import BuildReport, build_benchmark
+from posdebias.benchmarks.config import DEFAULT_COUNT, SETTINGS, BuildConfig, build_config_from
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
-from posdebias.benchmarks.shapes import load_shape_space
 from posdebias.benchmarks.sources import SOURCE_KINDS
+from posdebias.evaluation.config import read_config_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,12 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
         description="Build a multi-image retrieval benchmark: COUNT instances, each a caption "
         "and N images (its own and N-1 distractors). Writes OUT/benchmark.jsonl and "
-        "OUT/manifest.json. See the Benchmarks page of the posdebias documentation.",
+        "OUT/manifest.json. Flags override the config file. See the Benchmarks page of the "
+        "posdebias documentation.",
     )
-    parser.add_argument("--source", required=True, choices=SOURCE_KINDS)
+    parser.add_argument("--config", type=Path, help="YAML, TOML or JSON build config file")
+    parser.add_argument("--source", choices=SOURCE_KINDS, help="required unless in --config")
     parser.add_argument(
         "--root",
-        required=True,
         type=Path,
         help="folder the image file names are relative to (shapes: generated into it)",
     )
@@ -38,16 +40,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "JSONL (default: looked for next to --root)",
     )
     parser.add_argument("--instances", type=Path, help="COCO instances_*.json (categories)")
-    parser.add_argument("--setting", required=True, choices=SETTINGS)
+    parser.add_argument("--setting", choices=SETTINGS, help="random or adversarial")
     parser.add_argument(
         "-N",
         dest="n",
         type=int,
-        default=defaults.CANDIDATES,
-        help=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES})",
+        help=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES}; "
+        f"{defaults.CANDIDATES})",
     )
-    parser.add_argument("--count", type=int, default=DEFAULT_COUNT, help="number of instances")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count", type=int, help=f"number of instances ({DEFAULT_COUNT})")
+    parser.add_argument("--seed", type=int, help="seed of the draws (0)")
     parser.add_argument(
         "--clip-model",
         help="open_clip model name or path to an open_clip model-config JSON (default ViT-L-14)",
@@ -63,21 +65,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--caption-threshold",
         type=float,
-        default=DEFAULT_CAPTION_THRESHOLD,
-        help="adversarial: drop images whose caption cosine with the query is >= this",
+        help="adversarial: drop images whose caption cosine with the query is >= this "
+        f"({DEFAULT_CAPTION_THRESHOLD})",
     )
     parser.add_argument(
         "--drop-category-supersets",
         action="store_true",
+        default=None,
         help="adversarial: also drop images containing all of the anchor's categories",
     )
     parser.add_argument("--cache-dir", type=Path, help="CLIP embedding cache folder")
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
     parser.add_argument("--device", help="torch device for CLIP (default: cuda if available)")
-    parser.add_argument("--batch-size", type=int, default=64, help="CLIP encoding batch size")
+    parser.add_argument("--batch-size", type=int, help="CLIP encoding batch size (64)")
     parser.add_argument(
         "--skip-missing-images",
         action="store_true",
+        default=None,
         help="drop listed images that are not on disk instead of stopping",
     )
     parser.add_argument(
@@ -85,50 +89,61 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="shapes: images to generate (default pool size or 2xcount)",
     )
-    parser.add_argument("--shapes-seed", type=int, default=0, help="shapes: generator seed")
-    parser.add_argument("--shapes-image-size", type=int, default=64, help="shapes: pixels")
+    parser.add_argument("--shapes-seed", type=int, help="shapes: generator seed (0)")
+    parser.add_argument("--shapes-image-size", type=int, help="shapes: pixels (64)")
     parser.add_argument(
         "--shapes-space", type=Path, help="shapes: JSON file of a ShapeSpace (attribute space)"
     )
-    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--out", type=Path, help="output folder (required unless in --config)")
     parser.set_defaults(handler=run)
 
 
+def load_build_config(args: argparse.Namespace) -> BuildConfig:
+    """The build config of a command line: the --config file, overridden by flags."""
+    data = read_config_file(args.config) if args.config is not None else {}
+    flags = {
+        name: getattr(args, name)
+        for name in (
+            "source",
+            "root",
+            "captions",
+            "instances",
+            "setting",
+            "n",
+            "count",
+            "seed",
+            "clip_model",
+            "clip_pretrained",
+            "pool_size",
+            "caption_threshold",
+            "drop_category_supersets",
+            "cache_dir",
+            "device",
+            "batch_size",
+            "skip_missing_images",
+            "shapes_images",
+            "shapes_seed",
+            "shapes_image_size",
+            "out",
+        )
+    }
+    flags["use_cache"] = False if args.no_cache else None
+    flags["shapes_space"] = args.shapes_space
+    return build_config_from(data, flags, str(args.config) if args.config else "build options")
+
+
 def run(args: argparse.Namespace) -> int:
+    config = load_build_config(args)
     console = Console(stderr=True)
-    if (args.clip_pretrained or "").lower() == "none" and args.setting == "adversarial":
+    clip = config.adversarial
+    if clip is not None and (clip.clip_pretrained or "").lower() == "none":
         console.print(
             "[bold red]WARNING: --clip-pretrained none gives a CLIP model with RANDOM weights; "
             "the hard negatives are arbitrary. Only for tests.[/bold red]"
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # shown above, in red
-        report = build_benchmark(
-            args.source,
-            args.root,
-            args.out,
-            setting=args.setting,
-            n=args.n,
-            count=args.count,
-            seed=args.seed,
-            captions=args.captions,
-            instances=args.instances,
-            pool_size=args.pool_size,
-            clip_model=args.clip_model,
-            clip_pretrained=args.clip_pretrained,
-            caption_threshold=args.caption_threshold,
-            drop_category_supersets=args.drop_category_supersets,
-            cache_dir=args.cache_dir,
-            use_cache=not args.no_cache,
-            skip_missing_images=args.skip_missing_images,
-            shapes_images=args.shapes_images,
-            shapes_seed=args.shapes_seed,
-            shapes_image_size=args.shapes_image_size,
-            shape_space=load_shape_space(args.shapes_space) if args.shapes_space else None,
-            device=args.device,
-            batch_size=args.batch_size,
-            console=console,
-        )
+        report = build_benchmark(config, console=console)
     print_summary(report, Console())
     return 0
 

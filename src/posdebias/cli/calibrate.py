@@ -7,15 +7,12 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
-from posdebias.errors import InputError
+from posdebias.core.state import CalibrationState
+from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
-from posdebias.evaluation.job import (
-    build_adapter,
-    build_calibrators,
-    load_instances,
-    resolve_states,
-)
-from posdebias.evaluation.runner import ObservationCache
+from posdebias.evaluation.job import calibrate, prepare
+from posdebias.evaluation.preset import resolve_preset
+from posdebias.evaluation.states import save_states
 from posdebias.registry import get_registry
 
 
@@ -32,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--count", type=int, dest="calibration_count", help="calibration instances M (5)"
     )
-    parser.add_argument("--calibrators", help="comma-separated names (default: those that fit)")
+    parser.add_argument(
+        "--calibrators", help="comma-separated names (default: the config's, or those that fit)"
+    )
     parser.add_argument("-N", dest="n", type=int, help="images per instance (simulated model)")
     parser.add_argument("--seed", type=int, help="seed of the held-out split")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
@@ -47,34 +46,59 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    calibrators = args.calibrators
-    if calibrators is None:
+    config = load_config(args.config, **_overrides(args), calibrators=args.calibrators)
+    if args.calibrators is None and "calibrators" not in config.model_fields_set:
+        # neither flag nor config names calibrators: those that fit (the config's are kept
+        # as given, options included)
         registry = get_registry()
-        calibrators = [n for n in DEFAULT_CALIBRATORS if registry.calibrator_class(n).needs_fit]
-    config = load_config(
-        args.config,
-        adapter=args.adapter,
-        model=args.model,
-        benchmark=args.benchmark,
-        calibration_count=args.calibration_count,
-        calibrators=calibrators,
-        n=args.n,
-        seed=args.seed,
-        batch_size=args.batch_size,
-    )
-    built = build_calibrators(config)
+        fitting = [n for n in DEFAULT_CALIBRATORS if registry.calibrator_class(n).needs_fit]
+        config = load_config(args.config, **{**_overrides(args), "calibrators": fitting})
     single_file = args.out.suffix == ".json"
-    if single_file and len(built) != 1:
+    if single_file and len(config.calibrators) != 1:
         raise InputError(
-            f"--out {args.out} is one file but {len(built)} calibrators were asked for; give a "
-            "directory, or one calibrator"
+            f"--out {args.out} is one file but {len(config.calibrators)} calibrators were asked "
+            "for; give a directory, or one calibrator"
         )
-    adapter = build_adapter(config)
-    source = load_instances(config, adapter)
-    n = source.calibration[0].n
-    states = resolve_states(config, adapter, built, source.calibration, n, ObservationCache())
+    if single_file and args.out.is_symlink():
+        raise OutputError(f"--out {args.out} is a symbolic link; give a plain file path")
+    resolved = resolve_preset(config)
+    with resolved.threads():
+        run_ = prepare(resolved)
+        calibrate(run_)
+    states = run_.states
     console = make_console()
+    if single_file:
+        ((label, state),) = states.items()
+        if args.out.exists() and not _is_state_file(args.out):
+            raise OutputError(
+                f"{args.out} exists and is not a calibration state; posdebias does not replace "
+                "files it did not make: move it or choose another --out"
+            )
+        paths = {label: state.save(args.out)}
+    else:
+        paths = dict(zip(states, save_states(states, args.out), strict=True))
     for label, state in states.items():
-        path = state.save(args.out if single_file else args.out / f"{label}.json")
-        console.print(f"{label}: {path} (N={state.n}, {state.num_observations} observations)")
+        console.print(
+            f"{label}: {paths[label]} (N={state.n}, {state.num_observations} observations)"
+        )
     return 0
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    return {
+        "adapter": args.adapter,
+        "model": args.model,
+        "benchmark": args.benchmark,
+        "calibration_count": args.calibration_count,
+        "n": args.n,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+    }
+
+
+def _is_state_file(path: Path) -> bool:
+    try:
+        CalibrationState.load(path)
+    except Exception:  # any reason it is not ours: do not replace it
+        return False
+    return True

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
@@ -32,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
+    parser.add_argument(
+        "--calibration-transfer",
+        action="store_true",
+        default=None,
+        dest="calibration_transfer",
+        help="use --calibration states fitted on another model (recorded in results.json)",
+    )
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
     parser.add_argument(
         "--decoders",
@@ -53,6 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow the model's own Python code from its repository (runs that code)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue an interrupted run in --out (same configuration)",
@@ -68,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         benchmark=args.benchmark,
         calibration=args.calibration,
+        calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,
         decoders=args.decoders,
         orders=args.orders,
@@ -78,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         out=args.out,
     )
+    if args.trust_remote_code:
+        options = {**config.adapter.options, "trust_remote_code": True}
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"options": options})}
+        )
     if args.resume and config.out is None:
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
@@ -101,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         results.metrics(), title=title, console=console, generated=results.generated_rows()
     )
     if config.out is not None:
-        report = write_report(results, config.out)
+        with DirectoryLock(config.out):
+            report = write_report(results, config.out)
         console.print(f"results: {config.out / 'results.json'}  report: {report}")
     for message in results.failed.values():  # plugin failures: named, the rest was kept
         print(f"error: {message}", file=sys.stderr)

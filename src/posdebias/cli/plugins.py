@@ -1,4 +1,5 @@
-"""``posdebias plugins``: every adapter, calibrator, decoder and bundled model, and its plugin.
+"""``posdebias plugins``: every adapter, calibrator, decoder and bundled model, and its plugin;
+then which adapter each known ``model_type`` resolves to (and who else claims it).
 
 ``--options`` adds every option of each entry with its type, default and description (from the
 entry's pydantic ``Options`` model), so a configuration can be written without reading code.
@@ -17,6 +18,7 @@ from rich.table import Table
 from posdebias._version import __version__
 from posdebias.cli import make_console
 from posdebias.registry import PluginInfo, Registry, get_registry
+from posdebias.registry.manager import adapter_priority
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -88,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
             info.version or "-",
         )  # fmt: skip
     console.print(table)
+    console.print(_model_types(registry))
     if args.options:
         for kind, name, cls in entries:
             rows = option_rows(cls.Options)
@@ -103,3 +106,26 @@ def run(args: argparse.Namespace) -> int:
         if info.error:
             console.print(f"[red]plugin {escape(info.name)!r} failed:[/red] {escape(info.error)}")
     return 0
+
+
+def _model_types(registry: Any) -> Table:
+    """model_type -> the adapter it resolves to (precedence: docs/adapters.md)."""
+    table = Table(
+        title="model types (anything else: generic, if it can reproduce the positions)",
+        title_justify="left",
+    )
+    for column in ("model_type", "adapter", "plugin", "priority", "also claimed by"):
+        table.add_column(column)
+    for model_type, claims in registry.model_type_claims().items():
+        chosen, others = claims[0], claims[1:]
+        table.add_row(
+            model_type,
+            chosen.cls.name,
+            chosen.plugin,
+            str(adapter_priority(chosen.cls)),
+            ", ".join(
+                f"{o.cls.name} ({o.plugin}, priority {adapter_priority(o.cls)})" for o in others
+            )
+            or "-",
+        )
+    return table

@@ -14,6 +14,7 @@ from posdebias.cli.evaluate import add_model_arguments
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import build_adapter
+from posdebias.evaluation.preset import resolve_preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="adapter option (repeatable; values parsed as YAML)",
+    )
+    parser.add_argument(
+        "--calibration-transfer",
+        action="store_true",
+        help="use a calibration state fitted on another model (a transfer study)",
     )
     parser.add_argument("caption", help="the query text")
     parser.add_argument("images", nargs="+", help="candidate images, in the order shown")
@@ -41,7 +47,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--adapter-option {item!r} must look like KEY=VALUE")
         options[key] = yaml.safe_load(value)
     config = load_config(None, model=args.model, adapter={"name": args.adapter, "options": options})
-    debiaser = Debiaser.load(args.calibration, build_adapter(config))
+    debiaser = Debiaser.load(
+        args.calibration,
+        build_adapter(resolve_preset(config).config),
+        transfer=args.calibration_transfer,
+    )
     prediction = debiaser.rank(args.caption, args.images)
     table = Table(title=f"{debiaser.calibrator.name}: {args.caption!r}", title_justify="left")
     for column in ("position", "image", "probability", ""):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
 from posdebias.evaluation.report import write_report
 from posdebias.evaluation.results import EvaluationResults
@@ -19,8 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    results = EvaluationResults.load(args.run_dir / "results.json")
+    results = EvaluationResults.load(args.run_dir / "results.json")  # validated before writing
     console = make_console()
     print_results_table(results.metrics(), console=console, generated=results.generated_rows())
-    console.print(f"report: {write_report(results, args.run_dir)}")
+    with DirectoryLock(args.run_dir):
+        report = write_report(results, args.run_dir)
+    console.print(f"report: {report}")
     return 0

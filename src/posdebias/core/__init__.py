@@ -2,6 +2,7 @@
 
 from posdebias.core.instance import RetrievalInstance, random_orders, rotation_order
 from posdebias.core.labels import LABEL_SETS, LabelSet, get_label_set
+from posdebias.core.layers import LAYER_KINDS, LayerSet
 from posdebias.core.observation import Observation, Prediction
 from posdebias.core.stages import BiasProfiler, Corrector, LayerSelector, PriorEstimator
 from posdebias.core.state import CalibrationState
@@ -9,11 +10,13 @@ from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_se
 
 __all__ = [
     "LABEL_SETS",
+    "LAYER_KINDS",
     "BiasProfiler",
     "CalibrationState",
     "Corrector",
     "LabelSet",
     "LayerSelector",
+    "LayerSet",
     "Observation",
     "Prediction",
     "PriorEstimator",

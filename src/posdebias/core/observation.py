@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias.core.layers import LayerSet
 from posdebias.errors import ObservationError
 
 LOGSUMEXP_TOLERANCE = 1e-4
@@ -67,14 +68,18 @@ class Observation:
     Attributes:
         label_logprobs: [N] restricted log-probabilities s_j = log P(c_j | x) of the N labels
             (logsumexp = 0; METHOD.md "Observations").
-        attention: [L, N] attention mass a^(l)_k of the last prompt token on image k's tokens in
-            language-model layer l (head mean), or None when the adapter cannot give it.
+        attention: [L, N] attention mass a^(l)_k of the last prompt token on image k's tokens,
+            one row per softmax-attention layer read (head mean), or None when the adapter
+            cannot give it.
         target: 0-based position of the true image in THIS order, or None at inference.
+        layers: the model layers (indices and kinds) of the attention rows; None with attention
+            means a dense model, rows = layers 0..L-1, all global.
     """
 
     label_logprobs: np.ndarray
     attention: np.ndarray | None = None
     target: int | None = None
+    layers: LayerSet | None = None
     _n: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +105,17 @@ class Observation:
             if np.any(attention < 0):
                 raise ObservationError("attention masses must be non-negative")
             object.__setattr__(self, "attention", attention)
+            layers = self.layers if self.layers is not None else LayerSet.dense(attention.shape[0])
+            if not isinstance(layers, LayerSet):
+                raise ObservationError(f"layers must be a LayerSet, got {type(layers).__name__}")
+            if len(layers) != attention.shape[0]:
+                raise ObservationError(
+                    f"attention has {attention.shape[0]} rows but its layers are "
+                    f"{layers.describe()}: one row per layer read"
+                )
+            object.__setattr__(self, "layers", layers)
+        elif self.layers is not None:
+            raise ObservationError("layers were given without attention rows")
         if self.target is not None:
             if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
                 raise ObservationError(f"target must be an int position, got {self.target!r}")
@@ -114,7 +130,7 @@ class Observation:
 
     @property
     def num_layers(self) -> int | None:
-        """Number of language-model layers L in ``attention`` (None without attention)."""
+        """Number of attention rows (layers read) in ``attention`` (None without attention)."""
         return None if self.attention is None else int(self.attention.shape[0])
 
     @property
@@ -138,23 +154,36 @@ class Observation:
             label_logprobs=self.label_logprobs[index],
             attention=None if self.attention is None else self.attention[:, index],
             target=None if self.target is None else (self.target - shift) % self.n,
+            layers=self.layers,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (floats at full precision) for run logs and caches."""
-        return {
+        """JSON-ready dict (floats at full precision) for run logs and caches; the layer set is
+        written unless it is the dense default (so dense records read the same as before)."""
+        record: dict[str, Any] = {
             "label_logprobs": self.label_logprobs.tolist(),
             "attention": None if self.attention is None else self.attention.tolist(),
             "target": self.target,
         }
+        if self.layers is not None and not self.layers.is_dense:
+            record.update(self.layers.to_dict())
+        return record
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> Observation:
         try:
+            attention = payload.get("attention")
+            layers = None
+            if payload.get("layers") is not None or payload.get("layer_kinds") is not None:
+                rows = len(attention) if isinstance(attention, list) else 0
+                layers = LayerSet.from_lists(
+                    payload.get("layers"), payload.get("layer_kinds"), rows
+                )
             return cls(
                 label_logprobs=payload["label_logprobs"],
-                attention=payload.get("attention"),
+                attention=attention,
                 target=payload.get("target"),
+                layers=layers,
             )
         except KeyError as exc:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc

@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 import posdebias.defaults as defaults
+from posdebias.core.layers import GLOBAL, LayerSet
 from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
 
@@ -41,9 +42,13 @@ def require_attention(observations: Sequence[Observation], who: str) -> None:
             f"calibrator {who!r} needs attention, but the observations have none (the adapter "
             "cannot capture attention); use vanilla, pride or permutation_average instead"
         )
-    layers = {obs.num_layers for obs in observations}
-    if len(layers) != 1:
-        raise ObservationError(f"observations mix layer counts {sorted(layers, key=str)}")
+    layer_sets = {obs.layers for obs in observations}
+    if len(layer_sets) != 1:
+        described = sorted(layers.describe() for layers in layer_sets if layers is not None)
+        raise ObservationError(
+            f"observations mix attention layer sets ({'; '.join(described)}); observe them all "
+            "with the same model"
+        )
 
 
 # -- layer selection -----------------------------------------------------------------------
@@ -53,27 +58,46 @@ def require_attention(observations: Sequence[Observation], who: str) -> None:
 class LayerSelector:
     """Per-instance top-K layers by total attention mass on the images (Inference step 1).
 
-    ``layer_range`` restricts the candidates to layers ``[start, stop)`` (Python slice
-    semantics; negative values count from the top).
+    Candidates are the attention rows whose layer kind is in ``layer_kinds`` (default: global
+    layers only, the layers that see every image; docs/method.md) and, with ``layer_range``,
+    whose MODEL layer index lies in ``[start, stop)`` (Python slice semantics over the model's
+    layers; negative values count from the top, the model's depth taken as the highest layer
+    read + 1).
     """
 
     top_k: int = defaults.TOP_K
     layer_range: tuple[int, int] | None = None
+    layer_kinds: tuple[str, ...] = (GLOBAL,)
 
-    def candidates(self, num_layers: int) -> np.ndarray:
-        layers = np.arange(num_layers)
+    def candidates(self, layers: LayerSet | int) -> np.ndarray:
+        """Row positions (into the attention array) of the candidate layers."""
+        if isinstance(layers, int):
+            layers = LayerSet.dense(layers)
+        rows = np.array(layers.rows_of_kinds(self.layer_kinds), dtype=int)
+        if rows.size == 0:
+            present = sorted(set(layers.kinds))
+            raise InputError(
+                f"layer_kinds {list(self.layer_kinds)} selects no layer: this model's attention "
+                f"rows are {layers.describe()}; set layer_kinds to some of {present}"
+            )
         if self.layer_range is not None:
-            layers = layers[slice(*self.layer_range)]
-            if layers.size == 0:
+            depth = layers.indices[-1] + 1
+            allowed = set(range(depth)[slice(*self.layer_range)])
+            rows = np.array([row for row in rows if layers.indices[row] in allowed], dtype=int)
+            if rows.size == 0:
                 raise InputError(
-                    f"layer_range {list(self.layer_range)} selects no layer of a {num_layers}-"
-                    "layer model; give a range inside 0..{num_layers}"
+                    f"layer_range {list(self.layer_range)} selects no candidate layer of "
+                    f"{layers.describe()} with kinds {list(self.layer_kinds)}; give a range "
+                    f"inside 0..{depth} that holds such a layer"
                 )
-        return layers
+        return rows
 
-    def select(self, attention: np.ndarray) -> np.ndarray:
-        """Indices of the K layers with the largest S^(l) = sum_k a^(l)_k, ascending order."""
-        candidates = self.candidates(attention.shape[0])
+    def select(self, attention: np.ndarray, layers: LayerSet | None = None) -> np.ndarray:
+        """Row positions of the K candidate layers with the largest S^(l) = sum_k a^(l)_k, in
+        ascending order; ``layers`` names the rows (None: dense, rows = layers 0..L-1)."""
+        candidates = self.candidates(
+            layers if layers is not None else LayerSet.dense(attention.shape[0])
+        )
         mass = attention[candidates].sum(axis=1)
         k = min(self.top_k, candidates.size)
         # stable sort on -mass: ties go to the lower layer, deterministically

@@ -10,9 +10,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._io import atomic_write_text
-from posdebias.errors import CalibrationError, validation_message
+from posdebias.core.layers import LayerSet
+from posdebias.errors import CalibrationError, ObservationError, validation_message
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+"""Version 1 states predate layer sets: their attention rows are layers 0..L-1 (dense)."""
 
 Matrix = list[list[float]]
 
@@ -30,7 +33,13 @@ class CalibrationState(BaseModel):
     calibrator: str
     options: dict[str, Any] = Field(default_factory=dict)
     n: int = Field(ge=2, description="number of candidates N")
-    num_layers: int | None = Field(default=None, description="language-model layers L")
+    num_layers: int | None = Field(default=None, description="attention rows (layers read)")
+    layers: list[int] | None = Field(
+        default=None, description="model layer index of each attention row (None: 0..L-1)"
+    )
+    layer_kinds: list[str] | None = Field(
+        default=None, description="kind of each attention row: global, sliding or chunked"
+    )
     label_set: list[str] | None = None
     adapter: str | None = None
     model_id: str | None = None
@@ -65,6 +74,13 @@ class CalibrationState(BaseModel):
                 raise ValueError(
                     f"attention_prior has {shape[0]} layers but num_layers is {self.num_layers}"
                 )
+        if self.layers is not None or self.layer_kinds is not None:
+            if self.num_layers is None:
+                raise ValueError("layers are given but num_layers is not")
+            try:
+                LayerSet.from_lists(self.layers, self.layer_kinds, self.num_layers)
+            except ObservationError as exc:
+                raise ValueError(str(exc)) from None
         if self.label_set is not None and len(self.label_set) != n:
             raise ValueError(f"label_set has {len(self.label_set)} labels for N={n}")
         for name in ("observed_profile", "bias_matrix", "attention_prior", "logit_prior"):
@@ -92,6 +108,13 @@ class CalibrationState(BaseModel):
     @property
     def logit_prior_array(self) -> np.ndarray | None:
         return self._array(self.logit_prior)
+
+    @property
+    def layer_set(self) -> LayerSet | None:
+        """The model layers of the attention rows (dense 0..L-1 when the state names none)."""
+        if self.num_layers is None:
+            return None
+        return LayerSet.from_lists(self.layers, self.layer_kinds, self.num_layers)
 
     def fitted(self, name: str) -> np.ndarray:
         """The fitted array ``name`` as float64; a CalibrationError when this state lacks it."""
@@ -140,14 +163,20 @@ class CalibrationState(BaseModel):
                 f"{source}: expected a JSON object, got {type(payload).__name__}"
             )
         version = payload.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
+            readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
             raise CalibrationError(
                 f"{source}: calibration schema version {version!r} is not supported (this "
-                f"posdebias reads version {SCHEMA_VERSION}); re-create it with "
+                f"posdebias reads versions {readable}); re-create it with "
                 "`posdebias calibrate`"
             )
+        if version == 1 and ("layers" in payload or "layer_kinds" in payload):
+            raise CalibrationError(
+                f"{source}: a version 1 calibration state cannot name attention layers; "
+                "re-create it with `posdebias calibrate`"
+            )
         try:
-            return cls.model_validate(payload)
+            return cls.model_validate({**payload, "schema_version": SCHEMA_VERSION})
         except ValidationError as exc:
             raise CalibrationError(
                 validation_message(exc, f"{source}: invalid calibration state", unknown="field")
@@ -161,24 +190,72 @@ class CalibrationState(BaseModel):
         calibrator: str | None = None,
         n: int | None = None,
         num_layers: int | None = None,
+        layers: LayerSet | None = None,
         label_set: list[str] | None = None,
         adapter: str | None = None,
+        options: dict[str, Any] | None = None,
+        prompt_hash: str | None = None,
+        model_id: str | None = None,
     ) -> None:
-        """Refuse to use this state where it was not made for (each mismatch named)."""
+        """Refuse to use this state where it was not made for (each mismatch named).
+
+        ``layers``: the layer set of the observations (or the adapter's); a state whose
+        attention rows come from other model layers, or layers of another kind, is refused.
+
+        ``options`` are the using calibrator's options, ``prompt_hash`` and ``model_id`` the
+        adapter's; a state that records none of a value is not checked against it.
+        """
         problems = []
+        transfer_hint = False
         if calibrator is not None and calibrator != self.calibrator:
             problems.append(f"it was fitted by calibrator {self.calibrator!r}, not {calibrator!r}")
         if n is not None and n != self.n:
             problems.append(f"it was made for N={self.n} images, not N={n}")
         if num_layers is not None and self.num_layers is not None and num_layers != self.num_layers:
             problems.append(f"it has {self.num_layers} layers but the model has {num_layers}")
+        own = self.layer_set
+        if layers is not None and own is not None and layers != own:
+            problems.append(
+                f"its attention rows come from {own.describe()}, but this model's observations "
+                f"read {layers.describe()}"
+            )
         if label_set is not None and self.label_set is not None and label_set != self.label_set:
             problems.append(f"its labels are {self.label_set}, not {label_set}")
         if adapter is not None and self.adapter is not None and adapter != self.adapter:
             problems.append(f"it was made with adapter {self.adapter!r}, not {adapter!r}")
+        if options is not None and options != self.options:
+            changed = sorted(
+                key
+                for key in set(options) | set(self.options)
+                if options.get(key) != self.options.get(key)
+            )
+            shown = ", ".join(
+                f"{key}: {self.options.get(key)!r} there, {options.get(key)!r} now"
+                for key in changed
+            )
+            problems.append(f"it was fitted with other options ({shown})")
+        if (
+            prompt_hash is not None
+            and self.prompt_hash is not None
+            and prompt_hash != self.prompt_hash
+        ):
+            problems.append(
+                f"it was fitted with another prompt (hash {self.prompt_hash!r}, "
+                f"now {prompt_hash!r})"
+            )
+        if model_id is not None and self.model_id is not None and model_id != self.model_id:
+            problems.append(f"it was fitted on model {self.model_id!r}, not {model_id!r}")
+            transfer_hint = True
         if problems:
+            hint = (
+                " To use a state fitted on another model on purpose (calibration transfer), "
+                "pass --calibration-transfer (config: calibration_transfer: true)."
+                if transfer_hint
+                else ""
+            )
             raise CalibrationError(
                 "calibration state does not fit this use: "
                 + "; ".join(problems)
                 + ". Calibrate again for this model and setting (`posdebias calibrate`)."
+                + hint
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, validation_message
+
+#: What a calibrator label may be: it becomes a file name.
+SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
@@ -26,6 +30,17 @@ class CalibratorSpec(_Strict):
     name: str
     options: dict[str, Any] = Field(default_factory=dict)
     label: str | None = None
+
+    @field_validator("label")
+    @classmethod
+    def _safe_label(cls, value: str | None) -> str | None:
+        """A label names files (``states/<label>.json``): letters, digits, ``_ . -`` only."""
+        if value is not None and (not SAFE_LABEL.match(value) or value.endswith(".")):
+            raise ValueError(
+                "a label names a file: use 1 to 64 letters, digits, '_', '.' or '-', starting "
+                "with a letter or digit"
+            )
+        return value
 
     @property
     def key(self) -> str:
@@ -48,6 +63,11 @@ class EvaluateConfig(_Strict):
     model: str | None = Field(default=None, description="model id or path (HF adapters)")
     benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
     calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibration_transfer: bool = Field(
+        default=False,
+        description="use saved calibration states fitted on another model (a transfer study); "
+        "recorded in results.json",
+    )
     calibration_benchmark: Path | None = Field(
         default=None, description="separate benchmark to calibrate on (default: held out)"
     )

@@ -49,9 +49,13 @@ def divergence_profiles(
     if label is None:
         return None
     options = calibrators[label].options
-    selector = LayerSelector(
-        top_k=getattr(options, "top_k", defaults.TOP_K),
-        layer_range=getattr(options, "layer_range", None),
+    selector = (
+        options.selector()
+        if hasattr(options, "selector")
+        else LayerSelector(
+            top_k=getattr(options, "top_k", defaults.TOP_K),
+            layer_range=getattr(options, "layer_range", None),
+        )
     )
     corrector = Corrector(
         tau=getattr(options, "tau", defaults.TAU),
@@ -68,7 +72,7 @@ def divergence_profiles(
             observation = cache.get(observation_key(base.permuted(order)))
             if observation is None or observation.attention is None or observation.target is None:
                 continue
-            layers = selector.select(observation.attention)
+            layers = selector.select(observation.attention, observation.layers)
             raw = mean_attention(observation.attention, layers)
             target = observation.target
             counts[target] += 1

@@ -1,24 +1,41 @@
-"""One evaluation job from a config: adapter, instances, calibrators, run, results.
+"""One evaluation run from a config, in explicit phases over one :class:`Run` object.
 
-This is the one place that wires the pieces together for the CLI (`posdebias evaluate`,
-`posdebias calibrate`) and for data-parallel runs; each piece stays usable on its own.
+    prepare -> calibrate -> evaluate a shard -> merge -> finish
+
+* **prepare** builds the calibrators and the adapter, loads the instances and any saved
+  calibration states, and checks everything that can be checked before a forward pass or a
+  file is written (a calibrator needing attention the adapter cannot give, a saved state made
+  for another model, prompt or options); then it opens the run directory (lock, identity,
+  logs, cached observations).
+* **calibrate** fits the calibrators without a saved state (observations shared) and saves
+  every state in the run directory.
+* **evaluate a shard** runs this process's test instances through :meth:`Evaluator.run`,
+  logging each record as it is made; records of an earlier attempt with the same calibrators
+  are reused (``--resume``).
+* **merge** waits for every rank of a data-parallel run and reads all their logs (rank 0).
+* **finish** summarises the records into :class:`EvaluationResults` and saves them.
+
+The CLI (``posdebias evaluate``, ``posdebias calibrate``) and data-parallel runs use these
+phases; each piece stays usable on its own. Nothing here knows a particular model: a
+:class:`~posdebias.evaluation.preset.Preset` handed down by the caller supplies a default
+model's benchmark, batch size and threads.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from posdebias.adapters.base import Adapter
+from posdebias._io import JsonlAppender
+from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
@@ -30,6 +47,7 @@ from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.divergence import divergence_profiles
+from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
@@ -38,69 +56,26 @@ from posdebias.evaluation.runner import (
     fit_calibrators,
     summarize,
 )
+from posdebias.evaluation.states import save_states
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
 from posdebias.loading import create_adapter, load_adapter
-from posdebias.registry import BundledModel, get_registry
-
-
-def bundled_model(config: EvaluateConfig) -> BundledModel | None:
-    """The bundled model the config runs: the registry's default model (registered by a plugin,
-    the organism for posdebias itself) when neither a model nor an adapter is named, or the
-    bundled model the config names; None for any other model."""
-    registry = get_registry()
-    if config.model is None and config.adapter.name is None:
-        return registry.default_model()
-    return registry.bundled_model(config.model) if config.model is not None else None
-
-
-def resolved_model(config: EvaluateConfig) -> str | None:
-    """The model the config loads: its ``model``, or the default bundled model's name when
-    neither a model nor an adapter is named."""
-    if config.model is None and config.adapter.name is None:
-        default = get_registry().default_model()
-        if default is None:
-            raise InputError("name a model (--model) or an adapter (--adapter)")
-        return default.name
-    return config.model
+from posdebias.registry import get_registry
 
 
 def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter:
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
-    unless an adapter name is given); with neither, the default bundled model."""
+    unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
-    model = resolved_model(config)
-    if model is not None:
+    if config.model is not None:
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
-        return load_adapter(model, adapter=config.adapter.name, **options)
+        return load_adapter(config.model, adapter=config.adapter.name, **options)
+    if config.adapter.name is None:
+        raise InputError(
+            "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
+            "(the command line's default run uses the bundled model)"
+        )
     return create_adapter(config.adapter.name, **options)
-
-
-def with_default_batch_size(config: EvaluateConfig) -> EvaluateConfig:
-    """The config with the bundled model's own batch size when it runs and no batch size was
-    given (results do not depend on the batch size; the run is recorded with it)."""
-    bundled = bundled_model(config)
-    if "batch_size" in config.model_fields_set or bundled is None or bundled.batch_size is None:
-        return config
-    return config.model_copy(update={"batch_size": bundled.batch_size})
-
-
-@contextlib.contextmanager
-def default_model_threads(config: EvaluateConfig) -> Iterator[None]:
-    """Run a bundled model with the torch thread count it asks for (the caller's setting is
-    restored after). Other models keep torch's own setting."""
-    bundled = bundled_model(config)
-    if bundled is None or bundled.threads is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(bundled.threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:
@@ -142,22 +117,17 @@ def split_held_out(
     return calibration, test
 
 
-def load_instances(config: EvaluateConfig, adapter: Adapter) -> InstanceSource:
+def load_instances(
+    config: EvaluateConfig,
+    adapter: Adapter,
+    default_benchmark: Callable[[int, int], Path] | None = None,
+) -> InstanceSource:
     """(calibration, test) instances: from ``benchmark`` (calibration held out by seed, or
-    from ``calibration_benchmark``), the bundled shapes benchmark for the bundled model, or the
-    simulated model's own instances."""
+    from ``calibration_benchmark``), a preset's default benchmark, or the simulated model's own
+    instances."""
     benchmark_path = config.benchmark
-    model_id = getattr(adapter, "model_id", None)
-    bundled = get_registry().bundled_model(model_id) if isinstance(model_id, str) else None
-    if benchmark_path is None and bundled is not None and bundled.benchmark is not None:
-        size = bundled.benchmark_size
-        if size is not None and config.count + config.calibration_count > size:
-            raise InputError(
-                f"the bundled benchmark has {size} instances, fewer than --count "
-                f"{config.count} plus {config.calibration_count} calibration instances; lower "
-                "--count or build a larger one with `posdebias build --source shapes`"
-            )
-        benchmark_path = bundled.benchmark(config.n)
+    if benchmark_path is None and default_benchmark is not None:
+        benchmark_path = default_benchmark(config.n, config.count + config.calibration_count)
     if benchmark_path is None:
         if not isinstance(adapter, SyntheticAdapter):  # it simulates its own instances
             raise InputError(
@@ -198,6 +168,37 @@ def load_states(path: Path) -> dict[str, CalibrationState]:
     return {state.calibrator: state}
 
 
+def saved_states(
+    config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
+) -> dict[str, CalibrationState]:
+    """The states ``--calibration`` gives, by label, each checked against this use: the
+    calibrator, N, layers, labels, adapter, options, prompt and (unless the config says the
+    transfer is intended) the model."""
+    if config.calibration is None:
+        return {}
+    saved = load_states(config.calibration)
+    described = describe_adapter(adapter, n)
+    provided: dict[str, CalibrationState] = {}
+    for label, calibrator in calibrators.items():
+        state = saved.get(label) or next(
+            (s for s in saved.values() if s.calibrator == calibrator.name), None
+        )
+        if state is None:
+            continue
+        state.check_compatible(
+            calibrator=calibrator.name,
+            n=n,
+            layers=adapter.attention_layers if calibrator.needs_attention else None,
+            label_set=adapter.labels_for(n),
+            adapter=adapter.name,
+            options=calibrator.options.model_dump(mode="json"),
+            prompt_hash=described.get("prompt_hash"),
+            model_id=None if config.calibration_transfer else described.get("model_id"),
+        )
+        provided[label] = state
+    return provided
+
+
 def resolve_states(
     config: EvaluateConfig,
     adapter: Adapter,
@@ -205,27 +206,13 @@ def resolve_states(
     calibration: list[RetrievalInstance],
     n: int,
     cache: ObservationCache,
+    provided: dict[str, CalibrationState] | None = None,
 ) -> dict[str, CalibrationState]:
     """Saved states where ``--calibration`` gives them (checked against this model and
     setting), freshly fitted ones for the rest."""
-    metadata = adapter.describe()
-    provided: dict[str, CalibrationState] = {}
-    if config.calibration is not None:
-        saved = load_states(config.calibration)
-        for label, calibrator in calibrators.items():
-            state = saved.get(label) or next(
-                (s for s in saved.values() if s.calibrator == calibrator.name), None
-            )
-            if state is None:
-                continue
-            state.check_compatible(
-                calibrator=calibrator.name,
-                n=n,
-                num_layers=adapter.num_layers if calibrator.needs_attention else None,
-                label_set=adapter.labels_for(n),
-                adapter=adapter.name,
-            )
-            provided[label] = state
+    if provided is None:
+        provided = saved_states(config, adapter, calibrators, n)
+    metadata = describe_adapter(adapter, n)
     missing = {label: c for label, c in calibrators.items() if label not in provided}
     fitted = (
         fit_calibrators(
@@ -242,12 +229,28 @@ def resolve_states(
     return {label: provided.get(label) or fitted[label] for label in calibrators}
 
 
-def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSource) -> dict:
-    """What must match for ``--resume`` to reuse a run's observations and records."""
-    described = {k: v for k, v in adapter.describe().items() if k not in ("device",)}
+def check_attention(adapter: Adapter, calibrators: dict[str, Calibrator]) -> None:
+    """Refuse, before any forward pass, a calibrator that needs attention the adapter lacks."""
+    if adapter.provides_attention:
+        return
+    blind = [label for label, c in calibrators.items() if c.needs_attention]
+    if blind:
+        raise InputError(
+            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} cannot "
+            "capture attention; use vanilla, pride or permutation_average instead"
+        )
+
+
+def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSource, n: int) -> dict:
+    """What must match for ``--resume`` to reuse a run's observations and records.
+
+    Calibrators are not part of it: each record names its calibrators by fingerprint, so a
+    changed calibrator has its choices predicted again from the cached observations.
+    """
+    described = {k: v for k, v in describe_adapter(adapter, n).items() if k not in ("device",)}
     # the benchmark is identified by its content hash: a moved folder still resumes
     source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
-    identity = {
+    return {
         "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
         "source": source_identity,
         "seed": config.seed,
@@ -255,16 +258,27 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "count": config.count,
         "calibration_count": config.calibration_count,
     }
-    if config.calibration is not None:
-        digest = hashlib.sha256()
-        for path in (
-            sorted(config.calibration.glob("*.json"))
-            if config.calibration.is_dir()
-            else [config.calibration]
-        ):
-            digest.update(path.read_bytes())
-        identity["calibration"] = digest.hexdigest()
-    return identity
+
+
+def decoder_fingerprint(decoder: Decoder) -> str:
+    """What decides a decoder row's choices: its class and its digest (name and options)."""
+    cls = type(decoder)
+    text = f"{cls.__module__}.{cls.__qualname__}\x1f{decoder.digest()}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+def calibrator_fingerprint(calibrator: Calibrator, state: CalibrationState) -> str:
+    """Everything that decides a calibrator's choices on given observations: its class, its
+    options and its fitted state."""
+    cls = type(calibrator)
+    payload = {
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "name": calibrator.name,
+        "options": calibrator.options.model_dump(mode="json"),
+        "state": state.model_dump(mode="json"),
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
 def peak_memory() -> dict[str, float]:
@@ -280,139 +294,204 @@ def peak_memory() -> dict[str, float]:
     return usage
 
 
-def run_evaluation(
-    config: EvaluateConfig,
-    *,
-    resume: bool = False,
-    on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None,
-    shard: Shard | None = None,
-) -> EvaluationResults | None:
-    """Calibrate, evaluate T orders per test instance, and summarise.
+@dataclass
+class Run:
+    """The state one run's phases share: what was prepared, fitted and evaluated."""
 
-    With ``config.out`` every observation and instance record is logged as it is made, so
-    ``resume=True`` continues an interrupted run. In a data-parallel run every rank returns
-    None except rank 0, which returns the merged results.
-    """
-    with default_model_threads(config):
-        return _run_evaluation(config, resume=resume, on_record=on_record, shard=shard)
+    config: EvaluateConfig
+    shard: Shard
+    resume: bool
+    adapter: Adapter
+    calibrators: dict[str, Calibrator]
+    source: InstanceSource
+    n: int
+    provided: dict[str, CalibrationState]
+    decoders: dict[str, Decoder] = field(default_factory=dict)
+    run_dir: RunDirectory | None = None
+    cache: ObservationCache = field(default_factory=ObservationCache)
+    decisions: DecisionCache = field(default_factory=DecisionCache)
+    states: dict[str, CalibrationState] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    records: dict[str, InstanceRecord] = field(default_factory=dict)
+    evaluator: Evaluator | None = None
+    evaluated_here: int = 0
+    clock: dict[str, float] = field(default_factory=lambda: {"started": time.perf_counter()})
+    _logs: list[JsonlAppender] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Close the logs and release the run directory's lock."""
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+        if self.run_dir is not None:
+            self.run_dir.unlock()
 
 
-def _run_evaluation(
-    config: EvaluateConfig,
-    *,
-    resume: bool,
-    on_record: Callable[[InstanceRecord, dict[str, float]], None] | None,
-    shard: Shard | None,
-) -> EvaluationResults | None:
-    started = time.perf_counter()
+def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | None = None) -> Run:
+    """Phase 1: build and check everything, then open the run directory (if ``out``)."""
+    config = resolved.config
     shard = shard or current_shard()
     calibrators = build_calibrators(config)
     decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
-    config = with_default_batch_size(config)
-    source = load_instances(config, adapter)
+    check_attention(adapter, calibrators)
+    source = load_instances(config, adapter, resolved.benchmark_factory())
     if not source.test:
         raise InputError("no test instances to evaluate")
+    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
-    run_dir = None
-    cache: ObservationCache = ObservationCache()
-    decisions = DecisionCache()
-    logs = []
-    if config.out is not None:
-        run_dir = RunDirectory(config.out, rank=shard.rank if shard.distributed else None)
+    provided = saved_states(config, adapter, calibrators, n)
+    run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
+    if config.out is None:
+        return run
+    run_dir = RunDirectory(config.out, rank=shard.rank if shard.distributed else None)
+    identity = run_identity(config, adapter, source, n)
+    run.run_dir = run_dir
+    try:
         if shard.distributed and not shard.is_main:
             shard.wait()  # rank 0 creates or checks the directory first
-            run_dir.prepare(run_identity(config, adapter, source), resume=True)
+            run_dir.prepare(identity, resume=True)
         else:
-            run_dir.prepare(run_identity(config, adapter, source), resume=resume)
+            run_dir.prepare(identity, resume=resume)
             if shard.distributed:
                 shard.wait()
         observation_log = run_dir.open_observation_log()
-        logs.append(observation_log)
+        run._logs.append(observation_log)
         cache = PersistentObservationCache(observation_log)
+        cache.load(run_dir.observation_logs())
+        run.cache = cache
         if decoders:
             generation_log = run_dir.open_generation_log()
-            logs.append(generation_log)
-            decisions = DecisionCache(generation_log)
-        if resume or shard.distributed:
-            cache.load(run_dir.observation_logs())
-            decisions.load(run_dir.generation_logs())
-    try:
-        states = resolve_states(config, adapter, calibrators, source.calibration, n, cache)
-        if run_dir is not None and shard.is_main:
-            for label, state in states.items():
-                state.save(run_dir.states_dir / f"{label}.json")
-        fitted = time.perf_counter()
-        evaluator = Evaluator(
-            adapter,
-            calibrators,
-            states,
-            orders=config.orders,
-            seed=config.seed,
-            batch_size=config.batch_size,
-            cache=cache,
+            run._logs.append(generation_log)
+            run.decisions = DecisionCache(generation_log)
+            run.decisions.load(run_dir.generation_logs())
+        run.records = run_dir.read_records()
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
+def calibrate(run: Run) -> None:
+    """Phase 2: fit what ``--calibration`` does not provide; save every state (rank 0)."""
+    run.states = resolve_states(
+        run.config,
+        run.adapter,
+        run.calibrators,
+        run.source.calibration,
+        run.n,
+        run.cache,
+        run.provided,
+    )
+    run.fingerprints = {
+        label: calibrator_fingerprint(calibrator, run.states[label])
+        for label, calibrator in run.calibrators.items()
+    } | {label: decoder_fingerprint(decoder) for label, decoder in run.decoders.items()}
+    if run.run_dir is not None and run.shard.is_main:
+        save_states(run.states, run.run_dir.states_dir)
+    run.clock["fitted"] = time.perf_counter()
+
+
+def evaluate_shard(
+    run: Run, on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None
+) -> None:
+    """Phase 3: evaluate this process's test instances that have no up-to-date record."""
+    config = run.config
+    run.evaluator = evaluator = Evaluator(
+        run.adapter,
+        run.calibrators,
+        run.states,
+        orders=config.orders,
+        seed=config.seed,
+        batch_size=config.batch_size,
+        cache=run.cache,
+    )
+    todo = [
+        instance
+        for index, instance in enumerate(run.source.test)
+        if run.shard.owns(index)
+        and not (
+            instance.id in run.records and run.records[instance.id].complete_for(run.fingerprints)
         )
-        rows = DecoderRows(
-            adapter, decoders, decisions, batch_size=config.batch_size, seed=config.seed
-        )
-        done = run_dir.read_records() if (run_dir is not None and resume) else {}
-        labels = set(calibrators) | set(decoders)
-        todo = [
-            instance
-            for index, instance in enumerate(source.test)
-            if shard.owns(index)
-            and not labels
-            <= set(done.get(instance.id, InstanceRecord(instance.id, [], [])).choices)
-        ]
-        record_log = run_dir.open_record_log() if run_dir is not None else None
+    ]
+    record_log = None
+    if run.run_dir is not None:
+        record_log = run.run_dir.open_record_log()
+        run._logs.append(record_log)
+    rows = DecoderRows(
+        run.adapter, run.decoders, run.decisions, batch_size=config.batch_size, seed=config.seed
+    )
+    by_id = {instance.id: instance for instance in todo}
+    labels = [*run.calibrators, *run.decoders]
+    correct = dict.fromkeys(labels, 0)
+    seen = 0
+
+    def record_made(record: InstanceRecord) -> None:
+        nonlocal seen
+        record = rows.add(record, by_id[record.instance_id])
+        record.fingerprints = dict(run.fingerprints)
+        run.records[record.instance_id] = record
         if record_log is not None:
-            logs.append(record_log)
-        correct = dict.fromkeys([*calibrators, *decoders], 0)
-        seen = 0
-        for instance in todo:
-            record = rows.add(evaluator.evaluate_instance(instance), instance)
-            done[record.instance_id] = record
-            if record_log is not None:
-                record_log.append(record.to_dict())
-            seen += len(record.targets)
-            for label in evaluator.failures:
-                correct.pop(label, None)
-            for label in correct:
-                correct[label] += sum(
-                    c == t for c, t in zip(record.choices[label], record.targets, strict=True)
-                )
-            if on_record is not None:
-                on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
-    finally:
-        for log in logs:
-            log.close()
-    evaluated = time.perf_counter()
-    if shard.distributed:
-        shard.wait()
-        if not shard.is_main:
-            return None
-        assert run_dir is not None and isinstance(cache, PersistentObservationCache)
-        done = run_dir.read_records()
-        cache.load(run_dir.observation_logs())
-        decisions.load(run_dir.generation_logs())
-    missing = [instance.id for instance in source.test if instance.id not in done]
-    if missing:
-        raise InputError(f"{len(missing)} test instances have no record (first: {missing[0]})")
-    records = [done[instance.id] for instance in source.test]
-    calibrators = {k: c for k, c in calibrators.items() if k not in evaluator.failures}
-    states = {k: s for k, s in states.items() if k not in evaluator.failures}
-    metrics = summarize(records, [*calibrators, *decoders], n)
+            record_log.append(record.to_dict())
+        seen += len(record.targets)
+        for label in evaluator.failures:
+            correct.pop(label, None)
+        for label in correct:
+            correct[label] += sum(
+                c == t for c, t in zip(record.choices[label], record.targets, strict=True)
+            )
+        if on_record is not None:
+            on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
+
+    run.evaluator.run(todo, on_record=record_made)
+    run.evaluated_here = len(todo)
+    run.clock["evaluated"] = time.perf_counter()
+
+
+def merge(run: Run) -> bool:
+    """Phase 4: wait for every rank; rank 0 reads all logs. False on the other ranks."""
+    if not run.shard.distributed:
+        return True
+    run.shard.wait()
+    if not run.shard.is_main:
+        return False
+    assert run.run_dir is not None
+    run.records = run.run_dir.read_records()
+    assert isinstance(run.cache, PersistentObservationCache)
+    run.cache.load(run.run_dir.observation_logs())
+    run.decisions.load(run.run_dir.generation_logs())
+    return True
+
+
+def finish(run: Run) -> EvaluationResults:
+    """Phase 5: summarise the records of every test instance and save ``results.json``."""
+    config, source = run.config, run.source
+    assert run.evaluator is not None
+    failures = run.evaluator.failures  # third-party calibrators that raised: dropped, named
+    calibrators = {k: c for k, c in run.calibrators.items() if k not in failures}
+    states = {k: s for k, s in run.states.items() if k not in failures}
+    fingerprints = {k: f for k, f in run.fingerprints.items() if k not in failures}
+    stale = [
+        instance.id
+        for instance in source.test
+        if instance.id not in run.records or not run.records[instance.id].complete_for(fingerprints)
+    ]
+    if stale:
+        raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
+    records = [run.records[instance.id] for instance in source.test]
+    metrics = summarize(records, [*calibrators, *run.decoders], run.n)
     views = {
         record.instance_id: [instance.permuted(order) for order in record.orders]
         for record, instance in zip(records, source.test, strict=True)
     }
-    generated_costs = decoder_costs(decoders, views, decisions)
-
+    generated_costs = decoder_costs(run.decoders, views, run.decisions)
+    assert run.evaluator is not None
+    clock = run.clock
     results = EvaluationResults(
         settings=config.model_dump(mode="json", exclude={"out"}),
-        adapter=adapter.describe(),
+        adapter=describe_adapter(run.adapter, run.n),
         source=source.description,
-        n=n,
+        n=run.n,
         orders=config.orders,
         seed=config.seed,
         num_instances=len(records),
@@ -423,7 +502,12 @@ def _run_evaluation(
                 name=calibrator.name,
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
-                cost={"forward_passes_per_instance": config.orders * calibrator.forward_passes(n)},
+                cost={
+                    "forward_passes_per_instance": config.orders * calibrator.forward_passes(run.n)
+                },
+                calibration=state_provenance(
+                    run.states[label], label in run.provided, config.calibration_transfer
+                ),
             )
             for label, calibrator in calibrators.items()
         }
@@ -435,27 +519,65 @@ def _run_evaluation(
                 cost=generated_costs[label].as_dict(),
                 kind="decoder",
             )
-            for label, decoder in decoders.items()
+            for label, decoder in run.decoders.items()
         },
-        failed=dict(evaluator.failures),
-        plugins=plugin_versions(adapter, {**calibrators, **decoders}),
+        failed=dict(failures),
+        plugins=plugin_versions(run.adapter, {**calibrators, **run.decoders}),
         divergence=divergence_profiles(
-            calibrators, states, source.test, records, cache, config.seed
+            calibrators, states, source.test, records, run.cache, config.seed
         ),
         timing={
-            "calibration_seconds": fitted - started,
-            "evaluation_seconds": evaluated - fitted,
-            "total_seconds": time.perf_counter() - started,
+            "calibration_seconds": clock["fitted"] - clock["started"],
+            "evaluation_seconds": clock["evaluated"] - clock["fitted"],
+            "total_seconds": time.perf_counter() - clock["started"],
             "seconds_per_instance": {
                 label: cost.per_instance()["seconds_per_instance"]
-                for label, cost in evaluator.costs.items()
+                for label, cost in run.evaluator.costs.items()
             }
             | {label: cost.seconds for label, cost in generated_costs.items()},
-            "instances_evaluated_in_this_process": len(todo),
-            "world_size": shard.world,
+            "instances_evaluated_in_this_process": run.evaluated_here,
+            "world_size": run.shard.world,
             **peak_memory(),
         },
     )
-    if run_dir is not None:
-        results.save(run_dir.results_path)
+    if run.run_dir is not None:
+        results.save(run.run_dir.results_path)
     return results
+
+
+def state_provenance(state: CalibrationState, saved: bool, transfer: bool) -> dict[str, Any]:
+    """Where a calibrator's state came from, for results.json: fitted in this run, or loaded
+    (and from which model, and whether a transfer to another model was allowed)."""
+    if not saved:
+        return {"source": "fitted"}
+    return {"source": "saved", "model_id": state.model_id, "transfer": transfer}
+
+
+def run_evaluation(
+    config: EvaluateConfig,
+    *,
+    resume: bool = False,
+    on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None,
+    shard: Shard | None = None,
+    preset: Preset | None = None,
+) -> EvaluationResults | None:
+    """Calibrate, evaluate T orders per test instance, and summarise (the five phases).
+
+    With ``config.out`` every observation and instance record is logged as it is made, so
+    ``resume=True`` continues an interrupted run. In a data-parallel run every rank returns
+    None except rank 0, which returns the merged results. ``preset`` fills what the config
+    leaves open for a default model (see :func:`resolve_preset`).
+    """
+    resolved = resolve_preset(config, preset)
+    with resolved.threads():
+        run = prepare(resolved, resume=resume, shard=shard)
+        try:
+            calibrate(run)
+            evaluate_shard(run, on_record)
+            for log in run._logs:
+                log.close()
+            if not merge(run):
+                return None
+            return finish(run)
+        finally:
+            run.close()

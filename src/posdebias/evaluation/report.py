@@ -9,14 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._io import atomic_write_bytes, atomic_write_text
+from posdebias._io import atomic_write_bytes, atomic_write_text, remove_stale, write_files_together
+from posdebias.errors import OutputError
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.table import plain_results_table
 
 FIGURES = "figures"
 
 
-def _save(figure: Any, path: Path) -> Path:
+def _png(figure: Any) -> bytes:
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
@@ -24,7 +25,11 @@ def _save(figure: Any, path: Path) -> Path:
         buffer, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None}
     )  # no version stamp: reproducible bytes
     plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def _save(figure: Any, path: Path) -> Path:
+    return atomic_write_bytes(path, _png(figure))
 
 
 def _pyplot() -> Any:
@@ -59,6 +64,10 @@ def _heatmap(
 
 def confusion_figure(results: EvaluationResults, path: Path) -> Path:
     """Truth position x predicted position (%), one heat map per calibrator (paper Fig. 1)."""
+    return _save(_confusion(results), path)
+
+
+def _confusion(results: EvaluationResults) -> Any:
     plt = _pyplot()
     labels = list(results.calibrators)
     figure, axes = plt.subplots(1, len(labels), figsize=(2.6 * len(labels), 2.8), squeeze=False)
@@ -68,11 +77,15 @@ def confusion_figure(results: EvaluationResults, path: Path) -> Path:
         _heatmap(
             axis, matrix, f"{label}\nAcc {metrics.accuracy_mean:.1f}", "predicted", "truth", 100.0
         )
-    return _save(figure, path)
+    return figure
 
 
 def recall_figure(results: EvaluationResults, path: Path) -> Path:
     """Recall per truth position, grouped bars per calibrator."""
+    return _save(_recall(results), path)
+
+
+def _recall(results: EvaluationResults) -> Any:
     plt = _pyplot()
     labels = list(results.calibrators)
     n = results.n
@@ -88,12 +101,17 @@ def recall_figure(results: EvaluationResults, path: Path) -> Path:
     axis.set_ylabel("recall (%)")
     axis.set_ylim(0, 105)
     axis.legend(fontsize=7, ncols=min(3, len(labels)), loc="lower right")
-    return _save(figure, path)
+    return figure
 
 
 def divergence_figure(results: EvaluationResults, path: Path) -> Path | None:
     """Where label probabilities, raw attention and purified attention point, per truth
     position: the logit-attention divergence picture."""
+    figure = _divergence(results)
+    return None if figure is None else _save(figure, path)
+
+
+def _divergence(results: EvaluationResults) -> Any:
     profile = results.divergence
     if profile is None:
         return None
@@ -108,21 +126,27 @@ def divergence_figure(results: EvaluationResults, path: Path) -> Path | None:
     for axis, (title, matrix) in zip(axes[0], panels, strict=True):
         _heatmap(axis, np.asarray(matrix), title, "position", "truth position", 1.0)
     figure.suptitle(f"logit-attention divergence ({profile.calibrator} layers)", fontsize=9)
-    return _save(figure, path)
+    return figure
 
 
 def write_report(results: EvaluationResults, out: str | Path) -> Path:
-    """Render every figure and ``report.md`` into the run directory; returns the report path."""
+    """Render every figure and ``report.md`` into the run directory; returns the report path.
+
+    Everything is rendered in memory first: a results file that cannot be drawn fails before
+    any file is written. The figures then appear together, then ``report.md``.
+    """
     root = Path(out)
-    figures = root / FIGURES
-    written = [
-        (
-            "Confusion matrices (truth x predicted position, %)",
-            confusion_figure(results, figures / "confusion.png"),
-        ),
-        ("Recall per truth position", recall_figure(results, figures / "recall.png")),
-        ("Logit-attention divergence", divergence_figure(results, figures / "divergence.png")),
-    ]
+    rendered: dict[str, bytes] = {}
+    written: list[tuple[str, str | None]] = []
+    for title, name, draw in (
+        ("Confusion matrices (truth x predicted position, %)", "confusion.png", _confusion),
+        ("Recall per truth position", "recall.png", _recall),
+        ("Logit-attention divergence", "divergence.png", _divergence),
+    ):
+        figure = draw(results)
+        if figure is not None:
+            rendered[name] = _png(figure)
+        written.append((title, name if figure is not None else None))
     adapter = results.adapter
     lines = [
         "# posdebias results",
@@ -153,7 +177,13 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
             f"| {cost.get('generated_tokens_per_instance', 0):g} "
             f"| {'-' if spent is None else f'{spent:.4f}'} |"
         )
-    for title, path in written:
-        if path is not None:
-            lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{path.name})"]
-    return atomic_write_text(root / "report.md", "\n".join(lines) + "\n")
+    for title, figure_file in written:
+        if figure_file is not None:
+            lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{figure_file})"]
+    text = "\n".join(lines) + "\n"
+    figures = root / FIGURES
+    if figures.is_symlink():
+        raise OutputError(f"{figures} is a symbolic link; posdebias does not write through links")
+    remove_stale(figures)
+    write_files_together(figures, rendered)
+    return atomic_write_text(root / "report.md", text)

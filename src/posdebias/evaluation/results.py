@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import platform
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
@@ -39,6 +40,10 @@ class CalibratorResult(BaseModel):
     options: dict[str, Any]
     metrics: Metrics
     cost: dict[str, float] = Field(default_factory=dict)
+    calibration: dict[str, Any] | None = Field(
+        default=None,
+        description="where the state came from: fitted in the run, or saved (model, transfer)",
+    )
     kind: str = Field(default="calibrator", description="calibrator or decoder")
 
 
@@ -103,6 +108,35 @@ class EvaluationResults(BaseModel):
     divergence: DivergenceProfile | None = None
     timing: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationResults:
+        """Every table and figure can be drawn: shapes agree with N, numbers are finite."""
+        n = self.n
+        if n < 2:
+            raise ValueError(f"n must be at least 2, got {n}")
+        if not self.calibrators:
+            raise ValueError("calibrators is empty: a results file holds at least one")
+        for label, result in self.calibrators.items():
+            m = result.metrics
+            if len(m.confusion) != n or any(len(row) != n for row in m.confusion):
+                raise ValueError(f"calibrators.{label}.metrics.confusion is not {n}x{n}")
+            for name in ("recall_per_position", "selection_rate"):
+                if len(getattr(m, name)) != n:
+                    raise ValueError(f"calibrators.{label}.metrics.{name} has not {n} values")
+            values = [m.accuracy_mean, m.accuracy_std, m.rstd, m.consistency]
+            values += [v for row in m.confusion for v in row if v is not None]
+            values += [v for v in m.recall_per_position if v is not None]
+            if not all(math.isfinite(v) for v in values):
+                raise ValueError(f"calibrators.{label}.metrics holds NaN or infinite values")
+        if self.divergence is not None:
+            for name in ("label_probabilities", "raw_attention", "purified_attention"):
+                matrix = getattr(self.divergence, name)
+                if matrix is not None and (
+                    len(matrix) != n or any(len(row) != n for row in matrix)
+                ):
+                    raise ValueError(f"divergence.{name} is not {n}x{n}")
+        return self
+
     def generated_rows(self) -> list[str]:
         """Labels of the decoder rows (they carry a parse-failure rate)."""
         return [label for label, result in self.calibrators.items() if result.kind == "decoder"]
@@ -126,6 +160,11 @@ class EvaluationResults(BaseModel):
         except ValidationError as exc:
             raise InputError(
                 validation_message(exc, f"{source} is not a valid posdebias results file")
+                + "; nothing was written. Re-run `posdebias evaluate --out DIR --resume` to "
+                "rebuild it"
             ) from None
         except ValueError as exc:
-            raise InputError(f"{source} is not a valid posdebias results file: {exc}") from None
+            raise InputError(
+                f"{source} is not a valid posdebias results file ({exc!s:.120}); nothing was "
+                "written"
+            ) from None

@@ -8,17 +8,21 @@ never sees a calibrator.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import RetrievalInstance, random_orders
+from posdebias.core.instance import ImageRef, RetrievalInstance, image_key, random_orders
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
@@ -27,10 +31,46 @@ from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 
 
+def _file_digest(path: str) -> str | None:
+    """sha256 of an image file's bytes (memoised by path, size and mtime), None if no file."""
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not S_ISREG(stat.st_mode):
+        return None
+    return _digest_of(os.path.realpath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _digest_of(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def image_identity(image: ImageRef) -> str:
+    """What an image contributes to a forward pass: its file's content hash when it is a
+    file (a path alias or a moved folder gives the same identity, another file with the same
+    name does not), else its reference text or object identity."""
+    if isinstance(image, (str, Path)):
+        digest = _file_digest(str(image))
+        if digest is not None:
+            return f"sha256:{digest}"
+    return image_key(image)
+
+
 def observation_key(instance: RetrievalInstance) -> str:
-    """Cache key of an (instance, candidate order): the id plus the images in order."""
-    digest = hashlib.sha1("\x1f".join(instance.image_ids).encode()).hexdigest()[:16]
-    return f"{instance.id}#{digest}"
+    """Cache key of an (instance, candidate order): every input of its forward pass.
+
+    The id, the caption and the images' content in the order shown; what is fixed for a whole
+    run (model, prompt template, label set) is the run's identity (``run.json``).
+    """
+    parts = [instance.query, *(image_identity(image) for image in instance.images)]
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{instance.id}#{digest[:32]}"
 
 
 def stable_seed(seed: int, instance_id: str) -> list[int]:
@@ -163,7 +203,9 @@ class InstanceRecord:
 
     ``orders[t]`` is the permutation shown in order t; ``targets[t]`` the truth position there;
     ``choices[label][t]`` the chosen position and ``chosen_images[label][t]`` the chosen image as
-    its position in the base (file) order.
+    its position in the base (file) order. ``fingerprints[label]`` identifies the calibrator
+    that chose (class, options, fitted state), so a resumed run never reuses a choice of a
+    calibrator that has changed since.
     """
 
     instance_id: str
@@ -171,6 +213,7 @@ class InstanceRecord:
     targets: list[int]
     choices: dict[str, list[int]] = field(default_factory=dict)
     chosen_images: dict[str, list[int]] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,16 +222,25 @@ class InstanceRecord:
             "targets": self.targets,
             "choices": self.choices,
             "chosen_images": self.chosen_images,
+            "fingerprints": self.fingerprints,
         }
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> InstanceRecord:
         return cls(
-            instance_id=payload["instance_id"],
+            instance_id=str(payload["instance_id"]),
             orders=payload["orders"],
             targets=payload["targets"],
             choices=dict(payload["choices"]),
             chosen_images=dict(payload["chosen_images"]),
+            fingerprints=dict(payload.get("fingerprints") or {}),
+        )
+
+    def complete_for(self, fingerprints: Mapping[str, str]) -> bool:
+        """Whether this record holds a choice of every calibrator as it is now."""
+        return all(
+            label in self.choices and self.fingerprints.get(label) == fingerprint
+            for label, fingerprint in fingerprints.items()
         )
 
 

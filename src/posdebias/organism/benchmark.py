@@ -14,6 +14,7 @@ from pathlib import Path
 
 from posdebias._io import cache_root
 from posdebias.benchmarks.build import build_benchmark
+from posdebias.benchmarks.config import BuildConfig, ShapesSource
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.errors import BenchmarkError, OutputError
 from posdebias.organism.build import IMAGE_SIZE, shape_space
@@ -54,16 +55,19 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
             "POSDEBIAS_CACHE_DIR to a writable folder"
         ) from exc
     build_benchmark(
-        "shapes",
-        folder / "pool",
-        out,
-        setting="random",
-        n=n,
-        count=BENCHMARK_COUNT,
-        seed=BENCHMARK_SEED,
-        shapes_images=POOL_IMAGES,
-        shapes_seed=SHAPES_SEED,
-        shapes_image_size=IMAGE_SIZE,
-        shape_space=shape_space(),
+        BuildConfig(
+            source=ShapesSource(
+                root=folder / "pool",
+                images=POOL_IMAGES,
+                seed=SHAPES_SEED,
+                image_size=IMAGE_SIZE,
+                space=shape_space(),
+            ),
+            out=out,
+            setting="random",
+            n=n,
+            count=BENCHMARK_COUNT,
+            seed=BENCHMARK_SEED,
+        )
     )
     return out

@@ -46,6 +46,13 @@ PLUGIN_GUIDE = "the Plugins page of the posdebias documentation"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.synthetic",
     "posdebias.adapters.qwen2_vl",
+    "posdebias.adapters.qwen3_vl",
+    "posdebias.adapters.idefics3",
+    "posdebias.adapters.mistral3",
+    "posdebias.adapters.glm4v",
+    "posdebias.adapters.qwen3_5",
+    "posdebias.adapters.gemma3",
+    "posdebias.adapters.llama4",
     "posdebias.adapters.llava_onevision",
     "posdebias.adapters.internvl",
     "posdebias.adapters.llava",
@@ -104,6 +111,12 @@ class _Staging:
     calibrators: list[tuple[str, type[Calibrator]]] = field(default_factory=list)
     decoders: list[tuple[str, type[Decoder]]] = field(default_factory=list)
     models: list[tuple[str, BundledModel]] = field(default_factory=list)
+
+
+def adapter_priority(cls: type) -> int:
+    """An adapter's claim strength on its model_types (``Adapter.priority``, default 0)."""
+    value = getattr(cls, "priority", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _names_from_env(variable: str) -> set[str] | None:
@@ -281,8 +294,29 @@ class Registry:
                     stacklevel=4,
                 )
                 continue
+            if kind == "adapter":
+                self._warn_shared_model_types(info.name, value)  # type: ignore[arg-type]
             table[name] = Registered(value, info.name)
             names.append(name)
+
+    def _warn_shared_model_types(self, plugin: str, cls: type[Adapter]) -> None:
+        """Two providers claiming one model_type at the same priority: say which one wins."""
+        priority = adapter_priority(cls)
+        for model_type in cls.model_types:
+            for entry in self._adapters.values():
+                if (
+                    model_type in entry.value.model_types
+                    and adapter_priority(entry.value) == priority
+                ):
+                    warnings.warn(
+                        f"posdebias plugin {plugin!r}: adapter {cls.name!r} claims model_type "
+                        f"{model_type!r}, already claimed by adapter {entry.value.name!r} "
+                        f"(plugin {entry.plugin!r}) at the same priority {priority}; "
+                        f"{entry.value.name!r} keeps it. To take over, give {cls.name!r} a "
+                        f"higher `priority`, or choose it per run with --adapter {cls.name}",
+                        PosdebiasPluginWarning,
+                        stacklevel=5,
+                    )
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -348,11 +382,23 @@ class Registry:
             ) from None
 
     def adapter_for_model_type(self, model_type: str) -> type[Adapter] | None:
-        """The adapter class that declares ``model_type``, or None."""
+        """The adapter class ``model_type`` resolves to, or None when none claims it.
+
+        Precedence: the highest ``priority`` among the adapters that list ``model_type``; at
+        equal priority the first registered (built-ins register before any plugin).
+        """
+        claims = self.model_type_claims().get(model_type)
+        return claims[0].value if claims else None
+
+    def model_type_claims(self) -> dict[str, list[Registered[type[Adapter]]]]:
+        """Every claimed model_type -> its claimants, the one it resolves to first."""
+        claims: dict[str, list[Registered[type[Adapter]]]] = {}
         for entry in self._adapters.values():
-            if model_type in entry.value.model_types:
-                return entry.value
-        return None
+            for model_type in entry.value.model_types:
+                claims.setdefault(model_type, []).append(entry)
+        for entries in claims.values():
+            entries.sort(key=lambda entry: -adapter_priority(entry.value))  # stable: order kept
+        return dict(sorted(claims.items()))
 
     def create_calibrator(self, name: str, **options: Any) -> Calibrator:
         return self.calibrator_class(name)(**options)

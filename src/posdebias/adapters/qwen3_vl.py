@@ -1,0 +1,116 @@
+"""Qwen3-VL and Qwen3-VL-MoE: ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
+
+The prompt layout and the multimodal RoPE are Qwen2-VL's (interleaved sections instead of
+contiguous ones, which the model's ``get_rope_index`` / rotary embedding handle), so the adapter
+is :class:`~posdebias.adapters.qwen2_vl.Qwen2VLAdapter` with the model's own ``get_rope_index``.
+DeepStack adds visual features of intermediate vision layers to the hidden states of the first
+language layers at the image-token positions; that happens inside the prompt forward, so the
+probe and the cached decoding steps need nothing extra. Patches are 16 px (32 px per merged
+token), not Qwen2-VL's 14.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
+from posdebias.errors import InputError
+
+
+class Qwen3VLAdapter(Qwen2VLAdapter):
+    """Qwen3-VL / Qwen3-VL-MoE (``Qwen/Qwen3-VL-8B-Instruct``, ``Qwen/Qwen3-VL-30B-A3B-...``)."""
+
+    name = "qwen3_vl"
+    model_types = ("qwen3_vl", "qwen3_vl_moe")
+    summary = "Qwen3-VL / Qwen3-VL-MoE (interleaved multimodal RoPE, DeepStack, 16 px patches)"
+
+    @classmethod
+    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+        only)."""
+        if real_vocabulary:
+            raise InputError("no real-vocabulary tiny model for Qwen3-VL yet (toy vocabulary only)")
+        return _tiny_model(model_type)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    tokenizer = build_tokenizer(
+        [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<|endoftext|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|image_pad|>",
+            "<|video_pad|>",
+        ],
+        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+    )
+    # 16 px patches merged 2 x 2: a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2
+    # pixels keep each image's own aspect ratio (different images, different token counts).
+    pixels = {"shortest_edge": 32 * 32, "longest_edge": 96 * 96}
+    image_processor = Qwen2VLImageProcessor(
+        size=pixels, patch_size=16, merge_size=2, temporal_patch_size=2
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(size=pixels, patch_size=16),
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    text: dict[str, Any] = text_config(
+        len(tokenizer),
+        head_dim=16,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+        bos_token_id=None,
+        eos_token_id=ids("<|im_end|>"),
+        pad_token_id=ids("<|endoftext|>"),
+        tie_word_embeddings=False,
+    )
+    if family == "qwen3_vl_moe":
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    vision = {
+        "depth": 3,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0, 1],
+    }
+    config = AutoConfig.for_model(
+        family,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Qwen3VLAdapter)

@@ -1,0 +1,122 @@
+"""``posdebias check``: is this adapter right on this model? The first thing to run on a new one.
+
+Loads the model (float32 by default: the figures are float32 comparisons), runs every check of
+:func:`posdebias.adapters.check.check_adapter` and prints one row per check with its figure.
+Exit 0 only when no check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+import posdebias.defaults as defaults
+from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.cli import make_console
+from posdebias.cli.evaluate import add_model_arguments
+from posdebias.errors import InputError
+from posdebias.loading import load_adapter
+from posdebias.registry import get_registry
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
+        description="Check that the adapter's spans, label scores and attention masses are "
+        "right for this model: scores against the model's own forward, the probe against eager "
+        "attention, batch size 1 against 2, image rotation. Run it first on a new model.",
+    )
+    add_model_arguments(parser)
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    parser.add_argument(
+        "--dtype", default="float32", help="model dtype (default float32: the tolerances are)"
+    )
+    parser.add_argument(
+        "-N",
+        dest="n",
+        type=int,
+        default=defaults.CANDIDATES,
+        help=f"images per instance ({defaults.CANDIDATES})",
+    )
+    parser.add_argument("--label-set", dest="label_set", default="digits", help="label set")
+    parser.add_argument(
+        "--image",
+        dest="images",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="an image to check with (repeatable, at least N; default: generated images)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        type=Path,
+        help="check on the first three instances of this benchmark (posdebias build) instead",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow the model's own Python code from its repository (runs that code)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.n < 2:
+        raise InputError(f"-N must be at least 2, got {args.n}")
+    for image in args.images or ():
+        if not image.is_file():
+            raise InputError(f"image file {image} does not exist")
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # our rows say what matters
+    model = args.model
+    if model is None:  # the bundled default model (the organism)
+        default = get_registry().default_model()
+        if default is None:
+            raise InputError("name a model to check: --model ID_OR_PATH")
+        model = default.name
+    adapter = load_adapter(
+        model,
+        adapter=args.adapter,
+        dtype=args.dtype,
+        device=args.device,
+        trust_remote_code=args.trust_remote_code,
+        label_set=args.label_set,
+    )
+    if args.benchmark is not None:
+        instances = load_benchmark(args.benchmark).instances[:3]
+        if len(instances) < 2:
+            raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")
+    else:
+        instances = check_instances(args.n, images=args.images)
+    report = check_adapter(adapter, instances)
+    console = make_console()
+    table = Table(
+        title=escape(f"posdebias check: {report.model}, adapter {report.adapter!r}"),
+        title_justify="left",
+    )
+    for column in ("check", "result", "figure", "likely cause"):
+        table.add_column(column)
+    colours = {PASS: "green", FAIL: "red"}
+    for result in report.results:
+        colour = colours.get(result.status, "yellow")
+        table.add_row(
+            result.name,
+            f"[{colour}]{result.status}[/{colour}]",
+            escape(result.figure),
+            escape(result.cause),
+        )
+    console.print(table)
+    failed = report.failures
+    if failed:
+        names = ", ".join(result.name for result in failed)
+        console.print(f"[red]{len(failed)} check(s) failed: {escape(names)}[/red]")
+        return 1
+    console.print(f"[green]all {len(report.results)} checks passed[/green]")
+    return 0

@@ -1,0 +1,131 @@
+"""Which model layers an observation's attention rows come from, and what kind each one is.
+
+Dense models have one softmax attention per layer over the whole prompt: their rows are layers
+0..L-1, all ``global``. Hybrid models read fewer rows: Qwen3.5's linear-attention (Gated
+DeltaNet) layers have no attention matrix at all, so only its full-attention layers give a row;
+Gemma 3's sliding-window layers and Llama 4's chunked layers do have softmax attention, but the
+last prompt token sees only the last window / chunk of the prompt, so an image outside it gets
+zero mass for a structural reason. The kind of each row lets layer selection keep to the layers
+whose attention can see every image (METHOD.md "Inference", step 1; docs/method.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from posdebias.errors import ObservationError
+
+GLOBAL = "global"
+SLIDING = "sliding"
+CHUNKED = "chunked"
+LAYER_KINDS: tuple[str, ...] = (GLOBAL, SLIDING, CHUNKED)
+"""Kinds of softmax-attention layers: ``global`` sees every earlier token, ``sliding`` the last
+``window`` tokens, ``chunked`` the tokens of its own fixed-size chunk."""
+
+
+@dataclass(frozen=True)
+class LayerSet:
+    """The model layers behind the rows of an attention array, in row order.
+
+    Attributes:
+        indices: model layer index of each row, strictly increasing.
+        kinds: kind of each row (one of :data:`LAYER_KINDS`).
+    """
+
+    indices: tuple[int, ...]
+    kinds: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        indices = tuple(_as_index(value) for value in self.indices)
+        kinds = tuple(self.kinds)
+        if not indices:
+            raise ObservationError("an attention layer set needs at least one layer")
+        if len(kinds) != len(indices):
+            raise ObservationError(
+                f"attention layers: {len(indices)} indices but {len(kinds)} kinds"
+            )
+        if any(b <= a for a, b in pairwise(indices)):
+            raise ObservationError(
+                f"attention layer indices must be strictly increasing, got {list(indices)}"
+            )
+        unknown = sorted({str(kind) for kind in kinds if kind not in LAYER_KINDS})
+        if unknown:
+            raise ObservationError(
+                f"unknown attention layer kind(s) {unknown}; known: {', '.join(LAYER_KINDS)}"
+            )
+        object.__setattr__(self, "indices", indices)
+        object.__setattr__(self, "kinds", kinds)
+
+    @classmethod
+    def dense(cls, num_layers: int) -> LayerSet:
+        """Every layer 0..L-1, all global: a dense model (and every state saved before layer
+        sets existed)."""
+        return cls(tuple(range(num_layers)), (GLOBAL,) * num_layers)
+
+    @classmethod
+    def from_lists(
+        cls, indices: Sequence[Any] | None, kinds: Sequence[Any] | None, rows: int
+    ) -> LayerSet:
+        """The layer set of ``rows`` attention rows; missing indices and kinds mean dense."""
+        if indices is None and kinds is None:
+            return cls.dense(rows)
+        if indices is None or kinds is None:
+            raise ObservationError(
+                "attention layers need both their indices and their kinds (or neither, for a "
+                "dense model)"
+            )
+        if not isinstance(indices, (list, tuple)) or not isinstance(kinds, (list, tuple)):
+            raise ObservationError(
+                f"attention layers and their kinds must be lists, got {indices!r} and {kinds!r}"
+            )
+        layers = cls(tuple(indices), tuple(kinds))
+        if len(layers) != rows:
+            raise ObservationError(
+                f"attention has {rows} rows but its layer set names {len(layers)} layers "
+                f"({layers.describe()})"
+            )
+        return layers
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def is_dense(self) -> bool:
+        """All layers 0..L-1, all global."""
+        return self == LayerSet.dense(len(self))
+
+    def rows_of_kinds(self, kinds: Iterable[str]) -> list[int]:
+        """Row positions whose kind is in ``kinds``."""
+        wanted = set(kinds)
+        return [row for row, kind in enumerate(self.kinds) if kind in wanted]
+
+    def describe(self) -> str:
+        """Short human form, e.g. ``layers 3, 7, 11 (global)`` or ``layers 0-5 (4 sliding,
+        2 global)``, used in error messages."""
+        indices = list(self.indices)
+        if indices == list(range(indices[0], indices[-1] + 1)) and len(indices) > 2:
+            where = f"layers {indices[0]}-{indices[-1]}"
+        else:
+            where = "layers " + ", ".join(str(i) for i in indices)
+        counts = {kind: self.kinds.count(kind) for kind in LAYER_KINDS if kind in self.kinds}
+        if len(counts) == 1:
+            what = next(iter(counts))
+        else:
+            what = ", ".join(f"{count} {kind}" for kind, count in counts.items())
+        return f"{where} ({what})"
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        return {"layers": list(self.indices), "layer_kinds": list(self.kinds)}
+
+
+def _as_index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ObservationError(f"attention layer indices must be integers, got {value!r}")
+    if value < 0:
+        raise ObservationError(f"attention layer indices must be non-negative, got {value}")
+    return int(value)

@@ -1,0 +1,217 @@
+"""`posdebias check` / check_adapter, the first-batch verification, and the span hook."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from adapter_reference import tiny_pair
+
+from helpers import build_shapes_benchmark
+from posdebias import get_adapter
+from posdebias.adapters.check import check_instances
+from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.mistral3 import tiny_llava_pixtral
+from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
+from posdebias.adapters.spans import ImageSpan
+from posdebias.cli import main
+from posdebias.errors import AdapterError
+from posdebias.testing import check_adapter, save_tiny_model, tiny_model_and_processor
+
+CHECKS = ["image spans", "label tokens", "scores = own forward", "probe = eager", "batch 1 vs 2",
+          "rotation"]  # fmt: skip
+
+
+def _figure(result) -> float:
+    return float(re.search(r"max \|diff\| ([0-9.e+-]+)", result.figure).group(1))
+
+
+def test_check_passes_on_every_builtin_family(family):
+    report = check_adapter(get_adapter(*tiny_pair(family)))
+    assert report.passed, report.summary()
+    assert [r.name for r in report.results] == CHECKS
+    assert all(r.status == "PASS" for r in report.results), report.summary()
+    scores = report["scores = own forward"]
+    assert "multi-token labels included" in scores.figure and _figure(scores) < 1e-4
+    assert _figure(report["probe = eager"]) < 1e-5
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+def test_check_passes_with_image_splitting_off(family):
+    model, processor = tiny_model_and_processor(family)
+    processor.image_processor.do_image_splitting = False
+    report = check_adapter(get_adapter(model, processor))
+    assert report.passed, report.summary()
+    assert "7 tokens each, 4 runs" in report["image spans"].figure  # global view only
+
+
+def test_check_passes_on_a_pixtral_llava_checkpoint():
+    """Pixtral-12B in the llava format: the LLaVA adapter reads the Pixtral rows."""
+    model, processor = tiny_llava_pixtral()
+    adapter = get_adapter(model, processor)
+    assert adapter.name == "llava"
+    report = check_adapter(adapter)
+    assert report.passed, report.summary()
+    assert "4 runs" in report["image spans"].figure  # one block per image, breaks included
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v"])
+def test_generic_adapter_on_a_multimodal_rope_model_fails_the_scores_check(family):
+    report = check_adapter(get_adapter(*tiny_pair(family), adapter="generic"))
+    scores = report["scores = own forward"]
+    assert scores.status == "FAIL" and not report.passed
+    assert _figure(scores) > 1e-3  # 1-D positions: the numbers really are wrong
+    assert "get_rope_index" in scores.cause and "1-D positions" in scores.cause
+    assert report["image spans"].passed and report["probe = eager"].passed
+
+
+class _WrongPositions(Qwen3VLAdapter):
+    """A Qwen3-VL adapter that forgot multimodal RoPE (1-D positions, no declared problem)."""
+
+    name = "qwen3_vl_1d"
+
+    def prompt_position_ids(self, inputs):
+        return HFAdapter.prompt_position_ids(self, inputs)
+
+
+def _count_forwards(model) -> list[int]:
+    calls = [0]
+
+    def hook(module, args, kwargs):
+        calls[0] += 1
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
+def test_first_batch_is_verified_once_per_model_with_one_extra_forward():
+    model, processor = tiny_model_and_processor("qwen3_vl")
+    calls = _count_forwards(model)
+    instances = check_instances(3, multi_token_n=None)
+    adapter = get_adapter(model, processor)
+    adapter.observe_many(instances, batch_size=2)
+    assert calls[0] == 1 + 1  # the batch, and the model's own forward of its unpadded row
+    calls[0] = 0
+    get_adapter(model, processor).observe_many(instances, batch_size=2)  # a new adapter
+    assert calls[0] == 1  # the verdict is cached per model
+
+
+def test_wrong_positions_stop_the_first_batch_with_a_clear_error():
+    model, processor = tiny_model_and_processor("qwen3_vl")
+    calls = _count_forwards(model)
+    adapter = _WrongPositions(model, processor, model_id="tiny-qwen3")
+    instances = check_instances(3, multi_token_n=None)
+    with pytest.raises(AdapterError) as error:
+        adapter.observe_many(instances)
+    message = str(error.value)
+    assert "'qwen3_vl_1d' adapter's label scores differ from the model's own forward" in message
+    assert "model_type 'qwen3_vl'" in message and "posdebias check --model tiny-qwen3" in message
+    calls[0] = 0
+    with pytest.raises(AdapterError, match="differ from the model's own forward"):
+        adapter.observe(instances[0])
+    assert calls[0] == 1  # the failed verdict is cached too: only the batch itself ran
+    assert check_adapter(adapter)["scores = own forward"].status == "FAIL"
+
+
+def test_generic_refuses_before_any_forward():
+    model, processor = tiny_model_and_processor("qwen3_vl")
+    calls = _count_forwards(model)
+    adapter = get_adapter(model, processor, adapter="generic")
+    with pytest.raises(AdapterError, match="cannot score model_type 'qwen3_vl'.*get_rope_index"):
+        adapter.observe(check_instances(2, multi_token_n=None)[0])
+    assert calls[0] == 0
+    llava = get_adapter(*tiny_pair("llava"), adapter="generic")
+    assert llava.position_problem() is None  # 1-D RoPE: the generic adapter is right there
+    assert check_adapter(llava).passed
+
+
+class _SplitRuns(Qwen3VLAdapter):
+    """Gives each image as the union of two runs (markers + first half, second half)."""
+
+    name = "qwen3_vl_split"
+
+    def image_spans(self, input_ids, num_images, replacements):
+        spans = super().image_spans(input_ids, num_images, replacements)
+        middle = [(s.start + s.end) // 2 for s in spans]
+        return [ImageSpan(((s.start, m), (m, s.end))) for s, m in zip(spans, middle, strict=True)]
+
+
+class _EvenSplit(Qwen3VLAdapter):
+    """Wrong: splits all image tokens evenly, ignoring how many each image has."""
+
+    name = "qwen3_vl_even"
+
+    def image_spans(self, input_ids, num_images, replacements):
+        positions = [t for t, token in enumerate(input_ids) if token in self.image_token_ids()]
+        size = len(positions) // num_images
+        return [
+            ImageSpan.from_positions(
+                positions[k * size : (k + 1) * size if k < num_images - 1 else None]
+            )
+            for k in range(num_images)
+        ]
+
+
+def test_span_hook_unions_pass_and_wrong_spans_fail_the_rotation_check():
+    model, processor = tiny_pair("qwen3_vl")
+    report = check_adapter(_SplitRuns(model, processor))
+    assert report.passed, report.summary()
+    assert ", 8 runs," in report["image spans"].figure
+    wrong = check_adapter(_EvenSplit(model, processor))
+    rotation = wrong["rotation"]
+    assert rotation.status == "FAIL" and "do not follow the images" in rotation.cause
+
+
+@pytest.fixture(scope="module")
+def saved_qwen3(tmp_path_factory):
+    return save_tiny_model("qwen3_vl", tmp_path_factory.mktemp("models") / "qwen3_vl")
+
+
+def test_cli_check_passes_and_fails_with_exit_codes(saved_qwen3, capsys):
+    assert main(["check", "--model", str(saved_qwen3), "-N", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "all 6 checks passed" in out and out.count("PASS") == 6
+    assert main(["check", "--model", str(saved_qwen3), "--adapter", "generic", "-N", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "1 check(s) failed: scores = own forward" in out
+    assert "get_rope_index" in out
+
+
+def test_cli_check_bad_input_exits_2(saved_qwen3, tmp_path, capsys):
+    assert main(["check", "--model", str(saved_qwen3), "-N", "1"]) == 2
+    assert "-N must be at least 2" in capsys.readouterr().err
+    missing = tmp_path / "nope.png"
+    assert main(["check", "--model", str(saved_qwen3), "--image", str(missing)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_evaluate_with_a_wrong_adapter_stops_before_writing(saved_qwen3, tmp_path, capsys):
+    bench = build_shapes_benchmark(tmp_path, count=4, n=3)
+    out = tmp_path / "run"
+    args = ["evaluate", "--model", str(saved_qwen3), "--benchmark", str(bench), "--out", str(out)]
+    code = main([*args, "--adapter", "generic", "--count", "2", "--calibration-count", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "the 'generic' adapter cannot score model_type 'qwen3_vl'" in err
+    assert "posdebias check" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_check_instances_have_padding_and_multi_token_labels():
+    instances = check_instances(4)
+    assert [i.n for i in instances] == [4, 4, 10]
+    sizes = {image.size for image in instances[2].images}
+    assert len(sizes) > 4  # images of different sizes and aspect ratios
+    adapter = get_adapter(*tiny_pair("qwen3_vl"))
+    batch = adapter.prepare_batch(instances[:2])
+    assert bool((batch.inputs["attention_mask"] == 0).any())
+    assert torch.equal(
+        batch.inputs["attention_mask"][1], torch.ones_like(batch.inputs["attention_mask"][1])
+    )
+
+
+def test_cli_check_on_a_benchmarks_instances(saved_qwen3, tmp_path, capsys):
+    bench = build_shapes_benchmark(tmp_path, count=3, n=3)
+    assert main(["check", "--model", str(saved_qwen3), "--benchmark", str(bench)]) == 0
+    assert "all 6 checks passed" in capsys.readouterr().out
