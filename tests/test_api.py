@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from posdebias import get_calibrator
 from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
 from posdebias.cli import main
-from posdebias.errors import CalibrationError
+from posdebias.core.symmetry import cyclic_rotations
+from posdebias.errors import CalibrationError, InputError
 
 
 def test_calibrate_save_load_rank(tmp_path):
@@ -87,7 +91,12 @@ def test_rank_command(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("<- chosen") == 1 and "d.png" in out
+    assert out.count("<- chosen") == 1 and "d.png" in out and "posterior" not in out
+    command = ["rank", "--calibration", str(states), "--adapter", "synthetic", "--explain"]
+    assert main([*command, "a red circle", "a.png", "b.png", "c.png", "d.png"]) == 0
+    out = capsys.readouterr().out
+    for column in ("model", "attention", "posterior", "bias removed"):
+        assert column in out
 
 
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
@@ -100,3 +109,209 @@ def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
         == 2
     )
     assert "made with adapter 'llava', not 'synthetic'" in capsys.readouterr().err
+
+
+# -- calibrators that need no fit, several calibrators, rank_many, evidence ---------------------
+
+
+class CountingAdapter(SyntheticAdapter):
+    """The simulated model, counting the views it is asked to observe (calls and sizes)."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.calls: list[int] = []
+
+    def observe_many(self, instances, *, batch_size=1):
+        self.calls.append(len(instances))
+        return super().observe_many(instances, batch_size=batch_size)
+
+
+@pytest.mark.parametrize(
+    ("name", "views"), [("vanilla", 1), ("attention_readout", 1), ("permutation_average", 4)]
+)
+def test_calibrators_without_fit_rank_at_once_and_calibrate_observes_nothing(name, views):
+    adapter = CountingAdapter()
+    debiaser = Debiaser(adapter, name)
+    instance = synthetic_instances(1, 4, seed=3)[0]
+    ranking = debiaser.rank(instance.query, instance.images)
+    assert adapter.calls == [views]
+    observation = adapter.observe(instance)
+    rotations = adapter.observe_many(list(cyclic_rotations(instance)))
+    state = debiaser.calibrator.fit([], n=4)
+    expected = debiaser.calibrator.predict(
+        observation, state, rotations=rotations if views > 1 else None
+    )
+    assert np.allclose(ranking.scores, expected.scores)
+    adapter.calls.clear()
+    state = debiaser.calibrate(synthetic_instances(5, 4, seed=4))
+    assert adapter.calls == [] and state.calibrator == name and state.num_observations == 0
+    assert state.label_set == ["1", "2", "3", "4"] and state.adapter == "synthetic"
+    # the trivial state follows N: the same debiaser ranks 6 images too
+    assert len(debiaser.rank("q", [f"i{k}" for k in range(6)]).probabilities) == 6
+
+
+def test_ranking_maps_back_to_the_callers_images_best_first():
+    debiaser = Debiaser(SyntheticAdapter(), "vanilla")
+    images = [f"synthetic://x/{k}" for k in range(5)]
+    ranking = debiaser.rank("the image synthetic://x/3", images)
+    probabilities = ranking.probabilities
+    assert ranking.order[0] == ranking.choice and sorted(ranking.order) == list(range(5))
+    assert list(probabilities[ranking.order]) == sorted(probabilities, reverse=True)
+    assert ranking.ranked_images == [images[k] for k in ranking.order]
+    assert ranking.best == images[ranking.choice] and ranking.images == tuple(images)
+    assert ranking.evidence is None  # only on request
+
+
+def test_evidence_explains_the_attention_guided_decision():
+    adapter = SyntheticAdapter()
+    debiaser = Debiaser(adapter)
+    debiaser.calibrate(synthetic_instances(5, 4, seed=11))
+    instance = synthetic_instances(1, 4, seed=12)[0]
+    ranking = debiaser.rank(instance.query, instance.images, explain=True)
+    evidence = ranking.evidence
+    observation = adapter.observe(instance)
+    assert np.allclose(evidence.label_probabilities, np.exp(observation.label_logprobs))
+    assert np.isclose(evidence.posterior.sum(), 1) and np.isclose(
+        evidence.attention_readout.sum(), 1
+    )
+    assert len(evidence.layers) == 2 and all(0 <= layer < 8 for layer in evidence.layers)
+    # the calibrated scores are the label scores with the expected bias removed
+    corrected = observation.label_logprobs - evidence.expected_bias
+    assert np.allclose(ranking.scores, corrected - np.logaddexp.reduce(corrected))
+    # the expected bias is the posterior-weighted bias matrix
+    assert np.allclose(
+        evidence.expected_bias, evidence.posterior @ debiaser.state.bias_matrix_array
+    )
+    assert set(evidence.to_dict()) == {
+        "label_probabilities",
+        "attention_readout",
+        "layers",
+        "posterior",
+        "expected_bias",
+    }
+
+
+def test_several_calibrators_share_one_forward_pass_and_match_single_ones():
+    calibration = synthetic_instances(5, 4, seed=21)
+    names = ["attention_guided", "vanilla", "pride", "permutation_average"]
+    adapter = CountingAdapter()
+    both = Debiaser(adapter, names)
+    both.calibrate(calibration)
+    assert adapter.calls == [20]  # the rotations of the calibration set, observed once
+    adapter.calls.clear()
+    test = synthetic_instances(6, 4, seed=22)
+    rankings = list(both.rank_many(test, batch_size=3))
+    assert adapter.calls == [12, 12]  # 3 queries x 4 rotations per batch, shared by all four
+    for name in names:
+        single = Debiaser(SyntheticAdapter(), name)
+        single.calibrate(calibration)
+        for ranking, instance in zip(rankings, test, strict=True):
+            alone = single.rank(instance.query, instance.images)
+            assert np.allclose(ranking.of(name).scores, alone.scores)
+    assert rankings[0].calibrators == names and rankings[0].calibrator == "attention_guided"
+    assert rankings[0].target == test[0].target and rankings[0].id == test[0].id
+    with pytest.raises(InputError, match="no prediction of calibrator 'sofa'"):
+        rankings[0].of("sofa")
+
+
+def test_rank_many_streams_in_order_and_batch_size_changes_nothing():
+    debiaser = Debiaser(SyntheticAdapter(), ["attention_guided", "permutation_average"])
+    debiaser.calibrate(synthetic_instances(5, 4, seed=1))
+    test = synthetic_instances(7, 4, seed=2)
+    pulled = []
+
+    def queries():
+        for instance in test:
+            pulled.append(instance.id)
+            yield (instance.query, list(instance.images))
+
+    stream = debiaser.rank_many(queries(), batch_size=2)
+    first = next(stream)
+    assert len(pulled) == 2  # lazily: one batch read, one batch answered
+    rest = list(stream)
+    one_by_one = [debiaser.rank(i.query, i.images) for i in test]
+    eight = list(debiaser.rank_many(test, batch_size=8))
+    for got in ([first, *rest], eight):
+        assert [r.query for r in got] == [i.query for i in test]
+        for ranking, alone in zip(got, one_by_one, strict=True):
+            for name in ("attention_guided", "permutation_average"):
+                assert np.allclose(ranking.of(name).scores, alone.of(name).scores)
+    assert list(debiaser.rank_many([])) == []
+
+
+def test_rank_many_rejects_what_is_not_a_query():
+    debiaser = Debiaser(SyntheticAdapter(), "vanilla")
+    for bad in (["a caption"], [("caption", "one.png")], [42]):
+        with pytest.raises(InputError, match="RetrievalInstance|list of image references"):
+            list(debiaser.rank_many(bad))
+    with pytest.raises(InputError, match="batch_size must be at least 1"):
+        list(debiaser.rank_many([], batch_size=0))
+
+
+def test_save_and_load_several_calibrators(tmp_path):
+    debiaser = Debiaser(SyntheticAdapter(), ["attention_guided", "pride"])
+    debiaser.calibrate(synthetic_instances(3, 4, seed=5))
+    folder = debiaser.save(tmp_path / "states")
+    assert sorted(p.name for p in folder.iterdir()) == ["attention_guided.json", "pride.json"]
+    loaded = Debiaser.load(folder, SyntheticAdapter())
+    instance = synthetic_instances(1, 4, seed=6)[0]
+    for name in ("attention_guided", "pride"):
+        assert np.allclose(
+            loaded.rank(instance.query, instance.images).of(name).scores,
+            debiaser.rank(instance.query, instance.images).of(name).scores,
+        )
+
+
+def test_library_errors_give_library_advice_and_the_cli_keeps_cli_advice(tmp_path, capsys):
+    debiaser = Debiaser(SyntheticAdapter())
+    debiaser.calibrate(synthetic_instances(2, 4))
+    with pytest.raises(CalibrationError) as caught:
+        debiaser.rank("q", ["a", "b", "c"])
+    assert "Debiaser.calibrate(instances)" in str(caught.value)
+    assert "posdebias" not in str(caught.value)
+    assert "`posdebias calibrate`" in caught.value.cli_message()
+    with pytest.raises(CalibrationError, match=r"Debiaser\.calibrate\(instances\) and Debiaser"):
+        Debiaser.load(tmp_path / "missing.json", SyntheticAdapter())
+    path = debiaser.save(tmp_path / "cal.json")
+    assert (
+        main(["rank", "--calibration", str(path), "--adapter", "synthetic", "q", "a", "b", "c"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "`posdebias calibrate`" in err and "Debiaser" not in err
+
+
+def test_labelled_calibrators_refuse_unlabelled_instances_with_advice():
+    unlabelled = [replace(i, target=None) for i in synthetic_instances(2, 4)]
+    with pytest.raises(InputError, match="have no target.*Debiaser\\(adapter, 'label_free'\\)"):
+        Debiaser(SyntheticAdapter(), ["attention_guided", "label_free"]).calibrate(unlabelled)
+    state = Debiaser(SyntheticAdapter(), "label_free").calibrate(unlabelled)
+    assert state.diagnostics["attention_informative"] is True
+
+
+def test_options_with_several_calibrators_are_refused():
+    with pytest.raises(InputError, match="apply to one calibrator given by name"):
+        Debiaser(SyntheticAdapter(), ["vanilla", "pride"], top_k=1)
+    with pytest.raises(InputError, match="given twice"):
+        Debiaser(SyntheticAdapter(), ["vanilla", "vanilla"])
+    labelled = Debiaser(
+        SyntheticAdapter(),
+        {"k1": get_calibrator("attention_guided", top_k=1), "k2": "attention_guided"},
+    )
+    assert list(labelled.calibrators) == ["k1", "k2"]
+
+
+def test_calibrators_with_different_orders_share_the_views_they_have_in_common():
+    adapter = CountingAdapter()
+    cyclic = get_calibrator("permutation_average")
+    shuffled = get_calibrator("permutation_average", permutations="random", count=6)
+    both = Debiaser(adapter, {"cyclic": cyclic, "random": shuffled, "vanilla": "vanilla"})
+    test = synthetic_instances(3, 4, seed=31)
+    rankings = list(both.rank_many(test, batch_size=3))
+    orders = {tuple(p) for c in (cyclic, shuffled) for p in c.permutations(4)}
+    assert adapter.calls == [3 * len(orders)]  # each distinct order observed once per query
+    for label, calibrator in (("cyclic", cyclic), ("random", shuffled)):
+        alone = Debiaser(SyntheticAdapter(), calibrator)
+        for ranking, instance in zip(rankings, test, strict=True):
+            expected = alone.rank(instance.query, instance.images).scores
+            assert np.allclose(ranking.of(label).scores, expected)

@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -61,6 +63,33 @@ def test_random_orders_are_seeded_permutations():
     again = random_orders(5, 3, seed=[7, 1])
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert all(sorted(order.tolist()) == [0, 1, 2, 3, 4] for order in first)
+
+
+@pytest.mark.parametrize(("n", "count"), [(2, 2), (3, 6), (4, 5), (4, 24), (5, 40), (12, 16)])
+@pytest.mark.parametrize("identity_first", [False, True])
+def test_random_orders_are_distinct(n, count, identity_first):
+    orders = random_orders(n, count, seed=[3, n], identity_first=identity_first)
+    assert len(orders) == count
+    assert len({tuple(order.tolist()) for order in orders}) == count
+    assert all(sorted(order.tolist()) == list(range(n)) for order in orders)
+    if identity_first:
+        assert orders[0].tolist() == list(range(n))
+
+
+def test_distinct_orders_keep_the_with_replacement_draws_up_to_the_first_repeat():
+    """Drawing without replacement only skips repeats: every earlier order is unchanged."""
+    rng = np.random.default_rng([0, 9])
+    raw = [tuple(rng.permutation(3).tolist()) for _ in range(6)]
+    first_repeat = next(i for i in range(len(raw)) if raw[i] in raw[:i])
+    distinct = [tuple(o.tolist()) for o in random_orders(3, 6, seed=[0, 9])]
+    assert distinct[:first_repeat] == raw[:first_repeat]
+    assert sorted(distinct) == sorted(itertools.permutations(range(3)))
+
+
+@pytest.mark.parametrize(("n", "count"), [(2, 3), (3, 7), (4, 25)])
+def test_more_orders_than_n_factorial_is_a_clear_error(n, count):
+    with pytest.raises(InputError, match=rf"{count} distinct candidate orders .* only"):
+        random_orders(n, count, seed=0)
 
 
 def test_positions_to_base_inverts_a_permutation():

@@ -9,10 +9,11 @@ from typing import Any
 
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.api import Debiaser
+from posdebias.api import CalibrationWarning, Debiaser, Query, Ranking
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core import (
     CalibrationState,
+    Evidence,
     LayerSet,
     Observation,
     Prediction,
@@ -35,14 +36,18 @@ __all__ = [
     "Adapter",
     "AdapterOptions",
     "CalibrationState",
+    "CalibrationWarning",
     "Calibrator",
     "CalibratorOptions",
     "Debiaser",
+    "Evidence",
     "LayerSet",
     "Metrics",
     "Observation",
     "PosdebiasError",
     "Prediction",
+    "Query",
+    "Ranking",
     "RetrievalInstance",
     "__version__",
     "compute_metrics",

@@ -13,9 +13,27 @@ if TYPE_CHECKING:
 
 
 class PosdebiasError(Exception):
-    """Base class of every error posdebias raises on purpose."""
+    """Base class of every error posdebias raises on purpose.
+
+    ``cli_advice`` replaces the end of the message when the command line reports the error:
+    library callers read the method to call (``str(error)``), command-line users the command
+    to run (:meth:`cli_message`).
+    """
 
     exit_code: int = 1
+
+    def __init__(self, *args: object, cli_advice: tuple[str, str] | None = None) -> None:
+        super().__init__(*args)
+        self.cli_advice = cli_advice
+
+    def cli_message(self) -> str:
+        """The message as the command line shows it (library advice swapped for CLI advice)."""
+        text = str(self)
+        if self.cli_advice is not None:
+            library, cli = self.cli_advice
+            if text.endswith(library):
+                return text[: len(text) - len(library)] + cli
+        return text
 
 
 class InputError(PosdebiasError, ValueError):

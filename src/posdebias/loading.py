@@ -300,6 +300,8 @@ def get_adapter(
         prompt=parsed.prompt,
         end_token=parsed.end_token,
         answer_prefix=parsed.answer_prefix,
+        image_size=parsed.image_size,
+        logits_processors=parsed.logits_processors,
         prompt_variant=parsed.prompt_variant,
     )
 

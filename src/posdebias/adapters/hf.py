@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -80,6 +80,14 @@ class HFAdapterOptions(AdapterOptions):
     )
     answer_prefix: str = Field(
         default="", description="text before the label in the answer, e.g. ' ' for LLaVA-1.5"
+    )
+    image_size: int | None = Field(
+        default=None, ge=1, description="resize every image to this square (bicubic) first"
+    )
+    logits_processors: Literal["none", "generation_config"] = Field(
+        default="none",
+        description="score labels on raw logits, or after the checkpoint's generation-config "
+        "logits processors (greedy decoding; e.g. a repetition penalty)",
     )
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
@@ -172,6 +180,8 @@ class HFAdapter(Adapter):
         prompt: PromptTemplate | dict | str | Path | None = None,
         end_token: str | None = None,
         answer_prefix: str = "",
+        image_size: int | None = None,
+        logits_processors: str = "none",
         prompt_variant: str = "plain",
     ) -> None:
 
@@ -191,6 +201,8 @@ class HFAdapter(Adapter):
         self.prompt_variant = prompt_variant
         self.prompt = self.base_prompt.variant(prompt_variant)
         self.answer_prefix = answer_prefix
+        self.image_size = image_size
+        self.logits_processors = logits_processors
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.image_token = self._image_token()
         self.tokens = self.span_tokens()
@@ -398,7 +410,7 @@ class HFAdapter(Adapter):
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
         texts = [self.render(instance, prompt) for instance in instances]
-        images = [[load_image(im, inst.id) for im in inst.images] for inst in instances]
+        images = [[self._load_image(im, inst.id) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
@@ -445,10 +457,13 @@ class HFAdapter(Adapter):
             cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
-            def decode(prefix: Prefix) -> Any:
-                return self._decode_step(prefix, mask, batch.position_ids, cache, length)
+            processed = self._label_logits_processor(batch.inputs["input_ids"], mask)
 
-            scores = score_labels(batch.plan, output.logits[:, -1, :], decode)
+            def decode(prefix: Prefix) -> Any:
+                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
+                return processed(prefix, logits)
+
+            scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
 
     def verify(self, instance: RetrievalInstance) -> None:
@@ -475,6 +490,39 @@ class HFAdapter(Adapter):
             )
             for row, instance in enumerate(instances)
         ]
+
+    def _load_image(self, reference: Any, instance_id: str) -> Any:
+        image = load_image(reference, instance_id)
+        if self.image_size is None:
+            return image
+        from PIL import Image
+
+        return image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
+
+    def _label_logits_processor(self, prompt_ids: Any, mask: Any) -> Any:
+        """``(prefix, logits) -> logits`` for label scoring: raw, or after the checkpoint's
+        generation-config logits processors as greedy ``generate`` applies them (they see the
+        prompt ids plus ``prefix``; left padding is ignored through the attention mask)."""
+        if self.logits_processors == "none":
+            return lambda prefix, logits: logits
+        import torch
+
+        base = self.model.generation_config
+        config = base.__class__.from_dict({**base.to_dict(), "do_sample": False})
+        processors = self.model._get_logits_processor(
+            generation_config=config,
+            input_ids_seq_length=prompt_ids.shape[1],
+            encoder_input_ids=prompt_ids,
+            device=prompt_ids.device,
+            model_kwargs={"attention_mask": mask},
+        )
+
+        def apply(prefix: Prefix, logits: Any) -> Any:
+            extra = torch.tensor([list(prefix)] * prompt_ids.shape[0], dtype=prompt_ids.dtype)
+            ids = torch.cat([prompt_ids, extra.to(prompt_ids.device)], dim=1)
+            return processors(ids, logits.float())
+
+        return apply
 
     def generate_many(
         self,
@@ -523,6 +571,8 @@ class HFAdapter(Adapter):
             "label_set": self.label_set,
             "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.prompt.digest(),
+            "image_size": self.image_size,
+            "logits_processors": self.logits_processors,
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
             if self.end_token_id is None

@@ -54,6 +54,8 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
     prompt = inputs["input_ids"]
     length = prompt.shape[1]
     step_logits: dict[tuple[int, ...], torch.Tensor] = {}
+    # the same label scoring as the adapter's (raw, or after generation-config processors)
+    processed = adapter._label_logits_processor(prompt, inputs["attention_mask"])
     with torch.inference_mode():
         for prefix in ((), *batch.plan.steps):
             full = dict(inputs)
@@ -65,7 +67,7 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
                         full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
                 full["input_ids"] = torch.cat([prompt, extra], dim=1)
             output = adapter.model_forward(**full, use_cache=False, **adapter._last_logits_only)
-            step_logits[prefix] = output.logits[0, -1].double().cpu()
+            step_logits[prefix] = processed(prefix, output.logits[:, -1])[0].double().cpu()
     totals = []
     for path in batch.plan.paths:
         total = torch.zeros((), dtype=torch.float64)

@@ -4,6 +4,7 @@
 from posdebias.calibrators.attention_guided import AttentionGuided
 from posdebias.calibrators.attention_readout import AttentionReadout
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.calibrators.label_free import LabelFree
 from posdebias.calibrators.permutation_average import PermutationAverage
 from posdebias.calibrators.pride import PriDe
 from posdebias.calibrators.purified_attention import PurifiedAttention
@@ -14,6 +15,7 @@ __all__ = [
     "AttentionReadout",
     "Calibrator",
     "CalibratorOptions",
+    "LabelFree",
     "PermutationAverage",
     "PriDe",
     "PurifiedAttention",

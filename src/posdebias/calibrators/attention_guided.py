@@ -16,7 +16,7 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Observation, Prediction
+from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import BiasProfiler, PriorEstimator
 from posdebias.core.state import CalibrationState
 
@@ -62,7 +62,10 @@ class AttentionGuided(Calibrator):
         purified = corrector.purified_log_attention(observation.attention_matrix, prior, layers)
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.fitted("bias_matrix"))
-        return Prediction(scores=corrector.correct(observation.label_logprobs, bias))
+        return Prediction(
+            scores=corrector.correct(observation.label_logprobs, bias),
+            evidence=Evidence(posterior=posterior, expected_bias=bias, layers=tuple(layers)),
+        )
 
 
 @hookimpl

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias._version import __version__
 from posdebias.core.instance import RetrievalInstance, rotation_order
-from posdebias.core.observation import Observation, Prediction
-from posdebias.core.stages import require_attention
+from posdebias.core.observation import Evidence, Observation, Prediction
+from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
 from posdebias.errors import (
     CalibrationError,
@@ -30,7 +30,7 @@ from posdebias.errors import (
 
 #: The fitted fields every calibration state has (the built-in stages' results).
 STATE_FIELDS = frozenset(
-    {"observed_profile", "bias_matrix", "gamma", "attention_prior", "logit_prior"}
+    {"observed_profile", "bias_matrix", "gamma", "attention_prior", "logit_prior", "diagnostics"}
 )
 
 
@@ -47,7 +47,10 @@ class Calibrator(ABC):
         name: the registry name (``get_calibrator(name)``).
         Options: a :class:`CalibratorOptions` subclass; its fields are the options.
         needs_attention: predict/fit need ``Observation.attention``.
-        needs_fit: fit uses the calibration observations (False: trivial state).
+        needs_fit: fit uses the calibration observations (False: trivial state, so the
+            calibrator works without calibration data).
+        needs_targets: fit needs to know where the truth is (False: it fits from unlabelled
+            observations, and ``fit`` hides their targets from it).
         needs_rotations: predict needs the observations of other candidate orders of the
             instance (:meth:`permutations`; the N cyclic rotations unless overridden).
         Fitted: a pydantic model of the calibrator's own fitted parameters, for fields the
@@ -59,6 +62,7 @@ class Calibrator(ABC):
     Options: ClassVar[type[CalibratorOptions]] = CalibratorOptions
     needs_attention: ClassVar[bool] = False
     needs_fit: ClassVar[bool] = False
+    needs_targets: ClassVar[bool] = True
     needs_rotations: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     Fitted: ClassVar[type[BaseModel] | None] = None
@@ -111,6 +115,13 @@ class Calibrator(ABC):
             }
         if self.needs_fit and not observations:
             raise InputError(f"calibrator {self.name!r} needs calibration observations")
+        if not self.needs_targets:  # a label-free fit cannot peek at the truth
+            observations = [
+                Observation(
+                    label_logprobs=obs.label_logprobs, attention=obs.attention, layers=obs.layers
+                )
+                for obs in observations
+            ]
         fitted = self._split_fitted(self._fit(observations) if self.needs_fit else {})
         return CalibrationState(
             calibrator=self.name,
@@ -177,8 +188,14 @@ class Calibrator(ABC):
         state: CalibrationState,
         *,
         rotations: Sequence[Observation] | None = None,
+        explain: bool = False,
     ) -> Prediction:
-        """Calibrated scores for ``observation`` (positions in the observation's own order)."""
+        """Calibrated scores for ``observation`` (positions in the observation's own order).
+
+        ``explain=True`` attaches :class:`Evidence`: the model's own label probabilities, the
+        attention readout (where the observation has attention) and whatever the calibrator
+        used on top (posterior, expected bias).
+        """
         state.check_compatible(calibrator=self.name, n=observation.n)
         if self.needs_attention:
             require_attention([observation], self.name)
@@ -196,7 +213,19 @@ class Calibrator(ABC):
             raise PluginContractError(
                 f"calibrator {self.name!r} returned invalid scores: {exc}"
             ) from None
-        return self._checked(prediction, observation.n)
+        prediction = self._checked(prediction, observation.n)
+        if not explain:
+            return (
+                prediction
+                if prediction.evidence is None
+                else Prediction(scores=prediction.scores, choice=prediction.choice)
+            )
+        own = prediction.evidence or Evidence()
+        return Prediction(
+            scores=prediction.scores,
+            choice=prediction.choice,
+            evidence=own.merged(self._generic_evidence(observation)),
+        )
 
     def _checked(self, prediction: object, n: int) -> Prediction:
         """A prediction that holds N finite scores, or a PluginContractError naming us."""
@@ -211,6 +240,22 @@ class Calibrator(ABC):
                 f"N={n} images; _predict must return one finite score per candidate"
             )
         return prediction
+
+    def _generic_evidence(self, observation: Observation) -> Evidence:
+        """What any calibrator can show: label probabilities and the attention readout."""
+        readout = layers = None
+        if observation.attention is not None:
+            make_selector = getattr(self.options, "selector", None)
+            selector = make_selector() if callable(make_selector) else LayerSelector()
+            chosen = selector.select(observation.attention, observation.layers)
+            mean = mean_attention(observation.attention, chosen)
+            readout = mean / mean.sum() if mean.sum() > 0 else mean
+            layers = tuple(chosen.tolist())
+        return Evidence(
+            label_probabilities=np.exp(observation.label_logprobs),
+            attention_readout=readout,
+            layers=layers,
+        )
 
     @abstractmethod
     def _predict(

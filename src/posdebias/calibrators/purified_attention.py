@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Observation, Prediction, log_softmax
+from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
 from posdebias.core.state import CalibrationState
 
@@ -19,6 +21,7 @@ class PurifiedAttention(Calibrator):
     options: PosteriorOptions
     needs_attention = True
     needs_fit = True
+    needs_targets = False  # the static attention prior is a mean over all observations
     summary = "argmax of the attention posterior pi (static attention prior removed)"
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
@@ -35,7 +38,10 @@ class PurifiedAttention(Calibrator):
         purified = corrector.purified_log_attention(
             observation.attention_matrix, state.fitted("attention_prior"), layers
         )
-        return Prediction(scores=log_softmax(corrector.tau * purified))
+        scores = log_softmax(corrector.tau * purified)
+        return Prediction(
+            scores=scores, evidence=Evidence(posterior=np.exp(scores), layers=tuple(layers))
+        )
 
 
 @hookimpl

@@ -19,7 +19,17 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import PosdebiasError, PosdebiasPluginWarning
 
-SUBCOMMANDS = ("build", "calibrate", "check", "evaluate", "organism", "plugins", "rank", "report")
+SUBCOMMANDS = (
+    "build",
+    "calibrate",
+    "check",
+    "evaluate",
+    "organism",
+    "plugins",
+    "rank",
+    "report",
+    "sweep",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +97,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PosdebiasError as exc:
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.cli_message()}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

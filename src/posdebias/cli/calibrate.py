@@ -81,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"{label}: {paths[label]} (N={state.n}, {state.num_observations} observations)"
         )
+        if state.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {state.diagnostics['warning']}", markup=False
+            )
     return 0
 
 

@@ -58,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
     )
     parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--protocol",
+        choices=("default", "reference"),
+        help="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         calibration_count=args.calibration_count,
         n=args.n,
         seed=args.seed,
+        protocol=args.protocol,
         batch_size=args.batch_size,
         out=args.out,
     )
@@ -120,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
     print_results_table(
         results.metrics(), title=title, console=console, generated=results.generated_rows()
     )
+    for label, result in results.calibrators.items():
+        if result.diagnostics.get("warning"):
+            make_console(stderr=True).print(
+                f"warning: {label}: {result.diagnostics['warning']}", markup=False
+            )
     if config.out is not None:
         with DirectoryLock(config.out):
             report = write_report(results, config.out)

@@ -29,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="adapter option (repeatable; values parsed as YAML)",
     )
     parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="also show the evidence: the model's own label probabilities, the attention "
+        "readout, the attention posterior and the bias removed",
+    )
+    parser.add_argument(
         "--calibration-transfer",
         action="store_true",
         help="use a calibration state fitted on another model (a transfer study)",
@@ -52,14 +58,31 @@ def run(args: argparse.Namespace) -> int:
         build_adapter(resolve_preset(config).config),
         transfer=args.calibration_transfer,
     )
-    prediction = debiaser.rank(args.caption, args.images)
-    table = Table(title=f"{debiaser.calibrator.name}: {args.caption!r}", title_justify="left")
-    for column in ("position", "image", "probability", ""):
+    ranking = debiaser.rank(args.caption, args.images, explain=args.explain)
+    evidence = ranking.evidence
+    extra = []
+    if evidence is not None:
+        extra = [
+            (title, values)
+            for title, values in (
+                ("model", evidence.label_probabilities),
+                ("attention", evidence.attention_readout),
+                ("posterior", evidence.posterior),
+                ("bias removed", evidence.expected_bias),
+            )
+            if values is not None
+        ]
+    table = Table(title=f"{ranking.calibrator}: {args.caption!r}", title_justify="left")
+    for column in ("position", "image", "probability", *(title for title, _ in extra), ""):
         table.add_column(column)
     for position, (image, probability) in enumerate(
-        zip(args.images, prediction.probabilities, strict=True)
+        zip(args.images, ranking.probabilities, strict=True)
     ):
-        mark = "<- chosen" if position == prediction.choice else ""
-        table.add_row(str(position + 1), image, f"{probability:.4f}", mark)
+        mark = "<- chosen" if position == ranking.choice else ""
+        cells = [
+            f"{values[position]:+.4f}" if title == "bias removed" else f"{values[position]:.4f}"
+            for title, values in extra
+        ]
+        table.add_row(str(position + 1), image, f"{probability:.4f}", *cells, mark)
     make_console().print(table)
     return 0

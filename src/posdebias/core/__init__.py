@@ -3,7 +3,7 @@
 from posdebias.core.instance import RetrievalInstance, random_orders, rotation_order
 from posdebias.core.labels import LABEL_SETS, LabelSet, get_label_set
 from posdebias.core.layers import LAYER_KINDS, LayerSet
-from posdebias.core.observation import Observation, Prediction
+from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import BiasProfiler, Corrector, LayerSelector, PriorEstimator
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_set
@@ -14,6 +14,7 @@ __all__ = [
     "BiasProfiler",
     "CalibrationState",
     "Corrector",
+    "Evidence",
     "LabelSet",
     "LayerSelector",
     "LayerSet",

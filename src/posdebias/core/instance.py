@@ -7,6 +7,7 @@ position ``i`` shows the image that sat at position ``order[i]`` of the base ins
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,10 +112,36 @@ def rotation_order(n: int, shift: int) -> np.ndarray:
     return (np.arange(n) + shift) % n
 
 
-def random_orders(n: int, count: int, seed: int | Sequence[int]) -> list[np.ndarray]:
-    """``count`` candidate orders drawn with ``seed`` (independent of any global RNG state)."""
+def check_order_count(n: int, count: int) -> None:
+    """Refuse more distinct candidate orders than N images have (N!)."""
+    if count > math.factorial(n):
+        raise InputError(
+            f"{count} distinct candidate orders requested, but {n} images have only "
+            f"{math.factorial(n)}; use --orders {math.factorial(n)} or fewer"
+        )
+
+
+def random_orders(
+    n: int, count: int, seed: int | Sequence[int], *, identity_first: bool = False
+) -> list[np.ndarray]:
+    """``count`` DISTINCT candidate orders drawn with ``seed`` (no global RNG state).
+
+    Drawn without replacement: permutations are drawn in turn and a repeat is skipped, so the
+    first orders are those a with-replacement draw would give. ``identity_first`` puts the file
+    order first (the authors' protocol). More orders than N! is an error
+    (:func:`check_order_count`), never a silent repeat.
+    """
+    check_order_count(n, count)
     rng = np.random.default_rng(seed)
-    return [rng.permutation(n) for _ in range(count)]
+    orders: list[np.ndarray] = [np.arange(n)] if identity_first and count else []
+    seen = {tuple(order.tolist()) for order in orders}
+    while len(orders) < count:
+        order = rng.permutation(n)
+        key = tuple(order.tolist())
+        if key not in seen:
+            seen.add(key)
+            orders.append(order)
+    return orders
 
 
 def positions_to_base(order: Sequence[int] | np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -190,15 +190,65 @@ class Observation:
 
 
 @dataclass(frozen=True, eq=False)
+class Evidence:
+    """Why a calibrator chose what it chose, per position of the observation's order.
+
+    Every field is an [N] array, or None where the calibrator does not use that quantity.
+
+    Attributes:
+        label_probabilities: the model's own (uncalibrated) label probabilities P(c_j | x).
+        attention_readout: attention of the selected layers, normalised to sum 1 (raw: no prior).
+        layers: the language-model layers the attention was read from (L*, ascending).
+        posterior: the visual posterior pi (purified attention; METHOD.md Inference step 3).
+        expected_bias: b_j(x), the bias expected given pi, which was subtracted from the label
+            log-probabilities (METHOD.md Inference step 4).
+    """
+
+    label_probabilities: np.ndarray | None = None
+    attention_readout: np.ndarray | None = None
+    layers: tuple[int, ...] | None = None
+    posterior: np.ndarray | None = None
+    expected_bias: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("label_probabilities", "attention_readout", "posterior", "expected_bias"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _as_float_array(name, value, 1))
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(int(layer) for layer in self.layers))
+
+    def merged(self, other: Evidence) -> Evidence:
+        """This evidence with the fields it lacks taken from ``other``."""
+        return Evidence(
+            **{
+                name: getattr(self, name)
+                if getattr(self, name) is not None
+                else getattr(other, name)
+                for name in self.__dataclass_fields__
+            }
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (arrays as lists, absent fields as None)."""
+        return {
+            name: (value.tolist() if isinstance(value, np.ndarray) else value)
+            for name, value in ((name, getattr(self, name)) for name in self.__dataclass_fields__)
+        }
+
+
+@dataclass(frozen=True, eq=False)
 class Prediction:
     """A calibrator's answer for one observation: calibrated log-scores and the chosen position.
 
     ``choice`` is the argmax of ``scores`` (first index on exact ties) unless a calibrator sets
-    it; ``probabilities`` is the softmax of ``scores``.
+    it; ``probabilities`` is the softmax of ``scores``; ``ranking`` lists the positions best
+    first. ``evidence`` is filled when asked for (``Calibrator.predict(..., explain=True)``).
     """
 
     scores: np.ndarray
     choice: int = -1
+    evidence: Evidence | None = None
 
     def __post_init__(self) -> None:
         scores = _as_float_array("scores", self.scores, 1)
@@ -211,3 +261,9 @@ class Prediction:
     @property
     def probabilities(self) -> np.ndarray:
         return softmax(self.scores)
+
+    @property
+    def ranking(self) -> list[int]:
+        """Positions from best to worst: ``choice`` first, then by score (ties: lower position)."""
+        rest = [int(k) for k in np.argsort(-self.scores, kind="stable") if k != self.choice]
+        return [self.choice, *rest]

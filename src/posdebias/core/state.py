@@ -19,6 +19,22 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 Matrix = list[list[float]]
 
+#: The advice that ends a calibration error: the method to call in Python, and the command to
+#: run on the command line (:meth:`PosdebiasError.cli_message` swaps them).
+RECALIBRATE = (
+    "Calibrate again for this model and setting (Debiaser.calibrate(instances)).",
+    "Calibrate again for this model and setting (`posdebias calibrate`).",
+)
+CREATE = (
+    "create it with Debiaser.calibrate(instances) and Debiaser.save(path).",
+    "create it with `posdebias calibrate`.",
+)
+
+
+def calibration_error(message: str, advice: tuple[str, str]) -> CalibrationError:
+    """A :class:`CalibrationError` ending in library advice, with the CLI's advice attached."""
+    return CalibrationError(f"{message}{advice[0]}", cli_advice=advice)
+
 
 class CalibrationState(BaseModel):
     """Everything a calibrator fitted plus where it came from.
@@ -52,6 +68,10 @@ class CalibrationState(BaseModel):
     gamma: float | None = None
     attention_prior: Matrix | None = Field(default=None, description="a_prior [L, N]")
     logit_prior: list[float] | None = Field(default=None, description="p_prior [N]")
+    diagnostics: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the fit found out about its data (e.g. uninformative attention)",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict,
         description="a plugin calibrator's own fitted parameters (its ``Fitted`` model, as JSON)",
@@ -120,9 +140,8 @@ class CalibrationState(BaseModel):
         """The fitted array ``name`` as float64; a CalibrationError when this state lacks it."""
         value = getattr(self, name, None)
         if value is None:
-            raise CalibrationError(
-                f"the calibration state of {self.calibrator!r} has no {name!r}; re-create it "
-                "with `posdebias calibrate`"
+            raise calibration_error(
+                f"the calibration state of {self.calibrator!r} has no {name!r}; ", CREATE
             )
         return np.asarray(value, dtype=np.float64)
 
@@ -144,15 +163,12 @@ class CalibrationState(BaseModel):
         """Read and validate a saved state; every failure is a :class:`CalibrationError`."""
         source = Path(path)
         if not source.is_file():
-            raise CalibrationError(
-                f"calibration file {source} does not exist; create it with `posdebias calibrate`"
-            )
+            raise calibration_error(f"calibration file {source} does not exist; ", CREATE)
         try:
             payload = json.loads(source.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CalibrationError(
-                f"calibration file {source} is not valid JSON ({exc}); re-create it with "
-                "`posdebias calibrate`"
+            raise calibration_error(
+                f"calibration file {source} is not valid JSON ({exc}); ", CREATE
             ) from exc
         return cls.from_payload(payload, source=str(source))
 
@@ -165,10 +181,10 @@ class CalibrationState(BaseModel):
         version = payload.get("schema_version")
         if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
             readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
-            raise CalibrationError(
+            raise calibration_error(
                 f"{source}: calibration schema version {version!r} is not supported (this "
-                f"posdebias reads versions {readable}); re-create it with "
-                "`posdebias calibrate`"
+                f"posdebias reads versions {readable}); ",
+                CREATE,
             )
         if version == 1 and ("layers" in payload or "layer_kinds" in payload):
             raise CalibrationError(
@@ -247,15 +263,17 @@ class CalibrationState(BaseModel):
             problems.append(f"it was fitted on model {self.model_id!r}, not {model_id!r}")
             transfer_hint = True
         if problems:
-            hint = (
-                " To use a state fitted on another model on purpose (calibration transfer), "
-                "pass --calibration-transfer (config: calibration_transfer: true)."
-                if transfer_hint
-                else ""
-            )
-            raise CalibrationError(
-                "calibration state does not fit this use: "
-                + "; ".join(problems)
-                + ". Calibrate again for this model and setting (`posdebias calibrate`)."
-                + hint
+            library, cli = RECALIBRATE
+            if transfer_hint:
+                library += (
+                    " To use a state fitted on another model on purpose (calibration transfer), "
+                    "pass transfer=True to Debiaser.load."
+                )
+                cli += (
+                    " To use a state fitted on another model on purpose (calibration transfer), "
+                    "pass --calibration-transfer (config: calibration_transfer: true)."
+                )
+            raise calibration_error(
+                "calibration state does not fit this use: " + "; ".join(problems) + ". ",
+                (library, cli),
             )

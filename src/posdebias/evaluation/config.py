@@ -6,7 +6,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -89,6 +89,10 @@ class EvaluateConfig(_Strict):
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = 0
+    protocol: Literal["default", "reference"] = Field(
+        default="default",
+        description="default, or reference: the authors' evaluation (docs/method.md)",
+    )
     batch_size: int = Field(default=1, ge=1)
     out: Path | None = None
 
@@ -165,6 +169,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateConfig:
     """A validated config from an optional file plus overrides (None values are ignored)."""
     data = read_config_file(path) if path is not None else {}
+    return config_from_data(data, str(path) if path else "configuration", **overrides)
+
+
+def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> EvaluateConfig:
+    """A validated config from parsed settings plus overrides (see :func:`load_config`)."""
     for key, value in overrides.items():
         if value is None:
             continue
@@ -182,4 +191,4 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> EvaluateCon
     try:
         return EvaluateConfig.model_validate(data)
     except ValidationError as exc:
-        raise config_error(exc, str(path) if path else "configuration") from None
+        raise config_error(exc, source) from None

@@ -39,7 +39,7 @@ from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
@@ -48,6 +48,8 @@ from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_co
 from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
+from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
+from posdebias.evaluation.protocol import apply_prompt, calibrator_specs, get_protocol
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
@@ -66,16 +68,21 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
     unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
+    protocol = get_protocol(config.protocol)
     if config.model is not None:
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
-        return load_adapter(config.model, adapter=config.adapter.name, **options)
-    if config.adapter.name is None:
+        options = protocol_adapter_options(protocol, options)
+        adapter: Adapter = load_adapter(config.model, adapter=config.adapter.name, **options)
+    elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
             "(the command line's default run uses the bundled model)"
         )
-    return create_adapter(config.adapter.name, **options)
+    else:
+        adapter = create_adapter(config.adapter.name, **options)
+    apply_prompt(protocol, adapter)
+    return adapter
 
 
 def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:
@@ -134,7 +141,13 @@ def load_instances(
                 f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
                 "with `posdebias build`)"
             )
-
+        if get_protocol(config.protocol).calibration_from_test:
+            test = synthetic_instances(config.count, config.n, config.seed, "test")
+            return InstanceSource(
+                calibration=test[: config.calibration_count],
+                test=test,
+                description={"source": "synthetic", "n": config.n},
+            )
         return InstanceSource(
             calibration=synthetic_instances(
                 config.calibration_count, config.n, config.seed + 1, "cal"
@@ -145,6 +158,14 @@ def load_instances(
 
     benchmark = load_benchmark(benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
+    if get_protocol(config.protocol).calibration_from_test:
+        if config.calibration_benchmark is not None:
+            raise InputError(
+                "protocol 'reference' calibrates on the first instances of the evaluated file; "
+                "drop calibration_benchmark or use protocol 'default'"
+            )
+        calibration = benchmark.instances[: config.calibration_count]
+        return InstanceSource(calibration, benchmark.instances[: config.count], description)
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
@@ -254,6 +275,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
         "source": source_identity,
         "seed": config.seed,
+        "protocol": config.protocol,
         "orders": config.orders,
         "count": config.count,
         "calibration_count": config.calibration_count,
@@ -334,12 +356,19 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     calibrators = build_calibrators(config)
     decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
+    if config.protocol != "default":
+        specs = calibrator_specs(
+            get_protocol(config.protocol), config.calibrators, adapter.num_layers
+        )
+        config = config.model_copy(update={"calibrators": specs})
+        calibrators = build_calibrators(config)
     check_attention(adapter, calibrators)
     source = load_instances(config, adapter, resolved.benchmark_factory())
     if not source.test:
         raise InputError("no test instances to evaluate")
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
+    check_order_count(n, config.orders)  # before any forward pass
     provided = saved_states(config, adapter, calibrators, n)
     run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
     if config.out is None:
@@ -405,6 +434,7 @@ def evaluate_shard(
         seed=config.seed,
         batch_size=config.batch_size,
         cache=run.cache,
+        shared_orders=get_protocol(config.protocol).shared_orders,
     )
     todo = [
         instance
@@ -508,6 +538,9 @@ def finish(run: Run) -> EvaluationResults:
                 calibration=state_provenance(
                     run.states[label], label in run.provided, config.calibration_transfer
                 ),
+                diagnostics={
+                    k: v for k, v in run.states[label].diagnostics.items() if k != "soft_targets"
+                },
             )
             for label, calibrator in calibrators.items()
         }

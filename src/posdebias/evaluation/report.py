@@ -177,6 +177,14 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
             f"| {cost.get('generated_tokens_per_instance', 0):g} "
             f"| {'-' if spent is None else f'{spent:.4f}'} |"
         )
+    warnings = [
+        (label, result.diagnostics["warning"])
+        for label, result in results.calibrators.items()
+        if result.diagnostics.get("warning")
+    ]
+    if warnings:
+        lines += ["", "## Calibration warnings", ""]
+        lines += [f"- **{label}**: {warning}" for label, warning in warnings]
     for title, figure_file in written:
         if figure_file is not None:
             lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{figure_file})"]

@@ -40,6 +40,9 @@ class CalibratorResult(BaseModel):
     options: dict[str, Any]
     metrics: Metrics
     cost: dict[str, float] = Field(default_factory=dict)
+    diagnostics: dict[str, Any] = Field(
+        default_factory=dict, description="what the calibration found (CalibrationState)"
+    )
     calibration: dict[str, Any] | None = Field(
         default=None,
         description="where the state came from: fitted in the run, or saved (model, transfer)",

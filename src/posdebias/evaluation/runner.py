@@ -79,8 +79,14 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
     return [seed, int.from_bytes(digest[:4], "little")]
 
 
-def instance_orders(instance: RetrievalInstance, count: int, seed: int) -> list[np.ndarray]:
-    """The T candidate orders of a test instance (a function of seed and instance id only)."""
+def instance_orders(
+    instance: RetrievalInstance, count: int, seed: int, *, shared: bool = False
+) -> list[np.ndarray]:
+    """The T distinct candidate orders of a test instance (a function of seed and instance id
+    only); ``shared``: one set for every instance of this N, the identity first (the authors'
+    protocol)."""
+    if shared:
+        return random_orders(instance.n, count, [seed, instance.n], identity_first=True)
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
 
 
@@ -122,7 +128,20 @@ def observe_cached(
             cache.put(key, observation)
             if timings is not None:
                 timings[key] = elapsed
-    return [cache.get(key) for key in keys]  # type: ignore[misc]
+    # the key ignores the target, so one cached observation serves a labelled and an
+    # unlabelled request: each gets the target of the instance it asked for
+    return [
+        _with_target(cache.get(key), instance.target)  # type: ignore[arg-type]
+        for key, instance in zip(keys, instances, strict=True)
+    ]
+
+
+def _with_target(observation: Observation, target: int | None) -> Observation:
+    if observation.target == target:
+        return observation
+    return Observation(
+        label_logprobs=observation.label_logprobs, attention=observation.attention, target=target
+    )
 
 
 def _observe(
@@ -165,9 +184,15 @@ def fit_calibrators(
     symmetrized = symmetrized_calibration_set(calibration_instances)
     n = symmetrized[0].n if symmetrized else None
     if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
-        raise InputError("calibration needs at least one instance with a known target")
-    if any(instance.target is None for instance in symmetrized):
-        raise InputError("calibration instances must have a known target")
+        raise InputError("calibration needs at least one instance")
+    labelled = [label for label, c in calibrators.items() if c.needs_fit and c.needs_targets]
+    unknown = [instance.id for instance in calibration_instances if instance.target is None]
+    if labelled and unknown:
+        raise InputError(
+            f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
+            "labelled instances; give the targets, or calibrate a label-free calibrator "
+            "(label_free, purified_attention) on them"
+        )
     observations: list[Observation] = []
     if symmetrized:
         observations = observe_cached(
@@ -273,6 +298,7 @@ class Evaluator:
         seed: int = 0,
         batch_size: int = 1,
         cache: ObservationCache | None = None,
+        shared_orders: bool = False,
     ) -> None:
         if orders < 1:
             raise InputError(f"--orders must be at least 1, got {orders}")
@@ -284,6 +310,7 @@ class Evaluator:
         self.states = dict(states)
         self.orders = orders
         self.seed = seed
+        self.shared_orders = shared_orders
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -298,7 +325,7 @@ class Evaluator:
     def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
-        orders = instance_orders(instance, self.orders, self.seed)
+        orders = instance_orders(instance, self.orders, self.seed, shared=self.shared_orders)
         shown = [instance.permuted(order) for order in orders]
         rotations = {
             label: [calibrator.views_of(view) for view in shown]

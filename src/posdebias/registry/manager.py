@@ -63,6 +63,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.purified_attention",
     "posdebias.calibrators.attention_guided",
     "posdebias.calibrators.permutation_average",
+    "posdebias.calibrators.label_free",
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
     "posdebias.organism",

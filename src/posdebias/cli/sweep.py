@@ -1,0 +1,113 @@
+"""``posdebias sweep STUDY``: one of the paper's experiments, as a resumable run directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from posdebias.cli import make_console
+from posdebias.cli.evaluate import add_model_arguments
+from posdebias.errors import InputError
+from posdebias.evaluation.config import config_error, config_from_data, read_config_file
+from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
+
+#: The n study's defaults when neither the command line nor the config sets them: the scaling
+#: table of docs/experiments.md (100 instances x 3 orders at each N).
+N_STUDY_DEFAULTS = {"count": 100, "orders": 3}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a study of the paper (n, calibration_size, top_k, tau, transfer)",
+        description="Evaluate every point of a study on one model with one observation cache "
+        "and write results.csv, figure.png and report.md to --out (docs/experiments.md). "
+        "Flags override the config file; its 'sweep' section holds values / benchmarks.",
+    )
+    parser.add_argument("study", choices=STUDIES, help="the study to run")
+    parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--benchmark", help="benchmark directory; for the n study a pattern with {n}"
+    )
+    parser.add_argument(
+        "--benchmarks", type=Path, nargs="+", help="transfer: the benchmarks to pair"
+    )
+    parser.add_argument("--values", help="comma-separated N, |Dcal|, K or tau values")
+    parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument("--orders", type=int, help="candidate orders T per instance")
+    parser.add_argument("--count", type=int, help="test instances per point")
+    parser.add_argument(
+        "--calibration-count", type=int, dest="calibration_count", help="calibration instances M"
+    )
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument("--protocol", choices=("default", "reference"), help="evaluation protocol")
+    parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    parser.add_argument("--out", type=Path, required=True, help="the study's run directory")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted study")
+    parser.set_defaults(handler=run)
+
+
+def _values(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"--values must be comma-separated numbers, got {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+
+    data = read_config_file(args.config) if args.config is not None else {}
+    section = data.pop("sweep", None) or {}
+    if not isinstance(section, dict):
+        raise InputError(f"{args.config}: 'sweep' must be a mapping (values, benchmarks)")
+    if args.values is not None:
+        section["values"] = _values(args.values)
+    if args.benchmarks is not None:
+        section["benchmarks"] = args.benchmarks
+    try:
+        spec = SweepSpec.model_validate(section)
+    except ValidationError as exc:
+        raise config_error(exc, f"{args.config or 'command line'}: sweep") from None
+    overrides = {
+        "orders": args.orders,
+        "count": args.count,
+    }
+    if args.study == "n":
+        for key, value in N_STUDY_DEFAULTS.items():
+            if overrides[key] is None and key not in data:
+                overrides[key] = value
+    config = config_from_data(
+        data,
+        str(args.config) if args.config else "configuration",
+        adapter=args.adapter,
+        model=args.model,
+        benchmark=args.benchmark,
+        calibrators=args.calibrators,
+        calibration_count=args.calibration_count,
+        seed=args.seed,
+        protocol=args.protocol,
+        batch_size=args.batch_size,
+        **overrides,
+    )
+    console = make_console()
+
+    def progress(point: Point, payload: dict[str, Any]) -> None:
+        best = max(payload["rows"], key=lambda row: row["accuracy"])
+        console.print(
+            f"{point.label}: done ({len(payload['keys'])} observations; best "
+            f"{best['calibrator']} {best['accuracy']:.2f})"
+        )
+
+    result = run_sweep(args.study, config, spec, args.out, resume=args.resume, on_point=progress)
+    console.print(
+        f"{len(result.rows)} rows in {result.out / 'results.csv'}; figure {result.figure}; "
+        f"report {result.report} ({result.seconds:.0f} s)"
+    )
+    return 0

@@ -1,0 +1,88 @@
+"""Reference-protocol adapter options: image resizing and generation-config processors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from adapter_reference import tiny_pair
+from PIL import Image
+
+from posdebias import get_adapter
+from posdebias.core.instance import RetrievalInstance
+from posdebias.testing import tiny_model_and_processor
+
+
+def _non_square_instances(tmp_path, n: int = 3) -> list[RetrievalInstance]:
+    rng = np.random.default_rng(5)
+    files = []
+    for index in range(n):
+        file = tmp_path / f"wide_{index}.png"
+        Image.fromarray(rng.integers(0, 256, size=(40, 90, 3), dtype=np.uint8)).save(file)
+        files.append(file)
+    return [RetrievalInstance(query="a wide picture", images=files, target=1, id="wide")]
+
+
+@pytest.mark.parametrize("family", ["llava", "qwen2_5_vl"])
+def test_image_size_equals_resizing_the_files_bicubic_first(family, tmp_path):
+    (instance,) = _non_square_instances(tmp_path)
+    model, processor = tiny_pair(family)
+    resized = get_adapter(model, processor, image_size=336).observe(instance)
+    by_hand = RetrievalInstance(
+        query=instance.query,
+        images=[
+            Image.open(path).convert("RGB").resize((336, 336), Image.Resampling.BICUBIC)
+            for path in instance.images
+        ],
+        target=instance.target,
+        id=instance.id,
+    )
+    plain = get_adapter(model, processor)
+    expected = plain.observe(by_hand)
+    np.testing.assert_allclose(resized.label_logprobs, expected.label_logprobs, atol=1e-6)
+    np.testing.assert_allclose(resized.attention, expected.attention, atol=1e-6)
+    native = plain.observe(instance)
+    assert not np.allclose(native.attention, resized.attention, atol=1e-6)
+
+
+@pytest.mark.parametrize("penalty", [1.05, 1.5])
+def test_generation_config_processors_apply_the_repetition_penalty(penalty, make_instances):
+    """Scores after the processors equal the raw last logits with the repetition penalty
+    applied by hand to every label token that occurs in the (unpadded) prompt."""
+    model, processor = tiny_model_and_processor("qwen2_5_vl", seed=0)
+    model.generation_config.repetition_penalty = penalty
+    adapter = get_adapter(model, processor, logits_processors="generation_config")
+    raw = get_adapter(model, processor)
+    instances = make_instances(2, 4)
+    batch = raw.prepare_batch(instances)
+    assert (batch.inputs["attention_mask"][0] == 0).any(), "row 0 must be left padded"
+    with torch.inference_mode():
+        logits = model(**batch.inputs, position_ids=batch.position_ids).logits[:, -1, :]
+    label_ids = [path[0] for path in batch.plan.paths]
+    assert all(len(path) == 1 for path in batch.plan.paths)
+    observed = adapter.observe_many(instances, batch_size=2)
+    untouched = raw.observe_many(instances, batch_size=2)
+    for row, observation in enumerate(observed):
+        ids = batch.inputs["input_ids"][row][batch.inputs["attention_mask"][row] == 1]
+        values = logits[row, label_ids].double().clone()
+        for k, token in enumerate(label_ids):
+            if (ids == token).any():
+                values[k] = values[k] / penalty if values[k] > 0 else values[k] * penalty
+        expected = torch.log_softmax(values, dim=0).numpy()
+        np.testing.assert_allclose(observation.label_logprobs, expected, atol=1e-5)
+        in_prompt = [bool((ids == token).any()) for token in label_ids]
+        assert any(in_prompt), "the default prompt names the range '1 to 4'"
+        assert not np.allclose(observation.label_logprobs, untouched[row].label_logprobs)
+        np.testing.assert_allclose(observation.attention, untouched[row].attention, atol=1e-7)
+
+
+def test_generation_config_processors_are_a_no_op_without_processors(make_instances):
+    model, processor = tiny_pair("llava")
+    assert model.generation_config.repetition_penalty in (None, 1.0)
+    instances = make_instances(1, 4)
+    with_processors = get_adapter(model, processor, logits_processors="generation_config")
+    np.testing.assert_allclose(
+        with_processors.observe(instances[0]).label_logprobs,
+        get_adapter(model, processor).observe(instances[0]).label_logprobs,
+        atol=1e-6,
+    )

@@ -1,0 +1,119 @@
+"""``protocol: reference`` changes exactly what docs/method.md documents, and nothing else."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import build_shapes_benchmark
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.cli import main
+from posdebias.evaluation.protocol import REFERENCE, reference_layer_range
+from posdebias.testing import save_tiny_model
+
+ATTENTION_CALIBRATORS = {"attention_readout", "purified_attention", "attention_guided"}
+
+
+@pytest.mark.parametrize(
+    ("depth", "expected"),
+    [(4, (2, 4)), (12, (7, 12)), (21, (12, 21)), (22, (21, 22)), (28, (21, 28)), (36, (21, 36)),
+     (48, (21, 36))],
+)  # fmt: skip
+def test_reference_layers_map_to_every_depth(depth, expected):
+    assert reference_layer_range(depth) == expected
+
+
+def _run(tmp_path: Path, name: str, *args: object) -> tuple[dict, list[dict]]:
+    out = tmp_path / name
+    assert main(["evaluate", *map(str, args), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    return results, records
+
+
+def _settings_difference(default: dict, reference: dict) -> dict:
+    return {
+        key: (default["settings"].get(key), reference["settings"].get(key))
+        for key in set(default["settings"]) | set(reference["settings"])
+        if default["settings"].get(key) != reference["settings"].get(key)
+    }
+
+
+def test_reference_preset_on_the_simulated_model(tmp_path):
+    """Orders, calibration source and candidate layers change; the rest is identical."""
+    bench = build_shapes_benchmark(tmp_path, count=14, n=4)
+    args = ["--adapter", "synthetic", "--benchmark", bench, "--orders", "4", "--count", "10"]
+    default, default_records = _run(tmp_path, "default", *args)
+    reference, records = _run(tmp_path, "reference", *args, "--protocol", "reference")
+
+    changed = _settings_difference(default, reference)
+    assert set(changed) == {"protocol", "calibrators"}
+    assert changed["protocol"] == ("default", "reference")
+    for before, after in zip(*changed["calibrators"], strict=True):
+        assert before["name"] == after["name"]
+        if before["name"] in ATTENTION_CALIBRATORS:
+            # the simulated model has 8 layers: the reference's top fraction, layers 5..7
+            assert after["options"] == {**before["options"], "layer_range": [5, 8]}
+        else:
+            assert after == before
+    for label in ("attention_guided", "purified_attention"):
+        assert reference["calibrators"][label]["options"]["layer_range"] == [5, 8]
+        assert default["calibrators"][label]["options"]["layer_range"] is None
+    assert reference["adapter"] == default["adapter"]
+
+    # one shared set of distinct orders, identity first
+    orders = {json.dumps(record["orders"]) for record in records}
+    assert len(orders) == 1
+    (shared,) = [record["orders"] for record in records[:1]]
+    assert shared[0] == [0, 1, 2, 3] and len({tuple(o) for o in shared}) == 4
+    assert len({json.dumps(record["orders"]) for record in default_records}) > 1
+
+    # calibration: the first 5 instances of the file, also tested
+    file_ids = [instance.id for instance in load_benchmark(bench).instances]
+    assert reference["calibration_ids"] == file_ids[:5]
+    assert reference["test_ids"] == file_ids[:10]
+    assert not set(default["calibration_ids"]) & set(default["test_ids"])
+
+
+def test_reference_preset_on_a_hugging_face_model(tmp_path):
+    """Image size, label scoring and the prompt's trailing space reach the adapter."""
+    model = save_tiny_model("llava", tmp_path / "model")
+    bench = build_shapes_benchmark(tmp_path, count=8, n=3)
+    args = ["--model", model, "--benchmark", bench, "--orders", "2", "--count", "3"]
+    args += ["--calibration-count", "2", "--calibrators", "vanilla,attention_guided"]
+    default, _ = _run(tmp_path, "default", *args)
+    reference, _ = _run(tmp_path, "reference", *args, "--protocol", "reference")
+    before, after = default["adapter"], reference["adapter"]
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {"image_size", "logits_processors", "prompt", "prompt_hash"}
+    assert (before["image_size"], after["image_size"]) == (None, REFERENCE.image_size)
+    assert after["logits_processors"] == "generation_config"
+    assert before["prompt"]["query"].endswith("Answer:")
+    assert after["prompt"] == {**before["prompt"], "query": before["prompt"]["query"] + " "}
+    assert after["prompt"]["query"].endswith("Answer: ")
+    layers = reference["calibrators"]["attention_guided"]["options"]["layer_range"]
+    assert layers == list(reference_layer_range(after["num_layers"]))
+
+
+def test_explicit_settings_win_over_the_preset(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "adapter: {name: synthetic}\nprotocol: reference\ncount: 4\norders: 2\n"
+        "calibrators: [{name: attention_guided, options: {layer_range: [0, 3]}}]\n"
+    )
+    out = tmp_path / "run"
+    assert main(["evaluate", "--config", str(config), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["calibrators"]["attention_guided"]["options"]["layer_range"] == [0, 3]
+
+
+def test_reference_refuses_a_separate_calibration_file(tmp_path, capsys):
+    bench = build_shapes_benchmark(tmp_path, count=8, n=4)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"protocol: reference\ncalibration_benchmark: {bench}\n")
+    args = ["evaluate", "--adapter", "synthetic", "--config", str(config)]
+    args += ["--benchmark", str(bench)]
+    assert main(args) == 2
+    assert "first instances of the evaluated file" in capsys.readouterr().err

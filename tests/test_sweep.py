@@ -1,0 +1,198 @@
+"""`posdebias sweep`: every study on the simulated model, shared cache, resume, refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import build_shapes_benchmark
+from posdebias.cli import main
+
+FILES = ("results.csv", "figure.png", "report.md")
+CALIBRATORS = "vanilla,pride,attention_guided,permutation_average"
+
+
+def sweep(study: str, out: Path, *args: object) -> int:
+    argv = ["sweep", study, "--adapter", "synthetic", "--out", str(out), *map(str, args)]
+    return main(argv)
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "results.csv", encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def by_point(table: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
+    points: dict[str, list[dict[str, str]]] = {}
+    for row in table:
+        points.setdefault(row["point"], []).append(row)
+    return points
+
+
+def test_n_study_caps_orders_at_n_factorial_and_plots(tmp_path):
+    out = tmp_path / "n"
+    assert sweep("n", out, "--values", "2,3,4,6", "--count", "12", "--orders", "5",
+                 "--calibrators", CALIBRATORS) == 0  # fmt: skip
+    points = by_point(rows(out))
+    assert list(points) == ["n=2", "n=3", "n=4", "n=6"]
+    for label, mine in points.items():
+        n = int(label.split("=")[1])
+        assert [r["calibrator"] for r in mine] == CALIBRATORS.split(",")
+        assert {int(r["n"]) for r in mine} == {n}
+        assert {int(r["orders"]) for r in mine} == {min(5, math.factorial(n))}
+        permutation = next(r for r in mine if r["calibrator"] == "permutation_average")
+        assert int(permutation["forward_passes_per_instance"]) == min(5, math.factorial(n)) * n
+    assert (out / "figure.png").read_bytes().startswith(b"\x89PNG")
+    assert "## RStd" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("study", "values"), [("tau", "1,5,20"), ("top_k", "1,2,3")])
+def test_option_studies_make_no_forward_pass_after_the_first_point(tmp_path, study, values):
+    out = tmp_path / study
+    assert sweep(study, out, "--values", values, "--count", "10", "--orders", "3") == 0
+    table = rows(out)
+    points = by_point(table)
+    first, *later = points.values()
+    assert int(first[0]["point_new_forward_passes"]) == int(first[0]["point_forward_passes"]) > 0
+    assert all(int(r["point_new_forward_passes"]) == 0 for group in later for r in group)
+    observations = (out / "observations.jsonl").read_text().count("\n")
+    assert observations == int(first[0]["point_forward_passes"])
+    # vanilla does not have the option: the same numbers at every point
+    vanilla = {r["accuracy"] for r in table if r["calibrator"] == "vanilla"}
+    assert len(vanilla) == 1
+    guided = [r for r in table if r["calibrator"] == "attention_guided"]
+    assert len(guided) == 3
+
+
+def test_calibration_size_reuses_the_test_observations(tmp_path):
+    out = tmp_path / "m"
+    assert sweep("calibration_size", out, "--values", "1,2,5", "--count", "8", "--orders", "2") == 0
+    points = by_point(rows(out))
+    sizes = [int(group[0]["calibration_instances"]) for group in points.values()]
+    assert sizes == [1, 2, 5]
+    assert {group[0]["instances"] for group in points.values()} == {"8"}
+    new = [int(group[0]["point_new_forward_passes"]) for group in points.values()]
+    # later points only observe their added calibration instances (N views each)
+    assert new[1:] == [(2 - 1) * 4, (5 - 2) * 4]
+
+
+def test_rerun_with_the_same_seed_is_byte_identical(tmp_path):
+    args = ["--values", "2,3", "--count", "6", "--orders", "2"]
+    assert sweep("n", tmp_path / "a", *args) == 0
+    assert sweep("n", tmp_path / "b", *args) == 0
+    for name in FILES:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_existing_directory_needs_resume_and_the_same_study(tmp_path, capsys):
+    out = tmp_path / "tau"
+    assert sweep("tau", out, "--values", "1,2", "--count", "4", "--orders", "2") == 0
+    assert sweep("tau", out, "--values", "1,2", "--count", "4", "--orders", "2") == 2
+    assert "--resume" in capsys.readouterr().err
+    assert sweep("tau", out, "--values", "1,3", "--count", "4", "--orders", "2", "--resume") == 2
+    assert "different study or configuration" in capsys.readouterr().err
+    before = (out / "results.csv").read_bytes()
+    assert sweep("tau", out, "--values", "1,2", "--count", "4", "--orders", "2", "--resume") == 0
+    assert (out / "results.csv").read_bytes() == before
+
+
+def test_killed_sweep_resumes_to_the_uninterrupted_files(tmp_path):
+    """SIGKILL a real `posdebias sweep` process mid-study, resume it: the same files as a
+    study that was never interrupted, and no observation made twice."""
+    config = tmp_path / "slow.yaml"
+    config.write_text(
+        "adapter: {name: synthetic, options: {latency: 0.003}}\ncount: 20\norders: 2\n"
+        "sweep: {values: [2, 3, 4, 5]}\n"
+    )
+    args = ["sweep", "n", "--config", str(config)]
+    reference = tmp_path / "reference"
+    assert main([*args, "--out", str(reference)]) == 0
+
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "posdebias", *args, "--out", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    point = run / "points" / "001.json"
+    while time.monotonic() < deadline and not point.exists():
+        time.sleep(0.02)
+    time.sleep(0.3)  # into the third point
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert not (run / "results.csv").exists()
+    made_before = (run / "observations.jsonl").read_text().count("\n")
+    assert made_before > 0
+
+    assert main([*args, "--out", str(run), "--resume"]) == 0
+    for name in FILES:
+        assert (run / name).read_bytes() == (reference / name).read_bytes(), name
+    keys = [
+        json.loads(line)["key"] for line in (run / "observations.jsonl").read_text().splitlines()
+    ]
+    assert len(keys) == len(set(keys))  # nothing observed twice across the kill
+
+
+def test_transfer_pairs_benchmarks_and_tests_b_on_the_same_instances(tmp_path):
+    a = build_shapes_benchmark(tmp_path / "a", count=14, n=3, seed=1)
+    b = build_shapes_benchmark(tmp_path / "b", count=14, n=3, seed=2)
+    out = tmp_path / "transfer"
+    assert sweep("transfer", out, "--benchmarks", a, b, "--orders", "2", "--count", "6") == 0
+    points = by_point(rows(out))
+    assert len(points) == 4
+    pairs = {(g[0]["calibration_benchmark"], g[0]["benchmark"]) for g in points.values()}
+    assert len(pairs) == 4
+    # calibrated on a or on b, tested on b: only the calibration observations differ
+    into_b = [g[0] for g in points.values() if g[0]["benchmark"] == g[1]["benchmark"] and
+              g[0]["point"].endswith("-> " + g[0]["benchmark"])]  # fmt: skip
+    assert into_b
+    vanilla = {
+        (r["calibration_benchmark"], r["benchmark"]): r["accuracy"]
+        for r in rows(out)
+        if r["calibrator"] == "vanilla"
+    }
+    names = sorted({pair[1] for pair in vanilla})
+    for target in names:  # vanilla needs no calibration: same test set, same numbers
+        assert len({acc for (_, tested), acc in vanilla.items() if tested == target}) == 1
+
+
+def test_transfer_refuses_benchmarks_of_different_n(tmp_path, capsys):
+    a = build_shapes_benchmark(tmp_path / "a", count=8, n=3)
+    b = build_shapes_benchmark(tmp_path / "b", count=8, n=4)
+    out = tmp_path / "transfer"
+    assert sweep("transfer", out, "--benchmarks", a, b) == 2
+    err = capsys.readouterr().err
+    assert "same number of images per instance" in err and "N=3" in err and "N=4" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("study", "args", "message"),
+    [
+        ("transfer", ["--benchmarks", "ONE"], "at least two benchmarks"),
+        ("tau", ["--values", "1,1"], "repeat"),
+        ("top_k", ["--values", "1.5"], "whole numbers"),
+        ("n", ["--values", "1,2"], "at least 2"),
+        ("tau", ["--values", "x"], "comma-separated numbers"),
+        ("n", ["--benchmark", "bench-without-pattern"], "pattern with {n}"),
+        ("tau", ["--calibrators", "vanilla,pride"], "needs a calibrator with the option"),
+    ],
+)
+def test_bad_sweeps_are_clear_errors_before_any_work(tmp_path, capsys, study, args, message):
+    out = tmp_path / "out"
+    assert sweep(study, out, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
