@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck benchmarks clean
+.PHONY: demo test lint typecheck docs goldens benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
 	$(BIN)/python -m pytest -q -n 2
+	$(MAKE) docs
+
+# The documentation site (mkdocs.yml): --strict fails on any warning, broken links and anchors
+# included; offline (built-in theme). Output in site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
+
+# Regenerate the golden metrics of the seeded default runs (tests/goldens/) after a deliberate
+# change of the numbers; commit them with the change.
+goldens: $(STAMP)
+	$(BIN)/python -m tests.golden --regenerate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,4 +42,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache .mypy_cache

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import posdebias
 from posdebias import get_calibrator
 from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
@@ -91,9 +92,19 @@ def test_rank_command(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert out.count("<- chosen") == 1 and "d.png" in out and "posterior" not in out
+    # the printed distribution is the Debiaser's own, and the mark sits on its argmax
+    images = ["a.png", "b.png", "c.png", "d.png"]
+    adapter = posdebias.get_registry().create_adapter("synthetic")
+    expected = Debiaser.load(states, adapter).rank("a red circle", images)
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if ".png" in line}
+    assert list(rows) == images
+    for image, probability in zip(images, expected.probabilities, strict=True):
+        assert f"{probability:.4f}" in rows[image]
+    assert out.count("<- chosen") == 1 and "<- chosen" in rows[images[expected.choice]]
+    assert expected.choice == int(np.argmax(expected.probabilities))
+    assert "posterior" not in out
     command = ["rank", "--calibration", str(states), "--adapter", "synthetic", "--explain"]
-    assert main([*command, "a red circle", "a.png", "b.png", "c.png", "d.png"]) == 0
+    assert main([*command, "a red circle", *images]) == 0
     out = capsys.readouterr().out
     for column in ("model", "attention", "posterior", "bias removed"):
         assert column in out

@@ -38,15 +38,15 @@ def calibrate(tmp_path, capsys, *extra):
 @pytest.mark.parametrize(
     ("n", "message"),
     [
-        ("1", "-N: Input should be greater than or equal to 2"),
-        ("27", "-N: Input should be less than or equal to 26"),
+        ("1", "n: Input should be greater than or equal to 2 (got 1)"),
+        ("27", "n: Input should be less than or equal to 26 (got 27)"),
     ],
 )
 def test_row4_candidate_count_bounds(tmp_path, capsys, n, message):
     code, err = run(
         ["evaluate", "--adapter", "synthetic", "-N", n, "--out", tmp_path / "r"], capsys
     )
-    assert code == 2 and "n: Input should be" in err
+    assert code == 2 and message in err
     assert not (tmp_path / "r").exists()
 
 
@@ -344,7 +344,8 @@ def test_row2_corrupt_image(bench, tmp_path, capsys, tiny_llava):
         ],
         capsys,
     )
-    assert code == 2 and first["images"][0] in err and "image" in err
+    assert code == 2 and first["images"][0] in err
+    assert f"instance {first['id']!r}: image file " in err and "cannot be read as an image" in err
 
 
 def test_row9_processor_without_chat_template(tmp_path, capsys, tiny_llava, bench):

@@ -229,7 +229,10 @@ def load_adapter(
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16``, ``float16``.
         device: where to put the model (default: ``cuda`` when available, else ``cpu``);
             ignored when ``device_map`` is given (accelerate placement).
-        label_set, prompt, **options: adapter options (``end_token``, ``answer_prefix``).
+        label_set: the label set the prompt names (``digits``, ``upper``, ...).
+        prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
+            the method's prompt).
+        **options: further adapter options (``end_token``, ``answer_prefix``, ...).
     """
     named = options.pop("model", None)
     if named is not None and os.fspath(named) != os.fspath(model_id_or_path):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
 import torch
 from adapter_reference import eager_masses, forward, fresh_model, language_model, tiny_pair
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from posdebias import get_adapter
 from posdebias.adapters.probe import PROBE_NAME, recording
@@ -92,15 +95,48 @@ def test_attention_masses_are_probabilities(family, make_instances):
     assert (observation.attention.sum(axis=1) < 1 + 1e-6).all()
 
 
+class _QuadraticTensors(TorchDispatchMode):
+    """Counts every tensor an operator produces whose last two dimensions are both >= T."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+        self.found: list[tuple[str, tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in tree_leaves(out):
+            big = isinstance(value, torch.Tensor) and value.dim() >= 2
+            if big and min(value.shape[-2:]) >= self.length:
+                self.found.append((str(func), tuple(value.shape)))
+        return out
+
+
+def _quadratic(adapter, batch, length: int, *, probe: bool) -> list[tuple[str, tuple[int, ...]]]:
+    record = recording(span_matrix(batch.spans, length)) if probe else contextlib.nullcontext()
+    with torch.no_grad(), record, _QuadraticTensors(length) as seen:
+        adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
+    return seen.found
+
+
 @pytest.mark.parametrize("family_name", ["qwen2_5_vl"])
 def test_probe_memory_has_no_quadratic_tensor(family_name, make_instances):
-    """The recorder keeps O(layers x batch x N) numbers, never a T x T map."""
+    """The probe adds no T x T tensor to the forward pass (only O(layers x batch x N) numbers),
+    measured on every operator output; the same detector sees eager attention's T x T map."""
     adapter = get_adapter(*tiny_pair(family_name))
     batch = adapter.prepare_batch(make_instances(2, 4))
     length = batch.inputs["input_ids"].shape[1]
+    without = _quadratic(adapter, batch, length, probe=False)
+    with_probe = _quadratic(adapter, batch, length, probe=True)
+    assert sorted(with_probe) == sorted(without)  # the model's own mask, nothing more
     with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
         adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
     assert all(mass.shape == (2, 4) for mass in recorder.masses.values())
+    # positive control: eager attention materialises [B, heads, T, T] weights, and we see them
+    eager = get_adapter(*tiny_pair(family_name))
+    eager.model.set_attn_implementation("eager")
+    weights = [s for _, s in _quadratic(eager, batch, length, probe=False) if len(s) == 4]
+    assert any(s[0] == 2 and s[1] > 1 and s[-2:] == (length, length) for s in weights)
 
 
 def test_half_precision_keys_are_upcast_in_chunks_exactly():

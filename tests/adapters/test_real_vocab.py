@@ -19,7 +19,7 @@ from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import LABEL_SETS
 from posdebias.testing import tiny_model_and_processor
 
-REAL_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "llava_onevision", "internvl")
+REAL_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "llava_onevision", "internvl")
 
 _PAIRS: dict[str, tuple] = {}
 
@@ -77,6 +77,16 @@ def test_the_real_vocabulary_splits_digits_and_spaces():
             {"image_token_index": "<image>", "video_token_index": "<video>"},
         ),
         ("internvl", "InternVLConfig", {"image_token_id": "<IMG_CONTEXT>"}),
+        (
+            "qwen3_vl",
+            "Qwen3VLConfig",
+            {"image_token_id": "<|image_pad|>", "vision_end_token_id": "<|vision_end|>"},
+        ),
+        (
+            "qwen3_5",
+            "Qwen3_5Config",
+            {"image_token_id": "<|image_pad|>", "vision_start_token_id": "<|vision_start|>"},
+        ),
     ],
 )
 def test_special_tokens_land_on_their_official_ids(family, config_class, fields):
@@ -88,8 +98,9 @@ def test_special_tokens_land_on_their_official_ids(family, config_class, fields)
         official = getattr(defaults, field)
         assert processor.tokenizer.convert_tokens_to_ids(token) == official, (field, token)
         assert getattr(model.config, field) == official
-    eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert eos == 151_645 == processor.tokenizer.convert_tokens_to_ids("<|im_start|>") + 1
+    first_special = 248_044 if family == "qwen3_5" else 151_643  # right after the BPE ranks
+    assert processor.tokenizer.convert_tokens_to_ids("<|endoftext|>") == first_special
+    assert processor.tokenizer.convert_tokens_to_ids("<|im_end|>") == first_special + 2
 
 
 def test_qwen3_5_specials_follow_its_larger_vocabulary():
@@ -212,3 +223,32 @@ def test_scores_equal_full_reforwards_on_the_real_vocabulary(family, label_set, 
     observed = adapter.observe_many([item])[0].label_logprobs
     expected = reforward_scores(adapter, batch).numpy()
     assert np.allclose(observed, expected, atol=1e-4), np.abs(observed - expected).max()
+
+
+@pytest.mark.parametrize("family", REAL_FAMILIES)
+def test_posdebias_check_passes_on_the_real_vocabulary(family):
+    """Every check of ``posdebias check`` (spans, label trie, scores = the model's own forward,
+    probe = eager, batch 1 vs 2, rotation) on the real tokenizer and chat template."""
+    from posdebias.adapters.check import check_adapter
+
+    report = check_adapter(get_adapter(*real_pair(family)))
+    assert report.passed, report.summary()
+
+
+def test_posdebias_check_cli_on_a_saved_real_vocabulary_model(tmp_path):
+    """The saved real tokenizer loads back through from_pretrained, and the CLI check passes."""
+    import subprocess
+    import sys
+
+    from posdebias.testing import save_tiny_model
+
+    directory = save_tiny_model("qwen2_5_vl", tmp_path / "model", real_vocabulary=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "posdebias", "check", "--model", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAIL" not in result.stdout
+    assert result.stdout.count("PASS") >= 5

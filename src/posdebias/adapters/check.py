@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import posdebias.defaults as defaults
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.probe import install_probe
 from posdebias.adapters.spans import check_spans, span_matrix
@@ -108,7 +109,10 @@ def check_images(count: int, *, seed: int = 0) -> list[Any]:
 
 
 def check_instances(
-    n: int = 4, *, images: Sequence[Any] | None = None, multi_token_n: int | None = 10
+    n: int = defaults.CANDIDATES,
+    *,
+    images: Sequence[Any] | None = None,
+    multi_token_n: int | None = 10,
 ) -> list[RetrievalInstance]:
     """The default instances: two with N images (captions of different lengths, so a batch of
     them is left padded) and one with ``multi_token_n`` images (multi-token digit labels).
@@ -147,7 +151,7 @@ def check_adapter(
     adapter: Any,
     instances: Sequence[RetrievalInstance] | None = None,
     *,
-    n: int = 4,
+    n: int = defaults.CANDIDATES,
     score_tolerance: float = SCORE_TOLERANCE,
     probe_tolerance: float = PROBE_TOLERANCE,
 ) -> CheckReport:
@@ -158,7 +162,9 @@ def check_adapter(
         instances: at least two instances with the same N (the batch check pairs the first
             two); default :func:`check_instances` with ``n`` images (and N = 10 for multi-token
             digit labels).
-        score_tolerance / probe_tolerance: largest accepted differences (float32 defaults).
+        n: images per instance of the default instances.
+        score_tolerance: largest accepted difference of a label score (float32 default).
+        probe_tolerance: largest accepted difference of an attention mass (float32 default).
 
     Returns:
         a :class:`CheckReport`; ``report.passed`` is True when no check failed. In a plugin's

@@ -72,10 +72,12 @@ class HFAdapterOptions(AdapterOptions):
     model: str | None = Field(default=None, description="model id or local path")
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
     prompt: PromptTemplate | None = Field(
-        default=None, description="prompt template fields, or a JSON file (default: METHOD.md)"
+        default=None,
+        description="prompt template fields, or a JSON file (default: the method's prompt)",
     )
     prompt_variant: str = Field(
-        default="plain", description="plain, instruction or cot (docs/method.md)"
+        default="plain",
+        description="plain, instruction or cot (the method page of the documentation)",
     )
     end_token: str | None = Field(
         default=None, description="end-of-answer token (default: the model's first eos token)"
@@ -225,7 +227,7 @@ class HFAdapter(Adapter):
         if not isinstance(token, str) or not token:
             raise AdapterError(
                 f"{type(self.processor).__name__} declares no image token; posdebias needs one "
-                "to find each image's tokens (write an adapter plugin, see docs/adapters.md)"
+                "to find each image's tokens (write an adapter plugin: see the Adapters docs page)"
             )
         return token
 

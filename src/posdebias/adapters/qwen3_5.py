@@ -18,8 +18,8 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.qwen3_vl import CHAT_TEMPLATE as QWEN3_VL_TEMPLATE
 from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
-from posdebias.errors import InputError
 
 
 class Qwen3_5Adapter(Qwen2VLAdapter):
@@ -31,14 +31,12 @@ class Qwen3_5Adapter(Qwen2VLAdapter):
 
     @classmethod
     def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-        vocabulary only)."""
-        if real_vocabulary:
-            raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-        return _tiny_model(model_type)
+        """A tiny random-weight model and processor of this family, for tests (with the real
+        vocabulary: the Qwen3.5 ranks and specials, Qwen3-VL's prompt layout)."""
+        return _tiny_model(model_type, real_vocabulary)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
@@ -53,10 +51,13 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "<|image_pad|>",
             "<|video_pad|>",
         ],
-        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        chat_template=QWEN3_VL_TEMPLATE
+        if real_vocabulary
+        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        vocabulary="qwen3.5" if real_vocabulary else None,
     )
     # 16 px patches merged 2 x 2: a 64 x 64 image gives 2 x 2 = 4 tokens.
     pixels = {"shortest_edge": 64 * 64, "longest_edge": 64 * 64}
@@ -93,7 +94,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         bos_token_id=None,
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
-        tie_word_embeddings=False,
+        tie_word_embeddings=real_vocabulary,
     )
     if family == "qwen3_5_moe":
         text.update(
@@ -121,7 +122,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False,
+        tie_word_embeddings=real_vocabulary,
     )
     return AutoModelForImageTextToText.from_config(config), processor
 

@@ -18,7 +18,6 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
-from posdebias.errors import InputError
 
 
 class Qwen3VLAdapter(Qwen2VLAdapter):
@@ -30,14 +29,25 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
 
     @classmethod
     def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-        only)."""
-        if real_vocabulary:
-            raise InputError("no real-vocabulary tiny model for Qwen3-VL yet (toy vocabulary only)")
-        return _tiny_model(model_type)
+        """A tiny random-weight model and processor of this family, for tests."""
+        return _tiny_model(model_type, real_vocabulary)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+#: The user-turn and generation-prompt layout of the Qwen3-VL Instruct checkpoints' chat template
+#: (no default system message; tool and multi-turn branches left out).
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
+    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
@@ -52,10 +62,13 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "<|image_pad|>",
             "<|video_pad|>",
         ],
-        chat_template=CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        chat_template=CHAT_TEMPLATE
+        if real_vocabulary
+        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+        vocabulary="qwen3" if real_vocabulary else None,
     )
     # 16 px patches merged 2 x 2: a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2
     # pixels keep each image's own aspect ratio (different images, different token counts).
@@ -82,7 +95,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         bos_token_id=None,
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
-        tie_word_embeddings=False,
+        tie_word_embeddings=real_vocabulary,
     )
     if family == "qwen3_vl_moe":
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
@@ -106,7 +119,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False,
+        tie_word_embeddings=real_vocabulary,
     )
     return AutoModelForImageTextToText.from_config(config), processor
 

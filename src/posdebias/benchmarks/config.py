@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import posdebias.defaults as defaults
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.shapes import ShapeSpace, load_shape_space
 from posdebias.errors import BenchmarkError, validation_message
@@ -117,7 +118,10 @@ class BuildConfig(_Strict):
     source: Source
     out: Path
     setting: Literal["random", "adversarial"] = "random"
-    n: int = Field(default=4, description="images per instance (2..26)")
+    n: int = Field(
+        default=defaults.CANDIDATES,
+        description=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES})",
+    )
     count: int = Field(default=DEFAULT_COUNT, description="instances")
     seed: int = Field(default=0, ge=0)
     pool_size: int | None = Field(default=None, description="first K images of the source")

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import posdebias.defaults as defaults
 from posdebias._inputs import (
     CONFIG_LIMIT,
     DATA_LIMIT,
@@ -42,7 +43,7 @@ from posdebias.errors import BenchmarkError, validation_problems
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
-MIN_N, MAX_N = 2, 26
+MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
 
 Setting = Literal["random", "adversarial"]
 _TEMP = re.compile(r"^\..+\.(tmp|staging)$")

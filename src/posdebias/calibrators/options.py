@@ -6,13 +6,16 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+import posdebias.defaults as defaults
 from posdebias.calibrators.base import CalibratorOptions
 from posdebias.core.layers import GLOBAL, LAYER_KINDS
 from posdebias.core.stages import Corrector, LayerSelector
 
 
 class LayerSelectionOptions(CalibratorOptions):
-    top_k: int = Field(default=2, ge=1, description="K layers with the most image attention")
+    top_k: int = Field(
+        default=defaults.TOP_K, ge=1, description="K layers with the most image attention"
+    )
     layer_range: tuple[int, int] | None = Field(
         default=None, description="candidate model layers [start, stop) (default: all layers)"
     )
@@ -44,7 +47,9 @@ class LayerSelectionOptions(CalibratorOptions):
 
 
 class PosteriorOptions(LayerSelectionOptions):
-    tau: float = Field(default=5.0, gt=0, description="temperature of the visual posterior")
+    tau: float = Field(
+        default=defaults.TAU, gt=0, description="temperature of the visual posterior"
+    )
     layer_average: Literal["arithmetic", "geometric"] = "arithmetic"
 
     def corrector(self, mixture: Literal["log", "prob"] = "log") -> Corrector:

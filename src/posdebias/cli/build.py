@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
 from posdebias.benchmarks.build import BuildReport, build_benchmark
 from posdebias.benchmarks.config import DEFAULT_COUNT, SETTINGS, BuildConfig, build_config_from
@@ -27,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
         description="Build a multi-image retrieval benchmark: COUNT instances, each a caption "
         "and N images (its own and N-1 distractors). Writes OUT/benchmark.jsonl and "
-        "OUT/manifest.json. Flags override the config file. See docs/benchmarks.md.",
+        "OUT/manifest.json. Flags override the config file. See the Benchmarks page of the "
+        "posdebias documentation.",
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON build config file")
     parser.add_argument("--source", choices=SOURCE_KINDS, help="required unless in --config")
@@ -44,7 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--instances", type=Path, help="COCO instances_*.json (categories)")
     parser.add_argument("--setting", choices=SETTINGS, help="random or adversarial")
-    parser.add_argument("-N", dest="n", type=int, help="images per instance (2..26; 4)")
+    parser.add_argument(
+        "-N",
+        dest="n",
+        type=int,
+        help=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES}; "
+        f"{defaults.CANDIDATES})",
+    )
     parser.add_argument("--count", type=int, help=f"number of instances ({DEFAULT_COUNT})")
     parser.add_argument("--seed", type=int, help="seed of the draws (0)")
     parser.add_argument(

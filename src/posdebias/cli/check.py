@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+import posdebias.defaults as defaults
 from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
@@ -35,7 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dtype", default="float32", help="model dtype (default float32: the tolerances are)"
     )
-    parser.add_argument("-N", dest="n", type=int, default=4, help="images per instance (4)")
+    parser.add_argument(
+        "-N",
+        dest="n",
+        type=int,
+        default=defaults.CANDIDATES,
+        help=f"images per instance ({defaults.CANDIDATES})",
+    )
     parser.add_argument("--label-set", dest="label_set", default="digits", help="label set")
     parser.add_argument(
         "--image",

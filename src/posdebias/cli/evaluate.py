@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--protocol",
         choices=("default", "reference"),
-        help="default, or reference: the authors' evaluation (docs/method.md)",
+        help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")

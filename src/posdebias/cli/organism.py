@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "organism",
         help="the bundled model organism (train it from a seed)",
         description="The bundled default model: a tiny LLaVA whose attention finds the right "
-        "image while its answer is position-biased (docs/organism.md).",
+        "image while its answer is position-biased (the Model organism page of the documentation).",
     )
     actions = parser.add_subparsers(dest="organism_command", metavar="ACTION", required=True)
     train = actions.add_parser(

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sweep",
         help="run a study of the paper (n, calibration_size, top_k, tau, transfer)",
         description="Evaluate every point of a study on one model with one observation cache "
-        "and write results.csv, figure.png and report.md to --out (docs/experiments.md). "
+        "and write results.csv, figure.png and report.md to --out (see the Experiments page). "
         "Flags override the config file; its 'sweep' section holds values / benchmarks.",
     )
     parser.add_argument("study", choices=STUDIES, help="the study to run")

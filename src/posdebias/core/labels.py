@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import posdebias.defaults as defaults
 from posdebias.errors import InputError, UnknownNameError
 
 _ROMAN = [
@@ -18,7 +19,7 @@ _ORDINALS = [
     "twenty-third", "twenty-fourth", "twenty-fifth", "twenty-sixth",
 ]  # fmt: skip
 
-MAX_CANDIDATES = 26
+MAX_CANDIDATES = defaults.MAX_CANDIDATES
 
 
 def roman_numeral(value: int) -> str:

@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+import posdebias.defaults as defaults
 from posdebias.core.layers import GLOBAL, LayerSet
 from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
@@ -64,7 +65,7 @@ class LayerSelector:
     read + 1).
     """
 
-    top_k: int = 2
+    top_k: int = defaults.TOP_K
     layer_range: tuple[int, int] | None = None
     layer_kinds: tuple[str, ...] = (GLOBAL,)
 
@@ -196,7 +197,7 @@ class Corrector:
     ``prob``: b = log(pi @ rownorm(exp B)), paper).
     """
 
-    tau: float = 5.0
+    tau: float = defaults.TAU
     layer_average: Literal["arithmetic", "geometric"] = "arithmetic"
     mixture: Literal["log", "prob"] = "log"
 

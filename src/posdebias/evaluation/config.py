@@ -9,20 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+import posdebias.defaults as defaults
 from posdebias._inputs import CONFIG_LIMIT, load_yaml, parse_json, read_input_text
 from posdebias.errors import ConfigError, validation_message
 
 #: What a calibrator label may be: it becomes a file name.
 SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
-DEFAULT_CALIBRATORS = (
-    "vanilla",
-    "pride",
-    "attention_readout",
-    "purified_attention",
-    "attention_guided",
-    "permutation_average",
-)
+DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
 
 class _Strict(BaseModel):
@@ -83,16 +77,21 @@ class EvaluateConfig(_Strict):
         default_factory=list,
         description="methods that run the model themselves (generated answers, SoFA); opt-in",
     )
-    n: int = Field(default=4, ge=2, le=26, description="images per instance (no benchmark given)")
+    n: int = Field(
+        default=defaults.CANDIDATES,
+        ge=defaults.MIN_CANDIDATES,
+        le=defaults.MAX_CANDIDATES,
+        description="images per instance (no benchmark given)",
+    )
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
     protocol: Literal["default", "reference"] = Field(
         default="default",
-        description="default, or reference: the authors' evaluation (docs/method.md)",
+        description="default, or reference: the authors' evaluation (see the method page)",
     )
-    batch_size: int = Field(default=1, ge=1)
+    batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
     out: Path | None = None
 
     @field_validator("calibrators", "decoders", mode="before")

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
+import posdebias.defaults as defaults
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.stages import EPSILON, Corrector, LayerSelector, mean_attention
@@ -52,11 +53,12 @@ def divergence_profiles(
         options.selector()
         if hasattr(options, "selector")
         else LayerSelector(
-            top_k=getattr(options, "top_k", 2), layer_range=getattr(options, "layer_range", None)
+            top_k=getattr(options, "top_k", defaults.TOP_K),
+            layer_range=getattr(options, "layer_range", None),
         )
     )
     corrector = Corrector(
-        tau=getattr(options, "tau", 5.0),
+        tau=getattr(options, "tau", defaults.TAU),
         layer_average=getattr(options, "layer_average", "arithmetic"),
     )
     prior = states[label].attention_prior_array

@@ -1,0 +1,88 @@
+"""Golden metrics of the seeded default runs: compare (the tests) or regenerate (this command).
+
+Seeded runs are byte-reproducible, so their metrics are pinned exactly instead of checked
+against threshold bands. After a deliberate change of the numbers (a retrained organism, a new
+order sampling, a fixed bug), regenerate the files and commit them with the change:
+
+    make goldens          # = python -m tests.golden --regenerate (from the repository root)
+
+Each file holds, per calibrator, Acc (mean and std over the orders), RStd, Cons. and the
+selection-rate matrix of the run named in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FOLDER = Path(__file__).resolve().parent / "goldens"
+
+#: name -> the `posdebias evaluate` arguments of the run: the simulated model's default run, and
+#: the organism's default run on its first 60 test instances x 2 orders (the full one takes
+#: minutes on a busy CI machine; same model, benchmark, calibration and seed).
+RUNS: dict[str, list[str]] = {
+    "simulated_default": ["--adapter", "synthetic"],
+    "organism_default": ["--count", "60", "--orders", "2"],
+}
+
+
+def run_metrics(args: list[str]) -> dict[str, Any]:
+    """The metrics of one CLI run, as the golden files store them."""
+    from posdebias.evaluation.config import load_config
+    from posdebias.evaluation.job import run_evaluation
+
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    config = load_config(
+        None,
+        adapter=flags.get("--adapter"),
+        count=int(flags["--count"]) if "--count" in flags else None,
+        orders=int(flags["--orders"]) if "--orders" in flags else None,
+    )
+    results = run_evaluation(config)  # a bundled model's thread count is applied inside
+    assert results is not None
+    return {
+        "run": ["posdebias", "evaluate", *args],
+        "n": results.n,
+        "orders": results.orders,
+        "num_instances": results.num_instances,
+        "metrics": {
+            label: result.metrics.model_dump(mode="json")
+            for label, result in results.calibrators.items()
+        },
+    }
+
+
+def path_of(name: str) -> Path:
+    return FOLDER / f"{name}.json"
+
+
+def regenerate(names: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ.setdefault("POSDEBIAS_CACHE_DIR", cache)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        for name in names:
+            data = run_metrics(RUNS[name])
+            path_of(name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            print(f"wrote {path_of(name)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.golden", description=__doc__)
+    parser.add_argument("--regenerate", action="store_true", help="rewrite the golden files")
+    parser.add_argument(
+        "names", nargs="*", help=f"runs to regenerate (default: all of {list(RUNS)})"
+    )
+    args = parser.parse_args(argv)
+    if not args.regenerate:
+        parser.error("nothing to do: pass --regenerate (the tests compare against the files)")
+    regenerate(args.names or list(RUNS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

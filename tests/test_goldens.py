@@ -1,0 +1,41 @@
+"""The seeded default runs give exactly the pinned metrics (tests/goldens/*.json).
+
+A deliberate change of the numbers regenerates them: ``make goldens``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from golden import RUNS, path_of, run_metrics
+
+
+def flat(value, prefix=""):
+    """{"a.b.0": number}: nested metrics as one flat mapping pytest.approx can compare."""
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()
+        }
+    if isinstance(value, list):
+        return {
+            k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}{i}.").items()
+        }
+    return {prefix.rstrip("."): value}
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_default_run_matches_its_golden_metrics(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    expected = json.loads(path_of(name).read_text())
+    got = json.loads(json.dumps(run_metrics(RUNS[name])))
+    assert got["run"] == expected["run"]
+    assert (got["n"], got["orders"], got["num_instances"]) == (
+        expected["n"], expected["orders"], expected["num_instances"],
+    )  # fmt: skip
+    assert flat(got["metrics"]).keys() == flat(expected["metrics"]).keys()
+    assert flat(got["metrics"]) == pytest.approx(flat(expected["metrics"]), abs=1e-9), (
+        f"{name}: the metrics moved; if that is deliberate, run `make goldens` and commit"
+    )
