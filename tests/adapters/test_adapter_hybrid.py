@@ -83,7 +83,7 @@ def test_windows_shorter_than_the_prompt_cut_through_the_images(
     if family == "llama4":
         assert size == TINY_CHUNK_SIZE
         chunk_start = padding + ((real - 1) // size) * size  # chunks count from the first token
-        assert batch.spans[0][0][1] <= chunk_start < batch.spans[0][-1][1]
+        assert batch.spans[0][0].end <= chunk_start < batch.spans[0][-1].end
     assert (first[0, :, 0] == 0).all()
     assert (first[0, :, -1] > 0).all()
     globals_ = [row for row, kind in enumerate(adapter.attention_layers.kinds) if kind == G]

@@ -104,7 +104,9 @@ def test_plugins_command_shows_what_each_model_type_resolves_to(tmp_path, priori
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: posdebias-myqwen\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[posdebias]\nmyqwen = posdebias_myqwen\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ["PYTHONPATH"]])}
+    # The worktree's own source stays first when PYTHONPATH is set (CI has none: installed).
+    path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     result = subprocess.run(
         [sys.executable, "-m", "posdebias", "plugins"],
         capture_output=True,
