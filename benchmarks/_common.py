@@ -183,6 +183,8 @@ def build_vl_adapter(args: argparse.Namespace, tokens_per_image: int) -> Any:
     config = model.config
     for key, value in text_config_options(args).items():
         setattr(config.text_config, key, value)
+    if getattr(config.text_config, "layer_types", None) is not None:  # one entry per layer
+        config.text_config.layer_types = ["full_attention"] * args.layers
     config.vision_config.out_hidden_size = args.hidden
     half = args.hidden // args.heads // 2  # rotary frequencies: temporal, height, width
     rope = dict(config.text_config.rope_parameters)
