@@ -75,16 +75,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoModelForImageTextToText
-    from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
-    from transformers.models.qwen2_vl import (
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-    )
-
-    tokenizer = build_tokenizer(
+def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
+    """The tokenizer of the Qwen-VL layout (ChatML, ``<|vision_start|>`` + ``<|image_pad|>`` +
+    ``<|vision_end|>``): the toy one with a ChatML template, or with ``vocabulary`` the real one
+    with ``chat_template`` (the checkpoints')."""
+    return build_tokenizer(
         [
             "<|im_start|>",
             "<|im_end|>",
@@ -94,15 +89,28 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
             "<|image_pad|>",
             "<|video_pad|>",
         ],
-        chat_template=CHAT_TEMPLATE
-        if real_vocabulary
+        chat_template=chat_template
+        if vocabulary is not None
         else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        vocabulary=("qwen2.5" if family == "qwen2_5_vl" else "qwen2_vl")
-        if real_vocabulary
-        else None,
+        vocabulary=vocabulary,
+    )
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl import (
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tokenizer = qwen_vl_tokenizer(
+        CHAT_TEMPLATE,
+        (("qwen2.5" if family == "qwen2_5_vl" else "qwen2_vl") if real_vocabulary else None),
     )
     # 56 x 56 pixels -> 4 x 4 patches of 14 -> 2 x 2 merged tokens per image.
     image_processor = Qwen2VLImageProcessor(

@@ -17,9 +17,9 @@ from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
+from posdebias.adapters.qwen2_vl import Qwen2VLAdapter, qwen_vl_tokenizer
 from posdebias.adapters.qwen3_vl import CHAT_TEMPLATE as QWEN3_VL_TEMPLATE
-from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
+from posdebias.adapters.tiny import text_config
 
 
 class Qwen3_5Adapter(Qwen2VLAdapter):
@@ -41,24 +41,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    tokenizer = build_tokenizer(
-        [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|endoftext|>",
-            "<|vision_start|>",
-            "<|vision_end|>",
-            "<|image_pad|>",
-            "<|video_pad|>",
-        ],
-        chat_template=QWEN3_VL_TEMPLATE
-        if real_vocabulary
-        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        vocabulary="qwen3.5" if real_vocabulary else None,
-    )
+    tokenizer = qwen_vl_tokenizer(QWEN3_VL_TEMPLATE, "qwen3.5" if real_vocabulary else None)
     # 16 px patches merged 2 x 2: a 64 x 64 image gives 2 x 2 = 4 tokens.
     pixels = {"shortest_edge": 64 * 64, "longest_edge": 64 * 64}
     image_processor = Qwen2VLImageProcessor(

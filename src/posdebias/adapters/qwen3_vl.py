@@ -16,8 +16,8 @@ from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
-from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config
+from posdebias.adapters.qwen2_vl import Qwen2VLAdapter, qwen_vl_tokenizer
+from posdebias.adapters.tiny import text_config
 
 
 class Qwen3VLAdapter(Qwen2VLAdapter):
@@ -52,24 +52,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    tokenizer = build_tokenizer(
-        [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|endoftext|>",
-            "<|vision_start|>",
-            "<|vision_end|>",
-            "<|image_pad|>",
-            "<|video_pad|>",
-        ],
-        chat_template=CHAT_TEMPLATE
-        if real_vocabulary
-        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
-        vocabulary="qwen3" if real_vocabulary else None,
-    )
+    tokenizer = qwen_vl_tokenizer(CHAT_TEMPLATE, "qwen3" if real_vocabulary else None)
     # 16 px patches merged 2 x 2: a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2
     # pixels keep each image's own aspect ratio (different images, different token counts).
     pixels = {"shortest_edge": 32 * 32, "longest_edge": 96 * 96}
