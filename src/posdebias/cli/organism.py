@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train = actions.add_parser(
         "train",
         help="train the organism and write a loadable model folder",
-        description="Train the organism from a seed on in-memory shapes data (about 9 minutes "
+        description="Train the organism from a seed on in-memory shapes data (about 20 minutes "
         "on one busy CPU core); write weights, config, tokenizer, processor and prompt to --out.",
     )
     train.add_argument("--out", type=Path, required=True, help="output model folder")
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         nargs=3,
         metavar=("ALIGN", "RETRIEVAL", "BIAS"),
-        help="steps of the three stages (default 1500 1400 300)",
+        help="steps of the three stages (default 1500 1200 600)",
     )
     train.add_argument("--batch-size", type=int, dest="batch_size", help="examples per step (64)")
     train.set_defaults(handler=run)

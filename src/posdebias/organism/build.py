@@ -2,7 +2,8 @@
 
 A real ``LlavaForConditionalGeneration`` (CLIP vision tower + two-layer GELU projector + Llama
 language model), only small: 32 x 32 pixel input, patch 16, so 4 image tokens per image; a
-word-level vocabulary of the prompt's words, the shapes grammar's words and the digits.
+word-level vocabulary of the prompt's words, the shapes grammar's words and the numbers 0 to 26
+(whole words, so every digit label up to the label set's capacity is one token).
 
 Its prompt shows the image's label before each image (``1<image>2<image>...``), then METHOD.md's
 query (``Caption: ...`` / ``Answer:``): with no index marker before the images, the spike of
@@ -17,7 +18,7 @@ from typing import Any
 
 from posdebias.adapters.prompt import DEFAULT_QUERY, PromptTemplate
 from posdebias.benchmarks.shapes import ShapeSpace
-from posdebias.core.labels import get_label_set
+from posdebias.core.labels import MAX_CANDIDATES, get_label_set
 
 #: Pixels the shapes are rendered at (benchmark and training); the processor resizes to 32.
 IMAGE_SIZE = 64
@@ -54,7 +55,7 @@ def _pre_tokenizer() -> Any:
     from tokenizers import pre_tokenizers
 
     return pre_tokenizers.Sequence(
-        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
+        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=False)]
     )
 
 
@@ -69,7 +70,7 @@ def vocabulary() -> list[str]:
         PROMPT.instruction.format(**values),
         PROMPT.query.format(**values, caption=""),
         "USER: ASSISTANT:",
-        " ".join(str(digit) for digit in range(10)),
+        " ".join(str(number) for number in range(MAX_CANDIDATES + 1)),
         " ".join(shape_space().vocabulary()),
     ]
     pre = _pre_tokenizer()
@@ -78,7 +79,7 @@ def vocabulary() -> list[str]:
 
 
 def build_tokenizer() -> Any:
-    """A word-level ``PreTrainedTokenizerFast`` (digits split one per token)."""
+    """A word-level ``PreTrainedTokenizerFast`` (a run of digits is one word: ``12`` is a label)."""
     from tokenizers import Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 

@@ -52,6 +52,7 @@ from posdebias.benchmarks.shapes import (
     sample_unique_attributes,
 )
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import MAX_CANDIDATES
 from posdebias.errors import OutputError
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
 
@@ -63,25 +64,100 @@ BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
     (0.00, 0.05, 0.60, 0.35),
 )
 
+#: At N = 2 the second position fails only when the caption's background is not this one, so
+#: its recall is partial (about a third) instead of all-or-nothing (see :func:`bias_target`).
+GATE_BACKGROUND = "white"
+
+
+def dead_positions(n: int) -> int:
+    """How many trailing positions the biased answer never names correctly: (N - 1) // 2.
+
+    One at N = 3 and 4, growing to five at N = 12, so vanilla accuracy falls with N (from 75%
+    at N = 4 to about 58% at N = 12) while staying well above chance.
+    """
+    return (n - 1) // 2
+
+
+def bias_confusion(n: int) -> tuple[tuple[float, ...], ...]:
+    """The answer distribution per truth position for N >= 3 (:data:`BIAS_CONFUSION` at N = 4).
+
+    Positions before the ``dead_positions(n)`` trailing ones are answered correctly (0.85,
+    0.10 to the next label, 0.05 to the previous; the first 0.75 / 0.20 / 0.05, the last
+    of them 0.05 / 0.90 / 0.05); a truth at a dead position is answered with the last live
+    position ("attractor", 0.60), itself (0.35) and the attractor's predecessor (0.05).
+    """
+    if n < 3:
+        raise ValueError("bias_confusion needs N >= 3; N = 2 is gated by the caption")
+    attractor = n - dead_positions(n) - 1
+    rows = []
+    for truth in range(n):
+        row = [0.0] * n
+        if truth > attractor:
+            row[attractor] += 0.60
+            row[truth] += 0.35
+            row[attractor - 1] += 0.05
+        elif truth == 0:
+            row[0], row[1], row[2] = 0.75, 0.20, 0.05
+        elif truth == attractor:
+            row[truth - 1], row[truth], row[truth + 1] = 0.05, 0.90, 0.05
+        else:
+            row[truth - 1], row[truth], row[truth + 1] = 0.05, 0.85, 0.10
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def bias_target(n: int, truth: int, background: str) -> tuple[float, ...]:
+    """The soft answer target of one bias-stage example (truth position ``truth``).
+
+    N >= 3: row ``truth`` of :func:`bias_confusion`. N = 2: the first position is answered
+    (0.9 / 0.1); the second is missed (0.6 / 0.4) unless the background is
+    :data:`GATE_BACKGROUND` (0.1 / 0.9): a content-dependent bias that a static prior cannot
+    undo, and the only way to make an N = 2 recall partial.
+    """
+    if n >= 3:
+        return bias_confusion(n)[truth]
+    if truth == 0:
+        return (0.9, 0.1)
+    return (0.1, 0.9) if background == GATE_BACKGROUND else (0.6, 0.4)
+
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """Every setting of a training run (saved next to the weights as ``training.json``)."""
+    """Every setting of a training run (saved next to the weights as ``training.json``).
+
+    Every batch has one N, drawn uniformly from ``min_n..max_n`` (retrieval stage); the bias
+    stage draws N = 2 with probability ``bias_n2_share`` (it carries the content gate) and the
+    other N uniformly. A batch of N images holds :func:`batch_size_for` examples, so every step
+    costs about as many tokens as ``batch_size`` examples at N = 4.
+    """
 
     seed: int = 0
-    n: int = 4
+    min_n: int = 2
+    max_n: int = 12
     pool_size: int = 1200
     batch_size: int = 64
     alignment_steps: int = 1500
     alignment_learning_rate: float = 2e-3
-    retrieval_steps: int = 1400
-    bias_steps: int = 300
+    retrieval_steps: int = 1200
+    bias_steps: int = 600
+    bias_n2_share: float = 0.25
     learning_rate: float = 1e-3
     alignment_temperature: float = 0.1
     attention_layer: int = 1
     attention_weight: float = 1.0
-    confusion: tuple[tuple[float, ...], ...] = BIAS_CONFUSION
     threads: int = 1  # one thread: reproducible sums, and no slowdown on a busy machine
+
+
+#: Prompt tokens of one organism example: 5 per image (label + 4 image tokens) + about 27.
+TOKENS_PER_IMAGE = 5
+PROMPT_TOKENS = 27
+
+
+def batch_size_for(plan: TrainingPlan, n: int) -> int:
+    """Examples in a batch of N images: ``plan.batch_size`` at N = 4, fewer for larger N
+    (the same number of tokens), at least 2."""
+    reference = 4 * TOKENS_PER_IMAGE + PROMPT_TOKENS
+    return max(2, round(plan.batch_size * reference / (n * TOKENS_PER_IMAGE + PROMPT_TOKENS)))
 
 
 CARD_FILE = "README.md"
@@ -122,6 +198,10 @@ class ShapesPool:
 
         self.attributes = sample_unique_attributes(size, seed, shape_space())
         self.captions = [caption_for(attributes) for attributes in self.attributes]
+        self._backgrounds = {
+            caption: attributes.background
+            for caption, attributes in zip(self.captions, self.attributes, strict=True)
+        }
         self.images = [render_shape_image(a, IMAGE_SIZE) for a in self.attributes]
         self.tokenizer: Any = processor.tokenizer if processor is not None else None
         self.pixels: Any = (
@@ -138,6 +218,10 @@ class ShapesPool:
         attributes = self.attributes[index]
         (obj,) = attributes.objects
         return [obj.colour, obj.shape, obj.size, obj.position, attributes.background]
+
+    def background(self, caption: str) -> str:
+        """The background word of a pool caption."""
+        return self._backgrounds[caption]
 
     def instances(
         self, rng: np.random.Generator, count: int, n: int, prefix: str
@@ -264,10 +348,11 @@ def _retrieval_stage(
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, plan.retrieval_steps)
     labels = torch.tensor(label_ids)
     for step in range(plan.retrieval_steps):
-        batch = pool.instances(rng, plan.batch_size, plan.n, "train")
+        n = int(rng.integers(plan.min_n, plan.max_n + 1))
+        batch = pool.instances(rng, batch_size_for(plan, n), n, "train")
         targets = torch.tensor([instance.target for instance in batch])
         logits, attention = _forward(adapter, batch)
-        answer_loss = torch.nn.functional.cross_entropy(logits, labels[targets])
+        answer_loss = torch.nn.functional.cross_entropy(logits[:, labels[:n]], targets)
         mass = attention[:, plan.attention_layer, :].gather(1, targets[:, None])[:, 0]
         attention_loss = -torch.log(mass + 1e-6).mean()
         loss = answer_loss + plan.attention_weight * attention_loss
@@ -276,9 +361,9 @@ def _retrieval_stage(
         optimizer.step()
         schedule.step()
         if step % 50 == 0 or step == plan.retrieval_steps - 1:
-            correct = (logits[:, labels].argmax(dim=1) == targets).float().mean().item()
+            correct = (logits[:, labels[:n]].argmax(dim=1) == targets).float().mean().item()
             log(
-                f"stage 1 step {step}: answer {answer_loss.item():.3f} attention "
+                f"stage 1 step {step} N={n}: answer {answer_loss.item():.3f} attention "
                 f"{attention_loss.item():.3f} accuracy {correct:.2f} mass {mass.mean().item():.2f}"
             )
 
@@ -301,19 +386,29 @@ def _bias_stage(
     for parameter in trained:
         parameter.requires_grad_(True)
     optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate)
-    confusion = torch.tensor(plan.confusion, dtype=torch.float32)
     labels = torch.tensor(label_ids)
+    others = plan.max_n - plan.min_n
     for step in range(plan.bias_steps):
-        batch = pool.instances(rng, plan.batch_size, plan.n, "bias")
-        targets = torch.tensor([instance.target for instance in batch])
+        if plan.min_n == 2 and (others == 0 or rng.random() < plan.bias_n2_share):
+            n = 2
+        else:
+            n = int(rng.integers(max(plan.min_n, 3), plan.max_n + 1))
+        batch = pool.instances(rng, batch_size_for(plan, n), n, "bias")
+        soft = torch.tensor(
+            [
+                bias_target(n, instance.target, pool.background(instance.query))
+                for instance in batch
+            ],
+            dtype=torch.float32,
+        )
         logits, _ = _forward(adapter, batch)
-        log_probs = torch.log_softmax(logits, dim=-1)[:, labels]
-        loss = -(confusion[targets] * log_probs).sum(dim=1).mean()
+        log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
+        loss = -(soft * log_probs).sum(dim=1).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if step % 50 == 0 or step == plan.bias_steps - 1:
-            log(f"stage 2 step {step}: loss {loss.item():.3f}")
+            log(f"stage 2 step {step} N={n}: loss {loss.item():.3f}")
 
 
 def train_organism(
@@ -332,8 +427,8 @@ def train_organism(
     import transformers
 
     plan = plan or TrainingPlan()
-    if len(plan.confusion) != plan.n or any(len(row) != plan.n for row in plan.confusion):
-        raise ValueError(f"the confusion matrix must be {plan.n} x {plan.n}")
+    if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
+        raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     started = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(plan.threads)
@@ -347,7 +442,7 @@ def train_organism(
             _alignment_stage(model, pool, plan, log)
             adapter = LlavaAdapter(model, processor, prompt=PROMPT)
             label_ids = _label_token_ids(
-                adapter, pool.instances(np.random.default_rng(0), 1, plan.n, "x")[0]
+                adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
             )
             _retrieval_stage(adapter, pool, plan, label_ids, log)
             _bias_stage(adapter, pool, plan, label_ids, log)
@@ -359,6 +454,11 @@ def train_organism(
         parameter.requires_grad_(False)
     info = {
         "plan": asdict(plan),
+        "bias": {
+            "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
+            "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
+            "n2_gate_background": GATE_BACKGROUND,
+        },
         "dtype": dtype,
         "training_seconds": round(seconds, 1),
         "torch": torch.__version__,
