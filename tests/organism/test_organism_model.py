@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from posdebias.cli import main
 from posdebias.organism import MODEL_DIR, MODEL_NAME
 
@@ -88,3 +90,23 @@ def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
     assert bundled_benchmark(4, tmp_path) == first
     assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
     assert len(load_benchmark(first)) == BENCHMARK_COUNT
+
+
+@pytest.mark.parametrize("n", [2, 8, 12])
+def test_the_organism_is_biased_but_not_blind_at_every_n(n, cache_dir, tmp_path):
+    """The scaling study's premise away from N = 4 (40 instances x 2 orders per N): the answer
+    is better than chance but position-biased, permutation averaging does not fall below it,
+    and from N = 4 on the attention-guided correction beats both the answer and PriDe."""
+    out = tmp_path / "run"
+    args = ["evaluate", "-N", str(n), "--count", "40", "--orders", "2", "--out", str(out)]
+    assert main(args) == 0
+    metrics = {
+        name: c["metrics"]
+        for name, c in json.loads((out / "results.json").read_text())["calibrators"].items()
+    }
+    accuracy = {name: m["accuracy_mean"] for name, m in metrics.items()}
+    assert accuracy["vanilla"] >= 100 / n + 10 and metrics["vanilla"]["rstd"] >= 20
+    assert accuracy["permutation_average"] >= accuracy["vanilla"]
+    if n >= 4:
+        assert accuracy["attention_guided"] >= accuracy["vanilla"] + 15
+        assert accuracy["pride"] < accuracy["attention_guided"]

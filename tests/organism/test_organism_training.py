@@ -68,3 +68,54 @@ def test_training_data_do_not_depend_on_the_hash_seed():
         )
         digests.add(result.stdout.strip())
     assert len(digests) == 1 and all(digests)
+
+
+def test_bias_targets_are_distributions_and_keep_the_n4_rows():
+    from posdebias.organism.train import (
+        BIAS_CONFUSION,
+        GATE_BACKGROUND,
+        bias_confusion,
+        bias_target,
+        dead_positions,
+    )
+
+    assert bias_confusion(4) == BIAS_CONFUSION  # the N = 4 bias of earlier releases
+    for n in range(3, 13):
+        rows = np.array(bias_confusion(n))
+        assert rows.shape == (n, n) and np.allclose(rows.sum(axis=1), 1) and (rows >= 0).all()
+        answered = rows.argmax(axis=1)
+        live = n - dead_positions(n)
+        # live positions are answered correctly, dead ones with the last live position
+        assert list(answered[:live]) == list(range(live))
+        assert set(answered[live:]) == {live - 1}
+        assert 0 < dead_positions(n) < n - 1
+    assert bias_target(2, 0, "black") == (0.9, 0.1)
+    assert bias_target(2, 1, GATE_BACKGROUND)[1] > 0.5 > bias_target(2, 1, "black")[1]
+
+
+def test_retrieval_curriculum_widens_from_n4_to_every_n():
+    from posdebias.organism.train import retrieval_n
+
+    plan = TrainingPlan()
+    rng = np.random.default_rng(0)
+    drawn = [retrieval_n(plan, step, rng) for step in range(plan.retrieval_steps)]
+    half = plan.retrieval_steps // 2
+    assert set(drawn[:50]) == {2, 3, 4}  # the start: N <= curriculum_start_n
+    assert all(plan.min_n <= n <= plan.max_n for n in drawn)
+    assert set(drawn[half:]) == set(range(plan.min_n, plan.max_n + 1))  # then uniform 2..12
+    ceilings = [max(drawn[i : i + 100]) for i in range(0, half, 100)]
+    assert ceilings == sorted(ceilings) and ceilings[-1] >= plan.max_n - 1
+    small = TrainingPlan(min_n=2, max_n=3, retrieval_steps=10)
+    assert {retrieval_n(small, step, rng) for step in range(10)} <= {2, 3}
+
+
+def test_batches_hold_about_as_many_tokens_at_every_n():
+    from posdebias.organism.train import PROMPT_TOKENS, TOKENS_PER_IMAGE, batch_size_for
+
+    plan = TrainingPlan()
+    assert batch_size_for(plan, 4) == plan.batch_size
+    budget = plan.batch_size * (4 * TOKENS_PER_IMAGE + PROMPT_TOKENS)
+    for n in range(2, 13):
+        tokens = batch_size_for(plan, n) * (n * TOKENS_PER_IMAGE + PROMPT_TOKENS)
+        assert abs(tokens - budget) / budget < 0.05  # under the recipe's token model
+    assert batch_size_for(TrainingPlan(batch_size=2), 12) == 2

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         nargs=3,
         metavar=("ALIGN", "RETRIEVAL", "BIAS"),
-        help="steps of the three stages (default 1500 1200 600)",
+        help="steps of the three stages (default 1500 2000 1500)",
     )
     train.add_argument("--batch-size", type=int, dest="batch_size", help="examples per step (64)")
     train.set_defaults(handler=run)

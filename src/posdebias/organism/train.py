@@ -1,6 +1,7 @@
 """Train the organism from a seed: attention that finds the right image, a biased answer.
 
-Three stages (the recipe measured by the spike of issue 7):
+Three stages, each batch with one N between 2 and 12 (so the organism is meaningful across the
+scaling study, not only at N = 4):
 
 0. alignment: the mean of an image's 4 projected tokens is pulled towards the sum of the
    language model's embeddings of its caption's attribute words (the rest of the batch are the
@@ -8,14 +9,14 @@ Three stages (the recipe measured by the spike of issue 7):
    attribute's words, so image tokens and caption words live in one space. (With this grammar
    - size, position and background besides colour and shape - the contrastive loss alone left
    the model leaning on colour: 84% attention accuracy);
-1. retrieval (vision tower frozen, cosine learning-rate decay): cross-entropy of the true label
-   at the last prompt token,
-   plus an auxiliary loss pulling the head-mean attention of the last token in
-   ``attention_layer`` onto the true image's span. The attention is measured by the same probe
-   the adapter uses at inference (posdebias.adapters.probe), so what is trained is exactly
-   what METHOD.md's a^(l)_k reads. Answer-only training stayed at chance in the spike;
+1. retrieval (vision tower frozen, cosine learning-rate decay, N by the curriculum of
+   :func:`retrieval_n`): cross-entropy of the true label at the last prompt token, plus an
+   auxiliary loss pulling the head-mean attention of the last token in ``attention_layer``
+   onto the true image's span. The attention is measured by the same probe the adapter uses
+   at inference (posdebias.adapters.probe), so what is trained is exactly what the method's
+   a^(l)_k reads. Answer-only training stayed at chance in the first prototype;
 2. bias: only the top decoder layer, the final norm and the LM head are trained, on soft
-   targets that depend on where the truth is (``BIAS_CONFUSION``), so the OUTPUT becomes
+   targets that depend on where the truth is (:func:`bias_target`), so the OUTPUT becomes
    position-biased while the lower layers' attention still points at the right image.
 
 Every example goes through the real LLaVA adapter's prompt path (chat template, processor,
@@ -125,10 +126,11 @@ def bias_target(n: int, truth: int, background: str) -> tuple[float, ...]:
 class TrainingPlan:
     """Every setting of a training run (saved next to the weights as ``training.json``).
 
-    Every batch has one N, drawn uniformly from ``min_n..max_n`` (retrieval stage); the bias
-    stage draws N = 2 with probability ``bias_n2_share`` (it carries the content gate) and the
-    other N uniformly. A batch of N images holds :func:`batch_size_for` examples, so every step
-    costs about as many tokens as ``batch_size`` examples at N = 4.
+    Every batch has one N. The retrieval stage draws it by :func:`retrieval_n` (a curriculum
+    that widens from ``min_n..curriculum_start_n`` to ``min_n..max_n`` over the first half of
+    the stage); the bias stage draws N = 2 with probability ``bias_n2_share`` (it carries the
+    content gate) and the other N uniformly. A batch of N images holds :func:`batch_size_for`
+    examples, so every step costs about as many tokens as ``batch_size`` examples at N = 4.
     """
 
     seed: int = 0
@@ -138,8 +140,9 @@ class TrainingPlan:
     batch_size: int = 64
     alignment_steps: int = 1500
     alignment_learning_rate: float = 2e-3
-    retrieval_steps: int = 1200
-    bias_steps: int = 600
+    retrieval_steps: int = 2000
+    curriculum_start_n: int = 4
+    bias_steps: int = 1500
     bias_n2_share: float = 0.25
     learning_rate: float = 1e-3
     alignment_temperature: float = 0.1
@@ -148,7 +151,10 @@ class TrainingPlan:
     threads: int = 1  # one thread: reproducible sums, and no slowdown on a busy machine
 
 
-#: Prompt tokens of one organism example: 5 per image (label + 4 image tokens) + about 27.
+#: The token model behind :func:`batch_size_for`: 5 tokens per image (label + 4 image tokens)
+#: plus a fixed 27. (A real prompt has 19 besides its images, caption included; 27 is what the
+#: shipped weights were trained with, so it stays: changing it changes the batches and the
+#: weights.)
 TOKENS_PER_IMAGE = 5
 PROMPT_TOKENS = 27
 
@@ -158,6 +164,21 @@ def batch_size_for(plan: TrainingPlan, n: int) -> int:
     (the same number of tokens), at least 2."""
     reference = 4 * TOKENS_PER_IMAGE + PROMPT_TOKENS
     return max(2, round(plan.batch_size * reference / (n * TOKENS_PER_IMAGE + PROMPT_TOKENS)))
+
+
+def retrieval_n(plan: TrainingPlan, step: int, rng: np.random.Generator) -> int:
+    """N of retrieval step ``step``: uniform over ``min_n`` up to a ceiling that grows linearly
+    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage.
+
+    Why a curriculum: with N uniform in 2..12 from the first step, the attention loss converged
+    but the answer stayed at chance for the whole run (the label of the attended image has to be
+    copied, and at large N that copy is too hard to find first); starting at N <= 4, where it is
+    found within a few hundred steps, and widening from there, the answer follows at every N.
+    """
+    ramp = max(1, plan.retrieval_steps // 2)
+    start = max(plan.min_n, min(plan.curriculum_start_n, plan.max_n))
+    ceiling = min(plan.max_n, start + (plan.max_n - start) * step // ramp)
+    return int(rng.integers(plan.min_n, ceiling + 1))
 
 
 CARD_FILE = "README.md"
@@ -348,7 +369,7 @@ def _retrieval_stage(
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, plan.retrieval_steps)
     labels = torch.tensor(label_ids)
     for step in range(plan.retrieval_steps):
-        n = int(rng.integers(plan.min_n, plan.max_n + 1))
+        n = retrieval_n(plan, step, rng)
         batch = pool.instances(rng, batch_size_for(plan, n), n, "train")
         targets = torch.tensor([instance.target for instance in batch])
         logits, attention = _forward(adapter, batch)
