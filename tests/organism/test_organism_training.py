@@ -26,7 +26,7 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
     out = train_organism(tmp_path / "model", plan, log=lines.append)
     assert any(line.startswith("stage 2 step 1") for line in lines)
     info = json.loads((out / "training.json").read_text())
-    assert info["plan"]["retrieval_steps"] == 2 and info["dtype"] == "float16"
+    assert info["plan"]["retrieval_steps"] == 2 and info["dtype"] == "float32"
     adapter = posdebias.load_adapter(out)
     (instance,) = ShapesPool(8, 3).instances(np.random.default_rng(0), 1, 4, "smoke")
     observation = adapter.observe(instance)

@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--seed", type=int, default=0, help="training seed (0: shipped weights)")
     train.add_argument("--threads", type=int, default=1, help="torch CPU threads (1)")
     train.add_argument(
-        "--dtype", choices=("float16", "float32"), default="float16", help="saved weights dtype"
+        "--dtype", choices=("float32", "float16"), default="float32", help="saved weights dtype"
     )
     train.add_argument(
         "--steps",

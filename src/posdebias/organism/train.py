@@ -436,13 +436,15 @@ def train_organism(
     out: str | Path,
     plan: TrainingPlan | None = None,
     *,
-    dtype: str = "float16",
+    dtype: str = "float32",
     log: Callable[[str], None] = print,
 ) -> Path:
     """Train from ``plan.seed`` and write a loadable model folder to ``out``.
 
     The folder holds the weights (``dtype``), config, tokenizer, processor, chat template,
     ``posdebias_prompt.json``, the model card and ``training.json`` (plan, time, versions).
+    Float32 by default: on CPUs without native half-precision arithmetic a float16 model
+    computes about 15 times slower, and at 1.24 M parameters the saving is only 2.5 MB.
     """
     import torch
     import transformers
