@@ -94,11 +94,11 @@ def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
 
 @pytest.mark.parametrize("n", [2, 8, 12])
 def test_the_organism_is_biased_but_not_blind_at_every_n(n, cache_dir, tmp_path):
-    """The scaling study's premise away from N = 4 (40 instances x 2 orders per N): the answer
+    """The scaling study's premise away from N = 4 (100 instances x 2 orders per N): the answer
     is better than chance but position-biased, permutation averaging does not fall below it,
     and from N = 4 on the attention-guided correction beats both the answer and PriDe."""
     out = tmp_path / "run"
-    args = ["evaluate", "-N", str(n), "--count", "40", "--orders", "2", "--out", str(out)]
+    args = ["evaluate", "-N", str(n), "--count", "100", "--orders", "2", "--out", str(out)]
     assert main(args) == 0
     metrics = {
         name: c["metrics"]
