@@ -415,13 +415,11 @@ def _bias_stage(
         else:
             n = int(rng.integers(max(plan.min_n, 3), plan.max_n + 1))
         batch = pool.instances(rng, batch_size_for(plan, n), n, "bias")
-        soft = torch.tensor(
-            [
-                bias_target(n, instance.target, pool.background(instance.query))
-                for instance in batch
-            ],
-            dtype=torch.float32,
-        )
+        rows = []
+        for instance in batch:
+            assert instance.target is not None  # ShapesPool.instances always sets it
+            rows.append(bias_target(n, instance.target, pool.background(instance.query)))
+        soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)
         log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
         loss = -(soft * log_probs).sum(dim=1).mean()
