@@ -196,3 +196,59 @@ def test_bad_sweeps_are_clear_errors_before_any_work(tmp_path, capsys, study, ar
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists()
+
+
+def untimed(log: Path) -> list[dict]:
+    """The decisions of a generation log without their seconds (the only part that varies)."""
+    decided = [json.loads(line) for line in log.read_text().splitlines()]
+    for row in decided:
+        row["decision"].pop("seconds")
+    return decided
+
+
+def test_decoder_rows_join_every_point_and_generate_once(tmp_path):
+    """The paper's generated baselines in a study: a row per decoder at every point, their
+    answers generated once and re-used by the later points, byte-identical on a rerun and
+    after a resume."""
+    out = tmp_path / "tau"
+    args = ["--values", "1,5", "--count", "8", "--orders", "2", "--calibrators",
+            "vanilla,attention_guided", "--decoders", "generated,instruction"]  # fmt: skip
+    assert sweep("tau", out, *args) == 0
+    points = by_point(rows(out))
+    assert list(points) == ["tau=1", "tau=5"]
+    for mine in points.values():
+        labels = [r["calibrator"] for r in mine]
+        assert labels == ["vanilla", "attention_guided", "generated", "instruction"]
+    generated = [
+        row for mine in points.values() for row in mine if row["calibrator"] != "attention_guided"
+    ]
+    first, second = points["tau=1"], points["tau=5"]
+    for a, b in zip(first, second, strict=True):
+        if a["calibrator"] != "attention_guided":  # nothing but tau changed between the points
+            assert (a["accuracy"], a["rstd"], a["consistency"]) == (
+                b["accuracy"],
+                b["rstd"],
+                b["consistency"],
+            )
+    assert all(float(row["forward_passes_per_instance"]) >= 2 for row in generated)
+    decided = (out / "generations.jsonl").read_text().splitlines()
+    assert len(decided) == 2 * 8 * 2  # two decoders x 8 instances x 2 orders, once for both points
+    again = tmp_path / "again"
+    assert sweep("tau", again, *args) == 0
+    for name in FILES:
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert untimed(again / "generations.jsonl") == untimed(out / "generations.jsonl")
+    before = (again / "generations.jsonl").read_text()
+    (again / "points" / "001.json").unlink()  # as if killed before the second point finished
+    assert sweep("tau", again, *args, "--resume") == 0
+    assert (again / "generations.jsonl").read_text() == before  # nothing generated again
+    for name in FILES:
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_an_unknown_decoder_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert sweep("tau", out, "--decoders", "generated,nonsense") == 2
+    err = capsys.readouterr().err
+    assert "nonsense" in err and "Traceback" not in err
+    assert not out.exists()

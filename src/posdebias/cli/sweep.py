@@ -39,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--values", help="comma-separated N, |Dcal|, K or tau values")
     parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument(
+        "--decoders",
+        help="comma-separated decoder rows (generated, instruction, chain_of_thought, "
+        "self_consistency, sofa) added at every point; none by default",
+    )
     parser.add_argument("--orders", type=int, help="candidate orders T per instance")
     parser.add_argument("--count", type=int, help="test instances per point")
     parser.add_argument(
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         benchmark=args.benchmark,
         calibrators=args.calibrators,
+        decoders=args.decoders,
         calibration_count=args.calibration_count,
         seed=args.seed,
         protocol=args.protocol,

@@ -54,9 +54,11 @@ from posdebias.core.instance import check_order_count
 from posdebias.core.observation import Observation
 from posdebias.errors import InputError, OutputError, ResumeError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
+from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.job import (
     build_adapter,
     build_calibrators,
+    build_decoders,
     load_instances,
     split_held_out,
 )
@@ -68,6 +70,8 @@ from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.registry import get_registry
 
 STUDIES = ("n", "calibration_size", "top_k", "tau", "transfer")
+#: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
+GENERATIONS_FILE = "generations.jsonl"
 
 #: Values a study sweeps when the config gives none.
 DEFAULT_VALUES: dict[str, list[float]] = {
@@ -295,9 +299,18 @@ def _instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
 
 
 def run_point(
-    point: Point, study: str, adapter: Any, cache: ObservationCache
+    point: Point,
+    study: str,
+    adapter: Any,
+    cache: ObservationCache,
+    decisions: DecisionCache | None = None,
 ) -> tuple[list[dict[str, Any]], list[str], int]:
-    """Evaluate one point: (rows, digests of the observation keys used, observations made)."""
+    """Evaluate one point: (rows, digests of the observation keys used, observations made).
+
+    The config's decoders (generated answers, prompting baselines, SoFA) add one row each on
+    the same T orders; their decisions are cached in ``decisions`` like the observations, so
+    a point re-uses what an earlier point (or an interrupted run) generated.
+    """
 
     config = point.config
     protocol = get_protocol(config.protocol)
@@ -325,9 +338,28 @@ def run_point(
         shared_orders=protocol.shared_orders,
     )
     records = [evaluator.evaluate_instance(instance) for instance in test]
-    metrics = summarize(records, calibrators, n)
+    decoders = build_decoders(config)
+    decisions = decisions if decisions is not None else DecisionCache()
+    if decoders:
+        adder = DecoderRows(
+            adapter, decoders, decisions, batch_size=config.batch_size, seed=config.seed
+        )
+        records = [adder.add(r, instance) for r, instance in zip(records, test, strict=True)]
+    views = {
+        instance.id: [instance.permuted(order) for order in record.orders]
+        for record, instance in zip(records, test, strict=True)
+    }
+    decoder_passes = {
+        label: cost.forward_passes
+        for label, cost in decoder_costs(decoders, views, decisions).items()
+    }
+    metrics = summarize(records, [*calibrators, *decoders], n)
+    passes: dict[str, float] = {
+        label: config.orders * c.forward_passes(n) for label, c in calibrators.items()
+    }
+    passes |= {label: round(value, 4) for label, value in decoder_passes.items()}
     rows = []
-    for label, calibrator in calibrators.items():
+    for label in [*calibrators, *decoders]:
         m = metrics[label]
         rows.append(
             {
@@ -345,7 +377,7 @@ def run_point(
                 "accuracy_std": round(m.accuracy_std, 4),
                 "rstd": round(m.rstd, 4),
                 "consistency": round(m.consistency, 4),
-                "forward_passes_per_instance": config.orders * calibrator.forward_passes(n),
+                "forward_passes_per_instance": passes[label],
             }
         )
     return rows, sorted(_digest(key) for key in recorder.keys), recorder.made
@@ -399,12 +431,22 @@ def run_sweep(
             adapter = build_adapter(resolved.config)
         for point in points:
             point.config = resolve_preset(point.config).config
+            build_calibrators(point.config)  # unknown names or options: refused before any work
+            build_decoders(point.config)
         _prepare(out, sweep_identity(study, points, adapter), resume=resume)
         log_path = out / "observations.jsonl"
         truncate_torn_tail(log_path)
         log = JsonlAppender(log_path)
         cache = PersistentObservationCache(log)
         cache.load([log_path])  # observations of an interrupted run are not made again
+        generation_path = out / GENERATIONS_FILE
+        generation_log = None
+        decisions = DecisionCache()
+        if config.decoders:
+            truncate_torn_tail(generation_path)
+            generation_log = JsonlAppender(generation_path)
+            decisions = DecisionCache(generation_log)
+            decisions.load([generation_path])  # nor are its generated answers
         timing: dict[str, Any] = {"points": {}}
         timing_path = out / "timing.json"
         if timing_path.exists():
@@ -422,7 +464,7 @@ def run_sweep(
                         done.append(saved)
                         continue
                 begun = time.perf_counter()
-                rows, keys, made = run_point(point, study, adapter, cache)
+                rows, keys, made = run_point(point, study, adapter, cache, decisions)
                 payload = {"label": point.label, "rows": rows, "keys": keys}
                 atomic_write_json(path, payload)
                 done.append(payload)
@@ -435,6 +477,8 @@ def run_sweep(
                     on_point(point, payload)
         finally:
             log.close()
+            if generation_log is not None:
+                generation_log.close()
     rows = _with_costs(done)
     write_table(rows, out / "results.csv")
     figure = write_figure(study, rows, out / "figure.png")
