@@ -268,3 +268,23 @@ def test_a_failing_plugin_adapter_is_named_not_an_internal_error(site, tmp_path)
     warning = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warning) == 1 and "'no_layers' (NoLayers) is abstract" in warning[0]
     assert "num_layers" in warning[0] and "observe_many" in warning[0]
+
+
+def test_every_built_in_option_says_what_it_does(capsys):
+    """`posdebias plugins --options` is the reference of every option: a built-in option
+    without a description (a subclass re-declaring a field loses its parent's) is a gap."""
+    from posdebias.cli import main
+    from posdebias.cli.plugins import _entries, option_rows
+    from posdebias.registry import get_registry
+
+    undocumented = [
+        f"{kind} {name}: {row[0]}"
+        for kind, name, cls in _entries(get_registry())
+        if cls.__module__.startswith("posdebias.")
+        for row in option_rows(cls.Options)
+        if not row[3].strip()
+    ]
+    assert not undocumented, undocumented
+    assert main(["plugins", "--options"]) == 0
+    listing = capsys.readouterr().out
+    assert "paper Eq. 11" in listing and "sampling temperature" in listing

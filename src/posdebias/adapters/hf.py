@@ -96,8 +96,10 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
-    trust_remote_code: bool = False
-    revision: str | None = None
+    trust_remote_code: bool = Field(
+        default=False, description="run the checkpoint's own Python code (only if you trust it)"
+    )
+    revision: str | None = Field(default=None, description="hub branch, tag or commit")
 
     @field_validator("label_set")
     @classmethod

@@ -47,19 +47,27 @@ def default_bias_matrix(n: int, primacy: float = 1.5, confusion: float = 2.5) ->
 
 
 class SyntheticOptions(AdapterOptions):
-    num_layers: int = Field(default=8, ge=1)
+    num_layers: int = Field(default=8, ge=1, description="simulated layers")
     informative_layers: list[int] | None = Field(
         default=None, description="layers whose attention carries evidence (default: top half)"
     )
     bias: list[list[float]] | None = Field(default=None, description="C [N, N] (default above)")
     bias_scale: float = Field(default=1.0, ge=0, description="multiplies C; 0 = bias-free model")
-    logit_evidence: float = Field(default=2.0, ge=0)
-    attention_evidence: float = Field(default=1.5, ge=0)
-    content_noise: float = Field(default=0.3, ge=0)
-    noise: float = Field(default=0.5, ge=0)
-    sink_strength: float = Field(default=1.0, ge=0)
-    label_set: str = "digits"
-    seed: int = 0
+    logit_evidence: float = Field(
+        default=2.0, ge=0, description="how much the label scores favour the truth"
+    )
+    attention_evidence: float = Field(
+        default=1.5, ge=0, description="how much informative layers' attention favours the truth"
+    )
+    content_noise: float = Field(
+        default=0.3, ge=0, description="std of per (query, image) similarity: hard distractors"
+    )
+    noise: float = Field(default=0.5, ge=0, description="std of per-view noise on every score")
+    sink_strength: float = Field(
+        default=1.0, ge=0, description="scale of each layer's static positional attention sink"
+    )
+    label_set: str = Field(default="digits", description="labels the simulated model answers")
+    seed: int = Field(default=0, description="seed of every simulated draw")
     latency: float = Field(default=0.0, ge=0, description="seconds slept per forward pass")
 
     @model_validator(mode="after")

@@ -22,8 +22,15 @@ from posdebias.core.state import CalibrationState
 
 
 class AttentionGuidedOptions(PosteriorOptions):
-    average: Literal["log", "prob"] = "log"
-    mixture: Literal["log", "prob"] = "log"
+    average: Literal["log", "prob"] = Field(
+        default="log",
+        description="bias profile from the mean of log-scores (reference code) or of "
+        "probabilities (paper text)",
+    )
+    mixture: Literal["log", "prob"] = Field(
+        default="log",
+        description="b = pi @ B (log, reference code) or log(pi @ rownorm(exp B)) (prob, paper)",
+    )
     attention_prior: bool = Field(
         default=True,
         description="divide by the static attention prior (false: the paper's ablation "

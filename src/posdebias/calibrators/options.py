@@ -50,7 +50,11 @@ class PosteriorOptions(LayerSelectionOptions):
     tau: float = Field(
         default=defaults.TAU, gt=0, description="temperature of the visual posterior"
     )
-    layer_average: Literal["arithmetic", "geometric"] = "arithmetic"
+    layer_average: Literal["arithmetic", "geometric"] = Field(
+        default="arithmetic",
+        description="combine the top-K layers' posteriors: arithmetic (reference code) or "
+        "geometric (paper Eq. 11)",
+    )
 
     def corrector(self, mixture: Literal["log", "prob"] = "log") -> Corrector:
         return Corrector(tau=self.tau, layer_average=self.layer_average, mixture=mixture)

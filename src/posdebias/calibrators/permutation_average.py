@@ -31,7 +31,9 @@ DEFAULT_RANDOM_COUNT = 16
 
 
 class PermutationAverageOptions(CalibratorOptions):
-    average: Literal["log", "prob"] = "log"
+    average: Literal["log", "prob"] = Field(
+        default="log", description="average log-scores (log) or probabilities (prob) over orders"
+    )
     permutations: Literal["cyclic", "random"] = Field(
         default="cyclic", description="the N cyclic shifts, or random distinct permutations"
     )

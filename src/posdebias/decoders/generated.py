@@ -41,15 +41,21 @@ class GeneratedOptions(DecoderOptions):
 
 
 class CotOptions(GeneratedOptions):
-    prompt_variant: PromptVariant | None = "cot"
-    max_new_tokens: int = Field(default=1024, ge=1)
-    parse: Literal["first", "last"] = "last"
+    prompt_variant: PromptVariant | None = Field(
+        default="cot", description="plain, instruction or cot"
+    )
+    max_new_tokens: int = Field(default=1024, ge=1, description="new tokens per text at most")
+    parse: Literal["first", "last"] = Field(
+        default="last", description="which valid label: the answer comes after the reasoning"
+    )
 
 
 class SelfConsistencyOptions(CotOptions):
     samples: int = Field(default=10, ge=1, description="sampled chains per order")
-    temperature: float = Field(default=0.7, gt=0)
-    top_k: int | None = Field(default=40, ge=1)
+    temperature: float = Field(default=0.7, gt=0, description="sampling temperature")
+    top_k: int | None = Field(
+        default=40, ge=1, description="sample among the k most likely tokens (null: all)"
+    )
     fallback: Literal["none", "first"] = Field(
         default="none", description="when no chain parses: no answer, or position 1"
     )
@@ -117,7 +123,9 @@ class Instruction(Generated):
     default_variant = "instruction"
 
     class Options(GeneratedOptions):
-        prompt_variant: PromptVariant | None = "instruction"
+        prompt_variant: PromptVariant | None = Field(
+            default="instruction", description="plain, instruction or cot"
+        )
 
 
 class ChainOfThought(Generated):

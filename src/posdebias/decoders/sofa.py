@@ -24,7 +24,9 @@ from posdebias.errors import AdapterError
 
 
 class SofaOptions(GeneratedOptions):
-    answer: Literal["scored", "generated"] = "scored"
+    answer: Literal["scored", "generated"] = Field(
+        default="scored", description="read the label scores, or generate and parse the answer"
+    )
     sigma: float = Field(default=0.5, gt=0, le=1, description="weight of the opened entries")
     layer_stride: int = Field(default=2, ge=1, description="every k-th language-model layer")
     first_layer: int = Field(default=0, ge=0, description="the first layer SoFA changes")
