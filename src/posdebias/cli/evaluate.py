@@ -16,6 +16,16 @@ from posdebias.evaluation.report import write_report
 from posdebias.evaluation.table import print_results_table
 
 
+def add_row_arguments(parser: argparse.ArgumentParser) -> None:
+    """--calibrators / --decoders: the rows of a results table (evaluate and sweep)."""
+    parser.add_argument("--calibrators", help="comma-separated calibrator names")
+    parser.add_argument(
+        "--decoders",
+        help="comma-separated decoder names: generated, instruction, chain_of_thought, "
+        "self_consistency, sofa (rows that run the model themselves; none by default)",
+    )
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model / --adapter, shared by every command that needs a model."""
     parser.add_argument("--model", help="Hugging Face model id or local path")
@@ -40,12 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="calibration_transfer",
         help="use --calibration states fitted on another model (recorded in results.json)",
     )
-    parser.add_argument("--calibrators", help="comma-separated calibrator names")
-    parser.add_argument(
-        "--decoders",
-        help="comma-separated decoder names: generated, instruction, chain_of_thought, "
-        "self_consistency, sofa (rows that run the model themselves; none by default)",
-    )
+    add_row_arguments(parser)
     parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments
+from posdebias.cli.evaluate import add_model_arguments, add_row_arguments
 from posdebias.errors import InputError
 from posdebias.evaluation.config import config_error, config_from_data, read_config_file
 from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
@@ -38,12 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--benchmarks", type=Path, nargs="+", help="transfer: the benchmarks to pair"
     )
     parser.add_argument("--values", help="comma-separated N, |Dcal|, K or tau values")
-    parser.add_argument("--calibrators", help="comma-separated calibrator names")
-    parser.add_argument(
-        "--decoders",
-        help="comma-separated decoder rows (generated, instruction, chain_of_thought, "
-        "self_consistency, sofa) added at every point; none by default",
-    )
+    add_row_arguments(parser)
     parser.add_argument("--orders", type=int, help="candidate orders T per instance")
     parser.add_argument("--count", type=int, help="test instances per point")
     parser.add_argument(
