@@ -338,26 +338,23 @@ def run_point(
         shared_orders=protocol.shared_orders,
     )
     records = [evaluator.evaluate_instance(instance) for instance in test]
+    passes: dict[str, float] = {
+        label: config.orders * c.forward_passes(n) for label, c in calibrators.items()
+    }
     decoders = build_decoders(config)
-    decisions = decisions if decisions is not None else DecisionCache()
     if decoders:
+        decisions = decisions if decisions is not None else DecisionCache()
         adder = DecoderRows(
             adapter, decoders, decisions, batch_size=config.batch_size, seed=config.seed
         )
         records = [adder.add(r, instance) for r, instance in zip(records, test, strict=True)]
-    views = {
-        instance.id: [instance.permuted(order) for order in record.orders]
-        for record, instance in zip(records, test, strict=True)
-    }
-    decoder_passes = {
-        label: cost.forward_passes
-        for label, cost in decoder_costs(decoders, views, decisions).items()
-    }
+        views = {
+            instance.id: [instance.permuted(order) for order in record.orders]
+            for record, instance in zip(records, test, strict=True)
+        }
+        for label, cost in decoder_costs(decoders, views, decisions).items():
+            passes[label] = round(cost.forward_passes, 4)
     metrics = summarize(records, [*calibrators, *decoders], n)
-    passes: dict[str, float] = {
-        label: config.orders * c.forward_passes(n) for label, c in calibrators.items()
-    }
-    passes |= {label: round(value, 4) for label, value in decoder_passes.items()}
     rows = []
     for label in [*calibrators, *decoders]:
         m = metrics[label]
