@@ -252,3 +252,49 @@ def test_an_unknown_decoder_is_refused_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "nonsense" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def _finished_decoder_study(tmp_path: Path) -> tuple[Path, list[str]]:
+    out = tmp_path / "study"
+    args = ["--values", "1", "--count", "4", "--orders", "2", "--decoders", "generated"]
+    assert sweep("top_k", out, *args) == 0
+    for point in (out / "points").iterdir():
+        point.unlink()  # the resume must re-read the logs
+    return out, args
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda d: {**d, "choice": "abc"},
+        lambda d: {**d, "choice": 99},
+        lambda d: {**d, "choice": True},
+        lambda d: {**d, "texts": [1]},
+        lambda d: {**d, "forward_passes": -1},
+        lambda d: {k: v for k, v in d.items() if k != "answers"},
+    ],
+)
+def test_a_tampered_generation_log_is_refused_on_resume(tmp_path, capsys, damage):
+    out, args = _finished_decoder_study(tmp_path)
+    log = out / "generations.jsonl"
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["decision"] = damage(record["decision"])
+    lines[1] = json.dumps(record)
+    log.write_text("\n".join(lines) + "\n")
+    assert sweep("top_k", out, *args, "--resume") == 2
+    err = capsys.readouterr().err
+    assert "generation log" in err or "not a decision this version wrote" in err
+    assert "internal error" not in err and not (out / "points" / "000.json").exists()
+
+
+@pytest.mark.parametrize("name", ["generations.jsonl", "observations.jsonl"])
+def test_a_fifo_in_the_study_directory_is_refused_not_waited_on(tmp_path, capsys, name):
+    import os
+
+    out, args = _finished_decoder_study(tmp_path)
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    assert sweep("top_k", out, *args, "--resume") == 2  # returns: no open() blocks on the FIFO
+    err = capsys.readouterr().err
+    assert "not a regular file" in err and "internal error" not in err

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -259,10 +260,18 @@ class JsonlAppender:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)
-            self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115
+            # non-blocking open: a FIFO planted in a run directory must not hang us
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(self.path, flags, 0o666)
         except OSError as exc:
+            if self.path.exists() and not self.path.is_file():
+                raise _not_regular(self.path) from exc
             raise _output_error(self.path, exc) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _not_regular(self.path)
+        os.set_blocking(fd, True)
+        self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115
 
     def append(self, record: Any) -> None:
         line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
@@ -284,6 +293,13 @@ class JsonlAppender:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _not_regular(path: Path) -> OutputError:
+    return OutputError(
+        f"{path} is not a regular file (a pipe, device or folder); posdebias writes only its "
+        "own files in a run directory: remove it or choose another --out"
+    )
 
 
 def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

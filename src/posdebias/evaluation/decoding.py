@@ -18,6 +18,7 @@ from posdebias._io import JsonlAppender, read_jsonl_records
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
+from posdebias.errors import OutputError
 from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid answer
 from posdebias.evaluation.runner import InstanceRecord, observation_key
 
@@ -41,8 +42,15 @@ class DecisionCache:
 
     def load(self, paths: Sequence[Path]) -> int:
         for path in paths:
-            for row in read_jsonl_records(path):
-                self._store[row["key"]] = Decision.from_dict(row["decision"])
+            for number, row in enumerate(read_jsonl_records(path), start=1):
+                decision = _logged_decision(row)
+                if decision is None:
+                    raise OutputError(
+                        f"{path}: record {number} is not a decision this version wrote (the log "
+                        "was edited or damaged); delete the run directory and start again "
+                        "without --resume"
+                    )
+                self._store[row["key"]] = decision
         return len(self._store)
 
     def get(self, key: str) -> Decision | None:
@@ -52,6 +60,33 @@ class DecisionCache:
         self._store[key] = decision
         if self._log is not None:
             self._log.append({"key": key, "decision": decision.to_dict()})
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _logged_decision(row: object) -> Decision | None:
+    """The decision of one generation-log record, or None when the record is not well formed."""
+    if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+        return None
+    payload = row.get("decision")
+    fields = ("choice", "texts", "answers", "forward_passes", "generated_tokens", "seconds")
+    if not isinstance(payload, dict) or set(payload) != set(fields):
+        return None
+    texts, answers, seconds = payload["texts"], payload["answers"], payload["seconds"]
+    well_formed = (
+        (payload["choice"] is None or _is_count(payload["choice"]))
+        and isinstance(texts, list)
+        and all(isinstance(text, str) for text in texts)
+        and isinstance(answers, list)
+        and all(answer is None or _is_count(answer) for answer in answers)
+        and _is_count(payload["forward_passes"])
+        and _is_count(payload["generated_tokens"])
+        and isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+    )
+    return Decision.from_dict(payload) if well_formed else None
 
 
 def decide_cached(
@@ -76,7 +111,15 @@ def decide_cached(
         )
         for key, decision in zip(missing, decided, strict=True):
             cache.put(key, decision)
-    return [cache.get(key) for key in keys]  # type: ignore[misc]
+    found = [cache.get(key) for key in keys]
+    for view, known in zip(views, found, strict=True):
+        if known is None or (known.choice is not None and known.choice >= view.n):
+            raise OutputError(
+                f"the generation log holds an answer outside 1..{view.n} for {decoder.name} on "
+                f"instance {view.id!r} (the log was edited or damaged); delete the run directory "
+                "and start again without --resume"
+            )
+    return [known for known in found if known is not None]  # all present: checked above
 
 
 @dataclass
