@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from posdebias.cli import main
+from posdebias.errors import OutputError
 from posdebias.organism.train import ShapesPool, TrainingPlan, train_organism
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -119,3 +121,27 @@ def test_batches_hold_about_as_many_tokens_at_every_n():
         tokens = batch_size_for(plan, n) * (n * TOKENS_PER_IMAGE + PROMPT_TOKENS)
         assert abs(tokens - budget) / budget < 0.05  # under the recipe's token model
     assert batch_size_for(TrainingPlan(batch_size=2), 12) == 2
+
+
+@pytest.mark.parametrize("seed", ["-5", str(2**70), str(2**32)])
+def test_cli_refuses_seeds_torch_and_numpy_cannot_take(tmp_path, capsys, seed):
+    out = tmp_path / "model"
+    assert (
+        main(["organism", "train", "--out", str(out), "--seed", seed, "--steps", "1", "1", "1"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--seed must be a whole number from 0 to" in err and "internal error" not in err
+    assert not out.exists()
+
+
+def test_an_unusable_output_folder_fails_before_any_training(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    lines: list[str] = []
+    plan = TrainingPlan(
+        pool_size=24, batch_size=4, alignment_steps=1, retrieval_steps=1, bias_steps=1
+    )
+    with pytest.raises(OutputError, match="afile is a file, not a folder"):
+        train_organism(tmp_path / "afile" / "sub" / "model", plan, log=lines.append)
+    assert lines == []  # no stage started
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):  # fail before training
         raise OutputError(f"--out {out} exists and is not an empty folder; choose a new folder")
+    if not 0 <= args.seed < 2**32:
+        raise InputError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
     if args.threads < 1:
         raise InputError(f"--threads must be at least 1, got {args.threads}")
     plan = replace(TrainingPlan(), seed=args.seed, threads=args.threads)

@@ -28,14 +28,13 @@ learns, and it vanishes after reloading).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -185,31 +184,33 @@ CARD_FILE = "README.md"
 TRAINING_FILE = "training.json"
 
 
-@contextlib.contextmanager
-def _staging_folder(target: Path) -> Iterator[Path]:
-    """A folder beside ``target`` that becomes ``target`` only if the block succeeds."""
+def _make_staging(target: Path) -> Path:
+    """An empty folder beside ``target`` to write the model into (see :func:`_publish`).
+
+    Made before training, so an unusable ``--out`` fails in a second, not after the training.
+    """
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise OutputError(f"{target} exists and is not an empty folder; choose a new folder")
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise OutputError(f"cannot create {target}: {blocking} is a file, not a folder")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     except OSError as exc:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
-    try:
-        yield staging
-        umask = os.umask(0)
-        os.umask(umask)
-        for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
-            file.chmod(0o666 & ~umask)
-        staging.chmod(0o777 & ~umask)
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    except OSError as exc:
-        raise OutputError(f"cannot write the model to {target}: {exc.strerror}") from exc
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Give the staged files ordinary permissions and rename the folder to ``target``."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
+        file.chmod(0o666 & ~umask)
+    staging.chmod(0o777 & ~umask)
+    if target.exists():
+        target.rmdir()
+    os.replace(staging, target)
 
 
 class ShapesPool:
@@ -450,49 +451,57 @@ def train_organism(
     plan = plan or TrainingPlan()
     if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
-    started = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(plan.threads)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(plan.seed)
-            model, processor = build_untrained(plan.seed)
-            model.train()
-            pool = ShapesPool(plan.pool_size, plan.seed, processor)
-            log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
-            _alignment_stage(model, pool, plan, log)
-            adapter = LlavaAdapter(model, processor, prompt=PROMPT)
-            label_ids = _label_token_ids(
-                adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
-            )
-            _retrieval_stage(adapter, pool, plan, label_ids, log)
-            _bias_stage(adapter, pool, plan, label_ids, log)
-    finally:
-        torch.set_num_threads(threads)
-    seconds = time.perf_counter() - started
-    model.eval()
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    info = {
-        "plan": asdict(plan),
-        "bias": {
-            "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
-            "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
-            "n2_gate_background": GATE_BACKGROUND,
-        },
-        "dtype": dtype,
-        "training_seconds": round(seconds, 1),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "machine": platform.machine(),
-    }
     path = Path(out)
-    with _staging_folder(path) as staging:
-        model.set_attn_implementation("sdpa")
-        model.to(getattr(torch, dtype)).save_pretrained(staging)
-        processor.save_pretrained(staging)
-        (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
-        shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
-        (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
+    staging = _make_staging(path)
+    try:
+        started = time.perf_counter()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(plan.threads)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(plan.seed)
+                model, processor = build_untrained(plan.seed)
+                model.train()
+                pool = ShapesPool(plan.pool_size, plan.seed, processor)
+                log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
+                _alignment_stage(model, pool, plan, log)
+                adapter = LlavaAdapter(model, processor, prompt=PROMPT)
+                label_ids = _label_token_ids(
+                    adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
+                )
+                _retrieval_stage(adapter, pool, plan, label_ids, log)
+                _bias_stage(adapter, pool, plan, label_ids, log)
+        finally:
+            torch.set_num_threads(threads)
+        seconds = time.perf_counter() - started
+        model.eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        info = {
+            "plan": asdict(plan),
+            "bias": {
+                "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
+                "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
+                "n2_gate_background": GATE_BACKGROUND,
+            },
+            "dtype": dtype,
+            "training_seconds": round(seconds, 1),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "machine": platform.machine(),
+        }
+        try:
+            model.set_attn_implementation("sdpa")
+            model.to(getattr(torch, dtype)).save_pretrained(staging)
+            processor.save_pretrained(staging)
+            (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
+            shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
+            (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
+            _publish(staging, path)
+        except OSError as exc:
+            raise OutputError(f"cannot write the model to {path}: {exc.strerror}") from exc
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
     log(f"trained in {seconds:.0f} s; wrote {path}")
     return path
