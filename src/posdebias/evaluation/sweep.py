@@ -55,6 +55,7 @@ from posdebias.core.observation import Observation
 from posdebias.errors import InputError, OutputError, ResumeError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
+from posdebias.evaluation.figures import pyplot as _pyplot
 from posdebias.evaluation.job import (
     build_adapter,
     build_calibrators,
@@ -64,7 +65,6 @@ from posdebias.evaluation.job import (
 )
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.protocol import calibrator_specs, get_protocol
-from posdebias.evaluation.report import _pyplot
 from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.registry import get_registry
