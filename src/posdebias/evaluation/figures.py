@@ -354,3 +354,101 @@ REPORT_FIGURES = (
     ("comparison", "Paired accuracy differences", comparison_figure),
     ("divergence", "Logit-attention divergence", divergence_figure),
 )
+
+
+#: The three panels of a sweep figure: (column, title, y label).
+SWEEP_PANELS = (
+    ("accuracy", "Acc", "accuracy (%)"),
+    ("rstd", "RStd", "RStd (percentage points)"),
+    ("consistency", "Cons.", "consistent instances (%)"),
+)
+
+
+def _band(row: dict[str, Any], metric: str) -> tuple[float, float] | None:
+    """A row's 95% interval of ``metric``, or None (rows of an older study have none)."""
+    low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
+    if low in (None, "") or high in (None, ""):
+        return None
+    return float(low), float(high)
+
+
+def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
+    """Acc, RStd and Cons. against the study's value (lines with 95% bands), or per benchmark
+    pair (bars with 95% error bars) for the transfer study; one legend below all panels."""
+    plt = pyplot()
+    labels = list(dict.fromkeys(row["calibrator"] for row in rows))
+    figure, axes = plt.subplots(1, 3, figsize=(PAGE, 2.5), layout="constrained")
+    if study == "transfer":
+        points = list(dict.fromkeys(row["point"] for row in rows))
+        width = 0.8 / max(len(labels), 1)
+        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
+            for k, label in enumerate(labels):
+                mine = [
+                    next(r for r in rows if r["point"] == p and r["calibrator"] == label)
+                    for p in points
+                ]
+                values = [float(r[metric]) for r in mine]
+                bands = [
+                    None if band is None else Interval(value=v, low=band[0], high=band[1])
+                    for v, band in zip(values, (_band(r, metric) for r in mine), strict=True)
+                ]
+                errors = _errors(bands, values)
+                axis.bar(
+                    [i + k * width for i in range(len(points))],
+                    values,
+                    width,
+                    label=plain(label),
+                    color=colour(k),
+                    hatch=hatch(k),
+                    edgecolor="black" if hatch(k) else colour(k),
+                    linewidth=0.3,
+                    yerr=errors,
+                    error_kw={"elinewidth": 0.6, "capsize": 1.2, "ecolor": "black"},
+                )
+            axis.set_xticks([i + 0.4 - width / 2 for i in range(len(points))])
+            axis.set_xticklabels([plain(p) for p in points], rotation=30, ha="right")
+            axis.set_xlabel("calibration -> test benchmark")
+            axis.set_title(title)
+            axis.set_ylabel(ylabel)
+    else:
+        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
+            for k, label in enumerate(labels):
+                mine = [row for row in rows if row["calibrator"] == label]
+                xs = [float(r["value"]) for r in mine]
+                style = line_style(k)
+                axis.plot(
+                    xs,
+                    [float(r[metric]) for r in mine],
+                    markersize=3,
+                    linewidth=1.0,
+                    label=plain(label),
+                    **style,
+                )
+                spans = [_band(r, metric) for r in mine]
+                if all(span is not None for span in spans):
+                    axis.fill_between(
+                        xs,
+                        [span[0] for span in spans if span is not None],
+                        [span[1] for span in spans if span is not None],
+                        color=style["color"],
+                        alpha=0.2,
+                        linewidth=0,
+                    )
+            axis.set_xlabel(xlabel)
+            axis.set_ylabel(ylabel)
+            axis.set_title(title)
+            if study == "tau":
+                axis.set_xscale("log")
+        if study == "n":
+            ns = sorted({float(row["value"]) for row in rows})
+            axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance (100/N)")
+    handles, names = axes[0].get_legend_handles_labels()
+    figure.legend(
+        handles,
+        names,
+        loc="outside lower center",
+        ncols=min(len(names), 4),
+        frameon=False,
+    )
+    figure.suptitle(f"Study {plain(study)} (shaded / bars: 95% bootstrap interval)")
+    return figure

@@ -310,7 +310,8 @@ def run_statistics(
     rows = {
         label: row_statistics(outcome, n, weights, circular) for label, outcome in outcomes.items()
     }
-    chosen_baselines = [b for b in (baselines or ["vanilla"]) if b in outcomes]
+    wanted = ["vanilla"] if baselines is None else baselines
+    chosen_baselines = [b for b in wanted if b in outcomes]
     comparisons = [
         paired_comparison(
             label,

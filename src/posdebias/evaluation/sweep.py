@@ -17,7 +17,7 @@ The run directory::
     observations.jsonl  the shared observation cache (append-only, crash-safe)
     points/NNN.json     one finished point: its rows and the observations it used
     results.csv         the tidy table: one row per point x calibrator
-    figure.png          the paper-style figure
+    figure.png          the paper-style figure (also figure.pdf, figure.svg)
     report.md           the table per metric, the cost of each point, the settings
     timing.json         seconds per point (the only file that differs between reruns)
 
@@ -34,7 +34,6 @@ import io
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +54,7 @@ from posdebias.core.observation import Observation
 from posdebias.errors import InputError, OutputError, ResumeError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
-from posdebias.evaluation.figures import pyplot as _pyplot
+from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.job import (
     build_adapter,
     build_calibrators,
@@ -66,6 +65,7 @@ from posdebias.evaluation.job import (
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.protocol import calibrator_specs, get_protocol
 from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
+from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.registry import get_registry
 
@@ -94,8 +94,14 @@ COLUMNS = (
     "calibrator",
     "accuracy",
     "accuracy_std",
+    "accuracy_low",
+    "accuracy_high",
     "rstd",
+    "rstd_low",
+    "rstd_high",
     "consistency",
+    "consistency_low",
+    "consistency_high",
     "forward_passes_per_instance",
     "point_forward_passes",
     "point_new_forward_passes",
@@ -355,9 +361,14 @@ def run_point(
         for label, cost in decoder_costs(decoders, views, decisions).items():
             passes[label] = round(cost.forward_passes, 4)
     metrics = summarize(records, [*calibrators, *decoders], n)
+    outcomes, _ = record_outcomes(records, [*calibrators, *decoders])
+    intervals = run_statistics(
+        outcomes, n, baselines=[], resamples=config.resamples, seed=config.seed
+    ).rows
     rows = []
     for label in [*calibrators, *decoders]:
         m = metrics[label]
+        ci = intervals[label]
         rows.append(
             {
                 "study": study,
@@ -372,8 +383,14 @@ def run_point(
                 "calibrator": label,
                 "accuracy": round(m.accuracy_mean, 4),
                 "accuracy_std": round(m.accuracy_std, 4),
+                "accuracy_low": round(ci.accuracy.low, 4),
+                "accuracy_high": round(ci.accuracy.high, 4),
                 "rstd": round(m.rstd, 4),
+                "rstd_low": round(ci.rstd.low, 4),
+                "rstd_high": round(ci.rstd.high, 4),
                 "consistency": round(m.consistency, 4),
+                "consistency_low": round(ci.consistency.low, 4),
+                "consistency_high": round(ci.consistency.high, 4),
                 "forward_passes_per_instance": passes[label],
             }
         )
@@ -535,7 +552,7 @@ def write_table(rows: list[dict[str, Any]], path: Path) -> Path:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: row[key] for key in COLUMNS})
+        writer.writerow({key: row.get(key, "") for key in COLUMNS})  # no interval: empty
     return atomic_write_text(path, buffer.getvalue())
 
 
@@ -553,46 +570,11 @@ _AXIS = {
 
 
 def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
-
-    plt = _pyplot()
-    labels = list(dict.fromkeys(row["calibrator"] for row in rows))
-    metrics = [("accuracy", "Acc (%)"), ("rstd", "RStd"), ("consistency", "Cons. (%)")]
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    if study == "transfer":
-        points = list(dict.fromkeys(row["point"] for row in rows))
-        width = 0.8 / max(len(labels), 1)
-        for axis, (metric, title) in zip(axes, metrics, strict=True):
-            for k, label in enumerate(labels):
-                values = [
-                    next(r[metric] for r in rows if r["point"] == p and r["calibrator"] == label)
-                    for p in points
-                ]
-                axis.bar([i + k * width for i in range(len(points))], values, width, label=label)
-            axis.set_xticks([i + 0.4 - width / 2 for i in range(len(points))])
-            axis.set_xticklabels(points, rotation=30, ha="right", fontsize=7)
-            axis.set_title(title)
-    else:
-        for axis, (metric, title) in zip(axes, metrics, strict=True):
-            for label in labels:
-                mine = [row for row in rows if row["calibrator"] == label]
-                axis.plot([r["value"] for r in mine], [r[metric] for r in mine], marker="o",
-                          markersize=3, label=label)  # fmt: skip
-            axis.set_xlabel(_AXIS[study])
-            axis.set_title(title)
-            if study == "tau":
-                axis.set_xscale("log")
-        if study == "n":
-            ns = sorted({row["value"] for row in rows})
-            axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance")
-    handles, names = axes[0].get_legend_handles_labels()
-    axes[-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
-    with warnings.catch_warnings():  # long transfer labels: bbox_inches="tight" fits them
-        warnings.simplefilter("ignore", UserWarning)
-        figure.tight_layout()
-    buffer = io.BytesIO()  # small (docs embed them), no version stamp: reproducible bytes
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    """The study's figure as PNG at ``path`` and as PDF and SVG beside it."""
+    rendered = render(sweep_figure(study, rows, _AXIS.get(study, study)))
+    for fmt, data in rendered.items():
+        atomic_write_bytes(path.with_suffix(f".{fmt}"), data)
+    return path
 
 
 def write_sweep_report(
@@ -608,6 +590,9 @@ def write_sweep_report(
         "results.csv has every number.",
         "",
         "![figure](figure.png)",
+        "",
+        "Vector versions: [PDF](figure.pdf), [SVG](figure.svg). Shaded bands and error bars: "
+        "95% bootstrap intervals over the test instances (results.csv: *_low, *_high).",
         "",
     ]
     for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
