@@ -8,6 +8,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+from matplotlib.container import BarContainer
 
 from posdebias.cli import main
 from posdebias.evaluation.compare import compare_runs
@@ -121,11 +122,15 @@ def test_legends_hide_no_bar_and_no_style_repeats(default_run, rows):
         assert _patches_overlap_legend(figure) == []
         axis = figure.axes[0]
         assert axis.get_title() and axis.get_xlabel() and "(%)" in axis.get_ylabel()
-        legend = axis.get_legend()
-        styles = {(tuple(h.patches[0].get_facecolor()), h.patches[0].get_hatch())
-                  for h in legend.legend_handles if hasattr(h, "patches")}  # fmt: skip
-        assert len(styles) == rows  # every row its own colour (and hatch past ten)
+        bars = [c for c in axis.containers if isinstance(c, BarContainer)]
+        styles = {(tuple(c.patches[0].get_facecolor()), c.patches[0].get_hatch()) for c in bars}
+        assert len(bars) == len(styles) == rows  # every row its own colour (hatch past ten)
+        assert len(axis.get_legend().legend_handles) >= rows  # every row in the legend
         plt.close(figure)
+    figure = position_accuracy_figure(results)
+    figure.axes[0].legend(loc="center")  # over the bars, as the old figure had it
+    assert _patches_overlap_legend(figure) != []  # the check sees an overlap when there is one
+    plt.close(figure)
 
 
 def test_heat_maps_have_a_colour_bar_and_panels_in_a_grid(default_run):
@@ -164,7 +169,7 @@ def test_sweep_figures_have_bands_and_a_legend_over_no_bar():
     lines = [{**r, "value": float(i)} for i, r in enumerate(rows)]
     figure = sweep_figure("tau", lines, "tau")
     assert len(figure.axes[0].collections) == 2  # one 95% band per row
-    assert figure.axes[2].collections == []  # no interval in the file: no band drawn
+    assert len(figure.axes[2].collections) == 0  # no interval in the file: no band drawn
     plt.close(figure)
 
 
