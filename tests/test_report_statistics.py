@@ -19,7 +19,7 @@ from posdebias.evaluation.figures import (
     position_accuracy_figure,
     sweep_figure,
 )
-from posdebias.evaluation.results import EvaluationResults
+from posdebias.evaluation.results import CalibratorResult, EvaluationResults
 from posdebias.evaluation.table import interval_text
 
 matplotlib.use("Agg", force=True)
@@ -257,3 +257,15 @@ def test_bad_statistics_options_are_refused_before_any_work(tmp_path, capsys, fl
     assert main(["evaluate", "--adapter", "synthetic", "--out", str(out), *flags]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_results_schema_has_no_untyped_section():
+    """Every top-level section of results.json is a typed model, not a bag of Any."""
+    import typing
+
+    for name, field in EvaluationResults.model_fields.items():
+        shown = str(field.annotation)
+        assert "Any" not in shown, (name, shown)
+        if typing.get_origin(field.annotation) is dict:
+            assert typing.get_args(field.annotation)[1] in (str, CalibratorResult), name
+    assert EvaluationResults.model_fields["schema_version"].default == 2
