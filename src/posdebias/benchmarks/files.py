@@ -115,8 +115,8 @@ class InstanceRecord(_Strict):
             raise ValueError(f"a retrieval line needs {', '.join(missing)}")
         if self.texts is not None or self.stem_images is not None:
             raise ValueError("texts and stem_images need a task (multiple_choice, ...)")
-        images = self.images or []
-        if any(image is None for image in images):
+        images = [image for image in self.images or [] if image is not None]
+        if len(images) != len(self.images or []):
             raise ValueError("a retrieval line lists an image for every candidate")
         repeated = sorted({image for image in images if images.count(image) > 1})
         if repeated:
@@ -245,6 +245,11 @@ class Benchmark:
 
     def __len__(self) -> int:
         return len(self.instances)
+
+    @property
+    def task(self) -> str:
+        """The task its instances pose (``retrieval`` for a file without a manifest)."""
+        return self.manifest.task_kind if self.manifest is not None else self.instances[0].task
 
     @property
     def fingerprint(self) -> str:

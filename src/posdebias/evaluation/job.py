@@ -124,6 +124,15 @@ def split_held_out(
     return calibration, test
 
 
+def check_task(wanted: str | None, task: str, path: Path) -> None:
+    """Refuse a benchmark of another task than the one asked for (``--task``)."""
+    if wanted is not None and wanted != task:
+        raise InputError(
+            f"--task {wanted}, but the benchmark {path} poses {task}; build a {wanted} "
+            "benchmark (posdebias build --task ...) or drop --task"
+        )
+
+
 def load_instances(
     config: EvaluateConfig,
     adapter: Adapter,
@@ -157,6 +166,7 @@ def load_instances(
         )
 
     benchmark = load_benchmark(benchmark_path)
+    check_task(config.task, benchmark.task, benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
     if get_protocol(config.protocol).calibration_from_test:
         if config.calibration_benchmark is not None:
@@ -168,6 +178,7 @@ def load_instances(
         return InstanceSource(calibration, benchmark.instances[: config.count], description)
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
+        check_task(config.task or benchmark.task, held.task, config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
         test = benchmark.instances
         description["calibration_benchmark_sha256"] = held.fingerprint
