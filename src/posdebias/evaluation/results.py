@@ -82,9 +82,9 @@ class AdapterDescription(BaseModel):
 
 class SourceDescription(BaseModel):
     """Where the instances came from: a benchmark (identified by content hash) or the
-    simulated model's own instances."""
+    simulated model's own instances; keys a newer version adds are kept."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     source: str | None = Field(default=None, description="'synthetic' for simulated instances")
     n: int | None = Field(default=None, description="N of simulated instances")

@@ -1,0 +1,144 @@
+"""A study's outputs: the tidy table, the paper-style figure and the report."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from posdebias._io import atomic_write_bytes, atomic_write_text
+from posdebias.evaluation.figures import render, sweep_figure
+from posdebias.evaluation.sweep.plan import Point
+
+COLUMNS = (
+    "study",
+    "point",
+    "value",
+    "calibration_benchmark",
+    "benchmark",
+    "n",
+    "orders",
+    "instances",
+    "calibration_instances",
+    "calibrator",
+    "accuracy",
+    "accuracy_std",
+    "accuracy_low",
+    "accuracy_high",
+    "rstd",
+    "rstd_low",
+    "rstd_high",
+    "consistency",
+    "consistency_low",
+    "consistency_high",
+    "forward_passes_per_instance",
+    "point_forward_passes",
+    "point_new_forward_passes",
+)
+
+
+def with_costs(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with each point's forward passes: all it used, and those no earlier point used
+    (a logical count: the same whether or not the study was interrupted)."""
+    seen: set[str] = set()
+    rows = []
+    for payload in done:
+        keys = set(payload["keys"])
+        new = len(keys - seen)
+        seen |= keys
+        for row in payload["rows"]:
+            rows.append({**row, "point_forward_passes": len(keys), "point_new_forward_passes": new})
+    return rows
+
+
+# -- outputs ---------------------------------------------------------------------------------
+
+
+def write_table(rows: list[dict[str, Any]], path: Path) -> Path:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: row.get(key, "") for key in COLUMNS})  # no interval: empty
+    return atomic_write_text(path, buffer.getvalue())
+
+
+def read_table(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+_AXIS = {
+    "n": "N (images per instance)",
+    "calibration_size": "|Dcal| (calibration instances)",
+    "top_k": "K (selected layers)",
+    "tau": "tau (posterior temperature)",
+}
+
+
+def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
+    """The study's figure as PNG at ``path`` and as PDF and SVG beside it."""
+    rendered = render(sweep_figure(study, rows, _AXIS.get(study, study)))
+    for fmt, data in rendered.items():
+        atomic_write_bytes(path.with_suffix(f".{fmt}"), data)
+    return path
+
+
+def write_sweep_report(
+    study: str, rows: list[dict[str, Any]], points: list[Point], adapter: Any, path: Path
+) -> Path:
+    labels = list(dict.fromkeys(row["calibrator"] for row in rows))
+    described = adapter.describe()
+    lines = [
+        f"# Study `{study}`",
+        "",
+        f"Model: {described.get('model_id') or described.get('adapter')}; protocol "
+        f"{points[0].config.protocol}; seed {points[0].config.seed}. One row per point; "
+        "results.csv has every number.",
+        "",
+        "![figure](figure.png)",
+        "",
+        "Vector versions: [PDF](figure.pdf), [SVG](figure.svg). [low, high]: 95% bootstrap "
+        "interval over the point's test instances (results.csv: *_low, *_high), drawn as "
+        "shaded bands or error bars.",
+        "",
+    ]
+    for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
+        lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
+        lines.append("|---" * (len(labels) + 1) + "|")
+        for point in dict.fromkeys(row["point"] for row in rows):
+            mine = {r["calibrator"]: r for r in rows if r["point"] == point}
+            cells = []
+            for label in labels:
+                value = mine[label][metric]
+                cell = (
+                    f"{value:.2f} +- {mine[label]['accuracy_std']:.2f}"
+                    if metric == "accuracy"
+                    else f"{value:.2f}"
+                )
+                low, high = mine[label].get(f"{metric}_low"), mine[label].get(f"{metric}_high")
+                if low not in (None, "") and high not in (None, ""):
+                    cell += f" [{float(low):.1f}, {float(high):.1f}]"
+                cells.append(cell)
+            lines.append(f"| {point} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "## Cost",
+        "",
+        "Forward passes per point: all observations it used, and those no earlier point had "
+        "made (the shared cache makes the rest free). Seconds are in timing.json.",
+        "",
+        "| point | N | T | test instances | calibration instances | forward passes | new |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for point in dict.fromkeys(row["point"] for row in rows):
+        r = next(row for row in rows if row["point"] == point)
+        lines.append(
+            f"| {point} | {r['n']} | {r['orders']} | {r['instances']} | "
+            f"{r['calibration_instances']} | {r['point_forward_passes']} | "
+            f"{r['point_new_forward_passes']} |"
+        )
+    lines.append("")
+    return atomic_write_text(path, "\n".join(lines))
