@@ -244,6 +244,8 @@ class EvaluationResults(BaseModel):
             values += [v for v in m.recall_per_position if v is not None]
             if not all(math.isfinite(v) for v in values):
                 raise ValueError(f"calibrators.{label}.metrics holds NaN or infinite values")
+        if self.statistics is not None:
+            self._statistics_fit(n)
         if self.divergence is not None:
             for name in ("label_probabilities", "raw_attention", "purified_attention"):
                 matrix = getattr(self.divergence, name)
@@ -252,6 +254,25 @@ class EvaluationResults(BaseModel):
                 ):
                     raise ValueError(f"divergence.{name} is not {n}x{n}")
         return self
+
+    def _statistics_fit(self, n: int) -> None:
+        """The statistics describe exactly these rows at this N (a results file edited by hand
+        could rename a row in one place only)."""
+        stats = self.statistics
+        assert stats is not None
+        if set(stats.rows) != set(self.calibrators):
+            raise ValueError(
+                f"statistics.rows {list(stats.rows)} are not the rows of calibrators "
+                f"{list(self.calibrators)}"
+            )
+        for label, row in stats.rows.items():
+            for name in ("accuracy_by_position", "choice_by_position"):
+                if len(getattr(row, name)) != n:
+                    raise ValueError(f"statistics.rows.{label}.{name} has not {n} values")
+        for comparison in stats.comparisons:
+            for label in (comparison.row, comparison.baseline):
+                if label not in self.calibrators:
+                    raise ValueError(f"statistics.comparisons names {label!r}, not a row")
 
     def generated_rows(self) -> list[str]:
         """Labels of the decoder rows (they carry a parse-failure rate)."""
