@@ -267,3 +267,17 @@ def test_results_schema_has_no_untyped_section():
         if typing.get_origin(field.annotation) is dict:
             assert typing.get_args(field.annotation)[1] in (str, CalibratorResult), name
     assert EvaluationResults.model_fields["schema_version"].default == 2
+
+
+def test_statistics_of_other_rows_are_refused(default_run, tmp_path, capsys):
+    """A results file whose statistics describe other rows (a row renamed in one place only)
+    cannot be drawn: refused before any file is written."""
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    payload = json.loads((default_run / "results.json").read_text())
+    payload["calibrators"]["renamed"] = payload["calibrators"].pop("pride")
+    (edited / "results.json").write_text(json.dumps(payload))
+    capsys.readouterr()
+    assert main(["report", str(edited)]) == 2
+    assert "are not the rows of calibrators" in capsys.readouterr().err
+    assert sorted(p.name for p in edited.iterdir()) == ["results.json"]
