@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from posdebias.adapters.shared_prefix import shared_prefix_attention
-from posdebias.adapters.sofa import adjust_mask
+from posdebias.adapters.attention.shared_prefix import shared_prefix_attention
+from posdebias.adapters.attention.sofa import adjust_mask
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
 
