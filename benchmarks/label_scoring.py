@@ -36,7 +36,7 @@ def reforward_scores(adapter, batch):
     """[B, N] scores from the prompt forward plus one full re-forward per multi-token prefix."""
     import torch
 
-    from posdebias.adapters.attention.probe import recording
+    from posdebias.adapters.attention import recording
     from posdebias.adapters.hf.scoring import restricted_scores
     from posdebias.adapters.hf.spans import span_matrix
 

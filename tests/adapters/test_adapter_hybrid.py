@@ -17,7 +17,7 @@ from adapter_reference import eager_masses, language_model, tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_calibrator
-from posdebias.adapters.attention.probe import recording
+from posdebias.adapters.attention import recording
 from posdebias.adapters.hf.spans import span_matrix
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.layers import LayerSet

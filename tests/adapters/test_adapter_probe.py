@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from posdebias import get_adapter
-from posdebias.adapters.attention.probe import PROBE_NAME, recording
+from posdebias.adapters.attention import PROBE_NAME, recording
 from posdebias.adapters.hf.spans import span_matrix
 
 

@@ -53,8 +53,9 @@ alias_modules(
         },
         **{
             f"{__name__}.{module}": f"{__name__}.attention.{module}"
-            for module in ("probe", "sofa", "shared_prefix")
+            for module in ("sofa", "shared_prefix")
         },
+        f"{__name__}.probe": f"{__name__}.attention",  # the probe's function moved there
         f"{__name__}.check": "posdebias.testing.check",
         f"{__name__}.tiny": "posdebias.testing.tiny.common",
     }

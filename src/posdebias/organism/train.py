@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from posdebias.adapters.attention.probe import recording
+from posdebias.adapters.attention import recording
 from posdebias.adapters.families.llava import LlavaAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE
 from posdebias.adapters.hf.spans import span_matrix

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import posdebias.defaults as defaults
-from posdebias.adapters.attention.probe import install_probe
+from posdebias.adapters.attention import install_probe
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import check_spans, span_matrix
 from posdebias.adapters.hf.verify import reference_scores

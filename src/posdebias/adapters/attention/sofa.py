@@ -6,13 +6,13 @@ image i to the tokens of every later image j > i, which are -inf, by log(sigma):
 now attends to the later ones with weight sigma relative to a visible token. Everything else
 (text, earlier images, padding) keeps the causal mask.
 
-No model code is patched. The posdebias attention function (probe.py, registered through
-``transformers.AttentionInterface``) asks :func:`adjust_mask` for the mask of each layer; it
-returns the incoming mask unchanged unless :func:`sofa_attention` is active AND a prompt pass
-with known image spans is running (:func:`sofa_scope`, entered by the adapter around its prompt
-forward). Decoding steps (one new query over the cache) are never changed: a new text token is
-not an image, so SoFA has nothing to open there; its effect lives in the cached keys and values
-of the prompt pass. The float mask is built once per pass and shared by the chosen layers.
+No model code is patched. The posdebias attention function (:mod:`posdebias.adapters.attention`)
+asks :func:`adjust_mask` for the mask of each layer; it returns the incoming mask unchanged unless
+:func:`sofa_attention` is active AND a prompt pass with known image spans is running
+(:func:`sofa_scope`, entered by the adapter around its prompt forward). Decoding steps (one new
+query over the cache) are never changed: a new text token is not an image, so SoFA has nothing to
+open there; its effect lives in the cached keys and values of the prompt pass. The float mask is
+built once per pass and shared by the chosen layers.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
-from posdebias.adapters.attention.probe import install_probe, recording
+from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
