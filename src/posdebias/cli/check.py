@@ -100,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         label_set=args.label_set or TASK_LABEL_SETS[args.task],
     )
+    if args.benchmark is None and args.task == "retrieval" and adapter.text_only:
+        raise InputError(
+            f"{model} is a text-only model: it has no retrieval prompt; check it with --task "
+            "multiple_choice, pairwise_judge or rerank"
+        )
     if args.benchmark is not None:
         instances = load_benchmark(args.benchmark).instances[:3]
         if len(instances) < 2:
