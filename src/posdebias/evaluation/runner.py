@@ -375,11 +375,16 @@ class Evaluator:
                     started = time.perf_counter()
                     group = None
                     used = [view]
+                    view_orders = None
                     if calibrator.needs_rotations:
                         used = rotations[label][t]
                         group = [observations[observation_key(r)] for r in used]
+                        view_orders = calibrator.permutations_for(view)
                     prediction = calibrator.predict(
-                        observations[observation_key(view)], state, rotations=group
+                        observations[observation_key(view)],
+                        state,
+                        rotations=group,
+                        orders=view_orders,
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)

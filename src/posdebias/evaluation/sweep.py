@@ -63,7 +63,7 @@ from posdebias.evaluation.job import (
     split_held_out,
 )
 from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.protocol import calibrator_specs, get_protocol
+from posdebias.evaluation.protocol import apply_specs, get_protocol
 from posdebias.evaluation.report import _pyplot
 from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
 from posdebias.evaluation.store import PersistentObservationCache
@@ -315,8 +315,7 @@ def run_point(
     config = point.config
     protocol = get_protocol(config.protocol)
     if config.protocol != "default":
-        specs = calibrator_specs(protocol, config.calibrators, adapter.num_layers)
-        config = config.model_copy(update={"calibrators": specs})
+        config = apply_specs(protocol, config, adapter.num_layers)
     calibrators = build_calibrators(config)
     calibration, test = _instances(point, adapter, study)
     if not test:
