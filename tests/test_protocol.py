@@ -56,6 +56,9 @@ def test_reference_preset_on_the_simulated_model(tmp_path):
         if before["name"] in ATTENTION_CALIBRATORS:
             # the simulated model has 8 layers: the reference's top fraction, layers 5..7
             assert after["options"] == {**before["options"], "layer_range": [5, 8]}
+        elif before["name"] == "permutation_average":  # the authors' random permutations
+            extra = {"permutations": "random", "draw": "per_instance"}
+            assert after["options"] == {**before["options"], **extra}
         else:
             assert after == before
     for label in ("attention_guided", "purified_attention"):

@@ -59,6 +59,11 @@ class SyntheticOptions(AdapterOptions):
     attention_evidence: float = Field(
         default=1.5, ge=0, description="how much informative layers' attention favours the truth"
     )
+    attention_shift: int = Field(
+        default=0,
+        description="informative attention favours the image this many positions after the "
+        "truth (cyclically; 0 = the truth): attention that is consistently wrong",
+    )
     content_noise: float = Field(
         default=0.3, ge=0, description="std of per (query, image) similarity: hard distractors"
     )
@@ -158,7 +163,7 @@ class SyntheticAdapter(Adapter):
         logits = row + opts.logit_evidence * truth + content + opts.noise * noise_rng.normal(size=n)
         sinks, mass = self._static_layer_profile(n)
         weight = self._informative()[:, None]
-        evidence = opts.attention_evidence * truth + content
+        evidence = opts.attention_evidence * np.roll(truth, opts.attention_shift) + content
         z = sinks + weight * evidence + opts.noise * noise_rng.normal(size=(opts.num_layers, n))
         layer_mass = mass * np.exp(0.1 * noise_rng.normal(size=opts.num_layers))
         attention = layer_mass[:, None] * softmax(z)
