@@ -214,10 +214,9 @@ class SyntheticAdapter(Adapter):
                 words = [labels[choice]]
                 variant = settings.prompt_variant or "plain"
                 if variant in ("cot", "posdebias_cot", "self_consistency"):
-                    closing = "The answer is" if variant == "self_consistency" else "Answer:"
                     words = (
                         f"Image {labels[ranked[0]]} and image {labels[ranked[1]]} are the "
-                        f"closest to the caption. {closing} {labels[choice]}"
+                        f"closest to the caption. The answer is {labels[choice]}"
                     ).split()
                 words = words[: settings.max_new_tokens]
                 texts.append(" ".join(words))

@@ -85,6 +85,17 @@ class Calibrator(ABC):
         (``view.permuted(p)``: new position k shows the view's position p[k])."""
         return [rotation_order(n, shift) for shift in range(n)]
 
+    def fit_views(
+        self,
+        calibration: Sequence[RetrievalInstance],
+        test: Sequence[RetrievalInstance] | None = None,
+    ) -> list[RetrievalInstance] | None:
+        """The instances whose observations :meth:`fit` receives, or None for the shared
+        symmetrised calibration set (``calibration``: that set; ``test``: every view the run
+        will score, every test instance in each of its T orders, where the caller knows them).
+        Contextual calibration asks for content-free views, batch calibration for ``test``."""
+        return None
+
     def permutations_for(self, instance: RetrievalInstance) -> list[np.ndarray]:
         """The candidate orders of :meth:`permutations` for this instance (a calibrator that
         draws its orders per instance overrides this; default: the same for every instance)."""

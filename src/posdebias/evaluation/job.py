@@ -63,6 +63,7 @@ from posdebias.evaluation.runner import (
     ObservationCache,
     fit_calibrators,
     observe_cached,
+    scored_views,
     summarize,
 )
 from posdebias.evaluation.states import save_states
@@ -235,9 +236,11 @@ def resolve_states(
     n: int,
     cache: ObservationCache,
     provided: dict[str, CalibrationState] | None = None,
+    test: list[RetrievalInstance] | None = None,
 ) -> dict[str, CalibrationState]:
     """Saved states where ``--calibration`` gives them (checked against this model and
-    setting), freshly fitted ones for the rest."""
+    setting), freshly fitted ones for the rest (``test``: the run's test instances, for a
+    calibrator that fits on the test views, e.g. batch calibration)."""
     if provided is None:
         provided = saved_states(config, adapter, calibrators, n)
     metadata = describe_adapter(adapter, n)
@@ -250,6 +253,14 @@ def resolve_states(
             batch_size=config.batch_size,
             cache=cache,
             metadata={k: metadata.get(k) for k in ("model_id", "prompt_hash")},
+            test_views=None
+            if test is None
+            else scored_views(
+                test,
+                config.orders,
+                config.seed,
+                shared=get_protocol(config.protocol).shared_orders,
+            ),
         )
         if missing
         else {}
@@ -416,6 +427,7 @@ def calibrate(run: Run) -> None:
         run.n,
         run.cache,
         run.provided,
+        run.source.test,
     )
     protocol = get_protocol(run.config.protocol)
     if protocol.reference_layers and run.source.calibration and run.adapter.provides_attention:

@@ -65,7 +65,13 @@ from posdebias.evaluation.job import (
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.protocol import apply_specs, get_protocol
 from posdebias.evaluation.report import _pyplot
-from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
+from posdebias.evaluation.runner import (
+    Evaluator,
+    ObservationCache,
+    fit_calibrators,
+    scored_views,
+    summarize,
+)
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.registry import get_registry
 
@@ -324,7 +330,12 @@ def run_point(
     check_order_count(n, config.orders)
     recorder = _KeyRecorder(cache)
     states = fit_calibrators(
-        adapter, calibrators, calibration, batch_size=config.batch_size, cache=recorder
+        adapter,
+        calibrators,
+        calibration,
+        batch_size=config.batch_size,
+        cache=recorder,
+        test_views=scored_views(test, config.orders, config.seed, shared=protocol.shared_orders),
     )
     evaluator = Evaluator(
         adapter,
