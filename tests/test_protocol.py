@@ -179,7 +179,10 @@ def test_per_instance_permutations_are_fresh_per_instance_and_mapped_back():
         observed = adapter.observe_many(views)
         prediction = calibrator.predict(observed[0], state, rotations=observed, orders=orders)
         by_image = np.mean(
-            [obs.label_logprobs[np.argsort(order)] for obs, order in zip(observed, orders)],
+            [
+                obs.label_logprobs[np.argsort(order)]
+                for obs, order in zip(observed, orders, strict=True)
+            ],
             axis=0,
         )
         assert prediction.choice == int(np.argmax(by_image))
