@@ -7,17 +7,20 @@ is q = softmax(W p + b), i.e. q_j = softmax_j(p_j / p_cf[j]) (the paper's Eq. fo
 classification; argmax q = argmax p_j / p_cf[j]).
 
 Content-free inputs are formed from the calibration instances with what any adapter observes:
-each calibration instance in its N cyclic rotations (the symmetrised set), its caption replaced
-by each content-free text (default ``N/A``, the paper's), its candidates kept, no target. With
-no caption there is nothing that singles out a candidate, so the label distribution is what
-the prompt and the positions alone make the model say. The candidates are still shown: the
-label distribution of a prompt needs its N candidates, and a retrieval candidate cannot be made
-content-free without replacing it by another input. No attention and no labels are needed.
+each calibration instance in its N cyclic rotations (the symmetrised set), its stem text (the
+caption, question or query) replaced by each content-free text (default ``N/A``, the paper's),
+its candidates (images, texts) and any stem images kept, no target. With no stem there is
+nothing that singles out a candidate, so the label distribution is what the prompt and the
+positions alone make the model say. The candidates are still shown: the label distribution of a
+prompt needs its N candidates, and a candidate cannot be made content-free without showing
+another input in its place (N identical "N/A" candidates would be one candidate N times). No
+attention and no labels are needed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -49,14 +52,7 @@ class ContextualOptions(CalibratorOptions):
 def content_free(instance: RetrievalInstance, text: str) -> RetrievalInstance:
     """``instance`` with its caption replaced by ``text``, its candidates as they are, no
     target (its own id, so its observation is cached apart from the instance's)."""
-    return RetrievalInstance(
-        query=text,
-        images=instance.images,
-        target=None,
-        id=f"{instance.id}{CONTENT_FREE_ID}{text}",
-        metadata=instance.metadata,
-        image_ids=instance.image_ids,
-    )
+    return replace(instance, query=text, target=None, id=f"{instance.id}{CONTENT_FREE_ID}{text}")
 
 
 def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) -> np.ndarray:
