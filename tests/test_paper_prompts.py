@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from posdebias.adapters.prompt import PromptTemplate
+from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.labels import get_label_set
 from posdebias.evaluation.protocol import REFERENCE, apply_prompt
 

@@ -161,7 +161,7 @@ def test_per_instance_permutations_are_fresh_per_instance_and_mapped_back():
     import numpy as np
 
     from posdebias import get_calibrator
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 
     calibrator = get_calibrator("permutation_average", permutations="random", draw="per_instance")
     shared = get_calibrator("permutation_average", permutations="random")

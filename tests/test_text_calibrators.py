@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from posdebias import Observation, get_calibrator
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
 from posdebias.calibrators.contextual import content_free
 from posdebias.cli import main

@@ -91,7 +91,7 @@ def test_generation_config_processors_are_a_no_op_without_processors(make_instan
 def test_generated_rows_pass_through_the_generation_config_processors(make_instances):
     """With logits_processors: generation_config, greedy generation equals the model's own
     ``generate`` under the checkpoint's repetition penalty (and differs from the raw one)."""
-    from posdebias.adapters.generation import GenerationSettings
+    from posdebias.adapters import GenerationSettings
 
     model, processor = tiny_model_and_processor("qwen2_5_vl", seed=0)
     model.generation_config.repetition_penalty = 50.0

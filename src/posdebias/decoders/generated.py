@@ -1,6 +1,6 @@
 """The paper's generated baselines: free text, then the index parsed from it.
 
-Each row's prompt is the paper's (posdebias.adapters.prompt, its Table 9 word for word):
+Each row's prompt is the paper's (posdebias.adapters.hf.prompt, its Table 9 word for word):
 
 * ``generated`` (the paper's vanilla): greedy, a few new tokens (8), the first valid label.
 * ``instruction``: the same under the paper's ``instruction`` prompt (the images were shuffled,
@@ -26,9 +26,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
-from posdebias.adapters.generation import GenerationSettings
-from posdebias.adapters.prompt import PROMPT_VARIANTS
+from posdebias.adapters.base import Adapter, GenerationSettings
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.core.answers import AnswerParser, Which
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions

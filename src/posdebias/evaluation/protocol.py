@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from posdebias.adapters.prompt import PromptTemplate
+from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.observation import Observation
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
