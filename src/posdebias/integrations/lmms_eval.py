@@ -99,7 +99,9 @@ class PosdebiasLMM(lmms):
         return self.task_dict[task][split][doc_id], task
 
     def _task_items(self, tasks: Sequence[str]) -> list[RetrievalInstance]:
-        for task in tasks:
+        """The held-out items of the first task, by name, with a calibration split (by name,
+        so every process picks the same one whichever requests it holds)."""
+        for task in sorted(set(tasks)):
             splits = self.task_dict.get(task, {})
             if CALIBRATION_SPLIT in splits:
                 return [doc_instance(doc, task) for doc in splits[CALIBRATION_SPLIT]]

@@ -266,6 +266,11 @@ def write_rotated_tasks(
             raise InputError(f"calibrator {label!r}: not a name")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
+    if calibration_count < 0 or seed < 0:
+        raise InputError(
+            f"calibration count and seed must be whole numbers >= 0, got {calibration_count} "
+            f"and {seed}"
+        )
     loaded = load_benchmark(benchmark)
     instances = loaded.instances
     if calibration_count:
