@@ -27,8 +27,11 @@ def model(organism_benchmark):
     from lmms_eval.models import get_model
 
     cls = get_model("posdebias")
-    args = f"pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration={organism_benchmark}"
-    return cls.create_from_arg_string(args, {"batch_size": 4, "max_batch_size": None, "device": None})
+    args = "pretrained=posdebias/organism,calibrators=vanilla+attention_guided"
+    args += f",calibration={organism_benchmark}"
+    return cls.create_from_arg_string(
+        args, {"batch_size": 4, "max_batch_size": None, "device": None}
+    )
 
 
 def docs_of(benchmark: Path, count: int = 3) -> list[dict]:
@@ -150,11 +153,15 @@ def test_workaround_accelerator_and_device_attributes(model):
 def test_refuses_a_task_it_cannot_map_naming_it(model):
     model.task_dict = {"mmmu_val": {"test": [{"question": "What is 2+2?", "answer": "4"}]}}
     with pytest.raises(TaskMappingError, match="task 'mmmu_val' cannot be answered"):
-        model.generate_until([request("generate_until", ("q", {}, None, 0, "mmmu_val", "test"), 0, "mmmu_val")])
+        model.generate_until(
+            [request("generate_until", ("q", {}, None, 0, "mmmu_val", "test"), 0, "mmmu_val")]
+        )
     options = {"question": "Which?", "options": ["a", "b"], "answer": "A"}
     model.task_dict = {"muirbench": {"test": [options]}}
     with pytest.raises(TaskMappingError, match="'muirbench'.*Text options"):
-        model.generate_until([request("generate_until", ("q", {}, None, 0, "muirbench", "test"), 0, "muirbench")])
+        model.generate_until(
+            [request("generate_until", ("q", {}, None, 0, "muirbench", "test"), 0, "muirbench")]
+        )
 
 
 def test_refuses_labels_the_task_does_not_expect(model, organism_benchmark):

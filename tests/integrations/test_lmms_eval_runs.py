@@ -14,7 +14,9 @@ from posdebias.evaluation.job import run_evaluation
 
 CALIBRATORS = ("vanilla", "attention_guided")
 GROUPS = {"shapes_gen": "generate_until", "shapes_mc": "multiple_choice"}
-ORGANISM_ARGS = "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
+ORGANISM_ARGS = (
+    "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
+)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,10 @@ def test_two_processes_equal_one_process(rotated_tasks, one_process, tmp_path_fa
                 assert two["results"][task][metric] == row[metric], (task, metric)
     for task, samples in one_process["samples_by_task"].items():
         answers = {s["doc_id"]: (s["filtered_resps"], s["acc"]["choice"]) for s in samples}
-        other = {s["doc_id"]: (s["filtered_resps"], s["acc"]["choice"]) for s in two["samples_by_task"][task]}
+        other = {
+            s["doc_id"]: (s["filtered_resps"], s["acc"]["choice"])
+            for s in two["samples_by_task"][task]
+        }
         assert other == answers, task
         shared = {s["acc"]["calibration"]["states"] for s in two["samples_by_task"][task]}
         assert len(shared) == 1  # both ranks used the one calibration rank 0 wrote
@@ -146,10 +151,10 @@ def test_tiny_qwen2_5_vl_with_a_saved_calibration(tmp_path):
 
     adapter = posdebias.load_adapter(model_dir)
     debiaser = posdebias.Debiaser.load(states, adapter)
+    import json
+
     from posdebias.integrations.harness import doc_instance
     from posdebias.integrations.lmms_eval_tasks import rotate_doc
-
-    import json
 
     items = [json.loads(line) for line in (tasks / "tiny_items.jsonl").read_text().splitlines()]
     expected = {}

@@ -39,9 +39,7 @@ def test_rotation_moves_the_candidates_and_the_truth_together(n, target, rotatio
 def test_the_transform_shows_every_item_in_every_rotation(lmms_eval_installed):
     import datasets
 
-    docs = [
-        {"id": f"i{k}", "query": "q", "images": ["a", "b", "c"], "target": k} for k in range(3)
-    ]
+    docs = [{"id": f"i{k}", "query": "q", "images": ["a", "b", "c"], "target": k} for k in range(3)]
     rotated = tasks.rotation_transform("vanilla")(datasets.Dataset.from_list(docs))
     assert len(rotated) == 9
     rows = list(rotated)
@@ -75,7 +73,9 @@ def test_aggregations_are_posdebias_metrics():
     base_targets = rng.integers(0, n, items)
     targets = np.array([[orders[r].index(t) for r in range(n)] for t in base_targets])
     choices = rng.integers(-1, n, (items, n))
-    chosen = np.array([[orders[r][c] if c >= 0 else -1 for r, c in enumerate(row)] for row in choices])
+    chosen = np.array(
+        [[orders[r][c] if c >= 0 else -1 for r, c in enumerate(row)] for row in choices]
+    )
     records = records_from(targets, choices, chosen, n)
     rng.shuffle(records)  # the harness gathers ranks in any order
     ours = compute_metrics(targets, choices, chosen, n)
@@ -109,12 +109,17 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     assert [doc["id"] for doc in read("demo_calibration.jsonl")] == [i.id for i in calibration]
     assert [doc["id"] for doc in read("demo_items.jsonl")] == [i.id for i in test[:7]]
     group = yaml.safe_load((out / "demo.yaml").read_text())
-    assert group == {"group": "demo", "task": ["demo_vanilla", "demo_attention_guided"], "metadata": {"version": 1}}
+    assert group == {
+        "group": "demo",
+        "task": ["demo_vanilla", "demo_attention_guided"],
+        "metadata": {"version": 1},
+    }
     text = (out / "demo_attention_guided.yaml").read_text()
     assert "process_docs: !function demo_posdebias.docs_1" in text
-    assert "docs_1 = rotation_transform('attention_guided', None)" in (
-        out / "demo_posdebias.py"
-    ).read_text()
+    assert (
+        "docs_1 = rotation_transform('attention_guided', None)"
+        in (out / "demo_posdebias.py").read_text()
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,7 +131,9 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
         (["--name", "ok", "--calibrators", "vanilla,vanilla"], "calibrators repeated"),
     ],
 )
-def test_bad_arguments_exit_2_and_write_nothing(organism_benchmark, tmp_path, capsys, extra, message):
+def test_bad_arguments_exit_2_and_write_nothing(
+    organism_benchmark, tmp_path, capsys, extra, message
+):
     out = tmp_path / "tasks"
     args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out), *extra]
     assert main(args) == 2
@@ -141,7 +148,9 @@ def test_existing_task_files_are_never_replaced(organism_benchmark, tmp_path, ca
     args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
     assert main([*args, "--name", "demo"]) == 2
     assert "already holds demo.yaml" in capsys.readouterr().err
-    assert (out / "demo.yaml").read_text() == "mine\n" and sorted(out.iterdir()) == [out / "demo.yaml"]
+    assert (out / "demo.yaml").read_text() == "mine\n" and sorted(out.iterdir()) == [
+        out / "demo.yaml"
+    ]
 
 
 def test_require_lmms_eval_fails_loudly_in_ci(monkeypatch):

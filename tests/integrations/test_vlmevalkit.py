@@ -59,9 +59,13 @@ def test_answers_like_the_debiaser_through_vlmevalkits_calls(model, organism_ben
 
 def test_messages_without_candidates_are_refused_naming_the_dataset():
     with pytest.raises(InputError, match="dataset 'MMBench' gives 1 image"):
-        message_instance([{"type": "image", "value": "a.png"}, {"type": "text", "value": "q"}], "MMBench")
+        message_instance(
+            [{"type": "image", "value": "a.png"}, {"type": "text", "value": "q"}], "MMBench"
+        )
     with pytest.raises(InputError, match="has no text"):
-        message_instance([{"type": "image", "value": "a.png"}, {"type": "image", "value": "b.png"}], "X")
+        message_instance(
+            [{"type": "image", "value": "a.png"}, {"type": "image", "value": "b.png"}], "X"
+        )
 
 
 def test_settings_are_checked():
@@ -78,5 +82,11 @@ def test_base_class_is_vlmevalkits_where_installed_else_its_interface():
         assert issubclass(PosdebiasVLM, BaseModel)
     else:
         assert issubclass(PosdebiasVLM, VLMEvalKitInterface)
-    for name in ("generate", "generate_inner", "use_custom_prompt", "build_prompt", "set_dump_image"):
+    for name in (
+        "generate",
+        "generate_inner",
+        "use_custom_prompt",
+        "build_prompt",
+        "set_dump_image",
+    ):
         assert callable(getattr(PosdebiasVLM, name))

@@ -1,4 +1,4 @@
-"""``posdebias lmms-eval-task``: write a benchmark's rotated lmms-eval tasks (one per calibrator)."""
+"""``posdebias lmms-eval-task``: a benchmark's rotated lmms-eval tasks, one per calibrator."""
 
 from __future__ import annotations
 

@@ -297,13 +297,15 @@ class HarnessDebiaser:
             states[label] = state
         self.debiaser.states = states
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-        self._record({
-            "source": "saved",
-            "path": str(path.resolve()),
-            "sha256": {file.name: _sha256(file) for file in files},
-            "model_id": next((s.model_id for s in states.values()), None),
-            "transfer": self.config.calibration_transfer,
-        })
+        self._record(
+            {
+                "source": "saved",
+                "path": str(path.resolve()),
+                "sha256": {file.name: _sha256(file) for file in files},
+                "model_id": next((s.model_id for s in states.values()), None),
+                "transfer": self.config.calibration_transfer,
+            }
+        )
 
     def _fit_shared(self, items: list[RetrievalInstance], origin: dict[str, Any]) -> None:
         """Rank 0 fits and writes; every other rank waits for it and reads the same states."""

@@ -157,7 +157,8 @@ class PosdebiasLMM(lmms):
             position = labels.index(continuation)
             logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
             pair = (-logprob, bool(position == prediction.choice))
-            results.append(GenerationResult(text=pair))  # type: ignore[arg-type]
+            # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
+            results.append(GenerationResult(text=pair))
         return results
 
     def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:

@@ -310,9 +310,7 @@ def write_rotated_tasks(
     for index, label in enumerate(labels_out):
         task = f"{name}_{re.sub(r'[^A-Za-z0-9_]', '_', label)}"
         task_names.append(task)
-        functions.append(
-            f"docs_{index} = rotation_transform({label!r}, {rotations!r})  # {task}"
-        )
+        functions.append(f"docs_{index} = rotation_transform({label!r}, {rotations!r})  # {task}")
         files[f"{task}.yaml"] = _task_yaml(
             task, name, module, index, data_files, output_type, label, n, rotations
         ).encode()

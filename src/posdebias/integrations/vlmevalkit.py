@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import ConfigError, InputError
@@ -34,7 +34,7 @@ class VLMEvalKitInterface:
     ``set_dump_image``, ``INTERLEAVE``; used when VLMEvalKit is not installed."""
 
     INTERLEAVE = False
-    allowed_types = ["text", "image", "video"]
+    allowed_types: ClassVar[list[str]] = ["text", "image", "video"]
 
     def __init__(self) -> None:
         self.dump_image_func: Any = None
@@ -71,7 +71,7 @@ except ImportError:  # VLMEvalKit absent (or not importable here): its documente
     _Base = VLMEvalKitInterface
 
 
-class PosdebiasVLM(_Base):  # type: ignore[valid-type,misc]
+class PosdebiasVLM(_Base):
     """posdebias as a VLMEvalKit model: settings as in lmms-eval's ``--model_args``
     (:class:`~posdebias.integrations.harness.HarnessConfig`); calibrated at construction from
     a saved state or a benchmark folder."""
