@@ -156,9 +156,9 @@ def test_refuses_a_task_it_cannot_map_naming_it(model):
         model.generate_until(
             [request("generate_until", ("q", {}, None, 0, "mmmu_val", "test"), 0, "mmmu_val")]
         )
-    options = {"question": "Which?", "options": ["a", "b"], "answer": "A"}
-    model.task_dict = {"muirbench": {"test": [options]}}
-    with pytest.raises(TaskMappingError, match="'muirbench'.*Text options"):
+    bad = {"question": "Which?", "options": ["a", "b"], "answer": "E"}
+    model.task_dict = {"muirbench": {"test": [bad]}}
+    with pytest.raises(TaskMappingError, match="task 'muirbench'.*answer 'E' names none"):
         model.generate_until(
             [request("generate_until", ("q", {}, None, 0, "muirbench", "test"), 0, "muirbench")]
         )

@@ -24,7 +24,7 @@ from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
 from posdebias.evaluation.job import load_states
@@ -123,60 +123,90 @@ class HarnessConfig(BaseModel):
             raise ConfigError(validation_message(exc, source) + f"; known: {known}") from None
 
 
-def _candidates(doc: Mapping[str, Any]) -> Any:
-    images = doc.get("images")
-    if isinstance(images, (list, tuple)) and len(images) >= 2:
-        return list(images)
+def _list(value: Any) -> list[Any] | None:
+    return list(value) if isinstance(value, (list, tuple)) and value else None
+
+
+def _answer_position(answer: Any, n: int) -> int | None:
+    """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or a 1-based index."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, int):
+        return answer - 1 if 1 <= answer <= n else None
+    if isinstance(answer, str):
+        letter = answer.strip().strip("()").strip()
+        if len(letter) == 1 and letter.isalpha() and ord(letter.upper()) - 65 < n:
+            return ord(letter.upper()) - 65
+        if letter.isdigit() and 1 <= int(letter) <= n:
+            return int(letter) - 1
     return None
 
 
-def doc_instance(doc: Mapping[str, Any], task: str) -> RetrievalInstance:
+def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
     """The posdebias instance a harness document describes.
 
-    Read: a query (``query``, ``caption`` or ``question``), N candidate ``images`` (paths or
-    PIL images) and the truth (``target``, a 0-based position, when the document has it). A
-    document without them (no candidates, a free-form answer) is refused naming the task.
+    Read: the stem (``query``, ``question`` or ``caption``), the N candidates (``images``:
+    their images, paths or PIL images, None for a text-only one; ``texts`` or ``options``:
+    their texts), the images of the stem (``stem_images``), the task kind (``task``; default
+    ``multiple_choice`` with texts, ``retrieval`` with images only) and the truth (``target``,
+    a 0-based position; or ``answer``, a letter or a 1-based index). This is the line layout of
+    a posdebias benchmark file, so the documents of ``posdebias lmms-eval-task`` are read as
+    they are; a document without candidates (a free-form question) is refused naming the task.
     """
     query = next(
-        (doc[key] for key in ("query", "caption", "question") if isinstance(doc.get(key), str)),
+        (doc[key] for key in ("query", "question", "caption") if isinstance(doc.get(key), str)),
         None,
     )
-    images = _candidates(doc)
-    if query is None or images is None:
+    images = _list(doc.get("images"))
+    texts = _list(doc.get("texts")) or _list(doc.get("options"))
+    n = len(texts or images or [])
+    if query is None or n < 2 or (images and texts and len(images) != len(texts)):
         fields = ", ".join(sorted(str(key) for key in doc)[:20]) or "none"
-        extra = (
-            " Text options ('options') are not candidates this version reads; give the "
-            "candidates as images."
-            if "options" in doc
-            else ""
-        )
         raise TaskMappingError(
-            f"task {task!r} cannot be answered by posdebias: its documents need a query "
-            f"('query', 'caption' or 'question') and a list of at least 2 candidate 'images', "
-            f"but have the fields: {fields}.{extra} Write a task "
-            "posdebias can read with `posdebias lmms-eval-task`."
+            f"task {task!r} cannot be answered by posdebias: its documents need a stem "
+            "('query', 'question' or 'caption') and at least 2 candidates ('images' and/or "
+            f"'texts' / 'options', one per candidate), but have the fields: {fields}. Write a "
+            "task posdebias can read with `posdebias lmms-eval-task`."
         )
     item = str(doc.get(ITEM, doc.get("id", "")) or hashlib.sha1(query.encode()).hexdigest()[:12])
     order = doc.get(ORDER)
     if order is None:
-        order = list(range(len(images)))
-    if sorted(order) != list(range(len(images))):
+        order = list(range(n))
+    if sorted(order) != list(range(n)):
         raise TaskMappingError(
             f"task {task!r}, item {item!r}: {ORDER} {list(order)[:12]} is not a permutation of "
-            f"its {len(images)} candidates"
+            f"its {n} candidates"
         )
-    image_ids = tuple(
-        str(image) if isinstance(image, (str, Path)) else f"{item}:{base}"
-        for image, base in zip(images, order, strict=True)
-    )
+    kind = doc.get("task") or ("multiple_choice" if texts else "retrieval")
     target = doc.get("target")
+    if target is None and doc.get("answer") is not None:
+        target = _answer_position(doc["answer"], n)
+        if target is None:
+            raise TaskMappingError(
+                f"task {task!r}, item {item!r}: answer {doc['answer']!r} names none of the "
+                f"{n} candidates (give a letter or a 1-based index)"
+            )
     if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
         raise TaskMappingError(
             f"task {task!r}, item {item!r}: target must be a 0-based position, got {target!r}"
         )
-    return RetrievalInstance(
-        query=query, images=tuple(images), target=target, id=item, image_ids=image_ids
-    )
+    image_ids: tuple[str, ...] = ()
+    if images and any(image is not None and not isinstance(image, (str, Path)) for image in images):
+        # in-memory images have no stable identity: name them by item and base position
+        image_ids = tuple(f"{item}:{base}" for base in order)
+    try:
+        return Instance(
+            query=query,
+            images=tuple(images or ()),
+            texts=tuple(texts or ()),
+            stem_images=tuple(doc.get("stem_images") or ()),
+            target=target,
+            id=item,
+            image_ids=image_ids,
+            task=kind,
+        )
+    except InputError as exc:
+        raise TaskMappingError(f"task {task!r}: {exc}") from None
 
 
 def doc_order(doc: Mapping[str, Any], n: int) -> list[int]:
@@ -229,7 +259,7 @@ class HarnessDebiaser:
 
     # -- calibration ---------------------------------------------------------------------
 
-    def calibrate(self, task_items: Callable[[], list[RetrievalInstance]] | None = None) -> None:
+    def calibrate(self, task_items: Callable[[], list[Instance]] | None = None) -> None:
         """Calibrate once (later calls return at once). ``task_items`` gives the task's
         held-out items for ``calibration=task``."""
         if self.provenance is not None:
@@ -307,7 +337,7 @@ class HarnessDebiaser:
             }
         )
 
-    def _fit_shared(self, items: list[RetrievalInstance], origin: dict[str, Any]) -> None:
+    def _fit_shared(self, items: list[Instance], origin: dict[str, Any]) -> None:
         """Rank 0 fits and writes; every other rank waits for it and reads the same states."""
         key = hashlib.sha256(
             json.dumps(
@@ -341,13 +371,13 @@ class HarnessDebiaser:
     def labels(self, n: int) -> list[str]:
         return self.adapter.labels_for(n)
 
-    def answers(self, instances: Sequence[RetrievalInstance]) -> list[Ranking]:
+    def answers(self, instances: Sequence[Instance]) -> list[Ranking]:
         """Every calibrator's answer per instance; each distinct view is observed once per
         run, however many tasks (calibrator rows) ask for it."""
         if self.provenance is None:
             raise CalibrationError("calibrate() must run before the first answer")
         keys = [(instance.id, instance.image_ids) for instance in instances]
-        todo: dict[tuple[str, tuple[str, ...]], RetrievalInstance] = {}
+        todo: dict[tuple[str, tuple[str, ...]], Instance] = {}
         for key, instance in zip(keys, instances, strict=True):
             if key not in self._cache and key not in todo:
                 todo[key] = instance

@@ -32,10 +32,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from lmms_eval.api.instance import GenerationResult, Instance
+from lmms_eval.api.instance import GenerationResult
+from lmms_eval.api.instance import Instance as Request
 from lmms_eval.api.model import lmms
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
+from posdebias.core.labels import get_label_set
+from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.errors import InputError
 from posdebias.integrations.harness import (
     CALIBRATION_SPLIT,
@@ -94,11 +97,11 @@ class PosdebiasLMM(lmms):
 
     # -- requests ------------------------------------------------------------------------
 
-    def _doc(self, request: Instance) -> tuple[dict[str, Any], str]:
+    def _doc(self, request: Request) -> tuple[dict[str, Any], str]:
         *_, doc_id, task, split = request.args
         return self.task_dict[task][split][doc_id], task
 
-    def _task_items(self, tasks: Sequence[str]) -> list[RetrievalInstance]:
+    def _task_items(self, tasks: Sequence[str]) -> list[Instance]:
         """The held-out items of the first task, by name, with a calibration split (by name,
         so every process picks the same one whichever requests it holds)."""
         for task in sorted(set(tasks)):
@@ -111,7 +114,7 @@ class PosdebiasLMM(lmms):
             "--calibration-count M`, or pass calibration=<saved state or benchmark folder>"
         )
 
-    def _answer(self, requests: Sequence[Instance]) -> list[tuple[Any, str, dict[str, Any]]]:
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, dict[str, Any]]]:
         """(ranking, calibrator label, doc) per request; calibrated once on first use."""
         docs = [self._doc(request) for request in requests]
         tasks = [task for _, task in docs]
@@ -119,11 +122,13 @@ class PosdebiasLMM(lmms):
         instances = [doc_instance(doc, task) for doc, task in docs]
         for (doc, task), instance in zip(docs, instances, strict=True):
             expected = doc.get(LABELS)
+            if expected is None and instance.task != "retrieval":  # a foreign task's letters
+                expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
             labels = self.harness.labels(instance.n)
             if expected is not None and list(expected) != labels:
                 raise TaskMappingError(
                     f"task {task!r} expects the labels {list(expected)}, but the model answers "
-                    f"with {labels}; pass label_set= to --model_args to match"
+                    f"with {labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
                 )
         rankings = self.harness.answers(instances)
         return [
@@ -131,7 +136,7 @@ class PosdebiasLMM(lmms):
             for ranking, (doc, task) in zip(rankings, docs, strict=True)
         ]
 
-    def generate_until(self, requests: list[Instance]) -> list[GenerationResult]:
+    def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         """The calibrated label of each request's document."""
         answers = []
         for ranking, label, _ in self._answer(requests):
@@ -141,7 +146,7 @@ class PosdebiasLMM(lmms):
             )
         return answers
 
-    def loglikelihood(self, requests: list[Instance]) -> list[GenerationResult]:
+    def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
         results = []
@@ -161,7 +166,7 @@ class PosdebiasLMM(lmms):
             results.append(GenerationResult(text=pair))
         return results
 
-    def generate_until_multi_round(self, requests: list[Instance]) -> list[str]:
+    def generate_until_multi_round(self, requests: list[Request]) -> list[str]:
         raise TaskMappingError(
             "posdebias answers one question per document; multi-round tasks are not supported"
         )

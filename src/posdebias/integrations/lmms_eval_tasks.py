@@ -28,10 +28,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from posdebias.adapters.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
+from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
-from posdebias.core.instance import RetrievalInstance, rotation_order
-from posdebias.core.labels import get_label_set
+from posdebias.core.instance import Instance, rotation_order
+from posdebias.core.labels import LABEL_SETS, get_label_set
+from posdebias.core.tasks import TASK_LABEL_SETS, task_template
 from posdebias.errors import InputError
 from posdebias.evaluation.config import SAFE_LABEL
 from posdebias.evaluation.job import split_held_out
@@ -44,6 +45,7 @@ from posdebias.integrations.harness import (
     ORDER,
     ROTATION,
     current_provenance,
+    doc_instance,
 )
 
 OutputType = Literal["generate_until", "multiple_choice"]
@@ -53,13 +55,23 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # -- the task transform ---------------------------------------------------------------------
 
 
+#: The per-candidate fields of a document (rotated together); ``stem_images`` stay put.
+CANDIDATE_FIELDS = ("images", "texts")
+
+
+def candidate_count(doc: Mapping[str, Any]) -> int:
+    return max(len(doc.get(field) or ()) for field in CANDIDATE_FIELDS)
+
+
 def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
     """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order)."""
-    images = list(doc["images"])
-    n = len(images)
+    n = candidate_count(doc)
     order = rotation_order(n, rotation).tolist()
     rotated = dict(doc)
-    rotated["images"] = [images[k] for k in order]
+    for field in CANDIDATE_FIELDS:
+        values = doc.get(field)
+        if values:
+            rotated[field] = [values[k] for k in order]
     rotated[ITEM] = str(doc.get(ITEM, doc["id"]))
     rotated[ROTATION] = rotation
     rotated[ORDER] = order
@@ -77,7 +89,7 @@ def rotation_transform(calibrator: str | None, rotations: int | None = None) -> 
 
         rows = []
         for doc in dataset:
-            n = len(doc["images"])
+            n = candidate_count(doc)
             count = n if rotations is None else rotations
             if not 1 <= count <= n:
                 raise InputError(f"rotations must be 1..{n} for {n} candidates, got {count}")
@@ -95,23 +107,35 @@ def rotation_transform(calibrator: str | None, rotations: int | None = None) -> 
 
 def doc_labels(doc: Mapping[str, Any]) -> list[str]:
     labels = doc.get(LABELS)
-    return list(labels) if labels else get_label_set("digits").labels(len(doc["images"]))
+    if labels:
+        return list(labels)
+    kind = doc.get("task") or "retrieval"
+    return get_label_set(TASK_LABEL_SETS.get(kind, "digits")).labels(candidate_count(doc))
 
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list[Any]:
-    """The candidate images in the order shown (for models other than posdebias's, which
-    reads the files itself)."""
+    """The images of the prompt in the order shown, the stem's first (for models other than
+    posdebias's, which reads the files itself)."""
     from PIL import Image
 
-    return [Image.open(path).convert("RGB") for path in doc["images"]]
+    paths = [*(doc.get("stem_images") or ()), *(p for p in doc.get("images") or () if p)]
+    return [Image.open(path).convert("RGB") for path in paths]
 
 
 def doc_to_text(doc: Mapping[str, Any]) -> str:
-    """The retrieval prompt's text (the images come first), for models that need a prompt."""
+    """The text of the task's default posdebias prompt, for models that need a prompt."""
     labels = doc_labels(doc)
     n = len(labels)
-    instruction = DEFAULT_INSTRUCTION.format(n=n, range=f"{labels[0]} to {labels[-1]}")
-    return instruction + "\n" + DEFAULT_QUERY.format(caption=doc["query"])
+    kind = doc.get("task") or "retrieval"
+    if kind == "retrieval":
+        instruction = DEFAULT_INSTRUCTION.format(n=n, range=f"{labels[0]} to {labels[-1]}")
+        return instruction + "\n" + DEFAULT_QUERY.format(caption=doc["query"])
+    label_set = next(
+        (ls for ls in LABEL_SETS.values() if n <= ls.capacity and ls.labels(n) == labels),
+        get_label_set(TASK_LABEL_SETS.get(kind, "upper")),
+    )
+    messages = task_template(kind).messages(doc_instance(doc, kind), label_set)
+    return "".join(item.get("text", "") for message in messages for item in message["content"])
 
 
 def doc_to_target(doc: Mapping[str, Any]) -> str:
@@ -215,14 +239,24 @@ def circular(records: Sequence[Mapping[str, Any]]) -> float:
 # -- writing the tasks ----------------------------------------------------------------------
 
 
-def _base_doc(instance: RetrievalInstance, labels: list[str]) -> dict[str, Any]:
-    return {
+def _base_doc(instance: Instance, labels: list[str]) -> dict[str, Any]:
+    """A benchmark line as a harness document (image paths made absolute)."""
+    doc: dict[str, Any] = {
         "id": instance.id,
+        "task": instance.task,
         "query": instance.query,
-        "images": [str(Path(image).resolve()) for image in instance.images],
         "target": instance.target,
         LABELS: labels,
     }
+    if any(image is not None for image in instance.images):
+        doc["images"] = [
+            None if image is None else str(Path(image).resolve()) for image in instance.images
+        ]
+    if instance.has_texts:
+        doc["texts"] = list(instance.texts)
+    if instance.stem_images:
+        doc["stem_images"] = [str(Path(image).resolve()) for image in instance.stem_images]
+    return doc
 
 
 def _jsonl(docs: list[dict[str, Any]]) -> bytes:
@@ -244,7 +278,7 @@ def write_rotated_tasks(
     count: int | None = None,
     calibration_count: int = 0,
     seed: int = 0,
-    label_set: str = "digits",
+    label_set: str | None = None,
 ) -> list[Path]:
     """Write the rotated lmms-eval tasks of ``benchmark`` into ``out``; returns the files.
 
@@ -253,6 +287,8 @@ def write_rotated_tasks(
     ``calibration_count``: items held out by ``seed`` exactly as ``posdebias evaluate`` holds
     them out, the task's ``calibration`` split for ``calibration=task``) and
     ``<name>_posdebias.py`` (the functions the YAML names). All appear together or none.
+    ``label_set``: the labels the answers use (default: the task's, ``A``.. for multiple
+    choice, ``1``.. for retrieval).
     """
     if not _NAME.match(name):
         raise InputError(
@@ -284,7 +320,8 @@ def write_rotated_tasks(
     n = test[0].n
     if rotations is not None and not 1 <= rotations <= n:
         raise InputError(f"rotations must be 1..{n} for {n} candidates, got {rotations}")
-    labels = get_label_set(label_set).labels(n)
+    kind = test[0].task
+    labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
     out = Path(out)
     module = f"{name}_posdebias"
     files: dict[str, bytes] = {

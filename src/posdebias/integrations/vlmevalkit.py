@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import ConfigError, InputError
 from posdebias.integrations.harness import FROM_TASK, HarnessConfig, HarnessDebiaser
 
@@ -105,7 +105,7 @@ class PosdebiasVLM(_Base):
         return self.harness.labels(instance.n)[ranking.choice]
 
 
-def message_instance(message: Sequence[dict[str, Any]], dataset: str | None) -> RetrievalInstance:
+def message_instance(message: Sequence[dict[str, Any]], dataset: str | None) -> Instance:
     """A VLMEvalKit message as an instance: its images the candidates, its texts the query."""
     images = [item["value"] for item in message if item.get("type") == "image"]
     texts = [str(item["value"]) for item in message if item.get("type") == "text"]
@@ -120,7 +120,7 @@ def message_instance(message: Sequence[dict[str, Any]], dataset: str | None) -> 
         raise InputError(f"{where} has no text: posdebias needs the query as text")
     key = "\x1f".join([query, *(str(image) for image in images)])
     ident = "vlm-" + hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return RetrievalInstance(query=query, images=tuple(images), target=None, id=ident)
+    return Instance(query=query, images=tuple(images), target=None, id=ident)
 
 
 def _rank_and_world() -> tuple[int, int]:
