@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from posdebias._io import write_files_together
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import Instance, rotation_order
@@ -360,8 +361,6 @@ def write_rotated_tasks(
         raise InputError(
             f"{out} already holds {existing[0]}; choose an empty folder or another --name"
         )
-    from posdebias._io import write_files_together
-
     return write_files_together(out, files)
 
 
