@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup  # harness tests on one worker (tests/integrations)
 	$(MAKE) docs
 
 # The documentation site (mkdocs.yml): --strict fails on any warning, broken links and anchors
