@@ -290,6 +290,7 @@ def resolve_states(
                 config.orders,
                 config.seed,
                 shared=get_protocol(config.protocol).shared_orders,
+                cyclic=config.order_kind == "cyclic",
             ),
         )
         if missing

@@ -215,14 +215,19 @@ def _observe(
 
 
 def scored_views(
-    instances: Sequence[RetrievalInstance], orders: int, seed: int, *, shared: bool = False
+    instances: Sequence[RetrievalInstance],
+    orders: int,
+    seed: int,
+    *,
+    shared: bool = False,
+    cyclic: bool = False,
 ) -> list[RetrievalInstance]:
     """Every test instance in each of its T orders (:func:`instance_orders`): what the run
     scores, and what batch calibration averages over."""
     return [
         instance.permuted(order)
         for instance in instances
-        for order in instance_orders(instance, orders, seed, shared=shared)
+        for order in instance_orders(instance, orders, seed, shared=shared, cyclic=cyclic)
     ]
 
 
