@@ -290,6 +290,7 @@ def resolve_states(
                 config.orders,
                 config.seed,
                 shared=get_protocol(config.protocol).shared_orders,
+                cyclic=config.order_kind == "cyclic",
             ),
         )
         if missing
@@ -325,6 +326,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "seed": config.seed,
         "protocol": config.protocol,
         "orders": config.orders,
+        **({"order_kind": config.order_kind} if config.order_kind != "random" else {}),
         "count": config.count,
         "calibration_count": config.calibration_count,
     }
@@ -415,6 +417,11 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
+    if config.order_kind == "cyclic" and config.orders > n:
+        raise InputError(
+            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"only {n} rotations; use orders {n} or fewer"
+        )
     provided = saved_states(config, adapter, calibrators, n)
     run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
     if config.out is None:
@@ -493,6 +500,7 @@ def evaluate_shard(
         batch_size=config.batch_size,
         cache=run.cache,
         shared_orders=get_protocol(config.protocol).shared_orders,
+        cyclic_orders=config.order_kind == "cyclic",
     )
     todo = [
         instance
