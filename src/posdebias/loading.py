@@ -23,6 +23,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
+from posdebias.adapters.server import ServerAdapter
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
@@ -32,6 +33,12 @@ def _adapter_class(model_type: str, adapter: str | None) -> type[HFAdapter]:
     registry = get_registry()
     if adapter is not None:
         cls = registry.adapter_class(adapter)
+        if issubclass(cls, ServerAdapter):
+            raise InputError(
+                f"adapter {adapter!r} talks to a model server: pass the served model's name "
+                "and the server's base_url (posdebias.loading.open_adapter, or `posdebias "
+                "evaluate --adapter openai --base-url URL --model NAME`)"
+            )
         if not issubclass(cls, HFAdapter):
             raise InputError(
                 f"adapter {adapter!r} does not wrap Hugging Face models; drop --model or choose "
@@ -329,6 +336,29 @@ def get_adapter(
     )
 
 
+def served(name: str | None) -> bool:
+    """Whether adapter ``name`` talks to a model server (its ``model`` is a served name, not a
+    checkpoint to load)."""
+    if name is None:
+        return False
+    return issubclass(get_registry().adapter_class(name), ServerAdapter)
+
+
+def open_adapter(model: str, *, adapter: str | None = None, **options: Any) -> Adapter:
+    """The adapter for ``model``: a served model by name (``adapter: openai``), otherwise a
+    checkpoint loaded with :func:`load_adapter`."""
+    if served(adapter):
+        assert adapter is not None
+        unused = sorted(set(options) & {"dtype", "device", "device_map", "trust_remote_code"})
+        if unused:
+            raise InputError(
+                f"adapter {adapter!r} talks to a server that loads the model itself; the "
+                f"loading options {unused} do not apply (set them on the server)"
+            )
+        return get_registry().create_adapter(adapter, model=model, **options)
+    return load_adapter(model, adapter=adapter, **options)
+
+
 def create_adapter(name: str | None, **options: Any) -> Adapter:
     """The adapter ``name`` from options, as a config names it.
 
@@ -338,7 +368,7 @@ def create_adapter(name: str | None, **options: Any) -> Adapter:
     """
     model = options.pop("model", None)
     if model is not None:
-        return load_adapter(model, adapter=name, **options)
+        return open_adapter(model, adapter=name, **options)
     if name is None:
         raise InputError("name an adapter or a model")
     return get_registry().create_adapter(name, **options)

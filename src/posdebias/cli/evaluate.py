@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
+    parser.add_argument(
+        "--base-url",
+        dest="base_url",
+        help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
+        "http://127.0.0.1:8000/v1",
+    )
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument(
@@ -106,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.trust_remote_code:
         options = {**config.adapter.options, "trust_remote_code": True}
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"options": options})}
+        )
+    if args.base_url is not None:
+        options = {**config.adapter.options, "base_url": args.base_url}
         config = config.model_copy(
             update={"adapter": config.adapter.model_copy(update={"options": options})}
         )

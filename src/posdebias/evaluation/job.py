@@ -60,7 +60,7 @@ from posdebias.evaluation.runner import (
 )
 from posdebias.evaluation.states import save_states
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, load_adapter
+from posdebias.loading import create_adapter, open_adapter, served
 from posdebias.registry import get_registry
 
 
@@ -69,11 +69,13 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    if config.model is not None:
+    if config.model is not None and served(config.adapter.name):
+        adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
+    elif config.model is not None:
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
         options = protocol_adapter_options(protocol, options)
-        adapter: Adapter = load_adapter(config.model, adapter=config.adapter.name, **options)
+        adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
@@ -256,9 +258,10 @@ def check_attention(adapter: Adapter, calibrators: dict[str, Calibrator]) -> Non
         return
     blind = [label for label, c in calibrators.items() if c.needs_attention]
     if blind:
+        reason = getattr(adapter, "no_attention_reason", None) or "it cannot capture attention"
         raise InputError(
-            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} cannot "
-            "capture attention; use vanilla, pride or permutation_average instead"
+            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} has none: "
+            f"{reason}; use vanilla, pride or permutation_average instead"
         )
 
 

@@ -56,6 +56,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.llava_onevision",
     "posdebias.adapters.internvl",
     "posdebias.adapters.llava",
+    "posdebias.adapters.server",
     "posdebias.adapters.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",
     "posdebias.calibrators.pride",
