@@ -59,3 +59,66 @@ def save_text_model(directory: Path, seed: int = 0) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+class TransformersTextAdapter:
+    """The reference: the same prompt and labels as the ``openai`` adapter (with the same
+    options), scored by the transformers forward of the same weights with posdebias' restricted
+    label scoring (adapters/scoring.py), one full forward per decoding step (no cache)."""
+
+    def __new__(cls, **options: Any) -> Any:  # a real Adapter subclass, built lazily
+        return _reference_class()(**options)
+
+
+def _reference_class() -> type:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from posdebias.adapters.scoring import plan_labels, score_labels
+    from posdebias.adapters.server import ServerAdapter
+    from posdebias.core.observation import Observation
+
+    class Reference(ServerAdapter):
+        """Prompts and labels of the ``openai`` adapter (it sends no request), scores from
+        transformers."""
+
+        name = "transformers_text"
+
+        def __init__(self, **options: Any) -> None:
+            super().__init__(**options)
+            self.prompting = self
+            folder = options["tokenizer"]
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+        def describe(self, n: int | None = None) -> dict[str, Any]:
+            return {**super().describe(n), "adapter": self.name}
+
+        def scores(self, instance: Any) -> np.ndarray:
+            messages = self.prompting.messages(instance)
+            rendered = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            prompt = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+            labels = self.prompting.labels_for(instance.n)
+            tokens = []
+            for label in labels:
+                full = self.tokenizer(rendered + label, add_special_tokens=False)["input_ids"]
+                assert full[: len(prompt)] == prompt
+                tokens.append(full[len(prompt) :])
+            plan = plan_labels(tokens, self.tokenizer.eos_token_id, labels)
+
+            def logits(prefix: tuple[int, ...]) -> torch.Tensor:
+                ids = torch.tensor([prompt + list(prefix)])
+                with torch.inference_mode():
+                    return self.model(input_ids=ids).logits[:, -1, :]
+
+            return score_labels(plan, logits(()), logits)[0].double().numpy()
+
+        def observe_many(self, instances: Any, *, batch_size: int = 1) -> list[Observation]:
+            return [
+                Observation(label_logprobs=self.scores(i), target=i.target) for i in instances
+            ]
+
+    return Reference

@@ -89,7 +89,11 @@ class ServerOptions(AdapterOptions):
         description="content: images as image_url content parts (base64 PNG); placeholder: "
         "each image as the text image_placeholder (a text model: it sees no pixels)",
     )
-    image_placeholder: str = Field(default="<image>", description="text of images: placeholder")
+    image_placeholder: str = Field(
+        default="<image>",
+        description="the text of each image with images: placeholder; {name} is the image "
+        "file's name (so a text model can tell images apart)",
+    )
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
     prompt: PromptTemplate | None = Field(default=None, description="prompt template fields")
     prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
@@ -284,8 +288,8 @@ class ServerAdapter(Adapter):
                 if item["type"] != "image":
                     parts.append(item)
                 elif self.options.images == "placeholder":
-                    next(images)
-                    parts.append({"type": "text", "text": self.options.image_placeholder})
+                    text = self.options.image_placeholder.replace("{name}", _name(next(images)))
+                    parts.append({"type": "text", "text": text})
                 else:
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
@@ -618,6 +622,13 @@ def _local_tokenizer(folder: str) -> Any:
     if not getattr(tokenizer, "chat_template", None):
         raise InputError(f"the tokenizer in {excerpt(folder)} has no chat template")
     return tokenizer
+
+
+def _name(reference: Any) -> str:
+    """An image's file name (the text a placeholder shows for it)."""
+    if isinstance(reference, (str, Path)):
+        return Path(reference).name
+    return getattr(reference, "filename", "") or "image"
 
 
 def _data_url(reference: Any, instance_id: str) -> str:
