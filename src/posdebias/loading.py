@@ -221,6 +221,7 @@ def load_adapter(
     dtype: str = "auto",
     device: str | None = None,
     device_map: str | dict[str, Any] | None = None,
+    max_memory: dict[int | str, int | str] | None = None,
     trust_remote_code: bool = False,
     revision: str | None = None,
     label_set: str = "digits",
@@ -236,6 +237,8 @@ def load_adapter(
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16``, ``float16``.
         device: where to put the model (default: ``cuda`` when available, else ``cpu``);
             ignored when ``device_map`` is given (accelerate placement).
+        max_memory: with ``device_map``, the devices accelerate may use and how much of each
+            (``{0: "70GiB", 1: "70GiB"}``); data-parallel ranks get their own GPU group.
         label_set: the label set the prompt names (``digits``, ``upper``, ...).
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
@@ -265,6 +268,13 @@ def load_adapter(
     }
     if device_map is not None:
         kwargs["device_map"] = device_map
+    if max_memory is not None:
+        if device_map is None:
+            raise InputError("max_memory applies to device_map placement; set device_map too")
+        # a config file's keys are text: "0" is GPU 0 for accelerate
+        kwargs["max_memory"] = {
+            int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in max_memory.items()
+        }
     try:
         processor = AutoProcessor.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
@@ -317,7 +327,9 @@ def get_adapter(
     cls = _adapter_class(model_type, adapter)
     parsed = cls.parse_options(options)
     assert isinstance(parsed, HFAdapterOptions)  # HFAdapter.Options derive from it
-    loading = [name for name in ("dtype", "device", "device_map", "model") if name in options]
+    loading = [
+        name for name in ("dtype", "device", "device_map", "max_memory", "model") if name in options
+    ]
     if loading:
         raise InputError(
             f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"

@@ -75,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    parser.add_argument(
+        "--gpus-per-process",
+        type=int,
+        dest="gpus_per_process",
+        help="with accelerate launch: GPUs of each process's model replica (data x model "
+        "parallel; device_map over its own group)",
+    )
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
         "--trust-remote-code",
@@ -108,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         protocol=args.protocol,
         batch_size=args.batch_size,
+        gpus_per_process=args.gpus_per_process,
         out=args.out,
     )
     if args.trust_remote_code:

@@ -45,7 +45,7 @@ from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
-from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
@@ -72,8 +72,7 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     if config.model is not None and served(config.adapter.name):
         adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.model is not None:
-        if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
-            options["device"] = shard.device
+        options = placement(options, shard or Shard(), config.gpus_per_process)
         options = protocol_adapter_options(protocol, options)
         adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
