@@ -10,6 +10,7 @@ resolved), and an error message quotes at most :data:`EXCERPT_CHARS` characters 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -58,21 +59,33 @@ def read_input_bytes(
     limit: int,
     error: type[InputError] = InputError,
     hint: str = "",
+    follow_links: bool = True,
 ) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, or ``error`` saying why not.
 
     Opened non-blocking, so a FIFO is refused instead of waited on; ``/dev/zero`` and other
-    devices, directories and sockets are refused before anything is read.
+    devices, directories and sockets are refused before anything is read. Without
+    ``follow_links`` a symbolic link is refused too (files of a run directory are our own).
     """
     source = Path(path)
     suffix = f"; {hint}" if hint else ""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(source, flags)
     except FileNotFoundError:
         raise error(f"{what} {source} does not exist{suffix}") from None
     except IsADirectoryError:
         raise error(f"{what} {source} is a directory, not a file{suffix}") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise error(
+                f"{what} {source} is a symbolic link; posdebias reads and writes only its own "
+                "files in a run directory, never through links"
+            ) from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise error(f"{what} {excerpt(str(source))}: the name is too long") from None
         raise error(f"cannot read {what} {source}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
@@ -106,9 +119,12 @@ def read_input_text(
     limit: int,
     error: type[InputError] = InputError,
     hint: str = "",
+    follow_links: bool = True,
 ) -> str:
     """:func:`read_input_bytes` decoded as UTF-8 (a leading byte-order mark is dropped)."""
-    data = read_input_bytes(path, what, limit=limit, error=error, hint=hint)
+    data = read_input_bytes(
+        path, what, limit=limit, error=error, hint=hint, follow_links=follow_links
+    )
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from posdebias.errors import OutputError
+from posdebias._inputs import DATA_LIMIT, read_input_bytes
+from posdebias.errors import OutputError, ResumeError
 
 try:
     import fcntl
@@ -190,8 +191,12 @@ class DirectoryLock:
                 f"{self.folder} is in use by another posdebias process (pid {holder}); wait "
                 "for it to finish, or choose another output location"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError as exc:  # a full disk before anything of the run is written
+            os.close(fd)
+            raise _output_error(self.path, exc) from exc
         self._fd = fd
         return self
 
@@ -309,20 +314,36 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     anywhere else means the file was edited, so it raises.
     """
     source = Path(path)
-    if not source.exists():
+    if not os.path.lexists(source):
         return
-    if not source.is_file():
+    if source.is_symlink() or not source.is_file():
         raise OutputError(f"{source} is not a regular file; remove it or use another --out")
-    lines = source.read_text(encoding="utf-8").split("\n")
-    complete = lines[:-1]  # after the last newline: a torn line or ''
-    for number, line in enumerate(complete, start=1):
+    data = read_input_bytes(
+        source, "run log", limit=DATA_LIMIT, error=ResumeError, follow_links=False
+    )
+    lines = data.split(b"\n")
+    complete = lines[:-1]  # after the last newline: a torn line or b''
+    for number, raw in enumerate(complete, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ResumeError(
+                f"{source}:{number}: the run log is corrupt (not UTF-8 text: {exc.reason} at "
+                f"byte {exc.start}); delete the run directory and start again without --resume"
+            ) from None
         if not line.strip():
             continue
         try:
             yield json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise OutputError(
-                f"{source}:{number}: the run log is corrupt ({exc.msg}); "
+        except RecursionError:
+            raise ResumeError(
+                f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "
+                "run directory and start again without --resume"
+            ) from None
+        except ValueError as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
+            raise ResumeError(
+                f"{source}:{number}: the run log is corrupt ({why}); "
                 "delete the run directory and start again without --resume"
             ) from exc
 

@@ -238,3 +238,24 @@ def test_server_killed_mid_run_then_resume_equals_an_uninterrupted_run(
     assert not (out / "results.json").exists()
     assert main([*evaluate_args(vllm_server, config, bench, out), "--resume"]) == 0
     assert_same_run(served_run, out)
+
+
+def test_text_multiple_choice_scores_equal_the_transformers_forward(vllm_server):
+    from posdebias.core.instance import Instance
+
+    questions = [
+        ("Which shape has four equal sides?", ("a circle", "a square", "a line", "a dot")),
+        ("What colour is the sky?", ("green", "red", "blue")),
+    ]
+    instances = [
+        Instance(query=q, texts=texts, target=1, id=f"q{i}", task="multiple_choice")
+        for i, (q, texts) in enumerate(questions)
+    ]
+    served = ServerAdapter(**options(vllm_server, label_set="upper", images="content"))
+    reference = TransformersTextAdapter(
+        **options(vllm_server, label_set="upper", tokenizer=str(vllm_server.model))
+    )
+    for got, want in zip(
+        served.observe_many(instances), reference.observe_many(instances), strict=True
+    ):
+        assert np.max(np.abs(got.label_logprobs - want.label_logprobs)) < TOLERANCE

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import string
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet
+from posdebias.core.tasks import check_placeholders
 from posdebias.errors import ConfigError, validation_problems
 
 PROMPT_FILE = "posdebias_prompt.json"
@@ -82,7 +81,7 @@ class PromptTemplate(BaseModel):
         for name, (template, values) in fields.items():
             allowed = ", ".join("{" + key + "}" for key in values)
             try:
-                _check_fields(template, values)
+                check_placeholders(template, values)
                 template.format(**values)
             except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
                 raise ValueError(
@@ -157,27 +156,6 @@ class PromptTemplate(BaseModel):
                 0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
             )
         return messages
-
-
-#: Widest field a template may ask for (``{label:>3}``); a huge width would build a huge string.
-MAX_FIELD_WIDTH = 100
-
-
-def _check_fields(template: str, values: dict[str, Any]) -> None:
-    """Only the named placeholders, no attribute or index access (``{n.real}``,
-    ``{caption.__class__}`` would reach into Python objects) and no huge widths."""
-    for _, field, spec, _ in string.Formatter().parse(template):
-        if field is None:
-            continue
-        if field not in values:
-            raise ValueError(f"unknown placeholder {{{field[:40]}}}")
-        if spec and (
-            "{" in spec or any(int(run) > MAX_FIELD_WIDTH for run in re.findall(r"\d+", spec))
-        ):
-            raise ValueError(
-                f"format spec {spec[:40]!r} of {{{field}}} is nested or wider than "
-                f"{MAX_FIELD_WIDTH}"
-            )
 
 
 def _join(first: str, second: str) -> str:

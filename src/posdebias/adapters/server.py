@@ -50,6 +50,7 @@ from posdebias.adapters.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation
+from posdebias.core.tasks import TaskTemplate, task_template
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
@@ -95,7 +96,14 @@ class ServerOptions(AdapterOptions):
         "file's name (so a text model can tell images apart)",
     )
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
-    prompt: PromptTemplate | None = Field(default=None, description="prompt template fields")
+    prompt: PromptTemplate | None = Field(
+        default=None, description="retrieval prompt template fields (default: the method's)"
+    )
+    task_prompt: TaskTemplate | None = Field(
+        default=None,
+        description="template fields of the other tasks (multiple_choice, pairwise_judge, "
+        "rerank); default: each task's own",
+    )
     prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
     answer_prefix: str = Field(default="", description="text before the label in the answer")
     end_token: str | None = Field(
@@ -271,12 +279,17 @@ class ServerAdapter(Adapter):
     # -- prompts ---------------------------------------------------------------------------
 
     def messages(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> list:
-        """OpenAI chat messages of one instance: the template's text and image items, images
-        as base64 PNG ``image_url`` parts (or the placeholder text)."""
-        raw = (prompt or self.prompt).messages(
-            instance.query, instance.n, get_label_set(self.label_set)
-        )
-        images = iter(instance.images)
+        """OpenAI chat messages of one instance (any task): the template's text and image
+        items, images as base64 PNG ``image_url`` parts (or the placeholder text)."""
+        label_set = get_label_set(self.label_set)
+        if instance.task == "retrieval":
+            raw = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
+            shown = list(instance.images)
+        else:
+            template = task_template(instance.task, self.options.task_prompt)
+            raw = template.messages(instance, label_set)
+            shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
+        images = iter(shown)
         messages = []
         for message in raw:
             content = message["content"]
@@ -299,7 +312,8 @@ class ServerAdapter(Adapter):
     def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
         assert self.tokenizer is not None
-        if instance.images and self.options.images == "content":
+        shows_images = instance.stem_images or any(i is not None for i in instance.images)
+        if shows_images and self.options.images == "content":
             raise InputError(
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"

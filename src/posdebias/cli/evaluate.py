@@ -8,6 +8,7 @@ from pathlib import Path
 
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
+from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import run_evaluation
@@ -48,6 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "http://127.0.0.1:8000/v1",
     )
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        help="task kind (retrieval, multiple_choice, pairwise_judge, rerank); checked against "
+        "the benchmark's manifest",
+    )
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument(
         "--calibration-transfer",
@@ -104,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         adapter=args.adapter,
         model=args.model,
         benchmark=args.benchmark,
+        task=args.task,
         calibration=args.calibration,
         calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,

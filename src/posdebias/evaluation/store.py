@@ -24,7 +24,6 @@ be started again with a corrected command.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shutil
 from collections.abc import Iterator, Mapping
@@ -32,14 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._inputs import excerpt
-from posdebias._io import (
-    DirectoryLock,
-    JsonlAppender,
-    atomic_write_json,
-    read_jsonl_records,
-    remove_stale,
-    truncate_torn_tail,
-)
+from posdebias._io import JsonlAppender, read_jsonl_records, truncate_torn_tail
+from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.core.observation import Observation
 from posdebias.errors import OutputError, ResumeError
 from posdebias.evaluation.logcheck import check_observation_row
@@ -55,8 +48,6 @@ _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
     r"|(observations|records|generations)(\.rank\d+)?\.jsonl)$"
 )
-_LOCK = DirectoryLock.FILE
-_TEMP = re.compile(r"^\..+\.(tmp|staging)$")
 
 
 class PersistentObservationCache(ObservationCache):
@@ -92,49 +83,23 @@ class RunDirectory:
         self.generations_path = self.root / f"generations{suffix}.jsonl"
         self.states_dir = self.root / STATES_DIR
         self.results_path = self.root / RESULTS_FILE
-        self._lock = DirectoryLock(self.root)
+        self.folder = RunFolder(
+            self.root, marker=RUN_FILE, own=_OWN_NAMES, subfolders=(STATES_DIR, FIGURES_DIR)
+        )
 
-    # -- ownership, locking and identity -----------------------------------------------------
+    # -- ownership, locking and identity (the one run-directory layer: posdebias._rundir) -----
 
     def check_ours(self) -> None:
         """Refuse a folder we did not make: a non-empty folder that is not a run directory,
         or one whose files are symbolic links (writing there would change their targets)."""
-        if not self.root.exists():
-            return
-        if not self.root.is_dir():
-            raise OutputError(f"--out {self.root} is a file; give a folder for the run")
-        entries = sorted(self.root.iterdir())
-        links = [e.name for e in entries if e.is_symlink() and _OWN_NAMES.match(e.name)]
-        for sub in (STATES_DIR, FIGURES_DIR):
-            folder = self.root / sub
-            if folder.is_dir() and not folder.is_symlink():
-                links += [f"{sub}/{e.name}" for e in sorted(folder.iterdir()) if e.is_symlink()]
-        if links:
-            raise OutputError(
-                f"--out {self.root} holds symbolic links where the run keeps its own files "
-                f"({', '.join(links[:5])}); posdebias does not write through links: remove "
-                "them or choose another --out"
-            )
-        if (self.root / RUN_FILE).is_file() and not (self.root / RUN_FILE).is_symlink():
-            foreign = []
-        else:  # no run of ours: only what a run leaves before its run.json may be there
-            foreign = [e.name for e in entries if not (e.name == _LOCK or _TEMP.match(e.name))]
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise OutputError(
-                f"--out {self.root} is not empty and is not a posdebias run directory (it holds "
-                f"{shown}); posdebias writes only into a new or empty folder or one of its own "
-                "runs: choose another --out"
-            )
+        self.folder.check()
 
     def lock(self) -> None:
         """Take the directory's exclusive lock and clear what a killed writer left behind."""
-        self._lock.acquire()
-        for folder in (self.root, self.states_dir, self.root / FIGURES_DIR):
-            remove_stale(folder, locked=True)
+        self.folder.lock()
 
     def unlock(self) -> None:
-        self._lock.release()
+        self.folder.unlock()
 
     def started(self) -> bool:
         """Whether the run has produced anything beyond its set-up (a record or results)."""
@@ -151,25 +116,20 @@ class RunDirectory:
         observations, with another one it starts afresh.
         """
         self.check_ours()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"cannot create output directory {self.root}: {exc}") from exc
+        self.folder.create()
         if self.rank in (None, 0):
             self.lock()
-        run_file = self.root / RUN_FILE
-        if not run_file.exists():
+        written = {FORMAT_KEY: FORMAT_VERSION, **identity}
+        saved = self.folder.read_json(RUN_FILE, "run file")
+        if saved is None:
             if self.rank in (None, 0):
-                atomic_write_json(run_file, dict(identity))
+                self.folder.write_json(RUN_FILE, written)
             return
-        try:
-            saved = json.loads(run_file.read_text(encoding="utf-8"))
-        except (ValueError, RecursionError) as exc:
-            raise ResumeError(
-                f"{run_file} is corrupt ({excerpt(str(exc))}); use a new --out"
-            ) from None
         if not isinstance(saved, dict):
-            raise ResumeError(f"{run_file} is corrupt (not a JSON object); use a new --out")
+            raise ResumeError(
+                f"{self.root / RUN_FILE} is corrupt (not a JSON object); use a new --out"
+            )
+        saved = {k: v for k, v in saved.items() if k != FORMAT_KEY}
         differences = [
             f"{key}: {excerpt(saved.get(key))} there, {excerpt(identity.get(key))} now"
             for key in sorted(set(saved) | set(identity))
@@ -178,7 +138,7 @@ class RunDirectory:
         if not self.started():
             if differences and self.rank in (None, 0):
                 self._reset()
-                atomic_write_json(run_file, dict(identity))
+                self.folder.write_json(RUN_FILE, written)
             return
         if not resume:
             raise ResumeError(

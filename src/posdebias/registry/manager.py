@@ -420,9 +420,13 @@ class Registry:
         entry = self._models.get(name)
         return entry.value if entry else None
 
-    def default_model(self) -> BundledModel | None:
-        """The bundled model that runs when neither a model nor an adapter is named."""
-        return next((model for model in self.bundled_models() if model.default), None)
+    def default_model(self, task: str = "retrieval") -> BundledModel | None:
+        """The bundled model that runs when neither a model nor an adapter is named, for
+        ``task`` (each task has at most one default)."""
+        return next(
+            (model for model in self.bundled_models() if model.default and model.task == task),
+            None,
+        )
 
 
 _registry: Registry | None = None

@@ -1,0 +1,201 @@
+"""Studies of the paper's experiments, one command each (``posdebias sweep STUDY``).
+
+A study is a list of *points* (one evaluation setting each) run on one model with one
+observation cache, so a point never repeats a forward pass an earlier point made:
+
+* ``n``: N images per instance (the paper's Figure 5); T is capped at N! per point;
+* ``calibration_size``: |Dcal| = M calibration instances (Figure 6a): nested calibration sets
+  held out by seed, the same test instances (and test observations) at every point;
+* ``top_k`` / ``tau``: an option of the layer-selecting calibrators (Table 4 / Figure 6b): the
+  same observations at every point, so only the first point runs the model;
+* ``transfer``: calibrate on benchmark A, evaluate on B, for every ordered pair of the given
+  benchmarks (Table 3); the test instances of B are the same whichever benchmark calibrated.
+
+The run directory::
+
+    sweep.json          what defines the study (checked by --resume; benchmarks by content hash)
+    observations.jsonl  the shared observation cache (append-only, crash-safe)
+    points/NNN.json     one finished point: its rows and the observations it used
+    results.csv         the tidy table: one row per point x calibrator
+    figure.png          the paper-style figure
+    report.md           the table per metric, the cost of each point, the settings
+    timing.json         seconds per point (the only file that differs between reruns)
+
+A killed study resumes with ``--resume``: finished points are read back, observations made
+before the kill are not made again, and the final files are byte-identical to those of an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.decoding import DecisionCache
+from posdebias.evaluation.job import build_adapter, build_calibrators, build_decoders
+from posdebias.evaluation.preset import resolve_preset
+from posdebias.evaluation.store import PersistentObservationCache
+from posdebias.evaluation.sweep.outputs import (
+    COLUMNS,
+    read_table,
+    with_costs,
+    write_figure,
+    write_sweep_report,
+    write_table,
+)
+from posdebias.evaluation.sweep.plan import (
+    DEFAULT_VALUES,
+    STUDIES,
+    Point,
+    SweepSpec,
+    plan_points,
+)
+from posdebias.evaluation.sweep.point import run_point
+from posdebias.evaluation.sweep.store import (
+    GENERATIONS_FILE,
+    OBSERVATIONS_FILE,
+    SweepDirectory,
+)
+
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_VALUES",
+    "STUDIES",
+    "Point",
+    "SweepResult",
+    "SweepSpec",
+    "plan_points",
+    "read_table",
+    "run_point",
+    "run_sweep",
+    "sweep_identity",
+    "write_table",
+]
+
+
+@dataclass
+class SweepResult:
+    """What a finished study wrote."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    figure: Path
+    report: Path
+    seconds: float
+
+
+def sweep_identity(study: str, points: list[Point], adapter: Any) -> dict[str, Any]:
+    """What defines a study: the model's description, every point's settings, and the content
+    hash of every benchmark a point reads (a benchmark swapped under the same path refuses
+    ``--resume`` instead of mixing old points with new ones)."""
+    described = {k: v for k, v in adapter.describe().items() if k not in ("device", "labels")}
+    paths = {
+        str(path)
+        for point in points
+        for path in (point.config.benchmark, point.config.calibration_benchmark)
+        if path is not None
+    }
+    return {
+        "study": study,
+        "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
+        "benchmarks_sha256": {
+            path: load_benchmark(Path(path)).fingerprint for path in sorted(paths)
+        },
+        "points": [
+            {
+                "label": point.label,
+                "config": point.config.model_dump(
+                    mode="json", exclude={"out", "batch_size", "adapter"}
+                ),
+            }
+            for point in points
+        ],
+    }
+
+
+def run_sweep(
+    study: str,
+    config: EvaluateConfig,
+    spec: SweepSpec,
+    out: Path,
+    *,
+    resume: bool = False,
+    adapter: Any = None,
+    on_point: Callable[[Point, dict[str, Any]], None] | None = None,
+) -> SweepResult:
+    """Run (or resume) a study into ``out``; returns the rows and the files written."""
+    points = plan_points(study, config, spec)
+    started = time.perf_counter()
+    resolved = resolve_preset(config)
+    with resolved.threads():
+        if adapter is None:
+            adapter = build_adapter(resolved.config)
+        for point in points:
+            point.config = resolve_preset(point.config).config
+            build_calibrators(point.config)  # unknown names or options: refused before any work
+            build_decoders(point.config)
+        directory = SweepDirectory(out)
+        directory.prepare(sweep_identity(study, points, adapter), resume=resume)
+        try:
+            done, timing = _run_points(study, points, adapter, directory, config, on_point)
+            rows = with_costs(done)
+            write_table(rows, directory.output("results.csv"))
+            figure = write_figure(study, rows, directory.output("figure.png"))
+            report = write_sweep_report(study, rows, points, adapter, directory.output("report.md"))
+            seconds = time.perf_counter() - started
+            timing["total_seconds_last_invocation"] = round(seconds, 3)
+            directory.write_timing(timing)
+        finally:
+            directory.close()
+    return SweepResult(out, rows, figure, report, seconds)
+
+
+def _run_points(
+    study: str,
+    points: list[Point],
+    adapter: Any,
+    directory: SweepDirectory,
+    config: EvaluateConfig,
+    on_point: Callable[[Point, dict[str, Any]], None] | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every point not finished before (its file read back), with the shared logs open."""
+    log = directory.open_log(OBSERVATIONS_FILE)
+    generation_log = None
+    try:
+        cache = PersistentObservationCache(log)
+        cache.load([directory.log_path(OBSERVATIONS_FILE)])  # not made again after a kill
+        decisions = DecisionCache()
+        if config.decoders:
+            generation_log = directory.open_log(GENERATIONS_FILE)
+            decisions = DecisionCache(generation_log)
+            decisions.load([directory.log_path(GENERATIONS_FILE)])  # nor its generated answers
+        timing = directory.read_timing()
+        done: list[dict[str, Any]] = []
+        for point in points:
+            saved = directory.read_point(point.index, point.label)
+            if saved is not None:
+                done.append(saved)
+                continue
+            begun = time.perf_counter()
+            rows, keys, made = run_point(point, study, adapter, cache, decisions)
+            payload = {"label": point.label, "rows": rows, "keys": keys}
+            directory.write_point(point.index, payload)
+            done.append(payload)
+            timing["points"][point.label] = {
+                "seconds": round(time.perf_counter() - begun, 3),
+                "observations_made_in_this_process": made,
+            }
+            directory.write_timing(timing)
+            if on_point is not None:
+                on_point(point, payload)
+        return done, timing
+    finally:
+        log.close()
+        if generation_log is not None:
+            generation_log.close()

@@ -1,0 +1,175 @@
+"""What a study evaluates: its points, planned and checked before any model is loaded."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.errors import InputError
+from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
+from posdebias.registry import get_registry
+
+STUDIES = ("n", "calibration_size", "top_k", "tau", "transfer")
+#: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
+
+#: Values a study sweeps when the config gives none.
+DEFAULT_VALUES: dict[str, list[float]] = {
+    "n": [float(n) for n in range(2, 13)],
+    "calibration_size": [float(m) for m in range(1, 21)],
+    "top_k": [1.0, 2.0, 3.0, 4.0],
+    "tau": [0.5, 1.0, 2.0, 5.0, 10.0, 20.0],
+}
+
+
+class SweepSpec(BaseModel):
+    """The ``sweep`` section of a config file (everything else is an evaluation config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    values: list[float] | None = Field(
+        default=None, description="N, |Dcal|, K or tau values (default per study)"
+    )
+    benchmarks: list[Path] | None = Field(
+        default=None, description="transfer: the benchmarks to pair (every ordered pair)"
+    )
+
+
+@dataclass
+class Point:
+    """One setting of a study: what it evaluates and how it is labelled."""
+
+    index: int
+    value: float | str
+    label: str
+    config: EvaluateConfig
+    calibration_benchmark: str = ""
+    benchmark: str = ""
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _calibrators_with_option(specs: list[CalibratorSpec], option: str) -> list[CalibratorSpec]:
+
+    registry = get_registry()
+    chosen = [
+        spec
+        for spec in specs
+        if option in getattr(registry.calibrator_class(spec.name).Options, "model_fields", {})
+    ]
+    if not chosen:
+        names = ", ".join(spec.name for spec in specs)
+        raise InputError(
+            f"the {option} study needs a calibrator with the option {option!r} (e.g. "
+            f"attention_guided); the config has: {names}"
+        )
+    return chosen
+
+
+def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
+    """The points of a study, in the order they run (checked before any model is loaded)."""
+    if study not in STUDIES:
+        raise InputError(f"unknown study {study!r}; choose one of: {', '.join(STUDIES)}")
+    if study == "transfer":
+        return _transfer_points(config, spec)
+    if spec.benchmarks is not None:
+        raise InputError(f"'benchmarks' is for the transfer study, not {study!r}")
+    values = spec.values if spec.values is not None else DEFAULT_VALUES[study]
+    if not values:
+        raise InputError(f"the {study} study needs at least one value")
+    if len(set(values)) != len(values):
+        raise InputError(f"the {study} study's values repeat: {values}")
+    points = []
+    for index, value in enumerate(values):
+        if study in ("n", "calibration_size", "top_k") and (value != int(value) or value < 1):
+            raise InputError(f"{study} values must be whole numbers >= 1, got {value}")
+        update: dict[str, Any]
+        if study == "n":
+            n = int(value)
+            if n < 2:
+                raise InputError(f"n values must be at least 2, got {n}")
+            update = {"n": n, "orders": min(config.orders, math.factorial(n))}
+            if config.benchmark is not None:
+                pattern = str(config.benchmark)
+                if "{n}" not in pattern:
+                    raise InputError(
+                        "the n study needs one benchmark per N: give benchmark as a pattern "
+                        "with {n}, e.g. runs/coco-random-n{n}"
+                    )
+                update["benchmark"] = Path(pattern.replace("{n}", str(n)))
+        elif study == "calibration_size":
+            # one held-out pool of the largest M: nested calibration sets, one test set
+            update = {"calibration_count": int(max(values))}
+        else:
+            option = study
+            chosen = {s.key for s in _calibrators_with_option(config.calibrators, option)}
+            update = {
+                "calibrators": [
+                    s.model_copy(update={"options": {**s.options, option: _number(value)}})
+                    if s.key in chosen
+                    else s
+                    for s in config.calibrators
+                ]
+            }
+        label = f"{study}={_number(value)}"
+        points.append(Point(index, _number(value), label, config.model_copy(update=update)))
+    return points
+
+
+def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
+
+    if spec.values is not None:
+        raise InputError("the transfer study takes 'benchmarks', not 'values'")
+    if not spec.benchmarks or len(spec.benchmarks) < 2:
+        raise InputError(
+            "the transfer study needs at least two benchmarks: --benchmarks A B (or "
+            "sweep.benchmarks in the config)"
+        )
+    loaded = [load_benchmark(path) for path in spec.benchmarks]
+    sizes = {
+        str(path): {inst.n for inst in b.instances}
+        for path, b in zip(spec.benchmarks, loaded, strict=True)
+    }
+    for path, found in sizes.items():
+        if len(found) != 1:
+            raise InputError(f"benchmark {path} mixes N = {sorted(found)}; use one N per benchmark")
+    distinct = {next(iter(found)) for found in sizes.values()}
+    if len(distinct) > 1:
+        listed = ", ".join(f"{path} (N={next(iter(found))})" for path, found in sizes.items())
+        raise InputError(
+            "transfer needs benchmarks with the same number of images per instance: a "
+            f"calibration fitted at one N does not apply at another. Got {listed}"
+        )
+    names = _short_names(spec.benchmarks)
+    points: list[Point] = []
+    for a, source in enumerate(spec.benchmarks):
+        for b, target in enumerate(spec.benchmarks):
+            update = {"benchmark": Path(target), "calibration_benchmark": Path(source)}
+            points.append(
+                Point(
+                    len(points),
+                    f"{names[a]}->{names[b]}",
+                    f"{names[a]} -> {names[b]}",
+                    config.model_copy(update=update),
+                    calibration_benchmark=names[a],
+                    benchmark=names[b],
+                )
+            )
+    return points
+
+
+def _short_names(paths: Sequence[Path]) -> list[str]:
+    """The shortest trailing parts of the paths that tell them apart (``coco/random-n4``)."""
+    parts = [Path(path).resolve().parts for path in paths]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(path) for path in paths]

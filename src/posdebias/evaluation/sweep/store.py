@@ -1,0 +1,186 @@
+"""A study's run directory, through the one run-directory layer (:mod:`posdebias._rundir`).
+
+Layout of ``--out DIR``::
+
+    sweep.json          what defines the study (checked by --resume), with its format version
+    .posdebias.lock     held while a process writes here (a second one is refused)
+    observations.jsonl  the shared observation cache (append-only, crash-safe)
+    generations.jsonl   the decoder rows' generated answers, shared by every point
+    points/NNN.json     one finished point: its rows and the observations it used
+    results.csv, figure.png, report.md
+    timing.json         seconds per point (the only file that differs between reruns)
+
+Every file is read as a regular file of bounded size (never through a link) and validated, so
+a replaced, linked or edited file is an exit-2 error naming it, and a swapped benchmark (its
+content hash is part of the identity) refuses ``--resume``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from posdebias._inputs import excerpt
+from posdebias._io import JsonlAppender, truncate_torn_tail
+from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
+from posdebias.errors import ResumeError
+
+SWEEP_FILE = "sweep.json"
+POINTS_DIR = "points"
+TIMING_FILE = "timing.json"
+OBSERVATIONS_FILE = "observations.jsonl"
+#: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
+GENERATIONS_FILE = "generations.jsonl"
+OUTPUT_FILES = ("results.csv", "figure.png", "report.md")
+_OWN = re.compile(
+    r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
+    r"|results\.csv|figure\.png|report\.md)$"
+)
+
+
+class _Saved(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+Percent = Annotated[float, Field(ge=0, le=100)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class PointRow(_Saved):
+    """One calibrator's row of a finished point, as :func:`run_point` writes it."""
+
+    study: str
+    point: str
+    value: int | float | str
+    calibration_benchmark: str
+    benchmark: str
+    n: Annotated[int, Field(ge=2)]
+    orders: Annotated[int, Field(ge=1)]
+    instances: Annotated[int, Field(ge=1)]
+    calibration_instances: Count
+    calibrator: str
+    accuracy: Percent
+    accuracy_std: Annotated[float, Field(ge=0)]
+    rstd: Annotated[float, Field(ge=0)]
+    consistency: Percent
+    forward_passes_per_instance: Annotated[float, Field(ge=0)]
+
+
+class PointFile(_Saved):
+    """``points/NNN.json``."""
+
+    label: str
+    rows: Annotated[list[PointRow], Field(min_length=1)]
+    keys: list[Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]]
+
+
+class PointTiming(_Saved):
+    seconds: Annotated[float, Field(ge=0)]
+    observations_made_in_this_process: Count
+
+
+class TimingFile(_Saved):
+    """``timing.json``."""
+
+    points: dict[str, PointTiming] = Field(default_factory=dict)
+    total_seconds_last_invocation: Annotated[float, Field(ge=0)] | None = None
+
+
+class SweepDirectory:
+    """The files of one study (see the module docstring)."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.out = Path(out)
+        self.folder = RunFolder(
+            self.out,
+            marker=SWEEP_FILE,
+            own=_OWN,
+            subfolders=(POINTS_DIR,),
+            kind="posdebias sweep directory",
+        )
+
+    def prepare(self, identity: dict[str, Any], *, resume: bool) -> None:
+        """Create the directory, or check (under its lock) that it holds the same study."""
+        folder = self.folder
+        folder.check()
+        if folder.is_ours() and not resume:
+            raise ResumeError(
+                f"{self.out} already holds a sweep; add --resume to continue it or choose "
+                "another --out"
+            )
+        folder.create()
+        folder.lock()
+        try:
+            saved = folder.read_json(SWEEP_FILE, "sweep file")
+            if saved is None:
+                folder.write_json(SWEEP_FILE, {FORMAT_KEY: FORMAT_VERSION, **identity})
+            else:
+                self._check_identity(saved, identity)
+            folder.path(f"{POINTS_DIR}/x")  # a linked or planted points/ is refused
+            (self.out / POINTS_DIR).mkdir(exist_ok=True)
+        except BaseException:
+            folder.unlock()
+            raise
+
+    def _check_identity(self, saved: Any, identity: dict[str, Any]) -> None:
+        marker = self.out / SWEEP_FILE
+        if not isinstance(saved, dict):
+            raise ResumeError(f"{marker} is corrupt (not a JSON object); use a new --out")
+        saved = {k: v for k, v in saved.items() if k != FORMAT_KEY}
+        if saved != identity:
+            keys = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+            shown = ", ".join(excerpt(k, 40) if k not in identity else k for k in keys[:10])
+            raise ResumeError(
+                f"cannot resume {self.out}: it was made with a different study or configuration "
+                f"(differs in: {shown}). Use the original settings or a new --out."
+            )
+
+    def close(self) -> None:
+        self.folder.unlock()
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def log_path(self, name: str) -> Path:
+        return self.folder.path(name)
+
+    def open_log(self, name: str) -> JsonlAppender:
+        path = self.folder.path(name)
+        truncate_torn_tail(path)
+        return JsonlAppender(path)
+
+    # -- points and timing ------------------------------------------------------------------
+
+    def read_point(self, index: int, label: str) -> dict[str, Any] | None:
+        """A finished point's payload (validated), or None when it is not there or was made
+        for another label (then it is made again)."""
+        relative = f"{POINTS_DIR}/{index:03d}.json"
+        payload = self.folder.read_json(relative, "sweep point file")
+        if payload is None:
+            return None
+        saved = self.folder.validate(payload, PointFile, relative, "sweep point file")
+        return payload if saved.label == label else None
+
+    def write_point(self, index: int, payload: dict[str, Any]) -> None:
+        self.folder.write_json(f"{POINTS_DIR}/{index:03d}.json", payload)
+
+    def read_timing(self) -> dict[str, Any]:
+        saved = self.folder.read_model(TIMING_FILE, TimingFile, "sweep timing file")
+        if saved is None:
+            return {"points": {}}
+        return saved.model_dump(exclude_none=True)
+
+    def write_timing(self, timing: dict[str, Any]) -> None:
+        self.folder.write_json(TIMING_FILE, timing)
+
+    def output(self, name: str) -> Path:
+        """Where a final file goes (refused where it is a link)."""
+        path = self.folder.path(name)
+        if path.is_symlink():
+            raise ResumeError(
+                f"{path} is a symbolic link; posdebias does not write through links: remove it "
+                "or choose another --out"
+            )
+        return path
