@@ -34,8 +34,11 @@ def split_map(model_dir, family):
     with init_empty_weights():
         empty = AutoModelForImageTextToText.from_config(config)
     layers = [
-        name for name, _ in empty.named_modules() if name.rsplit(".", 1)[-1].isdigit()
-        and name.rsplit(".", 2)[-2] == "layers" and "language_model" in name
+        name
+        for name, _ in empty.named_modules()
+        if name.rsplit(".", 1)[-1].isdigit()
+        and name.rsplit(".", 2)[-2] == "layers"
+        and "language_model" in name
     ]
     assert len(layers) >= 2, layers
     offloaded = layers[1:]

@@ -36,7 +36,7 @@ def test_each_rank_gets_its_own_gpus(rank, group):
 
 def test_groups_of_all_ranks_are_disjoint_and_cover_the_node():
     groups = [gpu_group(rank, 3, 12) for rank in range(4)]
-    assert sorted(sum(groups, [])) == list(range(12))
+    assert sorted(gpu for group in groups for gpu in group) == list(range(12))
 
 
 def test_without_gpus_per_process_a_rank_keeps_its_one_device():
@@ -59,9 +59,7 @@ def test_too_few_gpus_and_conflicting_options_are_clear_errors():
 def test_max_memory_reaches_accelerate(tmp_path, make_instances):
     folder = save_tiny_model("qwen2_vl", tmp_path / "model")
     whole = load_adapter(folder, dtype="float32", device="cpu")
-    limited = load_adapter(
-        folder, dtype="float32", device_map="auto", max_memory={"cpu": 10**9}
-    )
+    limited = load_adapter(folder, dtype="float32", device_map="auto", max_memory={"cpu": 10**9})
     assert {p.device.type for p in limited.model.parameters()} == {"cpu"}
     instances = make_instances(2, 3)
     for a, b in zip(whole.observe_many(instances), limited.observe_many(instances), strict=True):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import build_shapes_benchmark
-from vllm_model import TransformersTextAdapter
+from vllm_model import TransformersTextAdapter, reference_class
 
 import posdebias
+from helpers import build_shapes_benchmark
 from posdebias.adapters.server import ServerAdapter
 from posdebias.cli import main
 from posdebias.core.instance import RetrievalInstance
@@ -180,11 +180,14 @@ def test_evaluation_through_the_server_equals_the_transformers_reference(
     class Reference:
         @posdebias.hookimpl
         def posdebias_register_adapters(self, register):
-            register(type(TransformersTextAdapter(**options(vllm_server, tokenizer=str(vllm_server.model)))))
+            register(reference_class())
 
     get_registry().add_plugin(Reference(), name="reference")
     config = write_config(
-        tmp_path / "reference.json", vllm_server, "transformers_text", tokenizer=str(vllm_server.model)
+        tmp_path / "reference.json",
+        vllm_server,
+        "transformers_text",
+        tokenizer=str(vllm_server.model),
     )
     out = tmp_path / "run"
     args = evaluate_args(vllm_server, config, bench, out)

@@ -67,10 +67,10 @@ class TransformersTextAdapter:
     label scoring (adapters/scoring.py), one full forward per decoding step (no cache)."""
 
     def __new__(cls, **options: Any) -> Any:  # a real Adapter subclass, built lazily
-        return _reference_class()(**options)
+        return reference_class()(**options)
 
 
-def _reference_class() -> type:
+def reference_class() -> type:
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,8 +117,6 @@ def _reference_class() -> type:
             return score_labels(plan, logits(()), logits)[0].double().numpy()
 
         def observe_many(self, instances: Any, *, batch_size: int = 1) -> list[Observation]:
-            return [
-                Observation(label_logprobs=self.scores(i), target=i.target) for i in instances
-            ]
+            return [Observation(label_logprobs=self.scores(i), target=i.target) for i in instances]
 
     return Reference

@@ -21,9 +21,10 @@ layer cost up to 10% of the forward time on CPU, docs/performance.md). The score
 stay on their layer's device until :meth:`AttentionRecorder.attention` gathers them (one
 transfer per pass, not a device synchronisation per layer). A model split over devices
 (``device_map``) is handled per device: the span matrix and the scratch copy live once on each
-device that runs a layer, and the masses are gathered to one device before they are stacked. The recorder lives in a
-:class:`contextvars.ContextVar`, so concurrent or nested calls (threads, asyncio tasks) each see
-their own and nothing leaks between calls; without an active recorder the probe is plain SDPA.
+device that runs a layer, and the masses are gathered to one device before they are stacked.
+The recorder lives in a :class:`contextvars.ContextVar`, so concurrent or nested calls
+(threads, asyncio tasks) each see their own and nothing leaks between calls; without an active
+recorder the probe is plain SDPA.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class ServerOptions(AdapterOptions):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects would send the request (and its key) elsewhere than base_url: refuse them."""
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]  # noqa: E501
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]
         raise urllib.error.HTTPError(
             req.full_url, code, f"redirect to {newurl} refused", headers, fp
         )
@@ -171,9 +171,7 @@ class ServerClient:
         self.timeout = options.timeout
         self.retries = options.retries
         self.backoff = options.backoff
-        self._opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), _NoRedirect()
-        )
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
         self._headers = {"Content-Type": "application/json"}
         if options.api_key_env:
             key = os.environ.get(options.api_key_env)
@@ -196,13 +194,22 @@ class ServerClient:
                 with self._opener.open(request, timeout=self.timeout) as response:
                     payload = json.loads(response.read().decode("utf-8"))
             except urllib.error.HTTPError as exc:
+                if 300 <= exc.code < 400:
+                    where = exc.headers.get("Location", "") if exc.headers else ""
+                    raise AdapterError(
+                        f"server {excerpt(url)} redirects (HTTP {exc.code}) to {excerpt(where)}; "
+                        "the redirect is refused (requests go to base_url only): give the final "
+                        "address as base_url"
+                    ) from None
                 detail = _error_detail(exc)
                 problem = f"HTTP {exc.code}: {detail}"
                 if exc.code == 429 or exc.code >= 500:
                     continue
-                raise AdapterError(f"server {excerpt(url)} refused the request ({problem})") from None
+                raise AdapterError(
+                    f"server {excerpt(url)} refused the request ({problem})"
+                ) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                problem = str(getattr(exc, "reason", exc))
+                problem = excerpt(str(getattr(exc, "reason", exc)), 200)
                 continue
             except ValueError:
                 raise AdapterError(f"server {excerpt(url)} answered with no JSON") from None
@@ -211,7 +218,7 @@ class ServerClient:
             return payload
         raise AdapterError(
             f"server {excerpt(url)} did not answer after {self.retries + 1} attempts "
-            f"({excerpt(problem)}); is it running at that address?"
+            f"({problem}); is it running at that address?"
         )
 
 

@@ -74,8 +74,9 @@ def gpu_group(local_rank: int, gpus_per_process: int, visible: int) -> list[int]
     first = local_rank * gpus_per_process
     if first + gpus_per_process > visible:
         raise InputError(
-            f"gpus_per_process {gpus_per_process} needs GPUs {first}..{first + gpus_per_process - 1}"
-            f" for local rank {local_rank}, but this node shows {visible}; launch at most "
+            f"gpus_per_process {gpus_per_process} needs GPUs {first}.."
+            f"{first + gpus_per_process - 1} for local rank {local_rank}, but this node shows "
+            f"{visible}; launch at most "
             f"{max(visible // gpus_per_process, 0)} processes per node (accelerate launch "
             "--num_processes) or lower gpus_per_process"
         )
