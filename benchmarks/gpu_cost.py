@@ -302,7 +302,8 @@ def main() -> None:
                 paper = PAPER.get(n)
                 for name in names:
                     record = common.ratio_record(
-                        times[name], peaks[name], times["vanilla"], peaks["vanilla"],
+                        times[name], peaks[name], times["vanilla"],
+                        [max(peak, 1) for peak in peaks["vanilla"]],
                         family=family, n=n, tokens=length, method=name,
                         paper_time_ratio=paper[0] if paper and name == "attention_guided" else None,
                         paper_memory_ratio=paper[1] if paper and name == "attention_guided"

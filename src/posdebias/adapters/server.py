@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
+import numpy as np
 from pydantic import Field, field_validator
 
 from posdebias._images import open_image
@@ -49,7 +50,7 @@ from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_pr
 from posdebias.adapters.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
-from posdebias.core.observation import Observation
+from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import TaskTemplate, task_template
 from posdebias.errors import AdapterError, InputError
 
@@ -482,8 +483,6 @@ class ServerAdapter(Adapter):
 
     def _top_k_scores(self, instance: RetrievalInstance) -> Any:
         """The restricted softmax over the labels' entries of the first token's top k."""
-        import numpy as np
-
         labels = [self.options.answer_prefix + label for label in self.labels_for(instance.n)]
         k = self.options.top_logprobs
         if self.options.endpoint == "chat":
@@ -522,9 +521,7 @@ class ServerAdapter(Adapter):
                 "top_logprobs, or use scoring echo on a server that scores prompts (vLLM); "
                 "labels of several tokens always need scoring echo"
             )
-        values = np.array([top[label] for label in labels], dtype=np.float64)
-        peak = values.max()
-        return values - (peak + math.log(float(np.exp(values - peak).sum())))
+        return log_softmax(np.array([top[label] for label in labels], dtype=np.float64))
 
     # -- generation ------------------------------------------------------------------------
 
