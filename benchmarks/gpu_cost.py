@@ -223,7 +223,7 @@ def eager_masses(adapter: Any, batch: Any) -> Any:
     """The authors' extraction: eager attention maps of every layer, reduced to image masses."""
     import torch
 
-    from posdebias.adapters.spans import span_matrix
+    from posdebias.adapters.hf.spans import span_matrix
 
     length = batch.inputs["input_ids"].shape[1]
     spans = span_matrix(batch.spans, length).to(adapter.device)
@@ -237,7 +237,7 @@ def eager_masses(adapter: Any, batch: Any) -> Any:
 
 def methods_for(adapter: Any) -> dict[str, Any]:
     """name -> one timed call on a prepared batch (the attention implementation switched in)."""
-    from posdebias.adapters.probe import PROBE_NAME
+    from posdebias.adapters.attention.probe import PROBE_NAME
 
     key = adapter.text_config_key
 

@@ -150,7 +150,7 @@ def test_image_options_and_stem_images_become_image_items_in_order():
 
 def test_a_template_can_pose_the_retrieval_prompt():
     """candidates_first with bare image candidates gives the retrieval prompt's content."""
-    from posdebias.adapters.prompt import PromptTemplate
+    from posdebias.adapters.hf.prompt import PromptTemplate
 
     template = TaskTemplate(
         instruction=PromptTemplate().instruction,

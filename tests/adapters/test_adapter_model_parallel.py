@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from posdebias import get_adapter
-from posdebias.adapters.generation import GenerationSettings
-from posdebias.adapters.probe import AttentionRecorder
-from posdebias.adapters.sofa import SofaSettings, sofa_attention, sofa_scope
+from posdebias.adapters.attention.probe import AttentionRecorder
+from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention, sofa_scope
+from posdebias.adapters.hf.generation import GenerationSettings
 from posdebias.testing import save_tiny_model
 
 pytest.importorskip("accelerate")
@@ -120,7 +120,7 @@ def test_probe_keeps_span_matrix_and_scratch_per_device():
 
 
 def test_sofa_mask_is_built_on_each_layer_device():
-    from posdebias.adapters.sofa import adjust_mask
+    from posdebias.adapters.attention.sofa import adjust_mask
 
     class Layer(torch.nn.Module):
         def __init__(self, index):

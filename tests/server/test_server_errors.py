@@ -22,7 +22,7 @@ class Server:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (the stdlib's name)
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append((self.path, body))
                 status, payload, headers = respond(self.path, body, len(outer.requests))
@@ -66,9 +66,12 @@ def adapter(url: str, **options) -> ServerAdapter:
 
 def test_a_server_without_log_probabilities_is_a_clear_error(tmp_path):
     answer = {"choices": [{"index": 0, "message": {"content": "1"}}], "usage": {}}
-    with Server(lambda path, body, count: (200, answer, {})) as server:
-        with pytest.raises(AdapterError, match="returned no log-probabilities"):
-            adapter(server.url).observe(instance(tmp_path))
+    case = instance(tmp_path)
+    with (
+        Server(lambda path, body, count: (200, answer, {})) as server,
+        pytest.raises(AdapterError, match="returned no log-probabilities"),
+    ):
+        adapter(server.url).observe(case)
 
 
 def test_failed_requests_are_retried_with_backoff_then_reported(tmp_path):
@@ -89,9 +92,13 @@ def test_a_client_error_is_not_retried_and_names_the_server_message(tmp_path):
 def test_redirects_are_refused(tmp_path):
     with Server(lambda path, body, count: (200, {}, {})) as elsewhere:
         target = elsewhere.url + "/chat/completions"
-        with Server(lambda path, body, count: (307, {}, {"Location": target})) as server:
-            with pytest.raises(AdapterError, match=r"redirects \(HTTP 307\) to .* the redirect is refused"):
-                adapter(server.url).observe(instance(tmp_path))
+        case = instance(tmp_path)
+        refused = r"redirects \(HTTP 307\) to .* the redirect is refused"
+        with (
+            Server(lambda path, body, count: (307, {}, {"Location": target})) as server,
+            pytest.raises(AdapterError, match=refused),
+        ):
+            adapter(server.url).observe(case)
         assert elsewhere.requests == []  # nothing reached the other address
 
 

@@ -91,7 +91,7 @@ def test_top_logprobs_refuses_a_label_outside_the_top_k(vllm_server, instances):
 
 
 def test_generated_baseline_runs_through_the_server(vllm_server, instances):
-    from posdebias.adapters.generation import GenerationSettings
+    from posdebias.adapters.hf.generation import GenerationSettings
 
     served = ServerAdapter(**options(vllm_server))
     settings = GenerationSettings(max_new_tokens=4, do_sample=True, num_samples=3)

@@ -24,7 +24,7 @@ def build_text_model(seed: int = 0) -> tuple[Any, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from posdebias.adapters.tiny import build_tokenizer
+    from posdebias.testing.tiny.common import build_tokenizer
 
     tokenizer = build_tokenizer(
         ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>"],
@@ -75,7 +75,7 @@ def reference_class() -> type:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from posdebias.adapters.scoring import plan_labels, score_labels
+    from posdebias.adapters.hf.scoring import plan_labels, score_labels
     from posdebias.adapters.server import ServerAdapter
     from posdebias.core.observation import Observation
 

@@ -45,9 +45,9 @@ from posdebias._images import open_image
 from posdebias._inputs import excerpt
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.generation import Generation, sample_seed
-from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
-from posdebias.adapters.scoring import plan_labels, restricted_scores
+from posdebias.adapters.hf.generation import Generation, sample_seed
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
@@ -55,7 +55,7 @@ from posdebias.core.tasks import TaskTemplate, task_template
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
-    from posdebias.adapters.generation import GenerationSettings
+    from posdebias.adapters.hf.generation import GenerationSettings
 
 #: Why this adapter has no attention (named when a calibrator that needs it is refused).
 NO_ATTENTION = (

@@ -36,7 +36,7 @@ import numpy as np
 
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count

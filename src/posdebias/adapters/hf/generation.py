@@ -23,82 +23,17 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from posdebias.adapters.shared_prefix import decoding_over, share_prefix
-from posdebias.adapters.sofa import SofaSettings, sofa_attention, sofa_scope
+from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
+from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
+from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
-from posdebias.errors import ConfigError, InputError
+from posdebias.errors import InputError
 
 if TYPE_CHECKING:
-    from posdebias.adapters.hf import HFAdapter
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """How to generate (see the module docstring).
-
-    Attributes:
-        max_new_tokens: at most this many new tokens per sample.
-        do_sample: sample (temperature, top_k) instead of greedy argmax.
-        num_samples: texts per instance, sharing one prefill.
-        stop: stop strings; the text ends before the first one.
-        stop_at_eos: stop at end-of-sequence tokens (False: always max_new_tokens, benchmarks).
-        prompt_variant: plain, instruction or cot (None: the adapter's own prompt).
-        sofa: run the prompt pass under SoFA (posdebias.adapters.sofa).
-        share_prefix: decode samples over one copy of the prompt's keys and values (False:
-            repeat the cache per sample, the plain way; same distribution, more cost).
-    """
-
-    max_new_tokens: int = 8
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    num_samples: int = 1
-    stop: tuple[str, ...] = ()
-    stop_at_eos: bool = True
-    prompt_variant: str | None = None
-    sofa: SofaSettings | None = None
-    share_prefix: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
-        if self.num_samples < 1:
-            raise ConfigError(f"num_samples must be at least 1, got {self.num_samples}")
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be above 0, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
-        if self.num_samples > 1 and not self.do_sample:
-            raise ConfigError("num_samples > 1 needs do_sample (greedy samples are identical)")
-
-
-@dataclass
-class Generation:
-    """The texts generated for one instance and what they cost.
-
-    ``forward_passes`` counts model calls that computed a token of this instance (the prefill
-    plus every decoding step until its last sample stopped); ``seconds`` is its share of the
-    batch's wall time.
-    """
-
-    texts: list[str]
-    generated_tokens: int
-    forward_passes: int
-    prompt_tokens: int
-    seconds: float = 0.0
-    token_counts: list[int] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-
-
-def sample_seed(seed: int, sample: int) -> int:
-    """The generator seed of one sample of one instance."""
-    return int(np.random.SeedSequence([seed & 0xFFFFFFFF, sample]).generate_state(1)[0])
+    from posdebias.adapters.hf.adapter import HFAdapter
 
 
 def generate_many(

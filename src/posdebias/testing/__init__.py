@@ -6,12 +6,13 @@ Plugin authors test their adapters the way posdebias tests its own (docs/adapter
     model, processor = tiny_model_and_processor("qwen2_5_vl")
     adapter = posdebias.get_adapter(model, processor)
 
-Each family's builder lives next to its adapter (``Adapter.tiny_model``), so a plugin adapter that
-defines one is testable here too. Nothing touches the network: tokenizers are BPE models trained in
-milliseconds on a fixed corpus, image processors and configs are constructed directly. Every model
-is a few hundred kB. The layout of each family is the real one (special tokens, chat template shape,
-image-token spans); only the sizes are small. ``save_tiny_model`` writes a model directory that
-loads back through ``from_pretrained`` like a hub checkpoint.
+The built-in families' builders live in :mod:`posdebias.testing.tiny` (one module per family); a
+plugin adapter that defines ``Adapter.tiny_model`` is testable here too. Nothing touches the
+network: tokenizers are BPE models trained in milliseconds on a fixed corpus, image processors
+and configs are constructed directly. Every model is a few hundred kB. The layout of each family
+is the real one (special tokens, chat template shape, image-token spans); only the sizes are
+small. ``save_tiny_model`` writes a model directory that loads back through ``from_pretrained``
+like a hub checkpoint.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from posdebias.adapters.check import CheckReport, check_adapter
-from posdebias.adapters.tiny import build_tokenizer
 from posdebias.errors import InputError
 from posdebias.registry import Registry, get_registry
+from posdebias.testing.check import CheckReport, check_adapter
+from posdebias.testing.tiny import BUILDERS
+from posdebias.testing.tiny.common import build_tokenizer
 
 __all__ = [
     "FAMILIES",
@@ -43,7 +45,7 @@ def _families() -> tuple[str, ...]:
         model_type
         for name in registry.adapter_names()
         for model_type in registry.adapter_class(name).model_types
-        if "tiny_model" in vars(registry.adapter_class(name))
+        if model_type in BUILDERS
     )
 
 
@@ -68,6 +70,8 @@ def tiny_model_and_processor(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         built = adapter.tiny_model(family, **options) if adapter is not None else None
+        if built is None and family in BUILDERS:  # a built-in family (a plugin's builder first)
+            built = BUILDERS[family](family, **options)
     if built is None:
         raise InputError(f"no tiny test model for family {family!r}; known: {', '.join(FAMILIES)}")
     model, processor = built

@@ -1,11 +1,12 @@
 """The attention probe: per-image attention mass of the last prompt token, from the SDPA pass.
 
-METHOD.md "Observations" needs, for every language-model layer l and image k,
-a^(l)_k = (1/H) sum_h sum_{t in R_k} A^(l,h)[last, t] (post-softmax). Eager attention with
-``output_attentions`` materialises every T x T map to get it; instead this module registers an
-attention function with ``transformers.AttentionInterface`` (and the matching mask function with
+The method (docs/method.md, "Observations") needs, for every language-model layer l and image
+k, a^(l)_k = (1/H) sum_h sum_{t in R_k} A^(l,h)[last, t] (post-softmax). Eager attention with
+``output_attentions`` materialises every T x T map to get it; instead the posdebias attention
+function (:func:`posdebias.adapters.attention.attention_forward`, registered with
+``transformers.AttentionInterface`` and the matching mask function with
 ``AttentionMaskInterface``: without it transformers gives custom implementations no mask and
-left padding is silently ignored). The function
+left padding is silently ignored)
 
 1. delegates the layer output to the stock SDPA function (same kernel, identical logits), and
 2. when a recorder is active, recomputes only the LAST query row per head,
@@ -32,16 +33,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
-from posdebias.adapters.shared_prefix import shared_prefix_attention
-from posdebias.adapters.sofa import adjust_mask
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
 
-PROBE_NAME = "posdebias_probe"
 KEY_CHUNK = 512  # keys upcast to float32 at a time in half-precision models
 
 _ACTIVE: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
@@ -162,71 +159,6 @@ class AttentionRecorder:
         return torch.stack([self.masses[layer].cpu() for layer in expected], dim=1)
 
 
-def probe_attention_forward(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float = 0.0,
-    scaling: float | None = None,
-    is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """SDPA output, plus the last-row record when a recorder is active (see the module doc)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    attention_mask = adjust_mask(module, query, key, attention_mask)  # SoFA, sofa.py
-    shared = shared_prefix_attention(module, query, key, value, attention_mask, scaling)
-    if shared is not None:  # samples decoding over one copy of the prompt, shared_prefix.py
-        return shared, None
-    recorder = _ACTIVE.get()
-    if recorder is not None:
-        recorder.record(module, query, key, attention_mask, scaling)
-    return sdpa_attention_forward(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        **kwargs,
-    )
-
-
-def register_probe() -> str:
-    """Register the probe with transformers (idempotent); returns its implementation name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(PROBE_NAME, probe_attention_forward)
-    AttentionMaskInterface.register(PROBE_NAME, sdpa_mask)
-    return PROBE_NAME
-
-
-def install_probe(model: Any, text_config_key: str = "text_config") -> None:
-    """Route the language model's attention through the probe; the vision tower keeps its own.
-
-    Without an active recorder the probe is plain SDPA, so installing it changes no output.
-    """
-    register_probe()
-    try:
-        model.set_attn_implementation({text_config_key: PROBE_NAME})
-    except (ValueError, AttributeError, KeyError) as exc:
-        raise AdapterError(
-            f"cannot enable the attention probe on {type(model).__name__}: {exc}"
-        ) from exc
-    text_config = getattr(model.config, text_config_key, None)
-    if text_config is None or text_config._attn_implementation != PROBE_NAME:
-        raise AdapterError(
-            f"{type(model).__name__} has no {text_config_key!r} sub-config that accepts a custom "
-            "attention function; the attention probe needs the AttentionInterface of "
-            "transformers >= 5"
-        )
-
-
 @contextlib.contextmanager
 def recording(span_matrix: torch.Tensor) -> Iterator[AttentionRecorder]:
     """Record the probe inside this block only (one forward pass of the prompt)."""
@@ -236,3 +168,8 @@ def recording(span_matrix: torch.Tensor) -> Iterator[AttentionRecorder]:
         yield recorder
     finally:
         _ACTIVE.reset(token)
+
+
+def active_recorder() -> AttentionRecorder | None:
+    """The recorder of the innermost :func:`recording` block of this context, if any."""
+    return _ACTIVE.get()

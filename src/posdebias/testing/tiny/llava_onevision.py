@@ -1,35 +1,19 @@
-"""LLaVA-OneVision: every image's tokens are ``<image>``, with no start or end markers.
-
-In multi-image mode (images passed nested, one list per prompt, as :class:`HFAdapter` does; a
-flat list silently switches the processor to single-image "anyres" tiling) each image becomes
-``num_image_tokens`` patch tokens plus one image-newline token, and consecutive images form ONE
-contiguous run. The run is split per image with the processor's own replacement counts; each
-span includes its image-newline token.
-"""
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.llava_onevision.LlavaOnevisionAdapter`, built offline
+in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
+
+MODEL_TYPES = ("llava_onevision",)
 
 
-class LlavaOnevisionAdapter(HFAdapter):
-    """LLaVA-OneVision (``llava-hf/llava-onevision-qwen2-7b-ov-hf`` and relatives)."""
-
-    name = "llava_onevision"
-    model_types = ("llava_onevision",)
-    summary = "LLaVA-OneVision (multi-image mode, one contiguous run split per image)"
-    split_by_processor_counts = True
-
-    @classmethod
-    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
-        return _tiny_model(model_type, real_vocabulary)
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests."""
+    return _tiny_model(model_type, real_vocabulary)
 
 
 #: The chat template of the llava-hf LLaVA-OneVision checkpoints: every image first, then text.
@@ -96,8 +80,3 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         image_grid_pinpoints=pinpoints,
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(LlavaOnevisionAdapter)

@@ -28,7 +28,7 @@ from posdebias.errors import AdapterError
 if TYPE_CHECKING:
     import torch
 
-    from posdebias.adapters.hf import HFAdapter, PreparedBatch
+    from posdebias.adapters.hf.adapter import HFAdapter, PreparedBatch
 
 FLOAT32_TOLERANCE = 1e-4
 HALF_TOLERANCE = 5e-2  # bfloat16 / float16: a cached step rounds differently from a full forward

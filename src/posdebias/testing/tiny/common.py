@@ -1,9 +1,9 @@
-"""Shared pieces of the tiny random-weight test models each adapter module builds.
+"""Shared pieces of the tiny random-weight test models of the family builders beside this module.
 
 Nothing here touches the network: tokenizers are BPE models trained in milliseconds on a fixed
 corpus (digits split one per token, so labels such as "10" are multi-token as in Qwen), image
-processors and configs are constructed directly. Each family's builder lives next to its adapter
-(``Adapter.tiny_model``); :mod:`posdebias.testing` is the public entry point.
+processors and configs are constructed directly. :mod:`posdebias.testing` is the public entry
+point.
 """
 
 from __future__ import annotations

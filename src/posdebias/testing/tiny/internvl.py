@@ -1,41 +1,18 @@
-"""InternVL (transformers-native ``-hf`` checkpoints such as ``OpenGVLab/InternVL3-8B-hf``).
-
-Each image is ``<img>`` + ``<IMG_CONTEXT>`` x 256 per tile + ``</img>`` (256 = (448 / 14)^2 *
-0.5^2 for the real checkpoints: 448 px tiles, patch 14, pixel shuffle 0.5); the span is the
-whole block including both markers.
-"""
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.internvl.InternVLAdapter`, built offline in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.spans import SpanTokens
-from posdebias.adapters.tiny import CHATML, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
+
+MODEL_TYPES = ("internvl",)
 
 
-class InternVLAdapter(HFAdapter):
-    """InternVL 2.5 / 3 in the transformers-native format (``model_type: internvl``)."""
-
-    name = "internvl"
-    model_types = ("internvl",)
-    summary = "InternVL (HF-native; <img> + <IMG_CONTEXT> x 256 per tile + </img>)"
-
-    def span_tokens(self) -> SpanTokens:
-        processor = self.processor
-        return SpanTokens(
-            image=int(processor.image_token_id),
-            start=int(processor.start_image_token_id),
-            end=int(processor.end_image_token_id),
-        )
-
-    @classmethod
-    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests."""
-        return _tiny_model(model_type, real_vocabulary)
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests."""
+    return _tiny_model(model_type, real_vocabulary)
 
 
 #: The chat template of the transformers-native InternVL3 checkpoints (``-hf``).
@@ -107,8 +84,3 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         image_seq_length=seq_length,
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(InternVLAdapter)

@@ -28,8 +28,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.generation import Generation, sample_seed
+from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax, softmax

@@ -1,62 +1,22 @@
-"""Gemma 3: sliding-window and global layers, image tokens bidirectional within each image.
-
-Each image becomes ``\\n\\n<start_of_image>`` + ``<image_soft_token>`` x 256 +
-``<end_of_image>\\n\\n``; the span is the soft-token run widened by the two markers. The
-processor's placeholder (``processor.image_token``) is ``<start_of_image>``, not the token the
-model replaces, so the adapter takes the image token from the model config.
-
-The language model alternates five ``sliding_attention`` layers (a 1,024-token window in the
-checkpoints) with one ``full_attention`` layer. Every layer is softmax attention, so the probe
-reads all of them, each with its own mask as the model builds it: causal + padding, AND the
-window for the sliding layers, OR bidirectional blocks over each image's tokens (from the
-processor's ``token_type_ids``). The last prompt token is text, so for its own row the image
-blocks change nothing directly; they change the image tokens' hidden states, which the probe
-sees through the keys. A sliding layer's window may not reach the first images of a long
-prompt: their mass there is zero by construction, which is why layer selection keeps to the
-global layers by default (docs/method.md).
-"""
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.gemma3.Gemma3Adapter`, built offline in code."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.spans import SpanTokens
-from posdebias.adapters.tiny import build_tokenizer, text_config, tiny_vision
 from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+
+MODEL_TYPES = ("gemma3",)
 
 
-class Gemma3Adapter(HFAdapter):
-    """Gemma 3 (``google/gemma-3-4b-it`` and relatives)."""
-
-    name = "gemma3"
-    model_types = ("gemma3",)
-    summary = "Gemma 3 (sliding-window + global layers, bidirectional image blocks)"
-
-    def _image_token(self) -> str:
-        # The processor's image_token is the placeholder <start_of_image>; the tokens that
-        # carry the image are the soft tokens the model config names.
-        token = self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id))
-        return str(token)
-
-    def span_tokens(self) -> SpanTokens:
-        config = self.model.config
-        return SpanTokens(
-            image=int(config.image_token_id),
-            start=int(config.boi_token_index),
-            end=int(config.eoi_token_index),
-        )
-
-    @classmethod
-    def tiny_model(cls, model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-        vocabulary only)."""
-        if real_vocabulary:
-            raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-        return _tiny_model()
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+    vocabulary only)."""
+    if real_vocabulary:
+        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
+    return _tiny_model()
 
 
 _TEMPLATE = (
@@ -68,7 +28,10 @@ _TEMPLATE = (
     "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
 )
 
+
 TINY_SLIDING_WINDOW = 52
+
+
 """The tiny model's window: shorter than a 3-image prompt (about 70 tokens), long enough to
 reach the last image, so the tests exercise windows that see some images and not others."""
 
@@ -138,8 +101,3 @@ def _tiny_model() -> tuple[Any, Any]:
     with torch.no_grad():  # initialised to zeros: every image would embed the same
         projector.normal_(0.0, 0.2)
     return model, processor
-
-
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Gemma3Adapter)

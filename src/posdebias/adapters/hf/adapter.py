@@ -32,15 +32,15 @@ from pydantic import ConfigDict, Field, field_validator
 
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
+from posdebias.adapters.attention import install_probe, recording
+from posdebias.adapters.attention.sofa import sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.cache import PromptCache
-from posdebias.adapters.generation import generate_many
-from posdebias.adapters.layers import attention_layers
-from posdebias.adapters.probe import install_probe, recording
-from posdebias.adapters.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
-from posdebias.adapters.scoring import plan_labels, score_labels
-from posdebias.adapters.sofa import sofa_scope
-from posdebias.adapters.spans import (
+from posdebias.adapters.hf.cache import PromptCache
+from posdebias.adapters.hf.generation import generate_many
+from posdebias.adapters.hf.layers import attention_layers
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.scoring import plan_labels, score_labels
+from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
     as_span,
@@ -48,7 +48,7 @@ from posdebias.adapters.spans import (
     find_image_spans,
     span_matrix,
 )
-from posdebias.adapters.verify import refuse_unsupported, verify_first_batch, verify_instance
+from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.layers import LayerSet
@@ -56,8 +56,8 @@ from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
-    from posdebias.adapters.generation import Generation, GenerationSettings
-    from posdebias.adapters.scoring import LabelPlan, Prefix
+    from posdebias.adapters.base import Generation, GenerationSettings
+    from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
 
 class HFAdapterOptions(AdapterOptions):
@@ -262,7 +262,7 @@ class HFAdapter(Adapter):
         ``split_by_processor_counts``) widened by the start / end markers of
         :meth:`span_tokens`. Override it for other layouts (tiles, row markers, break tokens):
         return spans whose runs hold all tokens of image k; they are validated by
-        :func:`posdebias.adapters.spans.check_spans`.
+        :func:`posdebias.adapters.hf.spans.check_spans`.
 
         Args:
             input_ids: the row's token ids (left padding included; pad ids are no image's).

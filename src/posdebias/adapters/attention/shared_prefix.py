@@ -2,13 +2,14 @@
 
 Self-consistency draws 10 chains from one prompt. Repeating the prompt's KV cache 10 times
 (``batch_repeat_interleave``) makes every decoding step read 10 copies of the prompt's keys and
-values, which on long multi-image prompts costs several times one chain. Here each layer of
-the cache keeps the prompt's keys and values once per instance (``SharedPrefixLayer``) and
-only the samples' own new tokens per sample; the posdebias attention function (probe.py) asks
-:func:`shared_prefix_attention` first, which attends each sample's query to the shared prompt
-keys and to its own new keys in one softmax (float32, like the probe), and otherwise leaves the
-call to SDPA. No model code is patched; the cache stays a transformers ``DynamicCache`` whose
-layers report the full length (prompt + new tokens), so masks and positions are unchanged.
+values, which on long multi-image prompts costs several times one chain. Here each layer of the
+cache keeps the prompt's keys and values once per instance (``SharedPrefixLayer``) and only the
+samples' own new tokens per sample; the posdebias attention function
+(:mod:`~posdebias.adapters.attention`) asks :func:`shared_prefix_attention` first, which attends
+each sample's query to the shared prompt keys and to its own new keys in one softmax (float32, like
+the probe), and otherwise leaves the call to SDPA. No model code is patched; the cache stays a
+transformers ``DynamicCache`` whose layers report the full length (prompt + new tokens), so masks
+and positions are unchanged.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.spans import SpanTokens
+from posdebias.adapters.hf.spans import SpanTokens
 
 _POSITION_METHODS = ("get_rope_index", "compute_3d_position_ids", "get_position_ids")
 

@@ -6,13 +6,13 @@ image i to the tokens of every later image j > i, which are -inf, by log(sigma):
 now attends to the later ones with weight sigma relative to a visible token. Everything else
 (text, earlier images, padding) keeps the causal mask.
 
-No model code is patched. The posdebias attention function (probe.py, registered through
-``transformers.AttentionInterface``) asks :func:`adjust_mask` for the mask of each layer; it
-returns the incoming mask unchanged unless :func:`sofa_attention` is active AND a prompt pass
-with known image spans is running (:func:`sofa_scope`, entered by the adapter around its prompt
-forward). Decoding steps (one new query over the cache) are never changed: a new text token is
-not an image, so SoFA has nothing to open there; its effect lives in the cached keys and values
-of the prompt pass. The float mask is built once per pass and shared by the chosen layers.
+No model code is patched. The posdebias attention function (:mod:`posdebias.adapters.attention`)
+asks :func:`adjust_mask` for the mask of each layer; it returns the incoming mask unchanged unless
+:func:`sofa_attention` is active AND a prompt pass with known image spans is running
+(:func:`sofa_scope`, entered by the adapter around its prompt forward). Decoding steps (one new
+query over the cache) are never changed: a new text token is not an image, so SoFA has nothing to
+open there; its effect lives in the cached keys and values of the prompt pass. The float mask is
+built once per pass and shared by the chosen layers.
 """
 
 from __future__ import annotations
@@ -22,39 +22,35 @@ import contextvars
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from posdebias.adapters.spans import ImageSpan, as_span
-from posdebias.errors import ConfigError
+from posdebias.adapters.base import SofaSettings
 
 if TYPE_CHECKING:
     import torch
 
 
-@dataclass(frozen=True)
-class SofaSettings:
-    """Which layers SoFA changes and the interpolation weight of the opened entries."""
+class HasRuns(Protocol):
+    """An image's token runs (``posdebias.adapters.hf.ImageSpan``): half-open [start, end)."""
 
-    sigma: float = 0.5
-    layer_stride: int = 2
-    first_layer: int = 0
+    @property
+    def runs(self) -> tuple[tuple[int, int], ...]: ...
 
-    def __post_init__(self) -> None:
-        if not 0 < self.sigma <= 1:
-            raise ConfigError(f"SoFA sigma must be in (0, 1], got {self.sigma}")
-        if self.layer_stride < 1 or self.first_layer < 0:
-            raise ConfigError(
-                f"SoFA layer_stride must be >= 1 and first_layer >= 0, got "
-                f"{self.layer_stride} and {self.first_layer}"
-            )
 
-    def applies_to(self, layer: int) -> bool:
-        return layer >= self.first_layer and (layer - self.first_layer) % self.layer_stride == 0
+#: One image's tokens: an object with ``runs`` or a plain ``(start, end)`` pair.
+SpanLike = HasRuns | tuple[int, int]
+
+
+def _runs(span: SpanLike) -> tuple[tuple[int, int], ...]:
+    if isinstance(span, Sequence):  # a plain (start, end) pair
+        start, end = span
+        return ((int(start), int(end)),)
+    return span.runs
 
 
 def sofa_mask(
     mask: torch.Tensor | None,
-    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]],
+    spans: Sequence[Sequence[SpanLike]],
     length: int,
     sigma: float,
     dtype: torch.dtype,
@@ -79,7 +75,7 @@ def sofa_mask(
     additive = additive.expand(batch, 1, length, length).clone()
     opened = math.log(sigma)
     for row, row_spans in enumerate(spans):
-        runs = [as_span(span).runs for span in row_spans]  # an image may be several runs
+        runs = [_runs(span) for span in row_spans]  # an image may be several runs
         for i, runs_i in enumerate(runs):
             for runs_j in runs[i + 1 :]:
                 for start_i, end_i in runs_i:
@@ -103,9 +99,7 @@ class SofaRun:
 class _Scope:
     """One prompt pass under SoFA: its spans and the mask built for it."""
 
-    def __init__(
-        self, run: SofaRun, spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
-    ) -> None:
+    def __init__(self, run: SofaRun, spans: Sequence[Sequence[SpanLike]], length: int) -> None:
         self.run = run
         self.settings = run.settings
         self.spans = spans
@@ -151,9 +145,7 @@ def sofa_attention(
 
 
 @contextlib.contextmanager
-def sofa_scope(
-    spans: Sequence[Sequence[ImageSpan | tuple[int, int]]], length: int
-) -> Iterator[None]:
+def sofa_scope(spans: Sequence[Sequence[SpanLike]], length: int) -> Iterator[None]:
     """Entered by the adapter around a prompt forward of ``length`` tokens with these image
     spans; a no-op unless :func:`sofa_attention` is active."""
     run = _RUN.get()

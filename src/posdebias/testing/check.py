@@ -4,7 +4,7 @@ Each check runs the adapter's own path and an independent reference, and reports
 the measured figure (and, on failure, the likely cause):
 
 * ``image spans``: one span per image, in prompt order, disjoint, inside the prompt, together
-  covering every image token exactly once (:func:`posdebias.adapters.spans.check_spans`);
+  covering every image token exactly once (:func:`posdebias.adapters.hf.spans.check_spans`);
 * ``label tokens``: the labels' token paths are distinct and form a consistent trie;
 * ``scores = own forward``: the adapter's restricted label scores (explicit positions, cached
   decoding steps) equal those of the model's own forward (no position ids, no cache), multi-token
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import posdebias.defaults as defaults
+from posdebias.adapters.attention import install_probe
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
-from posdebias.adapters.probe import install_probe
-from posdebias.adapters.spans import check_spans, span_matrix
-from posdebias.adapters.verify import reference_scores
+from posdebias.adapters.hf.spans import check_spans, span_matrix
+from posdebias.adapters.hf.verify import reference_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import InputError, PosdebiasError
 
