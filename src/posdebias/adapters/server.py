@@ -158,7 +158,9 @@ class ServerOptions(AdapterOptions):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects would send the request (and its key) elsewhere than base_url: refuse them."""
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str):  # type: ignore[no-untyped-def]
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
         raise urllib.error.HTTPError(
             req.full_url, code, f"redirect to {newurl} refused", headers, fp
         )
@@ -346,9 +348,8 @@ class ServerAdapter(Adapter):
         for instance in instances:
             check_candidate_count(instance.n, get_label_set(self.label_set))
         with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
-            score = self._top_k_scores if self.options.scoring == "top_logprobs" else None
-            if score is not None:
-                rows = list(pool.map(score, instances))
+            if self.options.scoring == "top_logprobs":
+                rows = list(pool.map(self._top_k_scores, instances))
             else:
                 rows = self._echo_scores_all(instances, pool)
         if instances:
@@ -712,9 +713,6 @@ def _restricted_from_paths(plan: Any, vocabulary: dict[str, int], paths: list[To
     tables.setdefault((), torch.zeros((1, size), dtype=torch.float64))
     scores = restricted_scores(plan, {p: t.to(torch.float32) for p, t in tables.items()})
     return scores[0].double().numpy()
-
-
-ScoreFunction = Callable[[RetrievalInstance], Any]
 
 
 @hookimpl
