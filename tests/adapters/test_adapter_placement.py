@@ -66,3 +66,19 @@ def test_max_memory_reaches_accelerate(tmp_path, make_instances):
         assert np.max(np.abs(a.label_logprobs - b.label_logprobs)) < 1e-6
     with pytest.raises(InputError, match="set device_map too"):
         load_adapter(folder, max_memory={"cpu": 10**9})
+
+
+def test_evaluate_with_more_gpus_per_process_than_the_node_has_stops_before_loading(
+    tmp_path, capsys
+):
+    import torch
+
+    from posdebias.cli import main
+
+    wanted = torch.cuda.device_count() + 1
+    out = tmp_path / "run"
+    code = main(["evaluate", "--model", str(tmp_path), "--gpus-per-process", str(wanted),
+                 "--out", str(out)])  # fmt: skip
+    assert code == 2
+    assert f"gpus_per_process {wanted} needs GPUs 0..{wanted - 1}" in capsys.readouterr().err
+    assert not out.exists()
