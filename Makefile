@@ -36,7 +36,7 @@ test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
-	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2
+	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	$(MAKE) docs
 
 # The documentation site (mkdocs.yml): --strict fails on any warning, broken links and anchors

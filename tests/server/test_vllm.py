@@ -28,6 +28,10 @@ from posdebias.errors import AdapterError
 from posdebias.registry import get_registry
 from posdebias.testing import write_test_images
 
+# One server for the module: under pytest-xdist (`make test`: -n 2 --dist loadgroup) every test
+# of this group runs in the same worker, so vLLM starts once, not once per worker.
+pytestmark = pytest.mark.xdist_group("vllm")
+
 TOLERANCE = 1e-4
 CALIBRATORS = "vanilla,pride,permutation_average"
 SRC = Path(posdebias.__file__).resolve().parents[1]
