@@ -130,7 +130,7 @@ def evaluate_args(server, config: Path, bench: Path, out: Path) -> list[str]:
         "--calibrators",
         CALIBRATORS,
         "--count",
-        "8",
+        "4",
         "--out",
         str(out),
     ]
@@ -165,7 +165,7 @@ def assert_same_run(a: Path, b: Path) -> float:
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    return build_shapes_benchmark(tmp_path_factory.mktemp("bench"), count=13)
+    return build_shapes_benchmark(tmp_path_factory.mktemp("bench"), count=9)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +229,7 @@ def test_server_killed_mid_run_then_resume_equals_an_uninterrupted_run(
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline and run.poll() is None:
-            if log.is_file() and len(log.read_text().splitlines()) >= 8:
+            if log.is_file() and len(log.read_text().splitlines()) >= 6:
                 break
             time.sleep(0.05)
         assert run.poll() is None, "the run finished before the server could be killed"
