@@ -194,3 +194,44 @@ def test_bad_model_args_are_clear_errors(lmms_eval_installed, organism_benchmark
     with pytest.raises(ConfigError, match="neither a saved calibration state"):
         lm = PosdebiasLMM(pretrained="posdebias/organism", calibration="/no/such/path")
         lm.harness.calibrate()
+
+
+def test_calibration_from_a_saved_state_with_its_provenance(organism_benchmark, tmp_path):
+    """calibration=<what `posdebias calibrate` saved>: loaded (checked against this model),
+    its path and file hashes recorded; a state for another model is refused unless
+    calibration_transfer says the transfer is intended."""
+    require_lmms_eval()
+    import hashlib
+    import json
+
+    from posdebias.cli import main
+    from posdebias.errors import CalibrationError
+    from posdebias.integrations.lmms_eval import PosdebiasLMM
+
+    states = tmp_path / "states"
+    args = ["calibrate", "--benchmark", str(organism_benchmark), "--count", "3"]
+    assert main([*args, "--calibrators", "attention_guided", "--out", str(states)]) == 0
+    lm = PosdebiasLMM(
+        pretrained="posdebias/organism",
+        calibrators="attention_guided+vanilla",
+        calibration=str(states),
+    )
+    lm.harness.calibrate()
+    saved = states / "attention_guided.json"
+    assert lm.provenance["source"] == "saved" and lm.provenance["path"] == str(states.resolve())
+    assert lm.provenance["sha256"] == {saved.name: hashlib.sha256(saved.read_bytes()).hexdigest()}
+    assert lm.harness.debiaser.states["attention_guided"] == posdebias.CalibrationState.load(saved)
+
+    other = json.loads(saved.read_text())
+    other["model_id"] = "someone/else"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    lm = PosdebiasLMM(pretrained="posdebias/organism", calibration=str(tmp_path / "other.json"))
+    with pytest.raises(CalibrationError, match="fitted on model 'someone/else'"):
+        lm.harness.calibrate()
+    lm = PosdebiasLMM(
+        pretrained="posdebias/organism",
+        calibration=str(tmp_path / "other.json"),
+        calibration_transfer=True,
+    )
+    lm.harness.calibrate()
+    assert lm.provenance["transfer"] is True and lm.provenance["model_id"] == "someone/else"
