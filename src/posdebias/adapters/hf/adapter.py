@@ -101,6 +101,10 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
+    max_memory: dict[int | str, int | str] | None = Field(
+        default=None,
+        description="accelerate's memory per device for device_map (devices it names only)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="run the checkpoint's own Python code (only if you trust it)"
     )
@@ -125,7 +129,15 @@ class HFAdapterOptions(AdapterOptions):
         return coerce_prompt(value)
 
 
-LOADING_OPTIONS = ("model", "dtype", "device", "device_map", "trust_remote_code", "revision")
+LOADING_OPTIONS = (
+    "model",
+    "dtype",
+    "device",
+    "device_map",
+    "max_memory",
+    "trust_remote_code",
+    "revision",
+)
 
 
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
