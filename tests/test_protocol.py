@@ -90,7 +90,8 @@ def test_reference_preset_on_a_hugging_face_model(tmp_path):
     reference, _ = _run(tmp_path, "reference", *args, "--protocol", "reference")
     before, after = default["adapter"], reference["adapter"]
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {"image_size", "logits_processors", "prompt", "prompt_hash"}
+    assert changed == {"image_size", "logits_processors", "max_patches", "prompt", "prompt_hash"}
+    assert (before["max_patches"], after["max_patches"]) == (None, "reference")
     assert (before["image_size"], after["image_size"]) == (None, REFERENCE.image_size)
     assert after["logits_processors"] == "generation_config"
     assert before["prompt"]["query"].endswith("Answer:")

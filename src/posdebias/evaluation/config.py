@@ -102,6 +102,12 @@ class EvaluateConfig(_Strict):
         description="default, or reference: the authors' evaluation (see the method page)",
     )
     batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
+    gpus_per_process: int | None = Field(
+        default=None,
+        ge=1,
+        description="GPUs of each data-parallel process: its replica spreads over its own group "
+        "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
+    )
     out: Path | None = None
 
     @field_validator("calibrators", "decoders", mode="before")

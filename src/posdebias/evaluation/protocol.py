@@ -10,7 +10,8 @@ scored on the raw logits.
 default"):
 
 1. one shared set of T distinct orders for every instance, the file order (identity) first;
-2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters);
+2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters), and
+   at most 28 // N tiles per image where the processor tiles images (InternVL);
 3. the query text of the prompt ends with a space (the query then ends ``"Answer: "``), in the
    scored prompt and in every decoder's prompt variant (the chain-of-thought prompt ends
    ``"Answer: <think>"`` under both protocols);
@@ -40,6 +41,7 @@ import numpy as np
 
 from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.observation import Observation
+from posdebias.core.stages import EPSILON, PriorEstimator
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -61,6 +63,7 @@ class Protocol:
     reference_layers: bool = False
     calibration_from_test: bool = False
     logits_processors: Literal["none", "generation_config"] = "none"
+    max_patches: str | None = None
 
 
 DEFAULT = Protocol("default")
@@ -72,6 +75,7 @@ REFERENCE = Protocol(
     reference_layers=True,
     calibration_from_test=True,
     logits_processors="generation_config",
+    max_patches="reference",
 )
 PROTOCOLS: dict[str, Protocol] = {"default": DEFAULT, "reference": REFERENCE}
 
@@ -119,6 +123,8 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
         merged.setdefault("image_size", protocol.image_size)
     if protocol.logits_processors != "none":
         merged.setdefault("logits_processors", protocol.logits_processors)
+    if protocol.max_patches is not None:
+        merged.setdefault("max_patches", protocol.max_patches)
     return merged
 
 
@@ -190,8 +196,6 @@ LEFT_OUT_MARGIN = 0.10
 def layer_readout_accuracy(observations: Sequence[Observation]) -> np.ndarray:
     """Per attention row: the share of labelled observations whose purified attention of that
     row alone (log a^(l) - log a_prior^(l)) peaks on the truth (Inference 2 with one layer)."""
-    from posdebias.core.stages import EPSILON, PriorEstimator
-
     labelled = [obs for obs in observations if obs.target is not None and obs.attention is not None]
     if not labelled:
         return np.zeros(0)
