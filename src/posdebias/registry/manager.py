@@ -62,6 +62,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.mistral",
     "posdebias.adapters.families.phi3",
     "posdebias.adapters.families.olmo2",
+    "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",
     "posdebias.calibrators.pride",
