@@ -56,6 +56,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava_onevision",
     "posdebias.adapters.families.internvl",
     "posdebias.adapters.families.llava",
+    "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",
     "posdebias.calibrators.pride",
@@ -64,6 +65,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.attention_guided",
     "posdebias.calibrators.permutation_average",
     "posdebias.calibrators.label_free",
+    "posdebias.calibrators.contextual",
+    "posdebias.calibrators.batch",
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
     "posdebias.organism",
