@@ -28,7 +28,9 @@ default"):
    permutation averaging uses min(16, N!) random permutations drawn afresh per instance.
 
 A setting the user gives explicitly (an adapter option, a calibrator's or decoder's option)
-wins over the preset.
+wins over the preset. On a model shallower than 36 layers, a layer mapping that leaves out
+layers whose attention is informative on the calibration set is reported in the diagnostics of
+the calibrators it affects (:func:`warn_left_out_layers`).
 """
 
 from __future__ import annotations
@@ -135,11 +137,14 @@ def apply_prompt(protocol: Protocol, adapter: Any) -> None:
     prompt = getattr(adapter, "prompt", None)
     if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
         return
-    if not prompt.query.endswith(" "):
-        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
     base = getattr(adapter, "base_prompt", None)
-    if isinstance(base, PromptTemplate) and not base.query.endswith(" "):
-        adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+    variant = getattr(adapter, "prompt_variant", None)
+    if isinstance(base, PromptTemplate) and isinstance(variant, str):
+        if not base.query.endswith(" "):
+            base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+        adapter.prompt = base.variant(variant)  # cot keeps its "Answer: <think>" ending
+    elif not prompt.query.endswith(" "):
+        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
 
 
 def apply_specs(

@@ -181,6 +181,13 @@ class PreparedBatch:
     plan: LabelPlan
 
 
+class BatchingUnsafe(AdapterError):
+    """Raised by :meth:`HFAdapter.run_batch` when a padded batch would give other numbers than
+    its rows alone (e.g. Llama 4's NoPE temperature counting the padding). The adapter's own
+    ``observe_many`` then runs the rows one at a time; ``posdebias check`` does the same and
+    says so."""
+
+
 class HFAdapter(Adapter):
     """Base of the Hugging Face adapters (see the module docstring for the flow)."""
 
@@ -293,6 +300,13 @@ class HFAdapter(Adapter):
         """Tokens that only ever belong to an image: every one must lie in some span."""
         tokens = self.tokens
         return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
+
+    def support_problem(self) -> str | None:
+        """Why this adapter cannot read this model right, found BEFORE any forward pass, or
+        None. Runs (and whoever runs ``posdebias check``) stop with it at once; the default is
+        :meth:`position_problem`. The first-batch verification stays the safety net for what
+        cannot be seen from the config and the processor."""
+        return self.position_problem()
 
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
@@ -439,15 +453,22 @@ class HFAdapter(Adapter):
         return results  # type: ignore[return-value]
 
     def prepare_batch(
-        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[RetrievalInstance],
+        prompt: PromptTemplate | None = None,
+        *,
+        original_images: bool = False,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
-        (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
+        (``prompt``: another template than the adapter's, e.g. a prompt variant).
+
+        ``original_images``: hand the processor the image files as they are, without the early
+        shrink of large files (``posdebias check`` compares the two)."""
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
         texts = [self.render(instance, prompt) for instance in instances]
-        side = min_image_side(self.processor)
+        side = None if original_images else min_image_side(self.processor)
         images = [[self._load_image(im, inst.id, side) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
