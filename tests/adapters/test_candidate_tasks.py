@@ -223,6 +223,6 @@ def test_qwen3_with_the_real_qwen_vocabulary_passes_check():
 def test_cli_check_on_a_saved_text_model(tmp_path, capsys):
     model = str(save_tiny_model("llama", tmp_path / "llama"))
     assert main(["check", "--model", model, "--task", "multiple_choice"]) == 0
-    assert "all 6 checks passed" in capsys.readouterr().out
+    assert "all 7 checks passed" in capsys.readouterr().out
     assert main(["check", "--model", model]) == 2
     assert "text-only model" in capsys.readouterr().err

@@ -208,6 +208,13 @@ class PreparedBatch:
     image_spans: list[list[ImageSpan]] = field(default_factory=list)
 
 
+class BatchingUnsafe(AdapterError):
+    """Raised by :meth:`HFAdapter.run_batch` when a padded batch would give other numbers than
+    its rows alone (e.g. Llama 4's NoPE temperature counting the padding). The adapter's own
+    ``observe_many`` then runs the rows one at a time; ``posdebias check`` does the same and
+    says so."""
+
+
 class HFAdapter(Adapter):
     """Base of the Hugging Face adapters (see the module docstring for the flow)."""
 
@@ -337,6 +344,13 @@ class HFAdapter(Adapter):
         if self.text_only:
             return set()
         return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
+
+    def support_problem(self) -> str | None:
+        """Why this adapter cannot read this model right, found BEFORE any forward pass, or
+        None. Runs (and whoever runs ``posdebias check``) stop with it at once; the default is
+        :meth:`position_problem`. The first-batch verification stays the safety net for what
+        cannot be seen from the config and the processor."""
+        return self.position_problem()
 
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
@@ -524,10 +538,17 @@ class HFAdapter(Adapter):
         return results  # type: ignore[return-value]
 
     def prepare_batch(
-        self, instances: Sequence[Instance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[Instance],
+        prompt: PromptTemplate | None = None,
+        *,
+        original_images: bool = False,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the candidate spans of instances with one
-        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant)."""
+        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant).
+
+        ``original_images``: hand the processor the image files as they are, without the early
+        shrink of large files (``posdebias check`` compares the two)."""
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of candidates")
@@ -539,7 +560,7 @@ class HFAdapter(Adapter):
             )
         rendered = [self.render_with_spans(instance, prompt) for instance in instances]
         texts = [text for text, _ in rendered]
-        side = min_image_side(self.processor) if not self.text_only else None
+        side = None if original_images or self.text_only else min_image_side(self.processor)
         images = [
             [self._load_image(im, inst.id, side) for im in inst.all_images] for inst in instances
         ]
