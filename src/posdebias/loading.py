@@ -344,6 +344,7 @@ def get_adapter(
         answer_prefix=parsed.answer_prefix,
         image_size=parsed.image_size,
         logits_processors=parsed.logits_processors,
+        max_patches=parsed.max_patches,
         prompt_variant=parsed.prompt_variant,
     )
 

@@ -160,3 +160,30 @@ def test_require_lmms_eval_fails_loudly_in_ci(monkeypatch):
     monkeypatch.setattr(harness_helpers, "IN_CI", True)
     with pytest.raises(pytest.fail.Exception, match="lmms-eval is not installed"):
         require_lmms_eval()
+
+
+def test_doc_to_visual_and_text_for_other_models(organism_benchmark, tmp_path):
+    """What the task shows models other than posdebias's: the images in the order shown,
+    through the guarded image reader, and the task's default prompt text."""
+    from posdebias.errors import InputError
+
+    item = load_benchmark(organism_benchmark).instances[0]
+    doc = tasks.rotate_doc(
+        {"id": item.id, "query": item.query, "images": [str(i) for i in item.images], "target": 0},
+        1,
+    )
+    pictures = tasks.doc_to_visual(doc)
+    assert [p.size for p in pictures] == [(64, 64)] * 4
+    from PIL import Image
+
+    with Image.open(doc["images"][0]) as first:
+        assert np.array_equal(np.asarray(pictures[0]), np.asarray(first.convert("RGB")))
+    assert tasks.doc_to_text(doc).startswith("Given 4 images indexed from 1 to 4")
+    assert tasks.doc_to_target(doc) == str(doc["target"] + 1)
+    with pytest.raises(InputError, match="image file"):
+        tasks.doc_to_visual({**doc, "images": [str(tmp_path / "missing.png")] * 4})
+    mcq = {"id": "q", "task": "multiple_choice", "query": "Capital of France?", "target": 1}
+    mcq["texts"] = ["Rome", "Paris", "Madrid"]
+    text = tasks.doc_to_text(tasks.rotate_doc(mcq, 1))
+    assert "Question: Capital of France?" in text and "A. Paris\nB. Madrid\nC. Rome" in text
+    assert tasks.doc_to_target(tasks.rotate_doc(mcq, 1)) == "A"

@@ -10,7 +10,8 @@ scored on the raw logits.
 default"):
 
 1. one shared set of T distinct orders for every instance, the file order (identity) first;
-2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters);
+2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters), and
+   at most 28 // N tiles per image where the processor tiles images (InternVL);
 3. the query text of the prompt ends with a space (the query then ends ``"Answer: "``), in the
    scored prompt and in every decoder's prompt variant (the chain-of-thought prompt ends
    ``"Answer: <think>"`` under both protocols);
@@ -27,7 +28,9 @@ default"):
    permutation averaging uses min(16, N!) random permutations drawn afresh per instance.
 
 A setting the user gives explicitly (an adapter option, a calibrator's or decoder's option)
-wins over the preset.
+wins over the preset. On a model shallower than 36 layers, a layer mapping that leaves out
+layers whose attention is informative on the calibration set is reported in the diagnostics of
+the calibrators it affects (:func:`warn_left_out_layers`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numpy as np
 
 from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.observation import Observation
+from posdebias.core.stages import EPSILON, PriorEstimator
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -61,6 +65,7 @@ class Protocol:
     reference_layers: bool = False
     calibration_from_test: bool = False
     logits_processors: Literal["none", "generation_config"] = "none"
+    max_patches: str | None = None
 
 
 DEFAULT = Protocol("default")
@@ -72,6 +77,7 @@ REFERENCE = Protocol(
     reference_layers=True,
     calibration_from_test=True,
     logits_processors="generation_config",
+    max_patches="reference",
 )
 PROTOCOLS: dict[str, Protocol] = {"default": DEFAULT, "reference": REFERENCE}
 
@@ -119,6 +125,8 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
         merged.setdefault("image_size", protocol.image_size)
     if protocol.logits_processors != "none":
         merged.setdefault("logits_processors", protocol.logits_processors)
+    if protocol.max_patches is not None:
+        merged.setdefault("max_patches", protocol.max_patches)
     return merged
 
 
@@ -129,11 +137,14 @@ def apply_prompt(protocol: Protocol, adapter: Any) -> None:
     prompt = getattr(adapter, "prompt", None)
     if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
         return
-    if not prompt.query.endswith(" "):
-        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
     base = getattr(adapter, "base_prompt", None)
-    if isinstance(base, PromptTemplate) and not base.query.endswith(" "):
-        adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+    variant = getattr(adapter, "prompt_variant", None)
+    if isinstance(base, PromptTemplate) and isinstance(variant, str):
+        if not base.query.endswith(" "):
+            base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+        adapter.prompt = base.variant(variant)  # cot keeps its "Answer: <think>" ending
+    elif not prompt.query.endswith(" "):
+        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
 
 
 def apply_specs(
@@ -190,8 +201,6 @@ LEFT_OUT_MARGIN = 0.10
 def layer_readout_accuracy(observations: Sequence[Observation]) -> np.ndarray:
     """Per attention row: the share of labelled observations whose purified attention of that
     row alone (log a^(l) - log a_prior^(l)) peaks on the truth (Inference 2 with one layer)."""
-    from posdebias.core.stages import EPSILON, PriorEstimator
-
     labelled = [obs for obs in observations if obs.target is not None and obs.attention is not None]
     if not labelled:
         return np.zeros(0)

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from posdebias._images import open_image
 from posdebias._io import write_files_together
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -117,10 +118,9 @@ def doc_labels(doc: Mapping[str, Any]) -> list[str]:
 def doc_to_visual(doc: Mapping[str, Any]) -> list[Any]:
     """The images of the prompt in the order shown, the stem's first (for models other than
     posdebias's, which reads the files itself)."""
-    from PIL import Image
-
     paths = [*(doc.get("stem_images") or ()), *(p for p in doc.get("images") or () if p)]
-    return [Image.open(path).convert("RGB") for path in paths]
+    item = doc.get(ITEM, doc.get("id"))
+    return [open_image(path, what=f"item {item!r}: image") for path in paths]
 
 
 def doc_to_text(doc: Mapping[str, Any]) -> str:

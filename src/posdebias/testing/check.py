@@ -13,7 +13,15 @@ the measured figure (and, on failure, the likely cause):
   reduced over the same spans (SKIP when the language model has no eager attention);
 * ``batch 1 vs 2``: a left-padded batch of two gives each row's numbers alone;
 * ``rotation``: rotating the images cyclically moves the spans with them: span k of the rotated
-  prompt holds exactly the input embeddings of image k + 1 of the original.
+  prompt holds exactly the input embeddings of image k + 1 of the original;
+* ``preprocessing``: whether posdebias changed the image files before the processor saw them
+  (the early shrink of large files, the ``image_size`` option) and, when it did, how far the
+  label scores on the ORIGINAL files are from the scores on what posdebias fed the model.
+
+An adapter that knows it cannot read the model (:meth:`HFAdapter.support_problem`) is refused
+before any row runs. Where the adapter says a padded batch would change the numbers
+(:class:`~posdebias.adapters.hf.BatchingUnsafe`), the probe and batch rows run the instances one
+at a time, as the adapter itself does, and say so in their figure.
 
 The figures are float32 comparisons: load the model in float32 to check it.
 """
@@ -29,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import posdebias.defaults as defaults
+from posdebias._images import min_image_side
 from posdebias.adapters.attention import install_probe
-from posdebias.adapters.hf import HFAdapter, PreparedBatch
+from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
+from posdebias.adapters.hf.adapter import load_image
 from posdebias.adapters.hf.spans import check_spans, span_matrix
-from posdebias.adapters.hf.verify import reference_scores
+from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import InputError, PosdebiasError
 
@@ -178,6 +188,7 @@ def check_adapter(
     instances = list(instances) if instances is not None else check_instances(n)
     if len(instances) < 2 or instances[0].n != instances[1].n:
         raise InputError("check_adapter needs at least two instances with the same N")
+    refuse_unsupported(adapter)  # what the adapter knows it cannot read: no forward at all
     runner = _Checks(adapter, instances, score_tolerance, probe_tolerance)
     results = tuple(
         runner.run(name, check)
@@ -188,6 +199,7 @@ def check_adapter(
             ("probe = eager", runner.probe),
             ("batch 1 vs 2", runner.batch),
             ("rotation", runner.rotation),
+            ("preprocessing", runner.preprocessing),
         )
     )
     model = adapter.model_id or type(adapter.model).__name__
@@ -316,7 +328,12 @@ class _Checks:
 
         adapter = self.adapter
         batch = self.pair()
-        _, masses = adapter.run_batch(batch)
+        how = "batch of 2 with left padding"
+        try:
+            _, masses = adapter.run_batch(batch)
+        except BatchingUnsafe as exc:  # the adapter's own fallback: one instance at a time
+            batch, _, masses = self.single(0)
+            how = f"one instance at a time (the adapter says: {exc})"
         key = adapter.text_config_key
         try:
             adapter.model.set_attn_implementation({key: "eager"})
@@ -345,8 +362,8 @@ class _Checks:
             )
         worst = float(torch.max(torch.abs(masses.double() - eager)))
         figure = (
-            f"max |diff| {worst:.2g} over {masses.shape[1]} layers, batch of 2 with left "
-            f"padding, tolerance {self.probe_tolerance:g}"
+            f"max |diff| {worst:.2g} over {masses.shape[1]} layers, {how}, "
+            f"tolerance {self.probe_tolerance:g}"
         )
         if worst <= self.probe_tolerance:
             return PASS, figure, ""
@@ -356,17 +373,28 @@ class _Checks:
         import torch
 
         batch = self.pair()
-        scores, masses = self.adapter.run_batch(batch)
+        fallback = ""
+        try:
+            scores, masses = self.adapter.run_batch(batch)
+        except BatchingUnsafe as exc:
+            # The adapter refuses this padded batch; what a run gets is observe_many's own
+            # fallback (one at a time), which must still equal each instance alone.
+            observed = self.adapter.observe_many(self.instances[:2], batch_size=2)
+            scores = torch.tensor(np.stack([o.label_logprobs for o in observed]))
+            masses = torch.tensor(np.stack([np.asarray(o.attention) for o in observed]))
+            fallback = f"; batching unsafe here, ran one at a time ({exc})"
         worst_scores = worst_masses = 0.0
         for row in range(2):
             _, alone_scores, alone_masses = self.single(row)
             worst_scores = max(
-                worst_scores, float(torch.max(torch.abs(scores[row] - alone_scores[0])))
+                worst_scores,
+                float(torch.max(torch.abs(scores[row].double() - alone_scores[0].double()))),
             )
             worst_masses = max(
-                worst_masses, float(torch.max(torch.abs(masses[row] - alone_masses[0])))
+                worst_masses,
+                float(torch.max(torch.abs(masses[row].double() - alone_masses[0].double()))),
             )
-        figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|)"
+        figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|){fallback}"
         if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
             return PASS, figure, ""
         return (
@@ -412,6 +440,53 @@ class _Checks:
             ),
         )
 
+    def preprocessing(self) -> tuple[str, str, str]:
+        """What posdebias did to the image files before the processor, and what it changed."""
+        import torch
+        from PIL import Image
+
+        adapter = self.adapter
+        instance = self.instances[0]
+        side = min_image_side(adapter.processor)
+        changes = []
+        for position, reference in enumerate(instance.images):
+            original = reference if isinstance(reference, Image.Image) else None
+            if original is None:
+                with Image.open(reference) as opened:
+                    original = opened.copy()
+            fed = load_image(reference, instance.id, side)
+            if fed.size != original.size:
+                factor = max(original.size[0] / fed.size[0], original.size[1] / fed.size[1])
+                changes.append(
+                    f"image {position + 1} {_size(original.size)} -> {_size(fed.size)} "
+                    f"(shrunk {factor:.3g}x before the processor)"
+                )
+        note = (
+            f"; every image then resized to {adapter.image_size}x{adapter.image_size} "
+            "(the image_size option)"
+            if adapter.image_size is not None
+            else ""
+        )
+        if not changes:
+            return PASS, "no image file was shrunk before the processor" + note, ""
+        _, fed_scores, _ = self.single(0)
+        original_batch = adapter.prepare_batch([instance], original_images=True)
+        original_scores, _ = adapter.run_batch(original_batch, attention=False)
+        worst = float(torch.max(torch.abs(fed_scores[0].double() - original_scores[0].double())))
+        figure = (
+            f"{'; '.join(changes)}{note}; scores on the original files differ by max |diff| "
+            f"{worst:.2g}, tolerance {self.score_tolerance:g}"
+        )
+        if worst <= self.score_tolerance:
+            return PASS, figure, ""
+        return (
+            FAIL,
+            figure,
+            "posdebias shrank large image files before the processor and the model answers "
+            "differently on the originals: resize the files yourself to the processor's size "
+            "so that both agree",
+        )
+
     def _embeddings(self, batch: PreparedBatch) -> torch.Tensor:
         """[T, D] float64 input embeddings of a one-row batch (image features merged in)."""
         import torch
@@ -421,6 +496,10 @@ class _Checks:
                 **batch.inputs, position_ids=batch.position_ids, output_hidden_states=True
             )
         return output.hidden_states[0][0].double().cpu()
+
+
+def _size(size: tuple[int, int]) -> str:
+    return f"{size[0]}x{size[1]}"
 
 
 def _trie_problem(plan: Any) -> str | None:

@@ -88,6 +88,11 @@ class HFAdapterOptions(AdapterOptions):
     image_size: int | None = Field(
         default=None, ge=1, description="resize every image to this square (bicubic) first"
     )
+    max_patches: int | Literal["reference"] | None = Field(
+        default=None,
+        description="tiles per image at most, for processors that tile images (InternVL): a "
+        "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
+    )
     logits_processors: Literal["none", "generation_config"] = Field(
         default="none",
         description="score labels on raw logits, or after the checkpoint's generation-config "
@@ -176,6 +181,13 @@ class PreparedBatch:
     plan: LabelPlan
 
 
+class BatchingUnsafe(AdapterError):
+    """Raised by :meth:`HFAdapter.run_batch` when a padded batch would give other numbers than
+    its rows alone (e.g. Llama 4's NoPE temperature counting the padding). The adapter's own
+    ``observe_many`` then runs the rows one at a time; ``posdebias check`` does the same and
+    says so."""
+
+
 class HFAdapter(Adapter):
     """Base of the Hugging Face adapters (see the module docstring for the flow)."""
 
@@ -197,6 +209,7 @@ class HFAdapter(Adapter):
         image_size: int | None = None,
         logits_processors: str = "none",
         prompt_variant: str = "plain",
+        max_patches: int | str | None = None,
     ) -> None:
 
         self.model = model
@@ -217,6 +230,9 @@ class HFAdapter(Adapter):
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
+        if isinstance(max_patches, int) and max_patches < 1:
+            raise AdapterError(f"max_patches must be at least 1, got {max_patches}")
+        self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.image_token = self._image_token()
         self.tokens = self.span_tokens()
@@ -285,12 +301,21 @@ class HFAdapter(Adapter):
         tokens = self.tokens
         return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
 
+    def support_problem(self) -> str | None:
+        """Why this adapter cannot read this model right, found BEFORE any forward pass, or
+        None. Runs (and whoever runs ``posdebias check``) stop with it at once; the default is
+        :meth:`position_problem`. The first-batch verification stays the safety net for what
+        cannot be seen from the config and the processor."""
+        return self.position_problem()
+
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
         return None
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        limit = self.tile_limit(len(images[0]) if images else 0)
+        tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
@@ -299,11 +324,23 @@ class HFAdapter(Adapter):
                 padding_side="left",
                 return_tensors="pt",
                 return_text_replacement_offsets=True,
+                **tiles,
             )
         except ValueError as exc:
             raise AdapterError(
                 f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
+
+    def tile_limit(self, n: int) -> int | None:
+        """The ``max_patches`` passed to the processor for prompts with n images: None when
+        the option is unset or the image processor does not tile (no ``crop_to_patches``);
+        ``reference`` is 28 // n, at least 1 (the authors' InternVL setting)."""
+        image_processor = getattr(self.processor, "image_processor", None)
+        if self.max_patches is None or not hasattr(image_processor, "crop_to_patches"):
+            return None
+        if self.max_patches == "reference":
+            return max(1, 28 // max(n, 1))
+        return int(self.max_patches)
 
     def prompt_position_ids(self, inputs: Any) -> Any:
         """Position ids of the padded prompt: each row counts from 0 at its first real token."""
@@ -416,15 +453,22 @@ class HFAdapter(Adapter):
         return results  # type: ignore[return-value]
 
     def prepare_batch(
-        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[RetrievalInstance],
+        prompt: PromptTemplate | None = None,
+        *,
+        original_images: bool = False,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the image spans of instances with one N
-        (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
+        (``prompt``: another template than the adapter's, e.g. a prompt variant).
+
+        ``original_images``: hand the processor the image files as they are, without the early
+        shrink of large files (``posdebias check`` compares the two)."""
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of images")
         texts = [self.render(instance, prompt) for instance in instances]
-        side = min_image_side(self.processor)
+        side = None if original_images else min_image_side(self.processor)
         images = [[self._load_image(im, inst.id, side) for im in inst.images] for inst in instances]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
@@ -580,6 +624,7 @@ class HFAdapter(Adapter):
             "prompt_hash": self.prompt.digest(),
             "image_size": self.image_size,
             "logits_processors": self.logits_processors,
+            "max_patches": self.max_patches,
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
             if self.end_token_id is None
