@@ -281,3 +281,33 @@ def test_statistics_of_other_rows_are_refused(default_run, tmp_path, capsys):
     assert main(["report", str(edited)]) == 2
     assert "are not the rows of calibrators" in capsys.readouterr().err
     assert sorted(p.name for p in edited.iterdir()) == ["results.json"]
+
+
+def test_circular_eval_of_a_cyclic_run(tmp_path):
+    """order_kind cyclic with T = N: CircularEval is the share of instances right in all N
+    rotations, in results.json and report.md; with T < N it is absent."""
+    out = tmp_path / "run"
+    assert main(["evaluate", "--adapter", "synthetic", "--count", "12", "--orders", "4",
+                 "--calibrators", "vanilla,attention_guided", "--config",
+                 str(_cyclic(tmp_path)), "--out", str(out)]) == 0  # fmt: skip
+    results = EvaluationResults.load(out / "results.json")
+    assert results.statistics is not None
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for label, row in results.statistics.rows.items():
+        right = [all(c == t for c, t in zip(r["choices"][label], r["targets"], strict=True))
+                 for r in records]  # fmt: skip
+        assert row.circular is not None
+        assert row.circular.value == pytest.approx(100 * sum(right) / len(right))
+    assert "CircularEval [95% CI]" in (out / "report.md").read_text()
+    fewer = tmp_path / "fewer"
+    assert main(["evaluate", "--adapter", "synthetic", "--count", "12", "--orders", "3",
+                 "--calibrators", "vanilla", "--config", str(_cyclic(tmp_path)),
+                 "--out", str(fewer)]) == 0  # fmt: skip
+    stats = EvaluationResults.load(fewer / "results.json").statistics
+    assert stats is not None and stats.rows["vanilla"].circular is None
+
+
+def _cyclic(tmp_path: Path) -> Path:
+    config = tmp_path / "cyclic.yaml"
+    config.write_text("order_kind: cyclic\n")
+    return config
