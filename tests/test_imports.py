@@ -10,6 +10,8 @@ around an import cycle; and no module inside the package imports the package roo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,43 @@ def test_no_module_imports_the_package_root(path):
         or (isinstance(node, ast.Import) and any(a.name == "posdebias" for a in node.names))
     ]
     assert bad == [], f"{path.name} imports the posdebias root (lines {bad}); import the module"
+
+
+_HEAVY_CHECK = """
+import runpy, sys
+try:
+    {run}
+except SystemExit as exc:
+    assert exc.code in (0, 2, None), exc.code  # no command: the help, exit 2
+print("heavy:", ",".join(name for name in ("torch", "transformers") if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "import posdebias",
+        "sys.argv = ['posdebias', '--help']; runpy.run_module('posdebias', run_name='__main__')",
+        "sys.argv = ['posdebias']; runpy.run_module('posdebias', run_name='__main__')",
+        "import posdebias.adapters.hf, posdebias.adapters.attention, posdebias.testing",
+    ],
+    ids=["import", "help", "no-command", "plugin-surface"],
+)
+def test_import_and_help_load_neither_torch_nor_transformers(run):
+    """The heavy libraries are imported when a model is loaded, never to list or explain."""
+    code = _HEAVY_CHECK.format(run=run)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "heavy: ", result.stdout
+
+
+def test_every_public_name_of_the_root_resolves_and_is_listed():
+    import posdebias
+
+    for name in posdebias.__all__:
+        assert getattr(posdebias, name) is not None, name
+    assert set(posdebias.__all__) <= set(dir(posdebias))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        posdebias.no_such_name  # noqa: B018

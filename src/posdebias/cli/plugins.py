@@ -23,7 +23,6 @@ from posdebias.registry.manager import adapter_priority
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plugins",
-        help="list adapters, calibrators, decoders, bundled models and their plugins",
         description="Everything registered, the plugin and distribution that provides it.",
     )
     parser.add_argument(

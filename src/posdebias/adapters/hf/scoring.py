@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from posdebias.errors import AdapterError
+
+if TYPE_CHECKING:
+    import torch
 
 Prefix = tuple[int, ...]
 
@@ -80,6 +82,8 @@ def restricted_scores(plan: LabelPlan, step_logits: dict[Prefix, torch.Tensor]) 
 
     ``step_logits[prefix]`` is [B, vocab] (``()`` = the prompt's last position).
     """
+    import torch
+
     log_probs: dict[Prefix, dict[int, torch.Tensor]] = {}
     for prefix, valid in plan.options.items():
         if len(valid) == 1:
