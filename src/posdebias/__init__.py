@@ -63,7 +63,36 @@ _HOMES = {
     "hookimpl": "posdebias.registry",
 }
 
-__all__ = sorted([*_HOMES, "PLUGIN_API_VERSION", "__version__"])
+__all__ = [
+    "PLUGIN_API_VERSION",
+    "Adapter",
+    "AdapterOptions",
+    "CalibrationState",
+    "CalibrationWarning",
+    "Calibrator",
+    "CalibratorOptions",
+    "Candidate",
+    "Debiaser",
+    "Evidence",
+    "Instance",
+    "LayerSet",
+    "Metrics",
+    "Observation",
+    "PosdebiasError",
+    "Prediction",
+    "Query",
+    "Ranking",
+    "RetrievalInstance",
+    "__version__",
+    "compute_metrics",
+    "cyclic_rotations",
+    "get_adapter",
+    "get_calibrator",
+    "get_registry",
+    "hookimpl",
+    "load_adapter",
+    "symmetrized_calibration_set",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -38,6 +37,7 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many
 from posdebias.adapters.hf.layers import attention_layers
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -147,23 +147,6 @@ def load_image(reference: Any, instance_id: str, min_side: int | None = None) ->
     return open_image(text, what=f"instance {excerpt(instance_id)}: image", min_side=min_side)
 
 
-@dataclass
-class PreparedBatch:
-    """Model inputs of one batch (left padded) with what the probe and the scorer need.
-
-    Attributes:
-        inputs: the processor's tensors on the model's device.
-        position_ids: explicit prompt positions (padding-independent).
-        spans: per row, every token of each image (:class:`ImageSpan`), in prompt order.
-        plan: the label token trie for this N.
-    """
-
-    inputs: Any
-    position_ids: Any
-    spans: list[list[ImageSpan]]
-    plan: LabelPlan
-
-
 class HFAdapter(Adapter):
     """Base of the Hugging Face adapters (see the module docstring for the flow)."""
 
@@ -216,9 +199,9 @@ class HFAdapter(Adapter):
         self._plans: dict[int, tuple[list[str], LabelPlan]] = {}
         self._last_n: int | None = None
         forward = inspect.signature(model.forward).parameters
-        self._cache_argument = "cache" if "cache" in forward else "past_key_values"
+        self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
-        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
+        self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
 
@@ -454,13 +437,13 @@ class HFAdapter(Adapter):
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
-                    **self._last_logits_only,
+                    **self.last_logits_only,
                 )
             masses = recorder.attention(self.attention_layers) if recorder is not None else None
             cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
-            processed = self._label_logits_processor(batch.inputs["input_ids"], mask)
+            processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
 
             def decode(prefix: Prefix) -> Any:
                 logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
@@ -502,7 +485,7 @@ class HFAdapter(Adapter):
 
         return image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
 
-    def _label_logits_processor(self, prompt_ids: Any, mask: Any) -> Any:
+    def label_logits_processor(self, prompt_ids: Any, mask: Any) -> LogitsProcessor:
         """``(prefix, logits) -> logits`` for label scoring: raw, or after the checkpoint's
         generation-config logits processors as greedy ``generate`` applies them (they see the
         prompt ids plus ``prefix``; left padding is ignored through the attention mask)."""
@@ -553,8 +536,8 @@ class HFAdapter(Adapter):
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
-            **self._last_logits_only,
-            **{self._cache_argument: cache.cache},
+            **self.last_logits_only,
+            **{self.cache_argument: cache.cache},
         )
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]
