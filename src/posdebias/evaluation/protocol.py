@@ -10,7 +10,7 @@ scored on the raw logits.
 
 1. one shared set of T distinct orders for every instance, the file order (identity) first;
 2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters);
-3. the query text of the prompt ends with a space (METHOD.md's query then ends ``"Answer: "``);
+3. the query text of the prompt ends with a space (the paper's query then ends ``"Answer: "``);
 4. candidate layers 21..35 for the layer-selecting calibrators (:func:`reference_layer_range`
    says how this maps to other depths);
 5. the M calibration instances are the first M of the evaluated file, and are also tested;
@@ -29,8 +29,6 @@ from typing import Any, Literal
 from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.evaluation.config import CalibratorSpec
 from posdebias.registry import get_registry
-
-ProtocolName = Literal["default", "reference"]
 
 #: The authors' candidate layers: 21..35 (inclusive) of their 36-layer models.
 REFERENCE_LAYERS = (21, 36)

@@ -120,9 +120,6 @@ class HFAdapterOptions(AdapterOptions):
         return coerce_prompt(value)
 
 
-LOADING_OPTIONS = ("model", "dtype", "device", "device_map", "trust_remote_code", "revision")
-
-
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
     """An RGB PIL image from a path or a PIL image; clear errors for missing or bad files.
 
@@ -420,7 +417,7 @@ class HFAdapter(Adapter):
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
 
         ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
-        a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
+        a method that reads the label scores only (docs/performance.md compares the two).
         """
 
         import torch

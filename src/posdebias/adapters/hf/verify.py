@@ -13,7 +13,7 @@ Cost, per model load: through ``observe_many`` the adapter's scores come from th
 itself, so the check adds the reference alone: ONE prompt forward (plus one per multi-token
 label prefix, e.g. one more for digits with N >= 10). ``posdebias evaluate`` verifies before it
 writes anything (:meth:`HFAdapter.verify`), which adds the adapter's own pass of that prompt too:
-two prompt forwards. benchmarks/verification.py measures both.
+two prompt forwards. docs/performance.md measures both.
 """
 
 from __future__ import annotations
