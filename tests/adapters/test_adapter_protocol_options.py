@@ -86,3 +86,27 @@ def test_generation_config_processors_are_a_no_op_without_processors(make_instan
         get_adapter(model, processor).observe(instances[0]).label_logprobs,
         atol=1e-6,
     )
+
+
+def test_generated_rows_pass_through_the_generation_config_processors(make_instances):
+    """With logits_processors: generation_config, greedy generation equals the model's own
+    ``generate`` under the checkpoint's repetition penalty (and differs from the raw one)."""
+    from posdebias.adapters import GenerationSettings
+
+    model, processor = tiny_model_and_processor("qwen2_5_vl", seed=0)
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.eos_token_id = None
+    adapter = get_adapter(model, processor, logits_processors="generation_config")
+    raw = get_adapter(model, processor)
+    instance = make_instances(1, 3)[0]
+    settings = GenerationSettings(max_new_tokens=6, stop_at_eos=False)
+    (ours,) = adapter.generate_many([instance], settings)
+    (plain,) = raw.generate_many([instance], settings)
+    batch = raw.prepare_batch([instance])
+    with torch.inference_mode():
+        expected = model.generate(
+            **batch.inputs, max_new_tokens=6, do_sample=False, min_new_tokens=6
+        )
+    length = batch.inputs["input_ids"].shape[1]
+    assert ours.tokens[0] == expected[0, length:].tolist()
+    assert ours.tokens[0] != plain.tokens[0]

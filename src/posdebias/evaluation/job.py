@@ -42,6 +42,7 @@ from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manif
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState
+from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
@@ -51,13 +52,20 @@ from posdebias.evaluation.distributed import Shard, current_shard
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
-from posdebias.evaluation.protocol import apply_prompt, calibrator_specs, get_protocol
+from posdebias.evaluation.protocol import (
+    apply_prompt,
+    apply_specs,
+    get_protocol,
+    warn_left_out_layers,
+)
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
     ObservationCache,
     fit_calibrators,
+    observe_cached,
+    scored_views,
     summarize,
 )
 from posdebias.evaluation.states import save_states
@@ -259,9 +267,11 @@ def resolve_states(
     n: int,
     cache: ObservationCache,
     provided: dict[str, CalibrationState] | None = None,
+    test: list[RetrievalInstance] | None = None,
 ) -> dict[str, CalibrationState]:
     """Saved states where ``--calibration`` gives them (checked against this model and
-    setting), freshly fitted ones for the rest."""
+    setting), freshly fitted ones for the rest (``test``: the run's test instances, for a
+    calibrator that fits on the test views, e.g. batch calibration)."""
     if provided is None:
         provided = saved_states(config, adapter, calibrators, n)
     metadata = describe_adapter(adapter, n)
@@ -274,6 +284,14 @@ def resolve_states(
             batch_size=config.batch_size,
             cache=cache,
             metadata={k: metadata.get(k) for k in ("model_id", "prompt_hash")},
+            test_views=None
+            if test is None
+            else scored_views(
+                test,
+                config.orders,
+                config.seed,
+                shared=get_protocol(config.protocol).shared_orders,
+            ),
         )
         if missing
         else {}
@@ -384,11 +402,9 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
     if config.protocol != "default":
-        specs = calibrator_specs(
-            get_protocol(config.protocol), config.calibrators, adapter.num_layers
-        )
-        config = config.model_copy(update={"calibrators": specs})
+        config = apply_specs(get_protocol(config.protocol), config, adapter.num_layers)
         calibrators = build_calibrators(config)
+        decoders = build_decoders(config)
     check_attention(adapter, calibrators)
     source = load_instances(config, adapter, resolved.benchmark_factory())
     if not source.test:
@@ -438,7 +454,19 @@ def calibrate(run: Run) -> None:
         run.n,
         run.cache,
         run.provided,
+        run.source.test,
     )
+    protocol = get_protocol(run.config.protocol)
+    if protocol.reference_layers and run.source.calibration and run.adapter.provides_attention:
+        observed = observe_cached(
+            run.adapter,
+            symmetrized_calibration_set(run.source.calibration),
+            run.cache,
+            batch_size=run.config.batch_size,
+        )
+        run.states = warn_left_out_layers(
+            protocol, observed, run.adapter.num_layers, run.states, run.config.calibrators
+        )
     run.fingerprints = {
         label: calibrator_fingerprint(calibrator, run.states[label])
         for label, calibrator in run.calibrators.items()

@@ -195,6 +195,18 @@ def _observe(
     return list(observed)
 
 
+def scored_views(
+    instances: Sequence[RetrievalInstance], orders: int, seed: int, *, shared: bool = False
+) -> list[RetrievalInstance]:
+    """Every test instance in each of its T orders (:func:`instance_orders`): what the run
+    scores, and what batch calibration averages over."""
+    return [
+        instance.permuted(order)
+        for instance in instances
+        for order in instance_orders(instance, orders, seed, shared=shared)
+    ]
+
+
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
@@ -203,8 +215,11 @@ def fit_calibrators(
     batch_size: int = 1,
     cache: ObservationCache | None = None,
     metadata: Mapping[str, Any] | None = None,
+    test_views: Sequence[RetrievalInstance] | None = None,
 ) -> dict[str, CalibrationState]:
-    """Fit every calibrator on the symmetrised calibration set (observed once, shared).
+    """Fit every calibrator on the symmetrised calibration set (observed once, shared), or on
+    the views its :meth:`~posdebias.calibrators.base.Calibrator.fit_views` asks for
+    (``test_views``: every test instance in each of its orders, when the caller knows them).
 
     The calibration set is observed whenever it is given, even if no calibrator needs it, so a
     calibrator added to a finished run later finds every observation cached.
@@ -222,13 +237,14 @@ def fit_calibrators(
             "(label_free, purified_attention) on them"
         )
     observations: list[Observation] = []
+    cache = cache if cache is not None else ObservationCache()
     if symmetrized:
-        observations = observe_cached(
-            adapter,
-            symmetrized,
-            cache if cache is not None else ObservationCache(),
-            batch_size=batch_size,
-        )
+        observations = observe_cached(adapter, symmetrized, cache, batch_size=batch_size)
+    own: dict[str, list[Observation]] = {}
+    for label, calibrator in calibrators.items():
+        views = calibrator.fit_views(symmetrized, test_views) if calibrator.needs_fit else None
+        if views is not None:
+            own[label] = observe_cached(adapter, views, cache, batch_size=batch_size)
     info = {
         "adapter": adapter.name,
         "calibration_ids": [instance.id for instance in calibration_instances],
@@ -238,7 +254,7 @@ def fit_calibrators(
         info.setdefault("label_set", adapter.labels_for(n))
     states = {}
     for label, calibrator in calibrators.items():
-        used = observations if calibrator.needs_fit else []
+        used = own.get(label, observations) if calibrator.needs_fit else []
         try:
             states[label] = calibrator.fit(used, n=n, **info)
         except Exception as exc:
@@ -389,11 +405,16 @@ class Evaluator:
                     started = time.perf_counter()
                     group = None
                     used = [view]
+                    view_orders = None
                     if calibrator.needs_rotations:
                         used = rotations[label][t]
                         group = [observations[observation_key(r)] for r in used]
+                        view_orders = calibrator.permutations_for(view)
                     prediction = calibrator.predict(
-                        observations[observation_key(view)], state, rotations=group
+                        observations[observation_key(view)],
+                        state,
+                        rotations=group,
+                        orders=view_orders,
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)

@@ -64,6 +64,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.attention_guided",
     "posdebias.calibrators.permutation_average",
     "posdebias.calibrators.label_free",
+    "posdebias.calibrators.contextual",
+    "posdebias.calibrators.batch",
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
     "posdebias.organism",

@@ -35,7 +35,7 @@ from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
-from posdebias.adapters.hf.generation import generate_many
+from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
@@ -490,15 +490,7 @@ class HFAdapter(Adapter):
             return lambda prefix, logits: logits
         import torch
 
-        base = self.model.generation_config
-        config = base.__class__.from_dict({**base.to_dict(), "do_sample": False})
-        processors = self.model._get_logits_processor(
-            generation_config=config,
-            input_ids_seq_length=prompt_ids.shape[1],
-            encoder_input_ids=prompt_ids,
-            device=prompt_ids.device,
-            model_kwargs={"attention_mask": mask},
-        )
+        processors = generation_config_processors(self.model, prompt_ids, mask)
 
         def apply(prefix: Prefix, logits: Any) -> Any:
             extra = torch.tensor([list(prefix)] * prompt_ids.shape[0], dtype=prompt_ids.dtype)
