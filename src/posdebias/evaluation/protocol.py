@@ -40,6 +40,7 @@ import numpy as np
 
 from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.observation import Observation
+from posdebias.core.stages import EPSILON, PriorEstimator
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -188,8 +189,6 @@ LEFT_OUT_MARGIN = 0.10
 def layer_readout_accuracy(observations: Sequence[Observation]) -> np.ndarray:
     """Per attention row: the share of labelled observations whose purified attention of that
     row alone (log a^(l) - log a_prior^(l)) peaks on the truth (Inference 2 with one layer)."""
-    from posdebias.core.stages import EPSILON, PriorEstimator
-
     labelled = [obs for obs in observations if obs.target is not None and obs.attention is not None]
     if not labelled:
         return np.zeros(0)
