@@ -45,9 +45,10 @@ def expected(variant: str, n: int) -> str:
 class _Holder:
     """What apply_prompt touches of an adapter: its prompt and the template of its variants."""
 
-    def __init__(self) -> None:
+    def __init__(self, variant: str = "plain") -> None:
         self.base_prompt = PromptTemplate()
-        self.prompt = self.base_prompt
+        self.prompt_variant = variant
+        self.prompt = self.base_prompt.variant(variant)
 
 
 @pytest.mark.parametrize("n", [2, 4, 12])
@@ -92,3 +93,12 @@ def test_decoders_use_the_paper_prompts_and_limits_by_default():
     assert (settings.max_new_tokens, settings.num_samples) == (512, 10)
     assert (settings.temperature, settings.top_k) == (0.7, 40)
     assert sc.options.parse == "answer_is"
+
+
+@pytest.mark.parametrize("variant", list(PAPER))
+def test_reference_protocol_on_an_adapter_prompt_variant(variant):
+    """The adapter's own prompt variant under the reference protocol is the paper's prompt too
+    (the chain of thought ends "<think>", no space after it)."""
+    holder = _Holder(variant)
+    apply_prompt(REFERENCE, holder)
+    assert text_after_images(holder.prompt, 4) == expected(variant, 4)

@@ -90,7 +90,8 @@ def test_reference_preset_on_a_hugging_face_model(tmp_path):
     reference, _ = _run(tmp_path, "reference", *args, "--protocol", "reference")
     before, after = default["adapter"], reference["adapter"]
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {"image_size", "logits_processors", "prompt", "prompt_hash"}
+    assert changed == {"image_size", "logits_processors", "max_patches", "prompt", "prompt_hash"}
+    assert (before["max_patches"], after["max_patches"]) == (None, "reference")
     assert (before["image_size"], after["image_size"]) == (None, REFERENCE.image_size)
     assert after["logits_processors"] == "generation_config"
     assert before["prompt"]["query"].endswith("Answer:")
@@ -228,3 +229,16 @@ def test_reference_warns_when_its_layer_mapping_leaves_out_the_informative_layer
     assert main(["evaluate", "--config", str(config), "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["calibrators"]["attention_guided"]["diagnostics"] == {}
+
+
+def test_reference_on_the_organism_warns_that_it_leaves_out_the_informative_layer(tmp_path):
+    """The bundled organism has 4 layers; the reference mapping keeps 2..3 and leaves out
+    layer 1, whose attention finds the truth: the run says so instead of silently losing
+    accuracy."""
+    args = ["--protocol", "reference", "--calibrators", "vanilla,attention_guided"]
+    results, _ = _run(tmp_path, "organism", *args, "--count", "8", "--orders", "2")
+    guided = results["calibrators"]["attention_guided"]
+    assert guided["options"]["layer_range"] == [2, 4]
+    assert guided["diagnostics"]["layers_left_out"] == [1]
+    assert "leaving out layer(s) 1 (100%)" in guided["diagnostics"]["warning"]
+    assert "warning" not in results["calibrators"]["vanilla"]["diagnostics"]

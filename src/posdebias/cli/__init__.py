@@ -21,13 +21,14 @@ from rich.console import Console
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
 
-#: Each subcommand (module ``posdebias.cli.NAME``, imported only when it runs) and its line
-#: in ``posdebias --help``.
+#: Each subcommand (module ``posdebias.cli.NAME`` with ``-`` as ``_``, imported only when it
+#: runs) and its line in ``posdebias --help``.
 SUBCOMMANDS: dict[str, str] = {
     "build": "build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
     "calibrate": "fit calibrators and save their calibration states",
     "check": "verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
     "evaluate": "evaluate calibrators (no arguments: the bundled default run)",
+    "lmms-eval-task": "write lmms-eval tasks showing a benchmark in its N cyclic rotations",
     "organism": "the bundled model organism (train it from a seed)",
     "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
     "rank": "rank images for a caption with a calibration",
@@ -89,7 +90,8 @@ def build_parser(args: Sequence[str] = ()) -> argparse.ArgumentParser:
     command = _command(args)
     for name, summary in SUBCOMMANDS.items():
         if name == command:
-            importlib.import_module(f"posdebias.cli.{name}").register(subparsers)
+            module = importlib.import_module(f"posdebias.cli.{name.replace('-', '_')}")
+            module.register(subparsers)
         else:
             subparsers.add_parser(name, help=summary, add_help=False)
     return parser

@@ -48,7 +48,7 @@ from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
-from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
@@ -70,7 +70,7 @@ from posdebias.evaluation.runner import (
 )
 from posdebias.evaluation.states import save_states
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, load_adapter
+from posdebias.loading import create_adapter, open_adapter, served
 from posdebias.registry import get_registry
 
 
@@ -80,13 +80,15 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
     if config.model is not None:
-        if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
-            options["device"] = shard.device
-        options = protocol_adapter_options(protocol, options)
         task = config_task(config)
         if task != "retrieval" and "label_set" not in options:
             options["label_set"] = TASK_LABEL_SETS[task]  # letters for multiple choice
-        adapter: Adapter = load_adapter(config.model, adapter=config.adapter.name, **options)
+    if config.model is not None and served(config.adapter.name):
+        adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
+    elif config.model is not None:
+        options = placement(options, shard or Shard(), config.gpus_per_process)
+        options = protocol_adapter_options(protocol, options)
+        adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
@@ -291,6 +293,7 @@ def resolve_states(
                 config.orders,
                 config.seed,
                 shared=get_protocol(config.protocol).shared_orders,
+                cyclic=config.order_kind == "cyclic",
             ),
         )
         if missing
@@ -305,9 +308,10 @@ def check_attention(adapter: Adapter, calibrators: dict[str, Calibrator]) -> Non
         return
     blind = [label for label, c in calibrators.items() if c.needs_attention]
     if blind:
+        reason = getattr(adapter, "no_attention_reason", None) or "it cannot capture attention"
         raise InputError(
-            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} cannot "
-            "capture attention; use vanilla, pride or permutation_average instead"
+            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} has none: "
+            f"{reason}; use vanilla, pride or permutation_average instead"
         )
 
 
@@ -326,6 +330,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "seed": config.seed,
         "protocol": config.protocol,
         "orders": config.orders,
+        **({"order_kind": config.order_kind} if config.order_kind != "random" else {}),
         "count": config.count,
         "calibration_count": config.calibration_count,
     }
@@ -412,6 +417,11 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
+    if config.order_kind == "cyclic" and config.orders > n:
+        raise InputError(
+            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"only {n} rotations; use orders {n} or fewer"
+        )
     provided = saved_states(config, adapter, calibrators, n)
     run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
     if config.out is None:
@@ -490,6 +500,7 @@ def evaluate_shard(
         batch_size=config.batch_size,
         cache=run.cache,
         shared_orders=get_protocol(config.protocol).shared_orders,
+        cyclic_orders=config.order_kind == "cyclic",
     )
     todo = [
         instance

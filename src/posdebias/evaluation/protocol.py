@@ -10,7 +10,8 @@ scored on the raw logits.
 default"):
 
 1. one shared set of T distinct orders for every instance, the file order (identity) first;
-2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters);
+2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters), and
+   at most 28 // N tiles per image where the processor tiles images (InternVL);
 3. the query text of the prompt ends with a space (the query then ends ``"Answer: "``), in the
    scored prompt and in every decoder's prompt variant (the chain-of-thought prompt ends
    ``"Answer: <think>"`` under both protocols);
@@ -60,6 +61,7 @@ class Protocol:
     reference_layers: bool = False
     calibration_from_test: bool = False
     logits_processors: Literal["none", "generation_config"] = "none"
+    max_patches: str | None = None
 
 
 DEFAULT = Protocol("default")
@@ -71,6 +73,7 @@ REFERENCE = Protocol(
     reference_layers=True,
     calibration_from_test=True,
     logits_processors="generation_config",
+    max_patches="reference",
 )
 PROTOCOLS: dict[str, Protocol] = {"default": DEFAULT, "reference": REFERENCE}
 
@@ -118,6 +121,8 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
         merged.setdefault("image_size", protocol.image_size)
     if protocol.logits_processors != "none":
         merged.setdefault("logits_processors", protocol.logits_processors)
+    if protocol.max_patches is not None:
+        merged.setdefault("max_patches", protocol.max_patches)
     return merged
 
 
@@ -128,11 +133,14 @@ def apply_prompt(protocol: Protocol, adapter: Any) -> None:
     prompt = getattr(adapter, "prompt", None)
     if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
         return
-    if not prompt.query.endswith(" "):
-        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
     base = getattr(adapter, "base_prompt", None)
-    if isinstance(base, PromptTemplate) and not base.query.endswith(" "):
-        adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+    variant = getattr(adapter, "prompt_variant", None)
+    if isinstance(base, PromptTemplate) and isinstance(variant, str):
+        if not base.query.endswith(" "):
+            base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+        adapter.prompt = base.variant(variant)  # cot keeps its "Answer: <think>" ending
+    elif not prompt.query.endswith(" "):
+        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
 
 
 def apply_specs(

@@ -22,7 +22,13 @@ import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import ImageRef, RetrievalInstance, image_key, random_orders
+from posdebias.core.instance import (
+    ImageRef,
+    RetrievalInstance,
+    image_key,
+    random_orders,
+    rotation_order,
+)
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
@@ -95,11 +101,24 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
 
 
 def instance_orders(
-    instance: RetrievalInstance, count: int, seed: int, *, shared: bool = False
+    instance: RetrievalInstance,
+    count: int,
+    seed: int,
+    *,
+    shared: bool = False,
+    cyclic: bool = False,
 ) -> list[np.ndarray]:
     """The T distinct candidate orders of a test instance (a function of seed and instance id
     only); ``shared``: one set for every instance of this N, the identity first (the authors'
-    protocol)."""
+    protocol); ``cyclic``: the first T cyclic rotations of the file order (rotation r shows
+    position ``(i + r) % N`` at i), the orders of rotated harness tasks and CircularEval."""
+    if cyclic:
+        if count > instance.n:
+            raise InputError(
+                f"{count} cyclic orders requested, but {instance.n} candidates have only "
+                f"{instance.n} rotations; use orders {instance.n} or fewer"
+            )
+        return [rotation_order(instance.n, shift) for shift in range(count)]
     if shared:
         return random_orders(instance.n, count, [seed, instance.n], identity_first=True)
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
@@ -196,14 +215,19 @@ def _observe(
 
 
 def scored_views(
-    instances: Sequence[RetrievalInstance], orders: int, seed: int, *, shared: bool = False
+    instances: Sequence[RetrievalInstance],
+    orders: int,
+    seed: int,
+    *,
+    shared: bool = False,
+    cyclic: bool = False,
 ) -> list[RetrievalInstance]:
     """Every test instance in each of its T orders (:func:`instance_orders`): what the run
     scores, and what batch calibration averages over."""
     return [
         instance.permuted(order)
         for instance in instances
-        for order in instance_orders(instance, orders, seed, shared=shared)
+        for order in instance_orders(instance, orders, seed, shared=shared, cyclic=cyclic)
     ]
 
 
@@ -344,6 +368,7 @@ class Evaluator:
         batch_size: int = 1,
         cache: ObservationCache | None = None,
         shared_orders: bool = False,
+        cyclic_orders: bool = False,
     ) -> None:
         if orders < 1:
             raise InputError(f"--orders must be at least 1, got {orders}")
@@ -356,6 +381,7 @@ class Evaluator:
         self.orders = orders
         self.seed = seed
         self.shared_orders = shared_orders
+        self.cyclic_orders = cyclic_orders
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -370,7 +396,9 @@ class Evaluator:
     def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
-        orders = instance_orders(instance, self.orders, self.seed, shared=self.shared_orders)
+        orders = instance_orders(
+            instance, self.orders, self.seed, shared=self.shared_orders, cyclic=self.cyclic_orders
+        )
         shown = [instance.permuted(order) for order in orders]
         rotations = {
             label: [calibrator.views_of(view) for view in shown]

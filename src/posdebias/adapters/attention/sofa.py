@@ -113,13 +113,17 @@ class _Scope:
         self.settings = run.settings
         self.spans = spans
         self.length = length
-        self._source: Any = None
-        self._built: torch.Tensor | None = None
+        self._built: dict[Any, tuple[Any, torch.Tensor]] = {}
 
     def mask_for(self, mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor:
-        if self._built is None or self._source is not mask or self._built.dtype != query.dtype:
-            self._built = sofa_mask(
-                mask,
+        """The SoFA mask on the query's device (built once per source mask, dtype and device:
+        a model split over devices runs its layers on several)."""
+        key = (query.device, query.dtype)
+        cached = self._built.get(key)
+        if cached is None or cached[0] is not mask:
+            source = None if mask is None else mask.to(query.device)
+            built = sofa_mask(
+                source,
                 self.spans,
                 self.length,
                 self.settings.sigma,
@@ -127,8 +131,8 @@ class _Scope:
                 query.device,
                 within_image=self.settings.within_image,
             )
-            self._source = mask
-        return self._built
+            cached = self._built[key] = (mask, built)
+        return cached[1]
 
 
 _RUN: contextvars.ContextVar[SofaRun | None] = contextvars.ContextVar(

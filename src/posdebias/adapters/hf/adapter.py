@@ -88,6 +88,11 @@ class HFAdapterOptions(AdapterOptions):
     image_size: int | None = Field(
         default=None, ge=1, description="resize every image to this square (bicubic) first"
     )
+    max_patches: int | Literal["reference"] | None = Field(
+        default=None,
+        description="tiles per image at most, for processors that tile images (InternVL): a "
+        "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
+    )
     logits_processors: Literal["none", "generation_config"] = Field(
         default="none",
         description="score labels on raw logits, or after the checkpoint's generation-config "
@@ -96,6 +101,10 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
+    max_memory: dict[int | str, int | str] | None = Field(
+        default=None,
+        description="accelerate's memory per device for device_map (devices it names only)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="run the checkpoint's own Python code (only if you trust it)"
     )
@@ -165,6 +174,7 @@ class HFAdapter(Adapter):
         image_size: int | None = None,
         logits_processors: str = "none",
         prompt_variant: str = "plain",
+        max_patches: int | str | None = None,
     ) -> None:
 
         self.model = model
@@ -185,6 +195,9 @@ class HFAdapter(Adapter):
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
+        if isinstance(max_patches, int) and max_patches < 1:
+            raise AdapterError(f"max_patches must be at least 1, got {max_patches}")
+        self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.image_token = self._image_token()
         self.tokens = self.span_tokens()
@@ -259,6 +272,8 @@ class HFAdapter(Adapter):
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        limit = self.tile_limit(len(images[0]) if images else 0)
+        tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
@@ -267,11 +282,23 @@ class HFAdapter(Adapter):
                 padding_side="left",
                 return_tensors="pt",
                 return_text_replacement_offsets=True,
+                **tiles,
             )
         except ValueError as exc:
             raise AdapterError(
                 f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
+
+    def tile_limit(self, n: int) -> int | None:
+        """The ``max_patches`` passed to the processor for prompts with n images: None when
+        the option is unset or the image processor does not tile (no ``crop_to_patches``);
+        ``reference`` is 28 // n, at least 1 (the authors' InternVL setting)."""
+        image_processor = getattr(self.processor, "image_processor", None)
+        if self.max_patches is None or not hasattr(image_processor, "crop_to_patches"):
+            return None
+        if self.max_patches == "reference":
+            return max(1, 28 // max(n, 1))
+        return int(self.max_patches)
 
     def prompt_position_ids(self, inputs: Any) -> Any:
         """Position ids of the padded prompt: each row counts from 0 at its first real token."""
@@ -548,6 +575,7 @@ class HFAdapter(Adapter):
             "prompt_hash": self.prompt.digest(),
             "image_size": self.image_size,
             "logits_processors": self.logits_processors,
+            "max_patches": self.max_patches,
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
             if self.end_token_id is None
