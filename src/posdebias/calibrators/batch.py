@@ -8,7 +8,8 @@ Which batch: in ``posdebias evaluate`` and ``posdebias sweep``, the WHOLE test s
 every test instance in each of its T candidate orders (the views every row scores), observed
 before any instance is evaluated. So the estimate, and every prediction, depends on neither the
 forward batch size, nor the data-parallel shard, nor resumption, and is stored in the
-calibration state like any fit. Given no test set (``Debiaser.calibrate``), the batch is the
+calibration state like any fit. Given no test set (``Debiaser.calibrate``, ``posdebias
+calibrate``), the batch is the
 instances you calibrate on, each in its N cyclic rotations: calibrate it on (unlabelled)
 instances like those you rank. No labels and no attention are needed.
 """

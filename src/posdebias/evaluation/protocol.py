@@ -28,7 +28,9 @@ default"):
    permutation averaging uses min(16, N!) random permutations drawn afresh per instance.
 
 A setting the user gives explicitly (an adapter option, a calibrator's or decoder's option)
-wins over the preset.
+wins over the preset. On a model shallower than 36 layers, a layer mapping that leaves out
+layers whose attention is informative on the calibration set is reported in the diagnostics of
+the calibrators it affects (:func:`warn_left_out_layers`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,14 @@ forward. The modules below (``adapter``, ``spans``, ``scoring``, ``prompt``, ``g
 """
 
 from posdebias._deprecation import moved_attributes
-from posdebias.adapters.hf.adapter import HFAdapter, HFAdapterOptions, PreparedBatch
+from posdebias.adapters.hf.adapter import (
+    BatchingUnsafe,
+    HFAdapter,
+    HFAdapterOptions,
+    PreparedBatch,
+)
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate
+from posdebias.adapters.hf.text import HFTextAdapter
 from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
@@ -23,8 +29,10 @@ from posdebias.adapters.hf.spans import (
 
 __all__ = [
     "PROMPT_VARIANTS",
+    "BatchingUnsafe",
     "HFAdapter",
     "HFAdapterOptions",
+    "HFTextAdapter",
     "ImageSpan",
     "PreparedBatch",
     "PromptTemplate",

@@ -9,7 +9,7 @@ circle does not exist, and they read nothing private of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from posdebias.adapters.hf.prompt import PromptTemplate
@@ -28,14 +28,18 @@ class PreparedBatch:
     Attributes:
         inputs: the processor's tensors on the model's device.
         position_ids: explicit prompt positions (padding-independent).
-        spans: per row, every token of each image (:class:`ImageSpan`), in prompt order.
+        spans: per row, every token of each candidate (:class:`ImageSpan`: an image's
+            tokens, a text's tokens, or both), in candidate order; what the probe reads.
         plan: the label token trie for this N.
+        image_spans: per row, every token of each image of the prompt (the stem's first);
+            the same as ``spans`` for retrieval.
     """
 
     inputs: Any
     position_ids: Any
     spans: list[list[ImageSpan]]
     plan: LabelPlan
+    image_spans: list[list[ImageSpan]] = field(default_factory=list)
 
 
 #: ``(prefix, logits) -> logits``: what label scoring applies to each step's logits.
@@ -88,5 +92,7 @@ class ModelAdapter(Protocol):
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any: ...
 
     def position_problem(self) -> str | None: ...
+
+    def support_problem(self) -> str | None: ...
 
     def label_logits_processor(self, prompt_ids: Any, mask: Any) -> LogitsProcessor: ...

@@ -28,6 +28,7 @@ _MODULES = (
     "llava_onevision",
     "internvl",
     "llava",
+    "text",  # the text-only language models
 )
 
 
