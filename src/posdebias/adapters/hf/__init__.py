@@ -16,7 +16,6 @@ from posdebias.adapters.hf.adapter import (
     PreparedBatch,
 )
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate
-from posdebias.adapters.hf.text import HFTextAdapter
 from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
@@ -26,6 +25,7 @@ from posdebias.adapters.hf.spans import (
     find_image_spans,
     span_matrix,
 )
+from posdebias.adapters.hf.text import HFTextAdapter
 
 __all__ = [
     "PROMPT_VARIANTS",
