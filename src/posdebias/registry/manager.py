@@ -56,6 +56,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava_onevision",
     "posdebias.adapters.families.internvl",
     "posdebias.adapters.families.llava",
+    "posdebias.adapters.families.llava_next",
+    "posdebias.adapters.families.lfm2_vl",
     "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",
