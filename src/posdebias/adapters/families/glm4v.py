@@ -1,4 +1,4 @@
-"""GLM-4.1V, GLM-4.5V and GLM-4.6V: ``<|begin_of_image|>`` + run of ``<|image|>`` + ``<|end_of_image|>``.
+"""GLM-4.1V, 4.5V and 4.6V: ``<|begin_of_image|>`` + ``<|image|>`` run + ``<|end_of_image|>``.
 
 Their language model uses its own 3-D positions (multimodal RoPE over half of each head's
 dimensions, ``partial_rotary_factor`` 0.5): image tokens get (temporal, height, width)
