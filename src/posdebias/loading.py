@@ -252,7 +252,12 @@ def load_adapter(
     source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
     check_safetensors_only(_local_folder(source, revision))  # before anything is opened
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+        AutoTokenizer,
+    )
 
     config = _load_config(source, revision, trust_remote_code)
     cls = _adapter_class(config.model_type, adapter)
@@ -276,10 +281,13 @@ def load_adapter(
             int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in max_memory.items()
         }
     try:
-        processor = AutoProcessor.from_pretrained(
+        # a text-only family's processor is its tokenizer, its model a causal LM
+        processor_class = AutoTokenizer if cls.text_only else AutoProcessor
+        model_class = AutoModelForCausalLM if cls.text_only else AutoModelForImageTextToText
+        processor = processor_class.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
         )
-        model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+        model = model_class.from_pretrained(source, **kwargs)
     except OSError as exc:
         hint = ""
         if "safetensors" in str(exc):
@@ -346,6 +354,7 @@ def get_adapter(
         logits_processors=parsed.logits_processors,
         max_patches=parsed.max_patches,
         prompt_variant=parsed.prompt_variant,
+        task_prompt=parsed.task_prompt,
     )
 
 

@@ -22,7 +22,7 @@ from posdebias.testing import save_tiny_model
 
 pytest.importorskip("accelerate")
 
-FAMILIES = ("qwen2_vl", "internvl")
+FAMILIES = ("qwen2_vl", "internvl", "llava_onevision")
 
 
 def split_map(model_dir, family):
@@ -45,7 +45,12 @@ def split_map(model_dir, family):
     device_map = {name: "disk" for name in offloaded}
     for name, module in empty.named_modules():
         own = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
-        if own and not any(name == o or name.startswith(o + ".") for o in offloaded):
+        if not own or any(name == o or name.startswith(o + ".") for o in offloaded):
+            continue
+        if any(o.startswith(name + ".") for o in offloaded):  # a parent of offloaded layers
+            for tensor, _ in own:  # (LLaVA-OneVision's image_newline): its own tensors only
+                device_map[f"{name}.{tensor}" if name else tensor] = "cpu"
+        else:
             device_map[name] = "cpu"
     return device_map
 

@@ -187,3 +187,28 @@ def test_doc_to_visual_and_text_for_other_models(organism_benchmark, tmp_path):
     text = tasks.doc_to_text(tasks.rotate_doc(mcq, 1))
     assert "Question: Capital of France?" in text and "A. Paris\nB. Madrid\nC. Rome" in text
     assert tasks.doc_to_target(tasks.rotate_doc(mcq, 1)) == "A"
+
+
+@given(rotation=st.integers(0, 3), answer=st.sampled_from(["A", "b", "(C)", 4, "2"]))
+def test_a_foreign_layout_rotates_its_options_and_its_answer(rotation, answer):
+    """Any multiple-choice task (MuirBench's layout: options, answer letter) rotates with
+    `rotated_docs`: the options move, the answer follows in its own format."""
+    doc = {"id": "m1", "question": "Which?", "options": ["w", "x", "y", "z"], "answer": answer}
+    rotated = tasks.rotate_doc(doc, rotation)
+    right = {"A": "w", "b": "x", "(C)": "y", 4: "z", "2": "x"}[answer]
+    assert rotated["options"][rotated["target"]] == right
+    moved = rotated["answer"]
+    assert type(moved) is type(answer)
+    assert doc_instance({**rotated, "target": None}, "t").target == rotated["target"]
+    assert (str(moved).strip("()").isupper()) == (str(answer).strip("()").isupper())
+    assert tasks.doc_labels(rotated) == ["A", "B", "C", "D"]
+
+
+def test_rotated_docs_refuses_an_answer_that_names_no_option(lmms_eval_installed):
+    import datasets
+
+    docs = datasets.Dataset.from_list(
+        [{"id": "m", "question": "?", "options": ["a", "b"], "answer": "Q"}]
+    )
+    with pytest.raises(ValueError, match="answer 'Q' names no candidate"):
+        tasks.rotated_docs(docs)

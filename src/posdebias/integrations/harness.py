@@ -127,7 +127,7 @@ def _list(value: Any) -> list[Any] | None:
     return list(value) if isinstance(value, (list, tuple)) and value else None
 
 
-def _answer_position(answer: Any, n: int) -> int | None:
+def answer_position(answer: Any, n: int) -> int | None:
     """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or a 1-based index."""
     if isinstance(answer, bool):
         return None
@@ -180,7 +180,7 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
     kind = doc.get("task") or ("multiple_choice" if texts else "retrieval")
     target = doc.get("target")
     if target is None and doc.get("answer") is not None:
-        target = _answer_position(doc["answer"], n)
+        target = answer_position(doc["answer"], n)
         if target is None:
             raise TaskMappingError(
                 f"task {task!r}, item {item!r}: answer {doc['answer']!r} names none of the "

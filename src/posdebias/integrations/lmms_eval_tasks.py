@@ -46,6 +46,7 @@ from posdebias.integrations.harness import (
     LABELS,
     ORDER,
     ROTATION,
+    answer_position,
     current_provenance,
     doc_instance,
 )
@@ -57,8 +58,9 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # -- the task transform ---------------------------------------------------------------------
 
 
-#: The per-candidate fields of a document (rotated together); ``stem_images`` stay put.
-CANDIDATE_FIELDS = ("images", "texts")
+#: The per-candidate fields of a document (rotated together; ``options`` is the field of
+#: foreign multiple-choice layouts such as MuirBench's); ``stem_images`` stay put.
+CANDIDATE_FIELDS = ("images", "texts", "options")
 
 
 def candidate_count(doc: Mapping[str, Any]) -> int:
@@ -66,8 +68,17 @@ def candidate_count(doc: Mapping[str, Any]) -> int:
 
 
 def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
-    """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order)."""
+    """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order).
+
+    The truth is ``target`` (a 0-based position); a document with only an ``answer`` (a letter
+    or a 1-based index, a foreign layout) gets its ``target`` too, and its ``answer`` is moved
+    in its own format, so the task's own scoring still reads it.
+    """
     n = candidate_count(doc)
+    if n < 2:
+        raise InputError(
+            f"item {doc.get('id')!r}: no candidates to rotate (fields {CANDIDATE_FIELDS})"
+        )
     order = rotation_order(n, rotation).tolist()
     rotated = dict(doc)
     for field in CANDIDATE_FIELDS:
@@ -77,9 +88,30 @@ def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
     rotated[ITEM] = str(doc.get(ITEM, doc["id"]))
     rotated[ROTATION] = rotation
     rotated[ORDER] = order
-    if doc.get("target") is not None:
-        rotated["target"] = order.index(int(doc["target"]))
+    target = doc.get("target")
+    answer = doc.get("answer")
+    if target is None and answer is not None:
+        target = answer_position(answer, n)
+        if target is None:
+            raise InputError(f"item {doc.get('id')!r}: answer {answer!r} names no candidate")
+    if target is not None:
+        rotated["target"] = order.index(int(target))
+        if answer is not None:
+            rotated["answer"] = _answer_like(answer, rotated["target"])
     return rotated
+
+
+def _answer_like(answer: Any, position: int) -> Any:
+    """``position`` written as ``answer`` was: a 1-based index, or a letter in its case and
+    brackets (``"(B)"``)."""
+    if isinstance(answer, int):
+        return position + 1
+    text = str(answer)
+    letter = chr(ord("A") + position)
+    stripped = text.strip().strip("()").strip()
+    if stripped.isdigit():
+        return text.replace(stripped, str(position + 1))
+    return text.replace(stripped, letter if stripped.isupper() else letter.lower())
 
 
 def rotation_transform(calibrator: str | None, rotations: int | None = None) -> Callable:
@@ -104,6 +136,11 @@ def rotation_transform(calibrator: str | None, rotations: int | None = None) -> 
     return process_docs
 
 
+#: ``process_docs: !function posdebias.integrations.lmms_eval_tasks.rotated_docs`` turns any
+#: multiple-choice task into its N cyclic rotations, in its own YAML (no calibrator named).
+rotated_docs = rotation_transform(None)
+
+
 # -- what the task YAML points to -------------------------------------------------------------
 
 
@@ -111,8 +148,13 @@ def doc_labels(doc: Mapping[str, Any]) -> list[str]:
     labels = doc.get(LABELS)
     if labels:
         return list(labels)
-    kind = doc.get("task") or "retrieval"
-    return get_label_set(TASK_LABEL_SETS.get(kind, "digits")).labels(candidate_count(doc))
+    return get_label_set(TASK_LABEL_SETS.get(_kind(doc), "digits")).labels(candidate_count(doc))
+
+
+def _kind(doc: Mapping[str, Any]) -> str:
+    """The task kind of a document: its ``task``, else multiple choice with text options."""
+    texts = doc.get("texts") or doc.get("options")
+    return str(doc.get("task") or ("multiple_choice" if texts else "retrieval"))
 
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list[Any]:
@@ -127,7 +169,7 @@ def doc_to_text(doc: Mapping[str, Any]) -> str:
     """The text of the task's default posdebias prompt, for models that need a prompt."""
     labels = doc_labels(doc)
     n = len(labels)
-    kind = doc.get("task") or "retrieval"
+    kind = _kind(doc)
     if kind == "retrieval":
         instruction = DEFAULT_INSTRUCTION.format(n=n, range=f"{labels[0]} to {labels[-1]}")
         return instruction + "\n" + DEFAULT_QUERY.format(caption=doc["query"])

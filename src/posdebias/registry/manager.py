@@ -58,6 +58,12 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava",
     "posdebias.adapters.families.llava_next",
     "posdebias.adapters.families.lfm2_vl",
+    "posdebias.adapters.families.qwen3",
+    "posdebias.adapters.families.llama",
+    "posdebias.adapters.families.gemma3_text",
+    "posdebias.adapters.families.mistral",
+    "posdebias.adapters.families.phi3",
+    "posdebias.adapters.families.olmo2",
     "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",

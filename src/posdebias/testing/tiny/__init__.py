@@ -30,6 +30,7 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "text",  # the text-only language models
 )
 
 
