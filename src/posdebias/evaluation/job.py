@@ -229,6 +229,16 @@ def load_states(path: Path) -> dict[str, CalibrationState]:
     return {state.calibrator: state}
 
 
+def task_prompt_hash(adapter: Adapter, described: dict[str, Any], task: str) -> str | None:
+    """The prompt hash a calibration state records for ``task``: the adapter's (retrieval)
+    prompt hash, or the digest of its template for a candidate task, so that a state fitted
+    on one task's prompt is refused for another's."""
+    templates = getattr(adapter, "task_templates", None)
+    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
+        return described.get("prompt_hash")
+    return str(templates[task].digest())
+
+
 def saved_states(
     config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
 ) -> dict[str, CalibrationState]:
@@ -253,7 +263,7 @@ def saved_states(
             label_set=adapter.labels_for(n),
             adapter=adapter.name,
             options=calibrator.options.model_dump(mode="json"),
-            prompt_hash=described.get("prompt_hash"),
+            prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
             model_id=None if config.calibration_transfer else described.get("model_id"),
         )
         provided[label] = state
@@ -284,7 +294,12 @@ def resolve_states(
             calibration,
             batch_size=config.batch_size,
             cache=cache,
-            metadata={k: metadata.get(k) for k in ("model_id", "prompt_hash")},
+            metadata={
+                "model_id": metadata.get("model_id"),
+                "prompt_hash": task_prompt_hash(
+                    adapter, metadata, calibration[0].task if calibration else config_task(config)
+                ),
+            },
             test_views=None
             if test is None
             else scored_views(
