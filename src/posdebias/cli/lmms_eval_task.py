@@ -43,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split (0)")
     parser.add_argument(
-        "--label-set", default="digits", help="labels the answers use (digits, upper, ...)"
+        "--label-set",
+        help="labels the answers use: digits, upper, ... (default: the task's, upper for "
+        "multiple choice, digits for retrieval)",
     )
     parser.set_defaults(handler=run)
 
