@@ -248,7 +248,7 @@ def test_the_preprocessing_row_says_what_was_shrunk_and_compares_the_originals(t
 def test_check_runs_one_at_a_time_where_the_adapter_says_batching_is_unsafe():
     """Llama 4 with floor_scale within the prompt: the NoPE temperature would count padding,
     so the adapter refuses padded batches; check's probe and batch rows fall back and say so."""
-    model, processor = tiny_pair("llama4")
+    model, processor = tiny_model_and_processor("llama4")  # its own copy: the config changes
     text = model.config.text_config
     text.attn_temperature_tuning, text.floor_scale = True, 16
     adapter = get_adapter(model, processor)

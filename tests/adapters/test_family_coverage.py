@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import transformers
-from adapter_reference import tiny_pair
 
 from posdebias import get_adapter
 from posdebias.adapters.families.generic import structural_problem
 from posdebias.cli import main
 from posdebias.errors import AdapterError
+from posdebias.testing import tiny_model_and_processor
 from posdebias.testing.check import check_instances
 from posdebias.testing.coverage import (
     BUILT_IN,
@@ -55,11 +55,10 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     assert [row.model_type for row in coverage] == image_text_model_types()
     assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
     verdicts = {row.model_type: row for row in coverage}
-    for family in ("qwen2_5_vl", "llava_onevision", "internvl", "llama4", "gemma3"):
+    for family in ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next"):
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (
         ("mllama", "cross-attention layers"),
-        ("glm46v", "Glm46VModel.get_rope_index"),
         ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
         ("t5gemma2", "encoder-decoder"),
     ):
@@ -89,7 +88,7 @@ def test_cli_prints_the_families_and_refuses_markdown_alone(capsys):
 def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward():
     """A model whose images enter through cross-attention (here: a LLaVA whose config declares
     cross-attention layers, as Mllama's does) is refused before the first forward."""
-    model, processor = tiny_pair("llava")
+    model, processor = tiny_model_and_processor("llava")  # its own copy: the config changes
     model.config.text_config.cross_attention_layers = [1]
     calls = [0]
     model.register_forward_pre_hook(lambda *a, **k: calls.__setitem__(0, calls[0] + 1))

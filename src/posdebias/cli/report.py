@@ -23,7 +23,6 @@ from posdebias.evaluation.table import interval_text, print_results_table
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="re-render table and figures of a run, or compare two runs",
         description="Re-render the table, figures and report.md of a run directory from its "
         "results.json; with --compare, print the paired comparison of two run directories on "
         "their shared instances and orders (nothing is written).",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -240,6 +241,16 @@ def load_states(path: Path) -> dict[str, CalibrationState]:
     return {state.calibrator: state}
 
 
+def task_prompt_hash(adapter: Adapter, described: dict[str, Any], task: str) -> str | None:
+    """The prompt hash a calibration state records for ``task``: the adapter's (retrieval)
+    prompt hash, or the digest of its template for a candidate task, so that a state fitted
+    on one task's prompt is refused for another's."""
+    templates = getattr(adapter, "task_templates", None)
+    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
+        return described.get("prompt_hash")
+    return str(templates[task].digest())
+
+
 def saved_states(
     config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
 ) -> dict[str, CalibrationState]:
@@ -264,7 +275,7 @@ def saved_states(
             label_set=adapter.labels_for(n),
             adapter=adapter.name,
             options=calibrator.options.model_dump(mode="json"),
-            prompt_hash=described.get("prompt_hash"),
+            prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
             model_id=None if config.calibration_transfer else described.get("model_id"),
         )
         provided[label] = state
@@ -295,7 +306,12 @@ def resolve_states(
             calibration,
             batch_size=config.batch_size,
             cache=cache,
-            metadata={k: metadata.get(k) for k in ("model_id", "prompt_hash")},
+            metadata={
+                "model_id": metadata.get("model_id"),
+                "prompt_hash": task_prompt_hash(
+                    adapter, metadata, calibration[0].task if calibration else config_task(config)
+                ),
+            },
             test_views=None
             if test is None
             else scored_views(
@@ -370,13 +386,9 @@ def calibrator_fingerprint(calibrator: Calibrator, state: CalibrationState) -> s
 def peak_memory() -> dict[str, float]:
     """Peak resident memory of this process (MB) and, on CUDA, peak allocated GPU memory."""
     usage = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    try:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            usage["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch")  # never imported for this: a run without it used no GPU
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        usage["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return usage
 
 

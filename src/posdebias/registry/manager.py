@@ -56,6 +56,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava_onevision",
     "posdebias.adapters.families.internvl",
     "posdebias.adapters.families.llava",
+    "posdebias.adapters.families.llava_next",
+    "posdebias.adapters.families.lfm2_vl",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",
@@ -448,6 +450,11 @@ def get_registry() -> Registry:
         if _registry is None:
             _registry = Registry()
         return _registry
+
+
+def get_calibrator(name: str, **options: Any) -> Calibrator:
+    """A calibrator by registry name; unknown names and options give a clear error."""
+    return get_registry().create_calibrator(name, **options)
 
 
 def reset_registry() -> None:
