@@ -805,3 +805,21 @@ def test_build_out_below_a_file_is_a_clear_error(tmp_path, capsys):
         code, err = cli(capsys, *_shapes(tmp_path / "R", out))
         assert code == 2 and ("cannot create output directory" in err or "is a file" in err), err
         assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("made_by", "used_by"),
+    [("pride", "attention_guided"), ("attention_guided", "vanilla,pride"), ("vanilla", "pride")],
+)
+def test_a_calibration_file_of_another_calibrator_is_refused(tmp_path, capsys, made_by, used_by):
+    """Regression: never silently ignored (and a fresh state fitted in its place)."""
+    states = tmp_path / "states"
+    assert cli(capsys, "calibrate", "--adapter", "synthetic", "--calibrators", made_by,
+               "--out", states)[0] == 0  # fmt: skip
+    path = states / f"{made_by}.json"
+    out = tmp_path / "run"
+    code, err = cli(capsys, *SIM, "--calibration", path, "--calibrators", used_by,
+                    "--count", "2", "--out", out)  # fmt: skip
+    assert code == 2
+    assert f"holds a state fitted by calibrator '{made_by}', but this run has no" in err
+    assert not out.exists()

@@ -40,7 +40,7 @@ from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
-from posdebias.core.state import CalibrationState
+from posdebias.core.state import CalibrationState, StateUse
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
@@ -206,7 +206,7 @@ def saved_states(
         )
         if state is None:
             continue
-        state.check_compatible(
+        use = StateUse(
             calibrator=calibrator.name,
             n=n,
             layers=adapter.attention_layers if calibrator.needs_attention else None,
@@ -216,7 +216,18 @@ def saved_states(
             prompt_hash=described.get("prompt_hash"),
             model_id=None if config.calibration_transfer else described.get("model_id"),
         )
+        state.check_compatible(use)
         provided[label] = state
+    if not provided and not config.calibration.is_dir():
+        # one state file that no calibrator of the run uses is a mistake, not a default
+        (state,) = saved.values()
+        names = ", ".join(sorted({c.name for c in calibrators.values()}))
+        raise CalibrationError(
+            f"calibration file {config.calibration} holds a state fitted by calibrator "
+            f"{state.calibrator!r}, but this run has no {state.calibrator!r} calibrator (it "
+            f"runs {names}); pass the calibrator it was made for, or calibrate again with "
+            "`posdebias calibrate`"
+        )
     return provided
 
 
