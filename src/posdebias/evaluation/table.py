@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from posdebias._text import SafeConsole
 from posdebias.evaluation.metrics import Metrics
 
 
@@ -45,7 +46,7 @@ def print_results_table(
     console: Console | None = None,
     generated: Collection[str] = (),
 ) -> None:
-    (console or Console(markup=False, emoji=False)).print(results_table(metrics, title, generated))
+    (console or SafeConsole()).print(results_table(metrics, title, generated))
 
 
 def plain_results_table(metrics: Mapping[str, Metrics], generated: Collection[str] = ()) -> str:
