@@ -137,7 +137,7 @@ def build_language_model(args: argparse.Namespace, attention: str) -> Any:
     hybrid) with ``attention`` as the implementation of its softmax-attention layers."""
     import torch
 
-    from posdebias.adapters.probe import register_probe
+    from posdebias.adapters.attention import register_probe
 
     register_probe()
     family = getattr(args, "language_model", "qwen2")

@@ -42,8 +42,8 @@ def main() -> None:
         help="which comparisons to run",
     )
     args, info = common.start(parser)
-    from posdebias.adapters.generation import GenerationSettings
-    from posdebias.adapters.sofa import SofaSettings, sofa_attention
+    from posdebias.adapters import GenerationSettings
+    from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
 
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     cot = GenerationSettings(max_new_tokens=args.new_tokens, stop_at_eos=False)

@@ -137,7 +137,7 @@ def main() -> None:
             test = rest[: args.count]
             pool = held + rest[args.count :]
         else:
-            from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+            from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 
             # synthetic-N, or synthetic-N-weak: attention evidence 0.5 instead of 1.5
             n = int(model.split("-")[1])

@@ -36,9 +36,9 @@ def reforward_scores(adapter, batch):
     """[B, N] scores from the prompt forward plus one full re-forward per multi-token prefix."""
     import torch
 
-    from posdebias.adapters.probe import recording
-    from posdebias.adapters.scoring import restricted_scores
-    from posdebias.adapters.spans import span_matrix
+    from posdebias.adapters.attention import recording
+    from posdebias.adapters.hf.scoring import restricted_scores
+    from posdebias.adapters.hf.spans import span_matrix
 
     inputs = dict(batch.inputs)
     prompt = inputs["input_ids"]

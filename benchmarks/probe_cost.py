@@ -37,8 +37,8 @@ IMAGES = 4
 
 def child(args: argparse.Namespace) -> None:
     torch = common.setup_torch(args)
-    from posdebias.adapters.layers import attention_layers
-    from posdebias.adapters.probe import PROBE_NAME, recording
+    from posdebias.adapters.attention import PROBE_NAME, recording
+    from posdebias.adapters.hf.layers import attention_layers
 
     attention = {"sdpa": "sdpa", "probe": PROBE_NAME, "eager": "eager"}[args.mode]
     model = common.build_language_model(args, attention)

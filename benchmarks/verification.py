@@ -1,5 +1,5 @@
 """Benchmark 6: what "no silent wrong scores" costs: the verification against the model's own
-forward, once per model load (posdebias.adapters.verify).
+forward, once per model load (posdebias.adapters.hf.verify).
 
 Three calls on the same model, alternating, in one process:
 
@@ -41,7 +41,7 @@ def main() -> None:
         "--run-prompts", type=int, default=200 * 5 + 5 * 4, help="prompts of a whole run"
     )
     args, info = common.start(parser)
-    from posdebias.adapters.verify import forget_verdicts, reference_scores
+    from posdebias.adapters.hf.verify import forget_verdicts, reference_scores
 
     adapter = common.build_vl_adapter(args, args.tokens_per_image)
     with tempfile.TemporaryDirectory() as tmp:

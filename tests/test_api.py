@@ -9,7 +9,7 @@ import pytest
 
 import posdebias
 from posdebias import get_calibrator
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
 from posdebias.cli import main
 from posdebias.core.symmetry import cyclic_rotations

@@ -105,7 +105,7 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_calibrator_needing_attention_with_an_adapter_without_it(capsys):
     """An adapter that gives no attention: attention calibrators fail with a clear message."""
     from posdebias import get_calibrator
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.errors import ObservationError
     from posdebias.evaluation.runner import fit_calibrators
 

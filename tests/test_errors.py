@@ -51,7 +51,7 @@ def test_row4_candidate_count_bounds(tmp_path, capsys, n, message):
 
 
 def test_row4_more_images_than_the_label_set_can_name():
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.errors import InputError
 
     instance = synthetic_instances(1, 27)[0]

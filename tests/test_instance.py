@@ -104,7 +104,7 @@ def test_rotating_the_base_instances_does_not_change_the_fitted_state(shifts, n)
     """The symmetrised set of a rotated instance is the same N views, so every fitted
     calibration state is unchanged (up to float tolerance) by rotating the base instances."""
     from posdebias import get_calibrator
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.evaluation.runner import fit_calibrators
 
     adapter = SyntheticAdapter(num_layers=3)

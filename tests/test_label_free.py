@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from posdebias import get_calibrator
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import CalibrationWarning, Debiaser
 from posdebias.calibrators.label_free import attention_consistency, rotation_positions
 from posdebias.cli import main

@@ -132,7 +132,7 @@ def test_run_json_and_results_agree_on_the_adapter(tmp_path):
 
 def test_attention_calibrator_with_a_blind_adapter_fails_before_any_forward(tmp_path, capsys):
     from posdebias import hookimpl
-    from posdebias.adapters.synthetic import SyntheticAdapter
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
     from posdebias.registry import get_registry
 
     forwards = []

@@ -201,7 +201,7 @@ def test_results_record_the_plugin_distributions_and_plugins_lists_them(site, tm
     assert by_name[("calibrator", "offset")]["distribution"] == "posdebias-offset"
     assert by_name[("calibrator", "offset")]["version"] == "0.4.2"
     assert by_name[("calibrator", "vanilla")]["distribution"] == "posdebias"
-    assert by_name[("adapter", "synthetic")]["plugin"] == "posdebias.adapters.synthetic"
+    assert by_name[("adapter", "synthetic")]["plugin"] == "posdebias.adapters.families.synthetic"
 
     listing = run_cli(site, "plugins", "--options")
     assert listing.returncode == 0, listing.stderr
@@ -229,7 +229,7 @@ def test_a_plugin_calibrator_persists_its_own_fitted_parameters(site, tmp_path):
 BROKEN_ADAPTER = '''
 from posdebias import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.synthetic import SyntheticAdapter
+from posdebias.adapters.families.synthetic import SyntheticAdapter
 
 
 class Broken(SyntheticAdapter):

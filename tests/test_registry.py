@@ -84,7 +84,7 @@ def test_builtins_register_through_the_hooks():
     assert registry.provider("calibrator", "attention_guided") == (
         "posdebias.calibrators.attention_guided"
     )
-    assert registry.provider("adapter", "llava") == "posdebias.adapters.llava"
+    assert registry.provider("adapter", "llava") == "posdebias.adapters.families.llava"
     assert registry.bundled_model("posdebias/organism").default
 
 

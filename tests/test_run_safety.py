@@ -221,12 +221,12 @@ def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_
             self.seen = []
 
         def observe_many(self, instances, batch_size=1):
-            from posdebias.adapters.synthetic import SyntheticAdapter
+            from posdebias.adapters.families.synthetic import SyntheticAdapter
 
             self.seen += [i.query for i in instances]
             return SyntheticAdapter().observe_many(instances)
 
-    from posdebias.adapters.synthetic import synthetic_instances
+    from posdebias.adapters.families.synthetic import synthetic_instances
     from posdebias.core.instance import RetrievalInstance
 
     adapter, cache = Counting(), ObservationCache()
@@ -268,7 +268,7 @@ def test_saved_states_made_for_other_options_are_refused(tmp_path, capsys):
 
 def test_saved_states_of_another_prompt_are_refused(tmp_path):
     from posdebias import get_calibrator
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.errors import CalibrationError
     from posdebias.evaluation.runner import fit_calibrators
 
@@ -747,7 +747,7 @@ def test_a_run_that_failed_before_its_first_record_can_be_started_again(
 
 
 def test_the_library_and_rank_compare_a_loaded_state_with_the_model(tmp_path, capsys):
-    from posdebias.adapters.synthetic import SyntheticAdapter
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
     from posdebias.api import Debiaser
     from posdebias.errors import CalibrationError
 

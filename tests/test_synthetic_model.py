@@ -3,7 +3,7 @@
 import numpy as np
 
 from posdebias import get_calibrator
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.evaluation.runner import Evaluator, fit_calibrators, summarize
 
 NAMES = ["vanilla", "pride", "purified_attention", "attention_guided", "permutation_average"]

@@ -211,7 +211,7 @@ def test_malformed_adapter_options(tmp_path, capsys, option, message):
     ],
 )
 def test_prompt_templates_cannot_reach_into_objects_or_grow_huge(query, message):
-    from posdebias.adapters.prompt import coerce_prompt
+    from posdebias.adapters.hf.prompt import coerce_prompt
     from posdebias.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("[", r"\[")):
@@ -371,7 +371,7 @@ def test_tampered_observation_logs_are_refused(finished_run, tmp_path, capsys, r
 
 def _register_broken_adapter(behaviour: str) -> None:
     import posdebias
-    from posdebias.adapters.synthetic import SyntheticAdapter
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
     from posdebias.core.observation import Observation, log_softmax
     from posdebias.registry import get_registry
 

@@ -1,4 +1,5 @@
-"""posdebias: measure and remove position bias of multimodal LLMs in multi-image retrieval.
+"""posdebias: measure and remove position bias of (multimodal) LLMs wherever a prompt lists N
+candidates (images, options, judged answers, passages) and asks for one label.
 
 The public API is re-exported here; see docs/ for the guide.
 """
@@ -13,7 +14,9 @@ from posdebias.api import CalibrationWarning, Debiaser, Query, Ranking
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core import (
     CalibrationState,
+    Candidate,
     Evidence,
+    Instance,
     LayerSet,
     Observation,
     Prediction,
@@ -39,8 +42,10 @@ __all__ = [
     "CalibrationWarning",
     "Calibrator",
     "CalibratorOptions",
+    "Candidate",
     "Debiaser",
     "Evidence",
+    "Instance",
     "LayerSet",
     "Metrics",
     "Observation",

@@ -22,7 +22,7 @@ import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import ImageRef, RetrievalInstance, image_key
+from posdebias.core.instance import ImageRef, Instance, RetrievalInstance, image_key
 from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, InputError
@@ -30,9 +30,9 @@ from posdebias.evaluation.job import load_states
 from posdebias.evaluation.runner import ObservationCache, fit_calibrators, observe_cached
 from posdebias.registry import get_registry
 
-Query: TypeAlias = RetrievalInstance | tuple[str, Sequence[ImageRef]]
-"""What :meth:`Debiaser.rank_many` accepts per query: a :class:`RetrievalInstance`, or a
-``(caption, images)`` pair."""
+Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
+"""What :meth:`Debiaser.rank_many` accepts per query: an :class:`Instance` of any task (a
+:class:`RetrievalInstance` among them), or a ``(caption, images)`` pair."""
 
 CalibratorSpec: TypeAlias = str | Calibrator
 
@@ -47,24 +47,27 @@ class Ranking:
     """The answer for one query: every calibrator's prediction from the same forward pass.
 
     The properties give the answer of ``calibrator`` (the debiaser's first calibrator unless
-    chosen with :meth:`of`); positions refer to ``images`` as the caller gave them.
+    chosen with :meth:`of`); positions refer to the candidates as the caller gave them.
 
     Attributes:
-        query: the caption.
-        images: the candidate image references, in the order given.
+        query: the caption (the stem: a question, a query).
+        images: the candidate image references, in the order given (None for a text-only
+            candidate).
         predictions: per calibrator label, its :class:`Prediction` (with ``evidence`` when the
             ranking was asked with ``explain=True``).
         calibrator: the label whose answer the properties below give.
         id: the query's identifier (the instance id, or a hash of caption and images).
-        target: the true position where the query was a :class:`RetrievalInstance` with one.
+        target: the true position where the query was an :class:`Instance` with one.
+        texts: the candidates' texts, in the order given (None for an image-only candidate).
     """
 
     query: str
-    images: tuple[ImageRef, ...]
+    images: tuple[ImageRef | None, ...]
     predictions: Mapping[str, Prediction]
     calibrator: str
     id: str
     target: int | None = None
+    texts: tuple[str | None, ...] = ()
 
     @property
     def calibrators(self) -> list[str]:
@@ -77,7 +80,15 @@ class Ranking:
             raise InputError(
                 f"no prediction of calibrator {calibrator!r}; this ranking has {self.calibrators}"
             )
-        return Ranking(self.query, self.images, self.predictions, calibrator, self.id, self.target)
+        return Ranking(
+            self.query,
+            self.images,
+            self.predictions,
+            calibrator,
+            self.id,
+            self.target,
+            self.texts,
+        )
 
     @property
     def prediction(self) -> Prediction:
@@ -89,9 +100,19 @@ class Ranking:
         return self.prediction.choice
 
     @property
-    def best(self) -> ImageRef:
-        """The chosen image (the caller's reference)."""
+    def best(self) -> ImageRef | None:
+        """The chosen image (the caller's reference; None for a text-only candidate)."""
         return self.images[self.choice]
+
+    @property
+    def best_text(self) -> str | None:
+        """The chosen candidate's text (None for an image-only candidate)."""
+        return self.texts[self.choice] if self.texts else None
+
+    @property
+    def ranked_texts(self) -> list[str | None]:
+        """The candidates' texts from best to worst (a reranked passage list)."""
+        return [self.texts[k] for k in self.order] if self.texts else []
 
     @property
     def order(self) -> list[int]:
@@ -99,7 +120,7 @@ class Ranking:
         return self.prediction.ranking
 
     @property
-    def ranked_images(self) -> list[ImageRef]:
+    def ranked_images(self) -> list[ImageRef | None]:
         """The caller's image references from best to worst."""
         return [self.images[k] for k in self.order]
 
@@ -120,8 +141,8 @@ class Ranking:
         return self.prediction.evidence
 
 
-def _as_instance(query: Any) -> RetrievalInstance:
-    if isinstance(query, RetrievalInstance):
+def _as_instance(query: Any) -> Instance:
+    if isinstance(query, Instance):
         return query
     if isinstance(query, tuple) and len(query) == 2 and isinstance(query[0], str):
         caption, images = query
@@ -134,7 +155,7 @@ def _as_instance(query: Any) -> RetrievalInstance:
         ident = "query-" + hashlib.sha1(f"{caption}\x1e{keys}".encode()).hexdigest()[:12]
         return RetrievalInstance(query=caption, images=tuple(images), target=None, id=ident)
     raise InputError(
-        "each query must be a RetrievalInstance or a (caption, images) pair, got "
+        "each query must be an Instance (RetrievalInstance) or a (caption, images) pair, got "
         f"{type(query).__name__}"
     )
 
@@ -326,9 +347,40 @@ class Debiaser:
 
     # -- ranking ---------------------------------------------------------------------------
 
-    def rank(self, query: str, images: Sequence[ImageRef], *, explain: bool = False) -> Ranking:
-        """Rank ``images`` for ``query`` with every calibrator (one forward pass per order)."""
-        return self._rank_chunk([_as_instance((query, images))], self.batch_size, explain)[0]
+    def rank(
+        self,
+        query: str,
+        images: Sequence[ImageRef | None] = (),
+        *,
+        texts: Sequence[str | None] | None = None,
+        stem_images: Sequence[ImageRef] = (),
+        task: str | None = None,
+        explain: bool = False,
+    ) -> Ranking:
+        """Rank the candidates for ``query`` with every calibrator (one forward pass per order).
+
+        Image candidates: ``images``. Text candidates (options, answers, passages): ``texts``,
+        posed as ``multiple_choice`` unless ``task`` names another kind; both for images with a
+        text. ``stem_images``: images of the question itself.
+        """
+        if texts is None and not stem_images and task in (None, "retrieval"):
+            instance = _as_instance((query, images))
+        else:
+            texts = tuple(texts or ())
+            keys = "\x1f".join(
+                [image_key(image) for image in (*stem_images, *images) if image is not None]
+                + [text or "" for text in texts]
+            )
+            ident = "query-" + hashlib.sha1(f"{query}\x1e{keys}".encode()).hexdigest()[:12]
+            instance = Instance(
+                query=query,
+                images=tuple(images),
+                texts=texts,
+                stem_images=tuple(stem_images),
+                id=ident,
+                task=task or "multiple_choice",
+            )
+        return self._rank_chunk([instance], self.batch_size, explain)[0]
 
     def rank_many(
         self,
@@ -416,6 +468,7 @@ class Debiaser:
                     calibrator=self.primary,
                     id=instance.id,
                     target=instance.target,
+                    texts=instance.texts,
                 )
             )
         return rankings

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.generic import GenericAdapter
+from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
-from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
+from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
-from posdebias.adapters.spans import span_matrix
+from posdebias.adapters.hf.spans import span_matrix
 from posdebias.registry.manager import get_registry
 from posdebias.testing import tiny_model_and_processor
 

@@ -10,14 +10,14 @@ from adapter_reference import tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter
-from posdebias.adapters.check import check_instances
+from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.mistral3 import tiny_llava_pixtral
-from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
-from posdebias.adapters.spans import ImageSpan
+from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.cli import main
 from posdebias.errors import AdapterError
 from posdebias.testing import check_adapter, save_tiny_model, tiny_model_and_processor
+from posdebias.testing.check import check_instances
+from posdebias.testing.tiny.mistral3 import tiny_llava_pixtral
 
 CHECKS = ["image spans", "label tokens", "scores = own forward", "probe = eager", "batch 1 vs 2",
           "rotation"]  # fmt: skip

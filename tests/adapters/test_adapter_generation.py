@@ -9,9 +9,9 @@ import torch
 from adapter_reference import fresh_model, tiny_pair
 
 from posdebias import get_adapter
-from posdebias.adapters.generation import GenerationSettings
-from posdebias.adapters.prompt import ANSWER_ONLY, COT_HINT, INSTRUCTION_HINT, PromptTemplate
-from posdebias.adapters.sofa import SofaSettings, sofa_attention
+from posdebias.adapters import GenerationSettings
+from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
+from posdebias.adapters.hf.prompt import ANSWER_ONLY, COT_HINT, INSTRUCTION_HINT, PromptTemplate
 from posdebias.core.labels import get_label_set
 from posdebias.errors import AdapterError, ConfigError
 
@@ -109,7 +109,7 @@ def test_invalid_settings_are_clear_errors():
 
 
 def test_simulated_model_cannot_run_sofa():
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 
     adapter = SyntheticAdapter()
     settings = GenerationSettings(sofa=SofaSettings())
@@ -191,7 +191,7 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, mak
 
 
 def test_sofa_without_effect_is_refused():
-    from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.decoders import Sofa
 
     with pytest.raises(AdapterError, match="SoFA mask taking effect"):

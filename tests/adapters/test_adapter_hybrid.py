@@ -17,13 +17,13 @@ from adapter_reference import eager_masses, language_model, tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_calibrator
-from posdebias.adapters.llama4 import TINY_CHUNK_SIZE
-from posdebias.adapters.probe import recording
-from posdebias.adapters.spans import span_matrix
+from posdebias.adapters.attention import recording
+from posdebias.adapters.hf.spans import span_matrix
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError, CalibrationError
 from posdebias.testing import save_tiny_model
+from posdebias.testing.tiny.llama4 import TINY_CHUNK_SIZE
 
 HYBRID = ("qwen3_5", "qwen3_5_moe", "gemma3", "llama4")
 G, S, C = "global", "sliding", "chunked"

@@ -10,8 +10,8 @@ from adapter_reference import tiny_pair
 
 import posdebias
 from helpers import build_shapes_benchmark
-from posdebias.adapters.generic import GenericAdapter
-from posdebias.adapters.prompt import PROMPT_FILE, PromptTemplate
+from posdebias.adapters.families.generic import GenericAdapter
+from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
 from posdebias.loading import _adapter_class, create_adapter
@@ -217,7 +217,7 @@ def test_a_plugin_adapter_is_chosen_by_model_type(make_instances):
 
     from posdebias import hookimpl
     from posdebias.adapters.hf import HFAdapter
-    from posdebias.adapters.spans import SpanTokens
+    from posdebias.adapters.hf.spans import SpanTokens
 
     class MarkerAdapter(HFAdapter):
         name = "marker_vl"

@@ -12,8 +12,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from posdebias import get_adapter
-from posdebias.adapters.probe import PROBE_NAME, recording
-from posdebias.adapters.spans import span_matrix
+from posdebias.adapters.attention import PROBE_NAME, recording
+from posdebias.adapters.hf.spans import span_matrix
 
 
 def test_probe_rows_equal_eager_last_rows_with_left_padding(family, make_instances):
@@ -140,7 +140,7 @@ def test_probe_memory_has_no_quadratic_tensor(family_name, make_instances):
 
 
 def test_half_precision_keys_are_upcast_in_chunks_exactly():
-    from posdebias.adapters.probe import KEY_CHUNK, AttentionRecorder
+    from posdebias.adapters.attention.probe import KEY_CHUNK, AttentionRecorder
 
     length = 2 * KEY_CHUNK + 37  # two full chunks and a partial one
     generator = torch.Generator().manual_seed(0)

@@ -8,7 +8,7 @@ import torch
 from adapter_reference import reforward_scores, score_tolerance, tiny_pair
 
 from posdebias import get_adapter
-from posdebias.adapters.scoring import plan_labels, restricted_scores
+from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.errors import AdapterError
 
 END = 99

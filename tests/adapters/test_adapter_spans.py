@@ -8,7 +8,7 @@ import pytest
 from adapter_reference import tiny_pair
 
 from posdebias import get_adapter
-from posdebias.adapters.spans import (
+from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
     check_spans,

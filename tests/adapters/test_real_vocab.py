@@ -14,10 +14,10 @@ import pytest
 from adapter_reference import reforward_scores
 
 from posdebias import get_adapter
-from posdebias.adapters.tiny import real_vocabulary_specials
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import LABEL_SETS
 from posdebias.testing import tiny_model_and_processor
+from posdebias.testing.tiny.common import real_vocabulary_specials
 
 REAL_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "llava_onevision", "internvl")
 
@@ -107,7 +107,7 @@ def test_qwen3_5_specials_follow_its_larger_vocabulary():
     """Qwen3.5's vocabulary: 248,044 ranks, then its own special tokens (image pad 248056)."""
     import transformers
 
-    from posdebias.adapters.tiny import build_real_tokenizer
+    from posdebias.testing.tiny.common import build_real_tokenizer
 
     tokenizer = build_real_tokenizer(
         "qwen3.5", chat_template="", eos_token="<|im_end|>", pad_token="<|endoftext|>"
@@ -229,7 +229,7 @@ def test_scores_equal_full_reforwards_on_the_real_vocabulary(family, label_set, 
 def test_posdebias_check_passes_on_the_real_vocabulary(family):
     """Every check of ``posdebias check`` (spans, label trie, scores = the model's own forward,
     probe = eager, batch 1 vs 2, rotation) on the real tokenizer and chat template."""
-    from posdebias.adapters.check import check_adapter
+    from posdebias.testing.check import check_adapter
 
     report = check_adapter(get_adapter(*real_pair(family)))
     assert report.passed, report.summary()

@@ -29,7 +29,7 @@ def test_bundled_folder_holds_a_complete_model():
 
 def test_loads_offline_by_name_through_the_llava_adapter(cache_dir):
     import posdebias
-    from posdebias.adapters.llava import LlavaAdapter
+    from posdebias.adapters.families.llava import LlavaAdapter
     from posdebias.organism.build import PROMPT
 
     adapter = posdebias.load_adapter(MODEL_NAME)

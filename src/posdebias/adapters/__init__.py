@@ -1,41 +1,62 @@
-"""Model adapters: each turns one model family into observations.
+"""The adapter contract: :class:`Adapter`, its options and the generation types it returns.
 
-The Hugging Face adapters import torch and transformers only when a model is loaded, so listing
-them (``posdebias plugins``) stays fast.
+Below it, by kind: :mod:`posdebias.adapters.hf` (the shared Hugging Face machinery, the surface
+a family plugin imports), :mod:`posdebias.adapters.attention` (what is registered with
+transformers' attention interface) and :mod:`posdebias.adapters.families` (one module per
+built-in family). The Hugging Face adapters import torch and transformers only when a model is
+loaded, so listing them (``posdebias plugins``) stays fast.
 """
 
-from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.gemma3 import Gemma3Adapter
-from posdebias.adapters.generic import GenericAdapter
-from posdebias.adapters.glm4v import Glm4vAdapter
-from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
-from posdebias.adapters.idefics3 import Idefics3Adapter
-from posdebias.adapters.internvl import InternVLAdapter
-from posdebias.adapters.llama4 import Llama4Adapter
-from posdebias.adapters.llava import LlavaAdapter
-from posdebias.adapters.llava_onevision import LlavaOnevisionAdapter
-from posdebias.adapters.mistral3 import Mistral3Adapter
-from posdebias.adapters.qwen2_vl import Qwen2VLAdapter
-from posdebias.adapters.qwen3_5 import Qwen3_5Adapter
-from posdebias.adapters.qwen3_vl import Qwen3VLAdapter
-from posdebias.adapters.synthetic import SyntheticAdapter
+from posdebias._deprecation import alias_modules, moved_attributes
+from posdebias.adapters.base import (
+    Adapter,
+    AdapterOptions,
+    Generation,
+    GenerationSettings,
+    SofaSettings,
+)
 
-__all__ = [
-    "Adapter",
-    "AdapterOptions",
-    "Gemma3Adapter",
-    "GenericAdapter",
-    "Glm4vAdapter",
-    "HFAdapter",
-    "HFAdapterOptions",
-    "Idefics3Adapter",
-    "InternVLAdapter",
-    "Llama4Adapter",
-    "LlavaAdapter",
-    "LlavaOnevisionAdapter",
-    "Mistral3Adapter",
-    "Qwen2VLAdapter",
-    "Qwen3VLAdapter",
-    "Qwen3_5Adapter",
-    "SyntheticAdapter",
-]
+__all__ = ["Adapter", "AdapterOptions", "Generation", "GenerationSettings", "SofaSettings"]
+
+_FAMILIES = "posdebias.adapters.families"
+_FAMILY_CLASSES = {
+    "Gemma3Adapter": "gemma3",
+    "GenericAdapter": "generic",
+    "Glm4vAdapter": "glm4v",
+    "Idefics3Adapter": "idefics3",
+    "InternVLAdapter": "internvl",
+    "Llama4Adapter": "llama4",
+    "LlavaAdapter": "llava",
+    "LlavaOnevisionAdapter": "llava_onevision",
+    "Mistral3Adapter": "mistral3",
+    "Qwen2VLAdapter": "qwen2_vl",
+    "Qwen3VLAdapter": "qwen3_vl",
+    "Qwen3_5Adapter": "qwen3_5",
+    "SyntheticAdapter": "synthetic",
+}
+
+# Deprecated in 0.2, removed in 0.3: the pre-0.2 flat layout of this package.
+__getattr__ = moved_attributes(
+    globals(),
+    {
+        "HFAdapter": "posdebias.adapters.hf",
+        "HFAdapterOptions": "posdebias.adapters.hf",
+        **{name: f"{_FAMILIES}.{module}" for name, module in _FAMILY_CLASSES.items()},
+    },
+)
+alias_modules(
+    {
+        **{f"{__name__}.{module}": f"{_FAMILIES}.{module}" for module in _FAMILY_CLASSES.values()},
+        **{
+            f"{__name__}.{module}": f"{__name__}.hf.{module}"
+            for module in ("spans", "scoring", "prompt", "generation", "verify", "cache", "layers")
+        },
+        **{
+            f"{__name__}.{module}": f"{__name__}.attention.{module}"
+            for module in ("sofa", "shared_prefix")
+        },
+        f"{__name__}.probe": f"{__name__}.attention",  # the probe's function moved there
+        f"{__name__}.check": "posdebias.testing.check",
+        f"{__name__}.tiny": "posdebias.testing.tiny.common",
+    }
+)

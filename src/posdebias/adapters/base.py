@@ -9,8 +9,10 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import RetrievalInstance
@@ -19,8 +21,89 @@ from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
-if TYPE_CHECKING:
-    from posdebias.adapters.generation import Generation, GenerationSettings
+
+@dataclass(frozen=True)
+class SofaSettings:
+    """Which layers SoFA changes and the interpolation weight of the opened entries."""
+
+    sigma: float = 0.5
+    layer_stride: int = 2
+    first_layer: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.sigma <= 1:
+            raise ConfigError(f"SoFA sigma must be in (0, 1], got {self.sigma}")
+        if self.layer_stride < 1 or self.first_layer < 0:
+            raise ConfigError(
+                f"SoFA layer_stride must be >= 1 and first_layer >= 0, got "
+                f"{self.layer_stride} and {self.first_layer}"
+            )
+
+    def applies_to(self, layer: int) -> bool:
+        return layer >= self.first_layer and (layer - self.first_layer) % self.layer_stride == 0
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How :meth:`Adapter.generate_many` generates (greedy or sampled, seeded per instance).
+
+    Attributes:
+        max_new_tokens: at most this many new tokens per sample.
+        do_sample: sample (temperature, top_k) instead of greedy argmax.
+        num_samples: texts per instance, sharing one prefill.
+        stop: stop strings; the text ends before the first one.
+        stop_at_eos: stop at end-of-sequence tokens (False: always max_new_tokens, benchmarks).
+        prompt_variant: plain, instruction or cot (None: the adapter's own prompt).
+        sofa: run the prompt pass under SoFA (:class:`SofaSettings`).
+        share_prefix: decode samples over one copy of the prompt's keys and values (False:
+            repeat the cache per sample, the plain way; same distribution, more cost).
+    """
+
+    max_new_tokens: int = 8
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    num_samples: int = 1
+    stop: tuple[str, ...] = ()
+    stop_at_eos: bool = True
+    prompt_variant: str | None = None
+    sofa: SofaSettings | None = None
+    share_prefix: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.num_samples < 1:
+            raise ConfigError(f"num_samples must be at least 1, got {self.num_samples}")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be above 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
+        if self.num_samples > 1 and not self.do_sample:
+            raise ConfigError("num_samples > 1 needs do_sample (greedy samples are identical)")
+
+
+@dataclass
+class Generation:
+    """The texts generated for one instance and what they cost.
+
+    ``forward_passes`` counts model calls that computed a token of this instance (the prefill
+    plus every decoding step until its last sample stopped); ``seconds`` is its share of the
+    batch's wall time.
+    """
+
+    texts: list[str]
+    generated_tokens: int
+    forward_passes: int
+    prompt_tokens: int
+    seconds: float = 0.0
+    token_counts: list[int] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The generator seed of one sample of one instance."""
+    return int(np.random.SeedSequence([seed & 0xFFFFFFFF, sample]).generate_state(1)[0])
 
 
 class AdapterOptions(BaseModel):
@@ -126,7 +209,7 @@ class Adapter(ABC):
         batch_size: int = 1,
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        """Generated texts per instance (posdebias.adapters.generation); ``seeds[i]`` seeds the
+        """Generated texts per instance (:class:`GenerationSettings`); ``seeds[i]`` seeds the
         samples of instance i, so results do not depend on the batch size."""
         raise AdapterError(
             f"adapter {self.name!r} cannot generate text; the generated baselines need an "

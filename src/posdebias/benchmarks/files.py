@@ -38,16 +38,26 @@ from posdebias._io import write_files_together
 from posdebias._rundir import RunFolder
 from posdebias.benchmarks.shapes import existing_dataset_info
 from posdebias.benchmarks.sources import problems_error
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import (
+    MAX_TEXT_CHARS,
+    TASK_KINDS,
+    Instance,
+    RetrievalInstance,
+    text_key,
+)
 from posdebias.errors import BenchmarkError, validation_problems
 
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
+#: Version 1: retrieval only (written unchanged for retrieval builds); version 2: a manifest
+#: with a ``task`` and lines of candidates of any kind. Readers take both.
 FORMAT_VERSION = 1
+TASK_FORMAT_VERSION = 2
+MAX_STEM_IMAGES = 16
 MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
 
-Setting = Literal["random", "adversarial"]
-_TEMP = re.compile(r"^\..+\.(tmp|staging)$")
+#: random / adversarial distractors; ``given``: the candidates as the source lists them.
+Setting = Literal["random", "adversarial", "given"]
 
 
 class _Strict(BaseModel):
@@ -55,33 +65,104 @@ class _Strict(BaseModel):
 
 
 class InstanceRecord(_Strict):
-    """One line of ``benchmark.jsonl``."""
+    """One line of ``benchmark.jsonl``.
+
+    A retrieval line (no ``task`` key; the format of version 1, unchanged) has a caption and N
+    image paths. A line of another task (``task`` set) has a stem (``query``), N candidates given
+    by ``texts`` and / or ``images`` (one entry per candidate, null where a candidate has none)
+    and optional ``stem_images``; ``target`` is the 0-based position of the right candidate.
+    """
 
     id: str = Field(min_length=1)
-    query: str = Field(min_length=1)
-    images: list[str] = Field(min_length=MIN_N, max_length=MAX_N)
+    task: str | None = None
+    query: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    images: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
+    texts: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
+    stem_images: list[str] | None = Field(default=None, max_length=MAX_STEM_IMAGES)
     target: int = Field(ge=0)
-    anchor_image_id: str
-    setting: Setting
-    caption_index: int = Field(ge=0)
+    anchor_image_id: str | None = None
+    setting: Setting | None = None
+    caption_index: int | None = Field(default=None, ge=0)
     similarities: list[float] | None = None
     caption_similarities: list[float] | None = None
+    meta: dict[str, str | int | float | bool] | None = Field(default=None, max_length=32)
 
     @model_validator(mode="after")
     def _consistent(self) -> InstanceRecord:
-        n = len(self.images)
         if not self.query.strip():
             raise ValueError("the query (caption) is empty or whitespace; give each line a caption")
+        if self.task is None:
+            self._check_retrieval()
+        else:
+            self._check_candidates()
+        n = self.n
         if self.target >= n:
-            raise ValueError(f"target {self.target} is out of range for {n} images")
-        repeated = sorted({image for image in self.images if self.images.count(image) > 1})
-        if repeated:
-            raise ValueError(f"duplicate images {repeated}: each candidate must be different")
+            what = "images" if self.task is None else "candidates"
+            raise ValueError(f"target {self.target} is out of range for {n} {what}")
         for name in ("similarities", "caption_similarities"):
             values = getattr(self, name)
             if values is not None and len(values) != n:
                 raise ValueError(f"{name} has {len(values)} values for {n} images")
         return self
+
+    def _check_retrieval(self) -> None:
+        missing = [
+            name
+            for name in ("images", "anchor_image_id", "setting", "caption_index")
+            if getattr(self, name) is None
+        ]
+        if missing:
+            raise ValueError(f"a retrieval line needs {', '.join(missing)}")
+        if self.texts is not None or self.stem_images is not None:
+            raise ValueError("texts and stem_images need a task (multiple_choice, ...)")
+        images = [image for image in self.images or [] if image is not None]
+        if len(images) != len(self.images or []):
+            raise ValueError("a retrieval line lists an image for every candidate")
+        repeated = sorted({image for image in images if images.count(image) > 1})
+        if repeated:
+            raise ValueError(f"duplicate images {repeated}: each candidate must be different")
+
+    def _check_candidates(self) -> None:
+        if self.task not in TASK_KINDS or self.task == "retrieval":
+            kinds = [kind for kind in TASK_KINDS if kind != "retrieval"]
+            raise ValueError(f"unknown task {self.task!r}; choose one of {kinds} (or no task)")
+        if self.images is None and self.texts is None:
+            raise ValueError("a candidate line needs texts, images or both")
+        if (
+            self.images is not None
+            and self.texts is not None
+            and len(self.images) != len(self.texts)
+        ):
+            raise ValueError(f"{len(self.images)} images but {len(self.texts)} texts")
+        for position in range(self.n):
+            image = self.images[position] if self.images is not None else None
+            text = self.texts[position] if self.texts is not None else None
+            if image is None and (text is None or not text.strip()):
+                raise ValueError(f"candidate {position + 1} has neither an image nor a text")
+            if text is not None and len(text) > MAX_TEXT_CHARS:
+                raise ValueError(
+                    f"candidate {position + 1}'s text has {len(text)} characters, over the "
+                    f"limit of {MAX_TEXT_CHARS}"
+                )
+        keys = [
+            (
+                self.images[k] if self.images is not None else None,
+                self.texts[k] if self.texts is not None else None,
+            )
+            for k in range(self.n)
+        ]
+        if len(set(keys)) != len(keys):
+            raise ValueError("two candidates are the same; each candidate must be different")
+        if self.task == "pairwise_judge" and self.n != 2:
+            raise ValueError(f"a pairwise judgement has 2 answers, got {self.n}")
+
+    @property
+    def n(self) -> int:
+        return len(self.images if self.images is not None else self.texts or [])
+
+    def image_paths(self) -> list[str]:
+        """Every image path of the line: the stem's, then the candidates'."""
+        return [*(self.stem_images or []), *(im for im in self.images or [] if im is not None)]
 
 
 class AnnotationFile(_Strict):
@@ -116,7 +197,8 @@ class FilterInfo(_Strict):
 class BenchmarkManifest(_Strict):
     """``manifest.json``: how a benchmark was built (no timestamps: rebuilds are identical)."""
 
-    format_version: int = FORMAT_VERSION
+    format_version: int = Field(default=FORMAT_VERSION, ge=1, le=TASK_FORMAT_VERSION)
+    task: str | None = None
     package_version: str
     root: str
     source: SourceInfo
@@ -130,6 +212,27 @@ class BenchmarkManifest(_Strict):
     benchmark_file: str = BENCHMARK_FILE
     benchmark_sha256: str = ""
 
+    @model_validator(mode="after")
+    def _task_version(self) -> BenchmarkManifest:
+        if self.task is not None and self.task not in TASK_KINDS:
+            raise ValueError(f"unknown task {self.task!r}; choose one of {list(TASK_KINDS)}")
+        if self.task not in (None, "retrieval") and self.format_version < TASK_FORMAT_VERSION:
+            raise ValueError(f"a {self.task} benchmark has format_version {TASK_FORMAT_VERSION}")
+        return self
+
+    @property
+    def task_kind(self) -> str:
+        """The task of the benchmark (``retrieval`` for a version-1 manifest)."""
+        return self.task or "retrieval"
+
+    def dump(self) -> dict[str, Any]:
+        """The manifest's JSON (a retrieval manifest without the ``task`` key, as in version
+        1, so a retrieval build gives the same bytes as before)."""
+        payload = self.model_dump(mode="json")
+        if self.task is None:
+            payload.pop("task")
+        return payload
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -142,6 +245,11 @@ class Benchmark:
 
     def __len__(self) -> int:
         return len(self.instances)
+
+    @property
+    def task(self) -> str:
+        """The task its instances pose (``retrieval`` for a file without a manifest)."""
+        return self.manifest.task_kind if self.manifest is not None else self.instances[0].task
 
     @property
     def fingerprint(self) -> str:
@@ -183,7 +291,7 @@ def write_benchmark(
     text = "".join(record_line(record) + "\n" for record in records)
     data = text.encode("utf-8")
     final = manifest.model_copy(update={"benchmark_sha256": sha256_bytes(data)})
-    manifest_text = json.dumps(final.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    manifest_text = json.dumps(final.dump(), indent=2, sort_keys=True) + "\n"
     folder.create()
     folder.lock()
     try:
@@ -298,7 +406,7 @@ def load_benchmark(
     root: str | os.PathLike[str] | None = None,
     check_images: bool = True,
 ) -> Benchmark:
-    """Load and validate a benchmark folder (or its JSONL file) into retrieval instances.
+    """Load and validate a benchmark folder (or its JSONL file) into instances (any task).
 
     ``root`` overrides the manifest's root (data moved to another machine). Every problem is
     collected (schema, duplicate ids, N differing from the manifest, images missing under the
@@ -351,11 +459,14 @@ def load_benchmark(
             line_problems.append(
                 f"duplicate id {excerpt(record.id)} (first on line {first_line[record.id]})"
             )
-        if manifest is not None and len(record.images) != manifest.n:
+        if manifest is not None and record.n != manifest.n:
+            what = "images" if record.task is None else "candidates"
+            line_problems.append(f"{record.n} {what}, but the manifest says N={manifest.n}")
+        if manifest is not None and record.task != manifest.task:
             line_problems.append(
-                f"{len(record.images)} images, but the manifest says N={manifest.n}"
+                f"task {record.task or 'retrieval'}, but the manifest says {manifest.task_kind}"
             )
-        for image in record.images:
+        for image in record.image_paths():
             posix = PurePosixPath(image)
             if posix.is_absolute() or ".." in posix.parts or "\x00" in image:
                 line_problems.append(f"image path {excerpt(image)} must be relative to the root")
@@ -373,30 +484,14 @@ def load_benchmark(
                 if not exists[image]:
                     line_problems.append(f"image {excerpt(image)} not found under {root_path}")
         if check_images and not line_problems:
-            line_problems += same_files(record.images, root_path)
+            line_problems += same_files(
+                [image for image in record.images or [] if image is not None], root_path
+            )
         first_line.setdefault(record.id, number)
         if line_problems:
             problems += [f"line {number}: {message}" for message in line_problems]
             continue
-        metadata: dict[str, Any] = {
-            "anchor_image_id": record.anchor_image_id,
-            "setting": record.setting,
-            "caption_index": record.caption_index,
-        }
-        if record.similarities is not None:
-            metadata["similarities"] = record.similarities
-        if record.caption_similarities is not None:
-            metadata["caption_similarities"] = record.caption_similarities
-        instances.append(
-            RetrievalInstance(
-                query=record.query,
-                images=tuple(str(root_path / image) for image in record.images),
-                target=record.target,
-                id=record.id,
-                metadata=metadata,
-                image_ids=tuple(record.images),
-            )
-        )
+        instances.append(_instance(record, root_path))
     if not text.strip():
         problems.append("the file is empty: it has no instances")
     elif not problems and not instances:
@@ -406,6 +501,48 @@ def load_benchmark(
             f"{jsonl_path}", problems, "Fix or rebuild the benchmark with `posdebias build`."
         )
     return Benchmark(instances=instances, manifest=manifest, root=root_path, path=jsonl_path)
+
+
+def _instance(record: InstanceRecord, root: Path) -> Instance:
+    """The instance of one validated line (image paths made absolute under ``root``)."""
+    metadata: dict[str, Any] = {}
+    for name in ("anchor_image_id", "setting", "caption_index"):
+        if getattr(record, name) is not None:
+            metadata[name] = getattr(record, name)
+    if record.similarities is not None:
+        metadata["similarities"] = record.similarities
+    if record.caption_similarities is not None:
+        metadata["caption_similarities"] = record.caption_similarities
+    if record.meta:
+        metadata["meta"] = dict(record.meta)
+    if record.task is None:
+        images = [image for image in record.images or [] if image is not None]
+        return RetrievalInstance(
+            query=record.query,
+            images=tuple(str(root / image) for image in images),
+            target=record.target,
+            id=record.id,
+            metadata=metadata,
+            image_ids=tuple(images),
+        )
+    n = record.n
+    images_in = record.images or [None] * n
+    texts = tuple(record.texts or [None] * n)
+    ids = tuple(
+        "\x1f".join(part for part in (image, None if text is None else text_key(text)) if part)
+        for image, text in zip(images_in, texts, strict=True)
+    )
+    return Instance(
+        query=record.query,
+        images=tuple(None if image is None else str(root / image) for image in images_in),
+        target=record.target,
+        id=record.id,
+        metadata=metadata,
+        image_ids=ids,
+        texts=texts,
+        stem_images=tuple(str(root / image) for image in record.stem_images or []),
+        task=record.task,
+    )
 
 
 def _manifest_root(manifest: BenchmarkManifest, folder: Path) -> Path:

@@ -14,6 +14,7 @@ from posdebias.benchmarks.config import DEFAULT_COUNT, SETTINGS, BuildConfig, bu
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.sources import SOURCE_KINDS
+from posdebias.benchmarks.tasks import ALL_TASK_SOURCES, TASK_SOURCES, build_task_benchmark
 from posdebias.cli import make_console
 from posdebias.errors import BenchmarkError
 from posdebias.evaluation.config import read_config_file
@@ -32,7 +33,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "posdebias documentation.",
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON build config file")
-    parser.add_argument("--source", choices=SOURCE_KINDS, help="required unless in --config")
+    parser.add_argument(
+        "--source",
+        choices=(*SOURCE_KINDS, *ALL_TASK_SOURCES),
+        help="required unless in --config; mcq, mmlu, muirbench, blink, pairwise, mtbench and "
+        "beir build the candidate tasks (see the Tasks page)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=("retrieval", *TASK_SOURCES),
+        help="task kind of the benchmark (default: the source's)",
+    )
+    parser.add_argument(
+        "--data", type=Path, help="candidate tasks: the source file (or BEIR / MMLU folder)"
+    )
+    parser.add_argument("--split", help="beir: the qrels split (test)")
     parser.add_argument(
         "--root",
         type=Path,
@@ -144,7 +159,69 @@ def check_whole_numbers(*groups: tuple[tuple[str, int | None, int], ...]) -> Non
             raise BenchmarkError(f"{flag} must be a whole number >= {low}, got {excerpt(value)}")
 
 
+def task_of(source: str | None) -> str | None:
+    """The candidate task a source builds (None: a retrieval source)."""
+    for task, sources in TASK_SOURCES.items():
+        if source in sources:
+            return task
+    return None
+
+
+def run_task(args: argparse.Namespace, task: str) -> int:
+    """A candidate-task build: flags only (no --config), the source's own options."""
+    if args.config is not None:
+        raise BenchmarkError("--config builds retrieval benchmarks; give a task build as flags")
+    if args.source is None or args.data is None or args.out is None:
+        raise BenchmarkError(f"a {task} build needs --source, --data FILE and --out DIR")
+    retrieval_only = [
+        flag
+        for flag, value in (
+            ("--captions", args.captions),
+            ("--instances", args.instances),
+            ("--clip-model", args.clip_model),
+            ("--pool-size", args.pool_size),
+            ("--shapes-images", args.shapes_images),
+        )
+        if value is not None
+    ]
+    if retrieval_only:
+        raise BenchmarkError(f"{', '.join(retrieval_only)} are for retrieval builds, not {task}")
+    report = build_task_benchmark(
+        task,
+        args.source,
+        args.data,
+        args.out,
+        root=args.root,
+        n=args.n,
+        count=args.count,
+        seed=0 if args.seed is None else args.seed,
+        setting=args.setting,
+        split=args.split or "test",
+    )
+    console = make_console()
+    m = report.manifest
+    console.print(
+        f"built {m.count} {task} instances, N={m.n}, from {m.source.kind} "
+        f"({m.source.pool_size} read)"
+    )
+    for warning in report.warnings:
+        console.print(f"warning: {warning}", style="yellow")
+    console.print(f"wrote {report.out_dir / BENCHMARK_FILE} and {report.out_dir / MANIFEST_FILE}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    task = args.task or task_of(args.source)
+    if task is not None and task != "retrieval":
+        if task_of(args.source) not in (None, task):
+            raise BenchmarkError(
+                f"--source {args.source} builds {task_of(args.source)}, not {task}"
+            )
+        return run_task(args, task)
+    if task_of(args.source) is not None:
+        raise BenchmarkError(f"--source {args.source} builds {task_of(args.source)}, not retrieval")
+    if args.data is not None:
+        raise BenchmarkError("--data is for candidate-task sources; retrieval reads --captions")
     check_whole_numbers(
         (("--seed", args.seed, 0), ("--shapes-seed", args.shapes_seed, 0)),
         (("--batch-size", args.batch_size, 1),),

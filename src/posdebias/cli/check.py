@@ -1,7 +1,7 @@
 """``posdebias check``: is this adapter right on this model? The first thing to run on a new one.
 
 Loads the model (float32 by default: the figures are float32 comparisons), runs every check of
-:func:`posdebias.adapters.check.check_adapter` and prints one row per check with its figure.
+:func:`posdebias.testing.check.check_adapter` and prints one row per check with its figure.
 Exit 0 only when no check fails.
 """
 
@@ -14,13 +14,13 @@ from rich.table import Table
 
 import posdebias.defaults as defaults
 from posdebias._text import safe_text
-from posdebias.adapters.check import FAIL, PASS, check_adapter, check_instances
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.errors import InputError
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
+from posdebias.testing.check import FAIL, PASS, check_adapter, check_instances
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

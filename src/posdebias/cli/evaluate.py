@@ -8,6 +8,7 @@ from pathlib import Path
 
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
+from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import run_evaluation
@@ -42,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        help="task kind (retrieval, multiple_choice, pairwise_judge, rerank); checked against "
+        "the benchmark's manifest",
+    )
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument(
         "--calibration-transfer",
@@ -91,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         adapter=args.adapter,
         model=args.model,
         benchmark=args.benchmark,
+        task=args.task,
         calibration=args.calibration,
         calibration_transfer=args.calibration_transfer,
         calibrators=args.calibrators,

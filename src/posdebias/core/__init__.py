@@ -1,6 +1,13 @@
 """Data types and pipeline stages; no model, no I/O beyond JSON states."""
 
-from posdebias.core.instance import RetrievalInstance, random_orders, rotation_order
+from posdebias.core.instance import (
+    TASK_KINDS,
+    Candidate,
+    Instance,
+    RetrievalInstance,
+    random_orders,
+    rotation_order,
+)
 from posdebias.core.labels import LABEL_SETS, LabelSet, get_label_set
 from posdebias.core.layers import LAYER_KINDS, LayerSet
 from posdebias.core.observation import Evidence, Observation, Prediction
@@ -11,10 +18,13 @@ from posdebias.core.symmetry import cyclic_rotations, symmetrized_calibration_se
 __all__ = [
     "LABEL_SETS",
     "LAYER_KINDS",
+    "TASK_KINDS",
     "BiasProfiler",
     "CalibrationState",
+    "Candidate",
     "Corrector",
     "Evidence",
+    "Instance",
     "LabelSet",
     "LayerSelector",
     "LayerSet",

@@ -1,8 +1,14 @@
-"""A multi-image retrieval instance and the candidate-order arithmetic around it.
+"""An instance: a stem and N candidates at positions, and the candidate-order arithmetic.
+
+An instance is a stem (a caption, a question, a query; optionally images of its own) plus N
+candidates, each an image, a text (an option, an answer to judge, a passage) or an image with a
+text. Its ``task`` names the prompt it is posed with (:mod:`posdebias.core.tasks`). The classic
+multi-image retrieval instance (a caption and N candidate images) is the ``retrieval`` task;
+``RetrievalInstance`` is the same class under its historical name.
 
 Convention used everywhere (instances, observations, calibrators): rotating by ``shift`` puts old
 position ``(i + shift) % N`` at new position ``i``. An ``order`` is a permutation array: new
-position ``i`` shows the image that sat at position ``order[i]`` of the base instance.
+position ``i`` shows the candidate that sat at position ``order[i]`` of the base instance.
 """
 
 from __future__ import annotations
@@ -27,77 +33,187 @@ def image_key(image: ImageRef) -> str:
     return f"<{type(image).__name__}@{id(image):x}>"
 
 
+#: The task kinds: which prompt an instance is posed with (templates in core/tasks.py).
+TASK_KINDS = ("retrieval", "multiple_choice", "pairwise_judge", "rerank")
+#: Longest text of a stem or a candidate, in characters (a passage of a few pages).
+MAX_TEXT_CHARS = 100_000
+
+
+def text_key(text: str) -> str:
+    """The identity of a text candidate: its text (whitespace as given)."""
+    return f"text:{text}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate: an image, a text, or both (an image with its caption or option text)."""
+
+    image: ImageRef | None = None
+    text: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``image``, ``text`` or ``image_text``."""
+        if self.image is not None and self.text is not None:
+            return "image_text"
+        return "image" if self.image is not None else "text"
+
+
 @dataclass(frozen=True, eq=False)
-class RetrievalInstance:
-    """A query and N candidate images, exactly one of which (``target``) matches.
+class Instance:
+    """A stem and N candidates, at most one of which (``target``) is the right one.
 
     Attributes:
-        query: the caption text.
-        images: N image references (paths or PIL images), in the order shown to the model.
-        target: 0-based position of the matching image in ``images`` (None at inference).
+        query: the stem text (the caption of retrieval, the question, the query).
+        images: per candidate, its image reference (a path or a PIL image), or None for a
+            text-only candidate; may be left empty when every candidate is a text.
+        target: 0-based position of the right candidate (None at inference).
         id: a stable identifier (used for caching, resuming and reports).
-        metadata: free-form extras (anchor id, setting, similarities, ...).
-        image_ids: stable identities of the images (default: their paths); kept through
-            permutations so predictions can be mapped back to images.
+        metadata: free-form extras (anchor id, setting, similarities, source, ...).
+        image_ids: stable identities of the candidates (default: an image's path, a text's
+            ``text:`` + text; both joined for an image with a text); kept through permutations
+            so predictions map back to candidates. (Named for history: they are candidate ids.)
+        texts: per candidate, its text or None; may be left empty for image-only candidates.
+        stem_images: images shown with the stem (a multi-image question), never candidates.
+        task: the task kind (:data:`TASK_KINDS`), which selects the prompt template.
     """
 
     query: str
-    images: tuple[ImageRef, ...]
-    target: int | None
-    id: str
+    images: tuple[ImageRef | None, ...] = ()
+    target: int | None = None
+    id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     image_ids: tuple[str, ...] = ()
+    texts: tuple[str | None, ...] = ()
+    stem_images: tuple[ImageRef, ...] = ()
+    task: str = "retrieval"
 
     def __post_init__(self) -> None:
+        label = f"instance {self.id!r}"
         if not isinstance(self.query, str) or not self.query.strip():
-            raise InputError(f"instance {self.id!r}: the query (caption) is empty")
+            raise InputError(f"{label}: the stem (caption, question or query) is empty")
+        if self.task not in TASK_KINDS:
+            raise InputError(f"{label}: unknown task {self.task!r}; choose one of {TASK_KINDS}")
         images = tuple(self.images)
-        object.__setattr__(self, "images", images)
-        n = len(images)
+        texts = tuple(self.texts)
+        if images and texts and len(images) != len(texts):
+            raise InputError(f"{label}: {len(images)} candidate images but {len(texts)} texts")
+        n = max(len(images), len(texts))
+        images = images or (None,) * n
+        texts = texts or (None,) * n
+        what = "images" if self.task == "retrieval" else "candidates"
         if n < 2:
-            raise InputError(f"instance {self.id!r}: needs at least 2 images, got {n}")
-        ids = tuple(self.image_ids) if self.image_ids else tuple(image_key(im) for im in images)
+            raise InputError(f"{label}: needs at least 2 {what}, got {n}")
+        for position, (image, text) in enumerate(zip(images, texts, strict=True), start=1):
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise InputError(f"{label}: candidate {position}'s text is empty")
+            if image is None and text is None:
+                raise InputError(f"{label}: candidate {position} has neither an image nor a text")
+        self._check_task(label, images, texts)
+        object.__setattr__(self, "images", images)
+        object.__setattr__(self, "texts", texts)
+        object.__setattr__(self, "stem_images", tuple(self.stem_images))
+        ids = (
+            tuple(self.image_ids)
+            if self.image_ids
+            else tuple(_candidate_key(im, tx) for im, tx in zip(images, texts, strict=True))
+        )
         if len(ids) != n:
-            raise InputError(f"instance {self.id!r}: {len(ids)} image_ids for {n} images")
+            raise InputError(f"{label}: {len(ids)} image_ids for {n} {what}")
         if len(set(ids)) != n:
             dupes = sorted({i for i in ids if ids.count(i) > 1})
-            raise InputError(f"instance {self.id!r}: duplicate images {dupes}; each must differ")
+            raise InputError(f"{label}: duplicate {what} {dupes}; each must differ")
         object.__setattr__(self, "image_ids", ids)
         if self.target is None:
             return
         if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
-            raise InputError(f"instance {self.id!r}: target must be an int, got {self.target!r}")
+            raise InputError(f"{label}: target must be an int, got {self.target!r}")
         if not 0 <= int(self.target) < n:
             raise InputError(
-                f"instance {self.id!r}: target index {self.target} is out of range for {n} "
-                f"images (valid: 0..{n - 1})"
+                f"{label}: target index {self.target} is out of range for {n} {what} "
+                f"(valid: 0..{n - 1})"
             )
         object.__setattr__(self, "target", int(self.target))
+
+    def _check_task(
+        self, label: str, images: tuple[ImageRef | None, ...], texts: tuple[str | None, ...]
+    ) -> None:
+        if self.task == "retrieval":
+            if any(image is None for image in images) or any(t is not None for t in texts):
+                raise InputError(
+                    f"{label}: a retrieval instance has image candidates only; pose text "
+                    "candidates as multiple_choice, pairwise_judge or rerank"
+                )
+            if self.stem_images:
+                raise InputError(f"{label}: a retrieval instance has no stem images")
+        if self.task == "pairwise_judge" and len(images) != 2:
+            raise InputError(f"{label}: a pairwise judgement has 2 answers, got {len(images)}")
 
     @property
     def n(self) -> int:
         return len(self.images)
 
-    def permuted(self, order: Sequence[int] | np.ndarray) -> RetrievalInstance:
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        """The N candidates in the order shown."""
+        return tuple(
+            Candidate(image=image, text=text)
+            for image, text in zip(self.images, self.texts, strict=True)
+        )
+
+    @property
+    def candidate_ids(self) -> tuple[str, ...]:
+        return self.image_ids
+
+    @property
+    def candidate_images(self) -> tuple[ImageRef, ...]:
+        """The images of the candidates that have one, in order."""
+        return tuple(image for image in self.images if image is not None)
+
+    @property
+    def all_images(self) -> tuple[ImageRef, ...]:
+        """Every image of the prompt: the stem's first, then the candidates' in order."""
+        return (*self.stem_images, *self.candidate_images)
+
+    @property
+    def has_texts(self) -> bool:
+        return any(text is not None for text in self.texts)
+
+    def permuted(self, order: Sequence[int] | np.ndarray) -> Instance:
         """The same instance with candidates shown in ``order`` (new i shows old order[i])."""
         checked = check_permutation(order, self.n)
         target = self.target
-        return RetrievalInstance(
+        return Instance(
             query=self.query,
             images=tuple(self.images[k] for k in checked),
             target=None if target is None else int(np.flatnonzero(checked == target)[0]),
             id=self.id,
             metadata=self.metadata,
             image_ids=tuple(self.image_ids[k] for k in checked),
+            texts=tuple(self.texts[k] for k in checked),
+            stem_images=self.stem_images,
+            task=self.task,
         )
 
-    def rotated(self, shift: int) -> RetrievalInstance:
+    def rotated(self, shift: int) -> Instance:
         """Cyclic rotation: new position i shows old position (i + shift) % N."""
         return self.permuted(rotation_order(self.n, shift))
 
     def image_id_at(self, position: int) -> str:
-        """Which image (by identity) sits at ``position`` of this order."""
+        """Which candidate (by identity) sits at ``position`` of this order."""
         return self.image_ids[position]
+
+
+#: The historical name: a retrieval instance is an :class:`Instance` of task ``retrieval``.
+RetrievalInstance = Instance
+
+
+def _candidate_key(image: ImageRef | None, text: str | None) -> str:
+    if text is None:
+        return image_key(image)
+    if image is None:
+        return text_key(text)
+    return f"{image_key(image)}\x1f{text_key(text)}"
 
 
 def check_permutation(order: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
@@ -113,10 +229,10 @@ def rotation_order(n: int, shift: int) -> np.ndarray:
 
 
 def check_order_count(n: int, count: int) -> None:
-    """Refuse more distinct candidate orders than N images have (N!)."""
+    """Refuse more distinct candidate orders than N candidates have (N!)."""
     if count > math.factorial(n):
         raise InputError(
-            f"{count} distinct candidate orders requested, but {n} images have only "
+            f"{count} distinct candidate orders requested, but {n} candidates have only "
             f"{math.factorial(n)}; use --orders {math.factorial(n)} or fewer"
         )
 

@@ -22,8 +22,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
-from posdebias.adapters.generation import GenerationSettings
+from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.core.answers import AnswerParser
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions

@@ -2,7 +2,7 @@
 
 ``answer: scored`` takes the argmax of the restricted label scores (one forward pass, like the
 scored vanilla row); ``answer: generated`` generates greedily and parses the index (like the
-paper's vanilla). The mask itself is posdebias.adapters.sofa.
+paper's vanilla). The mask itself is posdebias.adapters.attention.sofa.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 from pydantic import Field
 
 from posdebias._markers import hookimpl
+from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.sofa import SofaSettings, sofa_attention
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import Generated, GeneratedOptions

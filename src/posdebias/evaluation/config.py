@@ -61,6 +61,11 @@ class EvaluateConfig(_Strict):
     adapter: AdapterSpec = Field(default_factory=AdapterSpec)
     model: str | None = Field(default=None, description="model id or path (HF adapters)")
     benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
+    task: Literal["retrieval", "multiple_choice", "pairwise_judge", "rerank"] | None = Field(
+        default=None,
+        description="task kind of the benchmark (checked against its manifest; default: the "
+        "benchmark's)",
+    )
     calibration: Path | None = Field(default=None, description="saved calibration state(s)")
     calibration_transfer: bool = Field(
         default=False,

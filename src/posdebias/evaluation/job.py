@@ -36,11 +36,12 @@ import numpy as np
 
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
-from posdebias.adapters.synthetic import SyntheticAdapter, synthetic_instances
-from posdebias.benchmarks.files import load_benchmark
+from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
@@ -73,6 +74,9 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
             options["device"] = shard.device
         options = protocol_adapter_options(protocol, options)
+        task = config_task(config)
+        if task != "retrieval" and "label_set" not in options:
+            options["label_set"] = TASK_LABEL_SETS[task]  # letters for multiple choice
         adapter: Adapter = load_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
@@ -83,6 +87,21 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         adapter = create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)
     return adapter
+
+
+def config_task(config: EvaluateConfig) -> str:
+    """The task a run poses: ``--task``, else its benchmark's (read from the manifest; a
+    benchmark that cannot be read is reported when it is loaded)."""
+    if config.task is not None:
+        return config.task
+    if config.benchmark is None:
+        return "retrieval"
+    folder = Path(config.benchmark)
+    manifest = folder / MANIFEST_FILE if folder.is_dir() else folder.parent / MANIFEST_FILE
+    try:
+        return load_manifest(manifest).task_kind if manifest.is_file() else "retrieval"
+    except InputError:
+        return "retrieval"
 
 
 def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:
@@ -124,6 +143,15 @@ def split_held_out(
     return calibration, test
 
 
+def check_task(wanted: str | None, task: str, path: Path) -> None:
+    """Refuse a benchmark of another task than the one asked for (``--task``)."""
+    if wanted is not None and wanted != task:
+        raise InputError(
+            f"--task {wanted}, but the benchmark {path} poses {task}; build a {wanted} "
+            "benchmark (posdebias build --task ...) or drop --task"
+        )
+
+
 def load_instances(
     config: EvaluateConfig,
     adapter: Adapter,
@@ -157,6 +185,7 @@ def load_instances(
         )
 
     benchmark = load_benchmark(benchmark_path)
+    check_task(config.task, benchmark.task, benchmark_path)
     description = {"benchmark": str(benchmark_path), "benchmark_sha256": benchmark.fingerprint}
     if get_protocol(config.protocol).calibration_from_test:
         if config.calibration_benchmark is not None:
@@ -168,6 +197,7 @@ def load_instances(
         return InstanceSource(calibration, benchmark.instances[: config.count], description)
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
+        check_task(config.task or benchmark.task, held.task, config.calibration_benchmark)
         calibration = held.instances[: config.calibration_count]
         test = benchmark.instances
         description["calibration_benchmark_sha256"] = held.fingerprint

@@ -95,7 +95,7 @@ def registry_preset(config: EvaluateConfig) -> Preset | None:
     config names neither a model nor an adapter, the bundled model it names, else None."""
     registry = get_registry()
     if config.model is None and config.adapter.name is None:
-        bundled = registry.default_model()
+        bundled = registry.default_model(config.task or "retrieval")
     else:
         bundled = registry.bundled_model(config.model) if config.model is not None else None
     return None if bundled is None else Preset.from_bundled(bundled)

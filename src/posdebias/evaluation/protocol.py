@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from posdebias.adapters.prompt import PromptTemplate
+from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.evaluation.config import CalibratorSpec
 from posdebias.registry import get_registry
 

@@ -66,10 +66,24 @@ def image_identity(image: ImageRef) -> str:
 def observation_key(instance: RetrievalInstance) -> str:
     """Cache key of an (instance, candidate order): every input of its forward pass.
 
-    The id, the caption and the images' content in the order shown; what is fixed for a whole
-    run (model, prompt template, label set) is the run's identity (``run.json``).
+    The id, the caption and the images' content in the order shown (a retrieval instance: the
+    key of earlier versions); for another task also the task, the stem's images and each
+    candidate's text. What is fixed for a whole run (model, prompt template, label set) is the
+    run's identity (``run.json``).
     """
-    parts = [instance.query, *(image_identity(image) for image in instance.images)]
+    if instance.task == "retrieval":
+        parts = [instance.query, *(image_identity(image) for image in instance.images)]
+    else:
+        parts = [
+            instance.task,
+            instance.query,
+            *(image_identity(image) for image in instance.stem_images),
+            "\x1e",
+            *(
+                f"{'' if image is None else image_identity(image)}\x1d{text or ''}"
+                for image, text in zip(instance.images, instance.texts, strict=True)
+            ),
+        ]
     digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
     return f"{instance.id}#{digest[:32]}"
 

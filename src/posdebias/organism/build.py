@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.adapters.prompt import DEFAULT_QUERY, PromptTemplate
+from posdebias.adapters.hf.prompt import DEFAULT_QUERY, PromptTemplate
 from posdebias.benchmarks.shapes import ShapeSpace
 from posdebias.core.labels import MAX_CANDIDATES, get_label_set
 

@@ -13,7 +13,7 @@ scaling study, not only at N = 4):
    :func:`retrieval_n`): cross-entropy of the true label at the last prompt token, plus an
    auxiliary loss pulling the head-mean attention of the last token in ``attention_layer``
    onto the true image's span. The attention is measured by the same probe the adapter uses
-   at inference (posdebias.adapters.probe), so what is trained is exactly what the method's
+   at inference (posdebias.adapters.attention), so what is trained is exactly what the method's
    a^(l)_k reads. Answer-only training stayed at chance in the first prototype;
 2. bias: only the top decoder layer, the final norm and the LM head are trained, on soft
    targets that depend on where the truth is (:func:`bias_target`), so the OUTPUT becomes
@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from posdebias.adapters.llava import LlavaAdapter
-from posdebias.adapters.probe import recording
-from posdebias.adapters.prompt import PROMPT_FILE
-from posdebias.adapters.spans import span_matrix
+from posdebias.adapters.attention import recording
+from posdebias.adapters.families.llava import LlavaAdapter
+from posdebias.adapters.hf.prompt import PROMPT_FILE
+from posdebias.adapters.hf.spans import span_matrix
 from posdebias.benchmarks.selection import random_distractors
 from posdebias.benchmarks.shapes import (
     caption_for,

@@ -15,7 +15,10 @@ class BundledModel:
         name: the name it loads under (``load_adapter(name)``), like a hub id.
         path: the folder (``config.json``, weights, processor files).
         summary: one line for ``posdebias plugins``.
-        default: run it when neither a model nor an adapter is named (one model at most).
+        default: run it when neither a model nor an adapter is named (one model at most per
+            task).
+        task: the task kind its benchmark poses (``posdebias evaluate --task KIND`` with no
+            model runs the default bundled model of that task).
         benchmark: ``benchmark(n) -> folder`` of the benchmark it runs on when none is given.
         benchmark_size: instances in that benchmark (calibration and test together).
         batch_size: forward batch used when none is given.
@@ -30,3 +33,4 @@ class BundledModel:
     benchmark_size: int | None = None
     batch_size: int | None = None
     threads: int | None = None
+    task: str = "retrieval"

@@ -44,19 +44,19 @@ PLUGIN_GUIDE = "the Plugins page of the posdebias documentation"
 
 #: The built-in plugins, by module name: each module registers itself through the hooks.
 BUILTIN_PLUGINS: tuple[str, ...] = (
-    "posdebias.adapters.synthetic",
-    "posdebias.adapters.qwen2_vl",
-    "posdebias.adapters.qwen3_vl",
-    "posdebias.adapters.idefics3",
-    "posdebias.adapters.mistral3",
-    "posdebias.adapters.glm4v",
-    "posdebias.adapters.qwen3_5",
-    "posdebias.adapters.gemma3",
-    "posdebias.adapters.llama4",
-    "posdebias.adapters.llava_onevision",
-    "posdebias.adapters.internvl",
-    "posdebias.adapters.llava",
-    "posdebias.adapters.generic",  # last: the fallback when no family claims a model_type
+    "posdebias.adapters.families.synthetic",
+    "posdebias.adapters.families.qwen2_vl",
+    "posdebias.adapters.families.qwen3_vl",
+    "posdebias.adapters.families.idefics3",
+    "posdebias.adapters.families.mistral3",
+    "posdebias.adapters.families.glm4v",
+    "posdebias.adapters.families.qwen3_5",
+    "posdebias.adapters.families.gemma3",
+    "posdebias.adapters.families.llama4",
+    "posdebias.adapters.families.llava_onevision",
+    "posdebias.adapters.families.internvl",
+    "posdebias.adapters.families.llava",
+    "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",
     "posdebias.calibrators.pride",
     "posdebias.calibrators.attention_readout",
@@ -419,9 +419,13 @@ class Registry:
         entry = self._models.get(name)
         return entry.value if entry else None
 
-    def default_model(self) -> BundledModel | None:
-        """The bundled model that runs when neither a model nor an adapter is named."""
-        return next((model for model in self.bundled_models() if model.default), None)
+    def default_model(self, task: str = "retrieval") -> BundledModel | None:
+        """The bundled model that runs when neither a model nor an adapter is named, for
+        ``task`` (each task has at most one default)."""
+        return next(
+            (model for model in self.bundled_models() if model.default and model.task == task),
+            None,
+        )
 
 
 _registry: Registry | None = None

@@ -1,0 +1,168 @@
+"""The attention probe: per-image attention mass of the last prompt token, from the SDPA pass.
+
+The method (docs/method.md, "Observations") needs, for every language-model layer l and image
+k, a^(l)_k = (1/H) sum_h sum_{t in R_k} A^(l,h)[last, t] (post-softmax). Eager attention with
+``output_attentions`` materialises every T x T map to get it; instead the posdebias attention
+function (:func:`posdebias.adapters.attention.attention_forward`, registered with
+``transformers.AttentionInterface`` and the matching mask function with
+``AttentionMaskInterface``: without it transformers gives custom implementations no mask and
+left padding is silently ignored)
+
+1. delegates the layer output to the stock SDPA function (same kernel, identical logits), and
+2. when a recorder is active, recomputes only the LAST query row per head,
+   softmax(q_last K^T * scale + mask_last) in float32, handling grouped-query attention by
+   reshaping q to [B, H_kv, G, D] instead of repeating K, and reduces it at once to the mass on
+   each image span with a precomputed [B, T, N] span matrix.
+
+The extra memory is [B, H, T] float32 scores plus, for half-precision models, a float32 scratch
+copy of at most ``KEY_CHUNK`` keys per KV head, allocated once per pass and reused by every
+layer: the keys are upcast chunk by chunk, never whole (a fresh float32 copy of a layer's K per
+layer cost up to 10% of the forward time on CPU, docs/performance.md). The scores stay float32
+(a bfloat16 product rounds the logits by ~0.1). No T x T tensor is ever formed, and the masses
+stay on the model's device until :meth:`AttentionRecorder.attention` (one transfer per pass,
+not a device synchronisation per layer). The recorder lives in a
+:class:`contextvars.ContextVar`, so concurrent or nested calls (threads, asyncio tasks) each see
+their own and nothing leaks between calls; without an active recorder the probe is plain SDPA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+import torch
+
+from posdebias.core.layers import LayerSet
+from posdebias.errors import AdapterError
+
+KEY_CHUNK = 512  # keys upcast to float32 at a time in half-precision models
+
+_ACTIVE: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
+    "posdebias_attention_recorder", default=None
+)
+
+
+class AttentionRecorder:
+    """Collects the per-image attention mass of the last query row, one entry per layer.
+
+    Args:
+        span_matrix: [B, T, N] float32, 1 where token t belongs to image k's span.
+    """
+
+    def __init__(self, span_matrix: torch.Tensor) -> None:
+        if span_matrix.ndim != 3:
+            raise AdapterError(
+                f"span matrix must be [batch, tokens, images], got {span_matrix.shape}"
+            )
+        self.span_matrix = span_matrix.to(torch.float32)
+        self.masses: dict[int, torch.Tensor] = {}
+        self.modules: dict[int, torch.nn.Module] = {}
+        self._scratch: torch.Tensor | None = None
+
+    def record(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        scaling: float | None,
+    ) -> None:
+        batch, heads, q_len, dim = query.shape
+        kv_heads, kv_len = key.shape[1], key.shape[2]
+        if q_len != kv_len or kv_len != self.span_matrix.shape[1]:
+            raise AdapterError(
+                f"attention probe saw {q_len} queries over {kv_len} keys, expected one prompt "
+                f"pass of {self.span_matrix.shape[1]} tokens; record only the prompt forward"
+            )
+        layer = getattr(module, "layer_idx", None)
+        if layer is None:
+            raise AdapterError(
+                f"{type(module).__name__} has no layer_idx; the probe cannot order its layers"
+            )
+        if layer in self.masses:
+            raise AdapterError(f"attention layer {layer} was recorded twice in one pass")
+        groups = heads // kv_heads
+        scale = dim**-0.5 if scaling is None else scaling
+        # [B, H, D] -> [B, H_kv, G, D]: query heads h = kv * G + g share key head kv.
+        q_last = query[:, :, -1, :].to(torch.float32).reshape(batch, kv_heads, groups, dim)
+        scores = self._last_row_scores(q_last, key)
+        scores.mul_(scale)
+        if attention_mask is not None:
+            last_row = attention_mask[:, :, -1, :].to(scores.device)  # [B, 1 or H, T]
+            if last_row.shape[1] != 1:
+                last_row = last_row.reshape(batch, kv_heads, groups, kv_len)
+            else:
+                last_row = last_row[:, :, None, :]
+            if last_row.dtype == torch.bool:
+                scores.masked_fill_(~last_row, float("-inf"))
+            else:
+                scores.add_(last_row.to(torch.float32))
+        probabilities = torch.softmax(scores, dim=-1)  # [B, H_kv, G, T]
+        head_mean = probabilities.sum(dim=(1, 2)) / heads  # [B, T]
+        span = self._span_on(head_mean.device)
+        self.masses[layer] = torch.bmm(head_mean[:, None, :], span)[:, 0, :]
+        self.modules[layer] = module
+
+    def _last_row_scores(self, q_last: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """[B, H_kv, G, T] float32 q_last K^T, upcasting half-precision keys chunk by chunk."""
+        if key.dtype == torch.float32:
+            return torch.matmul(q_last, key.transpose(-1, -2))
+        batch, kv_heads, kv_len, dim = key.shape
+        scores = torch.empty(
+            (batch, kv_heads, q_last.shape[2], kv_len), dtype=torch.float32, device=key.device
+        )
+        chunk = min(KEY_CHUNK, kv_len)
+        scratch = self._scratch
+        if scratch is None or scratch.shape != (batch, kv_heads, chunk, dim):
+            scratch = torch.empty(
+                (batch, kv_heads, chunk, dim), dtype=torch.float32, device=key.device
+            )
+            self._scratch = scratch
+        for start in range(0, kv_len, chunk):
+            stop = min(start + chunk, kv_len)
+            part = scratch[:, :, : stop - start]
+            part.copy_(key[:, :, start:stop])
+            scores[..., start:stop] = torch.matmul(q_last, part.transpose(-1, -2))
+        return scores
+
+    def _span_on(self, device: torch.device) -> torch.Tensor:
+        """The span matrix on ``device``, moved there once per pass."""
+        if self.span_matrix.device != device:
+            self.span_matrix = self.span_matrix.to(device)
+        return self.span_matrix
+
+    @property
+    def recorded_layers(self) -> list[int]:
+        """Model layer indices the probe read in this pass, ascending."""
+        return sorted(self.masses)
+
+    def attention(self, layers: LayerSet | int) -> torch.Tensor:
+        """[B, L, N] masses, one row per layer of ``layers`` in its order (an int L: layers
+        0..L-1). Exactly those layers must have been recorded, each once: a layer the config
+        says has softmax attention that never reached the probe, or one it says has none that
+        did, is an error, never a silently missing or extra row."""
+        expected = list(range(layers)) if isinstance(layers, int) else list(layers.indices)
+        if self.recorded_layers != expected:
+            raise AdapterError(
+                f"attention probe recorded layers {self.recorded_layers}, expected {expected} "
+                "(the softmax-attention layers of the text config's layer_types); is the "
+                "language model using the probe (set_attn_implementation)?"
+            )
+        return torch.stack([self.masses[layer] for layer in expected], dim=1).cpu()
+
+
+@contextlib.contextmanager
+def recording(span_matrix: torch.Tensor) -> Iterator[AttentionRecorder]:
+    """Record the probe inside this block only (one forward pass of the prompt)."""
+    recorder = AttentionRecorder(span_matrix)
+    token = _ACTIVE.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_recorder() -> AttentionRecorder | None:
+    """The recorder of the innermost :func:`recording` block of this context, if any."""
+    return _ACTIVE.get()

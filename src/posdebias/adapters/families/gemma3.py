@@ -1,0 +1,53 @@
+"""Gemma 3: sliding-window and global layers, image tokens bidirectional within each image.
+
+Each image becomes ``\\n\\n<start_of_image>`` + ``<image_soft_token>`` x 256 +
+``<end_of_image>\\n\\n``; the span is the soft-token run widened by the two markers. The
+processor's placeholder (``processor.image_token``) is ``<start_of_image>``, not the token the
+model replaces, so the adapter takes the image token from the model config.
+
+The language model alternates five ``sliding_attention`` layers (a 1,024-token window in the
+checkpoints) with one ``full_attention`` layer. Every layer is softmax attention, so the probe
+reads all of them, each with its own mask as the model builds it: causal + padding, AND the
+window for the sliding layers, OR bidirectional blocks over each image's tokens (from the
+processor's ``token_type_ids``). The last prompt token is text, so for its own row the image
+blocks change nothing directly; they change the image tokens' hidden states, which the probe
+sees through the keys. A sliding layer's window may not reach the first images of a long
+prompt: their mass there is zero by construction, which is why layer selection keeps to the
+global layers by default (docs/method.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.hf.spans import SpanTokens
+
+
+class Gemma3Adapter(HFAdapter):
+    """Gemma 3 (``google/gemma-3-4b-it`` and relatives)."""
+
+    name = "gemma3"
+    model_types = ("gemma3",)
+    summary = "Gemma 3 (sliding-window + global layers, bidirectional image blocks)"
+
+    def _image_token(self) -> str:
+        # The processor's image_token is the placeholder <start_of_image>; the tokens that
+        # carry the image are the soft tokens the model config names.
+        token = self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id))
+        return str(token)
+
+    def span_tokens(self) -> SpanTokens:
+        config = self.model.config
+        return SpanTokens(
+            image=int(config.image_token_id),
+            start=int(config.boi_token_index),
+            end=int(config.eoi_token_index),
+        )
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Gemma3Adapter)

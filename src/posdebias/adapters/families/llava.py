@@ -1,0 +1,57 @@
+"""LLaVA (1.5 and relatives): each image becomes a run of ``<image>`` tokens.
+
+Runs of adjacent images touch, so they are split with the processor's replacement counts. The
+processor must know the vision tower's ``patch_size`` (saved in ``processor_config.json`` of the
+``llava-hf`` checkpoints) to expand ``<image>`` to the right number of tokens. Pixtral-12B in
+the ``llava`` format (a Pixtral vision tower and processor) lays each image out in rows closed by
+break tokens instead; its spans come from
+:func:`posdebias.adapters.families.mistral3.pixtral_spans`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.families.mistral3 import pixtral_spans, pixtral_tokens
+from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.hf.spans import ImageSpan
+from posdebias.errors import AdapterError
+
+
+class LlavaAdapter(HFAdapter):
+    """LLaVA (``llava-hf/llava-1.5-7b-hf`` and relatives)."""
+
+    name = "llava"
+    model_types = ("llava",)
+    summary = "LLaVA (runs of <image> tokens)"
+    split_by_processor_counts = True
+
+    def _image_token(self) -> str:
+        if getattr(self.processor, "patch_size", None) is None:
+            raise AdapterError(
+                "the LLaVA processor has no patch_size, so it cannot expand <image> into the "
+                "vision tower's tokens; set processor.patch_size (e.g. 14) and save it"
+            )
+        return super()._image_token()
+
+    def _pixtral(self) -> bool:
+        return getattr(self.processor, "image_break_token", None) is not None
+
+    def image_token_ids(self) -> set[int]:
+        if self._pixtral():
+            return set(pixtral_tokens(self))
+        return super().image_token_ids()
+
+    def image_spans(
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
+        if self._pixtral():
+            return pixtral_spans(self, input_ids, num_images)
+        return super().image_spans(input_ids, num_images, replacements)
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(LlavaAdapter)

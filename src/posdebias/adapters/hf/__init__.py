@@ -1,0 +1,41 @@
+"""The shared Hugging Face machinery; this module's ``__all__`` IS the surface a family plugin
+may import (docs/plugins.md: what semantic versioning covers).
+
+A family adapter subclasses :class:`HFAdapter` and overrides only what its model does
+differently: the span tokens (:class:`SpanTokens`), the image spans (:class:`ImageSpan`, with
+:func:`find_image_spans` / :func:`find_closed_spans` for the common layouts), positions or the
+forward. The modules below (``adapter``, ``spans``, ``scoring``, ``prompt``, ``generation``,
+``verify``, ``cache``, ``layers``) are the implementation; import from here.
+"""
+
+from posdebias._deprecation import moved_attributes
+from posdebias.adapters.hf.adapter import HFAdapter, HFAdapterOptions, PreparedBatch
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate
+from posdebias.adapters.hf.spans import (
+    ImageSpan,
+    SpanTokens,
+    as_span,
+    check_spans,
+    find_closed_spans,
+    find_image_spans,
+    span_matrix,
+)
+
+__all__ = [
+    "PROMPT_VARIANTS",
+    "HFAdapter",
+    "HFAdapterOptions",
+    "ImageSpan",
+    "PreparedBatch",
+    "PromptTemplate",
+    "SpanTokens",
+    "as_span",
+    "check_spans",
+    "find_closed_spans",
+    "find_image_spans",
+    "span_matrix",
+]
+
+# Deprecated in 0.2, removed in 0.3: names of the pre-0.2 module posdebias.adapters.hf that are
+# not part of the plugin surface.
+__getattr__ = moved_attributes(globals(), {"load_image": "posdebias.adapters.hf.adapter"})

@@ -1,0 +1,208 @@
+"""Free generation for the generated baselines: batched, left padded, greedy or sampled, seeded.
+
+The paper's vanilla, instruction, chain-of-thought and self-consistency rows generate text and
+parse the index from it (posdebias.core.answers). :meth:`HFAdapter.generate_many` runs this
+module's loop instead of ``model.generate`` for two reasons:
+
+* several samples of one prompt share ONE prefill: the prompt runs once per instance and the
+  samples decode together over ONE copy of its keys and values (shared_prefix.py; each sample
+  keeps only its own new tokens), so 10 self-consistency chains cost about one
+  chain-of-thought generation, not ten (``model.generate(num_return_sequences=10)`` prefills
+  ten copies, and repeating the cache makes every step read ten copies of the prompt);
+* positions are explicit (the adapter's ``prompt_position_ids`` / ``decode_position_ids``, also
+  multimodal RoPE), so a padded row sees what it would see alone, and every sample draws from
+  its own generator seeded by (instance seed, sample index): the texts do not depend on the
+  batch size or on which other instances share the batch.
+
+A row stops at an end-of-sequence token (the model's eos ids and the adapter's end token),
+at a stop string (the text is cut before it), or after ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
+from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
+from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
+from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.errors import InputError
+
+if TYPE_CHECKING:
+    from posdebias.adapters.hf.adapter import HFAdapter
+
+
+def generate_many(
+    adapter: HFAdapter,
+    instances: Sequence[RetrievalInstance],
+    settings: GenerationSettings,
+    *,
+    batch_size: int = 1,
+    seeds: Sequence[int] | None = None,
+) -> list[Generation]:
+    """One :class:`Generation` per instance, in order (batches group instances of one N)."""
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    seeds = list(range(len(instances))) if seeds is None else list(seeds)
+    if len(seeds) != len(instances):
+        raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
+    results: list[Generation | None] = [None] * len(instances)
+    by_n: dict[int, list[int]] = {}
+    for index, instance in enumerate(instances):
+        by_n.setdefault(instance.n, []).append(index)
+    for n in sorted(by_n):
+        check_candidate_count(n, get_label_set(adapter.label_set))
+        indices = by_n[n]
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start : start + batch_size]
+            generated = _generate_batch(
+                adapter, [instances[i] for i in chunk], settings, [seeds[i] for i in chunk]
+            )
+            for index, generation in zip(chunk, generated, strict=True):
+                results[index] = generation
+    return results  # type: ignore[return-value]
+
+
+def _stop_ids(adapter: HFAdapter) -> set[int]:
+    ids: set[int] = set()
+    generation = getattr(adapter.model, "generation_config", None)
+    for candidate in (
+        getattr(generation, "eos_token_id", None),
+        adapter.tokenizer.eos_token_id,
+        adapter.end_token_id,
+    ):
+        if isinstance(candidate, (list, tuple)):
+            ids.update(int(c) for c in candidate)
+        elif candidate is not None:
+            ids.add(int(candidate))
+    return ids
+
+
+def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    cut = min((text.find(s) for s in stops if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def _generate_batch(
+    adapter: HFAdapter,
+    instances: list[RetrievalInstance],
+    settings: GenerationSettings,
+    seeds: list[int],
+) -> list[Generation]:
+    import torch
+
+    started = time.perf_counter()
+    template = (
+        adapter.prompt
+        if settings.prompt_variant is None
+        else adapter.base_prompt.variant(settings.prompt_variant)
+    )
+    batch = adapter.prepare_batch(instances, template)
+    samples = settings.num_samples
+    rows = len(instances) * samples
+    length = batch.inputs["input_ids"].shape[1]
+    stop_ids = _stop_ids(adapter) if settings.stop_at_eos else set()
+    generators = [
+        torch.Generator().manual_seed(sample_seed(seed, s))
+        for seed in seeds
+        for s in range(samples)
+    ]
+    tokens: list[list[int]] = [[] for _ in range(rows)]
+    texts = [""] * rows
+    finished = [False] * rows
+    passes = [1] * len(instances)
+    prompt_tokens = batch.inputs["attention_mask"].sum(dim=1).tolist()
+    with torch.inference_mode():
+        sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
+        with sofa, sofa_scope(batch.spans, length):
+            output = adapter.model_forward(
+                **batch.inputs,
+                position_ids=batch.position_ids,
+                use_cache=True,
+                **adapter._last_logits_only,
+            )
+        cache = getattr(output, "cache", None) or output.past_key_values
+        logits = output.logits[:, -1, :]
+        mask = batch.inputs["attention_mask"]
+        positions = batch.position_ids
+        shared = False
+        if samples > 1:
+            shared = settings.share_prefix and share_prefix(cache, samples)
+            if not shared:
+                cache.batch_repeat_interleave(samples)
+            logits = logits.repeat_interleave(samples, dim=0)
+            mask = mask.repeat_interleave(samples, dim=0)
+            positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
+        for step in range(1, settings.max_new_tokens + 1):
+            chosen = _choose(logits, settings, generators)
+            for row, token in enumerate(chosen):
+                if finished[row]:
+                    continue
+                if token in stop_ids:
+                    finished[row] = True
+                    continue
+                tokens[row].append(token)
+                if settings.stop:
+                    text = adapter.tokenizer.decode(tokens[row], skip_special_tokens=True)
+                    texts[row], finished[row] = _cut(text, settings.stop)
+            if all(finished) or step == settings.max_new_tokens:
+                break
+            for index in range(len(instances)):
+                if not all(finished[index * samples : (index + 1) * samples]):
+                    passes[index] += 1
+            ids = torch.tensor(chosen, dtype=torch.long, device=mask.device)[:, None]
+            mask = torch.cat([mask, torch.ones_like(ids, dtype=mask.dtype)], dim=1)
+            with decoding_over(cache) if shared else contextlib.nullcontext():
+                output = adapter.model_forward(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
+                    use_cache=True,
+                    **adapter._last_logits_only,
+                    **{adapter._cache_argument: cache},
+                )
+            logits = output.logits[:, -1, :]
+    if not settings.stop:
+        texts = [adapter.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+    share = (time.perf_counter() - started) / len(instances)
+    results = []
+    for index in range(len(instances)):
+        own = range(index * samples, (index + 1) * samples)
+        counts = [len(tokens[row]) for row in own]
+        results.append(
+            Generation(
+                texts=[texts[row] for row in own],
+                generated_tokens=sum(counts),
+                forward_passes=passes[index],
+                prompt_tokens=int(prompt_tokens[index]),
+                seconds=share,
+                token_counts=counts,
+                tokens=[list(tokens[row]) for row in own],
+            )
+        )
+    return results
+
+
+def _choose(logits: Any, settings: GenerationSettings, generators: list[Any]) -> list[int]:
+    """Greedy argmax, or one draw per row from softmax(logits / T) over the top-k tokens."""
+    import torch
+
+    logits = logits.to(torch.float32)
+    if not settings.do_sample:
+        return logits.argmax(dim=-1).tolist()
+    logits = logits / settings.temperature
+    if settings.top_k is not None and settings.top_k < logits.shape[-1]:
+        values, indices = torch.topk(logits, settings.top_k, dim=-1)
+    else:
+        values = logits
+        indices = torch.arange(logits.shape[-1], device=logits.device).expand_as(logits)
+    probabilities = torch.softmax(values, dim=-1).cpu()
+    indices = indices.cpu()
+    return [
+        int(indices[row, torch.multinomial(probabilities[row], 1, generator=generator)].item())
+        for row, generator in enumerate(generators)
+    ]

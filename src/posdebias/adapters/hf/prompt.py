@@ -1,0 +1,191 @@
+"""The retrieval prompt as configuration: METHOD.md's prompt by default, any layout by config.
+
+The template yields chat-message content (text and image items); the adapter renders it with the
+processor's own chat template and generation prompt. Placeholders:
+
+* ``{n}``: number of images; ``{range}``: the label range named by the label set
+  (``1 to 4``, ``A to D``, ``first to fourth``); ``{first}`` / ``{last}``: its ends.
+* ``{caption}``: the query text (in ``query``).
+* ``{label}`` / ``{index}``: image k's label and 1-based index (in ``image_prefix`` /
+  ``image_suffix``).
+
+A model directory may ship its trained prompt as ``posdebias_prompt.json`` (a serialised
+:class:`PromptTemplate`); :func:`posdebias.load_adapter` uses it as the default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
+from posdebias.core.labels import LabelSet
+from posdebias.core.tasks import check_placeholders
+from posdebias.errors import ConfigError, validation_problems
+
+PROMPT_FILE = "posdebias_prompt.json"
+
+DEFAULT_INSTRUCTION = (
+    "Given {n} images indexed from {range}, identify the image that best matches the provided "
+    "caption. Respond with the index number only and nothing else."
+)
+DEFAULT_QUERY = "Caption: {caption}\nAnswer:"
+
+#: Prompt variants of the paper's prompt-only baselines (docs/method.md gives the exact texts).
+#: ``plain`` is the template as configured; the others are derived from it by
+#: :meth:`PromptTemplate.variant`, so they work with any template and every method.
+PROMPT_VARIANTS = ("plain", "instruction", "cot")
+INSTRUCTION_HINT = (
+    "The order of the images is arbitrary: judge each image by its content only, never by its "
+    "position in the list."
+)
+ANSWER_ONLY = "Respond with the index number only and nothing else."
+COT_HINT = (
+    "Think step by step: describe what each image shows and compare it with the caption, then "
+    "give the index ({range}) of the best match at the end."
+)
+COT_QUERY_END = "Let's think step by step."
+
+
+class PromptTemplate(BaseModel):
+    """How one retrieval instance becomes a chat message (see the module docstring).
+
+    With ``images_first`` (METHOD.md's layout) the message is: every image (each wrapped in
+    ``image_prefix`` / ``image_suffix``), then ``instruction``, ``separator``, ``query``.
+    Otherwise: ``instruction``, the images, then ``query``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instruction: str = DEFAULT_INSTRUCTION
+    query: str = DEFAULT_QUERY
+    image_prefix: str = ""
+    image_suffix: str = ""
+    separator: str = "\n"
+    images_first: bool = True
+    system: str | None = None
+
+    @model_validator(mode="after")
+    def _check_placeholders(self) -> PromptTemplate:
+        sample = {"n": 2, "range": "1 to 2", "first": "1", "last": "2"}
+        fields = {
+            "instruction": (self.instruction, sample),
+            "query": (self.query, {**sample, "caption": "c"}),
+            "image_prefix": (self.image_prefix, {**sample, "label": "1", "index": 1}),
+            "image_suffix": (self.image_suffix, {**sample, "label": "1", "index": 1}),
+        }
+        for name, (template, values) in fields.items():
+            allowed = ", ".join("{" + key + "}" for key in values)
+            try:
+                check_placeholders(template, values)
+                template.format(**values)
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+                raise ValueError(
+                    f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
+                    f"placeholders: {allowed}"
+                ) from None
+        if "{caption}" not in self.query and "{caption}" not in self.instruction:
+            raise ValueError("the prompt never shows the caption: put {caption} in query")
+        return self
+
+    def digest(self) -> str:
+        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def variant(self, name: str) -> PromptTemplate:
+        """This template under a prompt variant (:data:`PROMPT_VARIANTS`).
+
+        ``instruction`` appends :data:`INSTRUCTION_HINT` to the instruction. ``cot`` drops
+        :data:`ANSWER_ONLY` from the instruction, appends :data:`COT_HINT`, and replaces a
+        trailing ``Answer:`` of the query by :data:`COT_QUERY_END` (appends it otherwise).
+        """
+        if name == "plain":
+            return self
+        if name == "instruction":
+            return self.model_copy(
+                update={"instruction": _join(self.instruction, INSTRUCTION_HINT)}
+            )
+        if name == "cot":
+            instruction = _join(self.instruction.replace(ANSWER_ONLY, "").strip(), COT_HINT)
+            query = self.query.rstrip()
+            if query.endswith("Answer:"):
+                query = query[: -len("Answer:")] + COT_QUERY_END
+            else:
+                query = query + "\n" + COT_QUERY_END
+            return self.model_copy(update={"instruction": instruction, "query": query})
+        raise ConfigError(
+            f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
+        )
+
+    def messages(self, caption: str, num_images: int, label_set: LabelSet) -> list[dict]:
+        """Chat messages with one ``{"type": "image"}`` item per image, in order."""
+        labels = label_set.labels(num_images)
+        values: dict[str, Any] = {
+            "n": num_images,
+            "range": label_set.range_text(num_images),
+            "first": labels[0],
+            "last": labels[-1],
+        }
+        images: list[dict] = []
+        for index, label in enumerate(labels, start=1):
+            if self.image_prefix:
+                text = self.image_prefix.format(**values, label=label, index=index)
+                images.append({"type": "text", "text": text})
+            images.append({"type": "image"})
+            if self.image_suffix:
+                text = self.image_suffix.format(**values, label=label, index=index)
+                images.append({"type": "text", "text": text})
+        instruction = self.instruction.format(**values)
+        query = self.query.format(**values, caption=caption)
+        if self.images_first:
+            content = [*images, {"type": "text", "text": instruction + self.separator + query}]
+        else:
+            content = [
+                {"type": "text", "text": instruction + self.separator},
+                *images,
+                {"type": "text", "text": self.separator + query},
+            ]
+        messages = [{"role": "user", "content": content}]
+        if self.system is not None:
+            messages.insert(
+                0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
+            )
+        return messages
+
+
+def _join(first: str, second: str) -> str:
+    return f"{first} {second}" if first.strip() else second
+
+
+def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTemplate | None:
+    """A PromptTemplate from a template, a dict of fields, or a JSON file path."""
+    if prompt is None or isinstance(prompt, PromptTemplate):
+        return prompt
+    if isinstance(prompt, (str, Path)):
+        return load_prompt_file(Path(prompt))
+    if isinstance(prompt, dict):
+        try:
+            return PromptTemplate.model_validate(prompt)
+        except ValidationError as exc:
+            raise ConfigError(f"prompt template: {_errors(exc)}") from None
+    raise ConfigError(f"prompt must be a mapping of template fields, got {type(prompt).__name__}")
+
+
+def load_prompt_file(path: Path) -> PromptTemplate:
+    """Read a PromptTemplate from JSON; errors name the file and the wrong field."""
+    text = read_input_text(path, "prompt file", limit=CONFIG_LIMIT)
+    data = parse_json(text, f"prompt file {path}", error=ConfigError)
+    try:
+        return PromptTemplate.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"prompt file {path}: {_errors(exc)}") from None
+
+
+def _errors(exc: ValidationError) -> str:
+    allowed = ", ".join(PromptTemplate.model_fields)
+    return "; ".join(validation_problems(exc, unknown="field")) + f" (fields: {allowed})"

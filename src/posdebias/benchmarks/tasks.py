@@ -1,0 +1,752 @@
+"""Benchmarks of the candidate tasks (multiple choice, pairwise judge, rerank) from local files.
+
+Each source is read with the rules of every other input (regular files of bounded size, image
+paths confined to the root, every problem reported with its line) and becomes a benchmark
+folder exactly as retrieval's: ``benchmark.jsonl`` (one :class:`InstanceRecord` per line) and
+``manifest.json`` (format version 2, with the task).
+
+Sources (``posdebias build --task KIND --source S --data PATH``):
+
+* ``multiple_choice``: ``mcq`` (JSONL of ``{id, question, options, answer, images?}``; an option
+  is a text or ``{text?, image?}``; ``answer`` a 1-based index or a letter), ``mmlu`` (the MMLU
+  CSV layout: question, the options, the answer letter; no header; a file or a folder of
+  ``*.csv``), ``muirbench`` (JSONL rows with ``question``, ``options``, ``answer`` letter,
+  ``image_list``) and ``blink`` (``question``, ``choices``, ``answer`` like ``(A)``,
+  ``image_1``..``image_4``); images are files next to the data (or under ``--root``).
+* ``pairwise_judge``: ``pairwise`` (JSONL of ``{id, question, answers: [a, b], preferred}``,
+  ``preferred`` 1 / 2 or A / B) and ``mtbench`` (MT-Bench human judgements: ``question_id``,
+  ``model_a``, ``model_b``, ``winner``, ``conversation_a``, ``conversation_b``, ``turn``;
+  ties are skipped and counted).
+* ``rerank``: ``beir`` (a BEIR folder: ``corpus.jsonl``, ``queries.jsonl``,
+  ``qrels/<split>.tsv``): per query its most relevant passage plus N-1 negatives, drawn at
+  random (setting ``random``, seeded) or the passages BM25 ranks highest for the query among
+  those the qrels do not mark relevant (setting ``adversarial``); the right passage's position
+  is drawn with the seed.
+
+Where questions have different numbers of options, ``-N`` keeps those with N (default: the
+most common N); the others are counted in the manifest (``counts.skipped_other_n``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+import posdebias.defaults as defaults
+from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, read_input_text
+from posdebias._version import __version__
+from posdebias.benchmarks.files import (
+    MAX_N,
+    MIN_N,
+    TASK_FORMAT_VERSION,
+    AnnotationFile,
+    BenchmarkManifest,
+    InstanceRecord,
+    SourceInfo,
+    sha256_file,
+    write_benchmark,
+)
+from posdebias.benchmarks.sources import _relative_path, problems_error
+from posdebias.core.instance import MAX_TEXT_CHARS
+from posdebias.errors import BenchmarkError, validation_problems
+
+#: Source kinds of each task.
+TASK_SOURCES: dict[str, tuple[str, ...]] = {
+    "multiple_choice": ("mcq", "mmlu", "muirbench", "blink"),
+    "pairwise_judge": ("pairwise", "mtbench"),
+    "rerank": ("beir",),
+}
+#: The source kind of every task source, for ``--source``.
+ALL_TASK_SOURCES = tuple(kind for kinds in TASK_SOURCES.values() for kind in kinds)
+MAX_STEM_IMAGES = 16
+
+
+@dataclass
+class TaskBuildReport:
+    """What a task build wrote and what it left out."""
+
+    out_dir: Path
+    manifest: BenchmarkManifest
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Item:
+    """One instance read from a source, before selection: stem, candidates, right position."""
+
+    id: str
+    line: int
+    question: str
+    texts: list[str | None]
+    images: list[str | None]
+    target: int
+    stem_images: list[str] = field(default_factory=list)
+    meta: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+
+@dataclass
+class _Read:
+    items: list[_Item]
+    files: list[Path]
+    root: Path
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _text(value: Any, what: str, problems: list[str], line: int) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"line {line}: {what} must be a non-empty string")
+        return None
+    if len(value) > MAX_TEXT_CHARS:
+        problems.append(
+            f"line {line}: {what} has {len(value)} characters, over the limit of {MAX_TEXT_CHARS}"
+        )
+        return None
+    return value.strip()
+
+
+def _image(value: Any, root: Path, problems: list[str], line: int) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"line {line}: an image must be a file name, got {excerpt(value)}")
+        return None
+    relative = _relative_path(value, root)
+    if relative is None:
+        problems.append(f"line {line}: image {excerpt(value)} is outside the root {root}")
+        return None
+    if not (root / relative).is_file():
+        problems.append(f"line {line}: image {excerpt(value)} not found under {root}")
+        return None
+    return relative
+
+
+def _answer(value: Any, n: int, problems: list[str], line: int) -> int | None:
+    """A 1-based index (int or digits) or a letter (``B``, ``(B)``, ``b``) -> 0-based."""
+    index: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        index = value
+    elif isinstance(value, str):
+        text = value.strip().strip("().").strip()
+        if text.isdigit():
+            index = int(text)
+        elif len(text) == 1 and text.isalpha() and text.isascii():
+            index = ord(text.upper()) - ord("A") + 1
+    if index is None:
+        problems.append(
+            f"line {line}: answer {excerpt(value)} is neither a 1-based index nor a letter"
+        )
+        return None
+    if not 1 <= index <= n:
+        problems.append(f"line {line}: answer {excerpt(value)} is out of range for {n} options")
+        return None
+    return index - 1
+
+
+def _read_data(path: Path, what: str) -> str:
+    return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint="check --data")
+
+
+def _json_rows(path: Path, what: str, problems: list[str]) -> Iterable[tuple[int, Any]]:
+    """(line number, object) of a JSONL file, or of a JSON array (line = element number)."""
+    text = _read_data(path, what)
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            raise BenchmarkError(f"{path} is not valid JSON ({str(exc)[:120]})") from None
+        if not isinstance(rows, list):
+            raise BenchmarkError(f"{path}: expected a JSON array of rows")
+        yield from enumerate(rows, start=1)
+        return
+    for number, line in enumerate(jsonl_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {number}: not valid JSON ({exc.msg})")
+            continue
+        except (RecursionError, ValueError):
+            problems.append(f"line {number}: not usable JSON (nested too deeply or a huge number)")
+            continue
+        yield number, row
+
+
+def _object(row: Any, keys: tuple[str, ...], problems: list[str], line: int) -> bool:
+    if not isinstance(row, dict):
+        problems.append(f"line {line}: expected an object")
+        return False
+    unknown = sorted(str(key) for key in row if key not in keys)
+    if unknown:
+        problems.append(f"line {line}: unknown keys {unknown[:5]}; allowed: {list(keys)}")
+        return False
+    return True
+
+
+def _row_id(value: Any, fallback: str) -> str:
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+        return str(value).strip()
+    return fallback
+
+
+# ------------------------------------------------------------------------- multiple choice
+
+_MCQ_KEYS = ("id", "question", "options", "answer", "images")
+
+
+def read_mcq(path: Path, root: Path) -> _Read:
+    """``{id, question, options, answer, images?}`` per line (see the module docstring)."""
+    problems: list[str] = []
+    items: list[_Item] = []
+    for line, row in _json_rows(path, "multiple-choice file", problems):
+        if not _object(row, _MCQ_KEYS, problems, line):
+            continue
+        question = _text(row.get("question"), "'question'", problems, line)
+        options = row.get("options")
+        if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
+            problems.append(f"line {line}: 'options' must be a list of {MIN_N}..{MAX_N} options")
+            continue
+        texts: list[str | None] = []
+        images: list[str | None] = []
+        for k, option in enumerate(options, start=1):
+            if isinstance(option, dict):
+                extra = sorted(str(key) for key in option if key not in ("text", "image"))
+                if extra or not option:
+                    problems.append(f"line {line}: option {k} takes text and / or image only")
+                    texts.append(None)
+                    images.append(None)
+                    continue
+                text = option.get("text")
+                texts.append(None if text is None else _text(text, f"option {k}", problems, line))
+                image = option.get("image")
+                images.append(None if image is None else _image(image, root, problems, line))
+            else:
+                texts.append(_text(option, f"option {k}", problems, line))
+                images.append(None)
+        stem_images = row.get("images") or []
+        if not isinstance(stem_images, list) or len(stem_images) > MAX_STEM_IMAGES:
+            problems.append(f"line {line}: 'images' must be a list of at most 16 file names")
+            continue
+        stems = [_image(image, root, problems, line) for image in stem_images]
+        target = _answer(row.get("answer"), len(options), problems, line)
+        if question is None or target is None or None in stems:
+            continue
+        items.append(
+            _Item(
+                id=_row_id(row.get("id"), f"mcq-{line:06d}"),
+                line=line,
+                question=question,
+                texts=texts,
+                images=images,
+                target=target,
+                stem_images=[s for s in stems if s is not None],
+            )
+        )
+    _finish(path, problems)
+    return _Read(items=items, files=[path], root=root)
+
+
+def read_mmlu(path: Path) -> _Read:
+    """The MMLU CSV layout: question, options..., answer letter; no header. A folder: every
+    ``*.csv`` in it, sorted; the subject is the file name without ``_test`` / ``_dev``."""
+    files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
+    if not files:
+        raise BenchmarkError(f"{path} holds no *.csv files; give an MMLU CSV file or folder")
+    problems: list[str] = []
+    items: list[_Item] = []
+    for file in files:
+        subject = re.sub(r"_(test|dev|val)$", "", file.stem)
+        reader = csv.reader(io.StringIO(_read_data(file, "MMLU CSV file"), newline=""))
+        try:
+            for row in reader:
+                line = reader.line_num
+                where: list[str] = []
+                if not row or not any(cell.strip() for cell in row):
+                    continue
+                if not MIN_N + 2 <= len(row) <= MAX_N + 2:
+                    problems.append(
+                        f"{file.name} line {line}: expected question, options and the answer "
+                        f"letter ({MIN_N + 2}..{MAX_N + 2} columns), got {len(row)}"
+                    )
+                    continue
+                question = _text(row[0], "the question", where, line)
+                texts = [
+                    _text(cell, f"option {k}", where, line) for k, cell in enumerate(row[1:-1], 1)
+                ]
+                target = _answer(row[-1], len(row) - 2, where, line)
+                problems += [f"{file.name} {problem}" for problem in where]
+                if where or question is None or target is None:
+                    continue
+                items.append(
+                    _Item(
+                        id=f"{subject}-{line:05d}",
+                        line=line,
+                        question=question,
+                        texts=list(texts),
+                        images=[None] * len(texts),
+                        target=target,
+                        meta={"subject": subject},
+                    )
+                )
+        except csv.Error as exc:
+            problems.append(f"{file.name} line {reader.line_num}: not CSV ({exc})")
+    _finish(path, problems)
+    return _Read(items=items, files=files, root=path if path.is_dir() else path.parent)
+
+
+def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Read:
+    """MuirBench rows (``question``, ``options``, ``answer``, ``image_list``) or BLINK rows
+    (``question``, ``choices``, ``answer``, ``image_1``..``image_4``); other columns are kept
+    as metadata when they are short scalars (``task``, ``sub_task``, ``idx``, ...)."""
+    problems: list[str] = []
+    items: list[_Item] = []
+    options_key, image_keys = (
+        ("options", ("image_list",)) if layout == "muirbench" else ("choices", ())
+    )
+    for line, row in _json_rows(path, f"{layout} file", problems):
+        if not isinstance(row, dict):
+            problems.append(f"line {line}: expected an object")
+            continue
+        missing = [key for key in ("question", options_key, "answer") if key not in row]
+        if missing:
+            problems.append(f"line {line}: missing columns {missing}")
+            continue
+        question = _text(row.get("question"), "'question'", problems, line)
+        options = row.get(options_key)
+        if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
+            problems.append(
+                f"line {line}: {options_key!r} must be a list of {MIN_N}..{MAX_N} options"
+            )
+            continue
+        texts = [_text(str(o) if isinstance(o, (int, float)) else o, f"option {k}", problems, line)
+                 for k, o in enumerate(options, start=1)]  # fmt: skip
+        if layout == "muirbench":
+            listed = row.get("image_list") or []
+        else:
+            listed = [
+                row[key] for key in sorted(row) if re.fullmatch(r"image_\d+", key) and row[key]
+            ]
+        if not isinstance(listed, list) or len(listed) > MAX_STEM_IMAGES:
+            problems.append(f"line {line}: images must be a list of at most 16 file names")
+            continue
+        stems = [_image(image, root, problems, line) for image in listed]
+        target = _answer(row.get("answer"), len(options), problems, line)
+        if question is None or target is None or None in stems or None in texts:
+            continue
+        meta = {
+            str(key): value
+            for key, value in row.items()
+            if key not in ("question", options_key, "answer", *image_keys)
+            and not re.fullmatch(r"image_\d+", str(key))
+            and isinstance(value, (str, int, float, bool))
+            and len(str(value)) <= 200
+        }
+        items.append(
+            _Item(
+                id=_row_id(row.get("idx", row.get("id")), f"{layout}-{line:06d}"),
+                line=line,
+                question=question,
+                texts=list(texts),
+                images=[None] * len(texts),
+                target=target,
+                stem_images=[s for s in stems if s is not None],
+                meta=dict(list(meta.items())[:16]),
+            )
+        )
+    _finish(path, problems)
+    return _Read(items=items, files=[path], root=root)
+
+
+# -------------------------------------------------------------------------- pairwise judge
+
+_PAIRWISE_KEYS = ("id", "question", "answers", "preferred")
+
+
+def read_pairwise(path: Path) -> _Read:
+    """``{id, question, answers: [a, b], preferred}`` per line; ``preferred`` 1 / 2 or A / B."""
+    problems: list[str] = []
+    items: list[_Item] = []
+    for line, row in _json_rows(path, "pairwise file", problems):
+        if not _object(row, _PAIRWISE_KEYS, problems, line):
+            continue
+        question = _text(row.get("question"), "'question'", problems, line)
+        answers = row.get("answers")
+        if not isinstance(answers, list) or len(answers) != 2:
+            problems.append(f"line {line}: 'answers' must be a list of two answers")
+            continue
+        texts = [_text(a, f"answer {k}", problems, line) for k, a in enumerate(answers, 1)]
+        target = _answer(row.get("preferred"), 2, problems, line)
+        if question is None or target is None or None in texts:
+            continue
+        items.append(
+            _Item(
+                id=_row_id(row.get("id"), f"pair-{line:06d}"),
+                line=line,
+                question=question,
+                texts=list(texts),
+                images=[None, None],
+                target=target,
+            )
+        )
+    _finish(path, problems)
+    return _Read(items=items, files=[path], root=path.parent)
+
+
+def _turn_text(conversation: Any, index: int) -> Any:
+    if not isinstance(conversation, list) or len(conversation) <= index:
+        return None
+    entry = conversation[index]
+    return entry.get("content") if isinstance(entry, dict) else None
+
+
+def read_mtbench(path: Path) -> _Read:
+    """MT-Bench human judgements (one row per judgement; ties skipped and counted). The stem of
+    turn 2 is the second question; the first exchange is not shown."""
+    problems: list[str] = []
+    items: list[_Item] = []
+    ties = 0
+    seen: Counter[str] = Counter()
+    for line, row in _json_rows(path, "MT-Bench judgement file", problems):
+        if not isinstance(row, dict):
+            problems.append(f"line {line}: expected an object")
+            continue
+        missing = [
+            key
+            for key in ("question_id", "model_a", "model_b", "winner", "conversation_a")
+            if key not in row
+        ]
+        if missing:
+            problems.append(f"line {line}: missing columns {missing}")
+            continue
+        winner = row.get("winner")
+        if winner not in ("model_a", "model_b", "tie", "tie (bothbad)"):
+            problems.append(f"line {line}: winner {excerpt(winner)} is not model_a, model_b or tie")
+            continue
+        if str(winner).startswith("tie"):
+            ties += 1
+            continue
+        turn = row.get("turn", 1)
+        if turn not in (1, 2):
+            problems.append(f"line {line}: turn {excerpt(turn)} is not 1 or 2")
+            continue
+        at = 2 * (turn - 1)
+        question = _text(_turn_text(row.get("conversation_a"), at), "the question", problems, line)
+        texts = [
+            _text(_turn_text(row.get(key), at + 1), f"{key}'s answer", problems, line)
+            for key in ("conversation_a", "conversation_b")
+        ]
+        if question is None or None in texts:
+            continue
+        base = f"{row['question_id']}-{row['model_a']}-{row['model_b']}-t{turn}"
+        seen[base] += 1
+        ident = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        meta = {
+            key: row[key]
+            for key in ("question_id", "model_a", "model_b", "judge", "turn")
+            if isinstance(row.get(key), (str, int))
+        }
+        items.append(
+            _Item(
+                id=ident,
+                line=line,
+                question=question,
+                texts=list(texts),
+                images=[None, None],
+                target=0 if winner == "model_a" else 1,
+                meta=meta,
+            )
+        )
+    _finish(path, problems)
+    return _Read(items=items, files=[path], root=path.parent, skipped={"skipped_ties": ties})
+
+
+# ---------------------------------------------------------------------------------- rerank
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+class BM25:
+    """Okapi BM25 over a list of documents (k1 = 1.5, b = 0.75; idf = log(1 + (D - df + 0.5) /
+    (df + 0.5))): the hard-negative ranking of the rerank source."""
+
+    def __init__(self, documents: list[str], k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.counts = [Counter(_tokens(doc)) for doc in documents]
+        self.lengths = np.array([sum(c.values()) for c in self.counts], dtype=np.float64)
+        self.mean_length = float(self.lengths.mean()) if len(self.counts) else 0.0
+        frequency: Counter[str] = Counter()
+        for counts in self.counts:
+            frequency.update(counts.keys())
+        size = len(self.counts)
+        self.idf = {t: math.log(1 + (size - df + 0.5) / (df + 0.5)) for t, df in frequency.items()}
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        for index, counts in enumerate(self.counts):
+            for term, count in counts.items():
+                self.postings.setdefault(term, []).append((index, count))
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document for ``query``."""
+        out = np.zeros(len(self.counts), dtype=np.float64)
+        norm = self.k1 * (1 - self.b + self.b * self.lengths / max(self.mean_length, 1e-9))
+        for term in set(_tokens(query)):
+            for index, count in self.postings.get(term, ()):
+                out[index] += self.idf[term] * count * (self.k1 + 1) / (count + norm[index])
+        return out
+
+
+def _beir_jsonl(path: Path, what: str, text_keys: tuple[str, ...]) -> dict[str, str]:
+    problems: list[str] = []
+    out: dict[str, str] = {}
+    for line, row in _json_rows(path, what, problems):
+        if not isinstance(row, dict) or not isinstance(row.get("_id"), (str, int)):
+            problems.append(f"line {line}: expected an object with an _id")
+            continue
+        parts = [row.get(key) for key in text_keys]
+        if not all(part is None or isinstance(part, str) for part in parts):
+            problems.append(f"line {line}: {' and '.join(text_keys)} must be strings")
+            continue
+        text = " ".join(part.strip() for part in parts if part and part.strip())
+        if not text:
+            problems.append(f"line {line}: the text is empty")
+            continue
+        if len(text) > MAX_TEXT_CHARS:
+            problems.append(f"line {line}: the text is over {MAX_TEXT_CHARS} characters")
+            continue
+        key = str(row["_id"])
+        if key in out:
+            problems.append(f"line {line}: duplicate _id {excerpt(key)}")
+            continue
+        out[key] = text
+    _finish(path, problems)
+    return out
+
+
+def read_beir(
+    folder: Path, n: int, count: int | None, seed: int, setting: str, split: str = "test"
+) -> _Read:
+    """Rerank instances from a BEIR folder (module docstring)."""
+    if not folder.is_dir():
+        raise BenchmarkError(f"--data {folder} is not a folder; give a BEIR dataset folder")
+    corpus_file, queries_file = folder / "corpus.jsonl", folder / "queries.jsonl"
+    qrels_file = folder / "qrels" / f"{split}.tsv"
+    corpus = _beir_jsonl(corpus_file, "BEIR corpus", ("title", "text"))
+    queries = _beir_jsonl(queries_file, "BEIR queries", ("text",))
+    problems: list[str] = []
+    relevant: dict[str, dict[str, float]] = {}
+    text = _read_data(qrels_file, "BEIR qrels file")
+    for line, row in enumerate(jsonl_lines(text), start=1):
+        cells = row.strip().split("\t")
+        if not row.strip() or (line == 1 and cells[0] in ("query-id", "query_id")):
+            continue
+        if len(cells) != 3:
+            problems.append(f"line {line}: expected query-id, corpus-id and score (tab separated)")
+            continue
+        try:
+            score = float(cells[2])
+        except ValueError:
+            problems.append(f"line {line}: score {excerpt(cells[2])} is not a number")
+            continue
+        if cells[0] not in queries or cells[1] not in corpus:
+            problems.append(
+                f"line {line}: query {excerpt(cells[0])} or passage {excerpt(cells[1])} is not "
+                "in queries.jsonl / corpus.jsonl"
+            )
+            continue
+        relevant.setdefault(cells[0], {})[cells[1]] = score
+    _finish(qrels_file, problems)
+    doc_ids = list(corpus)
+    if len(doc_ids) < n:
+        raise BenchmarkError(f"the corpus has {len(doc_ids)} passages, fewer than N={n}")
+    bm25 = BM25([corpus[d] for d in doc_ids]) if setting == "adversarial" else None
+    rng = np.random.default_rng(seed)
+    items: list[_Item] = []
+    position = {doc: index for index, doc in enumerate(doc_ids)}
+    for query_id in queries:
+        judged = relevant.get(query_id)
+        if not judged or max(judged.values()) <= 0:
+            continue
+        if count is not None and len(items) >= count:
+            break
+        best = max(judged, key=lambda doc: (judged[doc], -position[doc]))
+        excluded = {doc for doc, score in judged.items() if score > 0}
+        pool = np.array([position[d] for d in doc_ids if d not in excluded], dtype=np.int64)
+        if len(pool) < n - 1:
+            raise BenchmarkError(
+                f"query {excerpt(query_id)} has {len(pool)} non-relevant passages, fewer than "
+                f"N-1={n - 1}"
+            )
+        if bm25 is not None:
+            scores = bm25.scores(queries[query_id])[pool]
+            negatives = pool[np.lexsort((pool, -scores))[: n - 1]]
+        else:
+            negatives = rng.choice(pool, size=n - 1, replace=False)
+        target = int(rng.integers(n))
+        chosen = [doc_ids[int(k)] for k in negatives]
+        chosen.insert(target, best)
+        items.append(
+            _Item(
+                id=str(query_id),
+                line=0,
+                question=queries[query_id],
+                texts=[corpus[doc] for doc in chosen],
+                images=[None] * n,
+                target=target,
+                meta={"passages": ",".join(chosen)[:2000]},
+            )
+        )
+    return _Read(items=items, files=[corpus_file, queries_file, qrels_file], root=folder)
+
+
+def _finish(path: Path, problems: list[str]) -> None:
+    if problems:
+        raise problems_error(f"{path}", problems, "Fix the file.")
+
+
+# ----------------------------------------------------------------------------------- build
+
+
+def build_task_benchmark(
+    task: str,
+    source: str,
+    data: Path,
+    out: Path,
+    *,
+    root: Path | None = None,
+    n: int | None = None,
+    count: int | None = None,
+    seed: int = 0,
+    setting: str | None = None,
+    split: str = "test",
+) -> TaskBuildReport:
+    """Read ``data`` with ``source`` and write the benchmark folder ``out`` (module docstring).
+
+    Everything is checked before anything is written; the two files appear together or not at
+    all (as for retrieval builds).
+    """
+    if task not in TASK_SOURCES:
+        raise BenchmarkError(f"unknown task {task!r}; choose one of {list(TASK_SOURCES)}")
+    if source not in TASK_SOURCES[task]:
+        raise BenchmarkError(
+            f"--source {source} does not build {task}; choose one of {list(TASK_SOURCES[task])}"
+        )
+    if n is not None and not MIN_N <= n <= MAX_N:
+        raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
+    if count is not None and count < 1:
+        raise BenchmarkError(f"--count must be at least 1, got {count}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise BenchmarkError(f"--seed must be a whole number >= 0, got {excerpt(seed)}")
+    if task == "rerank":
+        setting = setting or "random"
+        if setting not in ("random", "adversarial"):
+            raise BenchmarkError(f"--setting {setting} is not random or adversarial (BM25)")
+    elif setting not in (None, "given"):
+        raise BenchmarkError(f"--setting is for rerank only; {task} uses the source's options")
+    data = Path(data)
+    if not data.exists():
+        raise BenchmarkError(f"--data {data} does not exist")
+    base = data if data.is_dir() else data.parent
+    image_root = Path(root).resolve() if root is not None else base.resolve()
+    if root is not None and not image_root.is_dir():
+        raise BenchmarkError(f"--root {root} is not a folder; give the folder holding the images")
+    if source == "mcq":
+        read = read_mcq(data, image_root)
+    elif source == "mmlu":
+        read = read_mmlu(data)
+    elif source in ("muirbench", "blink"):
+        read = read_muirbench(data, image_root, layout=source)
+    elif source == "pairwise":
+        read = read_pairwise(data)
+    elif source == "mtbench":
+        read = read_mtbench(data)
+    else:
+        read = read_beir(data, n or defaults.CANDIDATES, count, seed, setting or "random", split)
+    items = read.items
+    if not items:
+        raise BenchmarkError(f"{data} has no usable instances")
+    sizes = Counter(len(item.texts) for item in items)
+    chosen_n = n if n is not None else min(sizes, key=lambda k: (-sizes[k], k))
+    kept = [item for item in items if len(item.texts) == chosen_n]
+    skipped_n = len(items) - len(kept)
+    if not kept:
+        shown = ", ".join(f"{k} ({v})" for k, v in sorted(sizes.items()))
+        raise BenchmarkError(f"no instance of {data} has N={chosen_n} candidates; it has {shown}")
+    first: dict[str, int] = {}
+    problems = []
+    for item in kept:
+        if item.id in first:
+            problems.append(f"line {item.line}: duplicate id {excerpt(item.id)} (first on line "
+                            f"{first[item.id]})")  # fmt: skip
+        first.setdefault(item.id, item.line)
+    if problems:
+        raise problems_error(f"{data}", problems, "Give every instance its own id.")
+    if count is not None:
+        kept = kept[:count]
+    records = []
+    for item in kept:
+        try:
+            records.append(_record(task, item))
+        except ValidationError as exc:
+            problems += [f"line {item.line}: {message}" for message in validation_problems(exc)]
+    if problems:
+        raise problems_error(f"{data}", problems, "Fix the file.")
+    counts: dict[str, int | float] = {"instances": len(records), "read": len(items)}
+    if skipped_n:
+        counts["skipped_other_n"] = skipped_n
+    counts.update(read.skipped)
+    images = {path for item in kept for path in (*item.stem_images, *item.images) if path}
+    manifest = BenchmarkManifest(
+        format_version=TASK_FORMAT_VERSION,
+        task=task,
+        package_version=__version__,
+        root=str(read.root.resolve() if not images else image_root),
+        source=SourceInfo(
+            kind=source,
+            annotation_files=[
+                AnnotationFile(path=str(path.resolve()), sha256=sha256_file(path))
+                for path in read.files
+            ],
+            images_in_source=len(images),
+            pool_size=len(items),
+            has_categories=False,
+        ),
+        setting=setting if task == "rerank" else "given",  # type: ignore[arg-type]
+        n=chosen_n,
+        count=len(records),
+        seed=seed,
+        counts=counts,
+    )
+    warnings = []
+    if skipped_n:
+        warnings.append(f"{skipped_n} instances with another number of candidates than N="
+                        f"{chosen_n} were left out (-N chooses)")  # fmt: skip
+    written = write_benchmark(out, records, manifest)
+    return TaskBuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
+
+
+def _record(task: str, item: _Item) -> InstanceRecord:
+    has_images = any(image is not None for image in item.images)
+    has_texts = any(text is not None for text in item.texts)
+    return InstanceRecord(
+        id=item.id,
+        task=task,
+        query=item.question,
+        images=list(item.images) if has_images else None,
+        texts=list(item.texts) if has_texts else None,
+        stem_images=item.stem_images or None,
+        target=item.target,
+        meta=item.meta or None,
+    )

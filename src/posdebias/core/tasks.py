@@ -1,0 +1,284 @@
+"""Task kinds and their prompt templates: how an instance of any kind becomes chat messages.
+
+A task is a prompt template plus a benchmark source; the calibrators see what they always saw
+(N label scores, the last prompt token's attention mass on each candidate's span). The
+``retrieval`` task keeps its own template (the method's prompt, ``PromptTemplate`` of the
+adapters); ``multiple_choice``, ``pairwise_judge`` and ``rerank`` use a :class:`TaskTemplate`,
+whose defaults are :data:`DEFAULT_TEMPLATES` and which a user overrides field by field
+(``adapter.options.task_prompt`` in a config).
+
+A template yields chat-message content: text items and one ``{"type": "image"}`` item per
+image (the stem's images first, then each candidate's where its template puts ``{image}``).
+Each candidate's text is ONE content item of its own, so an adapter can find exactly the
+characters of that text in the rendered prompt (:func:`TaskTemplate.messages` with
+``sentinels``); the label and separator text around it are other items.
+
+Placeholders: ``{n}``, ``{range}``, ``{first}``, ``{last}`` everywhere; ``{question}`` (and its
+synonym ``{query}``) in ``stem``; ``{label}``, ``{index}``, ``{text}`` and ``{image}`` in
+``candidate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from posdebias._inputs import excerpt
+from posdebias.core.instance import TASK_KINDS, Instance
+from posdebias.core.labels import LabelSet
+from posdebias.errors import ConfigError
+
+#: The label set each task prompts with unless the adapter names one (``label_set``).
+TASK_LABEL_SETS = {
+    "retrieval": "digits",
+    "multiple_choice": "upper",
+    "pairwise_judge": "upper",
+    "rerank": "digits",
+}
+
+#: Private-use characters that bracket a candidate's index in a sentinel rendering.
+SENTINEL_OPEN, SENTINEL_CLOSE = "\ue000", "\ue001"
+
+#: Widest field a template may ask for (``{label:>3}``); a huge width would build a huge string.
+MAX_FIELD_WIDTH = 100
+
+
+def check_placeholders(template: str, values: dict[str, Any]) -> None:
+    """Only the named placeholders, no attribute or index access (``{n.real}``,
+    ``{caption.__class__}`` would reach into Python objects) and no huge widths."""
+    for _, name, spec, _ in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if name not in values:
+            raise ValueError(f"unknown placeholder {{{name[:40]}}}")
+        if spec and (
+            "{" in spec or any(int(run) > MAX_FIELD_WIDTH for run in re.findall(r"\d+", spec))
+        ):
+            raise ValueError(
+                f"format spec {spec[:40]!r} of {{{name}}} is nested or wider than {MAX_FIELD_WIDTH}"
+            )
+
+
+class TaskTemplate(BaseModel):
+    """How an instance of a candidate task becomes one chat message (module docstring).
+
+    ``layout``: ``stem_first`` renders instruction, stem, candidates, query;
+    ``candidates_first`` renders the candidates, then instruction, stem and query (the layout
+    of the retrieval prompt, whose images come first). ``candidate`` is rendered once per
+    candidate with ``candidate_separator`` between them (``candidates_first``: after each);
+    ``separator`` joins the other parts.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instruction: str
+    stem: str
+    candidate: str = "{label}. {image}{text}"
+    candidate_separator: str = "\n"
+    query: str = "Answer:"
+    separator: str = "\n"
+    layout: Literal["stem_first", "candidates_first"] = "stem_first"
+    system: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TaskTemplate:
+        sample: dict[str, Any] = {"n": 2, "range": "A to B", "first": "A", "last": "B"}
+        fields = {
+            "instruction": (self.instruction, sample),
+            "stem": (self.stem, {**sample, "question": "q", "query": "q"}),
+            "candidate": (self.candidate, {**sample, "label": "A", "index": 1, "text": "t"}),
+            "candidate_separator": (self.candidate_separator, sample),
+            "query": (self.query, sample),
+        }
+        for name, (template, values) in fields.items():
+            if name == "candidate":
+                values = {**values, "image": ""}
+            allowed = ", ".join("{" + key + "}" for key in values)
+            try:
+                check_placeholders(template, values)
+                template.format(**values)
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+                raise ValueError(
+                    f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
+                    f"placeholders: {allowed}"
+                ) from None
+        if "{question}" not in self.stem and "{query}" not in self.stem:
+            raise ValueError("the prompt never shows the stem: put {question} in stem")
+        for marker in ("{text}", "{image}"):
+            if self.candidate.count(marker) > 1:
+                raise ValueError(f"candidate template shows {marker} more than once")
+        if "{text}" not in self.candidate:
+            raise ValueError("the candidate template never shows the candidate: put {text} in it")
+        if "{image}" in self.candidate and self.candidate.index("{image}") > self.candidate.index(
+            "{text}"
+        ):
+            raise ValueError("put {image} before {text} in the candidate template")
+        return self
+
+    def digest(self) -> str:
+        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def messages(
+        self, instance: Instance, label_set: LabelSet, *, sentinels: bool = False
+    ) -> list[dict]:
+        """Chat messages of ``instance``: one ``{"type": "image"}`` item per image.
+
+        ``sentinels``: candidate k's text item holds :data:`SENTINEL_OPEN` + k +
+        :data:`SENTINEL_CLOSE` instead of its text, so that the text's characters can be found
+        in the rendered prompt (adapters do; see :func:`candidate_char_spans`).
+        """
+        n = instance.n
+        labels = label_set.labels(n)
+        values: dict[str, Any] = {
+            "n": n,
+            "range": label_set.range_text(n),
+            "first": labels[0],
+            "last": labels[-1],
+        }
+        head = self.instruction.format(**values)
+        stem = self.stem.format(**values, question=instance.query, query=instance.query)
+        tail = self.query.format(**values)
+        between = self.candidate_separator.format(**values)
+        before_text, after_text = self.candidate.split("{text}")
+        before_image, _, after_image = (
+            before_text.partition("{image}") if "{image}" in before_text else (before_text, "", "")
+        )
+        content: list[dict] = [{"type": "image"} for _ in instance.stem_images]
+        parts: list[dict] = []
+        for index, (label, candidate) in enumerate(
+            zip(labels, instance.candidates, strict=True), start=1
+        ):
+            fill = {**values, "label": label, "index": index}
+            _add_text(parts, before_image.format(**fill))
+            if candidate.image is not None:
+                parts.append({"type": "image"})
+            _add_text(parts, after_image.format(**fill))
+            if candidate.text is not None:
+                shown = (
+                    f"{SENTINEL_OPEN}{index - 1}{SENTINEL_CLOSE}" if sentinels else candidate.text
+                )
+                parts.append({"type": "text", "text": shown})
+            _add_text(parts, after_text.format(**fill))
+            if self.layout == "candidates_first" or index < n:
+                _add_text(parts, between)
+        if self.layout == "stem_first":
+            content += [{"type": "text", "text": head + self.separator + stem + self.separator}]
+            content += parts
+            _add_text(content, self.separator + tail)
+        else:
+            content += parts
+            _add_text(content, head + self.separator + stem + self.separator + tail)
+        messages: list[dict] = [{"role": "user", "content": content}]
+        if self.system is not None:
+            messages.insert(
+                0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
+            )
+        return messages
+
+
+def _add_text(content: list[dict], text: str) -> None:
+    if text:
+        content.append({"type": "text", "text": text})
+
+
+DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
+    "multiple_choice": TaskTemplate(
+        instruction="Answer the following multiple-choice question. Respond with the label "
+        "({range}) of the correct option only and nothing else.",
+        stem="Question: {question}\nOptions:",
+        candidate="{label}. {image}{text}",
+    ),
+    "pairwise_judge": TaskTemplate(
+        instruction="Which of the two answers to the question below is better? Respond with "
+        "{first} or {last} only and nothing else.",
+        stem="Question: {question}",
+        candidate="Answer {label}: {text}",
+        query="Better answer:",
+    ),
+    "rerank": TaskTemplate(
+        instruction="Given a query and {n} passages labelled {range}, identify the passage "
+        "that answers the query best. Respond with the passage's label only and nothing else.",
+        stem="Query: {query}",
+        candidate="[{label}] {text}",
+    ),
+}
+
+
+def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = None) -> TaskTemplate:
+    """The template of ``task``: its default, with the fields of ``override`` replaced."""
+    if task not in DEFAULT_TEMPLATES:
+        kinds = ", ".join(kind for kind in TASK_KINDS if kind != "retrieval")
+        raise ConfigError(f"task {task!r} has no candidate template; choose one of: {kinds}")
+    base = DEFAULT_TEMPLATES[task]
+    if override is None:
+        return base
+    if isinstance(override, TaskTemplate):
+        return override
+    try:
+        return TaskTemplate.model_validate({**base.model_dump(), **override})
+    except ValueError as exc:
+        raise ConfigError(f"task_prompt for {task}: {str(exc)[:400]}") from None
+
+
+def text_only_messages(messages: list[dict]) -> list[dict]:
+    """The same messages with each content list joined into one string (text-only chat
+    templates expect ``content`` to be a string); refuses image items."""
+    out = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            if any(item.get("type") != "text" for item in content):
+                raise ConfigError(
+                    "this model reads text only, but the prompt holds images; use a "
+                    "vision-language model for instances with images"
+                )
+            content = "".join(item["text"] for item in content)
+        out.append({**message, "content": content})
+    return out
+
+
+def candidate_char_spans(
+    marked: str, texts: list[str | None]
+) -> tuple[str, list[tuple[int, int] | None]]:
+    """Replace the sentinels of a rendered prompt by the candidates' texts.
+
+    Returns the prompt as rendered with the real texts and, per candidate, the character range
+    ``[start, end)`` of its text in it (None for a candidate without text). Raises
+    :class:`ConfigError` when a sentinel is missing or repeated (a chat template that drops or
+    copies message content).
+    """
+    pattern = re.compile(re.escape(SENTINEL_OPEN) + r"(\d+)" + re.escape(SENTINEL_CLOSE))
+    pieces: list[str] = []
+    spans: list[tuple[int, int] | None] = [None] * len(texts)
+    cursor = 0
+    length = 0
+    for match in pattern.finditer(marked):
+        index = int(match.group(1))
+        text = texts[index] if index < len(texts) else None
+        if text is None or spans[index] is not None:
+            raise ConfigError(
+                f"the chat template rendered candidate {index + 1}'s text more than once or for "
+                "a candidate without text; posdebias cannot place its span"
+            )
+        before = marked[cursor : match.start()]
+        pieces.append(before)
+        length += len(before)
+        spans[index] = (length, length + len(text))
+        pieces.append(text)
+        length += len(text)
+        cursor = match.end()
+    pieces.append(marked[cursor:])
+    missing = [k + 1 for k, text in enumerate(texts) if text is not None and spans[k] is None]
+    if missing:
+        raise ConfigError(
+            f"the chat template dropped the text of candidates {missing}; posdebias cannot "
+            "place their spans"
+        )
+    return "".join(pieces), spans

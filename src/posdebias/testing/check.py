@@ -1,0 +1,441 @@
+"""``posdebias check``: prove an adapter right on a model before trusting its numbers.
+
+Each check runs the adapter's own path and an independent reference, and reports PASS / FAIL with
+the measured figure (and, on failure, the likely cause):
+
+* ``image spans``: one span per image, in prompt order, disjoint, inside the prompt, together
+  covering every image token exactly once (:func:`posdebias.adapters.hf.spans.check_spans`);
+* ``label tokens``: the labels' token paths are distinct and form a consistent trie;
+* ``scores = own forward``: the adapter's restricted label scores (explicit positions, cached
+  decoding steps) equal those of the model's own forward (no position ids, no cache), multi-token
+  labels included (verify.py);
+* ``probe = eager``: the probe's per-image attention masses equal eager ``output_attentions``
+  reduced over the same spans (SKIP when the language model has no eager attention);
+* ``batch 1 vs 2``: a left-padded batch of two gives each row's numbers alone;
+* ``rotation``: rotating the images cyclically moves the spans with them: span k of the rotated
+  prompt holds exactly the input embeddings of image k + 1 of the original.
+
+The figures are float32 comparisons: load the model in float32 to check it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import posdebias.defaults as defaults
+from posdebias.adapters.attention import install_probe
+from posdebias.adapters.hf import HFAdapter, PreparedBatch
+from posdebias.adapters.hf.spans import check_spans, span_matrix
+from posdebias.adapters.hf.verify import reference_scores
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import InputError, PosdebiasError
+
+if TYPE_CHECKING:
+    import torch
+
+SCORE_TOLERANCE = 1e-4
+PROBE_TOLERANCE = 1e-5
+EMBEDDING_TOLERANCE = 1e-4
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+# (width, height) of generated images: different sizes and aspect ratios, so families whose
+# token count follows the image size give every image its own span length.
+_SIZES = ((56, 56), (84, 56), (56, 112), (112, 84), (70, 70), (112, 56), (56, 84), (98, 98))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One row of the report: the check's name, PASS / FAIL / SKIP, the figure, the cause."""
+
+    name: str
+    status: str
+    figure: str
+    cause: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Every check of one adapter on one model."""
+
+    adapter: str
+    model: str
+    results: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [result for result in self.results if not result.passed]
+
+    def __getitem__(self, name: str) -> CheckResult:
+        for result in self.results:
+            if result.name == name:
+                return result
+        raise KeyError(name)
+
+    def summary(self) -> str:
+        """The report as plain text lines (for assertion messages and logs)."""
+        lines = [f"posdebias check: adapter {self.adapter!r} on {self.model}"]
+        for result in self.results:
+            line = f"  {result.status} {result.name}: {result.figure}"
+            lines.append(line + (f" -- {result.cause}" if result.cause else ""))
+        return "\n".join(lines)
+
+
+def check_images(count: int, *, seed: int = 0) -> list[Any]:
+    """``count`` distinct seeded noise images (PIL) of different sizes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    images = []
+    for index in range(count):
+        width, height = _SIZES[index % len(_SIZES)]
+        pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+        images.append(Image.fromarray(pixels))
+    return images
+
+
+def check_instances(
+    n: int = defaults.CANDIDATES,
+    *,
+    images: Sequence[Any] | None = None,
+    multi_token_n: int | None = 10,
+) -> list[RetrievalInstance]:
+    """The default instances: two with N images (captions of different lengths, so a batch of
+    them is left padded) and one with ``multi_token_n`` images (multi-token digit labels).
+
+    ``images`` (paths or PIL images, at least ``n``) replaces the generated images.
+    """
+    count = max(n, multi_token_n or 0)
+    pool = list(images) if images is not None else check_images(count)
+    if len(pool) < n:
+        raise InputError(f"the check needs at least {n} images, got {len(pool)}")
+    ids = [f"image-{index}" for index in range(len(pool))]
+    instances = [
+        RetrievalInstance(
+            query="a photo of a red square" + " on a blue background" * index,
+            images=tuple(pool[:n]) if index == 0 else tuple(pool[:n][::-1]),
+            image_ids=tuple(ids[:n]) if index == 0 else tuple(ids[:n][::-1]),
+            target=index % n,
+            id=f"check-{index}",
+        )
+        for index in range(2)
+    ]
+    if multi_token_n and multi_token_n != n and len(pool) >= multi_token_n:
+        instances.append(
+            RetrievalInstance(
+                query="a small green circle",
+                images=tuple(pool[:multi_token_n]),
+                image_ids=tuple(ids[:multi_token_n]),
+                target=multi_token_n - 1,
+                id="check-multi-token",
+            )
+        )
+    return instances
+
+
+def check_adapter(
+    adapter: Any,
+    instances: Sequence[RetrievalInstance] | None = None,
+    *,
+    n: int = defaults.CANDIDATES,
+    score_tolerance: float = SCORE_TOLERANCE,
+    probe_tolerance: float = PROBE_TOLERANCE,
+) -> CheckReport:
+    """Run every check on ``adapter`` (a Hugging Face adapter with its model loaded).
+
+    Args:
+        adapter: e.g. ``posdebias.get_adapter(model, processor)`` or ``load_adapter(path)``.
+        instances: at least two instances with the same N (the batch check pairs the first
+            two); default :func:`check_instances` with ``n`` images (and N = 10 for multi-token
+            digit labels).
+        n: images per instance of the default instances.
+        score_tolerance: largest accepted difference of a label score (float32 default).
+        probe_tolerance: largest accepted difference of an attention mass (float32 default).
+
+    Returns:
+        a :class:`CheckReport`; ``report.passed`` is True when no check failed. In a plugin's
+        test suite: ``assert report.passed, report.summary()``.
+    """
+    if not isinstance(adapter, HFAdapter):
+        raise InputError(
+            f"posdebias check verifies Hugging Face adapters against their model; "
+            f"{getattr(adapter, 'name', type(adapter).__name__)!r} wraps no model"
+        )
+    instances = list(instances) if instances is not None else check_instances(n)
+    if len(instances) < 2 or instances[0].n != instances[1].n:
+        raise InputError("check_adapter needs at least two instances with the same N")
+    runner = _Checks(adapter, instances, score_tolerance, probe_tolerance)
+    results = tuple(
+        runner.run(name, check)
+        for name, check in (
+            ("image spans", runner.spans),
+            ("label tokens", runner.labels),
+            ("scores = own forward", runner.scores),
+            ("probe = eager", runner.probe),
+            ("batch 1 vs 2", runner.batch),
+            ("rotation", runner.rotation),
+        )
+    )
+    model = adapter.model_id or type(adapter.model).__name__
+    model_type = getattr(adapter.model.config, "model_type", None)
+    return CheckReport(adapter.name, f"{model} ({model_type})", results)
+
+
+class _Checks:
+    """The checks of one adapter; each returns (status, figure, cause)."""
+
+    def __init__(
+        self,
+        adapter: HFAdapter,
+        instances: list[RetrievalInstance],
+        score_tolerance: float,
+        probe_tolerance: float,
+    ) -> None:
+        self.adapter = adapter
+        self.instances = instances
+        self.score_tolerance = score_tolerance
+        self.probe_tolerance = probe_tolerance
+        self._singles: dict[int, tuple[Any, Any, Any]] = {}
+
+    def run(self, name: str, check: Callable[[], tuple[str, str, str]]) -> CheckResult:
+        try:
+            status, figure, cause = check()
+        except PosdebiasError as exc:
+            return CheckResult(name, FAIL, "error", str(exc))
+        except Exception as exc:  # a check reports what broke instead of stopping the others
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return CheckResult(
+                name,
+                FAIL,
+                "error",
+                f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})",
+            )
+        return CheckResult(name, status, figure, cause)
+
+    # -- shared work ---------------------------------------------------------------------------
+
+    def single(self, index: int) -> tuple[PreparedBatch, Any, Any]:
+        """The prepared batch of instance ``index`` alone, its scores and masses (cached)."""
+        if index not in self._singles:
+            batch = self.adapter.prepare_batch([self.instances[index]])
+            scores, masses = self.adapter.run_batch(batch)
+            self._singles[index] = (batch, scores, masses)
+        return self._singles[index]
+
+    def pair(self) -> PreparedBatch:
+        """The first two instances as one batch; it must be left padded (if the two prompts
+        tokenize to the same length, the second caption is lengthened, and used from then on)."""
+        batch = self.adapter.prepare_batch(self.instances[:2])
+        if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
+            second = self.instances[1]
+            longer = dataclasses.replace(second, query=second.query + " (seen again)")
+            self.instances[1] = longer
+            self._singles.pop(1, None)
+            batch = self.adapter.prepare_batch(self.instances[:2])
+            if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
+                raise InputError("the first two instances tokenize to the same length")
+        return batch
+
+    # -- the checks ----------------------------------------------------------------------------
+
+    def spans(self) -> tuple[str, str, str]:
+        covered = self.adapter.image_token_ids()
+        summaries = []
+        for index, instance in enumerate(self.instances):
+            batch = self.single(index)[0] if index < 2 else self._prepare(instance)
+            ids = batch.inputs["input_ids"][0]
+            summaries.append(check_spans(batch.spans[0], ids, covered, instance.n))
+        pair = self.pair()
+        for row in range(2):
+            check_spans(
+                pair.spans[row], pair.inputs["input_ids"][row], covered, self.instances[0].n
+            )
+        return PASS, summaries[0], ""
+
+    def _prepare(self, instance: RetrievalInstance) -> PreparedBatch:
+        return self.adapter.prepare_batch([instance])
+
+    def labels(self) -> tuple[str, str, str]:
+        figures = []
+        for n in sorted({instance.n for instance in self.instances}):
+            instance = next(i for i in self.instances if i.n == n)
+            plan = self._prepare(instance).plan
+            problem = _trie_problem(plan)
+            if problem:
+                return FAIL, f"N={n}", problem
+            multi = sum(1 for path in plan.paths if len(path) > 1)
+            figures.append(
+                f"N={n}: {len(plan.paths)} distinct, {multi} multi-token, "
+                f"{len(plan.steps)} decoding step(s)"
+            )
+        return PASS, "; ".join(figures), ""
+
+    def scores(self) -> tuple[str, str, str]:
+        import torch
+
+        worst = 0.0
+        multi = False
+        for index, instance in enumerate(self.instances):
+            if index < 2:
+                batch, scores, _ = self.single(index)
+            else:
+                batch = self._prepare(instance)
+                scores, _ = self.adapter.run_batch(batch, attention=False)
+            multi = multi or bool(batch.plan.steps)
+            reference = reference_scores(self.adapter, instance)
+            worst = max(worst, float(torch.max(torch.abs(scores[0].double().cpu() - reference))))
+        figure = (
+            f"max |diff| {worst:.2g} over {len(self.instances)} prompts"
+            + (" (multi-token labels included)" if multi else "")
+            + f", tolerance {self.score_tolerance:g}"
+        )
+        if worst <= self.score_tolerance:
+            return PASS, figure, ""
+        cause = self.adapter.position_problem() or (
+            "the adapter's position ids (prompt_position_ids / decode_position_ids) or its "
+            "processor inputs are not what the model computes for itself"
+        )
+        return FAIL, figure, cause
+
+    def probe(self) -> tuple[str, str, str]:
+        import torch
+
+        adapter = self.adapter
+        batch = self.pair()
+        _, masses = adapter.run_batch(batch)
+        key = adapter.text_config_key
+        try:
+            adapter.model.set_attn_implementation({key: "eager"})
+        except (ValueError, AttributeError, KeyError) as exc:
+            return SKIP, "no eager attention", f"the language model has no eager attention: {exc}"
+        try:
+            with torch.inference_mode():
+                output = adapter.model_forward(
+                    **batch.inputs, position_ids=batch.position_ids, output_attentions=True
+                )
+        finally:
+            install_probe(adapter.model, key)
+        length = batch.inputs["input_ids"].shape[1]
+        spans = span_matrix(batch.spans, length).double()
+        rows = [
+            layer[:, :, -1, :].double().mean(dim=1).cpu()
+            for layer in output.attentions
+            if layer is not None
+        ]
+        eager = torch.stack([torch.bmm(row[:, None, :], spans)[:, 0] for row in rows], dim=1)
+        if eager.shape != masses.shape:
+            return (
+                FAIL,
+                f"probe {tuple(masses.shape)} vs eager {tuple(eager.shape)}",
+                "the probe and eager attention see different layers",
+            )
+        worst = float(torch.max(torch.abs(masses.double() - eager)))
+        figure = (
+            f"max |diff| {worst:.2g} over {masses.shape[1]} layers, batch of 2 with left "
+            f"padding, tolerance {self.probe_tolerance:g}"
+        )
+        if worst <= self.probe_tolerance:
+            return PASS, figure, ""
+        return FAIL, figure, "the probe's attention row or mask differs from eager attention"
+
+    def batch(self) -> tuple[str, str, str]:
+        import torch
+
+        batch = self.pair()
+        scores, masses = self.adapter.run_batch(batch)
+        worst_scores = worst_masses = 0.0
+        for row in range(2):
+            _, alone_scores, alone_masses = self.single(row)
+            worst_scores = max(
+                worst_scores, float(torch.max(torch.abs(scores[row] - alone_scores[0])))
+            )
+            worst_masses = max(
+                worst_masses, float(torch.max(torch.abs(masses[row] - alone_masses[0])))
+            )
+        figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|)"
+        if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
+            return PASS, figure, ""
+        return (
+            FAIL,
+            figure,
+            (
+                "a left-padded row differs from the same prompt alone: the position ids must count "
+                "from each row's first real token (prompt_position_ids)"
+            ),
+        )
+
+    def rotation(self) -> tuple[str, str, str]:
+        import torch
+
+        instance = self.instances[0]
+        n = instance.n
+        original = self.single(0)[0]
+        rotated = self._prepare(instance.rotated(1))
+        before = self._embeddings(original)
+        after = self._embeddings(rotated)
+        worst = 0.0
+        for k in range(n):
+            moved = original.spans[0][(k + 1) % n]
+            span = rotated.spans[0][k]
+            if len(span) != len(moved):
+                return (
+                    FAIL,
+                    f"image {k + 1}: {len(span)} tokens after rotation, {len(moved)} before",
+                    "the spans do not follow the images when their order changes",
+                )
+            difference = torch.abs(after[span.positions()] - before[moved.positions()])
+            worst = max(worst, float(difference.max()))
+        figure = "images rotated by 1: span k holds image k + 1's tokens (max |embedding diff| "
+        figure += f"{worst:.2g} over {n} spans)"
+        if worst <= EMBEDDING_TOLERANCE:
+            return PASS, figure, ""
+        return (
+            FAIL,
+            figure,
+            (
+                "the spans do not follow the images: span k of the rotated prompt does not hold "
+                "image k + 1's tokens"
+            ),
+        )
+
+    def _embeddings(self, batch: PreparedBatch) -> torch.Tensor:
+        """[T, D] float64 input embeddings of a one-row batch (image features merged in)."""
+        import torch
+
+        with torch.inference_mode():
+            output = self.adapter.model_forward(
+                **batch.inputs, position_ids=batch.position_ids, output_hidden_states=True
+            )
+        return output.hidden_states[0][0].double().cpu()
+
+
+def _trie_problem(plan: Any) -> str | None:
+    """Why the label plan is inconsistent, or None."""
+    paths = list(plan.paths)
+    if len(set(paths)) != len(paths):
+        return "two labels have the same token path"
+    for path in paths:
+        for other in paths:
+            if other != path and other[: len(path)] == path:
+                return f"label path {list(path)} is a prefix of {list(other)} (no end token)"
+        for depth in range(len(path)):
+            if path[depth] not in plan.options.get(path[:depth], ()):
+                return f"the trie has no edge for token {path[depth]} after {list(path[:depth])}"
+    needed = {prefix for prefix, options in plan.options.items() if prefix and len(options) > 1}
+    if set(plan.steps) != needed:
+        return "the decoding steps are not the prefixes with two or more continuations"
+    return None

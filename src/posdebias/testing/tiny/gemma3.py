@@ -1,0 +1,103 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.gemma3.Gemma3Adapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+
+MODEL_TYPES = ("gemma3",)
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+    vocabulary only)."""
+    if real_vocabulary:
+        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
+    return _tiny_model()
+
+
+_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
+    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<start_of_image>"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+TINY_SLIDING_WINDOW = 52
+
+
+"""The tiny model's window: shorter than a 3-image prompt (about 70 tokens), long enough to
+reach the last image, so the tests exercise windows that see some images and not others."""
+
+
+def _tiny_model() -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.gemma3 import Gemma3ImageProcessor, Gemma3Processor
+
+    tokenizer = build_tokenizer(
+        [
+            "<bos>",
+            "<eos>",
+            "<pad>",
+            "<start_of_turn>",
+            "<end_of_turn>",
+            "<start_of_image>",
+            "<end_of_image>",
+            "<image_soft_token>",
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<end_of_turn>",
+        pad_token="<pad>",
+        bos_token="<bos>",
+        named_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
+    )
+    # 28 px images, 14 px patches: 2 x 2 patches pooled to mm_tokens_per_image = 4 soft tokens.
+    size, tokens = 28, 4
+    image_processor = Gemma3ImageProcessor(size={"height": size, "width": size})
+    processor = Gemma3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_length=tokens,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    # 12 layers in the checkpoints' 5 local : 1 global pattern: layers 5 and 11 are global.
+    text = {
+        "model_type": "gemma3_text",
+        **text_config(len(tokenizer), num_hidden_layers=12, head_dim=16),
+        "query_pre_attn_scalar": 16,
+        "sliding_window": TINY_SLIDING_WINDOW,
+        "sliding_window_pattern": 6,
+        "bos_token_id": ids("<bos>"),
+        "eos_token_id": ids("<end_of_turn>"),
+        "pad_token_id": ids("<pad>"),
+    }
+    config = AutoConfig.for_model(
+        "gemma3",
+        text_config=text,
+        vision_config={
+            "model_type": "siglip_vision_model",
+            **tiny_vision(image_size=size),
+            "vision_use_head": False,
+        },
+        mm_tokens_per_image=tokens,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )
+    model = AutoModelForImageTextToText.from_config(config)
+    projector = model.model.multi_modal_projector.mm_input_projection_weight
+    with torch.no_grad():  # initialised to zeros: every image would embed the same
+        projector.normal_(0.0, 0.2)
+    return model, processor

@@ -1,0 +1,115 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.glm4v.Glm4vAdapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config
+
+MODEL_TYPES = ("glm4v", "glm4v_moe")
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+    only)."""
+    if real_vocabulary:
+        raise InputError(
+            "no real-vocabulary tiny model for GLM-4.1V / GLM-4.5V yet (toy vocabulary only)"
+        )
+    return _tiny_model(model_type)
+
+
+# GLM's chat template, reduced to what the prompt uses.
+_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
+    "<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.glm4v import (
+        Glm4vImageProcessor,
+        Glm4vProcessor,
+        Glm4vVideoProcessor,
+    )
+
+    tokenizer = build_tokenizer(
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|endoftext|>",
+            "<|user|>",
+            "<|assistant|>",
+            "<|begin_of_image|>",
+            "<|end_of_image|>",
+            "<|image|>",
+            "<|begin_of_video|>",
+            "<|end_of_video|>",
+            "<|video|>",
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<|user|>",
+        pad_token="<|endoftext|>",
+        named_tokens={"image_token": "<|image|>", "video_token": "<|video|>"},
+    )
+    # 14 px patches merged 2 x 2 (28 px per token), images kept between 28^2 and 84^2 pixels.
+    pixels = {"shortest_edge": 28 * 28, "longest_edge": 84 * 84}
+    processor = Glm4vProcessor(
+        image_processor=Glm4vImageProcessor(size=pixels),
+        tokenizer=tokenizer,
+        video_processor=Glm4vVideoProcessor(),
+        chat_template=_TEMPLATE,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    text: dict[str, Any] = text_config(
+        len(tokenizer),
+        head_dim=16,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 3, 3],
+            "partial_rotary_factor": 1.0,
+        },
+        eos_token_id=ids("<|user|>"),
+        pad_token_id=ids("<|endoftext|>"),
+    )
+    if family == "glm4v_moe":
+        text.update(
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+        )
+        text["rope_parameters"] = {**text["rope_parameters"], "partial_rotary_factor": 0.5,
+                                   "mrope_section": [1, 1, 2]}  # fmt: skip
+    vision = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "image_size": 28,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
+    }
+    config = AutoConfig.for_model(
+        family,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image|>"),
+        video_token_id=ids("<|video|>"),
+        image_start_token_id=ids("<|begin_of_image|>"),
+        image_end_token_id=ids("<|end_of_image|>"),
+        video_start_token_id=ids("<|begin_of_video|>"),
+        video_end_token_id=ids("<|end_of_video|>"),
+    )
+    return AutoModelForImageTextToText.from_config(config), processor

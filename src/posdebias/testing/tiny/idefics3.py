@@ -1,0 +1,110 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.idefics3.Idefics3Adapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config
+
+MODEL_TYPES = ("idefics3", "smolvlm")
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+    only)."""
+    if real_vocabulary:
+        raise InputError(
+            "no real-vocabulary tiny model for Idefics3 / SmolVLM yet (toy vocabulary only)"
+        )
+    return _tiny_model(model_type)
+
+
+# SmolVLM's chat template: "User:<image>...<end_of_utterance>\nAssistant:".
+_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}"
+    "<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    tiles = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
+    tokenizer = build_tokenizer(
+        [
+            "<|im_start|>",
+            "<|im_end|>",
+            "<end_of_utterance>",
+            "<fake_token_around_image>",
+            "<image>",
+            "<global-img>",
+            "<video>",
+            "\n",  # the tiny tokenizer drops whitespace; real ones keep the row separators
+            *tiles,
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<end_of_utterance>",
+        pad_token="<|im_end|>",
+        named_tokens={
+            "image_token": "<image>",
+            "fake_image_token": "<fake_token_around_image>",
+            "global_image_token": "<global-img>",
+            "end_of_utterance_token": "<end_of_utterance>",
+        },
+    )
+    # The real checkpoints: longest edge resized to 4 x 364 (SmolVLM: 4 x 384), tiles of 364
+    # (384), 169 (81) tokens per tile. Here: longest edge 128, 64 px tiles of 16 px patches,
+    # pixel shuffle 2 -> (64 / 16)^2 / 2^2 = 4 tokens per tile, up to 2 x 2 tiles per image.
+    tile, seq_len = 64, 4
+    image_kwargs = {
+        "size": {"longest_edge": 2 * tile},
+        "max_image_size": {"longest_edge": tile},
+        "do_image_splitting": True,
+    }
+    ids = tokenizer.convert_tokens_to_ids
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "image_size": tile, "patch_size": 16}  # fmt: skip
+    text = text_config(
+        len(tokenizer),
+        model_type="llama",
+        eos_token_id=ids("<end_of_utterance>"),
+        pad_token_id=ids("<|im_end|>"),
+        bos_token_id=None,
+    )
+    if family == "idefics3":
+        from transformers.models.idefics3 import Idefics3ImageProcessor, Idefics3Processor
+
+        processor = Idefics3Processor(
+            image_processor=Idefics3ImageProcessor(**image_kwargs),
+            tokenizer=tokenizer,
+            image_seq_len=seq_len,
+            chat_template=_TEMPLATE,
+        )
+    else:
+        from transformers.models.smolvlm import (
+            SmolVLMImageProcessor,
+            SmolVLMProcessor,
+            SmolVLMVideoProcessor,
+        )
+
+        processor = SmolVLMProcessor(
+            image_processor=SmolVLMImageProcessor(**image_kwargs),
+            tokenizer=tokenizer,
+            video_processor=SmolVLMVideoProcessor(),
+            image_seq_len=seq_len,
+            chat_template=_TEMPLATE,
+        )
+    config = AutoConfig.for_model(
+        family,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<image>"),
+        scale_factor=2,
+        tie_word_embeddings=False,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor

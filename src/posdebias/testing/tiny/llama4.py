@@ -1,0 +1,110 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.llama4.Llama4Adapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config
+
+MODEL_TYPES = ("llama4",)
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
+    vocabulary only)."""
+    if real_vocabulary:
+        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
+    return _tiny_model()
+
+
+_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|header_start|>{{ message['role'] }}"
+    "<|header_end|>\n\n{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|eot|>{% endfor %}{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>"
+    "\n\n{% endif %}"
+)
+
+
+TINY_CHUNK_SIZE = 52
+
+
+"""The tiny model's attention chunk, shorter than the prompt: at N = 8 with a short caption
+(about 100 tokens) the last chunk starts inside the seventh image, at N = 3 (about 70 tokens)
+after the last image."""
+
+
+def _tiny_model() -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.llama4 import Llama4ImageProcessor, Llama4Processor
+
+    tokenizer = build_tokenizer(
+        [
+            "<|begin_of_text|>",
+            "<|eot|>",
+            "<|finetune_right_pad|>",
+            "<|header_start|>",
+            "<|header_end|>",
+            "<|image_start|>",
+            "<|image_end|>",
+            "<|image|>",
+            "<|patch|>",
+            "<|tile_x_separator|>",
+            "<|tile_y_separator|>",
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<|eot|>",
+        pad_token="<|finetune_right_pad|>",
+        bos_token="<|begin_of_text|>",
+    )
+    # 56 px tiles of 14 px patches: 4 x 4 patches, pixel shuffle 0.5 -> 4 tokens per tile.
+    size = 56
+    image_processor = Llama4ImageProcessor(size={"height": size, "width": size}, max_patches=4)
+    processor = Llama4Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        pixel_shuffle_ratio=0.5,
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    # 8 layers in the checkpoints' pattern: 3 chunked RoPE layers, then 1 global NoPE layer.
+    text = {
+        "model_type": "llama4_text",
+        **text_config(len(tokenizer), num_hidden_layers=8, head_dim=16),
+        "intermediate_size_mlp": 128,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 2,
+        "no_rope_layer_interval": 4,
+        "attention_chunk_size": TINY_CHUNK_SIZE,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+        "bos_token_id": ids("<|begin_of_text|>"),
+        "eos_token_id": ids("<|eot|>"),
+        "pad_token_id": ids("<|finetune_right_pad|>"),
+    }
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 128,  # 4 x hidden: the pixel shuffle's output width, as the real
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": size,
+        "patch_size": 14,
+        "pixel_shuffle_ratio": 0.5,
+        "vision_output_dim": 32,
+        "projector_input_dim": 32,
+        "projector_output_dim": 32,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    }
+    config = AutoConfig.for_model(
+        "llama4",
+        text_config=text,
+        vision_config=vision,
+        boi_token_index=ids("<|image_start|>"),
+        eoi_token_index=ids("<|image_end|>"),
+        image_token_index=ids("<|patch|>"),
+    )
+    return AutoModelForImageTextToText.from_config(config), processor

@@ -1,0 +1,90 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.qwen3_vl.Qwen3VLAdapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.testing.tiny.common import text_config
+from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
+
+MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests."""
+    return _tiny_model(model_type, real_vocabulary)
+
+
+#: The user-turn and generation-prompt layout of the Qwen3-VL Instruct checkpoints' chat template
+#: (no default system message; tool and multi-turn branches left out).
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture "
+    "{{ image_count.value }}: {% endif %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    tokenizer = qwen_vl_tokenizer(CHAT_TEMPLATE, "qwen3" if real_vocabulary else None)
+    # 16 px patches merged 2 x 2: a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2
+    # pixels keep each image's own aspect ratio (different images, different token counts).
+    pixels = {"shortest_edge": 32 * 32, "longest_edge": 96 * 96}
+    image_processor = Qwen2VLImageProcessor(
+        size=pixels, patch_size=16, merge_size=2, temporal_patch_size=2
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(size=pixels, patch_size=16),
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    text: dict[str, Any] = text_config(
+        len(tokenizer),
+        head_dim=16,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+        bos_token_id=None,
+        eos_token_id=ids("<|im_end|>"),
+        pad_token_id=ids("<|endoftext|>"),
+        tie_word_embeddings=real_vocabulary,
+    )
+    if family == "qwen3_vl_moe":
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+    vision = {
+        "depth": 3,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0, 1],
+    }
+    config = AutoConfig.for_model(
+        family,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=real_vocabulary,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor

@@ -1,0 +1,276 @@
+"""Sources of the candidate tasks: real files in, benchmark folders out, bad lines named."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE, load_benchmark
+from posdebias.benchmarks.tasks import BM25, build_task_benchmark
+from posdebias.cli import main
+from posdebias.errors import BenchmarkError
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def image(path, colour=(200, 10, 10)):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), colour).save(path)
+    return path.name
+
+
+def test_mcq_jsonl_with_letters_indexes_stem_images_and_image_options(tmp_path):
+    image(tmp_path / "s.png")
+    image(tmp_path / "o.png", (0, 0, 255))
+    data = write_jsonl(
+        tmp_path / "mcq.jsonl",
+        [
+            {"id": "a", "question": "Which?", "options": ["x", "y", "z"], "answer": "c"},
+            {
+                "id": "b",
+                "question": "Shown?",
+                "options": [{"image": "o.png", "text": "blue"}, "red", "green"],
+                "answer": 1,
+                "images": ["s.png"],
+            },
+        ],
+    )
+    assert (
+        main(["build", "--source", "mcq", "--data", str(data), "--out", str(tmp_path / "b")]) == 0
+    )
+    bench = load_benchmark(tmp_path / "b")
+    assert bench.task == "multiple_choice" and bench.manifest.format_version == 2
+    first, second = bench.instances
+    assert (first.texts, first.target, first.task) == (("x", "y", "z"), 2, "multiple_choice")
+    assert second.target == 0 and second.images[0] == str(tmp_path / "o.png")
+    assert second.images[1:] == (None, None) and second.stem_images == (str(tmp_path / "s.png"),)
+    # the same build gives the same bytes
+    again = tmp_path / "again"
+    assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(again)]) == 0
+    assert (again / BENCHMARK_FILE).read_bytes() == (tmp_path / "b" / BENCHMARK_FILE).read_bytes()
+
+
+def test_bad_mcq_lines_are_named_and_nothing_is_written(tmp_path, capsys):
+    (tmp_path / "outside.png").write_bytes(b"")
+    root = tmp_path / "data"
+    root.mkdir()
+    data = write_jsonl(
+        root / "mcq.jsonl",
+        [
+            {"id": "a", "question": "q", "options": ["x", "y"], "answer": "C"},
+            {"id": "b", "question": " ", "options": ["x", "y"], "answer": 1},
+            {"id": "c", "question": "q", "options": ["x"], "answer": 1},
+            {"id": "d", "question": "q", "options": ["x", "y"], "answer": 1,
+             "images": ["../outside.png"]},
+            {"id": "e", "question": "q", "options": ["x", "y"], "answer": 1, "colour": "red"},
+        ],
+    )  # fmt: skip
+    out = tmp_path / "b"
+    assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    for expected in (
+        "line 1: answer 'C' is out of range for 2 options",
+        "line 2: 'question' must be a non-empty string",
+        "line 3: 'options' must be a list of 2..26 options",
+        "line 4: image '../outside.png' is outside the root",
+        "line 5: unknown keys ['colour']",
+    ):
+        assert expected in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_duplicate_options_and_ids_are_refused(tmp_path):
+    data = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {"id": "a", "question": "q", "options": ["x", "x"], "answer": 1},
+        ],
+    )
+    with pytest.raises(BenchmarkError, match="line 1: two candidates are the same"):
+        build_task_benchmark("multiple_choice", "mcq", data, tmp_path / "o")
+    write_jsonl(data, [{"id": "a", "question": "q", "options": ["x", "y"], "answer": 1}] * 2)
+    with pytest.raises(BenchmarkError, match=r"line 2: duplicate id 'a' \(first on line 1\)"):
+        build_task_benchmark("multiple_choice", "mcq", data, tmp_path / "o")
+
+
+def test_mmlu_csv_folder(tmp_path):
+    folder = tmp_path / "mmlu"
+    folder.mkdir()
+    (folder / "anatomy_test.csv").write_text(
+        'What is the largest organ?,Skin,Liver,"Heart, mostly",Lung,A\nSecond?,a,b,c,d,D\n'
+    )
+    (folder / "astronomy_test.csv").write_text("Star?,Sun,Moon,Mars,Venus,a\n")
+    report = build_task_benchmark("multiple_choice", "mmlu", folder, tmp_path / "b")
+    assert report.manifest.n == 4 and report.manifest.count == 3
+    instances = load_benchmark(tmp_path / "b").instances
+    assert [i.id for i in instances] == ["anatomy-00001", "anatomy-00002", "astronomy-00001"]
+    assert instances[0].texts == ("Skin", "Liver", "Heart, mostly", "Lung")
+    assert [i.target for i in instances] == [0, 3, 0]
+    assert instances[0].metadata["meta"] == {"subject": "anatomy"}
+    (folder / "bad_test.csv").write_text("Q?,a,b,c,d,E\nonly,two\n")
+    with pytest.raises(BenchmarkError) as caught:
+        build_task_benchmark("multiple_choice", "mmlu", folder, tmp_path / "c")
+    assert "bad_test.csv line 1: answer 'E' is out of range" in str(caught.value)
+    assert "bad_test.csv line 2: expected question, options and the answer letter" in str(
+        caught.value
+    )
+
+
+def test_muirbench_and_blink_layouts_with_images_next_to_the_data(tmp_path):
+    for name in ("a.png", "b.png"):
+        image(tmp_path / "images" / name)
+    muir = write_jsonl(
+        tmp_path / "muir.jsonl",
+        [
+            {
+                "idx": "m1",
+                "task": "Counting",
+                "question": "How many?",
+                "options": ["1", "2", "3", "4"],
+                "answer": "B",
+                "image_list": ["images/a.png", "images/b.png"],
+            },
+            {"idx": "m2", "question": "Few?", "options": ["1", "2"], "answer": "A",
+             "image_list": ["images/a.png"]},
+        ],
+    )  # fmt: skip
+    report = build_task_benchmark("multiple_choice", "muirbench", muir, tmp_path / "m", n=4)
+    assert report.manifest.n == 4 and report.manifest.counts["skipped_other_n"] == 1
+    (instance,) = load_benchmark(tmp_path / "m").instances
+    assert instance.stem_images == tuple(str(tmp_path / "images" / n) for n in ("a.png", "b.png"))
+    assert instance.target == 1 and instance.metadata["meta"]["task"] == "Counting"
+    blink = write_jsonl(
+        tmp_path / "blink.jsonl",
+        [{"idx": "b1", "question": "Same?", "choices": ["yes", "no"], "answer": "(B)",
+          "image_1": "images/a.png", "image_2": "images/b.png", "image_3": None}],
+    )  # fmt: skip
+    build_task_benchmark("multiple_choice", "blink", blink, tmp_path / "bl")
+    (instance,) = load_benchmark(tmp_path / "bl").instances
+    assert instance.target == 1 and len(instance.stem_images) == 2
+    (tmp_path / "images" / "b.png").unlink()
+    with pytest.raises(BenchmarkError, match="line 1: image 'images/b.png' not found"):
+        build_task_benchmark("multiple_choice", "blink", blink, tmp_path / "bl2")
+
+
+def test_pairwise_and_mtbench(tmp_path):
+    data = write_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"id": "p1", "question": "Why?", "answers": ["Because.", "No idea."], "preferred": 1},
+            {"id": "p2", "question": "How?", "answers": ["Thus.", "So."], "preferred": "B"},
+        ],
+    )
+    build_task_benchmark("pairwise_judge", "pairwise", data, tmp_path / "p")
+    bench = load_benchmark(tmp_path / "p")
+    assert [(i.task, i.target) for i in bench.instances] == [("pairwise_judge", 0)] * 1 + [
+        ("pairwise_judge", 1)
+    ]
+
+    def turn(q, a):
+        return [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+    rows = [
+        {"question_id": 81, "model_a": "m1", "model_b": "m2", "winner": "model_b",
+         "judge": "expert_0", "turn": 1, "conversation_a": turn("Write.", "A1"),
+         "conversation_b": turn("Write.", "B1")},
+        {"question_id": 81, "model_a": "m1", "model_b": "m3", "winner": "tie",
+         "judge": "expert_0", "turn": 1, "conversation_a": turn("Write.", "A1"),
+         "conversation_b": turn("Write.", "C1")},
+    ]  # fmt: skip
+    report = build_task_benchmark(
+        "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "mt"
+    )
+    assert report.manifest.counts["skipped_ties"] == 1
+    (instance,) = load_benchmark(tmp_path / "mt").instances
+    assert instance.texts == ("A1", "B1") and instance.target == 1
+    assert instance.id == "81-m1-m2-t1"
+
+
+def test_bm25_matches_its_formula():
+    docs = ["the cat sat", "the dog sat on the cat", "birds fly"]
+    scores = BM25(docs).scores("cat sat")
+    lengths = [3, 6, 2]
+    mean = sum(lengths) / 3
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))  # cat and sat are in 2 of 3 documents
+    expected = [
+        sum(idf * 1 * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * length / mean)) for _ in range(2))
+        for length in lengths[:2]
+    ]
+    np.testing.assert_allclose(scores, [*expected, 0.0])
+
+
+def beir(tmp_path):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [{"_id": f"d{k}", "title": "", "text": f"passage {k} about topic {k % 3}"}
+              for k in range(12)]  # fmt: skip
+    corpus[5]["text"] = "apples and oranges grow on trees"
+    corpus[6]["text"] = "oranges are citrus fruit"
+    corpus[7]["text"] = "apples are red fruit"
+    write_jsonl(folder / "corpus.jsonl", corpus)
+    write_jsonl(folder / "queries.jsonl", [{"_id": "q1", "text": "apples oranges"},
+                                           {"_id": "q2", "text": "topic 1"}])  # fmt: skip
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td5\t2\nq2\td1\t1\nq2\td4\t1\n"
+    )
+    return folder
+
+
+def test_beir_rerank_random_and_bm25_hard_negatives(tmp_path):
+    folder = beir(tmp_path)
+    one = build_task_benchmark("rerank", "beir", folder, tmp_path / "r1", n=4, seed=3)
+    two = build_task_benchmark("rerank", "beir", folder, tmp_path / "r2", n=4, seed=3)
+    assert one.manifest.benchmark_sha256 == two.manifest.benchmark_sha256
+    instances = load_benchmark(tmp_path / "r1").instances
+    assert [i.id for i in instances] == ["q1", "q2"]
+    first = instances[0]
+    assert first.texts[first.target] == "apples and oranges grow on trees"
+    second = instances[1]
+    assert "passage 4" not in " ".join(t for t in second.texts if t)  # relevant: never negative
+    hard = build_task_benchmark(
+        "rerank", "beir", folder, tmp_path / "h", n=3, seed=0, setting="adversarial"
+    )
+    assert hard.manifest.setting == "adversarial"
+    q1 = load_benchmark(tmp_path / "h").instances[0]
+    negatives = {t for k, t in enumerate(q1.texts) if k != q1.target}
+    assert negatives == {"oranges are citrus fruit", "apples are red fruit"}  # BM25's top two
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tnope\t1\n")
+    with pytest.raises(BenchmarkError, match="line 2: query 'q1' or passage 'nope'"):
+        build_task_benchmark("rerank", "beir", folder, tmp_path / "x")
+
+
+def test_version_one_manifests_still_read_and_newer_ones_are_refused(tmp_path):
+    data = write_jsonl(
+        tmp_path / "m.jsonl", [{"id": "a", "question": "q", "options": ["x", "y"], "answer": 1}]
+    )
+    build_task_benchmark("multiple_choice", "mcq", data, tmp_path / "b")
+    manifest = json.loads((tmp_path / "b" / MANIFEST_FILE).read_text())
+    manifest["format_version"] = 3
+    (tmp_path / "b" / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(BenchmarkError, match="format_version"):
+        load_benchmark(tmp_path / "b")
+    manifest["format_version"] = 1
+    (tmp_path / "b" / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(BenchmarkError, match="has format_version 2"):
+        load_benchmark(tmp_path / "b")
+
+
+def test_evaluate_checks_the_task_against_the_benchmark(tmp_path, capsys):
+    data = write_jsonl(
+        tmp_path / "m.jsonl",
+        [{"id": f"q{k}", "question": f"q{k}?", "options": ["x", "y", "z"], "answer": 1 + k % 3}
+         for k in range(8)],
+    )  # fmt: skip
+    build_task_benchmark("multiple_choice", "mcq", data, tmp_path / "b")
+    base = ["evaluate", "--adapter", "synthetic", "--benchmark", str(tmp_path / "b")]
+    assert main([*base, "--task", "rerank"]) == 2
+    assert "--task rerank, but the benchmark" in capsys.readouterr().err
+    small = ["--count", "3", "--calibration-count", "2", "--orders", "2"]
+    assert main([*base, "--task", "multiple_choice", *small]) == 0
