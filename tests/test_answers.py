@@ -74,7 +74,52 @@ def test_compound_ordinals_are_not_read_as_their_tail():
 
 
 def test_invalid_settings_are_rejected():
-    with pytest.raises(ValueError, match="first' or 'last"):
+    with pytest.raises(ValueError, match="last_number, answer_is"):
         AnswerParser("digits", 4, "middle")  # type: ignore[arg-type]
     with pytest.raises(Exception, match="unknown label set"):
         AnswerParser("emoji", 4)
+
+
+# -- the paper's and the authors' rules (the issue's examples) --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "last_number"),
+    [
+        ("2 4", 1, 3),  # our first valid label vs the authors' last number
+        ("image2", None, 1),  # a number inside a word: no label for us, a number for them
+        ("2nd", None, 1),
+        ("Image 3.", 2, 2),
+        ("7", None, None),  # out of range for N = 4 under both rules
+        ("12", None, None),  # one number, not "1" and "2"
+    ],
+)
+def test_generated_vanilla_first_label_vs_last_number(text, first, last_number):
+    assert AnswerParser("digits", 4, "first").parse(text) == first
+    assert AnswerParser("digits", 4, "last_number").parse(text) == last_number
+
+
+@pytest.mark.parametrize(
+    ("text", "vote"),
+    [
+        ("The answer is 7, so 2", None),  # an out-of-range K after the phrase casts no vote
+        ("Reasoning... the answer is 3", 2),  # lower-case t
+        ("The answer is 2. Or the answer is 4.", 1),  # the first match decides
+        ("I would say 4, maybe 2", 1),  # no phrase: the last number in 1..N
+        ("The answer is image 3", 2),  # no "The answer is K" match: the last number
+        ("nothing here", None),
+    ],
+)
+def test_self_consistency_answer_is_rule(text, vote):
+    assert AnswerParser("digits", 4, "answer_is").parse(text) == vote
+
+
+def test_self_consistency_old_rule_voted_where_the_paper_does_not():
+    assert AnswerParser("digits", 4, "last").parse("The answer is 7, so 2") == 1
+
+
+def test_answer_is_for_letters():
+    parser = AnswerParser("upper", 4, "answer_is")
+    assert parser.parse('The answer is "C", then A') == 2
+    assert parser.parse("The answer is E, so A") is None
+    assert parser.parse("I pick D") == 3

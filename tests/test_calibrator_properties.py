@@ -16,7 +16,15 @@ from posdebias import Observation, get_calibrator
 from posdebias.core.observation import softmax
 from posdebias.core.stages import BiasProfiler, Corrector
 
-SINGLE_PASS = ["vanilla", "pride", "attention_readout", "purified_attention", "attention_guided"]
+SINGLE_PASS = [
+    "vanilla",
+    "pride",
+    "contextual",
+    "batch",
+    "attention_readout",
+    "purified_attention",
+    "attention_guided",
+]
 VARIANTS = [
     ("attention_guided", {"mixture": "prob"}),
     ("attention_guided", {"average": "prob", "layer_average": "geometric"}),

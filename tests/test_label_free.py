@@ -57,7 +57,8 @@ def test_noise_free_observations_give_the_labelled_bias_matrix(model):
     labelled = get_calibrator("attention_guided").fit(observations)
     # the consistency check is per rotation; strong positional sinks can fool it where the
     # product over the rotations (what the fit uses) still finds the image: the check is off
-    free = get_calibrator("label_free", min_consistency=-1).fit(observations)
+    # likewise the shift check: with an arbitrary bias the scores need not favour the truth
+    free = get_calibrator("label_free", min_consistency=-1, check_shift=False).fit(observations)
     assert free.diagnostics["attention_informative"] is True
     np.testing.assert_allclose(free.bias_matrix, labelled.bias_matrix, atol=1e-9)
     np.testing.assert_allclose(free.observed_profile, labelled.observed_profile, atol=1e-9)
@@ -180,3 +181,50 @@ def test_consistency_is_one_for_content_and_negative_for_position():
     assert abs(attention_consistency(noise)) < 0.05
     skewed = on_image + on_position + 0.01 * rng.normal(size=(3, n, n))  # both: image wins
     assert attention_consistency(skewed) == pytest.approx(1.0)
+
+
+def test_attention_shifted_by_one_image_is_reported_and_not_fitted():
+    """Attention that consistently singles out the image after the truth passes the
+    consistency check, and the EM would fit a confidently wrong profile; the score check
+    catches it and falls back to the static prior."""
+    adapter = SyntheticAdapter(attention_shift=1)
+    instances = synthetic_instances(5, 4, seed=8)
+    observations = observe_rotations(adapter, instances)
+    unchecked = get_calibrator("label_free", check_shift=False).fit(observations)
+    assert unchecked.diagnostics["attention_informative"] is True  # the old check passes
+    found = np.argmax(unchecked.diagnostics["soft_targets"], axis=1)
+    assert found.tolist() == [(i.target + 1) % 4 for i in instances]  # one image off
+    state = get_calibrator("label_free").fit(observations)
+    diagnostics = state.diagnostics
+    assert diagnostics["attention_informative"] is False and diagnostics["attention_shift"] == 1
+    assert diagnostics["score_agreement_by_offset"][1] >= 0.5 > diagnostics["score_agreement"]
+    assert "attention looks shifted" in diagnostics["warning"]
+    pride = get_calibrator("pride").fit(observations)
+    np.testing.assert_allclose(np.array(state.bias_matrix), np.tile(pride.logit_prior, (4, 1)))
+    clean = get_calibrator("label_free").fit(observe_rotations(SyntheticAdapter(), instances))
+    assert clean.diagnostics["attention_shift"] == 0
+    assert clean.diagnostics["score_agreement"] >= 0.8
+
+
+def test_shifted_attention_diagnostic_in_results_and_report(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "adapter": {"name": "synthetic", "options": {"attention_shift": 1}},
+                "calibrators": ["label_free", "pride"],
+                "count": 40,
+                "orders": 2,
+            }
+        )
+    )
+    out = tmp_path / "run"
+    assert main(["evaluate", "--config", str(config), "--out", str(out)]) == 0
+    assert "warning: label_free: attention looks shifted" in capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    diagnostics = results["calibrators"]["label_free"]["diagnostics"]
+    assert diagnostics["attention_shift"] == 1 and diagnostics["attention_informative"] is False
+    report = (out / "report.md").read_text()
+    assert "**label_free**: attention looks shifted" in report
+    metrics = {k: v["metrics"]["accuracy_mean"] for k, v in results["calibrators"].items()}
+    assert metrics["label_free"] == metrics["pride"]  # the fallback is PriDe's prediction

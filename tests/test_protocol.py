@@ -56,6 +56,9 @@ def test_reference_preset_on_the_simulated_model(tmp_path):
         if before["name"] in ATTENTION_CALIBRATORS:
             # the simulated model has 8 layers: the reference's top fraction, layers 5..7
             assert after["options"] == {**before["options"], "layer_range": [5, 8]}
+        elif before["name"] == "permutation_average":  # the authors' random permutations
+            extra = {"permutations": "random", "draw": "per_instance"}
+            assert after["options"] == {**before["options"], **extra}
         else:
             assert after == before
     for label in ("attention_guided", "purified_attention"):
@@ -87,7 +90,8 @@ def test_reference_preset_on_a_hugging_face_model(tmp_path):
     reference, _ = _run(tmp_path, "reference", *args, "--protocol", "reference")
     before, after = default["adapter"], reference["adapter"]
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {"image_size", "logits_processors", "prompt", "prompt_hash"}
+    assert changed == {"image_size", "logits_processors", "max_patches", "prompt", "prompt_hash"}
+    assert (before["max_patches"], after["max_patches"]) == (None, "reference")
     assert (before["image_size"], after["image_size"]) == (None, REFERENCE.image_size)
     assert after["logits_processors"] == "generation_config"
     assert before["prompt"]["query"].endswith("Answer:")
@@ -117,3 +121,124 @@ def test_reference_refuses_a_separate_calibration_file(tmp_path, capsys):
     args += ["--benchmark", str(bench)]
     assert main(args) == 2
     assert "first instances of the evaluated file" in capsys.readouterr().err
+
+
+def test_reference_fills_the_authors_row_choices_where_the_user_set_none():
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.protocol import DEFAULT, apply_specs
+
+    config = EvaluateConfig.model_validate(
+        {
+            "adapter": {"name": "synthetic"},
+            "calibrators": ["vanilla", "permutation_average"],
+            "decoders": [
+                "generated",
+                "sofa",
+                "self_consistency",
+                {"name": "generated", "label": "mine", "options": {"max_new_tokens": 5}},
+            ],
+        }
+    )
+    assert apply_specs(DEFAULT, config, 8) == config
+    reference = apply_specs(REFERENCE, config, 8)
+    options = {spec.key: spec.options for spec in reference.decoders}
+    assert options["generated"] == {"max_new_tokens": 2, "parse": "last_number"}
+    assert options["sofa"] == {
+        "answer": "generated",
+        "within_image": True,
+        "max_new_tokens": 2,
+        "parse": "last_number",
+    }
+    assert options["self_consistency"] == {"fallback": "first"}
+    assert options["mine"] == {"max_new_tokens": 5, "parse": "last_number"}  # the user's wins
+    calibrators = {spec.key: spec.options for spec in reference.calibrators}
+    assert calibrators == {
+        "vanilla": {},
+        "permutation_average": {"permutations": "random", "draw": "per_instance"},
+    }
+
+
+def test_per_instance_permutations_are_fresh_per_instance_and_mapped_back():
+    import numpy as np
+
+    from posdebias import get_calibrator
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    calibrator = get_calibrator("permutation_average", permutations="random", draw="per_instance")
+    shared = get_calibrator("permutation_average", permutations="random")
+    instances = synthetic_instances(6, 4, seed=2)
+    drawn = [tuple(map(tuple, calibrator.permutations_for(i))) for i in instances]
+    assert len(set(drawn)) == len(drawn)  # afresh for every instance
+    assert drawn == [tuple(map(tuple, calibrator.permutations_for(i))) for i in instances]
+    assert all(orders[0] == (0, 1, 2, 3) and len(set(orders)) == 16 for orders in drawn)
+    assert len({tuple(map(tuple, shared.permutations_for(i))) for i in instances}) == 1
+    adapter = SyntheticAdapter()
+    state = calibrator.fit([], n=4)
+    for instance in instances:
+        orders = calibrator.permutations_for(instance)
+        views = calibrator.views_of(instance)
+        observed = adapter.observe_many(views)
+        prediction = calibrator.predict(observed[0], state, rotations=observed, orders=orders)
+        by_image = np.mean(
+            [
+                obs.label_logprobs[np.argsort(order)]
+                for obs, order in zip(observed, orders, strict=True)
+            ],
+            axis=0,
+        )
+        assert prediction.choice == int(np.argmax(by_image))
+    with pytest.raises(Exception, match="needs the orders"):
+        calibrator.predict(observed[0], state, rotations=observed)
+
+
+def test_per_instance_permutations_do_not_depend_on_the_batch_size(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "adapter: {name: synthetic}\ncount: 6\norders: 2\ncalibrators:\n"
+        "  - {name: permutation_average, options: {permutations: random, draw: per_instance}}\n"
+    )
+    records = []
+    for batch in (1, 7):
+        out = tmp_path / f"b{batch}"
+        args = ["evaluate", "--config", str(config), "--out", str(out), "--batch-size", str(batch)]
+        assert main(args) == 0
+        records.append((out / "records.jsonl").read_text())
+    assert records[0] == records[1]
+
+
+def test_reference_warns_when_its_layer_mapping_leaves_out_the_informative_layer(tmp_path):
+    """8 simulated layers, only layer 1 informative: the reference mapping (5..7) leaves it
+    out, and every layer-selecting row says so in results.json and the report."""
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "adapter: {name: synthetic, options: {informative_layers: [1]}}\nprotocol: reference\n"
+        "count: 20\norders: 2\ncalibrators: [vanilla, attention_guided, "
+        "{name: attention_readout, options: {layer_range: [0, 8]}}]\n"
+    )
+    out = tmp_path / "run"
+    assert main(["evaluate", "--config", str(config), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    guided = results["calibrators"]["attention_guided"]["diagnostics"]
+    assert guided["layers_left_out"] == [1]
+    assert "leaving out layer(s) 1" in guided["warning"]
+    assert "warning" not in results["calibrators"]["attention_readout"]["diagnostics"]
+    assert "warning" not in results["calibrators"]["vanilla"]["diagnostics"]
+    assert "leaving out layer(s) 1" in (out / "report.md").read_text()
+    config.write_text(config.read_text().replace("protocol: reference\n", ""))
+    out = tmp_path / "default"
+    assert main(["evaluate", "--config", str(config), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["calibrators"]["attention_guided"]["diagnostics"] == {}
+
+
+def test_reference_on_the_organism_warns_that_it_leaves_out_the_informative_layer(tmp_path):
+    """The bundled organism has 4 layers; the reference mapping keeps 2..3 and leaves out
+    layer 1, whose attention finds the truth: the run says so instead of silently losing
+    accuracy."""
+    args = ["--protocol", "reference", "--calibrators", "vanilla,attention_guided"]
+    results, _ = _run(tmp_path, "organism", *args, "--count", "8", "--orders", "2")
+    guided = results["calibrators"]["attention_guided"]
+    assert guided["options"]["layer_range"] == [2, 4]
+    assert guided["diagnostics"]["layers_left_out"] == [1]
+    assert "leaving out layer(s) 1 (100%)" in guided["diagnostics"]["warning"]
+    assert "warning" not in results["calibrators"]["vanilla"]["diagnostics"]

@@ -222,3 +222,9 @@ def test_cache_keys_of_text_candidates_follow_the_texts_and_the_task():
     keys = {observation_key(x) for x in (base, other_text, other_task)}
     assert len(keys) == 3
     assert observation_key(base.rotated(1)) != observation_key(base)
+
+
+def test_texts_holding_the_sentinel_characters_are_refused():
+    instance = Instance(query="q \ue0001\ue001", texts=("a", "b"), id="i", task="rerank")
+    with pytest.raises(ConfigError, match="private-use characters"):
+        task_template("rerank").messages(instance, get_label_set("digits"), sentinels=True)

@@ -456,6 +456,7 @@ class Debiaser:
                     observed[own],
                     states[label],
                     rotations=[observed[i] for i in others[label]] if label in others else None,
+                    orders=calibrator.permutations_for(instance) if label in others else None,
                     explain=explain,
                 )
                 for label, calibrator in self.calibrators.items()

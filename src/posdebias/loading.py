@@ -23,6 +23,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
+from posdebias.adapters.server import ServerAdapter
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
@@ -32,6 +33,12 @@ def _adapter_class(model_type: str, adapter: str | None) -> type[HFAdapter]:
     registry = get_registry()
     if adapter is not None:
         cls = registry.adapter_class(adapter)
+        if issubclass(cls, ServerAdapter):
+            raise InputError(
+                f"adapter {adapter!r} talks to a model server: pass the served model's name "
+                "and the server's base_url (posdebias.loading.open_adapter, or `posdebias "
+                "evaluate --adapter openai --base-url URL --model NAME`)"
+            )
         if not issubclass(cls, HFAdapter):
             raise InputError(
                 f"adapter {adapter!r} does not wrap Hugging Face models; drop --model or choose "
@@ -214,6 +221,7 @@ def load_adapter(
     dtype: str = "auto",
     device: str | None = None,
     device_map: str | dict[str, Any] | None = None,
+    max_memory: dict[int | str, int | str] | None = None,
     trust_remote_code: bool = False,
     revision: str | None = None,
     label_set: str = "digits",
@@ -229,6 +237,8 @@ def load_adapter(
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16``, ``float16``.
         device: where to put the model (default: ``cuda`` when available, else ``cpu``);
             ignored when ``device_map`` is given (accelerate placement).
+        max_memory: with ``device_map``, the devices accelerate may use and how much of each
+            (``{0: "70GiB", 1: "70GiB"}``); data-parallel ranks get their own GPU group.
         label_set: the label set the prompt names (``digits``, ``upper``, ...).
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
@@ -242,7 +252,12 @@ def load_adapter(
     source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
     check_safetensors_only(_local_folder(source, revision))  # before anything is opened
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoProcessor,
+        AutoTokenizer,
+    )
 
     config = _load_config(source, revision, trust_remote_code)
     cls = _adapter_class(config.model_type, adapter)
@@ -261,11 +276,21 @@ def load_adapter(
     }
     if device_map is not None:
         kwargs["device_map"] = device_map
+    if max_memory is not None:
+        if device_map is None:
+            raise InputError("max_memory applies to device_map placement; set device_map too")
+        # a config file's keys are text: "0" is GPU 0 for accelerate
+        kwargs["max_memory"] = {
+            int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in max_memory.items()
+        }
     try:
-        processor = AutoProcessor.from_pretrained(
+        # a text-only family's processor is its tokenizer, its model a causal LM
+        processor_class = AutoTokenizer if cls.text_only else AutoProcessor
+        model_class = AutoModelForCausalLM if cls.text_only else AutoModelForImageTextToText
+        processor = processor_class.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
         )
-        model = AutoModelForImageTextToText.from_pretrained(source, **kwargs)
+        model = model_class.from_pretrained(source, **kwargs)
     except OSError as exc:
         hint = ""
         if "safetensors" in str(exc):
@@ -313,7 +338,9 @@ def get_adapter(
     cls = _adapter_class(model_type, adapter)
     parsed = cls.parse_options(options)
     assert isinstance(parsed, HFAdapterOptions)  # HFAdapter.Options derive from it
-    loading = [name for name in ("dtype", "device", "device_map", "model") if name in options]
+    loading = [
+        name for name in ("dtype", "device", "device_map", "max_memory", "model") if name in options
+    ]
     if loading:
         raise InputError(
             f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
@@ -328,8 +355,36 @@ def get_adapter(
         answer_prefix=parsed.answer_prefix,
         image_size=parsed.image_size,
         logits_processors=parsed.logits_processors,
+        max_patches=parsed.max_patches,
         prompt_variant=parsed.prompt_variant,
+        task_prompt=parsed.task_prompt,
     )
+
+
+def served(name: str | None) -> bool:
+    """Whether adapter ``name`` talks to a model server (its ``model`` is a served name, not a
+    checkpoint to load)."""
+    if name is None:
+        return False
+    return issubclass(get_registry().adapter_class(name), ServerAdapter)
+
+
+def open_adapter(model: str, *, adapter: str | None = None, **options: Any) -> Adapter:
+    """The adapter for ``model``: a served model by name (``adapter: openai``), otherwise a
+    checkpoint loaded with :func:`load_adapter`."""
+    if served(adapter):
+        assert adapter is not None
+        unused = sorted(set(options) & {"dtype", "device", "device_map", "trust_remote_code"})
+        if unused:
+            raise InputError(
+                f"adapter {adapter!r} talks to a server that loads the model itself; the "
+                f"loading options {unused} do not apply (set them on the server)"
+            )
+        named = options.pop("model", None)
+        if named is not None and named != model:
+            raise InputError(f"two models given: {model!r} and the option model={named!r}")
+        return get_registry().create_adapter(adapter, model=model, **options)
+    return load_adapter(model, adapter=adapter, **options)
 
 
 def create_adapter(name: str | None, **options: Any) -> Adapter:
@@ -341,7 +396,7 @@ def create_adapter(name: str | None, **options: Any) -> Adapter:
     """
     model = options.pop("model", None)
     if model is not None:
-        return load_adapter(model, adapter=name, **options)
+        return open_adapter(model, adapter=name, **options)
     if name is None:
         raise InputError("name an adapter or a model")
     return get_registry().create_adapter(name, **options)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from adapter_reference import tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter
+from posdebias._images import min_image_side
 from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import ImageSpan
@@ -20,7 +22,7 @@ from posdebias.testing.check import check_instances
 from posdebias.testing.tiny.mistral3 import tiny_llava_pixtral
 
 CHECKS = ["image spans", "label tokens", "scores = own forward", "probe = eager", "batch 1 vs 2",
-          "rotation"]  # fmt: skip
+          "rotation", "preprocessing"]  # fmt: skip
 
 
 def _figure(result) -> float:
@@ -57,13 +59,13 @@ def test_check_passes_on_a_pixtral_llava_checkpoint():
 
 
 @pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v"])
-def test_generic_adapter_on_a_multimodal_rope_model_fails_the_scores_check(family):
-    report = check_adapter(get_adapter(*tiny_pair(family), adapter="generic"))
-    scores = report["scores = own forward"]
-    assert scores.status == "FAIL" and not report.passed
-    assert _figure(scores) > 1e-3  # 1-D positions: the numbers really are wrong
-    assert "get_rope_index" in scores.cause and "1-D positions" in scores.cause
-    assert report["image spans"].passed and report["probe = eager"].passed
+def test_check_refuses_the_generic_adapter_on_multimodal_rope_before_any_forward(family):
+    model, processor = tiny_pair(family)
+    calls = _count_forwards(model)
+    adapter = get_adapter(model, processor, adapter="generic")
+    with pytest.raises(AdapterError, match="get_rope_index.*1-D positions"):
+        check_adapter(adapter)
+    assert calls[0] == 0  # refused from the config, not after a wrong forward
 
 
 class _WrongPositions(Qwen3VLAdapter):
@@ -171,11 +173,12 @@ def saved_qwen3(tmp_path_factory):
 def test_cli_check_passes_and_fails_with_exit_codes(saved_qwen3, capsys):
     assert main(["check", "--model", str(saved_qwen3), "-N", "3"]) == 0
     out = capsys.readouterr().out
-    assert "all 6 checks passed" in out and out.count("PASS") == 6
-    assert main(["check", "--model", str(saved_qwen3), "--adapter", "generic", "-N", "3"]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL" in out and "1 check(s) failed: scores = own forward" in out
-    assert "get_rope_index" in out
+    assert "all 7 checks passed" in out and out.count("PASS") == 7
+    # the generic adapter on multimodal RoPE: refused before any forward, exit 2, no table
+    assert main(["check", "--model", str(saved_qwen3), "--adapter", "generic", "-N", "3"]) == 2
+    captured = capsys.readouterr()
+    assert "cannot score model_type 'qwen3_vl'" in captured.err
+    assert "get_rope_index" in captured.err and "PASS" not in captured.out
 
 
 def test_cli_check_bad_input_exits_2(saved_qwen3, tmp_path, capsys):
@@ -214,7 +217,45 @@ def test_check_instances_have_padding_and_multi_token_labels():
 def test_cli_check_on_a_benchmarks_instances(saved_qwen3, tmp_path, capsys):
     bench = build_shapes_benchmark(tmp_path, count=3, n=3)
     assert main(["check", "--model", str(saved_qwen3), "--benchmark", str(bench)]) == 0
-    assert "all 6 checks passed" in capsys.readouterr().out
+    assert "all 7 checks passed" in capsys.readouterr().out
+
+
+def test_the_preprocessing_row_says_what_was_shrunk_and_compares_the_originals(tmp_path):
+    """Files far larger than the processor's size are shrunk before the processor; the row
+    names each one with its factor and measures the scores on the original files."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for index, (width, height) in enumerate([(640, 480), (48, 48), (500, 700)]):
+        pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+        path = tmp_path / f"big-{index}.png"
+        Image.fromarray(pixels).save(path)
+        paths.append(path)
+    adapter = get_adapter(*tiny_pair("llava"))
+    side = min_image_side(adapter.processor)
+    assert side is not None and side * 2 <= 480  # the first and third files get shrunk
+    report = check_adapter(adapter, check_instances(3, images=paths, multi_token_n=None))
+    row = report["preprocessing"]
+    assert "image 1 640x480 ->" in row.figure and "image 3 500x700 ->" in row.figure
+    assert "image 2" not in row.figure  # 48 x 48 went to the processor as it was
+    assert "shrunk" in row.figure and "scores on the original files differ" in row.figure
+    assert row.status == ("PASS" if _figure(row) <= 1e-4 else "FAIL")
+    small = check_adapter(adapter)["preprocessing"]  # the generated images: nothing shrunk
+    assert (small.status, small.figure) == ("PASS", "no image file was shrunk before the processor")
+
+
+def test_check_runs_one_at_a_time_where_the_adapter_says_batching_is_unsafe():
+    """Llama 4 with floor_scale within the prompt: the NoPE temperature would count padding,
+    so the adapter refuses padded batches; check's probe and batch rows fall back and say so."""
+    model, processor = tiny_model_and_processor("llama4")  # its own copy: the config changes
+    text = model.config.text_config
+    text.attn_temperature_tuning, text.floor_scale = True, 16
+    adapter = get_adapter(model, processor)
+    report = check_adapter(adapter)
+    assert report.passed, report.summary()
+    assert "one instance at a time" in report["probe = eager"].figure
+    assert "batching unsafe here, ran one at a time" in report["batch 1 vs 2"].figure
 
 
 @pytest.mark.parametrize("terminal", [False, True])
@@ -232,7 +273,7 @@ def test_cli_check_rows_read_pass_and_fail_without_markup(
     out = capsys.readouterr().out
     assert "[green]" not in out and "[red]" not in out and "[/" not in out
     rows = [line for line in out.splitlines() if "PASS" in line or "FAIL" in line]
-    assert sum("PASS" in row for row in rows) == 5 and sum("FAIL" in row for row in rows) >= 1
+    assert sum("PASS" in row for row in rows) >= 5 and sum("FAIL" in row for row in rows) >= 1
     assert any(row.count("│") >= 3 or row.count("┃") >= 3 for row in rows)  # table cells
     if terminal:
         assert "\x1b[" in out  # styled by the terminal, not by words

@@ -11,7 +11,13 @@ from adapter_reference import fresh_model, tiny_pair
 from posdebias import get_adapter
 from posdebias.adapters import GenerationSettings
 from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
-from posdebias.adapters.hf.prompt import ANSWER_ONLY, COT_HINT, INSTRUCTION_HINT, PromptTemplate
+from posdebias.adapters.hf.prompt import (
+    ANSWER_ONLY,
+    COT_HINT,
+    INSTRUCTION_HINT,
+    PROMPT_VARIANTS,
+    PromptTemplate,
+)
 from posdebias.core.labels import get_label_set
 from posdebias.errors import AdapterError, ConfigError
 
@@ -120,18 +126,34 @@ def test_simulated_model_cannot_run_sofa():
 def test_prompt_variants():
     base = PromptTemplate()
     labels = get_label_set("digits")
-    assert INSTRUCTION_HINT in base.variant("instruction").instruction
+    instruction = base.variant("instruction").instruction
+    assert INSTRUCTION_HINT in instruction and instruction.endswith(ANSWER_ONLY)
     cot = base.variant("cot")
     assert ANSWER_ONLY not in cot.instruction and COT_HINT in cot.instruction
-    assert cot.query.endswith("Let's think step by step.")
+    assert cot.query.endswith("Answer: <think>")
     assert base.variant("plain") == base
-    assert len({base.digest(), cot.digest(), base.variant("instruction").digest()}) == 3
+    digests = {base.variant(name).digest() for name in PROMPT_VARIANTS}
+    assert len(digests) == len(PROMPT_VARIANTS)
     text = cot.messages("a cat", 4, labels)[0]["content"][-1]["text"]
-    assert "(1 to 4)" in text
+    assert "(a single integer from 1 to 4)" in text
     with pytest.raises(ConfigError, match="unknown prompt variant"):
         base.variant("loud")
     organism_like = PromptTemplate(instruction="", image_prefix="{label}", separator="")
     assert organism_like.variant("instruction").instruction == INSTRUCTION_HINT
+
+
+def test_rendered_chat_holds_the_paper_text_after_the_images(make_instances):
+    adapter = adapter_for("qwen2_5_vl")
+    instance = make_instances(1, 3)[0]
+    rendered = adapter.render(instance, adapter.base_prompt.variant("self_consistency"))
+    paper = (
+        "Given 3 images indexed from 1 to 3, identify the image that best matches the provided "
+        "caption.\nPlease think step by step to analyze the content of the images. After your "
+        'reasoning, provide the final answer in the exact format: "The answer is <index>".\n'
+        f"Caption: {instance.query}\nAnswer:"
+    )
+    assert paper in rendered
+    assert rendered.rindex("<|vision_end|>") < rendered.index(paper)
 
 
 def test_prompt_variant_adapter_option(make_instances):
@@ -139,6 +161,7 @@ def test_prompt_variant_adapter_option(make_instances):
     cot = adapter_for("llava", prompt_variant="cot")
     instance = make_instances(1, 2)[0]
     assert "step by step" in cot.render(instance) and "step by step" not in plain.render(instance)
+    assert "<think>" in cot.render(instance)
     assert cot.describe()["prompt_hash"] != plain.describe()["prompt_hash"]
     with pytest.raises(ConfigError, match="prompt variant"):
         adapter_for("llava", prompt_variant="loud")
@@ -153,8 +176,13 @@ def causal_allowed(mask, length):
     return mask[:, 0] > float("-inf")
 
 
+@pytest.mark.parametrize("within_image", [False, True])
 @pytest.mark.parametrize("family", ["llava", "qwen2_5_vl", "internvl"])
-def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, make_instances):
+def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(
+    family, within_image, make_instances
+):
+    """Opened: image i -> later image j blocks; with within_image also the masked (later)
+    entries of each image's own block. Every other entry is the causal mask."""
     adapter = adapter_for(family)
     instances = make_instances(2, 3)  # two rows: left padding in the batch
     batch = adapter.prepare_batch(instances)
@@ -163,7 +191,7 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, mak
     with sofa_attention(SofaSettings(sigma=1.0, layer_stride=99, first_layer=99), capture=plain):
         adapter.run_batch(batch, attention=False)  # SoFA on no layer: the causal masks
     opened: dict[int, object] = {}
-    settings = SofaSettings(sigma=0.25, layer_stride=2)
+    settings = SofaSettings(sigma=0.25, layer_stride=2, within_image=within_image)
     with sofa_attention(settings, capture=opened) as run:
         scores, _ = adapter.run_batch(batch, attention=False)
     assert sorted(opened) == list(range(adapter.num_layers))
@@ -182,6 +210,13 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(family, mak
                 for span_j in spans[i + 1 :]:
                     rows, keys = slice(span_i.start, span_i.end), slice(span_j.start, span_j.end)
                     expected[row, rows, keys] = math.log(0.25)
+                if within_image:
+                    own = slice(span_i.start, span_i.end)
+                    block = expected[row, own, own].clone()
+                    assert torch.isneginf(block).any()  # an image of several tokens
+                    expected[row, own, own] = block.masked_fill(
+                        torch.isneginf(block), math.log(0.25)
+                    )
         padding_rows = torch.isneginf(expected).all(dim=-1)
         expected[padding_rows] = 0.0  # padding rows see everything (never read)
         assert torch.equal(values, expected)

@@ -86,3 +86,52 @@ def test_generation_config_processors_are_a_no_op_without_processors(make_instan
         get_adapter(model, processor).observe(instances[0]).label_logprobs,
         atol=1e-6,
     )
+
+
+def test_generated_rows_pass_through_the_generation_config_processors(make_instances):
+    """With logits_processors: generation_config, greedy generation equals the model's own
+    ``generate`` under the checkpoint's repetition penalty (and differs from the raw one)."""
+    from posdebias.adapters import GenerationSettings
+
+    model, processor = tiny_model_and_processor("qwen2_5_vl", seed=0)
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.eos_token_id = None
+    adapter = get_adapter(model, processor, logits_processors="generation_config")
+    raw = get_adapter(model, processor)
+    instance = make_instances(1, 3)[0]
+    settings = GenerationSettings(max_new_tokens=6, stop_at_eos=False)
+    (ours,) = adapter.generate_many([instance], settings)
+    (plain,) = raw.generate_many([instance], settings)
+    batch = raw.prepare_batch([instance])
+    with torch.inference_mode():
+        expected = model.generate(
+            **batch.inputs, max_new_tokens=6, do_sample=False, min_new_tokens=6
+        )
+    length = batch.inputs["input_ids"].shape[1]
+    assert ours.tokens[0] == expected[0, length:].tolist()
+    assert ours.tokens[0] != plain.tokens[0]
+
+
+def test_max_patches_reference_tiles_images_as_the_processor_does_with_28_over_n(tmp_path):
+    """max_patches: reference passes 28 // N to a tiling processor (InternVL), exactly what
+    calling the processor with that max_patches gives; a processor that does not tile is left
+    as it is."""
+    model, processor = tiny_model_and_processor("internvl", seed=0)
+    processor.image_processor.crop_to_patches = True
+    (instance,) = _non_square_instances(tmp_path, n=3)
+    plain = get_adapter(model, processor)
+    tiled = get_adapter(model, processor, max_patches="reference")
+    assert tiled.tile_limit(3) == 28 // 3 and tiled.tile_limit(12) == 2
+    texts = [plain.render(instance)]
+    images = [[Image.open(path).convert("RGB") for path in instance.images]]
+    by_hand = processor(text=texts, images=images, return_tensors="pt", max_patches=9)
+    batch = tiled.prepare_batch([instance])
+    assert torch.equal(batch.inputs["input_ids"], by_hand["input_ids"])
+    default_ids = plain.prepare_batch([instance]).inputs["input_ids"]
+    assert default_ids.shape[1] < batch.inputs["input_ids"].shape[1]  # more tiles per image
+    observed = tiled.observe(instance)
+    assert np.isfinite(observed.label_logprobs).all()
+    assert tiled.describe()["max_patches"] == "reference"
+    llava_model, llava_processor = tiny_pair("llava")
+    untouched = get_adapter(llava_model, llava_processor, max_patches="reference")
+    assert untouched.tile_limit(3) is None  # LLaVA's processor does not tile

@@ -80,4 +80,4 @@ def test_opting_in_runs_the_code_and_check_decides(custom_code_model, modules_ca
     assert marker.exists() and adapter.name == "generic"
     assert type(adapter.model).__name__ == "CustomModel"
     assert main(["check", "--model", str(directory), "--trust-remote-code", "-N", "3"]) == 0
-    assert "all 6 checks passed" in capsys.readouterr().out
+    assert "all 7 checks passed" in capsys.readouterr().out

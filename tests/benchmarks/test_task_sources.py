@@ -274,3 +274,18 @@ def test_evaluate_checks_the_task_against_the_benchmark(tmp_path, capsys):
     assert "--task rerank, but the benchmark" in capsys.readouterr().err
     small = ["--count", "3", "--calibration-count", "2", "--orders", "2"]
     assert main([*base, "--task", "multiple_choice", *small]) == 0
+
+
+def test_a_sweep_runs_on_a_candidate_task_benchmark(tmp_path):
+    data = write_jsonl(
+        tmp_path / "m.jsonl",
+        [{"id": f"q{k}", "question": f"q{k}?", "options": ["x", "y", "z"], "answer": 1 + k % 3}
+         for k in range(6)],
+    )  # fmt: skip
+    build_task_benchmark("multiple_choice", "mcq", data, tmp_path / "b")
+    out = tmp_path / "sweep"
+    args = ["sweep", "tau", "--adapter", "synthetic", "--benchmark", str(tmp_path / "b"),
+            "--values", "5", "--count", "3", "--calibration-count", "2", "--orders", "2",
+            "--out", str(out), "--calibrators", "vanilla,attention_guided"]  # fmt: skip
+    assert main(args) == 0
+    assert len((out / "results.csv").read_text().splitlines()) == 3  # header + 2 rows

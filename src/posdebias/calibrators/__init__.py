@@ -4,6 +4,8 @@
 from posdebias.calibrators.attention_guided import AttentionGuided
 from posdebias.calibrators.attention_readout import AttentionReadout
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.calibrators.batch import Batch
+from posdebias.calibrators.contextual import Contextual
 from posdebias.calibrators.label_free import LabelFree
 from posdebias.calibrators.permutation_average import PermutationAverage
 from posdebias.calibrators.pride import PriDe
@@ -13,8 +15,10 @@ from posdebias.calibrators.vanilla import Vanilla
 __all__ = [
     "AttentionGuided",
     "AttentionReadout",
+    "Batch",
     "Calibrator",
     "CalibratorOptions",
+    "Contextual",
     "LabelFree",
     "PermutationAverage",
     "PriDe",

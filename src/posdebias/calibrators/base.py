@@ -85,9 +85,26 @@ class Calibrator(ABC):
         (``view.permuted(p)``: new position k shows the view's position p[k])."""
         return [rotation_order(n, shift) for shift in range(n)]
 
+    def fit_views(
+        self,
+        calibration: Sequence[RetrievalInstance],
+        test: Sequence[RetrievalInstance] | None = None,
+    ) -> list[RetrievalInstance] | None:
+        """The instances whose observations :meth:`fit` receives, or None for the shared
+        symmetrised calibration set (``calibration``: that set; ``test``: every view the run
+        will score, every test instance in each of its T orders, where the caller knows them).
+        Contextual calibration asks for content-free views, batch calibration for ``test``."""
+        return None
+
+    def permutations_for(self, instance: RetrievalInstance) -> list[np.ndarray]:
+        """The candidate orders of :meth:`permutations` for this instance (a calibrator that
+        draws its orders per instance overrides this; default: the same for every instance)."""
+        return self.permutations(instance.n)
+
     def views_of(self, instance: RetrievalInstance) -> list[RetrievalInstance]:
-        """The instance in every order of :meth:`permutations` (what the runner observes)."""
-        return [instance.permuted(order) for order in self.permutations(instance.n)]
+        """The instance in every order of :meth:`permutations_for` (what the runner observes;
+        pass the same orders to :meth:`predict` as ``orders``)."""
+        return [instance.permuted(order) for order in self.permutations_for(instance)]
 
     # -- fitting -----------------------------------------------------------------------------
 
@@ -188,9 +205,14 @@ class Calibrator(ABC):
         state: CalibrationState,
         *,
         rotations: Sequence[Observation] | None = None,
+        orders: Sequence[np.ndarray] | None = None,
         explain: bool = False,
     ) -> Prediction:
         """Calibrated scores for ``observation`` (positions in the observation's own order).
+
+        ``rotations``: for a calibrator with ``needs_rotations``, the observations of its
+        candidate orders of the instance, and ``orders`` those orders
+        (:meth:`permutations_for` of the instance; default :meth:`permutations`).
 
         ``explain=True`` attaches :class:`Evidence`: the model's own label probabilities, the
         attention readout (where the observation has attention) and whatever the calibrator
@@ -207,8 +229,12 @@ class Calibrator(ABC):
                 f"calibrator {self.name!r} needs the observations of its {wanted} candidate "
                 f"orders (permutations), got {got}"
             )
+        if self.needs_rotations and orders is not None and len(orders) != wanted:
+            raise ObservationError(
+                f"calibrator {self.name!r}: {len(orders)} orders for {wanted} observations"
+            )
         try:
-            prediction = self._predict(observation, state, rotations)
+            prediction = self._predict_in_orders(observation, state, rotations, orders)
         except ObservationError as exc:  # Prediction() refused what _predict made
             raise PluginContractError(
                 f"calibrator {self.name!r} returned invalid scores: {exc}"
@@ -256,6 +282,17 @@ class Calibrator(ABC):
             attention_readout=readout,
             layers=layers,
         )
+
+    def _predict_in_orders(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+        orders: Sequence[np.ndarray] | None,
+    ) -> Prediction:
+        """:meth:`_predict`, for a calibrator whose rotations come in per-instance ``orders``
+        (override this instead; default: the orders are :meth:`permutations`)."""
+        return self._predict(observation, state, rotations)
 
     @abstractmethod
     def _predict(

@@ -59,6 +59,11 @@ class LabelFreeOptions(AttentionGuidedOptions):
         description="chance-corrected agreement of the attention across the rotations of an "
         "instance below which attention counts as uninformative",
     )
+    check_shift: bool = Field(
+        default=True,
+        description="refuse a fit whose truths are consistently a fixed number of images off "
+        "the images the label scores favour over all rotations (shifted attention)",
+    )
 
 
 def rotation_positions(n: int) -> np.ndarray:
@@ -84,6 +89,27 @@ def attention_consistency(attention: np.ndarray) -> float:
     same = images[:, :, None] == images[:, None, :]
     agreement = float((same.sum(axis=(1, 2)) - n).sum() / (m * n * (n - 1)))
     return (agreement - 1.0 / n) / (1.0 - 1.0 / n)
+
+
+def score_offsets(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Share of instances at each offset d between the image the fit calls the truth and the
+    image the label scores favour (``[N]``, sums to 1; d = 0: they agree).
+
+    The scores' favourite of instance m is the image with the largest sum over its N rotations
+    of s_{m,r}[P(r, t)] - p_prior[P(r, t)] (cyclic permutation averaging of PriDe's scores):
+    every image visits every position once, so the static prior and any conditional bias that
+    treats all images alike cancel. Attention that consistently points d images off makes the
+    fit's truths d images off the scores' favourites on most instances.
+    """
+    m, n, _ = scores.shape
+    positions = rotation_positions(n)
+    prior = scores.reshape(m * n, n).mean(axis=0)
+    centred = scores - prior
+    by_image = centred[:, np.arange(n)[:, None], positions].sum(axis=1)  # [M, t]
+    favourite = by_image.argmax(axis=1)
+    fitted = targets.argmax(axis=1)
+    offsets = (fitted - favourite) % n
+    return np.bincount(offsets, minlength=n) / m
 
 
 def expectation_maximisation(
@@ -219,9 +245,40 @@ class LabelFree(AttentionGuided):
             use_scores=self.options.use_scores,
             average=self.options.average,
         )
+        shares = score_offsets(scores, targets)
+        shift = int(np.argmax(shares))
+        diagnostics.update(
+            score_agreement=float(shares[0]),
+            score_agreement_by_offset=shares.tolist(),
+        )
+        shifted = shift != 0 and shares[shift] > shares[0] and shares[shift] >= 0.5
+        if self.options.check_shift and shifted:
+            static = scores.reshape(m * n, n).mean(axis=0)
+            profile = np.tile(static, (n, 1))
+            diagnostics.update(
+                attention_informative=False,
+                attention_shift=shift,
+                **facts,
+                warning=(
+                    f"attention looks shifted: on {100 * shares[shift]:.0f}% of these {m} "
+                    f"calibration instances the image the attention singles out is {shift} "
+                    f"image(s) after the one the label scores favour over all rotations (they "
+                    f"agree on {100 * shares[0]:.0f}%); a bias profile fitted to it would be "
+                    "confidently wrong, so the correction falls back to the static logit prior "
+                    "(PriDe). Calibrate with labelled instances (attention_guided) instead."
+                ),
+            )
+            return {
+                "observed_profile": profile.tolist(),
+                "gamma": 0.0,
+                "bias_matrix": profile.tolist(),
+                "attention_prior": prior.tolist(),
+                "diagnostics": diagnostics,
+            }
         gamma = BiasProfiler.visual_gain(profile)
         diagnostics.update(
             attention_informative=True,
+            attention_shift=shift if shifted else 0,
             **facts,
             soft_targets=targets.tolist(),
         )

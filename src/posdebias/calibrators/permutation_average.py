@@ -4,8 +4,11 @@ Every image visits several positions, so a purely positional bias averages out; 
 costly upper baseline the single-pass methods are compared with. Two sets of orders:
 
 * ``cyclic`` (default; the paper's appendix): the N cyclic shifts, N forward passes;
-* ``random`` (the authors' code): ``count`` distinct random permutations, identity first,
-  drawn with ``seed`` and shared by every instance; ``count`` defaults to min(16, N!).
+* ``random``: ``count`` distinct random permutations, identity first; ``count`` defaults to
+  min(16, N!). ``draw: shared`` draws them once with ``seed`` for every instance;
+  ``draw: per_instance`` (the authors' code) draws them afresh for every shown candidate order
+  of every instance, from ``seed``, the instance id and its images in that order (so they
+  depend on neither the batch nor the shard).
 
 Each order's label scores are mapped back to image identity and averaged (``average: log``
 averages the log-probabilities, ``prob`` the probabilities).
@@ -13,6 +16,7 @@ averages the log-probabilities, ``prob`` the probabilities).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -22,10 +26,10 @@ from pydantic import Field
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
-from posdebias.core.instance import rotation_order
+from posdebias.core.instance import RetrievalInstance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
-from posdebias.errors import ConfigError
+from posdebias.errors import ConfigError, InputError
 
 DEFAULT_RANDOM_COUNT = 16
 
@@ -41,6 +45,17 @@ class PermutationAverageOptions(CalibratorOptions):
         default=None, ge=1, description="orders (default: N cyclic, min(16, N!) random)"
     )
     seed: int = Field(default=0, description="seed of the random permutations")
+    draw: Literal["shared", "per_instance"] = Field(
+        default="shared",
+        description="random permutations drawn once for every instance, or afresh per "
+        "instance and order (the authors' code)",
+    )
+
+
+def instance_seed(seed: int, instance: RetrievalInstance) -> int:
+    """The seed of one instance's own permutations (``draw: per_instance``)."""
+    key = "\x1f".join([str(seed), instance.id, *instance.image_ids])
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
 
 
 def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
@@ -68,11 +83,13 @@ class PermutationAverage(Calibrator):
     needs_rotations = True
     summary = "average label scores over several candidate orders (one forward pass each)"
 
-    def permutations(self, n: int) -> list[np.ndarray]:
+    def permutations(self, n: int, seed: int | None = None) -> list[np.ndarray]:
         count = self.options.count
         if self.options.permutations == "random":
             return random_permutations(
-                n, count or min(DEFAULT_RANDOM_COUNT, math.factorial(n)), self.options.seed
+                n,
+                count or min(DEFAULT_RANDOM_COUNT, math.factorial(n)),
+                self.options.seed if seed is None else seed,
             )
         if count is not None and count > n:
             raise ConfigError(
@@ -81,13 +98,33 @@ class PermutationAverage(Calibrator):
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
 
+    def permutations_for(self, instance: RetrievalInstance) -> list[np.ndarray]:
+        if self.options.permutations == "random" and self.options.draw == "per_instance":
+            return self.permutations(instance.n, instance_seed(self.options.seed, instance))
+        return self.permutations(instance.n)
+
     def _predict(
         self,
         observation: Observation,
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        orders = self.permutations(observation.n)
+        return self._predict_in_orders(observation, state, rotations, None)
+
+    def _predict_in_orders(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+        orders: Sequence[np.ndarray] | None,
+    ) -> Prediction:
+        if orders is None:
+            if self.options.permutations == "random" and self.options.draw == "per_instance":
+                raise InputError(
+                    "permutation_average with draw: per_instance needs the orders of the "
+                    "instance (predict(..., orders=calibrator.permutations_for(instance)))"
+                )
+            orders = self.permutations(observation.n)
         assert rotations is not None  # predict() checks there is one observation per order
         # the view's image k sits at position argsort(order)[k] of the permuted order
         per_order = np.stack(

@@ -25,6 +25,7 @@ SUBCOMMANDS = (
     "calibrate",
     "check",
     "evaluate",
+    "lmms_eval_task",
     "organism",
     "plugins",
     "rank",

@@ -17,6 +17,8 @@ from posdebias._text import safe_text
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
+from posdebias.core.instance import TASK_KINDS
+from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.errors import InputError
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
@@ -43,7 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=defaults.CANDIDATES,
         help=f"images per instance ({defaults.CANDIDATES})",
     )
-    parser.add_argument("--label-set", dest="label_set", default="digits", help="label set")
+    parser.add_argument(
+        "--label-set", dest="label_set", help="label set (default: the task's: digits, upper)"
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        default="retrieval",
+        help="task kind of the check's instances (retrieval; multiple_choice, pairwise_judge, "
+        "rerank: text candidates, and images too on a vision-language model)",
+    )
     parser.add_argument(
         "--image",
         dest="images",
@@ -87,14 +98,21 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         trust_remote_code=args.trust_remote_code,
-        label_set=args.label_set,
+        label_set=args.label_set or TASK_LABEL_SETS[args.task],
     )
+    if args.benchmark is None and args.task == "retrieval" and adapter.text_only:
+        raise InputError(
+            f"{model} is a text-only model: it has no retrieval prompt; check it with --task "
+            "multiple_choice, pairwise_judge or rerank"
+        )
     if args.benchmark is not None:
         instances = load_benchmark(args.benchmark).instances[:3]
         if len(instances) < 2:
             raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")
     else:
-        instances = check_instances(args.n, images=args.images)
+        instances = check_instances(
+            args.n, images=args.images, task=args.task, with_images=not adapter.text_only
+        )
     report = check_adapter(adapter, instances)
     console = make_console()
     table = Table(

@@ -42,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
+    parser.add_argument(
+        "--base-url",
+        dest="base_url",
+        help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
+        "http://127.0.0.1:8000/v1",
+    )
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument(
         "--task",
@@ -76,6 +82,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    parser.add_argument(
+        "--gpus-per-process",
+        type=int,
+        dest="gpus_per_process",
+        help="with accelerate launch: GPUs of each process's model replica (data x model "
+        "parallel; device_map over its own group)",
+    )
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
     parser.add_argument(
         "--trust-remote-code",
@@ -110,10 +123,16 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         protocol=args.protocol,
         batch_size=args.batch_size,
+        gpus_per_process=args.gpus_per_process,
         out=args.out,
     )
     if args.trust_remote_code:
         options = {**config.adapter.options, "trust_remote_code": True}
+        config = config.model_copy(
+            update={"adapter": config.adapter.model_copy(update={"options": options})}
+        )
+    if args.base_url is not None:
+        options = {**config.adapter.options, "base_url": args.base_url}
         config = config.model_copy(
             update={"adapter": config.adapter.model_copy(update={"options": options})}
         )

@@ -12,12 +12,15 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+from rich.markup import escape
 from rich.table import Table
 
 from posdebias._version import __version__
 from posdebias.cli import make_console
+from posdebias.errors import InputError
 from posdebias.registry import PluginInfo, Registry, get_registry
 from posdebias.registry.manager import adapter_priority
+from posdebias.testing.coverage import coverage_markdown, family_coverage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +34,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also list every option of each entry: type, default and description",
     )
+    parser.add_argument(
+        "--families",
+        action="store_true",
+        help="instead: every image-text family of the installed transformers and whether "
+        "posdebias reads it (built in, generic, or refused with the reason)",
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="with --families: print the table as Markdown (the Adapters documentation page)",
+    )
     parser.set_defaults(handler=run)
+
+
+def _run_families(args: argparse.Namespace) -> int:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    rows = family_coverage()
+    if args.markdown:
+        print(coverage_markdown(rows), end="")
+        return 0
+    table = Table(title="image-text families of transformers", title_justify="left")
+    for column in ("model_type", "verdict", "adapter, or why"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(escape(row.model_type), row.verdict, escape(row.detail))
+    make_console().print(table)
+    return 0
 
 
 def _entries(registry: Registry) -> list[tuple[str, str, Any]]:
@@ -63,6 +94,10 @@ def option_rows(options: type[BaseModel]) -> list[tuple[str, str, str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.families:
+        return _run_families(args)
+    if args.markdown:
+        raise InputError("--markdown goes with --families: posdebias plugins --families --markdown")
     registry = get_registry()
     console = make_console()
     console.print(f"posdebias {__version__}")

@@ -15,8 +15,19 @@ counts as wrong. One parser per label set:
 ``A``, ``a`` and ``I`` are also English words: a single-letter match followed by a space and a
 lower-case word (``A red circle``, ``I think``) is read as a word, not a label.
 
-``which="last"`` (chain-of-thought: the conclusion comes at the end) takes the last valid label
-in the text, ``which="first"`` (a short direct answer) the first. Empty or junk text gives None.
+Which label of a text is the answer (``which``):
+
+* ``first``: the first valid label (a short direct answer);
+* ``last``: the last valid label (chain-of-thought: the conclusion comes at the end);
+* ``last_number``: the authors' rule for their generated vanilla: every run of digits, even
+  inside a word (``image2``, ``2nd``), and the last one whose value is 1..N (digits only;
+  other label sets read it as ``last``);
+* ``answer_is``: the paper's self-consistency format: the first ``The answer is K`` (``t`` of
+  either case, K a number right after it) decides, and a K outside 1..N is no answer; a text
+  without such a match falls back to ``last_number``. Other label sets: K is the label right
+  after the phrase (quotes, brackets or ``**`` allowed), else ``last``.
+
+Empty or junk text gives None.
 """
 
 from __future__ import annotations
@@ -27,11 +38,15 @@ from typing import Literal
 
 from posdebias.core.labels import LabelSet, get_label_set
 
-Which = Literal["first", "last"]
+Which = Literal["first", "last", "last_number", "answer_is"]
+WHICH: tuple[str, ...] = ("first", "last", "last_number", "answer_is")
 
 _ALONE_BEFORE = r"(?<![A-Za-z0-9])"
 _ALONE_AFTER = r"(?![A-Za-z0-9])"
 _ARTICLE_LIKE = re.compile(r" [a-z]")
+_DIGIT_RUN = re.compile(r"\d+")
+_ANSWER_IS = re.compile(r"[Tt]he answer is\s*")
+_ANSWER_IS_NUMBER = re.compile(r"[Tt]he answer is\s*(\d+)")
 
 
 def _token_pattern(label_set: LabelSet, labels: list[str]) -> re.Pattern[str]:
@@ -61,8 +76,8 @@ class AnswerParser:
 
     def __post_init__(self) -> None:
         labels = get_label_set(self.label_set).labels(self.n)
-        if self.which not in ("first", "last"):
-            raise ValueError(f"which must be 'first' or 'last', got {self.which!r}")
+        if self.which not in WHICH:
+            raise ValueError(f"which must be one of {', '.join(WHICH)}, got {self.which!r}")
         object.__setattr__(self, "_labels", labels)
         object.__setattr__(self, "_pattern", _token_pattern(get_label_set(self.label_set), labels))
 
@@ -85,9 +100,36 @@ class AnswerParser:
                 found.append(self._labels.index(token))
         return found
 
+    def numbers(self, text: str) -> list[int]:
+        """Every run of digits in ``text`` with a value in 1..N, as 0-based positions."""
+        values = (int(run) for run in _DIGIT_RUN.findall(text or ""))
+        return [value - 1 for value in values if 1 <= value <= self.n]
+
     def parse(self, text: str) -> int | None:
-        """The first or last valid label of ``text`` (0-based position), or None."""
+        """The answer of ``text`` by the rule ``which`` (0-based position), or None."""
+        if self.which == "answer_is" and self.label_set == "digits":
+            number = _ANSWER_IS_NUMBER.search(text or "")
+            if number is not None:
+                value = int(number.group(1))
+                return value - 1 if 1 <= value <= self.n else None
+        elif self.which == "answer_is":
+            match = _ANSWER_IS.search(text or "")
+            if match is not None:
+                found = self.candidates(text[match.end() :])
+                starts_there = bool(found) and self._starts_with_label(text[match.end() :])
+                return found[0] if starts_there else None
+        if self.which in ("last_number", "answer_is") and self.label_set == "digits":
+            numbers = self.numbers(text)
+            return numbers[-1] if numbers else None
         found = self.candidates(text)
         if not found:
             return None
         return found[0] if self.which == "first" else found[-1]
+
+    def _starts_with_label(self, rest: str) -> bool:
+        """Whether the text after "The answer is" starts with a label (after quotes, brackets
+        or markup), not with another word or an out-of-range number."""
+        match = self._pattern.search(rest)
+        if match is None or rest[: match.start()].strip(" \t\"'*([<:") != "":
+            return False
+        return bool(self.candidates(rest[: match.end()]))

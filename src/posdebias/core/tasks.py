@@ -135,6 +135,14 @@ class TaskTemplate(BaseModel):
         in the rendered prompt (adapters do; see :func:`candidate_char_spans`).
         """
         n = instance.n
+        if sentinels and any(
+            SENTINEL_OPEN in text or SENTINEL_CLOSE in text
+            for text in (instance.query, *(t for t in instance.texts if t is not None))
+        ):
+            raise ConfigError(
+                f"instance {excerpt(instance.id)} holds the private-use characters U+E000 / "
+                "U+E001, which posdebias uses to place the candidates' spans; remove them"
+            )
         labels = label_set.labels(n)
         values: dict[str, Any] = {
             "n": n,

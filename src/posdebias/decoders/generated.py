@@ -1,13 +1,17 @@
 """The paper's generated baselines: free text, then the index parsed from it.
 
-* ``generated`` (the paper's vanilla): greedy, a few new tokens, the first valid label.
-* ``instruction``: the same under the ``instruction`` prompt variant (judge by content, not
-  order).
-* ``chain_of_thought``: the ``cot`` prompt variant, greedy, up to 1,024 new tokens, the LAST
-  valid label of the text.
-* ``self_consistency``: 10 chains of thought sampled at temperature 0.7 with top-k 40 from one
-  shared prefill, majority vote over the parsed answers. A tie goes to the tied answer that the
-  earliest sample produced; when no sample parses there is no answer (counted as wrong), or,
+Each row's prompt is the paper's (posdebias.adapters.hf.prompt, its Table 9 word for word):
+
+* ``generated`` (the paper's vanilla): greedy, a few new tokens (8), the first valid label.
+* ``instruction``: the same under the paper's ``instruction`` prompt (the images were shuffled,
+  judge them fairly).
+* ``chain_of_thought``: the paper's ``cot`` prompt (reasoning in ``<think>`` tags), greedy, up
+  to 1,024 new tokens, the LAST valid label of the text.
+* ``self_consistency``: the paper's ``self_consistency`` prompt ("The answer is <index>"), 10
+  samples at temperature 0.7 with top-k 40, up to 512 new tokens, from one shared prefill; each
+  sample's answer is its first "The answer is K" (a K outside 1..N casts no vote; no such
+  phrase: the last number in 1..N); majority vote. A tie goes to the tied answer that the
+  earliest sample produced; when no sample votes there is no answer (counted as wrong), or,
   with ``fallback: first``, position 1 (the authors' rule).
 
 An answer that names no valid label is no answer: it counts as wrong and as a parse failure.
@@ -19,37 +23,51 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, GenerationSettings
-from posdebias.core.answers import AnswerParser
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
+from posdebias.core.answers import AnswerParser, Which
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 
-PromptVariant = Literal["plain", "instruction", "cot"]
+VARIANTS_TEXT = ", ".join(PROMPT_VARIANTS)
+PARSE_TEXT = "first, last (valid label), last_number (authors' vanilla) or answer_is"
 
 
 class GeneratedOptions(DecoderOptions):
-    prompt_variant: PromptVariant | None = Field(
-        default=None, description="plain, instruction or cot (default: the adapter's prompt)"
+    prompt_variant: str | None = Field(
+        default=None, description=f"{VARIANTS_TEXT} (default: the adapter's prompt)"
     )
     max_new_tokens: int = Field(default=8, ge=1, description="new tokens per text at most")
-    parse: Literal["first", "last"] = Field(default="first", description="which valid label")
+    parse: Which = Field(default="first", description=f"which label is the answer: {PARSE_TEXT}")
     stop: list[str] = Field(default_factory=list, description="stop strings")
+
+    @field_validator("prompt_variant")
+    @classmethod
+    def _known_variant(cls, value: str | None) -> str | None:
+        if value is not None and value not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt variant {value!r}; choose one of {VARIANTS_TEXT}")
+        return value
 
 
 class CotOptions(GeneratedOptions):
-    prompt_variant: PromptVariant | None = Field(
-        default="cot", description="plain, instruction or cot"
-    )
+    prompt_variant: str | None = Field(default="cot", description=VARIANTS_TEXT)
     max_new_tokens: int = Field(default=1024, ge=1, description="new tokens per text at most")
-    parse: Literal["first", "last"] = Field(
-        default="last", description="which valid label: the answer comes after the reasoning"
+    parse: Which = Field(
+        default="last",
+        description=f"which label is the answer (it comes after the reasoning): {PARSE_TEXT}",
     )
 
 
 class SelfConsistencyOptions(CotOptions):
+    prompt_variant: str | None = Field(default="self_consistency", description=VARIANTS_TEXT)
+    max_new_tokens: int = Field(default=512, ge=1, description="new tokens per sample at most")
+    parse: Which = Field(
+        default="answer_is",
+        description=f"which label is a sample's answer: {PARSE_TEXT}",
+    )
     samples: int = Field(default=10, ge=1, description="sampled chains per order")
     temperature: float = Field(default=0.7, gt=0, description="sampling temperature")
     top_k: int | None = Field(
@@ -122,9 +140,7 @@ class Instruction(Generated):
     default_variant = "instruction"
 
     class Options(GeneratedOptions):
-        prompt_variant: PromptVariant | None = Field(
-            default="instruction", description="plain, instruction or cot"
-        )
+        prompt_variant: str | None = Field(default="instruction", description=VARIANTS_TEXT)
 
 
 class ChainOfThought(Generated):
@@ -138,7 +154,7 @@ class SelfConsistency(Generated):
     name = "self_consistency"
     Options = SelfConsistencyOptions
     options: SelfConsistencyOptions
-    summary = "majority vote over sampled chains of thought sharing one prefill"
+    summary = "majority vote over sampled reasoning chains sharing one prefill"
 
     def sampling(self) -> dict[str, Any]:
         return {

@@ -2,7 +2,8 @@
 
 ``answer: scored`` takes the argmax of the restricted label scores (one forward pass, like the
 scored vanilla row); ``answer: generated`` generates greedily and parses the index (like the
-paper's vanilla). The mask itself is posdebias.adapters.attention.sofa.
+paper's vanilla; the authors' choice). ``within_image: true`` also opens the later tokens of the
+same image (the authors' mask). The mask itself is posdebias.adapters.attention.sofa.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class SofaOptions(GeneratedOptions):
     sigma: float = Field(default=0.5, gt=0, le=1, description="weight of the opened entries")
     layer_stride: int = Field(default=2, ge=1, description="every k-th language-model layer")
     first_layer: int = Field(default=0, ge=0, description="the first layer SoFA changes")
+    within_image: bool = Field(
+        default=False,
+        description="also open the later tokens of the same image (the authors' code)",
+    )
 
 
 def require_effect(run: Any, adapter: Adapter) -> None:
@@ -53,6 +58,7 @@ class Sofa(Generated):
             sigma=self.options.sigma,
             layer_stride=self.options.layer_stride,
             first_layer=self.options.first_layer,
+            within_image=self.options.within_image,
         )
 
     def decide(

@@ -41,27 +41,35 @@ from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manif
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
-from posdebias.evaluation.distributed import Shard, current_shard
+from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
-from posdebias.evaluation.protocol import apply_prompt, calibrator_specs, get_protocol
+from posdebias.evaluation.protocol import (
+    apply_prompt,
+    apply_specs,
+    get_protocol,
+    warn_left_out_layers,
+)
 from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
 from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
     ObservationCache,
     fit_calibrators,
+    observe_cached,
+    scored_views,
     summarize,
 )
 from posdebias.evaluation.states import save_states
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, load_adapter
+from posdebias.loading import create_adapter, open_adapter, served
 from posdebias.registry import get_registry
 
 
@@ -71,13 +79,15 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
     if config.model is not None:
-        if shard is not None and shard.distributed and not {"device", "device_map"} & set(options):
-            options["device"] = shard.device
-        options = protocol_adapter_options(protocol, options)
         task = config_task(config)
         if task != "retrieval" and "label_set" not in options:
             options["label_set"] = TASK_LABEL_SETS[task]  # letters for multiple choice
-        adapter: Adapter = load_adapter(config.model, adapter=config.adapter.name, **options)
+    if config.model is not None and served(config.adapter.name):
+        adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
+    elif config.model is not None:
+        options = placement(options, shard or Shard(), config.gpus_per_process)
+        options = protocol_adapter_options(protocol, options)
+        adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
@@ -219,6 +229,16 @@ def load_states(path: Path) -> dict[str, CalibrationState]:
     return {state.calibrator: state}
 
 
+def task_prompt_hash(adapter: Adapter, described: dict[str, Any], task: str) -> str | None:
+    """The prompt hash a calibration state records for ``task``: the adapter's (retrieval)
+    prompt hash, or the digest of its template for a candidate task, so that a state fitted
+    on one task's prompt is refused for another's."""
+    templates = getattr(adapter, "task_templates", None)
+    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
+        return described.get("prompt_hash")
+    return str(templates[task].digest())
+
+
 def saved_states(
     config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
 ) -> dict[str, CalibrationState]:
@@ -243,7 +263,7 @@ def saved_states(
             label_set=adapter.labels_for(n),
             adapter=adapter.name,
             options=calibrator.options.model_dump(mode="json"),
-            prompt_hash=described.get("prompt_hash"),
+            prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
             model_id=None if config.calibration_transfer else described.get("model_id"),
         )
         state.check_compatible(use)
@@ -269,9 +289,11 @@ def resolve_states(
     n: int,
     cache: ObservationCache,
     provided: dict[str, CalibrationState] | None = None,
+    test: list[RetrievalInstance] | None = None,
 ) -> dict[str, CalibrationState]:
     """Saved states where ``--calibration`` gives them (checked against this model and
-    setting), freshly fitted ones for the rest."""
+    setting), freshly fitted ones for the rest (``test``: the run's test instances, for a
+    calibrator that fits on the test views, e.g. batch calibration)."""
     if provided is None:
         provided = saved_states(config, adapter, calibrators, n)
     metadata = describe_adapter(adapter, n)
@@ -283,7 +305,21 @@ def resolve_states(
             calibration,
             batch_size=config.batch_size,
             cache=cache,
-            metadata={k: metadata.get(k) for k in ("model_id", "prompt_hash")},
+            metadata={
+                "model_id": metadata.get("model_id"),
+                "prompt_hash": task_prompt_hash(
+                    adapter, metadata, calibration[0].task if calibration else config_task(config)
+                ),
+            },
+            test_views=None
+            if test is None
+            else scored_views(
+                test,
+                config.orders,
+                config.seed,
+                shared=get_protocol(config.protocol).shared_orders,
+                cyclic=config.order_kind == "cyclic",
+            ),
         )
         if missing
         else {}
@@ -297,9 +333,10 @@ def check_attention(adapter: Adapter, calibrators: dict[str, Calibrator]) -> Non
         return
     blind = [label for label, c in calibrators.items() if c.needs_attention]
     if blind:
+        reason = getattr(adapter, "no_attention_reason", None) or "it cannot capture attention"
         raise InputError(
-            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} cannot "
-            "capture attention; use vanilla, pride or permutation_average instead"
+            f"calibrator {blind[0]!r} needs attention, but adapter {adapter.name!r} has none: "
+            f"{reason}; use vanilla, pride or permutation_average instead"
         )
 
 
@@ -318,6 +355,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "seed": config.seed,
         "protocol": config.protocol,
         "orders": config.orders,
+        **({"order_kind": config.order_kind} if config.order_kind != "random" else {}),
         "count": config.count,
         "calibration_count": config.calibration_count,
     }
@@ -398,11 +436,9 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
     if config.protocol != "default":
-        specs = calibrator_specs(
-            get_protocol(config.protocol), config.calibrators, adapter.num_layers
-        )
-        config = config.model_copy(update={"calibrators": specs})
+        config = apply_specs(get_protocol(config.protocol), config, adapter.num_layers)
         calibrators = build_calibrators(config)
+        decoders = build_decoders(config)
     check_attention(adapter, calibrators)
     source = load_instances(config, adapter, resolved.benchmark_factory())
     if not source.test:
@@ -410,6 +446,11 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
+    if config.order_kind == "cyclic" and config.orders > n:
+        raise InputError(
+            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"only {n} rotations; use orders {n} or fewer"
+        )
     provided = saved_states(config, adapter, calibrators, n)
     run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
     if config.out is None:
@@ -452,7 +493,19 @@ def calibrate(run: Run) -> None:
         run.n,
         run.cache,
         run.provided,
+        run.source.test,
     )
+    protocol = get_protocol(run.config.protocol)
+    if protocol.reference_layers and run.source.calibration and run.adapter.provides_attention:
+        observed = observe_cached(
+            run.adapter,
+            symmetrized_calibration_set(run.source.calibration),
+            run.cache,
+            batch_size=run.config.batch_size,
+        )
+        run.states = warn_left_out_layers(
+            protocol, observed, run.adapter.num_layers, run.states, run.config.calibrators
+        )
     run.fingerprints = {
         label: calibrator_fingerprint(calibrator, run.states[label])
         for label, calibrator in run.calibrators.items()
@@ -476,6 +529,7 @@ def evaluate_shard(
         batch_size=config.batch_size,
         cache=run.cache,
         shared_orders=get_protocol(config.protocol).shared_orders,
+        cyclic_orders=config.order_kind == "cyclic",
     )
     todo = [
         instance

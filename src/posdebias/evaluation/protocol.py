@@ -5,29 +5,46 @@ orders, calibration instances are held out of the test set, images go to the pro
 native size, the prompt is the model's, every language-model layer is a candidate, and labels are
 scored on the raw logits.
 
-``protocol: reference`` (:data:`REFERENCE`) changes exactly these six things, and nothing else
-(docs/method.md, "Reproducing the paper"):
+``protocol: reference`` (:data:`REFERENCE`) changes exactly these things, and nothing else
+(docs/method.md, "Reproducing the paper", one table "paper / authors' code / posdebias
+default"):
 
 1. one shared set of T distinct orders for every instance, the file order (identity) first;
-2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters);
-3. the query text of the prompt ends with a space (METHOD.md's query then ends ``"Answer: "``);
+2. every image resized to 336 x 336 (bicubic) before the processor (Hugging Face adapters), and
+   at most 28 // N tiles per image where the processor tiles images (InternVL);
+3. the query text of the prompt ends with a space (the query then ends ``"Answer: "``), in the
+   scored prompt and in every decoder's prompt variant (the chain-of-thought prompt ends
+   ``"Answer: <think>"`` under both protocols);
 4. candidate layers 21..35 for the layer-selecting calibrators (:func:`reference_layer_range`
    says how this maps to other depths);
 5. the M calibration instances are the first M of the evaluated file, and are also tested;
-6. label scores read after the checkpoint's generation-config logits processors (greedy), so a
-   repetition penalty (1.05 in Qwen2/2.5-VL checkpoints) lowers labels that occur in the prompt.
+6. label scores, and every generated token of the decoder rows, read after the checkpoint's
+   generation-config logits processors, so a repetition penalty (1.05 in Qwen2/2.5-VL
+   checkpoints) lowers labels that occur in the prompt;
+7. the rows' own choices of the authors' code (:data:`REFERENCE_DECODERS`,
+   :data:`REFERENCE_CALIBRATORS`): the generated vanilla reads at most 2 new tokens and takes the
+   last number in 1..N; SoFA answers by generation, under the mask that also opens the later
+   tokens of the same image; self-consistency answers position 1 when no sample votes;
+   permutation averaging uses min(16, N!) random permutations drawn afresh per instance.
 
-A setting the user gives explicitly (an adapter option or a calibrator's ``layer_range``) wins
-over the preset.
+A setting the user gives explicitly (an adapter option, a calibrator's or decoder's option)
+wins over the preset. On a model shallower than 36 layers, a layer mapping that leaves out
+layers whose attention is informative on the calibration set is reported in the diagnostics of
+the calibrators it affects (:func:`warn_left_out_layers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from posdebias.adapters.hf.prompt import PromptTemplate
-from posdebias.evaluation.config import CalibratorSpec
+from posdebias.core.observation import Observation
+from posdebias.core.stages import EPSILON, PriorEstimator
+from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
 ProtocolName = Literal["default", "reference"]
@@ -48,6 +65,7 @@ class Protocol:
     reference_layers: bool = False
     calibration_from_test: bool = False
     logits_processors: Literal["none", "generation_config"] = "none"
+    max_patches: str | None = None
 
 
 DEFAULT = Protocol("default")
@@ -59,8 +77,25 @@ REFERENCE = Protocol(
     reference_layers=True,
     calibration_from_test=True,
     logits_processors="generation_config",
+    max_patches="reference",
 )
 PROTOCOLS: dict[str, Protocol] = {"default": DEFAULT, "reference": REFERENCE}
+
+#: Decoder options of the authors' code where they differ from our defaults (by decoder name).
+REFERENCE_DECODERS: dict[str, dict[str, Any]] = {
+    "generated": {"max_new_tokens": 2, "parse": "last_number"},
+    "sofa": {
+        "answer": "generated",
+        "within_image": True,
+        "max_new_tokens": 2,
+        "parse": "last_number",
+    },
+    "self_consistency": {"fallback": "first"},
+}
+#: Calibrator options of the authors' code where they differ from our defaults.
+REFERENCE_CALIBRATORS: dict[str, dict[str, Any]] = {
+    "permutation_average": {"permutations": "random", "draw": "per_instance"},
+}
 
 
 def get_protocol(name: str) -> Protocol:
@@ -90,18 +125,53 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
         merged.setdefault("image_size", protocol.image_size)
     if protocol.logits_processors != "none":
         merged.setdefault("logits_processors", protocol.logits_processors)
+    if protocol.max_patches is not None:
+        merged.setdefault("max_patches", protocol.max_patches)
     return merged
 
 
 def apply_prompt(protocol: Protocol, adapter: Any) -> None:
-    """Give the adapter's prompt its trailing space (adapters with a prompt template only),
-    before anything is rendered."""
+    """Give the adapter's prompt, and the template its decoders' prompt variants derive from,
+    the trailing space (adapters with a prompt template only), before anything is rendered."""
 
     prompt = getattr(adapter, "prompt", None)
     if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
         return
-    if not prompt.query.endswith(" "):
+    base = getattr(adapter, "base_prompt", None)
+    variant = getattr(adapter, "prompt_variant", None)
+    if isinstance(base, PromptTemplate) and isinstance(variant, str):
+        if not base.query.endswith(" "):
+            base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
+        adapter.prompt = base.variant(variant)  # cot keeps its "Answer: <think>" ending
+    elif not prompt.query.endswith(" "):
         adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
+
+
+def apply_specs(
+    protocol: Protocol, config: EvaluateConfig, num_layers: int | None
+) -> EvaluateConfig:
+    """The config with the protocol's calibrator and decoder options filled in where the user
+    set none (:func:`calibrator_specs`, :data:`REFERENCE_DECODERS`,
+    :data:`REFERENCE_CALIBRATORS`)."""
+    if protocol.name == "default":
+        return config
+    calibrators = _with_defaults(
+        calibrator_specs(protocol, config.calibrators, num_layers), REFERENCE_CALIBRATORS
+    )
+    decoders = _with_defaults(list(config.decoders), REFERENCE_DECODERS)
+    return config.model_copy(update={"calibrators": calibrators, "decoders": decoders})
+
+
+def _with_defaults(
+    specs: list[CalibratorSpec], defaults: dict[str, dict[str, Any]]
+) -> list[CalibratorSpec]:
+    updated = []
+    for spec in specs:
+        extra = {k: v for k, v in defaults.get(spec.name, {}).items() if k not in spec.options}
+        if extra:
+            spec = spec.model_copy(update={"options": {**extra, **spec.options}})
+        updated.append(spec)
+    return updated
 
 
 def calibrator_specs(
@@ -119,4 +189,106 @@ def calibrator_specs(
         if "layer_range" in fields and "layer_range" not in spec.options:
             spec = spec.model_copy(update={"options": {**spec.options, "layer_range": layers}})
         updated.append(spec)
+    return updated
+
+
+#: A layer counts as informative when its own attention readout beats chance by this much.
+INFORMATIVE_MARGIN = 0.25
+#: ... and the best candidate layer kept by the mapping by this much.
+LEFT_OUT_MARGIN = 0.10
+
+
+def layer_readout_accuracy(observations: Sequence[Observation]) -> np.ndarray:
+    """Per attention row: the share of labelled observations whose purified attention of that
+    row alone (log a^(l) - log a_prior^(l)) peaks on the truth (Inference 2 with one layer)."""
+    labelled = [obs for obs in observations if obs.target is not None and obs.attention is not None]
+    if not labelled:
+        return np.zeros(0)
+    prior = PriorEstimator().attention_prior(labelled)
+    attention = np.stack([obs.attention_matrix for obs in labelled])  # [O, L, N]
+    purified = np.log(attention + EPSILON) - np.log(prior + EPSILON)[None]
+    targets = np.array([obs.target for obs in labelled])
+    return (purified.argmax(axis=-1) == targets[:, None]).mean(axis=0)
+
+
+def left_out_layers(
+    observations: Sequence[Observation], layer_range: tuple[int, int]
+) -> tuple[list[int], np.ndarray]:
+    """Model layers outside ``layer_range`` whose attention the calibration set shows to be
+    informative (readout at least :data:`INFORMATIVE_MARGIN` above chance and
+    :data:`LEFT_OUT_MARGIN` above every layer inside the range), and every row's readout."""
+    accuracy = layer_readout_accuracy(observations)
+    if accuracy.size == 0:
+        return [], accuracy
+    layers = observations[0].layers
+    indices = np.asarray(layers.indices if layers is not None else range(accuracy.size))
+    start, stop = layer_range
+    inside = (indices >= start) & (indices < stop)
+    chance = 1.0 / observations[0].n
+    best_inside = float(accuracy[inside].max()) if inside.any() else 0.0
+    left = [
+        int(layer)
+        for layer, value, kept in zip(indices, accuracy, inside, strict=True)
+        if not kept
+        and value >= chance + INFORMATIVE_MARGIN
+        and value >= best_inside + LEFT_OUT_MARGIN
+    ]
+    return left, accuracy
+
+
+def layer_mapping_warning(
+    protocol: Protocol, observations: Sequence[Observation], num_layers: int | None
+) -> str | None:
+    """The warning of the reference protocol when its layer mapping leaves out layers the
+    model's own attention shows to be informative on the labelled calibration set; None when
+    nothing is left out (or the protocol maps no layers)."""
+    if not protocol.reference_layers or num_layers is None or num_layers >= REFERENCE_DEPTH:
+        return None
+    start, stop = reference_layer_range(num_layers)
+    left, accuracy = left_out_layers(observations, (start, stop))
+    if not left:
+        return None
+    layers = observations[0].layers
+    indices = list(layers.indices if layers is not None else range(accuracy.size))
+    shown = ", ".join(f"{layer} ({100 * accuracy[indices.index(layer)]:.0f}%)" for layer in left)
+    inside = [
+        f"{100 * value:.0f}%"
+        for layer, value in zip(indices, accuracy, strict=True)
+        if start <= layer < stop
+    ]
+    return (
+        f"protocol reference maps this {num_layers}-layer model's candidate layers to "
+        f"{start}..{stop - 1}, leaving out layer(s) {shown} whose attention alone finds the "
+        f"truth on the calibration set far more often than the layers kept "
+        f"({', '.join(inside) or 'none'}); the layer-selecting calibrators will be weaker "
+        f"than on all layers. Set layer_range: [0, {num_layers}] on them (or use protocol "
+        "default) to keep every layer."
+    )
+
+
+def warn_left_out_layers(
+    protocol: Protocol,
+    observations: Sequence[Observation],
+    num_layers: int | None,
+    states: dict[str, Any],
+    specs: Sequence[CalibratorSpec],
+) -> dict[str, Any]:
+    """``states`` with the layer-mapping warning (:func:`layer_mapping_warning`) in the
+    diagnostics of every calibrator that selects among the mapped layers, so results.json, the
+    report and the command line carry it."""
+    message = layer_mapping_warning(protocol, observations, num_layers)
+    if message is None or num_layers is None:
+        return states
+    mapped = list(reference_layer_range(num_layers))
+    left = left_out_layers(observations, (mapped[0], mapped[1]))[0]
+    updated = dict(states)
+    for spec in specs:
+        if list(spec.options.get("layer_range") or []) != mapped or spec.key not in states:
+            continue
+        state = states[spec.key]
+        diagnostics = dict(state.diagnostics)
+        earlier = diagnostics.get("warning")
+        diagnostics["warning"] = f"{earlier} {message}" if earlier else message
+        diagnostics["layers_left_out"] = left
+        updated[spec.key] = state.model_copy(update={"diagnostics": diagnostics})
     return updated

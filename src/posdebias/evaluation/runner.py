@@ -22,7 +22,13 @@ import numpy as np
 
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import ImageRef, RetrievalInstance, image_key, random_orders
+from posdebias.core.instance import (
+    ImageRef,
+    RetrievalInstance,
+    image_key,
+    random_orders,
+    rotation_order,
+)
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
@@ -95,11 +101,24 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
 
 
 def instance_orders(
-    instance: RetrievalInstance, count: int, seed: int, *, shared: bool = False
+    instance: RetrievalInstance,
+    count: int,
+    seed: int,
+    *,
+    shared: bool = False,
+    cyclic: bool = False,
 ) -> list[np.ndarray]:
     """The T distinct candidate orders of a test instance (a function of seed and instance id
     only); ``shared``: one set for every instance of this N, the identity first (the authors'
-    protocol)."""
+    protocol); ``cyclic``: the first T cyclic rotations of the file order (rotation r shows
+    position ``(i + r) % N`` at i), the orders of rotated harness tasks and CircularEval."""
+    if cyclic:
+        if count > instance.n:
+            raise InputError(
+                f"{count} cyclic orders requested, but {instance.n} candidates have only "
+                f"{instance.n} rotations; use orders {instance.n} or fewer"
+            )
+        return [rotation_order(instance.n, shift) for shift in range(count)]
     if shared:
         return random_orders(instance.n, count, [seed, instance.n], identity_first=True)
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
@@ -195,6 +214,23 @@ def _observe(
     return list(observed)
 
 
+def scored_views(
+    instances: Sequence[RetrievalInstance],
+    orders: int,
+    seed: int,
+    *,
+    shared: bool = False,
+    cyclic: bool = False,
+) -> list[RetrievalInstance]:
+    """Every test instance in each of its T orders (:func:`instance_orders`): what the run
+    scores, and what batch calibration averages over."""
+    return [
+        instance.permuted(order)
+        for instance in instances
+        for order in instance_orders(instance, orders, seed, shared=shared, cyclic=cyclic)
+    ]
+
+
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
@@ -203,8 +239,11 @@ def fit_calibrators(
     batch_size: int = 1,
     cache: ObservationCache | None = None,
     metadata: Mapping[str, Any] | None = None,
+    test_views: Sequence[RetrievalInstance] | None = None,
 ) -> dict[str, CalibrationState]:
-    """Fit every calibrator on the symmetrised calibration set (observed once, shared).
+    """Fit every calibrator on the symmetrised calibration set (observed once, shared), or on
+    the views its :meth:`~posdebias.calibrators.base.Calibrator.fit_views` asks for
+    (``test_views``: every test instance in each of its orders, when the caller knows them).
 
     The calibration set is observed whenever it is given, even if no calibrator needs it, so a
     calibrator added to a finished run later finds every observation cached.
@@ -222,13 +261,14 @@ def fit_calibrators(
             "(label_free, purified_attention) on them"
         )
     observations: list[Observation] = []
+    cache = cache if cache is not None else ObservationCache()
     if symmetrized:
-        observations = observe_cached(
-            adapter,
-            symmetrized,
-            cache if cache is not None else ObservationCache(),
-            batch_size=batch_size,
-        )
+        observations = observe_cached(adapter, symmetrized, cache, batch_size=batch_size)
+    own: dict[str, list[Observation]] = {}
+    for label, calibrator in calibrators.items():
+        views = calibrator.fit_views(symmetrized, test_views) if calibrator.needs_fit else None
+        if views is not None:
+            own[label] = observe_cached(adapter, views, cache, batch_size=batch_size)
     info = {
         "adapter": adapter.name,
         "calibration_ids": [instance.id for instance in calibration_instances],
@@ -238,7 +278,7 @@ def fit_calibrators(
         info.setdefault("label_set", adapter.labels_for(n))
     states = {}
     for label, calibrator in calibrators.items():
-        used = observations if calibrator.needs_fit else []
+        used = own.get(label, observations) if calibrator.needs_fit else []
         try:
             states[label] = calibrator.fit(used, n=n, **info)
         except Exception as exc:
@@ -328,6 +368,7 @@ class Evaluator:
         batch_size: int = 1,
         cache: ObservationCache | None = None,
         shared_orders: bool = False,
+        cyclic_orders: bool = False,
     ) -> None:
         if orders < 1:
             raise InputError(f"--orders must be at least 1, got {orders}")
@@ -340,6 +381,7 @@ class Evaluator:
         self.orders = orders
         self.seed = seed
         self.shared_orders = shared_orders
+        self.cyclic_orders = cyclic_orders
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -354,7 +396,9 @@ class Evaluator:
     def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
-        orders = instance_orders(instance, self.orders, self.seed, shared=self.shared_orders)
+        orders = instance_orders(
+            instance, self.orders, self.seed, shared=self.shared_orders, cyclic=self.cyclic_orders
+        )
         shown = [instance.permuted(order) for order in orders]
         rotations = {
             label: [calibrator.views_of(view) for view in shown]
@@ -389,11 +433,16 @@ class Evaluator:
                     started = time.perf_counter()
                     group = None
                     used = [view]
+                    view_orders = None
                     if calibrator.needs_rotations:
                         used = rotations[label][t]
                         group = [observations[observation_key(r)] for r in used]
+                        view_orders = calibrator.permutations_for(view)
                     prediction = calibrator.predict(
-                        observations[observation_key(view)], state, rotations=group
+                        observations[observation_key(view)],
+                        state,
+                        rotations=group,
+                        orders=view_orders,
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)

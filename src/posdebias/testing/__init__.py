@@ -30,6 +30,7 @@ from posdebias.testing.tiny.common import build_tokenizer
 
 __all__ = [
     "FAMILIES",
+    "TEXT_FAMILIES",
     "CheckReport",
     "build_tokenizer",
     "check_adapter",
@@ -39,18 +40,21 @@ __all__ = [
 ]
 
 
-def _families() -> tuple[str, ...]:
+def _families(text_only: bool) -> tuple[str, ...]:
     registry = Registry(load_entry_points=False)
     return tuple(
         model_type
         for name in registry.adapter_names()
+        if getattr(registry.adapter_class(name), "text_only", False) == text_only
         for model_type in registry.adapter_class(name).model_types
         if model_type in BUILDERS
     )
 
 
-#: The built-in families with a tiny test model (``config.model_type`` values).
-FAMILIES: tuple[str, ...] = _families()
+#: The built-in vision-language families with a tiny test model (``config.model_type``).
+FAMILIES: tuple[str, ...] = _families(text_only=False)
+#: The built-in text-only language-model families with a tiny test model.
+TEXT_FAMILIES: tuple[str, ...] = _families(text_only=True)
 
 
 def tiny_model_and_processor(
@@ -73,7 +77,8 @@ def tiny_model_and_processor(
         if built is None and family in BUILDERS:  # a built-in family (a plugin's builder first)
             built = BUILDERS[family](family, **options)
     if built is None:
-        raise InputError(f"no tiny test model for family {family!r}; known: {', '.join(FAMILIES)}")
+        known = ", ".join((*FAMILIES, *TEXT_FAMILIES))
+        raise InputError(f"no tiny test model for family {family!r}; known: {known}")
     model, processor = built
     model.set_attn_implementation("sdpa")
     return model.eval(), processor

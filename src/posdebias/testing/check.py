@@ -5,6 +5,9 @@ the measured figure (and, on failure, the likely cause):
 
 * ``image spans``: one span per image, in prompt order, disjoint, inside the prompt, together
   covering every image token exactly once (:func:`posdebias.adapters.hf.spans.check_spans`);
+  for the candidate tasks ``candidate spans``: besides the images' spans, one disjoint span per
+  candidate, and each text candidate's span decodes to exactly its text (no label, separator
+  or neighbouring token: a span one token too long or too short fails);
 * ``label tokens``: the labels' token paths are distinct and form a consistent trie;
 * ``scores = own forward``: the adapter's restricted label scores (explicit positions, cached
   decoding steps) equal those of the model's own forward (no position ids, no cache), multi-token
@@ -13,7 +16,15 @@ the measured figure (and, on failure, the likely cause):
   reduced over the same spans (SKIP when the language model has no eager attention);
 * ``batch 1 vs 2``: a left-padded batch of two gives each row's numbers alone;
 * ``rotation``: rotating the images cyclically moves the spans with them: span k of the rotated
-  prompt holds exactly the input embeddings of image k + 1 of the original.
+  prompt holds exactly the input embeddings of image k + 1 of the original;
+* ``preprocessing``: whether posdebias changed the image files before the processor saw them
+  (the early shrink of large files, the ``image_size`` option) and, when it did, how far the
+  label scores on the ORIGINAL files are from the scores on what posdebias fed the model.
+
+An adapter that knows it cannot read the model (:meth:`HFAdapter.support_problem`) is refused
+before any row runs. Where the adapter says a padded batch would change the numbers
+(:class:`~posdebias.adapters.hf.BatchingUnsafe`), the probe and batch rows run the instances one
+at a time, as the adapter itself does, and say so in their figure.
 
 The figures are float32 comparisons: load the model in float32 to check it.
 """
@@ -29,12 +40,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import posdebias.defaults as defaults
+from posdebias._images import min_image_side
+from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe
-from posdebias.adapters.hf import HFAdapter, PreparedBatch
-from posdebias.adapters.hf.spans import check_spans, span_matrix
-from posdebias.adapters.hf.verify import reference_scores
-from posdebias.core.instance import RetrievalInstance
-from posdebias.errors import InputError, PosdebiasError
+from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
+from posdebias.adapters.hf.adapter import load_image
+from posdebias.adapters.hf.spans import check_candidate_spans, check_spans, span_matrix
+from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
+from posdebias.core.instance import Instance
+from posdebias.errors import AdapterError, InputError, PosdebiasError
 
 if TYPE_CHECKING:
     import torch
@@ -108,24 +122,48 @@ def check_images(count: int, *, seed: int = 0) -> list[Any]:
     return images
 
 
+#: Option texts of the candidate-task check instances (different lengths and word shapes).
+_OPTIONS = (
+    "a red square",
+    "two blue circles, side by side",
+    "none",
+    "a green triangle on a white background",
+    "it depends.",
+    "the largest one",
+    "a yellow star (small)",
+    "three",
+    "all of the above",
+    "an orange hexagon",
+    "not enough information",
+    "the first and the last",
+)
+
+
 def check_instances(
     n: int = defaults.CANDIDATES,
     *,
     images: Sequence[Any] | None = None,
     multi_token_n: int | None = 10,
-) -> list[RetrievalInstance]:
-    """The default instances: two with N images (captions of different lengths, so a batch of
-    them is left padded) and one with ``multi_token_n`` images (multi-token digit labels).
+    task: str = "retrieval",
+    with_images: bool = True,
+) -> list[Instance]:
+    """The default instances: two with N candidates (stems of different lengths, so a batch of
+    them is left padded) and one with ``multi_token_n`` candidates (multi-token digit labels).
 
-    ``images`` (paths or PIL images, at least ``n``) replaces the generated images.
+    ``images`` (paths or PIL images, at least ``n``) replaces the generated images. ``task``:
+    the kind posed; a candidate task has text candidates (options, answers, passages), and
+    with ``with_images`` (a vision-language model) a multiple-choice question also shows two
+    images of its own and its first option is an image with a text.
     """
+    if task != "retrieval":
+        return _candidate_instances(n, task, multi_token_n, images, with_images)
     count = max(n, multi_token_n or 0)
     pool = list(images) if images is not None else check_images(count)
     if len(pool) < n:
         raise InputError(f"the check needs at least {n} images, got {len(pool)}")
     ids = [f"image-{index}" for index in range(len(pool))]
     instances = [
-        RetrievalInstance(
+        Instance(
             query="a photo of a red square" + " on a blue background" * index,
             images=tuple(pool[:n]) if index == 0 else tuple(pool[:n][::-1]),
             image_ids=tuple(ids[:n]) if index == 0 else tuple(ids[:n][::-1]),
@@ -136,7 +174,7 @@ def check_instances(
     ]
     if multi_token_n and multi_token_n != n and len(pool) >= multi_token_n:
         instances.append(
-            RetrievalInstance(
+            Instance(
                 query="a small green circle",
                 images=tuple(pool[:multi_token_n]),
                 image_ids=tuple(ids[:multi_token_n]),
@@ -147,11 +185,49 @@ def check_instances(
     return instances
 
 
+def _candidate_instances(
+    n: int,
+    task: str,
+    multi_token_n: int | None,
+    images: Sequence[Any] | None,
+    with_images: bool,
+) -> list[Instance]:
+    if task == "pairwise_judge":
+        n, multi_token_n = 2, None
+    show_images = with_images and task == "multiple_choice"
+    pool = list(images) if images is not None else check_images(3) if show_images else []
+    if show_images and len(pool) < 3:
+        raise InputError(f"the check needs at least 3 images, got {len(pool)}")
+    counts = [n, n] + ([multi_token_n] if multi_token_n and multi_token_n != n else [])
+    stems = ("Which shape is shown", "Which shape is shown in the pictures above, and where")
+    instances = []
+    for index, count in enumerate(counts):
+        if count > len(_OPTIONS):
+            raise InputError(f"the check has {len(_OPTIONS)} option texts, N={count} is more")
+        texts = _OPTIONS[:count] if index != 1 else _OPTIONS[:count][::-1]
+        option_images: tuple[Any, ...] = ()
+        if show_images:
+            option_images = (pool[2], *([None] * (count - 1)))
+        instances.append(
+            Instance(
+                query=stems[min(index, 1)] + "?",
+                texts=tuple(texts),
+                images=option_images,
+                stem_images=tuple(pool[:2]) if show_images else (),
+                target=index % count,
+                id=f"check-{task}-{index}",
+                task=task,
+            )
+        )
+    return instances
+
+
 def check_adapter(
     adapter: Any,
-    instances: Sequence[RetrievalInstance] | None = None,
+    instances: Sequence[Instance] | None = None,
     *,
     n: int = defaults.CANDIDATES,
+    task: str = "retrieval",
     score_tolerance: float = SCORE_TOLERANCE,
     probe_tolerance: float = PROBE_TOLERANCE,
 ) -> CheckReport:
@@ -163,6 +239,7 @@ def check_adapter(
             two); default :func:`check_instances` with ``n`` images (and N = 10 for multi-token
             digit labels).
         n: images per instance of the default instances.
+        task: the task kind of the default instances (:func:`check_instances`).
         score_tolerance: largest accepted difference of a label score (float32 default).
         probe_tolerance: largest accepted difference of an attention mass (float32 default).
 
@@ -175,19 +252,26 @@ def check_adapter(
             f"posdebias check verifies Hugging Face adapters against their model; "
             f"{getattr(adapter, 'name', type(adapter).__name__)!r} wraps no model"
         )
-    instances = list(instances) if instances is not None else check_instances(n)
+    if instances is None:
+        instances = check_instances(n, task=task, with_images=not adapter.text_only)
+    instances = list(instances)
     if len(instances) < 2 or instances[0].n != instances[1].n:
         raise InputError("check_adapter needs at least two instances with the same N")
+    refuse_unsupported(adapter)  # what the adapter knows it cannot read: no forward at all
     runner = _Checks(adapter, instances, score_tolerance, probe_tolerance)
     results = tuple(
         runner.run(name, check)
         for name, check in (
-            ("image spans", runner.spans),
+            (
+                "image spans" if instances[0].task == "retrieval" else "candidate spans",
+                runner.spans,
+            ),
             ("label tokens", runner.labels),
             ("scores = own forward", runner.scores),
             ("probe = eager", runner.probe),
             ("batch 1 vs 2", runner.batch),
             ("rotation", runner.rotation),
+            ("preprocessing", runner.preprocessing),
         )
     )
     model = adapter.model_id or type(adapter.model).__name__
@@ -201,7 +285,7 @@ class _Checks:
     def __init__(
         self,
         adapter: HFAdapter,
-        instances: list[RetrievalInstance],
+        instances: list[Instance],
         score_tolerance: float,
         probe_tolerance: float,
     ) -> None:
@@ -253,20 +337,42 @@ class _Checks:
     # -- the checks ----------------------------------------------------------------------------
 
     def spans(self) -> tuple[str, str, str]:
-        covered = self.adapter.image_token_ids()
         summaries = []
         for index, instance in enumerate(self.instances):
             batch = self.single(index)[0] if index < 2 else self._prepare(instance)
-            ids = batch.inputs["input_ids"][0]
-            summaries.append(check_spans(batch.spans[0], ids, covered, instance.n))
+            summaries.append(self._row_spans(batch, 0, instance))
         pair = self.pair()
         for row in range(2):
-            check_spans(
-                pair.spans[row], pair.inputs["input_ids"][row], covered, self.instances[0].n
-            )
+            self._row_spans(pair, row, self.instances[row])
         return PASS, summaries[0], ""
 
-    def _prepare(self, instance: RetrievalInstance) -> PreparedBatch:
+    def _row_spans(self, batch: PreparedBatch, row: int, instance: Instance) -> str:
+        """Check one row's spans; a text candidate's span must decode to its text."""
+        covered = self.adapter.image_token_ids()
+        ids = batch.inputs["input_ids"][row]
+        if instance.task == "retrieval":
+            return check_spans(batch.spans[row], ids, covered, instance.n)
+        images = len(instance.all_images)
+        if images:
+            check_spans(batch.image_spans[row], ids, covered, images)
+        summary = check_candidate_spans(batch.spans[row], ids, instance.n)
+        tokens = ids.tolist()
+        image_positions = {t for span in batch.image_spans[row] for t in span.positions()}
+        for k, text in enumerate(instance.texts):
+            if text is None:
+                continue
+            positions = [t for t in batch.spans[row][k].positions() if t not in image_positions]
+            decoded = self.adapter.tokenizer.decode([tokens[t] for t in positions])
+            if "".join(decoded.split()) != "".join(text.split()):
+                raise AdapterError(
+                    f"candidate {k + 1}'s span decodes to {excerpt(decoded)}, not its text "
+                    f"{excerpt(text)}: the span is off (label or separator tokens included, or "
+                    "tokens of the text left out)"
+                )
+        texts = sum(1 for text in instance.texts if text is not None)
+        return f"{summary}; {texts} text spans decode to their texts exactly"
+
+    def _prepare(self, instance: Instance) -> PreparedBatch:
         return self.adapter.prepare_batch([instance])
 
     def labels(self) -> tuple[str, str, str]:
@@ -316,10 +422,15 @@ class _Checks:
 
         adapter = self.adapter
         batch = self.pair()
-        _, masses = adapter.run_batch(batch)
+        how = "batch of 2 with left padding"
+        try:
+            _, masses = adapter.run_batch(batch)
+        except BatchingUnsafe as exc:  # the adapter's own fallback: one instance at a time
+            batch, _, masses = self.single(0)
+            how = f"one instance at a time (the adapter says: {exc})"
         key = adapter.text_config_key
         try:
-            adapter.model.set_attn_implementation({key: "eager"})
+            adapter.model.set_attn_implementation("eager" if key is None else {key: "eager"})
         except (ValueError, AttributeError, KeyError) as exc:
             return SKIP, "no eager attention", f"the language model has no eager attention: {exc}"
         try:
@@ -345,8 +456,8 @@ class _Checks:
             )
         worst = float(torch.max(torch.abs(masses.double() - eager)))
         figure = (
-            f"max |diff| {worst:.2g} over {masses.shape[1]} layers, batch of 2 with left "
-            f"padding, tolerance {self.probe_tolerance:g}"
+            f"max |diff| {worst:.2g} over {masses.shape[1]} layers, {how}, "
+            f"tolerance {self.probe_tolerance:g}"
         )
         if worst <= self.probe_tolerance:
             return PASS, figure, ""
@@ -356,17 +467,28 @@ class _Checks:
         import torch
 
         batch = self.pair()
-        scores, masses = self.adapter.run_batch(batch)
+        fallback = ""
+        try:
+            scores, masses = self.adapter.run_batch(batch)
+        except BatchingUnsafe as exc:
+            # The adapter refuses this padded batch; what a run gets is observe_many's own
+            # fallback (one at a time), which must still equal each instance alone.
+            observed = self.adapter.observe_many(self.instances[:2], batch_size=2)
+            scores = torch.tensor(np.stack([o.label_logprobs for o in observed]))
+            masses = torch.tensor(np.stack([np.asarray(o.attention) for o in observed]))
+            fallback = f"; batching unsafe here, ran one at a time ({exc})"
         worst_scores = worst_masses = 0.0
         for row in range(2):
             _, alone_scores, alone_masses = self.single(row)
             worst_scores = max(
-                worst_scores, float(torch.max(torch.abs(scores[row] - alone_scores[0])))
+                worst_scores,
+                float(torch.max(torch.abs(scores[row].double() - alone_scores[0].double()))),
             )
             worst_masses = max(
-                worst_masses, float(torch.max(torch.abs(masses[row] - alone_masses[0])))
+                worst_masses,
+                float(torch.max(torch.abs(masses[row].double() - alone_masses[0].double()))),
             )
-        figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|)"
+        figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|){fallback}"
         if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
             return PASS, figure, ""
         return (
@@ -412,6 +534,55 @@ class _Checks:
             ),
         )
 
+    def preprocessing(self) -> tuple[str, str, str]:
+        """What posdebias did to the image files before the processor, and what it changed."""
+        import torch
+        from PIL import Image
+
+        adapter = self.adapter
+        instance = self.instances[0]
+        if not instance.all_images:
+            return PASS, "no image in the prompt (text candidates only)", ""
+        side = min_image_side(adapter.processor)
+        changes = []
+        for position, reference in enumerate(instance.all_images):
+            original = reference if isinstance(reference, Image.Image) else None
+            if original is None:
+                with Image.open(reference) as opened:
+                    original = opened.copy()
+            fed = load_image(reference, instance.id, side)
+            if fed.size != original.size:
+                factor = max(original.size[0] / fed.size[0], original.size[1] / fed.size[1])
+                changes.append(
+                    f"image {position + 1} {_size(original.size)} -> {_size(fed.size)} "
+                    f"(shrunk {factor:.3g}x before the processor)"
+                )
+        note = (
+            f"; every image then resized to {adapter.image_size}x{adapter.image_size} "
+            "(the image_size option)"
+            if adapter.image_size is not None
+            else ""
+        )
+        if not changes:
+            return PASS, "no image file was shrunk before the processor" + note, ""
+        _, fed_scores, _ = self.single(0)
+        original_batch = adapter.prepare_batch([instance], original_images=True)
+        original_scores, _ = adapter.run_batch(original_batch, attention=False)
+        worst = float(torch.max(torch.abs(fed_scores[0].double() - original_scores[0].double())))
+        figure = (
+            f"{'; '.join(changes)}{note}; scores on the original files differ by max |diff| "
+            f"{worst:.2g}, tolerance {self.score_tolerance:g}"
+        )
+        if worst <= self.score_tolerance:
+            return PASS, figure, ""
+        return (
+            FAIL,
+            figure,
+            "posdebias shrank large image files before the processor and the model answers "
+            "differently on the originals: resize the files yourself to the processor's size "
+            "so that both agree",
+        )
+
     def _embeddings(self, batch: PreparedBatch) -> torch.Tensor:
         """[T, D] float64 input embeddings of a one-row batch (image features merged in)."""
         import torch
@@ -421,6 +592,10 @@ class _Checks:
                 **batch.inputs, position_ids=batch.position_ids, output_hidden_states=True
             )
         return output.hidden_states[0][0].double().cpu()
+
+
+def _size(size: tuple[int, int]) -> str:
+    return f"{size[0]}x{size[1]}"
 
 
 def _trie_problem(plan: Any) -> str | None:

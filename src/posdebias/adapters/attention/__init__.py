@@ -83,20 +83,25 @@ def register_probe() -> str:
     return PROBE_NAME
 
 
-def install_probe(model: Any, text_config_key: str = "text_config") -> None:
+def install_probe(model: Any, text_config_key: str | None = "text_config") -> None:
     """Route the language model's attention through the probe; the vision tower keeps its own.
 
-    Without an active recorder, SoFA or shared prefix the function is plain SDPA, so installing
-    it changes no output.
+    ``text_config_key`` names the language model's sub-config; None: the model is a language
+    model (its own config). Without an active recorder, SoFA or shared prefix the function is
+    plain SDPA, so installing it changes no output.
     """
     register_probe()
     try:
-        model.set_attn_implementation({text_config_key: PROBE_NAME})
+        model.set_attn_implementation(
+            PROBE_NAME if text_config_key is None else {text_config_key: PROBE_NAME}
+        )
     except (ValueError, AttributeError, KeyError) as exc:
         raise AdapterError(
             f"cannot enable the attention probe on {type(model).__name__}: {exc}"
         ) from exc
-    text_config = getattr(model.config, text_config_key, None)
+    text_config = (
+        model.config if text_config_key is None else getattr(model.config, text_config_key, None)
+    )
     if text_config is None or text_config._attn_implementation != PROBE_NAME:
         raise AdapterError(
             f"{type(model).__name__} has no {text_config_key!r} sub-config that accepts a custom "

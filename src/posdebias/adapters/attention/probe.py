@@ -19,10 +19,13 @@ copy of at most ``KEY_CHUNK`` keys per KV head, allocated once per pass and reus
 layer: the keys are upcast chunk by chunk, never whole (a fresh float32 copy of a layer's K per
 layer cost up to 10% of the forward time on CPU, docs/performance.md). The scores stay float32
 (a bfloat16 product rounds the logits by ~0.1). No T x T tensor is ever formed, and the masses
-stay on the model's device until :meth:`AttentionRecorder.attention` (one transfer per pass,
-not a device synchronisation per layer). The recorder lives in a
-:class:`contextvars.ContextVar`, so concurrent or nested calls (threads, asyncio tasks) each see
-their own and nothing leaks between calls; without an active recorder the probe is plain SDPA.
+stay on their layer's device until :meth:`AttentionRecorder.attention` gathers them (one
+transfer per pass, not a device synchronisation per layer). A model split over devices
+(``device_map``) is handled per device: the span matrix and the scratch copy live once on each
+device that runs a layer, and the masses are gathered to one device before they are stacked.
+The recorder lives in a :class:`contextvars.ContextVar`, so concurrent or nested calls
+(threads, asyncio tasks) each see their own and nothing leaks between calls; without an active
+recorder the probe is plain SDPA.
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ class AttentionRecorder:
         self.span_matrix = span_matrix.to(torch.float32)
         self.masses: dict[int, torch.Tensor] = {}
         self.modules: dict[int, torch.nn.Module] = {}
-        self._scratch: torch.Tensor | None = None
+        # per device: a model split over devices runs layers on several (device_map)
+        self._spans: dict[torch.device, torch.Tensor] = {self.span_matrix.device: self.span_matrix}
+        self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def record(
         self,
@@ -113,12 +118,12 @@ class AttentionRecorder:
             (batch, kv_heads, q_last.shape[2], kv_len), dtype=torch.float32, device=key.device
         )
         chunk = min(KEY_CHUNK, kv_len)
-        scratch = self._scratch
+        scratch = self._scratch.get(key.device)  # one per device: layers may sit on several
         if scratch is None or scratch.shape != (batch, kv_heads, chunk, dim):
             scratch = torch.empty(
                 (batch, kv_heads, chunk, dim), dtype=torch.float32, device=key.device
             )
-            self._scratch = scratch
+            self._scratch[key.device] = scratch
         for start in range(0, kv_len, chunk):
             stop = min(start + chunk, kv_len)
             part = scratch[:, :, : stop - start]
@@ -127,10 +132,11 @@ class AttentionRecorder:
         return scores
 
     def _span_on(self, device: torch.device) -> torch.Tensor:
-        """The span matrix on ``device``, moved there once per pass."""
-        if self.span_matrix.device != device:
-            self.span_matrix = self.span_matrix.to(device)
-        return self.span_matrix
+        """The span matrix on ``device``, copied there once per pass and device."""
+        span = self._spans.get(device)
+        if span is None:
+            span = self._spans[device] = self.span_matrix.to(device)
+        return span
 
     @property
     def recorded_layers(self) -> list[int]:
@@ -149,7 +155,8 @@ class AttentionRecorder:
                 "(the softmax-attention layers of the text config's layer_types); is the "
                 "language model using the probe (set_attn_implementation)?"
             )
-        return torch.stack([self.masses[layer] for layer in expected], dim=1).cpu()
+        # gathered on the CPU: with a split model the layers' masses sit on several devices
+        return torch.stack([self.masses[layer].cpu() for layer in expected], dim=1)
 
 
 @contextlib.contextmanager

@@ -132,7 +132,7 @@ def shared_prefix_attention(
     if attention_mask is not None:
         mask = attention_mask[..., -(prompt + new) :]
         per_head = (kv_heads, groups) if mask.shape[1] != 1 else (1, 1)
-        mask = mask.reshape(batch, samples, *per_head, q_len, prompt + new)
+        mask = mask.reshape(batch, samples, *per_head, q_len, prompt + new).to(scores.device)
         if mask.dtype == torch.bool:
             scores.masked_fill_(~mask, float("-inf"))
         else:

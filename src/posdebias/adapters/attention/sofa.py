@@ -3,8 +3,10 @@
 In a causal model image i cannot see a LATER image j. SoFA replaces, in every ``layer_stride``-th
 language-model layer (starting at ``first_layer``), the causal mask's entries from the tokens of
 image i to the tokens of every later image j > i, which are -inf, by log(sigma): the earlier image
-now attends to the later ones with weight sigma relative to a visible token. Everything else
-(text, earlier images, padding) keeps the causal mask.
+now attends to the later ones with weight sigma relative to a visible token. With
+``within_image`` (the authors' code) the masked entries inside one image are opened too: a token
+of image i also sees the LATER tokens of image i with weight sigma. Everything else (text,
+padding, what is already visible) keeps the causal mask.
 
 No model code is patched. The posdebias attention function (:mod:`posdebias.adapters.attention`)
 asks :func:`adjust_mask` for the mask of each layer; it returns the incoming mask unchanged unless
@@ -55,10 +57,12 @@ def sofa_mask(
     sigma: float,
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
+    within_image: bool = False,
 ) -> torch.Tensor:
     """The [B, 1, T, T] additive float mask: ``mask`` (bool, float or None = causal) with the
-    image-to-later-image blocks set to log(sigma). A row with no visible key (a padding row)
-    sees every key, so no softmax row is all -inf (its output is never read)."""
+    image-to-later-image blocks set to log(sigma), and with ``within_image`` also the masked
+    (upper-triangle) entries of each image's own block. A row with no visible key (a padding
+    row) sees every key, so no softmax row is all -inf (its output is never read)."""
     import torch
 
     batch = len(spans)
@@ -81,6 +85,11 @@ def sofa_mask(
                 for start_i, end_i in runs_i:
                     for start_j, end_j in runs_j:
                         additive[row, 0, start_i:end_i, start_j:end_j] = opened
+            if within_image:
+                for start_i, end_i in runs_i:
+                    for start_j, end_j in runs_i:
+                        block = additive[row, 0, start_i:end_i, start_j:end_j]
+                        block.masked_fill_(torch.isneginf(block), opened)
     blocked = torch.isneginf(additive).all(dim=-1, keepdim=True)
     return additive.masked_fill(blocked, 0.0)
 
@@ -104,16 +113,26 @@ class _Scope:
         self.settings = run.settings
         self.spans = spans
         self.length = length
-        self._source: Any = None
-        self._built: torch.Tensor | None = None
+        self._built: dict[Any, tuple[Any, torch.Tensor]] = {}
 
     def mask_for(self, mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor:
-        if self._built is None or self._source is not mask or self._built.dtype != query.dtype:
-            self._built = sofa_mask(
-                mask, self.spans, self.length, self.settings.sigma, query.dtype, query.device
+        """The SoFA mask on the query's device (built once per source mask, dtype and device:
+        a model split over devices runs its layers on several)."""
+        key = (query.device, query.dtype)
+        cached = self._built.get(key)
+        if cached is None or cached[0] is not mask:
+            source = None if mask is None else mask.to(query.device)
+            built = sofa_mask(
+                source,
+                self.spans,
+                self.length,
+                self.settings.sigma,
+                query.dtype,
+                query.device,
+                within_image=self.settings.within_image,
             )
-            self._source = mask
-        return self._built
+            cached = self._built[key] = (mask, built)
+        return cached[1]
 
 
 _RUN: contextvars.ContextVar[SofaRun | None] = contextvars.ContextVar(

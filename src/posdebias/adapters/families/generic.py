@@ -4,21 +4,33 @@ It needs a processor with a chat template and an ``image_token``; each image's s
 run of image tokens as the processor expanded it (split by the processor's own per-image
 counts), widened by the processor's ``start_image_token`` / ``end_image_token`` when it declares
 them. Position ids are counted from the attention mask, which is right for 1-D RoPE language
-models only. A model that computes its own positions (multimodal RoPE: ``get_rope_index``, a
-``mrope_section`` in its rope parameters) is refused before any forward, and anything else the
-first-batch verification catches (verify.py) stops the run: the generic adapter never guesses.
-When the spans cannot be found it fails with a message that says what it found.
+models only.
+
+What the generic adapter cannot read right is refused BEFORE the first forward
+(:meth:`GenericAdapter.support_problem`), from the config, the model's modules and one dry run of
+the processor on two small generated images: a model that computes its own positions (multimodal
+RoPE), reads images through cross-attention layers, shares key/value states between layers, has
+layer types without a known attention kind, or attends bidirectionally over a prefix; a processor
+that returns no replacement offsets, whose image token is only a placeholder for other tokens,
+or that splits an image into tiles with text between them. Anything else the first-batch
+verification catches (verify.py) stops the run: the generic adapter never guesses.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
+from posdebias._images import min_image_side
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
+from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.spans import SpanTokens
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import PosdebiasError
 
 _POSITION_METHODS = ("get_rope_index", "compute_3d_position_ids", "get_position_ids")
 
@@ -35,6 +47,61 @@ def own_position_scheme(model: Any) -> str | None:
     if isinstance(rope, dict) and ({"mrope_section", "mrope_interleaved"} & set(rope)):
         return "its language model uses multimodal RoPE (mrope_section in rope_parameters)"
     return None
+
+
+def structural_problem(config: Any, model_class: Any = None) -> str | None:
+    """What in a model's config (and, given, its class) the generic adapter cannot read right,
+    or None. Needs no weights and no processor, so the coverage table can ask it of every
+    family (``posdebias plugins --families``)."""
+    if getattr(config, "is_encoder_decoder", False):
+        return (
+            "it is an encoder-decoder model: the answer comes from a separate decoder whose "
+            "prompt is not the images and the text"
+        )
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cross = getattr(text, "cross_attention_layers", None) or getattr(
+        config, "cross_attention_layers", None
+    )
+    if cross:
+        return (
+            f"it reads images through cross-attention layers {list(cross)}, which the "
+            "self-attention probe does not see; it needs a family adapter that reads "
+            "cross-attention"
+        )
+    shared = getattr(text, "num_kv_shared_layers", 0) or 0
+    if isinstance(shared, int) and shared > 0:
+        return (
+            f"its last {shared} layers reuse other layers' key/value states (KV sharing), "
+            "which the adapter's cached label steps do not reproduce"
+        )
+    if getattr(text, "num_hidden_layers", None) is not None:
+        try:
+            attention_layers(text)
+        except PosdebiasError as exc:
+            return str(exc)
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    if isinstance(rope, dict) and ({"mrope_section", "mrope_interleaved"} & set(rope)):
+        return "its language model uses multimodal RoPE (mrope_section in rope_parameters)"
+    if model_class is not None:
+        for owner in _classes_of(model_class):
+            for method in _POSITION_METHODS:
+                if callable(getattr(owner, method, None)):
+                    return f"it computes its own position ids ({owner.__name__}.{method})"
+    return None
+
+
+def _classes_of(model_class: Any) -> list[Any]:
+    """The model class and the base ``*Model`` classes of its module (its inner model)."""
+    module = importlib.import_module(model_class.__module__)
+    inner = [
+        value
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and name.endswith("Model")
+        and not name.endswith("PreTrainedModel")
+        and value.__module__ == module.__name__
+    ]
+    return [model_class, *inner]
 
 
 class GenericAdapter(HFAdapter):
@@ -59,6 +126,85 @@ class GenericAdapter(HFAdapter):
         if scheme is None:
             return None
         return f"{scheme}, and the generic adapter only counts 1-D positions"
+
+    def support_problem(self) -> str | None:
+        """Everything the generic adapter can tell it would read wrong, before any forward:
+        the config and modules (:func:`structural_problem`), then one processor dry run."""
+        return self._support_verdict
+
+    @functools.cached_property
+    def _support_verdict(self) -> str | None:
+        return (
+            self.position_problem()
+            or structural_problem(self.model.config)
+            or self._cross_attention_modules()
+            or self._processor_problem()
+        )
+
+    def _cross_attention_modules(self) -> str | None:
+        names = [name for name, _ in self.model.named_modules() if name.endswith("cross_attn")]
+        if not names:
+            return None
+        return (
+            f"it has {len(names)} cross-attention module(s) ({names[0]}, ...), which the "
+            "self-attention probe does not read"
+        )
+
+    def _processor_problem(self) -> str | None:
+        """One processor call on two small generated images, no model forward: are the
+        replacement offsets there, is the image token expanded, one run per image?"""
+        from PIL import Image
+
+        side = min(max(min_image_side(self.processor) or 64, 16), 448)
+        images = tuple(Image.new("RGB", (side, side), c) for c in ((200, 30, 30), (30, 30, 200)))
+        probe = RetrievalInstance(
+            query="a red or a blue image", images=images, target=None, id="dry"
+        )
+        try:
+            inputs = self.processor_inputs([self.render(probe)], [list(images)])
+        except PosdebiasError as exc:
+            return f"its processor rejected two small images: {exc}"
+        if "token_type_ids" in inputs and int(inputs["token_type_ids"].sum()) > 0:
+            return (
+                "its processor marks a bidirectional prefix (token_type_ids), which the causal "
+                "probe and the cached label steps do not reproduce"
+            )
+        offsets = inputs.get("text_replacement_offsets")
+        if offsets is None:
+            return (
+                f"{type(self.processor).__name__} returns no text replacement offsets, so the "
+                "generic adapter cannot tell which tokens belong to which image"
+            )
+        replacements = [e["replacement"] for e in offsets[0] if e.get("type") == "image"]
+        ids = inputs["input_ids"][0].tolist()
+        image_id = self.tokens.image
+        if replacements and all(r.count(self.image_token) <= 1 for r in replacements):
+            total = sum(1 for t in ids if t == image_id)
+            return (
+                f"its image token {self.image_token!r} is a placeholder ({total} in a prompt "
+                "with 2 images): the image's features sit on other tokens, which the generic "
+                "adapter cannot attribute to an image"
+            )
+        runs = _runs_of(ids, image_id)
+        if len(runs) > len(replacements):
+            return (
+                f"its processor splits images into tiles with text between them ({len(runs)} "
+                f"runs of image tokens for {len(replacements)} images); a family adapter must "
+                "say which tokens belong to each image"
+            )
+        return None
+
+
+def _runs_of(ids: list[int], token: int) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for position, value in enumerate(ids):
+        if value != token:
+            continue
+        if runs and runs[-1][1] == position:
+            runs[-1] = (runs[-1][0], position + 1)
+        else:
+            runs.append((position, position + 1))
+    return runs
 
 
 @hookimpl

@@ -26,14 +26,14 @@ from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, PreparedBatch
+from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import ImageSpan, SpanTokens
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError
 
 
-class PaddingChangesNumbers(AdapterError):
+class PaddingChangesNumbers(BatchingUnsafe):
     """A padded batch whose numbers would differ from its rows alone (see the module doc)."""
 
 
@@ -110,7 +110,11 @@ class Llama4Adapter(HFAdapter):
         try:
             return super()._observe_batch(instances)
         except PaddingChangesNumbers:
-            return [obs for one in instances for obs in super()._observe_batch([one])]
+            # a loop, not a comprehension: zero-argument super() needs the method's own scope
+            observed: list[Observation] = []
+            for one in instances:
+                observed.extend(super()._observe_batch([one]))
+            return observed
 
     def _temperature_sees_padding(self, batch: PreparedBatch) -> bool:
         """True when the NoPE layers' query temperature would differ with padding: it is 1 for

@@ -10,7 +10,7 @@ them explicitly, also for the cached decoding steps of multi-token labels.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
@@ -23,7 +23,7 @@ class Qwen2VLAdapter(HFAdapter):
     """Qwen2-VL / Qwen2.5-VL (``Qwen/Qwen2.5-VL-3B-Instruct`` and relatives)."""
 
     name = "qwen2_vl"
-    model_types = ("qwen2_5_vl", "qwen2_vl")
+    model_types: ClassVar[tuple[str, ...]] = ("qwen2_5_vl", "qwen2_vl")
     summary = "Qwen2-VL / Qwen2.5-VL (multimodal RoPE, vision start/end markers)"
 
     def span_tokens(self) -> SpanTokens:

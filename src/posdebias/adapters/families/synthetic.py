@@ -58,6 +58,11 @@ class SyntheticOptions(AdapterOptions):
     attention_evidence: float = Field(
         default=1.5, ge=0, description="how much informative layers' attention favours the truth"
     )
+    attention_shift: int = Field(
+        default=0,
+        description="informative attention favours the image this many positions after the "
+        "truth (cyclically; 0 = the truth): attention that is consistently wrong",
+    )
     content_noise: float = Field(
         default=0.3, ge=0, description="std of per (query, image) similarity: hard distractors"
     )
@@ -157,7 +162,7 @@ class SyntheticAdapter(Adapter):
         logits = row + opts.logit_evidence * truth + content + opts.noise * noise_rng.normal(size=n)
         sinks, mass = self._static_layer_profile(n)
         weight = self._informative()[:, None]
-        evidence = opts.attention_evidence * truth + content
+        evidence = opts.attention_evidence * np.roll(truth, opts.attention_shift) + content
         z = sinks + weight * evidence + opts.noise * noise_rng.normal(size=(opts.num_layers, n))
         layer_mass = mass * np.exp(0.1 * noise_rng.normal(size=opts.num_layers))
         attention = layer_mass[:, None] * softmax(z)
@@ -206,10 +211,11 @@ class SyntheticAdapter(Adapter):
                 else:
                     choice = int(ranked[0])
                 words = [labels[choice]]
-                if (settings.prompt_variant or "plain") == "cot":
+                variant = settings.prompt_variant or "plain"
+                if variant in ("cot", "posdebias_cot", "self_consistency"):
                     words = (
                         f"Image {labels[ranked[0]]} and image {labels[ranked[1]]} are the "
-                        f"closest to the caption. Answer: {labels[choice]}"
+                        f"closest to the caption. The answer is {labels[choice]}"
                     ).split()
                 words = words[: settings.max_new_tokens]
                 texts.append(" ".join(words))

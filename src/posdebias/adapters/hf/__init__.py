@@ -9,7 +9,12 @@ forward. The modules below (``adapter``, ``spans``, ``scoring``, ``prompt``, ``g
 """
 
 from posdebias._deprecation import moved_attributes
-from posdebias.adapters.hf.adapter import HFAdapter, HFAdapterOptions, PreparedBatch
+from posdebias.adapters.hf.adapter import (
+    BatchingUnsafe,
+    HFAdapter,
+    HFAdapterOptions,
+    PreparedBatch,
+)
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate
 from posdebias.adapters.hf.spans import (
     ImageSpan,
@@ -23,6 +28,7 @@ from posdebias.adapters.hf.spans import (
 
 __all__ = [
     "PROMPT_VARIANTS",
+    "BatchingUnsafe",
     "HFAdapter",
     "HFAdapterOptions",
     "ImageSpan",

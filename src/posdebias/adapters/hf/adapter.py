@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -36,7 +36,7 @@ from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
-from posdebias.adapters.hf.generation import generate_many
+from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
@@ -44,16 +44,26 @@ from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
     as_span,
+    candidate_spans,
+    check_candidate_spans,
     check_spans,
+    expand_replacements,
     find_image_spans,
     span_matrix,
+    tokens_in_range,
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
-from posdebias.errors import AdapterError, InputError
+from posdebias.core.tasks import (
+    DEFAULT_TEMPLATES,
+    candidate_char_spans,
+    task_template,
+    text_only_messages,
+)
+from posdebias.errors import AdapterError, ConfigError, InputError
 
 if TYPE_CHECKING:
     from posdebias.adapters.base import Generation, GenerationSettings
@@ -88,6 +98,11 @@ class HFAdapterOptions(AdapterOptions):
     image_size: int | None = Field(
         default=None, ge=1, description="resize every image to this square (bicubic) first"
     )
+    max_patches: int | Literal["reference"] | None = Field(
+        default=None,
+        description="tiles per image at most, for processors that tile images (InternVL): a "
+        "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
+    )
     logits_processors: Literal["none", "generation_config"] = Field(
         default="none",
         description="score labels on raw logits, or after the checkpoint's generation-config "
@@ -96,10 +111,27 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
+    max_memory: dict[int | str, int | str] | None = Field(
+        default=None,
+        description="accelerate's memory per device for device_map (devices it names only)",
+    )
     trust_remote_code: bool = Field(
         default=False, description="run the checkpoint's own Python code (only if you trust it)"
     )
     revision: str | None = Field(default=None, description="hub branch, tag or commit")
+    task_prompt: dict[str, Any] | None = Field(
+        default=None,
+        description="fields of the candidate tasks' prompt template (multiple_choice, "
+        "pairwise_judge, rerank; the Tasks page)",
+    )
+
+    @field_validator("task_prompt")
+    @classmethod
+    def _known_task_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            for task in DEFAULT_TEMPLATES:
+                task_template(task, value)  # a ConfigError (a ValueError) names the field
+        return value
 
     @field_validator("label_set")
     @classmethod
@@ -120,7 +152,15 @@ class HFAdapterOptions(AdapterOptions):
         return coerce_prompt(value)
 
 
-LOADING_OPTIONS = ("model", "dtype", "device", "device_map", "trust_remote_code", "revision")
+LOADING_OPTIONS = (
+    "model",
+    "dtype",
+    "device",
+    "device_map",
+    "max_memory",
+    "trust_remote_code",
+    "revision",
+)
 
 
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
@@ -154,14 +194,25 @@ class PreparedBatch:
     Attributes:
         inputs: the processor's tensors on the model's device.
         position_ids: explicit prompt positions (padding-independent).
-        spans: per row, every token of each image (:class:`ImageSpan`), in prompt order.
+        spans: per row, every token of each candidate (:class:`ImageSpan`: an image's
+            tokens, a text's tokens, or both), in candidate order; what the probe reads.
         plan: the label token trie for this N.
+        image_spans: per row, every token of each image of the prompt (the stem's first);
+            the same as ``spans`` for retrieval.
     """
 
     inputs: Any
     position_ids: Any
     spans: list[list[ImageSpan]]
     plan: LabelPlan
+    image_spans: list[list[ImageSpan]] = field(default_factory=list)
+
+
+class BatchingUnsafe(AdapterError):
+    """Raised by :meth:`HFAdapter.run_batch` when a padded batch would give other numbers than
+    its rows alone (e.g. Llama 4's NoPE temperature counting the padding). The adapter's own
+    ``observe_many`` then runs the rows one at a time; ``posdebias check`` does the same and
+    says so."""
 
 
 class HFAdapter(Adapter):
@@ -169,8 +220,14 @@ class HFAdapter(Adapter):
 
     name: ClassVar[str] = "hf"
     Options = HFAdapterOptions
-    text_config_key: ClassVar[str] = "text_config"
+    #: Where the language model's config is (``None``: the model's own config, a text model).
+    text_config_key: ClassVar[str | None] = "text_config"
     split_by_processor_counts: ClassVar[bool] = False
+    #: A text-only language model: its processor is its tokenizer, its prompts hold no image.
+    text_only: ClassVar[bool] = False
+    #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
+    #: processor does; text models take them from the chat template instead.
+    prompt_special_tokens: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -185,11 +242,15 @@ class HFAdapter(Adapter):
         image_size: int | None = None,
         logits_processors: str = "none",
         prompt_variant: str = "plain",
+        task_prompt: dict[str, Any] | None = None,
+        max_patches: int | str | None = None,
     ) -> None:
 
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
+        if tokenizer is None and self.text_only:
+            tokenizer = processor  # a text model's processor is its tokenizer
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
@@ -205,14 +266,21 @@ class HFAdapter(Adapter):
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
+        if isinstance(max_patches, int) and max_patches < 1:
+            raise AdapterError(f"max_patches must be at least 1, got {max_patches}")
+        self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
-        self.image_token = self._image_token()
-        self.tokens = self.span_tokens()
+        self.task_prompt = task_prompt
+        self.task_templates = {task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES}
+        # a text model has no image token: an id no token has keeps the types simple
+        self.image_token = "" if self.text_only else self._image_token()
+        self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
         self.end_token_id = self._end_token_id(end_token)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
         install_probe(model, self.text_config_key)
-        self._text_config = getattr(model.config, self.text_config_key)
+        key = self.text_config_key
+        self._text_config = model.config if key is None else getattr(model.config, key)
         self._plans: dict[int, tuple[list[str], LabelPlan]] = {}
         self._last_n: int | None = None
         forward = inspect.signature(model.forward).parameters
@@ -258,6 +326,8 @@ class HFAdapter(Adapter):
             replacements: the text the processor substituted for each image placeholder, in
                 prompt order (``None`` when the processor does not report it).
         """
+        if self.text_only:
+            raise AdapterError(f"{self.name} is a text-only adapter; its prompts hold no image")
         counts = None
         if self.split_by_processor_counts:
             if replacements is None:
@@ -271,7 +341,16 @@ class HFAdapter(Adapter):
     def image_token_ids(self) -> set[int]:
         """Tokens that only ever belong to an image: every one must lie in some span."""
         tokens = self.tokens
+        if self.text_only:
+            return set()
         return {t for t in (tokens.image, tokens.start, tokens.end) if t is not None}
+
+    def support_problem(self) -> str | None:
+        """Why this adapter cannot read this model right, found BEFORE any forward pass, or
+        None. Runs (and whoever runs ``posdebias check``) stop with it at once; the default is
+        :meth:`position_problem`. The first-batch verification stays the safety net for what
+        cannot be seen from the config and the processor."""
+        return self.position_problem()
 
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
@@ -279,6 +358,8 @@ class HFAdapter(Adapter):
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
         """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        limit = self.tile_limit(len(images[0]) if images else 0)
+        tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
@@ -287,11 +368,23 @@ class HFAdapter(Adapter):
                 padding_side="left",
                 return_tensors="pt",
                 return_text_replacement_offsets=True,
+                **tiles,
             )
         except ValueError as exc:
             raise AdapterError(
                 f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
+
+    def tile_limit(self, n: int) -> int | None:
+        """The ``max_patches`` passed to the processor for prompts with n images: None when
+        the option is unset or the image processor does not tile (no ``crop_to_patches``);
+        ``reference`` is 28 // n, at least 1 (the authors' InternVL setting)."""
+        image_processor = getattr(self.processor, "image_processor", None)
+        if self.max_patches is None or not hasattr(image_processor, "crop_to_patches"):
+            return None
+        if self.max_patches == "reference":
+            return max(1, 28 // max(n, 1))
+        return int(self.max_patches)
 
     def prompt_position_ids(self, inputs: Any) -> Any:
         """Position ids of the padded prompt: each row counts from 0 at its first real token."""
@@ -345,11 +438,26 @@ class HFAdapter(Adapter):
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
-        """The prompt text of one instance (chat template + generation prompt)."""
-        messages = (prompt or self.prompt).messages(
-            instance.query, instance.n, get_label_set(self.label_set)
-        )
+    def messages_for(
+        self, instance: Instance, prompt: PromptTemplate | None = None, *, sentinels: bool = False
+    ) -> list[dict]:
+        """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
+        retrieval instance, its task's template otherwise (``sentinels``: see
+        :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
+        label_set = get_label_set(self.label_set)
+        if instance.task == "retrieval":
+            messages = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
+        else:
+            if prompt is not None and prompt != self.prompt:
+                raise AdapterError(
+                    f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
+                    "posed with its task template (task_prompt)"
+                )
+            template = self.task_templates[instance.task]
+            messages = template.messages(instance, label_set, sentinels=sentinels)
+        return text_only_messages(messages) if self.text_only else messages
+
+    def _apply_chat_template(self, messages: list[dict]) -> str:
         try:
             return self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False
@@ -358,6 +466,32 @@ class HFAdapter(Adapter):
             raise AdapterError(
                 f"the chat template of {self.model_id} cannot render the prompt: {exc}"
             ) from exc
+
+    def render(self, instance: Instance, prompt: PromptTemplate | None = None) -> str:
+        """The prompt text of one instance (chat template + generation prompt)."""
+        return self._apply_chat_template(self.messages_for(instance, prompt))
+
+    def render_with_spans(
+        self, instance: Instance, prompt: PromptTemplate | None = None
+    ) -> tuple[str, list[tuple[int, int] | None]]:
+        """The prompt text and, per candidate, the characters ``[start, end)`` of its text in
+        it (None for a candidate without text): the prompt is rendered once with a sentinel in
+        place of each text, so the text's position is known exactly, and once as is; the two
+        must agree (a chat template that rewrites message content is refused)."""
+        text = self.render(instance, prompt)
+        if not instance.has_texts:
+            return text, [None] * instance.n
+        marked = self._apply_chat_template(self.messages_for(instance, prompt, sentinels=True))
+        try:
+            rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
+        except ConfigError as exc:
+            raise AdapterError(f"{self.model_id}: {exc}") from None
+        if rebuilt != text:
+            raise AdapterError(
+                f"the chat template of {self.model_id} changes the candidates' text as it "
+                "renders it; posdebias cannot place the text spans"
+            )
+        return text, spans
 
     def plan_for(self, n: int, rendered: str) -> tuple[list[str], LabelPlan]:
         """Label strings and their token trie for N candidates (cached per N)."""
@@ -385,7 +519,7 @@ class HFAdapter(Adapter):
     # -- observation ---------------------------------------------------------------------------
 
     def observe_many(
-        self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
+        self, instances: Sequence[Instance], *, batch_size: int = 1
     ) -> list[Observation]:
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
@@ -404,25 +538,54 @@ class HFAdapter(Adapter):
         return results  # type: ignore[return-value]
 
     def prepare_batch(
-        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[Instance],
+        prompt: PromptTemplate | None = None,
+        *,
+        original_images: bool = False,
     ) -> PreparedBatch:
-        """Render, tokenise (left padding) and locate the image spans of instances with one N
-        (``prompt``: another template than the adapter's, e.g. a prompt variant)."""
+        """Render, tokenise (left padding) and locate the candidate spans of instances with one
+        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant).
+
+        ``original_images``: hand the processor the image files as they are, without the early
+        shrink of large files (``posdebias check`` compares the two)."""
         n = instances[0].n
         if any(instance.n != n for instance in instances):
-            raise InputError("a batch must hold instances with the same number of images")
-        texts = [self.render(instance, prompt) for instance in instances]
-        side = min_image_side(self.processor)
-        images = [[self._load_image(im, inst.id, side) for im in inst.images] for inst in instances]
+            raise InputError("a batch must hold instances with the same number of candidates")
+        if self.text_only and any(instance.all_images for instance in instances):
+            raise InputError(
+                f"{self.model_id or self.name} reads text only, but instance "
+                f"{excerpt(next(i for i in instances if i.all_images).id)} has images; use a "
+                "vision-language model for instances with images"
+            )
+        rendered = [self.render_with_spans(instance, prompt) for instance in instances]
+        texts = [text for text, _ in rendered]
+        side = None if original_images or self.text_only else min_image_side(self.processor)
+        images = [
+            [self._load_image(im, inst.id, side) for im in inst.all_images] for inst in instances
+        ]
         _, plan = self.plan_for(n, texts[0])
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
-        spans = []
+        spans, image_spans = [], []
         covered = self.image_token_ids()
-        for row in range(len(instances)):
+        for row, instance in enumerate(instances):
             ids = inputs["input_ids"][row].tolist()
-            row_spans = [as_span(s) for s in self.image_spans(ids, n, _replacements(offsets, row))]
-            check_spans(row_spans, ids, covered, n)
+            count = len(instance.all_images)
+            row_images: list[ImageSpan] = []
+            if count:
+                found = self.image_spans(ids, count, _replacements(offsets, row))
+                row_images = [as_span(s) for s in found]
+                check_spans(row_images, ids, covered, count)
+            image_spans.append(row_images)
+            if instance.task == "retrieval":
+                spans.append(row_images)
+                continue
+            text_spans = self.text_spans(
+                ids, texts[row], rendered[row][1], _row_offsets(offsets, row)
+            )
+            row_spans = candidate_spans(instance, row_images, text_spans)
+            check_candidate_spans(row_spans, ids, n)
             spans.append(row_spans)
         positions = self.prompt_position_ids(inputs)
         inputs = inputs.to(self.device)
@@ -430,8 +593,45 @@ class HFAdapter(Adapter):
         if model_dtype is not None and "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(model_dtype)
         return PreparedBatch(
-            inputs=inputs, position_ids=positions.to(self.device), spans=spans, plan=plan
+            inputs=inputs,
+            position_ids=positions.to(self.device),
+            spans=spans,
+            plan=plan,
+            image_spans=image_spans,
         )
+
+    def text_spans(
+        self,
+        input_ids: list[int],
+        rendered: str,
+        char_spans: Sequence[tuple[int, int] | None],
+        replacements: list[dict[str, Any]] | None,
+    ) -> list[list[int] | None]:
+        """Token positions of each candidate's text in one prompt row (None: no text).
+
+        The processor expands each image placeholder of ``rendered`` into the image's tokens;
+        the text ranges move by the length the replacements before them add. The expanded prompt
+        is tokenised once with offsets (it must give the row's own tokens), and a text's span is
+        every token whose characters overlap the text's range (:func:`tokens_in_range`).
+        """
+        expanded, moved = expand_replacements(rendered, char_spans, replacements or [])
+        encoded = self.tokenizer(
+            expanded,
+            return_offsets_mapping=True,
+            add_special_tokens=self.prompt_special_tokens,
+        )
+        own = list(encoded["input_ids"])
+        pad = len(input_ids) - len(own)
+        if pad < 0 or input_ids[pad:] != own:
+            raise AdapterError(
+                f"the tokenizer of {self.model_id} gives other tokens for the prompt than its "
+                "processor; posdebias cannot place the text spans"
+            )
+        offsets = [tuple(pair) for pair in encoded["offset_mapping"]]
+        return [
+            None if span is None else [pad + t for t in tokens_in_range(offsets, span)]
+            for span in moved
+        ]
 
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]:
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
@@ -469,13 +669,13 @@ class HFAdapter(Adapter):
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
 
-    def verify(self, instance: RetrievalInstance) -> None:
+    def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
         equal the model's own forward (verify.py; cached per model, so the first observed
         batch then needs no extra work)."""
         verify_instance(self, instance)
 
-    def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
+    def _observe_batch(self, instances: list[Instance]) -> list[Observation]:
         refuse_unsupported(self)
         batch = self.prepare_batch(instances)
         scores, attention = self.run_batch(batch)
@@ -510,15 +710,7 @@ class HFAdapter(Adapter):
             return lambda prefix, logits: logits
         import torch
 
-        base = self.model.generation_config
-        config = base.__class__.from_dict({**base.to_dict(), "do_sample": False})
-        processors = self.model._get_logits_processor(
-            generation_config=config,
-            input_ids_seq_length=prompt_ids.shape[1],
-            encoder_input_ids=prompt_ids,
-            device=prompt_ids.device,
-            model_kwargs={"attention_mask": mask},
-        )
+        processors = generation_config_processors(self.model, prompt_ids, mask)
 
         def apply(prefix: Prefix, logits: Any) -> Any:
             extra = torch.tensor([list(prefix)] * prompt_ids.shape[0], dtype=prompt_ids.dtype)
@@ -529,7 +721,7 @@ class HFAdapter(Adapter):
 
     def generate_many(
         self,
-        instances: Sequence[RetrievalInstance],
+        instances: Sequence[Instance],
         settings: GenerationSettings,
         *,
         batch_size: int = 1,
@@ -562,7 +754,9 @@ class HFAdapter(Adapter):
     def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
+        extra = {} if self.task_prompt is None else {"task_prompt": self.task_prompt}
         return {
+            **extra,
             "adapter": self.name,
             "model_id": self.model_id,
             "revision": getattr(self.model.config, "_commit_hash", None),
@@ -576,6 +770,7 @@ class HFAdapter(Adapter):
             "prompt_hash": self.prompt.digest(),
             "image_size": self.image_size,
             "logits_processors": self.logits_processors,
+            "max_patches": self.max_patches,
             "prompt": self.prompt.model_dump(mode="json"),
             "end_token": None
             if self.end_token_id is None
@@ -584,6 +779,13 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }
+
+
+def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
+    """The processor's image replacement entries of one row (span, new_span), or None."""
+    if offsets is None:
+        return None
+    return [entry for entry in offsets[row] if entry.get("type") == "image"]
 
 
 def _replacements(offsets: Any, row: int) -> list[str] | None:

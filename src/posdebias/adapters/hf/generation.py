@@ -15,7 +15,10 @@ module's loop instead of ``model.generate`` for two reasons:
   batch size or on which other instances share the batch.
 
 A row stops at an end-of-sequence token (the model's eos ids and the adapter's end token),
-at a stop string (the text is cut before it), or after ``max_new_tokens``.
+at a stop string (the text is cut before it), or after ``max_new_tokens``. With the adapter
+option ``logits_processors: generation_config`` (the reference protocol) every step's logits pass
+through the checkpoint's generation-config logits processors first (e.g. a repetition penalty),
+as ``generate`` would apply them; temperature and top-k stay this module's own.
 """
 
 from __future__ import annotations
@@ -65,6 +68,21 @@ def generate_many(
             for index, generation in zip(chunk, generated, strict=True):
                 results[index] = generation
     return results  # type: ignore[return-value]
+
+
+def generation_config_processors(model: Any, prompt_ids: Any, mask: Any) -> Any:
+    """The checkpoint's generation-config logits processors for these prompts, as greedy
+    ``generate`` builds them (no sampling warpers); called as ``processors(ids, logits)``
+    with the prompt ids plus the tokens chosen so far."""
+    base = model.generation_config
+    config = base.__class__.from_dict({**base.to_dict(), "do_sample": False})
+    return model._get_logits_processor(
+        generation_config=config,
+        input_ids_seq_length=prompt_ids.shape[1],
+        encoder_input_ids=prompt_ids,
+        device=prompt_ids.device,
+        model_kwargs={"attention_mask": mask},
+    )
 
 
 def _stop_ids(adapter: HFAdapter) -> set[int]:
@@ -137,7 +155,14 @@ def _generate_batch(
             logits = logits.repeat_interleave(samples, dim=0)
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
+        processors = None
+        if getattr(adapter, "logits_processors", "none") != "none":
+            prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
+            processors = generation_config_processors(adapter.model, prompt_ids, mask)
+            history = prompt_ids
         for step in range(1, settings.max_new_tokens + 1):
+            if processors is not None:
+                logits = processors(history, logits.float())
             chosen = _choose(logits, settings, generators)
             for row, token in enumerate(chosen):
                 if finished[row]:
@@ -156,6 +181,8 @@ def _generate_batch(
                     passes[index] += 1
             ids = torch.tensor(chosen, dtype=torch.long, device=mask.device)[:, None]
             mask = torch.cat([mask, torch.ones_like(ids, dtype=mask.dtype)], dim=1)
+            if processors is not None:
+                history = torch.cat([history, ids.to(history.dtype)], dim=1)
             with decoding_over(cache) if shared else contextlib.nullcontext():
                 output = adapter.model_forward(
                     input_ids=ids,

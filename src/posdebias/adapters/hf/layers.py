@@ -25,8 +25,9 @@ SOFTMAX_LAYER_TYPES: dict[str, str] = {
 }
 """transformers ``layer_types`` entry -> posdebias layer kind."""
 
-NO_ATTENTION_LAYER_TYPES: frozenset[str] = frozenset({"linear_attention"})
-"""``layer_types`` entries without softmax attention (no row in the observation)."""
+NO_ATTENTION_LAYER_TYPES: frozenset[str] = frozenset({"linear_attention", "conv"})
+"""``layer_types`` entries without softmax attention (no row in the observation): Qwen3.5's
+Gated DeltaNet (``linear_attention``) and LFM2's short-convolution blocks (``conv``)."""
 
 
 def attention_layers(text_config: Any) -> LayerSet:

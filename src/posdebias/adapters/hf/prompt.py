@@ -35,20 +35,48 @@ DEFAULT_INSTRUCTION = (
 )
 DEFAULT_QUERY = "Caption: {caption}\nAnswer:"
 
-#: Prompt variants of the paper's prompt-only baselines (docs/method.md gives the exact texts).
-#: ``plain`` is the template as configured; the others are derived from it by
-#: :meth:`PromptTemplate.variant`, so they work with any template and every method.
-PROMPT_VARIANTS = ("plain", "instruction", "cot")
+#: Prompt variants (docs/method.md, "Baselines", gives the exact texts). ``plain`` is the
+#: template as configured; the others are derived from it by :meth:`PromptTemplate.variant`, so
+#: they work with any template and every method. ``instruction``, ``cot`` and
+#: ``self_consistency`` are the paper's prompts word for word (its Appendix E, Table 9);
+#: ``posdebias_instruction`` and ``posdebias_cot`` are posdebias's earlier wordings, kept so
+#: that older runs can be repeated.
+PROMPT_VARIANTS = (
+    "plain",
+    "instruction",
+    "cot",
+    "self_consistency",
+    "posdebias_instruction",
+    "posdebias_cot",
+)
+ANSWER_ONLY = "Respond with the index number only and nothing else."
+#: The paper's debiasing instruction, placed before :data:`ANSWER_ONLY`.
 INSTRUCTION_HINT = (
+    "Please note that the provided images have been randomly shuffled, so it is essential to "
+    "consider them fairly and without bias. Analyze the visual content objectively and do not "
+    "be influenced by the order of the images."
+)
+#: The paper's chain-of-thought request, on its own line after the task sentence.
+COT_HINT = (
+    "Please think step by step. First, write your reasoning inside <think> and </think> tags. "
+    "Then, after the closing </think> tag, output only the final answer index (a single "
+    "integer from {range})."
+)
+COT_QUERY_END = "Answer: <think>"
+#: The paper's self-consistency request, on its own line after the task sentence.
+SC_HINT = (
+    "Please think step by step to analyze the content of the images. After your reasoning, "
+    'provide the final answer in the exact format: "The answer is <index>".'
+)
+POSDEBIAS_INSTRUCTION_HINT = (
     "The order of the images is arbitrary: judge each image by its content only, never by its "
     "position in the list."
 )
-ANSWER_ONLY = "Respond with the index number only and nothing else."
-COT_HINT = (
+POSDEBIAS_COT_HINT = (
     "Think step by step: describe what each image shows and compare it with the caption, then "
     "give the index ({range}) of the best match at the end."
 )
-COT_QUERY_END = "Let's think step by step."
+POSDEBIAS_COT_QUERY_END = "Let's think step by step."
 
 
 class PromptTemplate(BaseModel):
@@ -100,24 +128,35 @@ class PromptTemplate(BaseModel):
     def variant(self, name: str) -> PromptTemplate:
         """This template under a prompt variant (:data:`PROMPT_VARIANTS`).
 
-        ``instruction`` appends :data:`INSTRUCTION_HINT` to the instruction. ``cot`` drops
-        :data:`ANSWER_ONLY` from the instruction, appends :data:`COT_HINT`, and replaces a
-        trailing ``Answer:`` of the query by :data:`COT_QUERY_END` (appends it otherwise).
+        The task sentence is the instruction without :data:`ANSWER_ONLY`. ``instruction``
+        puts :data:`INSTRUCTION_HINT` between the task sentence and :data:`ANSWER_ONLY`.
+        ``cot`` and ``self_consistency`` drop :data:`ANSWER_ONLY` and put their request on a
+        new line after the task sentence; ``cot`` also ends the query ``Answer: <think>``
+        (replacing a trailing ``Answer:``, keeping nothing after it). ``posdebias_instruction``
+        and ``posdebias_cot`` are the earlier wordings (docs/method.md).
         """
         if name == "plain":
             return self
+        task = self.instruction.replace(ANSWER_ONLY, "").strip()
+        has_answer_only = ANSWER_ONLY in self.instruction
         if name == "instruction":
-            return self.model_copy(
-                update={"instruction": _join(self.instruction, INSTRUCTION_HINT)}
-            )
+            hinted = _join(task, INSTRUCTION_HINT)
+            instruction = _join(hinted, ANSWER_ONLY) if has_answer_only else hinted
+            return self.model_copy(update={"instruction": instruction})
+        if name == "self_consistency":
+            return self.model_copy(update={"instruction": _line(task, SC_HINT)})
         if name == "cot":
-            instruction = _join(self.instruction.replace(ANSWER_ONLY, "").strip(), COT_HINT)
-            query = self.query.rstrip()
-            if query.endswith("Answer:"):
-                query = query[: -len("Answer:")] + COT_QUERY_END
-            else:
-                query = query + "\n" + COT_QUERY_END
-            return self.model_copy(update={"instruction": instruction, "query": query})
+            query = _end_query(self.query, COT_QUERY_END)
+            return self.model_copy(update={"instruction": _line(task, COT_HINT), "query": query})
+        if name == "posdebias_instruction":
+            return self.model_copy(
+                update={"instruction": _join(self.instruction, POSDEBIAS_INSTRUCTION_HINT)}
+            )
+        if name == "posdebias_cot":
+            query = _end_query(self.query, POSDEBIAS_COT_QUERY_END)
+            return self.model_copy(
+                update={"instruction": _join(task, POSDEBIAS_COT_HINT), "query": query}
+            )
         raise ConfigError(
             f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
         )
@@ -160,6 +199,19 @@ class PromptTemplate(BaseModel):
 
 def _join(first: str, second: str) -> str:
     return f"{first} {second}" if first.strip() else second
+
+
+def _line(first: str, second: str) -> str:
+    return f"{first}\n{second}" if first.strip() else second
+
+
+def _end_query(query: str, ending: str) -> str:
+    """``query`` with a trailing ``Answer:`` (and any space after it) replaced by ``ending``,
+    or with ``ending`` on a new line when it has none."""
+    stripped = query.rstrip()
+    if stripped.endswith("Answer:"):
+        return stripped[: -len("Answer:")] + ending
+    return stripped + "\n" + ending
 
 
 def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTemplate | None:

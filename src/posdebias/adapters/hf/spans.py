@@ -278,3 +278,106 @@ def find_closed_spans(
             "must expand it in this family's layout"
         )
     return spans
+
+
+# -- candidate spans (any task) ---------------------------------------------------------------
+
+
+def expand_replacements(
+    rendered: str,
+    char_spans: Sequence[tuple[int, int] | None],
+    replacements: Sequence[dict[str, Any]],
+) -> tuple[str, list[tuple[int, int] | None]]:
+    """The prompt as the processor expanded it (each image placeholder replaced by its
+    ``replacement``) and the character ranges moved along.
+
+    ``replacements``: the processor's entries (``span`` of the placeholder in ``rendered``,
+    ``replacement`` text), in prompt order. A range moves by the length the replacements
+    before it add; a range overlapping a placeholder is an error (a text is never an image).
+    """
+    pieces: list[str] = []
+    cursor = 0
+    shifts: list[tuple[int, int]] = []  # (placeholder end in rendered, total shift after it)
+    total = 0
+    for entry in replacements:
+        start, end = (int(v) for v in entry["span"])
+        if start < cursor or rendered[start:end] != entry.get("text", rendered[start:end]):
+            raise AdapterError("the processor's replacement offsets do not match the prompt")
+        pieces.append(rendered[cursor:start])
+        pieces.append(entry["replacement"])
+        total += len(entry["replacement"]) - (end - start)
+        shifts.append((end, total))
+        cursor = end
+    pieces.append(rendered[cursor:])
+    moved: list[tuple[int, int] | None] = []
+    for span in char_spans:
+        if span is None:
+            moved.append(None)
+            continue
+        start, end = span
+        shift = 0
+        for (placeholder_end, after), entry in zip(shifts, replacements, strict=True):
+            placeholder_start = int(entry["span"][0])
+            if placeholder_start < end and placeholder_end > start:
+                raise AdapterError("a candidate's text overlaps an image placeholder")
+            if placeholder_end <= start:
+                shift = after
+        moved.append((start + shift, end + shift))
+    return "".join(pieces), moved
+
+
+def tokens_in_range(offsets: Sequence[tuple[int, int]], span: tuple[int, int]) -> list[int]:
+    """Indices of the tokens whose characters overlap ``span`` = [start, end).
+
+    A token that holds a character of the text belongs to its span; tokens made only of the
+    label, punctuation or separators around it do not (zero-width tokens, e.g. a BOS, never).
+    """
+    start, end = span
+    return [t for t, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+
+
+def candidate_spans(
+    instance: Any,
+    image_spans: Sequence[ImageSpan],
+    text_positions: Sequence[Sequence[int] | None],
+) -> list[ImageSpan]:
+    """Each candidate's span: its image's tokens (the stem's images come first among
+    ``image_spans``), its text's tokens, or both."""
+    spans: list[ImageSpan] = []
+    image = len(instance.stem_images)
+    for k, candidate in enumerate(instance.candidates):
+        positions: list[int] = []
+        if candidate.image is not None:
+            positions += image_spans[image].positions()
+            image += 1
+        if candidate.text is not None:
+            tokens = text_positions[k] or []
+            if not tokens:
+                raise AdapterError(f"candidate {k + 1}'s text has no token in the prompt")
+            positions += list(tokens)
+        spans.append(ImageSpan.from_positions(positions))
+    return spans
+
+
+def check_candidate_spans(
+    spans: Sequence[ImageSpan], input_ids: Sequence[int] | Any, num_candidates: int
+) -> str:
+    """Validate one prompt's candidate spans: one non-empty span per candidate, inside the
+    prompt, disjoint; returns a one-line summary, raises :class:`AdapterError`."""
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    if len(spans) != num_candidates:
+        raise AdapterError(f"the adapter gave {len(spans)} spans for {num_candidates} candidates")
+    seen: set[int] = set()
+    for index, span in enumerate(spans):
+        if span.end > len(ids):
+            raise AdapterError(
+                f"candidate {index + 1}'s span {list(span.runs)} ends after the prompt "
+                f"({len(ids)} tokens)"
+            )
+        positions = set(span.positions())
+        if positions & seen:
+            raise AdapterError(f"candidate {index + 1}'s span overlaps another candidate's")
+        seen |= positions
+    sizes = sorted({len(span) for span in spans})
+    size_text = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return f"{num_candidates} candidate spans, disjoint, {size_text} tokens each"

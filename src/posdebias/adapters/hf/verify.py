@@ -99,7 +99,7 @@ def mismatch_message(adapter: HFAdapter, difference: float, tolerance: float) ->
 
 def refuse_unsupported(adapter: HFAdapter) -> None:
     """Stop at once when the adapter knows it cannot reproduce this model's positions."""
-    problem = adapter.position_problem()
+    problem = adapter.support_problem()
     if problem is not None:
         model_type = getattr(adapter.model.config, "model_type", "?")
         raise AdapterError(

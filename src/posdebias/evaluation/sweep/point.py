@@ -17,8 +17,14 @@ from posdebias.evaluation.job import (
     split_held_out,
 )
 from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.protocol import calibrator_specs, get_protocol
-from posdebias.evaluation.runner import Evaluator, ObservationCache, fit_calibrators, summarize
+from posdebias.evaluation.protocol import apply_specs, get_protocol
+from posdebias.evaluation.runner import (
+    Evaluator,
+    ObservationCache,
+    fit_calibrators,
+    scored_views,
+    summarize,
+)
 from posdebias.evaluation.sweep.plan import Point
 
 
@@ -82,8 +88,7 @@ def run_point(
     config = point.config
     protocol = get_protocol(config.protocol)
     if config.protocol != "default":
-        specs = calibrator_specs(protocol, config.calibrators, adapter.num_layers)
-        config = config.model_copy(update={"calibrators": specs})
+        config = apply_specs(protocol, config, adapter.num_layers)
     calibrators = build_calibrators(config)
     calibration, test = _instances(point, adapter, study)
     if not test:
@@ -92,7 +97,12 @@ def run_point(
     check_order_count(n, config.orders)
     recorder = _KeyRecorder(cache)
     states = fit_calibrators(
-        adapter, calibrators, calibration, batch_size=config.batch_size, cache=recorder
+        adapter,
+        calibrators,
+        calibration,
+        batch_size=config.batch_size,
+        cache=recorder,
+        test_views=scored_views(test, config.orders, config.seed, shared=protocol.shared_orders),
     )
     evaluator = Evaluator(
         adapter,

@@ -28,6 +28,9 @@ _MODULES = (
     "llava_onevision",
     "internvl",
     "llava",
+    "llava_next",
+    "lfm2_vl",
+    "text",  # the text-only language models
 )
 
 

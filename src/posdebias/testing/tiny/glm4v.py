@@ -8,7 +8,7 @@ from typing import Any
 from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
-MODEL_TYPES = ("glm4v", "glm4v_moe")
+MODEL_TYPES = ("glm4v", "glm4v_moe", "glm46v")
 
 
 def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
@@ -39,6 +39,11 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         Glm4vProcessor,
         Glm4vVideoProcessor,
     )
+    from transformers.models.glm46v import (
+        Glm46VImageProcessor,
+        Glm46VProcessor,
+        Glm46VVideoProcessor,
+    )
 
     tokenizer = build_tokenizer(
         [
@@ -61,10 +66,16 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     )
     # 14 px patches merged 2 x 2 (28 px per token), images kept between 28^2 and 84^2 pixels.
     pixels = {"shortest_edge": 28 * 28, "longest_edge": 84 * 84}
-    processor = Glm4vProcessor(
-        image_processor=Glm4vImageProcessor(size=pixels),
+    # GLM-4.6V ships its own processor classes of the same layout
+    classes = (
+        (Glm46VProcessor, Glm46VImageProcessor, Glm46VVideoProcessor)
+        if family == "glm46v"
+        else (Glm4vProcessor, Glm4vImageProcessor, Glm4vVideoProcessor)
+    )
+    processor = classes[0](
+        image_processor=classes[1](size=pixels),
         tokenizer=tokenizer,
-        video_processor=Glm4vVideoProcessor(),
+        video_processor=classes[2](),
         chat_template=_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids

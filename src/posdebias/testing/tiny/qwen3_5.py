@@ -67,6 +67,10 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
             num_experts_per_tok=2,
             moe_intermediate_size=32,
             shared_expert_intermediate_size=32,
+            # Smaller weights than the dense tiny model: with 0.2 the router's top-2 choice sits
+            # so close to ties that float32 rounding between a padded batch and a row alone
+            # moves the label scores by ~1e-4, the check's tolerance.
+            initializer_range=0.05,
         )
     vision = {
         "depth": 2,

@@ -1,0 +1,24 @@
+"""Gemma 3 text language models (``google/gemma-3-1b-it``): sliding-window layers interleaved with
+global ones (``layer_types``); the probe reads the global layers, which see every candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.text import HFTextAdapter
+
+
+class Gemma3TextAdapter(HFTextAdapter):
+    """Gemma 3 text language models."""
+
+    name = "gemma3_text"
+    model_types = ("gemma3_text",)
+    summary = "Gemma 3 text language models (text candidates; global layers read)"
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Gemma3TextAdapter)

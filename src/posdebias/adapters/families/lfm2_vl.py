@@ -1,0 +1,56 @@
+"""LFM2-VL: short-convolution blocks beside attention, images between start / end markers.
+
+LFM2's language model interleaves short-convolution blocks (``conv`` in ``layer_types``: a
+causal convolution over a few tokens, no attention matrix) with softmax-attention layers; the
+observations read the attention layers only, as for Qwen3.5's linear-attention layers. Each image
+is ``<|image_start|>``, then its tiles (``<|img_row_R_col_C|>`` + the tile's ``<image>`` tokens)
+and the ``<|img_thumbnail|>`` overview, then ``<|image_end|>``: the span is that whole block,
+markers and tile labels included, because the processor wrote all of it for this image.
+Positions are 1-D (RoPE over token indices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf import HFAdapter, ImageSpan
+from posdebias.errors import AdapterError
+
+
+class Lfm2VlAdapter(HFAdapter):
+    """LFM2-VL (``LiquidAI/LFM2-VL-1.6B`` and relatives)."""
+
+    name = "lfm2_vl"
+    model_types = ("lfm2_vl",)
+    summary = "LFM2-VL (convolution + attention layers; image blocks between start/end)"
+
+    def _marker(self, token: str) -> int:
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        if token_id is None or token_id == self.tokenizer.unk_token_id:
+            raise AdapterError(f"LFM2-VL marker {token!r} is not in the vocabulary")
+        return int(token_id)
+
+    def image_token_ids(self) -> set[int]:
+        """Tokens that only ever belong to an image: every one must lie in some span."""
+        markers = ("<|image_start|>", "<|image_end|>", "<|img_thumbnail|>")
+        return {self.tokens.image, *(self._marker(m) for m in markers)}
+
+    def image_spans(
+        self, input_ids: list[int], num_images: int, replacements: list[str] | None
+    ) -> list[ImageSpan]:
+        start, end = self._marker("<|image_start|>"), self._marker("<|image_end|>")
+        starts = [t for t, token in enumerate(input_ids) if token == start]
+        ends = [t for t, token in enumerate(input_ids) if token == end]
+        if len(starts) != num_images or len(ends) != num_images:
+            raise AdapterError(
+                f"found {len(starts)} image starts and {len(ends)} image ends for {num_images} "
+                "images: the processor must write <|image_start|> ... <|image_end|> per image"
+            )
+        return [ImageSpan.of(s, e + 1) for s, e in zip(starts, ends, strict=True)]
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Lfm2VlAdapter)

@@ -1,0 +1,24 @@
+"""Llama 3 language models (``meta-llama/Llama-3.1-8B-Instruct``): header-token chat format, 1-D
+RoPE, every layer global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.text import HFTextAdapter
+
+
+class LlamaAdapter(HFTextAdapter):
+    """Llama 3 language models."""
+
+    name = "llama"
+    model_types = ("llama",)
+    summary = "Llama 3 language models (text candidates)"
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(LlamaAdapter)

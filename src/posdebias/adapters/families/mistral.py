@@ -1,0 +1,24 @@
+"""Mistral language models (``mistralai/Mistral-7B-Instruct-v0.3``): ``[INST]`` chat format; a
+config with a ``sliding_window`` makes every layer sliding (layers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.text import HFTextAdapter
+
+
+class MistralAdapter(HFTextAdapter):
+    """Mistral language models."""
+
+    name = "mistral"
+    model_types = ("mistral",)
+    summary = "Mistral language models (text candidates)"
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(MistralAdapter)

@@ -1,0 +1,24 @@
+"""OLMo 2 language models (``allenai/OLMo-2-1124-7B-Instruct``): ``<|user|>`` chat format, QK
+norm, 1-D RoPE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from posdebias._markers import hookimpl
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.text import HFTextAdapter
+
+
+class Olmo2Adapter(HFTextAdapter):
+    """OLMo 2 language models."""
+
+    name = "olmo2"
+    model_types = ("olmo2",)
+    summary = "OLMo 2 language models (text candidates)"
+
+
+@hookimpl
+def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    register(Olmo2Adapter)

@@ -1,0 +1,73 @@
+"""``posdebias lmms-eval-task``: a benchmark's rotated lmms-eval tasks, one per calibrator."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from posdebias.cli import make_console
+from posdebias.integrations.harness import parse_names
+from posdebias.integrations.lmms_eval_tasks import write_rotated_tasks
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "lmms-eval-task",
+        help="write lmms-eval tasks showing a benchmark in its N cyclic rotations",
+        description="Write lmms-eval task YAML files for a benchmark: every item in its cyclic "
+        "rotations, scored with Acc, RStd, Cons. and CircularEval; one task per calibrator "
+        "and a group NAME that runs them all in one lmms-eval run (`lmms-eval --model "
+        "posdebias --tasks NAME --include_path OUT`).",
+    )
+    parser.add_argument("--benchmark", type=Path, required=True, help="benchmark folder")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the task files")
+    parser.add_argument("--name", required=True, help="the group's task name (letters, _)")
+    parser.add_argument(
+        "--calibrators",
+        default="vanilla,attention_guided",
+        help="comma-separated calibrators, one task each (vanilla,attention_guided)",
+    )
+    parser.add_argument(
+        "--output-type",
+        choices=("generate_until", "multiple_choice"),
+        default="generate_until",
+        help="generate_until (the answer's label) or multiple_choice (label log-likelihoods)",
+    )
+    parser.add_argument("--rotations", type=int, help="rotations per item (default: all N)")
+    parser.add_argument("--count", type=int, help="test items (default: all)")
+    parser.add_argument(
+        "--calibration-count",
+        type=int,
+        default=0,
+        help="items held out by --seed as the task's calibration split (calibration=task), "
+        "the same items `posdebias evaluate` holds out",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split (0)")
+    parser.add_argument(
+        "--label-set", default="digits", help="labels the answers use (digits, upper, ...)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = write_rotated_tasks(
+        args.benchmark,
+        args.out,
+        name=args.name,
+        calibrators=parse_names(args.calibrators),
+        output_type=args.output_type,
+        rotations=args.rotations,
+        count=args.count,
+        calibration_count=args.calibration_count,
+        seed=args.seed,
+        label_set=args.label_set,
+    )
+    console = make_console()
+    for path in paths:
+        console.print(str(path))
+    console.print(
+        f"run: lmms-eval --model posdebias --model_args pretrained=MODEL,calibrators="
+        f"{'+'.join(parse_names(args.calibrators))},calibration=... --tasks {args.name} "
+        f"--include_path {args.out}"
+    )
+    return 0

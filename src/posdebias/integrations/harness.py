@@ -1,0 +1,409 @@
+"""What every harness integration shares: its documents as instances, one calibrated Debiaser.
+
+A harness (lmms-eval, VLMEvalKit) hands a model one request at a time: a prompt it built and
+a document. posdebias needs the structure behind the prompt (the query and its N candidates),
+so :func:`doc_instance` reads it from the document and refuses, naming the task, a document it
+cannot read (no candidates: a free-form question). :class:`HarnessDebiaser` loads the model
+once, calibrates once per run (from a saved ``posdebias calibrate`` state, a benchmark folder,
+or the task's own held-out items), shares that calibration across the harness's processes
+(rank 0 fits and writes, the others wait and read), and records where it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from posdebias._io import atomic_write_json, cache_root
+from posdebias._version import __version__
+from posdebias.adapters.base import Adapter
+from posdebias.api import Debiaser, Ranking
+from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
+from posdebias.core.instance import Instance
+from posdebias.core.state import CalibrationState
+from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
+from posdebias.evaluation.job import load_states
+from posdebias.evaluation.states import save_states
+from posdebias.loading import load_adapter
+from posdebias.registry import get_registry
+
+#: Document fields that the rotated tasks (:mod:`posdebias.integrations.lmms_eval_tasks`)
+#: add: the base item, the rotation shown, the order (new position i shows base candidate
+#: order[i]), the calibrator whose answer the task scores, and the labels the task expects.
+ITEM, ROTATION, ORDER, CALIBRATOR, LABELS = (
+    "posdebias_item",
+    "posdebias_rotation",
+    "posdebias_order",
+    "posdebias_calibrator",
+    "posdebias_labels",
+)
+
+#: Where a task keeps the held-out items that ``calibration=task`` calibrates on.
+CALIBRATION_SPLIT = "calibration"
+#: ``calibration=task``: calibrate on the task's own held-out items.
+FROM_TASK = "task"
+
+
+#: The calibration provenance of this process's harness model (one model per harness run):
+#: the rotated tasks' records carry it into the harness's sample logs.
+_PROVENANCE: dict[str, Any] | None = None
+
+
+def current_provenance() -> dict[str, Any] | None:
+    """Where this process's harness model got its calibration (None before it calibrated)."""
+    return _PROVENANCE
+
+
+class TaskMappingError(InputError):
+    """A harness task whose documents posdebias cannot turn into N candidates."""
+
+
+def parse_names(value: Any) -> list[str]:
+    """A list of names from a harness argument: harnesses split their model arguments on
+    commas, so lists are written ``a+b`` or ``a;b`` (a quoted ``"a,b"`` works too)."""
+    if isinstance(value, (list, tuple)):
+        items = [str(item) for item in value]
+    else:
+        text = str(value).strip().strip("'\"")
+        for separator in (";", "+", "|"):
+            text = text.replace(separator, ",")
+        items = text.split(",")
+    names = [item.strip() for item in items if item.strip()]
+    if not names:
+        raise ConfigError("calibrators: give at least one name, e.g. calibrators=attention_guided")
+    return names
+
+
+class HarnessConfig(BaseModel):
+    """The settings a harness passes (``--model_args`` in lmms-eval, keyword arguments in
+    VLMEvalKit's config); unknown settings are refused with the list of known ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pretrained: str = Field(description="model id or local folder (or posdebias/organism)")
+    calibrators: list[str] = Field(
+        default_factory=lambda: ["attention_guided"],
+        description="calibrator names; the first answers requests of tasks that name none",
+    )
+    calibration: str | None = Field(
+        default=None,
+        description="a saved `posdebias calibrate` state (file or folder), a benchmark folder, "
+        "or 'task' (the task's held-out calibration split)",
+    )
+    calibration_count: int = Field(default=5, ge=1, description="items M to calibrate on")
+    calibration_transfer: bool = Field(
+        default=False, description="allow a saved state fitted on another model"
+    )
+    adapter: str | None = Field(default=None, description="adapter name (default: by model)")
+    label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
+    dtype: str = "auto"
+    device: str | None = None
+    batch_size: int = Field(default=1, ge=1, description="forward batch size")
+    cache_dir: str | None = Field(
+        default=None, description="folder for the calibration shared by the processes"
+    )
+
+    @field_validator("calibrators", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> list[str]:
+        return parse_names(value)
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any], source: str) -> HarnessConfig:
+        """Validated settings; a wrong or unknown one is a ConfigError naming it."""
+        try:
+            return cls.model_validate(dict(arguments))
+        except ValidationError as exc:
+            known = ", ".join(cls.model_fields)
+            raise ConfigError(validation_message(exc, source) + f"; known: {known}") from None
+
+
+def _list(value: Any) -> list[Any] | None:
+    return list(value) if isinstance(value, (list, tuple)) and value else None
+
+
+def answer_position(answer: Any, n: int) -> int | None:
+    """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or a 1-based index."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, int):
+        return answer - 1 if 1 <= answer <= n else None
+    if isinstance(answer, str):
+        letter = answer.strip().strip("()").strip()
+        if len(letter) == 1 and letter.isalpha() and ord(letter.upper()) - 65 < n:
+            return ord(letter.upper()) - 65
+        if letter.isdigit() and 1 <= int(letter) <= n:
+            return int(letter) - 1
+    return None
+
+
+def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
+    """The posdebias instance a harness document describes.
+
+    Read: the stem (``query``, ``question`` or ``caption``), the N candidates (``images``:
+    their images, paths or PIL images, None for a text-only one; ``texts`` or ``options``:
+    their texts), the images of the stem (``stem_images``), the task kind (``task``; default
+    ``multiple_choice`` with texts, ``retrieval`` with images only) and the truth (``target``,
+    a 0-based position; or ``answer``, a letter or a 1-based index). This is the line layout of
+    a posdebias benchmark file, so the documents of ``posdebias lmms-eval-task`` are read as
+    they are; a document without candidates (a free-form question) is refused naming the task.
+    """
+    query = next(
+        (doc[key] for key in ("query", "question", "caption") if isinstance(doc.get(key), str)),
+        None,
+    )
+    images = _list(doc.get("images"))
+    texts = _list(doc.get("texts")) or _list(doc.get("options"))
+    n = len(texts or images or [])
+    if query is None or n < 2 or (images and texts and len(images) != len(texts)):
+        fields = ", ".join(sorted(str(key) for key in doc)[:20]) or "none"
+        raise TaskMappingError(
+            f"task {task!r} cannot be answered by posdebias: its documents need a stem "
+            "('query', 'question' or 'caption') and at least 2 candidates ('images' and/or "
+            f"'texts' / 'options', one per candidate), but have the fields: {fields}. Write a "
+            "task posdebias can read with `posdebias lmms-eval-task`."
+        )
+    item = str(doc.get(ITEM, doc.get("id", "")) or hashlib.sha1(query.encode()).hexdigest()[:12])
+    order = doc.get(ORDER)
+    if order is None:
+        order = list(range(n))
+    if sorted(order) != list(range(n)):
+        raise TaskMappingError(
+            f"task {task!r}, item {item!r}: {ORDER} {list(order)[:12]} is not a permutation of "
+            f"its {n} candidates"
+        )
+    kind = doc.get("task") or ("multiple_choice" if texts else "retrieval")
+    target = doc.get("target")
+    if target is None and doc.get("answer") is not None:
+        target = answer_position(doc["answer"], n)
+        if target is None:
+            raise TaskMappingError(
+                f"task {task!r}, item {item!r}: answer {doc['answer']!r} names none of the "
+                f"{n} candidates (give a letter or a 1-based index)"
+            )
+    if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
+        raise TaskMappingError(
+            f"task {task!r}, item {item!r}: target must be a 0-based position, got {target!r}"
+        )
+    image_ids: tuple[str, ...] = ()
+    if images and any(image is not None and not isinstance(image, (str, Path)) for image in images):
+        # in-memory images have no stable identity: name them by item and base position
+        image_ids = tuple(f"{item}:{base}" for base in order)
+    try:
+        return Instance(
+            query=query,
+            images=tuple(images or ()),
+            texts=tuple(texts or ()),
+            stem_images=tuple(doc.get("stem_images") or ()),
+            target=target,
+            id=item,
+            image_ids=image_ids,
+            task=kind,
+        )
+    except InputError as exc:
+        raise TaskMappingError(f"task {task!r}: {exc}") from None
+
+
+def doc_order(doc: Mapping[str, Any], n: int) -> list[int]:
+    """Which base candidate each position of the document shows (identity when unrotated)."""
+    order = doc.get(ORDER)
+    return list(order) if order is not None else list(range(n))
+
+
+class HarnessDebiaser:
+    """One model and its calibrators for a whole harness run.
+
+    ``rank`` / ``world_size`` / ``barrier`` describe the harness's processes: rank 0 fits a
+    calibration and writes it, the others wait at ``barrier`` and read it.
+    """
+
+    def __init__(
+        self,
+        config: HarnessConfig,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        barrier: Callable[[], None] | None = None,
+        adapter: Adapter | None = None,
+    ) -> None:
+        self.config = config
+        self.rank, self.world_size = rank, world_size
+        self.barrier = barrier or (lambda: None)
+        registry = get_registry()
+        for name in config.calibrators:
+            registry.calibrator_class(name)  # unknown names listed before the model loads
+        self.adapter = adapter or load_adapter(
+            config.pretrained,
+            adapter=config.adapter,
+            dtype=config.dtype,
+            device=config.device,
+            label_set=config.label_set,
+        )
+        self.debiaser = Debiaser(self.adapter, config.calibrators, batch_size=config.batch_size)
+        fitting = [label for label, c in self.debiaser.calibrators.items() if c.needs_fit]
+        if fitting and config.calibration is None:
+            raise ConfigError(
+                f"calibrators {fitting} need a calibration: pass calibration=<a state saved by "
+                "`posdebias calibrate`>, calibration=<a benchmark folder>, or calibration=task "
+                "(the task's held-out items)"
+            )
+        self.fitting = fitting
+        #: where the calibration came from (None until calibrated); recorded by the harness
+        self.provenance: dict[str, Any] | None = None
+        self._cache: dict[tuple[str, tuple[str, ...]], Ranking] = {}
+
+    # -- calibration ---------------------------------------------------------------------
+
+    def calibrate(self, task_items: Callable[[], list[Instance]] | None = None) -> None:
+        """Calibrate once (later calls return at once). ``task_items`` gives the task's
+        held-out items for ``calibration=task``."""
+        if self.provenance is not None:
+            return
+        source = self.config.calibration
+        if not self.fitting:
+            self._record({"source": "none", "calibrators": list(self.debiaser.calibrators)})
+            return
+        assert source is not None
+        path = Path(source).expanduser()
+        if source != FROM_TASK and path.exists() and not _is_benchmark(path):
+            self._load_saved(path)
+            return
+        if source == FROM_TASK:
+            if task_items is None:
+                raise ConfigError(
+                    "calibration=task needs a task with a held-out 'calibration' split (write "
+                    "one with `posdebias lmms-eval-task --calibration-count M`)"
+                )
+            items = task_items()[: self.config.calibration_count]
+            origin: dict[str, Any] = {"source": "task", "split": CALIBRATION_SPLIT}
+        elif path.exists():
+            benchmark = load_benchmark(path)
+            items = benchmark.instances[: self.config.calibration_count]
+            origin = {
+                "source": "benchmark",
+                "path": str(path.resolve()),
+                "benchmark_sha256": benchmark.fingerprint,
+            }
+        else:
+            raise ConfigError(
+                f"calibration={source!r} is neither a saved calibration state, a benchmark "
+                "folder, nor 'task'; give one of them"
+            )
+        if not items:
+            raise CalibrationError(f"calibration from {origin['source']}: no items to fit on")
+        origin["calibration_ids"] = [item.id for item in items]
+        self._fit_shared(items, origin)
+
+    def _record(self, provenance: dict[str, Any]) -> None:
+        global _PROVENANCE
+        self.provenance = provenance
+        _PROVENANCE = provenance
+
+    def _load_saved(self, path: Path) -> None:
+        saved = load_states(path)
+        described = self.adapter.describe()
+        states: dict[str, CalibrationState] = {}
+        for label, calibrator in self.debiaser.calibrators.items():
+            state = saved.get(label) or next(
+                (s for s in saved.values() if s.calibrator == calibrator.name), None
+            )
+            if state is None:
+                if calibrator.needs_fit:
+                    raise CalibrationError(
+                        f"calibration {path} holds no state for calibrator {label!r} (it holds "
+                        f"{sorted(saved)}); calibrate it with `posdebias calibrate`"
+                    )
+                continue
+            state.check_compatible(
+                adapter=self.adapter.name,
+                prompt_hash=described.get("prompt_hash"),
+                model_id=None if self.config.calibration_transfer else described.get("model_id"),
+            )
+            states[label] = state
+        self.debiaser.states = states
+        files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+        self._record(
+            {
+                "source": "saved",
+                "path": str(path.resolve()),
+                "sha256": {file.name: _sha256(file) for file in files},
+                "model_id": next((s.model_id for s in states.values()), None),
+                "transfer": self.config.calibration_transfer,
+            }
+        )
+
+    def _fit_shared(self, items: list[Instance], origin: dict[str, Any]) -> None:
+        """Rank 0 fits and writes; every other rank waits for it and reads the same states."""
+        key = hashlib.sha256(
+            json.dumps(
+                {
+                    "model": self.adapter.describe(),
+                    "calibrators": self.config.calibrators,
+                    "items": origin["calibration_ids"],
+                    "origin": {k: v for k, v in origin.items() if k != "calibration_ids"},
+                    "version": __version__,
+                },
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()[:16]
+        base = Path(self.config.cache_dir) if self.config.cache_dir else cache_root() / "harness"
+        folder = base / f"calibration-{key}"
+        if self.rank == 0:
+            self.debiaser.calibrate(items)
+            fitted = {label: self.debiaser.states[label] for label in self.fitting}
+            save_states(fitted, folder / "states")
+            atomic_write_json(folder / "provenance.json", {**origin, "states": str(folder)})
+        if self.world_size > 1:
+            self.barrier()
+        if self.rank != 0:
+            states = load_states(folder / "states")
+            self.debiaser.states = {label: states[label] for label in self.fitting}
+        self._record({**origin, "states": str(folder / "states"), "shared_by_rank": 0})
+
+    # -- answers -------------------------------------------------------------------------
+
+    def labels(self, n: int) -> list[str]:
+        return self.adapter.labels_for(n)
+
+    def answers(self, instances: Sequence[Instance]) -> list[Ranking]:
+        """Every calibrator's answer per instance; each distinct view is observed once per
+        run, however many tasks (calibrator rows) ask for it."""
+        if self.provenance is None:
+            raise CalibrationError("calibrate() must run before the first answer")
+        keys = [(instance.id, instance.image_ids) for instance in instances]
+        todo: dict[tuple[str, tuple[str, ...]], Instance] = {}
+        for key, instance in zip(keys, instances, strict=True):
+            if key not in self._cache and key not in todo:
+                todo[key] = instance
+        if todo:
+            rankings = self.debiaser.rank_many(list(todo.values()))
+            for key, ranking in zip(todo, rankings, strict=True):
+                self._cache[key] = ranking
+        return [self._cache[key] for key in keys]
+
+    def calibrator_label(self, requested: str | None, task: str) -> str:
+        """The calibrator whose answer a request gets: the one its task names, else the
+        first one given."""
+        if requested is None:
+            return self.debiaser.primary
+        if requested not in self.debiaser.calibrators:
+            raise ConfigError(
+                f"task {task!r} scores calibrator {requested!r}, but the model runs "
+                f"{list(self.debiaser.calibrators)}; add it to calibrators= (e.g. "
+                f"calibrators={'+'.join([*self.debiaser.calibrators, requested])})"
+            )
+        return requested
+
+
+def _is_benchmark(path: Path) -> bool:
+    return (path / MANIFEST_FILE).is_file() if path.is_dir() else path.suffix == ".jsonl"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,172 @@
+"""The lmms-eval model ``posdebias``: calibrated answers inside lmms-eval (0.7.3).
+
+    pip install 'posdebias[lmms-eval]'
+    lmms-eval --model posdebias \\
+        --model_args pretrained=MODEL,calibrators=vanilla+attention_guided,calibration=STATE \\
+        --tasks TASK --include_path TASKS_FOLDER
+
+lmms-eval finds the class through the ``lmms_eval.models`` entry point
+(:func:`posdebias.integrations.lmms_eval_manifest`). Every family posdebias loads works:
+``pretrained`` is what :func:`posdebias.load_adapter` takes (a hub id, a local folder, or
+``posdebias/organism``). Requests are answered from the document, not the harness's prompt
+string: the query and the candidates come from :func:`~posdebias.integrations.harness.doc_instance`
+(a task it cannot read is refused naming the task), and the prompt is the model's own posdebias
+prompt.
+
+* ``generate_until``: the calibrated label (``"2"``, ``"B"``: the label set of the model,
+  which must be the one the task expects, ``label_set=upper`` for letters);
+* ``loglikelihood`` (multiple-choice tasks: one request per label): the calibrated
+  log-probability of that label, NEGATED, because lmms-eval 0.7.3 scores multiple choice with
+  ``argmin`` (it expects a loss, the negative log-likelihood, as its own models return).
+
+The lmms-eval 0.7.3 workarounds this class carries (docs: "In lmms-eval and VLMEvalKit"):
+``filelock<4`` pinned by the extra (lmms-eval imports ``filelock._api``, gone in filelock 4);
+answers wrapped in lmms-eval's ``GenerationResult`` (a bare ``(score, is_greedy)`` tuple is
+turned into the text ``"(-1.25, True)"`` by its output unwrapping); the negated score above;
+``accelerator`` and ``device`` attributes, which its multi-process path reads from the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from lmms_eval.api.instance import GenerationResult
+from lmms_eval.api.instance import Instance as Request
+from lmms_eval.api.model import lmms
+
+from posdebias.core.instance import Instance
+from posdebias.core.labels import get_label_set
+from posdebias.core.tasks import TASK_LABEL_SETS
+from posdebias.errors import InputError
+from posdebias.integrations.harness import (
+    CALIBRATION_SPLIT,
+    CALIBRATOR,
+    LABELS,
+    HarnessConfig,
+    HarnessDebiaser,
+    TaskMappingError,
+    doc_instance,
+)
+
+#: What lmms-eval passes to every model besides ``--model_args`` (None values are dropped).
+_HARNESS_ARGUMENTS = ("max_batch_size",)
+
+
+class PosdebiasLMM(lmms):
+    """lmms-eval's ``--model posdebias`` (see the module docstring)."""
+
+    is_simple = True
+
+    def __init__(self, **arguments: Any) -> None:
+        super().__init__()
+        for name in _HARNESS_ARGUMENTS:
+            arguments.pop(name, None)
+        if arguments.get("device") in ("", None):
+            arguments.pop("device", None)
+        config = HarnessConfig.from_arguments(arguments, "lmms-eval --model_args of posdebias")
+        from accelerate import Accelerator
+
+        # lmms-eval's multi-process path reads lm.accelerator and lm.device (workaround 4)
+        self.accelerator = Accelerator()
+        self._rank = self.accelerator.process_index
+        self._world_size = self.accelerator.num_processes
+        if self._world_size > 1 and config.device is None:
+            config = config.model_copy(update={"device": str(self.accelerator.device)})
+        self.harness = HarnessDebiaser(
+            config,
+            rank=self._rank,
+            world_size=self._world_size,
+            barrier=self.accelerator.wait_for_everyone,
+        )
+        self._device = self.accelerator.device if config.device is None else config.device
+        self.batch_size_per_gpu = config.batch_size
+
+    @property
+    def device(self) -> Any:
+        """The torch device lmms-eval gathers its per-rank counts on."""
+        import torch
+
+        return torch.device(self._device)
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Where the calibration came from (also in every rotated task's sample records)."""
+        return self.harness.provenance
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _doc(self, request: Request) -> tuple[dict[str, Any], str]:
+        *_, doc_id, task, split = request.args
+        return self.task_dict[task][split][doc_id], task
+
+    def _task_items(self, tasks: Sequence[str]) -> list[Instance]:
+        """The held-out items of the first task, by name, with a calibration split (by name,
+        so every process picks the same one whichever requests it holds)."""
+        for task in sorted(set(tasks)):
+            splits = self.task_dict.get(task, {})
+            if CALIBRATION_SPLIT in splits:
+                return [doc_instance(doc, task) for doc in splits[CALIBRATION_SPLIT]]
+        raise InputError(
+            f"calibration=task, but none of the tasks {sorted(set(tasks))} has a "
+            f"'{CALIBRATION_SPLIT}' split; write one with `posdebias lmms-eval-task "
+            "--calibration-count M`, or pass calibration=<saved state or benchmark folder>"
+        )
+
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, dict[str, Any]]]:
+        """(ranking, calibrator label, doc) per request; calibrated once on first use."""
+        docs = [self._doc(request) for request in requests]
+        tasks = [task for _, task in docs]
+        self.harness.calibrate(lambda: self._task_items(tasks))
+        instances = [doc_instance(doc, task) for doc, task in docs]
+        for (doc, task), instance in zip(docs, instances, strict=True):
+            expected = doc.get(LABELS)
+            if expected is None and instance.task != "retrieval":  # a foreign task's letters
+                expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
+            labels = self.harness.labels(instance.n)
+            if expected is not None and list(expected) != labels:
+                raise TaskMappingError(
+                    f"task {task!r} expects the labels {list(expected)}, but the model answers "
+                    f"with {labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
+                )
+        rankings = self.harness.answers(instances)
+        return [
+            (ranking, self.harness.calibrator_label(doc.get(CALIBRATOR), task), doc)
+            for ranking, (doc, task) in zip(rankings, docs, strict=True)
+        ]
+
+    def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
+        """The calibrated label of each request's document."""
+        answers = []
+        for ranking, label, _ in self._answer(requests):
+            prediction = ranking.predictions[label]
+            answers.append(
+                GenerationResult(text=self.harness.labels(len(ranking.images))[prediction.choice])
+            )
+        return answers
+
+    def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
+        """Per (document, label) request: (negated calibrated log-probability, is the argmax),
+        wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
+        results = []
+        for request, (ranking, label, _) in zip(requests, self._answer(requests), strict=True):
+            continuation = str(request.args[1]).strip()
+            labels = self.harness.labels(len(ranking.images))
+            if continuation not in labels:
+                raise TaskMappingError(
+                    f"task {request.task_name!r} asks the log-likelihood of {continuation!r}, "
+                    f"which is not one of the labels {labels}; posdebias scores labels only"
+                )
+            prediction = ranking.predictions[label]
+            position = labels.index(continuation)
+            logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
+            pair = (-logprob, bool(position == prediction.choice))
+            # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
+            results.append(GenerationResult(text=pair))
+        return results
+
+    def generate_until_multi_round(self, requests: list[Request]) -> list[str]:
+        raise TaskMappingError(
+            "posdebias answers one question per document; multi-round tasks are not supported"
+        )

@@ -1,0 +1,466 @@
+"""Position bias in lmms-eval's own tables: rotated tasks and their metrics.
+
+:func:`write_rotated_tasks` (``posdebias lmms-eval-task``) turns a multiple-choice benchmark
+into lmms-eval tasks whose documents are every item in its N cyclic rotations (rotation r
+shows base candidate ``(i + r) % N`` at position i, the posdebias convention), one task per
+calibrator plus a group that runs them all in ONE harness run. The rotation, the order and
+the calibrator are recorded in each document, so the harness's sample logs say what was shown.
+
+The task functions below are what the written YAML files point to. :func:`process_results`
+turns a response into a record (the item, the rotation, the truth position, the chosen
+position, the chosen base candidate); the aggregations compute, over all records of a task,
+exactly what ``posdebias evaluate`` reports for the same items and orders:
+
+* ``acc``: accuracy (%) per rotation, averaged over the rotations (Acc);
+* ``rstd``: sample std of the per-position recalls (RStd, percentage points);
+* ``cons``: % of items whose chosen candidate is the same in every rotation (Cons.);
+* ``circular``: % of items answered right in every rotation (CircularEval).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from posdebias._images import open_image
+from posdebias._io import write_files_together
+from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.core.instance import Instance, rotation_order
+from posdebias.core.labels import LABEL_SETS, get_label_set
+from posdebias.core.tasks import TASK_LABEL_SETS, task_template
+from posdebias.errors import InputError
+from posdebias.evaluation.config import SAFE_LABEL
+from posdebias.evaluation.job import split_held_out
+from posdebias.evaluation.metrics import compute_metrics
+from posdebias.integrations.harness import (
+    CALIBRATION_SPLIT,
+    CALIBRATOR,
+    ITEM,
+    LABELS,
+    ORDER,
+    ROTATION,
+    answer_position,
+    current_provenance,
+    doc_instance,
+)
+
+OutputType = Literal["generate_until", "multiple_choice"]
+METRICS = ("acc", "rstd", "cons", "circular")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+# -- the task transform ---------------------------------------------------------------------
+
+
+#: The per-candidate fields of a document (rotated together; ``options`` is the field of
+#: foreign multiple-choice layouts such as MuirBench's); ``stem_images`` stay put.
+CANDIDATE_FIELDS = ("images", "texts", "options")
+
+
+def candidate_count(doc: Mapping[str, Any]) -> int:
+    return max(len(doc.get(field) or ()) for field in CANDIDATE_FIELDS)
+
+
+def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
+    """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order).
+
+    The truth is ``target`` (a 0-based position); a document with only an ``answer`` (a letter
+    or a 1-based index, a foreign layout) gets its ``target`` too, and its ``answer`` is moved
+    in its own format, so the task's own scoring still reads it.
+    """
+    n = candidate_count(doc)
+    if n < 2:
+        raise InputError(
+            f"item {doc.get('id')!r}: no candidates to rotate (fields {CANDIDATE_FIELDS})"
+        )
+    order = rotation_order(n, rotation).tolist()
+    rotated = dict(doc)
+    for field in CANDIDATE_FIELDS:
+        values = doc.get(field)
+        if values:
+            rotated[field] = [values[k] for k in order]
+    rotated[ITEM] = str(doc.get(ITEM, doc["id"]))
+    rotated[ROTATION] = rotation
+    rotated[ORDER] = order
+    target = doc.get("target")
+    answer = doc.get("answer")
+    if target is None and answer is not None:
+        target = answer_position(answer, n)
+        if target is None:
+            raise InputError(f"item {doc.get('id')!r}: answer {answer!r} names no candidate")
+    if target is not None:
+        rotated["target"] = order.index(int(target))
+        if answer is not None:
+            rotated["answer"] = _answer_like(answer, rotated["target"])
+    return rotated
+
+
+def _answer_like(answer: Any, position: int) -> Any:
+    """``position`` written as ``answer`` was: a 1-based index, or a letter in its case and
+    brackets (``"(B)"``)."""
+    if isinstance(answer, int):
+        return position + 1
+    text = str(answer)
+    letter = chr(ord("A") + position)
+    stripped = text.strip().strip("()").strip()
+    if stripped.isdigit():
+        return text.replace(stripped, str(position + 1))
+    return text.replace(stripped, letter if stripped.isupper() else letter.lower())
+
+
+def rotation_transform(calibrator: str | None, rotations: int | None = None) -> Callable:
+    """A ``process_docs`` function: every document in its first ``rotations`` cyclic
+    rotations (all N by default), item-major, each recording ``calibrator``."""
+
+    def process_docs(dataset: Any) -> Any:
+        import datasets
+
+        rows = []
+        for doc in dataset:
+            n = candidate_count(doc)
+            count = n if rotations is None else rotations
+            if not 1 <= count <= n:
+                raise InputError(f"rotations must be 1..{n} for {n} candidates, got {count}")
+            for rotation in range(count):
+                row = rotate_doc(doc, rotation)
+                row[CALIBRATOR] = calibrator
+                rows.append(row)
+        return datasets.Dataset.from_list(rows)
+
+    return process_docs
+
+
+#: ``process_docs: !function posdebias.integrations.lmms_eval_tasks.rotated_docs`` turns any
+#: multiple-choice task into its N cyclic rotations, in its own YAML (no calibrator named).
+rotated_docs = rotation_transform(None)
+
+
+# -- what the task YAML points to -------------------------------------------------------------
+
+
+def doc_labels(doc: Mapping[str, Any]) -> list[str]:
+    labels = doc.get(LABELS)
+    if labels:
+        return list(labels)
+    return get_label_set(TASK_LABEL_SETS.get(_kind(doc), "digits")).labels(candidate_count(doc))
+
+
+def _kind(doc: Mapping[str, Any]) -> str:
+    """The task kind of a document: its ``task``, else multiple choice with text options."""
+    texts = doc.get("texts") or doc.get("options")
+    return str(doc.get("task") or ("multiple_choice" if texts else "retrieval"))
+
+
+def doc_to_visual(doc: Mapping[str, Any]) -> list[Any]:
+    """The images of the prompt in the order shown, the stem's first (for models other than
+    posdebias's, which reads the files itself)."""
+    paths = [*(doc.get("stem_images") or ()), *(p for p in doc.get("images") or () if p)]
+    item = doc.get(ITEM, doc.get("id"))
+    return [open_image(path, what=f"item {item!r}: image") for path in paths]
+
+
+def doc_to_text(doc: Mapping[str, Any]) -> str:
+    """The text of the task's default posdebias prompt, for models that need a prompt."""
+    labels = doc_labels(doc)
+    n = len(labels)
+    kind = _kind(doc)
+    if kind == "retrieval":
+        instruction = DEFAULT_INSTRUCTION.format(n=n, range=f"{labels[0]} to {labels[-1]}")
+        return instruction + "\n" + DEFAULT_QUERY.format(caption=doc["query"])
+    label_set = next(
+        (ls for ls in LABEL_SETS.values() if n <= ls.capacity and ls.labels(n) == labels),
+        get_label_set(TASK_LABEL_SETS.get(kind, "upper")),
+    )
+    messages = task_template(kind).messages(doc_instance(doc, kind), label_set)
+    return "".join(item.get("text", "") for message in messages for item in message["content"])
+
+
+def doc_to_target(doc: Mapping[str, Any]) -> str:
+    """The label of the truth in this rotation (what a generated answer must be)."""
+    return doc_labels(doc)[int(doc["target"])]
+
+
+def doc_to_target_index(doc: Mapping[str, Any]) -> int:
+    """The truth's position in this rotation (multiple-choice tasks)."""
+    return int(doc["target"])
+
+
+def doc_to_choice(doc: Mapping[str, Any]) -> list[str]:
+    return doc_labels(doc)
+
+
+def parse_choice(response: Any, labels: Sequence[str]) -> int:
+    """The chosen position from a harness response: a generated label (the text itself, or
+    the first word that is a label), or the per-choice (loss, greedy) pairs of a
+    multiple-choice task, whose smallest loss is the answer (lmms-eval's convention). -1
+    when no label is named."""
+    if isinstance(response, (list, tuple)) and response and isinstance(response[0], str):
+        response = response[0]
+    if isinstance(response, str):
+        text = response.strip()
+        if text in labels:
+            return labels.index(text)
+        for word in re.findall(r"[A-Za-z0-9\-]+", text):
+            if word in labels:
+                return labels.index(word)
+        return -1
+    losses = [float(pair[0]) for pair in response]
+    return int(np.argmin(losses))
+
+
+def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """One record per document, under every metric (the aggregations read them all)."""
+    labels = doc_labels(doc)
+    choice = parse_choice(results if not isinstance(results[0], str) else results[0], labels)
+    order = list(doc.get(ORDER) or range(len(labels)))
+    record = {
+        "item": str(doc.get(ITEM, doc.get("id"))),
+        "rotation": int(doc.get(ROTATION, 0)),
+        "target": int(doc["target"]),
+        "choice": choice,
+        "chosen": order[choice] if choice >= 0 else -1,
+        "n": len(labels),
+        "calibrator": doc.get(CALIBRATOR),
+    }
+    provenance = current_provenance()
+    if provenance is not None:
+        record["calibration"] = provenance
+    return {metric: record for metric in METRICS}
+
+
+def records_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, ...]:
+    """[items, rotations] arrays (targets, choices, chosen base candidates) of the items seen
+    in every rotation (a ``--limit`` run may cut an item short: it is left out)."""
+    by_item: dict[str, dict[int, Mapping[str, Any]]] = defaultdict(dict)
+    for record in records:
+        by_item[record["item"]][int(record["rotation"])] = record
+    if not by_item:
+        raise InputError("no records to aggregate")
+    count = max(len(rows) for rows in by_item.values())
+    complete = [rows for rows in by_item.values() if sorted(rows) == list(range(count))]
+    if not complete:
+        raise InputError("no item was answered in every rotation")
+    items = [[rows[r] for r in range(count)] for rows in complete]
+    targets = np.array([[row["target"] for row in rows] for rows in items])
+    choices = np.array([[row["choice"] for row in rows] for rows in items])
+    chosen = np.array([[row["chosen"] for row in rows] for rows in items])
+    return targets, choices, chosen, np.array([items[0][0]["n"]])
+
+
+def _metrics(records: Sequence[Mapping[str, Any]]) -> Any:
+    targets, choices, chosen, n = records_arrays(records)
+    return compute_metrics(targets, choices, chosen, int(n[0]))
+
+
+def accuracy(records: Sequence[Mapping[str, Any]]) -> float:
+    """Acc (%): accuracy per rotation, averaged over the rotations."""
+    return float(_metrics(records).accuracy_mean)
+
+
+def rstd(records: Sequence[Mapping[str, Any]]) -> float:
+    """RStd (percentage points): sample std of the recall per truth position."""
+    return float(_metrics(records).rstd)
+
+
+def consistency(records: Sequence[Mapping[str, Any]]) -> float:
+    """Cons. (%): items whose chosen candidate is the same in every rotation."""
+    return float(_metrics(records).consistency)
+
+
+def circular(records: Sequence[Mapping[str, Any]]) -> float:
+    """CircularEval (%): items answered right in every rotation."""
+    targets, choices, _, _ = records_arrays(records)
+    return 100.0 * float(np.mean(np.all(targets == choices, axis=1)))
+
+
+# -- writing the tasks ----------------------------------------------------------------------
+
+
+def _base_doc(instance: Instance, labels: list[str]) -> dict[str, Any]:
+    """A benchmark line as a harness document (image paths made absolute)."""
+    doc: dict[str, Any] = {
+        "id": instance.id,
+        "task": instance.task,
+        "query": instance.query,
+        "target": instance.target,
+        LABELS: labels,
+    }
+    if any(image is not None for image in instance.images):
+        doc["images"] = [
+            None if image is None else str(Path(image).resolve()) for image in instance.images
+        ]
+    if instance.has_texts:
+        doc["texts"] = list(instance.texts)
+    if instance.stem_images:
+        doc["stem_images"] = [str(Path(image).resolve()) for image in instance.stem_images]
+    return doc
+
+
+def _jsonl(docs: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(doc, sort_keys=True) + "\n" for doc in docs).encode()
+
+
+def _quote(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a YAML string
+
+
+def write_rotated_tasks(
+    benchmark: str | Path,
+    out: str | Path,
+    *,
+    name: str,
+    calibrators: Sequence[str] = ("vanilla", "attention_guided"),
+    output_type: OutputType = "generate_until",
+    rotations: int | None = None,
+    count: int | None = None,
+    calibration_count: int = 0,
+    seed: int = 0,
+    label_set: str | None = None,
+) -> list[Path]:
+    """Write the rotated lmms-eval tasks of ``benchmark`` into ``out``; returns the files.
+
+    Files: ``<name>.yaml`` (the group: every calibrator's task, ONE run), ``<name>_<label>.yaml``
+    per calibrator, ``<name>_items.jsonl`` (the base items), ``<name>_calibration.jsonl`` (with
+    ``calibration_count``: items held out by ``seed`` exactly as ``posdebias evaluate`` holds
+    them out, the task's ``calibration`` split for ``calibration=task``) and
+    ``<name>_posdebias.py`` (the functions the YAML names). All appear together or none.
+    ``label_set``: the labels the answers use (default: the task's, ``A``.. for multiple
+    choice, ``1``.. for retrieval).
+    """
+    if not _NAME.match(name):
+        raise InputError(
+            f"task name {name!r}: use a letter, then letters, digits or '_' (at most 64)"
+        )
+    labels_out = list(calibrators)
+    if not labels_out:
+        raise InputError("give at least one calibrator")
+    for label in labels_out:
+        if not SAFE_LABEL.match(label):
+            raise InputError(f"calibrator {label!r}: not a name")
+    if len(set(labels_out)) != len(labels_out):
+        raise InputError(f"calibrators repeated: {labels_out}")
+    if calibration_count < 0 or seed < 0:
+        raise InputError(
+            f"calibration count and seed must be whole numbers >= 0, got {calibration_count} "
+            f"and {seed}"
+        )
+    loaded = load_benchmark(benchmark)
+    instances = loaded.instances
+    if calibration_count:
+        calibration, test = split_held_out(instances, calibration_count, seed)
+    else:
+        calibration, test = [], list(instances)
+    if count is not None:
+        if count < 1:
+            raise InputError(f"count must be at least 1, got {count}")
+        test = test[:count]
+    n = test[0].n
+    if rotations is not None and not 1 <= rotations <= n:
+        raise InputError(f"rotations must be 1..{n} for {n} candidates, got {rotations}")
+    kind = test[0].task
+    labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
+    out = Path(out)
+    module = f"{name}_posdebias"
+    files: dict[str, bytes] = {
+        f"{name}_items.jsonl": _jsonl([_base_doc(instance, labels) for instance in test])
+    }
+    data_files = {"test": str((out / f"{name}_items.jsonl").resolve())}
+    if calibration:
+        files[f"{name}_calibration.jsonl"] = _jsonl(
+            [_base_doc(instance, labels) for instance in calibration]
+        )
+        data_files[CALIBRATION_SPLIT] = str((out / f"{name}_calibration.jsonl").resolve())
+    functions = [
+        '"""Written by `posdebias lmms-eval-task`: the functions its task YAML files name."""',
+        "",
+        "from posdebias.integrations.lmms_eval_tasks import (  # noqa: F401",
+        "    accuracy, circular, consistency, doc_to_choice, doc_to_target,",
+        "    doc_to_target_index, doc_to_text, doc_to_visual, process_results, rstd,",
+        "    rotation_transform,",
+        ")",
+        "",
+    ]
+    task_names = []
+    for index, label in enumerate(labels_out):
+        task = f"{name}_{re.sub(r'[^A-Za-z0-9_]', '_', label)}"
+        task_names.append(task)
+        functions.append(f"docs_{index} = rotation_transform({label!r}, {rotations!r})  # {task}")
+        files[f"{task}.yaml"] = _task_yaml(
+            task, name, module, index, data_files, output_type, label, n, rotations
+        ).encode()
+    files[f"{module}.py"] = ("\n".join(functions) + "\n").encode()
+    group = [f"group: {name}", "task:"] + [f"  - {task}" for task in task_names]
+    group += ["metadata:", "  version: 1", ""]
+    files[f"{name}.yaml"] = "\n".join(group).encode()
+    existing = [file for file in files if (out / file).exists()]
+    if existing:
+        raise InputError(
+            f"{out} already holds {existing[0]}; choose an empty folder or another --name"
+        )
+    return write_files_together(out, files)
+
+
+def _task_yaml(
+    task: str,
+    group: str,
+    module: str,
+    index: int,
+    data_files: Mapping[str, str],
+    output_type: OutputType,
+    calibrator: str,
+    n: int,
+    rotations: int | None,
+) -> str:
+    lines = [
+        f"task: {task}",
+        f"tag: {group}_tasks",
+        "dataset_path: json",
+        "dataset_kwargs:",
+        "  data_files:",
+        *(f"    {split}: {_quote(path)}" for split, path in data_files.items()),
+        "test_split: test",
+        f"output_type: {output_type}",
+        f"process_docs: !function {module}.docs_{index}",
+        f"doc_to_visual: !function {module}.doc_to_visual",
+        f"doc_to_text: !function {module}.doc_to_text",
+    ]
+    if output_type == "multiple_choice":
+        lines += [
+            f"doc_to_target: !function {module}.doc_to_target_index",
+            f"doc_to_choice: !function {module}.doc_to_choice",
+        ]
+    else:
+        lines += [
+            f"doc_to_target: !function {module}.doc_to_target",
+            "generation_kwargs:",
+            "  max_new_tokens: 8",
+            "  do_sample: false",
+            '  until: ["\\n"]',
+        ]
+    lines.append(f"process_results: !function {module}.process_results")
+    lines.append("metric_list:")
+    for metric, function, better in (
+        ("acc", "accuracy", "true"),
+        ("rstd", "rstd", "false"),
+        ("cons", "consistency", "true"),
+        ("circular", "circular", "true"),
+    ):
+        lines += [
+            f"  - metric: {metric}",
+            f"    aggregation: !function {module}.{function}",
+            f"    higher_is_better: {better}",
+        ]
+    lines += [
+        "metadata:",
+        "  version: 1",
+        f"  posdebias_calibrator: {_quote(calibrator)}",
+        f"  posdebias_rotations: {rotations if rotations is not None else n}",
+        "",
+    ]
+    return "\n".join(lines)

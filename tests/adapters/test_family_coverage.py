@@ -1,0 +1,98 @@
+"""The coverage table of the Adapters page: every image-text family of the installed
+transformers with its verdict, and the generic adapter's refusals before any forward."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import transformers
+
+from posdebias import get_adapter
+from posdebias.adapters.families.generic import structural_problem
+from posdebias.cli import main
+from posdebias.errors import AdapterError
+from posdebias.testing import tiny_model_and_processor
+from posdebias.testing.check import check_instances
+from posdebias.testing.coverage import (
+    BUILT_IN,
+    GENERIC,
+    REFUSED,
+    coverage_markdown,
+    family_coverage,
+    image_text_model_types,
+)
+
+DOC = Path(__file__).parents[2] / "docs" / "adapters.md"
+REGENERATE = "posdebias plugins --families --markdown"
+
+
+@pytest.fixture(scope="module")
+def coverage():
+    transformers.logging.set_verbosity_error()
+    return family_coverage()
+
+
+def _documented_table() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    match = re.search(r"<!-- families:start -->\n(.*?)<!-- families:end -->", text, re.S)
+    assert match, "docs/adapters.md lost its families markers"
+    return match.group(1)
+
+
+def test_the_documented_table_is_the_commands_output(coverage):
+    """Fails when transformers gains (or loses) a family, or a verdict changes: paste the
+    output of `posdebias plugins --families --markdown` between the markers."""
+    documented = _documented_table()
+    listed = re.findall(r"^\| `([^`]+)` \|", documented, re.M)
+    missing = sorted(set(image_text_model_types()) - set(listed))
+    assert not missing, f"families not in docs/adapters.md: {missing}; run {REGENERATE}"
+    assert documented == coverage_markdown(coverage), f"table out of date; run {REGENERATE}"
+
+
+def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(coverage):
+    assert [row.model_type for row in coverage] == image_text_model_types()
+    assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
+    verdicts = {row.model_type: row for row in coverage}
+    for family in ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next"):
+        assert verdicts[family].verdict == BUILT_IN
+    for family, reason in (
+        ("mllama", "cross-attention layers"),
+        ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
+        ("t5gemma2", "encoder-decoder"),
+    ):
+        assert verdicts[family].verdict == REFUSED and reason in verdicts[family].detail
+
+
+def test_structural_problems_come_from_the_checkpoints_own_config():
+    """What a family's default config does not show, a checkpoint's config can: KV sharing
+    (Gemma 4 E2B / E4B) and unknown layer kinds are refused from the config alone."""
+    config = transformers.AutoConfig.for_model("gemma4")
+    assert structural_problem(config) is None
+    config.get_text_config().num_kv_shared_layers = 2
+    assert "last 2 layers reuse other layers' key/value states" in structural_problem(config)
+    llava = transformers.AutoConfig.for_model("llava")
+    llava.text_config.layer_types = ["full_attention", "mamba"] * 16
+    assert "unknown layer type(s) ['mamba']" in structural_problem(llava)
+
+
+def test_cli_prints_the_families_and_refuses_markdown_alone(capsys):
+    assert main(["plugins", "--families", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out == _documented_table()
+    assert main(["plugins", "--markdown"]) == 2
+    assert "--markdown goes with --families" in capsys.readouterr().err
+
+
+def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward():
+    """A model whose images enter through cross-attention (here: a LLaVA whose config declares
+    cross-attention layers, as Mllama's does) is refused before the first forward."""
+    model, processor = tiny_model_and_processor("llava")  # its own copy: the config changes
+    model.config.text_config.cross_attention_layers = [1]
+    calls = [0]
+    model.register_forward_pre_hook(lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
+    adapter = get_adapter(model, processor, adapter="generic")
+    with pytest.raises(AdapterError, match=r"cross-attention layers \[1\]"):
+        adapter.verify(check_instances(3, multi_token_n=None)[0])
+    assert calls[0] == 0

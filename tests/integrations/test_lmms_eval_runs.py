@@ -1,0 +1,128 @@
+"""lmms-eval runs end to end, offline: rotated local tasks, the bundled organism, a tiny
+Qwen2.5-VL, one process and two (accelerate on CPU), compared with posdebias's own evaluate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from harness_helpers import require_lmms_eval, run_lmms_eval
+
+from posdebias.cli import main
+from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.job import run_evaluation
+
+CALIBRATORS = ("vanilla", "attention_guided")
+GROUPS = {"shapes_gen": "generate_until", "shapes_mc": "multiple_choice"}
+ORGANISM_ARGS = (
+    "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
+)
+
+
+@pytest.fixture(scope="module")
+def rotated_tasks(organism_benchmark, tmp_path_factory) -> Path:
+    """The 40 test items in 4 rotations, as a generated-answer and a multiple-choice group,
+    written by the documented command (5 items held out as each task's calibration split)."""
+    require_lmms_eval()
+    folder = tmp_path_factory.mktemp("tasks")
+    for name, output_type in GROUPS.items():
+        args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(folder)]
+        args += ["--name", name, "--output-type", output_type, "--count", "40"]
+        args += ["--calibration-count", "5", "--calibrators", ",".join(CALIBRATORS)]
+        assert main(args) == 0
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_process(rotated_tasks, tmp_path_factory) -> dict:
+    return run_lmms_eval(
+        tmp_path_factory.mktemp("run-1"), ORGANISM_ARGS, ",".join(GROUPS), rotated_tasks
+    )
+
+
+@pytest.fixture(scope="module")
+def own_evaluate(organism_benchmark):
+    """posdebias's own evaluate on the same 40 items (the same 5 held out by seed 0) in the
+    same 4 cyclic orders."""
+    config = EvaluateConfig(
+        model="posdebias/organism",
+        benchmark=organism_benchmark,
+        count=40,
+        calibration_count=5,
+        orders=4,
+        order_kind="cyclic",
+        seed=0,
+        calibrators=list(CALIBRATORS),
+    )
+    return run_evaluation(config)
+
+
+def test_lmms_eval_table_equals_posdebias_evaluate_exactly(one_process, own_evaluate):
+    """Done means: inside lmms-eval's table, the vanilla and attention_guided rows of the
+    40-item task rotated 4 ways have posdebias evaluate's Acc / RStd / Cons. exactly, through
+    both the generated-answer and the log-likelihood path."""
+    assert own_evaluate.num_instances == 40 and own_evaluate.orders == 4
+    table = one_process["results"]
+    for group in GROUPS:
+        for label in CALIBRATORS:
+            row = table[f"{group}_{label}"]
+            ours = own_evaluate.calibrators[label].metrics
+            assert row["acc,none"] == ours.accuracy_mean, (group, label)
+            assert row["rstd,none"] == ours.rstd, (group, label)
+            assert row["cons,none"] == ours.consistency, (group, label)
+    vanilla, guided = (own_evaluate.calibrators[label].metrics for label in CALIBRATORS)
+    assert vanilla.rstd > guided.rstd and vanilla.accuracy_mean < guided.accuracy_mean
+    assert "shapes_gen_attention_guided" in one_process["stdout"]  # rows of the printed table
+
+
+def test_circular_eval_counts_items_right_in_every_rotation(one_process):
+    for group in GROUPS:
+        for label in CALIBRATORS:
+            task = f"{group}_{label}"
+            records = [sample["circular"] for sample in one_process["samples_by_task"][task]]
+            by_item: dict[str, list[bool]] = {}
+            for record in records:
+                by_item.setdefault(record["item"], []).append(record["choice"] == record["target"])
+            assert len(by_item) == 40 and all(len(v) == 4 for v in by_item.values())
+            expected = 100.0 * sum(all(v) for v in by_item.values()) / 40
+            assert one_process["results"][task]["circular,none"] == expected
+
+
+def test_rotations_and_calibration_recorded_in_the_harness_output(one_process, own_evaluate):
+    samples = one_process["samples_by_task"]["shapes_gen_attention_guided"]
+    assert len(samples) == 160
+    rotations = sorted((s["acc"]["item"], s["acc"]["rotation"]) for s in samples)
+    assert rotations == sorted({(item, r) for item, _ in rotations for r in range(4)})
+    for sample in samples:
+        calibration = sample["acc"]["calibration"]
+        assert calibration["source"] == "task" and calibration["split"] == "calibration"
+        assert calibration["calibration_ids"] == own_evaluate.calibration_ids
+        assert sample["acc"]["calibrator"] == "attention_guided"
+        # the generated answer is the label of the chosen position, as the task expects
+        assert sample["filtered_resps"] == str(sample["acc"]["choice"] + 1)
+
+
+def test_two_processes_equal_one_process(rotated_tasks, one_process, tmp_path_factory):
+    """`accelerate launch --num_processes 2` (CPU): rank 0 calibrates, rank 1 waits and reads
+    the same states; every number and every answer equals the one-process run."""
+    two = run_lmms_eval(
+        tmp_path_factory.mktemp("run-2"),
+        ORGANISM_ARGS,
+        ",".join(GROUPS),
+        rotated_tasks,
+        processes=2,
+    )
+    assert two["config"]["model_args"] == one_process["config"]["model_args"]
+    for task, row in one_process["results"].items():
+        for metric in ("acc,none", "rstd,none", "cons,none", "circular,none"):
+            if metric in row:
+                assert two["results"][task][metric] == row[metric], (task, metric)
+    for task, samples in one_process["samples_by_task"].items():
+        answers = {s["doc_id"]: (s["filtered_resps"], s["acc"]["choice"]) for s in samples}
+        other = {
+            s["doc_id"]: (s["filtered_resps"], s["acc"]["choice"])
+            for s in two["samples_by_task"][task]
+        }
+        assert other == answers, task
+        shared = {s["acc"]["calibration"]["states"] for s in two["samples_by_task"][task]}
+        assert len(shared) == 1  # both ranks used the one calibration rank 0 wrote

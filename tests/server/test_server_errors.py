@@ -1,0 +1,131 @@
+"""The ``openai`` adapter against small real HTTP servers that lack what it needs: clear errors,
+retries with backoff, no redirect followed, nothing sent but to base_url. No vLLM needed."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from posdebias.adapters.server import ServerAdapter
+from posdebias.core.instance import RetrievalInstance
+from posdebias.errors import AdapterError, ConfigError, InputError
+
+
+class Server:
+    """A local HTTP server answering POSTs with ``respond(path, body) -> (status, payload)``."""
+
+    def __init__(self, respond):
+        self.requests: list[tuple[str, dict]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((self.path, body))
+                status, payload, headers = respond(self.path, body, len(outer.requests))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def instance(tmp_path) -> RetrievalInstance:
+    from posdebias.testing import write_test_images
+
+    files = write_test_images(tmp_path, 2)
+    return RetrievalInstance(query="a cat", images=tuple(files), target=0, id="x")
+
+
+def adapter(url: str, **options) -> ServerAdapter:
+    return ServerAdapter(base_url=url, model="m", backoff=0.01, timeout=5, **options)
+
+
+def test_a_server_without_log_probabilities_is_a_clear_error(tmp_path):
+    answer = {"choices": [{"index": 0, "message": {"content": "1"}}], "usage": {}}
+    case = instance(tmp_path)
+    with (
+        Server(lambda path, body, count: (200, answer, {})) as server,
+        pytest.raises(AdapterError, match="returned no log-probabilities"),
+    ):
+        adapter(server.url).observe(case)
+
+
+def test_failed_requests_are_retried_with_backoff_then_reported(tmp_path):
+    with Server(lambda path, body, count: (503, {"error": {"message": "busy"}}, {})) as server:
+        with pytest.raises(AdapterError, match=r"did not answer after 3 attempts \(HTTP 503"):
+            adapter(server.url, retries=2).observe(instance(tmp_path))
+        assert len(server.requests) == 3
+
+
+def test_a_client_error_is_not_retried_and_names_the_server_message(tmp_path):
+    answer = {"error": {"message": "model 'm' does not exist"}}
+    with Server(lambda path, body, count: (404, answer, {})) as server:
+        with pytest.raises(AdapterError, match="model 'm' does not exist"):
+            adapter(server.url).observe(instance(tmp_path))
+        assert len(server.requests) == 1
+
+
+def test_redirects_are_refused(tmp_path):
+    with Server(lambda path, body, count: (200, {}, {})) as elsewhere:
+        target = elsewhere.url + "/chat/completions"
+        case = instance(tmp_path)
+        refused = r"redirects \(HTTP 307\) to .* the redirect is refused"
+        with (
+            Server(lambda path, body, count: (307, {}, {"Location": target})) as server,
+            pytest.raises(AdapterError, match=refused),
+        ):
+            adapter(server.url).observe(case)
+        assert elsewhere.requests == []  # nothing reached the other address
+
+
+def test_top_logprobs_scores_are_the_restricted_softmax(tmp_path):
+    top = [{"token": "1", "logprob": -0.5}, {"token": "2", "logprob": -2.0}]
+    answer = {"choices": [{"index": 0, "logprobs": {"content": [{"top_logprobs": top}]}}]}
+    with Server(lambda path, body, count: (200, answer, {})) as server:
+        scores = adapter(server.url, scoring="top_logprobs").observe(instance(tmp_path))
+        (path, body) = server.requests[0]
+    assert path == "/v1/chat/completions" and body["top_logprobs"] == 20
+    image = body["messages"][0]["content"][0]
+    assert image["type"] == "image_url" and image["image_url"]["url"].startswith(
+        "data:image/png;base64,"
+    )
+    expected = [-0.5, -2.0] - __import__("numpy").logaddexp(-0.5, -2.0)
+    assert scores.label_logprobs.tolist() == pytest.approx(expected.tolist(), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"base_url": "ftp://host/v1"}, "is not an http"),
+        ({"base_url": "http://user:pw@host/v1"}, "must not carry"),
+        ({"base_url": "http://h/v1", "endpoint": "completions"}, "needs the option tokenizer"),
+        ({"base_url": "http://h/v1", "api_key_env": "POSDEBIAS_NO_SUCH_KEY"}, "is not set"),
+    ],
+)
+def test_bad_options_are_refused_before_any_request(options, message):
+    with pytest.raises((ConfigError, InputError), match=message):
+        ServerAdapter(model="m", **options)

@@ -1,0 +1,104 @@
+"""The prompt baselines are the paper's prompts word for word (its Appendix E, Table 9), with N
+and the caption substituted; the earlier posdebias wordings stay available by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from posdebias.adapters.hf.prompt import PromptTemplate
+from posdebias.core.labels import get_label_set
+from posdebias.evaluation.protocol import REFERENCE, apply_prompt
+
+INTRO = (
+    "Given {N} images indexed from 1 to {N}, identify the image that best matches the provided "
+    "caption."
+)
+#: The paper's prompts, literally (the text after the images; "{N}" and "{caption}" substituted
+#: by the test). Each ends "Answer: " with the trailing space of the paper.
+PAPER = {
+    "plain": INTRO + " Respond with the index number only and nothing else.\n"
+    "Caption: {caption}\nAnswer: ",
+    "instruction": INTRO + " Please note that the provided images have been randomly shuffled, "
+    "so it is essential to consider them fairly and without bias. Analyze the visual content "
+    "objectively and do not be influenced by the order of the images. Respond with the index "
+    "number only and nothing else.\nCaption: {caption}\nAnswer: ",
+    "cot": INTRO + "\nPlease think step by step. First, write your reasoning inside <think> and "
+    "</think> tags. Then, after the closing </think> tag, output only the final answer index (a "
+    "single integer from 1 to {N}).\nCaption: {caption}\nAnswer: <think>",
+    "self_consistency": INTRO + "\nPlease think step by step to analyze the content of the "
+    'images. After your reasoning, provide the final answer in the exact format: "The answer '
+    'is <index>".\nCaption: {caption}\nAnswer: ',
+}
+CAPTION = "A dog on a red sofa."
+
+
+def text_after_images(template: PromptTemplate, n: int) -> str:
+    content = template.messages(CAPTION, n, get_label_set("digits"))[0]["content"]
+    assert [item["type"] for item in content] == ["image"] * n + ["text"]  # images first
+    return content[-1]["text"]
+
+
+def expected(variant: str, n: int) -> str:
+    return PAPER[variant].replace("{N}", str(n)).replace("{caption}", CAPTION)
+
+
+class _Holder:
+    """What apply_prompt touches of an adapter: its prompt and the template of its variants."""
+
+    def __init__(self, variant: str = "plain") -> None:
+        self.base_prompt = PromptTemplate()
+        self.prompt_variant = variant
+        self.prompt = self.base_prompt.variant(variant)
+
+
+@pytest.mark.parametrize("n", [2, 4, 12])
+@pytest.mark.parametrize("variant", list(PAPER))
+def test_reference_protocol_renders_the_paper_prompt_word_for_word(variant, n):
+    holder = _Holder()
+    apply_prompt(REFERENCE, holder)
+    assert text_after_images(holder.prompt.variant("plain"), n) == expected("plain", n)
+    assert text_after_images(holder.base_prompt.variant(variant), n) == expected(variant, n)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("variant", list(PAPER))
+def test_default_protocol_is_the_paper_prompt_without_the_trailing_space(variant, n):
+    text = text_after_images(PromptTemplate().variant(variant), n)
+    paper = expected(variant, n)
+    assert text == (paper if variant == "cot" else paper.removesuffix(" "))
+
+
+def test_earlier_wordings_are_kept_by_name():
+    old_instruction = PromptTemplate().variant("posdebias_instruction")
+    assert old_instruction.instruction.endswith(
+        "The order of the images is arbitrary: judge each image by its content only, never by "
+        "its position in the list."
+    )
+    old_cot = PromptTemplate().variant("posdebias_cot")
+    assert old_cot.query == "Caption: {caption}\nLet's think step by step."
+    assert "Respond with the index number only" not in old_cot.instruction
+
+
+def test_decoders_use_the_paper_prompts_and_limits_by_default():
+    from posdebias.decoders import ChainOfThought, Generated, Instruction, SelfConsistency
+
+    assert Generated().settings().prompt_variant is None  # the adapter's (plain) prompt
+    assert Instruction().settings().prompt_variant == "instruction"
+    cot = ChainOfThought()
+    assert (cot.settings().prompt_variant, cot.options.max_new_tokens) == ("cot", 1024)
+    assert cot.options.parse == "last"
+    sc = SelfConsistency()
+    settings = sc.settings()
+    assert settings.prompt_variant == "self_consistency"
+    assert (settings.max_new_tokens, settings.num_samples) == (512, 10)
+    assert (settings.temperature, settings.top_k) == (0.7, 40)
+    assert sc.options.parse == "answer_is"
+
+
+@pytest.mark.parametrize("variant", list(PAPER))
+def test_reference_protocol_on_an_adapter_prompt_variant(variant):
+    """The adapter's own prompt variant under the reference protocol is the paper's prompt too
+    (the chain of thought ends "<think>", no space after it)."""
+    holder = _Holder(variant)
+    apply_prompt(REFERENCE, holder)
+    assert text_after_images(holder.prompt, 4) == expected(variant, 4)
