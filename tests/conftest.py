@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 
 import pytest
@@ -12,6 +13,20 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def installed_plugins() -> set[str]:
+    """Entry points of the ``posdebias`` group that the environment has installed."""
+    return {entry.name for entry in importlib.metadata.entry_points(group="posdebias")}
+
+
+# The suite never loads plugins of other installed distributions: their adapters, calibrators or
+# warnings would change what the tests see. Blocked by name through the environment, so the CLI
+# subprocesses the tests start inherit it; plugins a test writes itself (``site``) still load.
+INSTALLED_PLUGINS = installed_plugins()
+if INSTALLED_PLUGINS:
+    _already = {n for n in os.environ.get("POSDEBIAS_BLOCK_PLUGINS", "").split(",") if n}
+    os.environ["POSDEBIAS_BLOCK_PLUGINS"] = ",".join(sorted(INSTALLED_PLUGINS | _already))
 
 
 @pytest.fixture(autouse=True)

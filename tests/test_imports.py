@@ -10,6 +10,8 @@ around an import cycle; and no module inside the package imports the package roo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,101 @@ def test_no_module_imports_the_package_root(path):
         or (isinstance(node, ast.Import) and any(a.name == "posdebias" for a in node.names))
     ]
     assert bad == [], f"{path.name} imports the posdebias root (lines {bad}); import the module"
+
+
+_HEAVY_CHECK = """
+import runpy, sys
+try:
+    {run}
+except SystemExit as exc:
+    assert exc.code in (0, 2, None), exc.code  # no command: the help, exit 2
+print("heavy:", ",".join(name for name in ("torch", "transformers") if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "import posdebias",
+        "sys.argv = ['posdebias', '--help']; runpy.run_module('posdebias', run_name='__main__')",
+        "sys.argv = ['posdebias']; runpy.run_module('posdebias', run_name='__main__')",
+        "import posdebias.adapters.hf, posdebias.adapters.attention, posdebias.testing",
+    ],
+    ids=["import", "help", "no-command", "plugin-surface"],
+)
+def test_import_and_help_load_neither_torch_nor_transformers(run):
+    """The heavy libraries are imported when a model is loaded, never to list or explain."""
+    code = _HEAVY_CHECK.format(run=run)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "heavy: ", result.stdout
+
+
+def test_every_public_name_of_the_root_resolves_and_is_listed():
+    import posdebias
+
+    assert sorted(posdebias.__all__) == sorted(
+        [*posdebias._HOMES, "PLUGIN_API_VERSION", "__version__"]
+    )
+    for name in posdebias.__all__:
+        assert getattr(posdebias, name) is not None, name
+    assert set(posdebias.__all__) <= set(dir(posdebias))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        posdebias.no_such_name  # noqa: B018
+
+
+#: Private attributes of third-party objects read on purpose, with why (no public way exists).
+THIRD_PARTY_PRIVATE = {
+    "_attn_implementation": "transformers configs expose the attention implementation only so",
+    "_get_logits_processor": "transformers builds generate()'s logits processors only here",
+    "_SubParsersAction": "argparse names the type of add_subparsers() only so (annotations)",
+}
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines itself: functions, classes, assigned names and attributes."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _private_reads(tree: ast.AST, name: str) -> list[str]:
+    """``obj._attr`` where ``_attr`` belongs to another module: a private read across modules."""
+    own = _defined_names(tree)
+    return [
+        f"{name}:{node.lineno}: reads {node.attr} of another module's object"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})
+        and node.attr not in own
+        and node.attr not in THIRD_PARTY_PRIVATE
+    ]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
+def test_no_private_attribute_is_read_across_modules(path):
+    """What one module needs of another is public (a Protocol, a property), never ``_private``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert _private_reads(tree, path.name) == []
+
+
+def test_the_private_read_rule_is_not_vacuous():
+    code = (
+        "class A:\n    def __init__(self):\n        self._mine = 1\n"
+        "def f(a, b):\n    return a._mine + b._theirs + a.public\n"
+    )
+    assert _private_reads(ast.parse(code), "m.py") == [
+        "m.py:5: reads _theirs of another module's object"
+    ]

@@ -104,6 +104,10 @@ def test_existing_directory_needs_resume_and_the_same_study(tmp_path, capsys):
     assert (out / "results.csv").read_bytes() == before
 
 
+def _line_count(path):
+    return path.read_text().count("\n") if path.exists() else 0
+
+
 def test_killed_sweep_resumes_to_the_uninterrupted_files(tmp_path):
     """SIGKILL a real `posdebias sweep` process mid-study, resume it: the same files as a
     study that was never interrupted, and no observation made twice."""
@@ -125,12 +129,15 @@ def test_killed_sweep_resumes_to_the_uninterrupted_files(tmp_path):
     )
     deadline = time.monotonic() + 120
     point = run / "points" / "001.json"
+    observations = run / "observations.jsonl"
     while time.monotonic() < deadline and not point.exists():
         time.sleep(0.02)
-    time.sleep(0.3)  # into the third point
+    two_points = _line_count(observations)
+    while time.monotonic() < deadline and _line_count(observations) <= two_points:
+        time.sleep(0.02)  # until the third point has observed something
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
-    assert process.returncode != 0
+    assert process.returncode == -signal.SIGKILL
     assert not (run / "results.csv").exists()
     made_before = (run / "observations.jsonl").read_text().count("\n")
     assert made_before > 0

@@ -124,8 +124,10 @@ def run_lmms_eval(
     done = subprocess.run(
         command, env=offline_env(tmp), capture_output=True, text=True, timeout=900, cwd=tmp
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    (results_file,) = out.rglob("*_results.json")
+    found = list(out.rglob("*_results.json"))
+    # lmms-eval 0.7.3 logs an evaluation error and still exits 0: no results file then
+    assert done.returncode == 0 and len(found) == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    (results_file,) = found
     results = json.loads(results_file.read_text())
     samples = {}
     for file in out.rglob("*_samples_*.jsonl"):

@@ -122,6 +122,8 @@ class Adapter(ABC):
         model_types: Hugging Face ``config.model_type`` values this adapter handles.
         Options: options accepted by :meth:`create` (build the adapter by name from a config).
         provides_attention: whether observations carry ``attention``.
+        label_set: the name of the label set the adapter prompts with (``digits``, ``letters``,
+            ...; an instance attribute where the options choose it).
         priority: claim strength on ``model_types``. A model resolves to the adapter with the
             highest priority among those listing its ``model_type``; at equal priority the
             first registered wins (built-ins register first) and the later one is warned about.
@@ -133,6 +135,7 @@ class Adapter(ABC):
     model_types: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     provides_attention: ClassVar[bool] = True
+    label_set: str = "digits"
     summary: ClassVar[str] = ""
     priority: ClassVar[int] = 0
 
@@ -201,7 +204,7 @@ class Adapter(ABC):
     def labels_for(self, n: int) -> list[str]:
         """The N label strings this adapter prompts with."""
 
-        return get_label_set(getattr(self, "label_set", "digits")).labels(n)
+        return get_label_set(self.label_set).labels(n)
 
     def generate_many(
         self,

@@ -44,8 +44,7 @@ from pydantic import Field, field_validator
 from posdebias._images import open_image
 from posdebias._inputs import excerpt
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter, AdapterOptions
-from posdebias.adapters.hf.generation import Generation, sample_seed
+from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance

@@ -1,6 +1,6 @@
 """CLIP image and caption embeddings for hard-negative mining (open_clip), cached on disk.
 
-METHOD.md, "Benchmarks": the adversarial setting ranks pool images by CLIP image similarity and
+docs/benchmarks.md: the adversarial setting ranks pool images by CLIP image similarity and
 filters them by caption similarity, with L2-normalised embeddings (the paper used ViT-L/14,
 OpenAI weights: our default). Encoding a pool is the slow part of a build, so embeddings are
 cached as safetensors files (never pickle) keyed by the model, its weights and the list of

@@ -1,6 +1,6 @@
 """Choosing the N-1 distractors of an anchor: pure functions over indices and embeddings.
 
-METHOD.md, "Benchmarks":
+docs/benchmarks.md:
 
 * random: N-1 distractors uniform from the pool, never the anchor, no duplicates;
 * adversarial: drop pool images whose category set equals the anchor's (optionally also those

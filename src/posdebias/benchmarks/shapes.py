@@ -1,7 +1,7 @@
 """The bundled synthetic source: small images of coloured shapes with exact captions.
 
 Why it exists: tests and the bundled default run need a source that goes through exactly the code
-path of the real datasets (METHOD.md, "Benchmarks"), and the bundled organism model is trained on
+path of the real datasets (docs/benchmarks.md), and the bundled organism model is trained on
 it. So the generator writes a COCO-format folder (``images/*.png``, ``annotations/captions_*.json``
 and ``annotations/instances_*.json``) that :func:`posdebias.benchmarks.sources.read_coco` reads,
 and the categories (the shape kinds) make the adversarial category filter meaningful.

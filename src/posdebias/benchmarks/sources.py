@@ -3,7 +3,7 @@
 A pool lists every usable image once, with all its captions and (where the source has them) its
 object categories, in a deterministic order that does not depend on the file system or on hash
 seeds: COCO and shapes by image id, Flickr8k by file name, JSONL in file order. Paths are kept
-relative to the root, which is what benchmark files store (METHOD.md, "Benchmarks").
+relative to the root, which is what benchmark files store (docs/benchmarks.md).
 
 Every reader collects all the problems it finds and raises one :class:`BenchmarkError` naming
 each (file and line, or JSON location) so a user fixes a file in one pass, not one error a run.

@@ -1,6 +1,6 @@
 """attention_guided: the paper's method, conditional bias removal guided by attention.
 
-Fit (METHOD.md Calibration 1-4): Lobs, gamma, B and the static attention prior from the
+Fit (docs/method.md, Calibration 1-4): Lobs, gamma, B and the static attention prior from the
 symmetrised calibration set. Predict (Inference 1-5): select layers, purify attention, form the
 visual posterior pi, subtract the expected bias b = E_pi[B[k, :]] from the label scores.
 """

@@ -1,7 +1,7 @@
 """pride: subtract a static (position-only) prior estimated on the calibration set.
 
 PriDe (Zheng et al., ICLR 2024) on the same budget as the paper's method: p_prior is the mean
-label log-score over all M*N symmetrised observations (METHOD.md, Calibration step 5).
+label log-score over all M*N symmetrised observations (docs/method.md, Calibration step 5).
 """
 
 from __future__ import annotations

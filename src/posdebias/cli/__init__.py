@@ -1,6 +1,8 @@
 """The ``posdebias`` command line: one module per subcommand, errors as messages, not tracebacks.
 
-Each subcommand module exposes ``register(subparsers)`` (adds its parser and sets ``handler``).
+Each subcommand module exposes ``register(subparsers)`` (adds its parser and sets ``handler``);
+only the module of the command being run is imported, so ``posdebias --help`` and a usage
+error load neither torch nor the evaluation machinery.
 Any :class:`PosdebiasError` becomes ``error: <message>`` on stderr and its exit code (2 for bad
 input); ``--debug`` shows the traceback instead.
 """
@@ -20,18 +22,20 @@ from posdebias._text import SafeConsole, printable
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
 
-SUBCOMMANDS = (
-    "build",
-    "calibrate",
-    "check",
-    "evaluate",
-    "lmms_eval_task",
-    "organism",
-    "plugins",
-    "rank",
-    "report",
-    "sweep",
-)
+#: Each subcommand (module ``posdebias.cli.NAME`` with ``-`` as ``_``, imported only when it
+#: runs) and its line in ``posdebias --help``.
+SUBCOMMANDS: dict[str, str] = {
+    "build": "build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
+    "calibrate": "fit calibrators and save their calibration states",
+    "check": "verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
+    "evaluate": "evaluate calibrators (no arguments: the bundled default run)",
+    "lmms-eval-task": "write lmms-eval tasks showing a benchmark in its N cyclic rotations",
+    "organism": "the bundled model organism (train it from a seed)",
+    "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
+    "rank": "rank images for a caption with a calibration",
+    "report": "re-render table and figures of a run",
+    "sweep": "run a study of the paper (n, calibration_size, top_k, tau, transfer)",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +59,9 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(args: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser of ``posdebias``; of the subcommands only the one named in ``args`` (the first
+    argument that is not an option) is fully built, the others are listed by name and help."""
 
     parser = _Parser(
         prog="posdebias",
@@ -64,9 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"posdebias {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"posdebias.cli.{name}").register(subparsers)
+    command = _command(args)
+    for name, summary in SUBCOMMANDS.items():
+        if name == command:
+            module = importlib.import_module(f"posdebias.cli.{name.replace('-', '_')}")
+            module.register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary, add_help=False)
     return parser
+
+
+def _command(args: Sequence[str]) -> str | None:
+    """The subcommand ``args`` run: the first argument that is not an option, unless the
+    top-level help is asked for before it (then every subcommand is listed, none built)."""
+    for arg in args:
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _show_warning(
@@ -99,7 +121,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if any("\x00" in arg for arg in args_list):  # only possible in-process, never from a shell
             raise InputError("an argument contains a NUL character; no path or name can")
-        parser = build_parser()
+        parser = build_parser(args_list)
         args = parser.parse_args(args_list)
         if args.command is None:
             parser.print_help()

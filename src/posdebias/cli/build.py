@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "build",
-        help="build a benchmark (random or CLIP hard negatives) from COCO, Flickr8k, JSONL, shapes",
         description="Build a multi-image retrieval benchmark: COUNT instances, each a caption "
         "and N images (its own and N-1 distractors). Writes OUT/benchmark.jsonl and "
         "OUT/manifest.json. Flags override the config file. See the Benchmarks page of the "

@@ -19,7 +19,6 @@ from posdebias.registry import get_registry
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "calibrate",
-        help="fit calibrators and save their calibration states",
         description="Fit calibrators on M calibration instances (held out of --benchmark by "
         "--seed, the same split `evaluate` uses) via their N cyclic rotations.",
     )

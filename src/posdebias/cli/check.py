@@ -28,7 +28,6 @@ from posdebias.testing.check import FAIL, PASS, check_adapter, check_instances
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
-        help="verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
         description="Check that the adapter's spans, label scores and attention masses are "
         "right for this model: scores against the model's own forward, the probe against eager "
         "attention, batch size 1 against 2, image rotation. Run it first on a new model.",

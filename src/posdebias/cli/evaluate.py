@@ -36,7 +36,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "evaluate",
-        help="evaluate calibrators (no arguments: the bundled default run)",
         description="Fit calibrators on the symmetrised calibration set and evaluate them over "
         "T candidate orders per test instance. Flags override the config file.",
     )

@@ -13,7 +13,6 @@ from posdebias.integrations.lmms_eval_tasks import write_rotated_tasks
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lmms-eval-task",
-        help="write lmms-eval tasks showing a benchmark in its N cyclic rotations",
         description="Write lmms-eval task YAML files for a benchmark: every item in its cyclic "
         "rotations, scored with Acc, RStd, Cons. and CircularEval; one task per calibrator "
         "and a group NAME that runs them all in one lmms-eval run (`lmms-eval --model "
@@ -44,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split (0)")
     parser.add_argument(
-        "--label-set", default="digits", help="labels the answers use (digits, upper, ...)"
+        "--label-set",
+        help="labels the answers use: digits, upper, ... (default: the task's, upper for "
+        "multiple choice, digits for retrieval)",
     )
     parser.set_defaults(handler=run)
 

@@ -13,7 +13,6 @@ from posdebias.organism.train import TrainingPlan, train_organism
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "organism",
-        help="the bundled model organism (train it from a seed)",
         description="The bundled default model: a tiny LLaVA whose attention finds the right "
         "image while its answer is position-biased (the Model organism page of the documentation).",
     )

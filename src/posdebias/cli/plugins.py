@@ -26,7 +26,6 @@ from posdebias.testing.coverage import coverage_markdown, family_coverage
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plugins",
-        help="list adapters, calibrators, decoders, bundled models and their plugins",
         description="Everything registered, the plugin and distribution that provides it.",
     )
     parser.add_argument(

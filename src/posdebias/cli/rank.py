@@ -18,7 +18,7 @@ from posdebias.evaluation.preset import resolve_preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("rank", help="rank images for a caption with a calibration")
+    parser = subparsers.add_parser("rank")
     parser.add_argument("--calibration", type=Path, required=True, help="calibration state")
     add_model_arguments(parser)
     parser.add_argument(

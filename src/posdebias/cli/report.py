@@ -13,7 +13,7 @@ from posdebias.evaluation.table import print_results_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="re-render table and figures of a run")
+    parser = subparsers.add_parser("report")
     parser.add_argument("run_dir", type=Path, help="directory written by evaluate --out")
     parser.set_defaults(handler=run)
 

@@ -23,7 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "sweep",
-        help="run a study of the paper (n, calibration_size, top_k, tau, transfer)",
         description="Evaluate every point of a study on one model with one observation cache "
         "and write results.csv, figure.png and report.md to --out (see the Experiments page). "
         "Flags override the config file; its 'sweep' section holds values / benchmarks.",

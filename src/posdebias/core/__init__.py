@@ -1,5 +1,6 @@
 """Data types and pipeline stages; no model, no I/O beyond JSON states."""
 
+from posdebias.core.answers import AnswerParser
 from posdebias.core.instance import (
     TASK_KINDS,
     Candidate,
@@ -19,6 +20,7 @@ __all__ = [
     "LABEL_SETS",
     "LAYER_KINDS",
     "TASK_KINDS",
+    "AnswerParser",
     "BiasProfiler",
     "CalibrationState",
     "Candidate",

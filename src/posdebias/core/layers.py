@@ -6,7 +6,7 @@ DeltaNet) layers have no attention matrix at all, so only its full-attention lay
 Gemma 3's sliding-window layers and Llama 4's chunked layers do have softmax attention, but the
 last prompt token sees only the last window / chunk of the prompt, so an image outside it gets
 zero mass for a structural reason. The kind of each row lets layer selection keep to the layers
-whose attention can see every image (METHOD.md "Inference", step 1; docs/method.md).
+whose attention can see every image (docs/method.md, "Inference", step 1).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Observation:
 
     Attributes:
         label_logprobs: [N] restricted log-probabilities s_j = log P(c_j | x) of the N labels
-            (logsumexp = 0; METHOD.md "Observations").
+            (logsumexp = 0; docs/method.md, "Observations").
         attention: [L, N] attention mass a^(l)_k of the last prompt token on image k's tokens,
             one row per softmax-attention layer read (head mean), or None when the adapter
             cannot give it.
@@ -199,9 +199,9 @@ class Evidence:
         label_probabilities: the model's own (uncalibrated) label probabilities P(c_j | x).
         attention_readout: attention of the selected layers, normalised to sum 1 (raw: no prior).
         layers: the language-model layers the attention was read from (L*, ascending).
-        posterior: the visual posterior pi (purified attention; METHOD.md Inference step 3).
+        posterior: the visual posterior pi (purified attention; docs/method.md, Inference step 3).
         expected_bias: b_j(x), the bias expected given pi, which was subtracted from the label
-            log-probabilities (METHOD.md Inference step 4).
+            log-probabilities (docs/method.md, Inference step 4).
     """
 
     label_probabilities: np.ndarray | None = None

@@ -2,7 +2,7 @@
 
 Extraction is the adapter's job (it yields :class:`Observation`). The four stages here turn
 observations into a calibration state (prior estimation, bias profile) and an observation plus a
-state into corrected scores (layer selection, correction). Equation numbers refer to METHOD.md.
+state into corrected scores (layer selection, correction). Steps are numbered as in docs/method.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from posdebias.core.observation import Observation, log_mean_exp, log_softmax, s
 from posdebias.errors import InputError, ObservationError
 
 EPSILON = 1e-20
-"""Guard for every log of an attention mass or probability (METHOD.md, Inference step 2)."""
+"""Guard for every log of an attention mass or probability (docs/method.md, Inference step 2)."""
 
 
 def _require_targets(observations: Sequence[Observation]) -> None:

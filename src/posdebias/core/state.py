@@ -120,16 +120,8 @@ class CalibrationState(BaseModel):
         return self._array(self.bias_matrix)
 
     @property
-    def observed_profile_array(self) -> np.ndarray | None:
-        return self._array(self.observed_profile)
-
-    @property
     def attention_prior_array(self) -> np.ndarray | None:
         return self._array(self.attention_prior)
-
-    @property
-    def logit_prior_array(self) -> np.ndarray | None:
-        return self._array(self.logit_prior)
 
     @property
     def layer_set(self) -> LayerSet | None:

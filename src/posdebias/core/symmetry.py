@@ -1,4 +1,4 @@
-"""Cyclic symmetrisation of calibration data (METHOD.md "Calibration").
+"""Cyclic symmetrisation of calibration data (docs/method.md, "Calibration").
 
 Rotating each of M calibration instances through all N shifts puts the truth at every position
 exactly M times, so the conditional profile Lobs[i, :] is estimated from the same content for

@@ -79,7 +79,7 @@ class SelfConsistencyOptions(CotOptions):
 
 
 def label_set_of(adapter: Adapter) -> str:
-    return str(getattr(adapter, "label_set", "digits"))
+    return str(adapter.label_set)
 
 
 class Generated(Decoder):

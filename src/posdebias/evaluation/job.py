@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -385,13 +386,9 @@ def calibrator_fingerprint(calibrator: Calibrator, state: CalibrationState) -> s
 def peak_memory() -> dict[str, float]:
     """Peak resident memory of this process (MB) and, on CUDA, peak allocated GPU memory."""
     usage = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    try:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            usage["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch")  # never imported for this: a run without it used no GPU
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        usage["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return usage
 
 

@@ -1,4 +1,4 @@
-"""Acc, RStd, Cons. and the confusion matrix over T candidate orders (METHOD.md, "Metrics").
+"""Acc, RStd, Cons. and the confusion matrix over T candidate orders (docs/method.md, "Metrics").
 
 Inputs are arrays of shape [I, T] (I instances, T orders):
 ``targets[i, t]`` the truth position in order t, ``choices[i, t]`` the chosen position,

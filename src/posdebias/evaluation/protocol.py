@@ -47,8 +47,6 @@ from posdebias.core.stages import EPSILON, PriorEstimator
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
-ProtocolName = Literal["default", "reference"]
-
 #: The authors' candidate layers: 21..35 (inclusive) of their 36-layer models.
 REFERENCE_LAYERS = (21, 36)
 REFERENCE_DEPTH = 36

@@ -27,6 +27,8 @@ from posdebias.core.instance import Instance
 from posdebias.errors import ConfigError, InputError
 from posdebias.integrations.harness import FROM_TASK, HarnessConfig, HarnessDebiaser
 
+__all__ = ["PosdebiasVLM", "message_instance"]
+
 
 class VLMEvalKitInterface:
     """What VLMEvalKit's inference calls on a model (``vlmeval.vlm.base.BaseModel``):

@@ -19,6 +19,8 @@ from posdebias._markers import hookimpl
 from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
 from posdebias.registry.bundled import BundledModel
 
+__all__ = ["BATCH_SIZE", "MODEL_DIR", "MODEL_NAME", "bundled_benchmark"]
+
 #: The name under which the bundled model loads (like a hub id; never looked up online).
 MODEL_NAME = "posdebias/organism"
 

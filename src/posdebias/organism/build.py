@@ -5,7 +5,7 @@ language model), only small: 32 x 32 pixel input, patch 16, so 4 image tokens pe
 word-level vocabulary of the prompt's words, the shapes grammar's words and the numbers 0 to 26
 (whole words, so every digit label up to the label set's capacity is one token).
 
-Its prompt shows the image's label before each image (``1<image>2<image>...``), then METHOD.md's
+Its prompt shows the image's label before each image (``1<image>2<image>...``), then the paper's
 query (``Caption: ...`` / ``Answer:``): with no index marker before the images, the spike of
 issue 7 learned nothing in its time budget. The layout is a :class:`PromptTemplate`
 (``posdebias_prompt.json`` in the model folder) rendered by the processor's chat template, so
@@ -41,7 +41,7 @@ CHAT_TEMPLATE = (
 )
 
 #: The trained layout: label k right before image k, then the caption and the answer cue.
-#: METHOD.md's instruction is left out: it would double the sequence (and the training time)
+#: the paper's instruction is left out: it would double the sequence (and the training time)
 #: and carries nothing the organism could use.
 PROMPT = PromptTemplate(instruction="", separator="", query=DEFAULT_QUERY, image_prefix="{label}")
 

@@ -8,6 +8,7 @@ from posdebias.registry.manager import (
     ENTRY_POINT_GROUP,
     PluginInfo,
     Registry,
+    get_calibrator,
     get_registry,
     reset_registry,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "BundledModel",
     "PluginInfo",
     "Registry",
+    "get_calibrator",
     "get_registry",
     "hookimpl",
     "reset_registry",

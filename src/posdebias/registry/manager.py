@@ -452,6 +452,11 @@ def get_registry() -> Registry:
         return _registry
 
 
+def get_calibrator(name: str, **options: Any) -> Calibrator:
+    """A calibrator by registry name; unknown names and options give a clear error."""
+    return get_registry().create_calibrator(name, **options)
+
+
 def reset_registry() -> None:
     """Forget the process-wide registry (tests; after installing a plugin)."""
     global _registry

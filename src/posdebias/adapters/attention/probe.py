@@ -33,11 +33,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-
-import torch
+from typing import TYPE_CHECKING
 
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
+
+if TYPE_CHECKING:
+    import torch
 
 KEY_CHUNK = 512  # keys upcast to float32 at a time in half-precision models
 
@@ -54,6 +56,8 @@ class AttentionRecorder:
     """
 
     def __init__(self, span_matrix: torch.Tensor) -> None:
+        import torch
+
         if span_matrix.ndim != 3:
             raise AdapterError(
                 f"span matrix must be [batch, tokens, images], got {span_matrix.shape}"
@@ -73,6 +77,8 @@ class AttentionRecorder:
         attention_mask: torch.Tensor | None,
         scaling: float | None,
     ) -> None:
+        import torch
+
         batch, heads, q_len, dim = query.shape
         kv_heads, kv_len = key.shape[1], key.shape[2]
         if q_len != kv_len or kv_len != self.span_matrix.shape[1]:
@@ -111,6 +117,8 @@ class AttentionRecorder:
 
     def _last_row_scores(self, q_last: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         """[B, H_kv, G, T] float32 q_last K^T, upcasting half-precision keys chunk by chunk."""
+        import torch
+
         if key.dtype == torch.float32:
             return torch.matmul(q_last, key.transpose(-1, -2))
         batch, kv_heads, kv_len, dim = key.shape
@@ -148,6 +156,8 @@ class AttentionRecorder:
         0..L-1). Exactly those layers must have been recorded, each once: a layer the config
         says has softmax attention that never reached the probe, or one it says has none that
         did, is an error, never a silently missing or extra row."""
+        import torch
+
         expected = list(range(layers)) if isinstance(layers, int) else list(layers.indices)
         if self.recorded_layers != expected:
             raise AdapterError(

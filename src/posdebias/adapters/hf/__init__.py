@@ -25,12 +25,14 @@ from posdebias.adapters.hf.spans import (
     find_image_spans,
     span_matrix,
 )
+from posdebias.adapters.hf.text import HFTextAdapter
 
 __all__ = [
     "PROMPT_VARIANTS",
     "BatchingUnsafe",
     "HFAdapter",
     "HFAdapterOptions",
+    "HFTextAdapter",
     "ImageSpan",
     "PreparedBatch",
     "PromptTemplate",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -38,6 +37,7 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -152,17 +152,6 @@ class HFAdapterOptions(AdapterOptions):
         return coerce_prompt(value)
 
 
-LOADING_OPTIONS = (
-    "model",
-    "dtype",
-    "device",
-    "device_map",
-    "max_memory",
-    "trust_remote_code",
-    "revision",
-)
-
-
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
     """An RGB PIL image from a path or a PIL image; clear errors for missing or bad files.
 
@@ -185,27 +174,6 @@ def load_image(reference: Any, instance_id: str, min_side: int | None = None) ->
             "needs image files (build a benchmark, or pass paths / PIL images)"
         )
     return open_image(text, what=f"instance {excerpt(instance_id)}: image", min_side=min_side)
-
-
-@dataclass
-class PreparedBatch:
-    """Model inputs of one batch (left padded) with what the probe and the scorer need.
-
-    Attributes:
-        inputs: the processor's tensors on the model's device.
-        position_ids: explicit prompt positions (padding-independent).
-        spans: per row, every token of each candidate (:class:`ImageSpan`: an image's
-            tokens, a text's tokens, or both), in candidate order; what the probe reads.
-        plan: the label token trie for this N.
-        image_spans: per row, every token of each image of the prompt (the stem's first);
-            the same as ``spans`` for retrieval.
-    """
-
-    inputs: Any
-    position_ids: Any
-    spans: list[list[ImageSpan]]
-    plan: LabelPlan
-    image_spans: list[list[ImageSpan]] = field(default_factory=list)
 
 
 class BatchingUnsafe(AdapterError):
@@ -284,9 +252,9 @@ class HFAdapter(Adapter):
         self._plans: dict[int, tuple[list[str], LabelPlan]] = {}
         self._last_n: int | None = None
         forward = inspect.signature(model.forward).parameters
-        self._cache_argument = "cache" if "cache" in forward else "past_key_values"
+        self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
-        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
+        self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
 
@@ -637,7 +605,7 @@ class HFAdapter(Adapter):
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
 
         ``attention=False`` runs plain SDPA and returns ``None`` for the attention, the cost of
-        a method that reads the label scores only (benchmarks/end_to_end.py compares the two).
+        a method that reads the label scores only (docs/performance.md compares the two).
         """
 
         import torch
@@ -654,13 +622,13 @@ class HFAdapter(Adapter):
                     **batch.inputs,
                     position_ids=batch.position_ids,
                     use_cache=True,
-                    **self._last_logits_only,
+                    **self.last_logits_only,
                 )
             masses = recorder.attention(self.attention_layers) if recorder is not None else None
             cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
             mask = batch.inputs["attention_mask"]
 
-            processed = self._label_logits_processor(batch.inputs["input_ids"], mask)
+            processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
 
             def decode(prefix: Prefix) -> Any:
                 logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
@@ -702,7 +670,7 @@ class HFAdapter(Adapter):
 
         return image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
 
-    def _label_logits_processor(self, prompt_ids: Any, mask: Any) -> Any:
+    def label_logits_processor(self, prompt_ids: Any, mask: Any) -> LogitsProcessor:
         """``(prefix, logits) -> logits`` for label scoring: raw, or after the checkpoint's
         generation-config logits processors as greedy ``generate`` applies them (they see the
         prompt ids plus ``prefix``; left padding is ignored through the attention mask)."""
@@ -745,8 +713,8 @@ class HFAdapter(Adapter):
             attention_mask=mask,
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
-            **self._last_logits_only,
-            **{self._cache_argument: cache.cache},
+            **self.last_logits_only,
+            **{self.cache_argument: cache.cache},
         )
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
         return output.logits[:, -1, :]

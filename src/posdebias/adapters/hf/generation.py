@@ -26,21 +26,19 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
+from posdebias.adapters.hf.model import ModelAdapter
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.errors import InputError
 
-if TYPE_CHECKING:
-    from posdebias.adapters.hf.adapter import HFAdapter
-
 
 def generate_many(
-    adapter: HFAdapter,
+    adapter: ModelAdapter,
     instances: Sequence[RetrievalInstance],
     settings: GenerationSettings,
     *,
@@ -85,7 +83,7 @@ def generation_config_processors(model: Any, prompt_ids: Any, mask: Any) -> Any:
     )
 
 
-def _stop_ids(adapter: HFAdapter) -> set[int]:
+def _stop_ids(adapter: ModelAdapter) -> set[int]:
     ids: set[int] = set()
     generation = getattr(adapter.model, "generation_config", None)
     for candidate in (
@@ -106,7 +104,7 @@ def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
 
 
 def _generate_batch(
-    adapter: HFAdapter,
+    adapter: ModelAdapter,
     instances: list[RetrievalInstance],
     settings: GenerationSettings,
     seeds: list[int],
@@ -141,7 +139,7 @@ def _generate_batch(
                 **batch.inputs,
                 position_ids=batch.position_ids,
                 use_cache=True,
-                **adapter._last_logits_only,
+                **adapter.last_logits_only,
             )
         cache = getattr(output, "cache", None) or output.past_key_values
         logits = output.logits[:, -1, :]
@@ -189,8 +187,8 @@ def _generate_batch(
                     attention_mask=mask,
                     position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
                     use_cache=True,
-                    **adapter._last_logits_only,
-                    **{adapter._cache_argument: cache},
+                    **adapter.last_logits_only,
+                    **{adapter.cache_argument: cache},
                 )
             logits = output.logits[:, -1, :]
     if not settings.stop:

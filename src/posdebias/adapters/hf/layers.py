@@ -61,18 +61,3 @@ def attention_layers(text_config: Any) -> LayerSet:
             f"{sorted(set(types))}); the attention-based calibrators cannot be used"
         )
     return LayerSet(tuple(i for i, _ in rows), tuple(kind for _, kind in rows))
-
-
-def attention_windows(text_config: Any) -> dict[str, int | None]:
-    """Window of each kind present (``sliding_window``, ``attention_chunk_size``), for
-    ``describe()`` and error messages."""
-    layers = attention_layers(text_config)
-    windows: dict[str, int | None] = {}
-    for kind in dict.fromkeys(layers.kinds):
-        if kind == SLIDING:
-            windows[kind] = getattr(text_config, "sliding_window", None)
-        elif kind == CHUNKED:
-            windows[kind] = getattr(text_config, "attention_chunk_size", None)
-        else:
-            windows[kind] = None
-    return windows

@@ -1,4 +1,4 @@
-"""The retrieval prompt as configuration: METHOD.md's prompt by default, any layout by config.
+"""The retrieval prompt as configuration: the paper's prompt by default, any layout by config.
 
 The template yields chat-message content (text and image items); the adapter renders it with the
 processor's own chat template and generation prompt. Placeholders:
@@ -82,7 +82,7 @@ POSDEBIAS_COT_QUERY_END = "Let's think step by step."
 class PromptTemplate(BaseModel):
     """How one retrieval instance becomes a chat message (see the module docstring).
 
-    With ``images_first`` (METHOD.md's layout) the message is: every image (each wrapped in
+    With ``images_first`` (the paper's layout) the message is: every image (each wrapped in
     ``image_prefix`` / ``image_suffix``), then ``instruction``, ``separator``, ``query``.
     Otherwise: ``instruction``, the images, then ``query``.
     """

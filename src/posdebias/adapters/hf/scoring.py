@@ -1,7 +1,7 @@
 """Restricted label scoring: s_j = log P(c_j | x), normalised over the N labels.
 
-METHOD.md "Observations": a label of several tokens (``"10"`` is ``"1" "0"`` for Qwen) scores the
-joint log-probability of its tokens, each step a softmax RESTRICTED to the tokens valid there:
+docs/method.md, "Observations": a label of several tokens (``"10"`` is ``"1" "0"`` for Qwen) scores
+the joint log-probability of its tokens, each step a softmax RESTRICTED to the tokens valid there:
 step 1 the first tokens of all N labels; later steps the continuations of that prefix, plus the
 end-of-answer token where a shorter label may stop (``"1"`` vs ``"10"``). The valid tokens form a
 trie; a step with one valid token contributes log 1 = 0 and needs no model call, so only the
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from posdebias.errors import AdapterError
+
+if TYPE_CHECKING:
+    import torch
 
 Prefix = tuple[int, ...]
 
@@ -80,6 +82,8 @@ def restricted_scores(plan: LabelPlan, step_logits: dict[Prefix, torch.Tensor]) 
 
     ``step_logits[prefix]`` is [B, vocab] (``()`` = the prompt's last position).
     """
+    import torch
+
     log_probs: dict[Prefix, dict[int, torch.Tensor]] = {}
     for prefix, valid in plan.options.items():
         if len(valid) == 1:

@@ -1,4 +1,4 @@
-"""Where each image's tokens are: the spans R_k of METHOD.md "Observations".
+"""Where each image's tokens are: the spans R_k of docs/method.md, "Observations".
 
 An :class:`ImageSpan` is ALL the tokens that belong to one image: one run of consecutive
 positions, or the union of several (a family that splits an image into tiles with text between

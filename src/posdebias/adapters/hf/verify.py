@@ -13,7 +13,7 @@ Cost, per model load: through ``observe_many`` the adapter's scores come from th
 itself, so the check adds the reference alone: ONE prompt forward (plus one per multi-token
 label prefix, e.g. one more for digits with N >= 10). ``posdebias evaluate`` verifies before it
 writes anything (:meth:`HFAdapter.verify`), which adds the adapter's own pass of that prompt too:
-two prompt forwards. benchmarks/verification.py measures both.
+two prompt forwards. docs/performance.md measures both.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import AdapterError
 
 if TYPE_CHECKING:
     import torch
 
-    from posdebias.adapters.hf.adapter import HFAdapter, PreparedBatch
 
 FLOAT32_TOLERANCE = 1e-4
 HALF_TOLERANCE = 5e-2  # bfloat16 / float16: a cached step rounds differently from a full forward
@@ -44,7 +44,7 @@ def score_tolerance(dtype: Any) -> float:
     return FLOAT32_TOLERANCE if dtype in (torch.float32, torch.float64) else HALF_TOLERANCE
 
 
-def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.Tensor:
+def reference_scores(adapter: ModelAdapter, instance: RetrievalInstance) -> torch.Tensor:
     """[N] float64 restricted label scores from the model's own forwards (no position ids, no
     cache) of the prompt alone and of prompt + each multi-token label prefix."""
     import torch
@@ -55,7 +55,7 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
     length = prompt.shape[1]
     step_logits: dict[tuple[int, ...], torch.Tensor] = {}
     # the same label scoring as the adapter's (raw, or after generation-config processors)
-    processed = adapter._label_logits_processor(prompt, inputs["attention_mask"])
+    processed = adapter.label_logits_processor(prompt, inputs["attention_mask"])
     with torch.inference_mode():
         for prefix in ((), *batch.plan.steps):
             full = dict(inputs)
@@ -66,7 +66,7 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
                         fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
                         full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
                 full["input_ids"] = torch.cat([prompt, extra], dim=1)
-            output = adapter.model_forward(**full, use_cache=False, **adapter._last_logits_only)
+            output = adapter.model_forward(**full, use_cache=False, **adapter.last_logits_only)
             step_logits[prefix] = processed(prefix, output.logits[:, -1])[0].double().cpu()
     totals = []
     for path in batch.plan.paths:
@@ -81,7 +81,7 @@ def reference_scores(adapter: HFAdapter, instance: RetrievalInstance) -> torch.T
     return scores - torch.logsumexp(scores, dim=0)
 
 
-def mismatch_message(adapter: HFAdapter, difference: float, tolerance: float) -> str:
+def mismatch_message(adapter: ModelAdapter, difference: float, tolerance: float) -> str:
     """The error of a failed verification: what differs, the likely cause, what to do."""
     model_type = getattr(adapter.model.config, "model_type", "?")
     cause = adapter.position_problem() or (
@@ -97,7 +97,7 @@ def mismatch_message(adapter: HFAdapter, difference: float, tolerance: float) ->
     )
 
 
-def refuse_unsupported(adapter: HFAdapter) -> None:
+def refuse_unsupported(adapter: ModelAdapter) -> None:
     """Stop at once when the adapter knows it cannot reproduce this model's positions."""
     problem = adapter.support_problem()
     if problem is not None:
@@ -110,12 +110,12 @@ def refuse_unsupported(adapter: HFAdapter) -> None:
         )
 
 
-def _verdicts(adapter: HFAdapter) -> tuple[dict[str, str | None], str]:
+def _verdicts(adapter: ModelAdapter) -> tuple[dict[str, str | None], str]:
     key = f"{type(adapter).__module__}.{type(adapter).__qualname__}"
     return _VERDICTS.setdefault(adapter.model, {}), key
 
 
-def _known(adapter: HFAdapter) -> bool:
+def _known(adapter: ModelAdapter) -> bool:
     """Whether this model and adapter class were verified (raises the cached failure)."""
     verdicts, key = _verdicts(adapter)
     if key not in verdicts:
@@ -126,7 +126,7 @@ def _known(adapter: HFAdapter) -> bool:
     return True
 
 
-def _judge(adapter: HFAdapter, scores: torch.Tensor, reference: torch.Tensor) -> None:
+def _judge(adapter: ModelAdapter, scores: torch.Tensor, reference: torch.Tensor) -> None:
     import torch
 
     verdicts, key = _verdicts(adapter)
@@ -139,7 +139,7 @@ def _judge(adapter: HFAdapter, scores: torch.Tensor, reference: torch.Tensor) ->
     raise AdapterError(verdicts[key])
 
 
-def verify_instance(adapter: HFAdapter, instance: RetrievalInstance) -> None:
+def verify_instance(adapter: ModelAdapter, instance: RetrievalInstance) -> None:
     """Verify before any observation (``posdebias evaluate`` does, before it writes anything):
     the adapter's scores of ``instance`` alone against the model's own forward (cached)."""
     refuse_unsupported(adapter)
@@ -150,7 +150,7 @@ def verify_instance(adapter: HFAdapter, instance: RetrievalInstance) -> None:
 
 
 def verify_first_batch(
-    adapter: HFAdapter,
+    adapter: ModelAdapter,
     instances: Sequence[RetrievalInstance],
     batch: PreparedBatch,
     scores: torch.Tensor,

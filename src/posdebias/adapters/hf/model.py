@@ -1,0 +1,98 @@
+"""What generation and verification need from a Hugging Face adapter, declared once.
+
+:mod:`~posdebias.adapters.hf.generation` and :mod:`~posdebias.adapters.hf.verify` work on any
+object with this shape (:class:`ModelAdapter`), which :class:`~posdebias.adapters.hf.HFAdapter`
+is; they never import the adapter module, so the adapter -> generation / verify -> adapter
+circle does not exist, and they read nothing private of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from posdebias.adapters.hf.prompt import PromptTemplate
+from posdebias.adapters.hf.scoring import LabelPlan, Prefix
+from posdebias.adapters.hf.spans import ImageSpan
+from posdebias.core.instance import RetrievalInstance
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class PreparedBatch:
+    """Model inputs of one batch (left padded) with what the probe and the scorer need.
+
+    Attributes:
+        inputs: the processor's tensors on the model's device.
+        position_ids: explicit prompt positions (padding-independent).
+        spans: per row, every token of each candidate (:class:`ImageSpan`: an image's
+            tokens, a text's tokens, or both), in candidate order; what the probe reads.
+        plan: the label token trie for this N.
+        image_spans: per row, every token of each image of the prompt (the stem's first);
+            the same as ``spans`` for retrieval.
+    """
+
+    inputs: Any
+    position_ids: Any
+    spans: list[list[ImageSpan]]
+    plan: LabelPlan
+    image_spans: list[list[ImageSpan]] = field(default_factory=list)
+
+
+#: ``(prefix, logits) -> logits``: what label scoring applies to each step's logits.
+LogitsProcessor = Callable[[Prefix, "torch.Tensor"], "torch.Tensor"]
+
+
+class ModelAdapter(Protocol):
+    """A loaded model with its tokenizer, prompt and forward conventions (see the module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def model_id(self) -> str | None: ...
+
+    @property
+    def label_set(self) -> str: ...
+
+    @property
+    def prompt(self) -> PromptTemplate: ...
+
+    @property
+    def base_prompt(self) -> PromptTemplate: ...
+
+    @property
+    def end_token_id(self) -> int | None: ...
+
+    @property
+    def last_logits_only(self) -> dict[str, Any]:
+        """Forward keywords that keep only the last position's logits (``{}`` if unsupported)."""
+
+    @property
+    def cache_argument(self) -> str:
+        """The forward keyword that takes the KV cache (``cache`` or ``past_key_values``)."""
+
+    def prepare_batch(
+        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+    ) -> PreparedBatch: ...
+
+    def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]: ...
+
+    def model_forward(self, **inputs: Any) -> Any: ...
+
+    def decode_position_ids(self, prompt_positions: Any, length: int) -> Any: ...
+
+    def position_problem(self) -> str | None: ...
+
+    def support_problem(self) -> str | None: ...
+
+    def label_logits_processor(self, prompt_ids: Any, mask: Any) -> LogitsProcessor: ...
