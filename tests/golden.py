@@ -7,7 +7,8 @@ order sampling, a fixed bug), regenerate the files and commit them with the chan
     make goldens          # = python -m tests.golden --regenerate (from the repository root)
 
 Each file holds, per calibrator, Acc (mean and std over the orders), RStd, Cons. and the
-selection-rate matrix of the run named in it.
+selection-rate matrix of the run named in it, and the run's statistics: the 95% bootstrap
+intervals, position views and paired comparisons (seeded, so pinned exactly too).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def run_metrics(args: list[str]) -> dict[str, Any]:
             label: result.metrics.model_dump(mode="json")
             for label, result in results.calibrators.items()
         },
+        "statistics": None
+        if results.statistics is None
+        else results.statistics.model_dump(mode="json"),
     }
 
 

@@ -73,7 +73,7 @@ def test_results_schema_round_trips(tmp_path):
     again = tmp_path / "again.json"
     loaded.save(again)
     assert EvaluationResults.load(again) == loaded
-    assert loaded.settings["seed"] == 0 and "posdebias" in loaded.versions
+    assert loaded.settings.seed == 0 and "posdebias" in loaded.versions
 
 
 def test_calibration_for_another_n_is_refused(tmp_path, capsys):

@@ -39,3 +39,7 @@ def test_default_run_matches_its_golden_metrics(name, tmp_path, monkeypatch):
     assert flat(got["metrics"]) == pytest.approx(flat(expected["metrics"]), abs=1e-9), (
         f"{name}: the metrics moved; if that is deliberate, run `make goldens` and commit"
     )
+    assert got["statistics"] is not None  # intervals, position views, paired tests
+    assert flat(got["statistics"]) == pytest.approx(flat(expected["statistics"]), abs=1e-9), (
+        f"{name}: the intervals moved; if that is deliberate, run `make goldens` and commit"
+    )

@@ -30,7 +30,7 @@ def test_a_cyclic_run_shows_every_rotation_once(tmp_path):
         calibrators=["vanilla"], out=tmp_path / "run",
     )  # fmt: skip
     results = run_evaluation(config)
-    assert results.orders == 4 and results.settings["order_kind"] == "cyclic"
+    assert results.orders == 4 and results.settings.order_kind == "cyclic"
     records = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").open()]
     assert len(records) == 6
     rotations = [[(i + r) % 4 for i in range(4)] for r in range(4)]

@@ -303,13 +303,16 @@ def test_a_state_of_another_model_needs_the_transfer_flag(tmp_path, capsys):
         code, err = cli(capsys, *args, *extra, "--out", tmp_path / out)
         assert code == 0, err
         results = EvaluationResults.load(tmp_path / out / "results.json")
-        assert results.settings["calibration_transfer"] is True
-        assert results.calibrators["attention_guided"].calibration == {
+        assert results.settings.calibration_transfer is True
+        saved = results.calibrators["attention_guided"].calibration
+        assert saved is not None
+        assert saved.model_dump() == {
             "source": "saved",
             "model_id": "org/other-checkpoint",
             "transfer": True,
         }
-        assert results.calibrators["vanilla"].calibration["source"] in ("saved", "fitted")
+        vanilla = results.calibrators["vanilla"].calibration
+        assert vanilla is not None and vanilla.source in ("saved", "fitted")
 
 
 @pytest.mark.parametrize(

@@ -32,3 +32,10 @@ CALIBRATORS: tuple[str, ...] = (
 
 #: Forward batch size when none is given (a bundled model may bring its own).
 BATCH_SIZE = 1
+
+#: Bootstrap resamples of the test instances behind every 95% interval, and the accepted range
+#: (below 100 each 2.5% tail holds fewer than 3 values; above 100,000 the intervals take longer
+#: than a default run's model).
+RESAMPLES = 1000
+MIN_RESAMPLES = 100
+MAX_RESAMPLES = 100_000

@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, str] = {
     "organism": "the bundled model organism (train it from a seed)",
     "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
     "rank": "rank images for a caption with a calibration",
-    "report": "re-render table and figures of a run",
+    "report": "re-render table and figures of a run, or compare two runs (--compare)",
     "sweep": "run a study of the paper (n, calibration_size, top_k, tau, transfer)",
 }
 

@@ -27,6 +27,30 @@ def add_row_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
+    """--resamples / --baseline: the bootstrap and the paired comparisons (evaluate, sweep)."""
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        help="bootstrap resamples of the test instances for the 95%% intervals (1000; 100 to "
+        "100000)",
+    )
+    parser.add_argument(
+        "--baseline",
+        help="a row every other row is also compared with, besides vanilla (paired bootstrap "
+        "and exact McNemar test)",
+    )
+
+
+def add_ci_argument(parser: argparse.ArgumentParser) -> None:
+    """--ci: the printed table also shows the 95% intervals (report.md always does)."""
+    parser.add_argument(
+        "--ci",
+        action="store_true",
+        help="print the 95%% bootstrap intervals in the table (report.md always has them)",
+    )
+
+
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model / --adapter, shared by every command that needs a model."""
     parser.add_argument("--model", help="Hugging Face model id or local path")
@@ -81,6 +105,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    add_statistics_arguments(parser)
+    add_ci_argument(parser)
     parser.add_argument(
         "--gpus-per-process",
         type=int,
@@ -122,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         protocol=args.protocol,
         batch_size=args.batch_size,
+        resamples=args.resamples,
+        baseline=args.baseline,
         gpus_per_process=args.gpus_per_process,
         out=args.out,
     )
@@ -151,11 +179,15 @@ def run(args: argparse.Namespace) -> int:
     if results is None:  # a non-zero rank of a data-parallel run
         return 0
     title = (
-        f"{results.adapter.get('model_id') or results.adapter['adapter']}: N={results.n}, "
+        f"{results.adapter.model_id or results.adapter.adapter}: N={results.n}, "
         f"{results.num_instances} instances x {results.orders} orders"
     )
     print_results_table(
-        results.metrics(), title=title, console=console, generated=results.generated_rows()
+        results.metrics(),
+        title=title,
+        console=console,
+        generated=results.generated_rows(),
+        statistics=results.statistics if args.ci else None,
     )
     for label, result in results.calibrators.items():
         if result.diagnostics.get("warning"):

@@ -46,6 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument("--protocol", choices=("default", "reference"), help="evaluation protocol")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        help="bootstrap resamples of each point's test instances for the 95%% intervals (1000)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the study's run directory")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted study")
     parser.set_defaults(handler=run)
@@ -94,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         protocol=args.protocol,
         batch_size=args.batch_size,
+        resamples=args.resamples,
         **overrides,
     )
     console = make_console()

@@ -7,7 +7,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 import posdebias.defaults as defaults
 from posdebias._inputs import CONFIG_LIMIT, load_yaml, parse_json, read_input_text
@@ -102,6 +109,17 @@ class EvaluateConfig(_Strict):
         description="default, or reference: the authors' evaluation (see the method page)",
     )
     batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
+    resamples: int = Field(
+        default=defaults.RESAMPLES,
+        ge=defaults.MIN_RESAMPLES,
+        le=defaults.MAX_RESAMPLES,
+        description="bootstrap resamples of the test instances behind every 95% interval",
+    )
+    baseline: str | None = Field(
+        default=None,
+        description="a row every other row is also compared with (besides vanilla): paired "
+        "bootstrap interval of the accuracy difference and exact McNemar test",
+    )
     gpus_per_process: int | None = Field(
         default=None,
         ge=1,
@@ -109,6 +127,22 @@ class EvaluateConfig(_Strict):
         "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
     )
     out: Path | None = None
+
+    @model_validator(mode="after")
+    def _known_baseline(self) -> EvaluateConfig:
+        """A chosen baseline must be one of the run's rows (a typo would silently compare
+        nothing)."""
+        rows = [spec.key for spec in [*self.calibrators, *self.decoders]]
+        if self.baseline is not None and self.baseline not in rows:
+            raise ValueError(
+                f"baseline {self.baseline!r} is not a row of this run; choose one of {rows}"
+            )
+        return self
+
+    @property
+    def baselines(self) -> list[str]:
+        """vanilla, then the chosen baseline: what every other row is compared with."""
+        return list(dict.fromkeys(["vanilla", *([self.baseline] if self.baseline else [])]))
 
     @field_validator("calibrators", "decoders", mode="before")
     @classmethod

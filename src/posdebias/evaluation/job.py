@@ -58,7 +58,17 @@ from posdebias.evaluation.protocol import (
     get_protocol,
     warn_left_out_layers,
 )
-from posdebias.evaluation.results import CalibratorResult, EvaluationResults, plugin_versions
+from posdebias.evaluation.results import (
+    AdapterDescription,
+    CalibrationSource,
+    CalibratorResult,
+    Cost,
+    EvaluationResults,
+    RunSettings,
+    SourceDescription,
+    Timing,
+    plugin_versions,
+)
 from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
@@ -69,6 +79,7 @@ from posdebias.evaluation.runner import (
     summarize,
 )
 from posdebias.evaluation.states import save_states
+from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
 from posdebias.loading import create_adapter, open_adapter, served
 from posdebias.registry import get_registry
@@ -602,6 +613,15 @@ def finish(run: Run) -> EvaluationResults:
         raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
     records = [run.records[instance.id] for instance in source.test]
     metrics = summarize(records, [*calibrators, *run.decoders], run.n)
+    outcomes, shown = record_outcomes(records, [*calibrators, *run.decoders])
+    statistics = run_statistics(
+        outcomes,
+        run.n,
+        orders=shown,
+        baselines=config.baselines,
+        resamples=config.resamples,
+        seed=config.seed,
+    )
     views = {
         record.instance_id: [instance.permuted(order) for order in record.orders]
         for record, instance in zip(records, source.test, strict=True)
@@ -610,9 +630,9 @@ def finish(run: Run) -> EvaluationResults:
     assert run.evaluator is not None
     clock = run.clock
     results = EvaluationResults(
-        settings=config.model_dump(mode="json", exclude={"out"}),
-        adapter=describe_adapter(run.adapter, run.n),
-        source=source.description,
+        settings=RunSettings.model_validate(config.model_dump(mode="json", exclude={"out"})),
+        adapter=AdapterDescription.model_validate(describe_adapter(run.adapter, run.n)),
+        source=SourceDescription.model_validate(source.description),
         n=run.n,
         orders=config.orders,
         seed=config.seed,
@@ -624,9 +644,9 @@ def finish(run: Run) -> EvaluationResults:
                 name=calibrator.name,
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
-                cost={
-                    "forward_passes_per_instance": config.orders * calibrator.forward_passes(run.n)
-                },
+                cost=Cost(
+                    forward_passes_per_instance=config.orders * calibrator.forward_passes(run.n)
+                ),
                 calibration=state_provenance(
                     run.states[label], label in run.provided, config.calibration_transfer
                 ),
@@ -641,7 +661,7 @@ def finish(run: Run) -> EvaluationResults:
                 name=decoder.name,
                 options=decoder.options.model_dump(mode="json"),
                 metrics=metrics[label],
-                cost=generated_costs[label].as_dict(),
+                cost=Cost.model_validate(generated_costs[label].as_dict()),
                 kind="decoder",
             )
             for label, decoder in run.decoders.items()
@@ -651,31 +671,34 @@ def finish(run: Run) -> EvaluationResults:
         divergence=divergence_profiles(
             calibrators, states, source.test, records, run.cache, config.seed
         ),
-        timing={
-            "calibration_seconds": clock["fitted"] - clock["started"],
-            "evaluation_seconds": clock["evaluated"] - clock["fitted"],
-            "total_seconds": time.perf_counter() - clock["started"],
-            "seconds_per_instance": {
-                label: cost.per_instance()["seconds_per_instance"]
-                for label, cost in run.evaluator.costs.items()
+        statistics=statistics,
+        timing=Timing.model_validate(
+            {
+                "calibration_seconds": clock["fitted"] - clock["started"],
+                "evaluation_seconds": clock["evaluated"] - clock["fitted"],
+                "total_seconds": time.perf_counter() - clock["started"],
+                "seconds_per_instance": {
+                    label: cost.per_instance()["seconds_per_instance"]
+                    for label, cost in run.evaluator.costs.items()
+                }
+                | {label: cost.seconds for label, cost in generated_costs.items()},
+                "instances_evaluated_in_this_process": run.evaluated_here,
+                "world_size": run.shard.world,
+                **peak_memory(),
             }
-            | {label: cost.seconds for label, cost in generated_costs.items()},
-            "instances_evaluated_in_this_process": run.evaluated_here,
-            "world_size": run.shard.world,
-            **peak_memory(),
-        },
+        ),
     )
     if run.run_dir is not None:
         results.save(run.run_dir.results_path)
     return results
 
 
-def state_provenance(state: CalibrationState, saved: bool, transfer: bool) -> dict[str, Any]:
+def state_provenance(state: CalibrationState, saved: bool, transfer: bool) -> CalibrationSource:
     """Where a calibrator's state came from, for results.json: fitted in this run, or loaded
     (and from which model, and whether a transfer to another model was allowed)."""
     if not saved:
-        return {"source": "fitted"}
-    return {"source": "saved", "model_id": state.model_id, "transfer": transfer}
+        return CalibrationSource(source="fitted")
+    return CalibrationSource(source="saved", model_id=state.model_id, transfer=transfer)
 
 
 def run_evaluation(

@@ -3,177 +3,163 @@
 
 from __future__ import annotations
 
-import io
+import contextlib
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from posdebias._io import atomic_write_bytes, atomic_write_text, remove_stale, write_files_together
+from posdebias._io import atomic_write_text, remove_stale, write_files_together
 from posdebias.errors import OutputError
+from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
-from posdebias.evaluation.table import plain_results_table
+from posdebias.evaluation.statistics import Interval, PairedComparison, RunStatistics
+from posdebias.evaluation.table import interval_text, plain_results_table
 
 FIGURES = "figures"
 
-
-def _png(figure: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.savefig(
-        buffer, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None}
-    )  # no version stamp: reproducible bytes
-    plt.close(figure)
-    return buffer.getvalue()
+__all__ = ["FIGURES", "comparison_lines", "p_value_text", "plain", "write_report"]
 
 
-def _save(figure: Any, path: Path) -> Path:
-    return atomic_write_bytes(path, _png(figure))
+def p_value_text(p: float) -> str:
+    """A p-value as a paper prints it: 3 significant digits, scientific below 0.001, and an
+    honest bound where the double underflows."""
+    if p <= 0.0:
+        return "< 1e-300"
+    return f"{p:.3g}" if p >= 1e-3 else f"{p:.1e}"
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+def _value_ci(interval: Interval | None) -> str:
+    if interval is None:
+        return "-"
+    return f"{interval.value:.2f} {interval_text(interval)}"
 
 
-def _heatmap(
-    axis: Any, matrix: np.ndarray, title: str, xlabel: str, ylabel: str, scale: float
-) -> None:
-    n = matrix.shape[0]
-    axis.imshow(matrix, cmap="Blues", vmin=0, vmax=scale)
-    axis.set_title(title, fontsize=9)
-    axis.set_xticks(range(n), [str(i + 1) for i in range(n)], fontsize=7)
-    axis.set_yticks(range(n), [str(i + 1) for i in range(n)], fontsize=7)
-    axis.set_xlabel(xlabel, fontsize=8)
-    axis.set_ylabel(ylabel, fontsize=8)
-    if n <= 12:
-        for i in range(n):
-            for j in range(n):
-                value = matrix[i, j]
-                if np.isnan(value):
-                    continue
-                text = f"{value:.0f}" if scale > 1 else f"{value:.2f}"
-                color = "white" if value > 0.6 * scale else "black"
-                axis.text(j, i, text, ha="center", va="center", fontsize=6, color=color)
-
-
-def plain(text: str) -> str:
-    """``text`` shown as written by matplotlib: ``$`` would start math mode (and a bad formula
-    fails the whole figure), a leading ``_`` would hide a legend entry."""
-    text = str(text).replace("$", r"\$")
-    return "\u200b" + text if text.startswith("_") else text
-
-
-def confusion_figure(results: EvaluationResults, path: Path) -> Path:
-    """Truth position x predicted position (%), one heat map per calibrator (paper Fig. 1)."""
-    return _save(_confusion(results), path)
-
-
-def _confusion(results: EvaluationResults) -> Any:
-    plt = _pyplot()
-    labels = list(results.calibrators)
-    figure, axes = plt.subplots(1, len(labels), figsize=(2.6 * len(labels), 2.8), squeeze=False)
-    for axis, label in zip(axes[0], labels, strict=True):
-        metrics = results.calibrators[label].metrics
-        matrix = np.array([[np.nan if v is None else v for v in row] for row in metrics.confusion])
-        _heatmap(
-            axis,
-            matrix,
-            f"{plain(label)}\nAcc {metrics.accuracy_mean:.1f}",
-            "predicted",
-            "truth",
-            100.0,
-        )
-    return figure
-
-
-def recall_figure(results: EvaluationResults, path: Path) -> Path:
-    """Recall per truth position, grouped bars per calibrator."""
-    return _save(_recall(results), path)
-
-
-def _recall(results: EvaluationResults) -> Any:
-    plt = _pyplot()
-    labels = list(results.calibrators)
-    n = results.n
-    figure, axis = plt.subplots(figsize=(max(5.0, 0.6 * n * len(labels) / 2), 3.0))
-    width = 0.8 / len(labels)
-    for index, label in enumerate(labels):
-        recall = [
-            0.0 if v is None else v for v in results.calibrators[label].metrics.recall_per_position
-        ]
-        position = np.arange(n) + index * width - 0.4 + width / 2
-        axis.bar(position, recall, width, label=plain(label))
-    axis.set_xticks(range(n), [str(i + 1) for i in range(n)])
-    axis.set_xlabel("truth position")
-    axis.set_ylabel("recall (%)")
-    axis.set_ylim(0, 105)
-    axis.legend(fontsize=7, ncols=min(3, len(labels)), loc="lower right")
-    return figure
-
-
-def divergence_figure(results: EvaluationResults, path: Path) -> Path | None:
-    """Where label probabilities, raw attention and purified attention point, per truth
-    position: the logit-attention divergence picture."""
-    figure = _divergence(results)
-    return None if figure is None else _save(figure, path)
-
-
-def _divergence(results: EvaluationResults) -> Any:
-    profile = results.divergence
-    if profile is None:
-        return None
-    plt = _pyplot()
-    panels = [
-        ("label probabilities", profile.label_probabilities),
-        ("raw attention", profile.raw_attention),
+def comparison_lines(comparisons: list[PairedComparison]) -> list[str]:
+    """The paired comparisons as a markdown table."""
+    lines = [
+        "| row | baseline | ΔAcc (pp) [95% CI] | row only right | baseline only right "
+        "| decisions | McNemar p |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    if profile.purified_attention is not None:
-        panels.append(("purified attention", profile.purified_attention))
-    figure, axes = plt.subplots(1, len(panels), figsize=(2.8 * len(panels), 2.9), squeeze=False)
-    for axis, (title, matrix) in zip(axes[0], panels, strict=True):
-        _heatmap(axis, np.asarray(matrix), title, "position", "truth position", 1.0)
-    figure.suptitle(f"logit-attention divergence ({plain(profile.calibrator)} layers)", fontsize=9)
-    return figure
+    for c in comparisons:
+        d = c.difference
+        lines.append(
+            f"| {c.row} | {c.baseline} | {d.value:+.2f} [{d.low:+.1f}, {d.high:+.1f}] "
+            f"| {c.row_only} | {c.baseline_only} | {c.decisions} | {p_value_text(c.p_value)} |"
+        )
+    return lines
+
+
+def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[str]:
+    n = results.n
+    boot = stats.bootstrap
+    lines = [
+        "",
+        f"[low, high]: 95% percentile bootstrap interval over the test instances ({boot.resamples} "
+        f"resamples, seed {boot.seed}; all orders of an instance resampled together).",
+    ]
+    if stats.comparisons:
+        lines += [
+            "",
+            "## Paired comparisons",
+            "",
+            "Each row against "
+            + " and ".join(f"`{b}`" for b in stats.baselines)
+            + " on the same instances and orders: the accuracy difference with its paired "
+            "bootstrap interval, and an exact McNemar test on the "
+            f"{stats.comparisons[0].decisions} (instance, order) decisions (two-sided binomial "
+            "test on the decisions exactly one of the two got right).",
+            "",
+            *comparison_lines(stats.comparisons),
+        ]
+    lines += [
+        "",
+        "## Position views",
+        "",
+        "Accuracy by the truth's position (%), with 95% intervals:",
+        "",
+        "| row | " + " | ".join(f"truth at {i + 1}" for i in range(n)) + " |",
+        "|---|" + "---:|" * n,
+    ]
+    for label, row in stats.rows.items():
+        cells = [_value_ci(ci) for ci in row.accuracy_by_position]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Choice distribution by position (% of all decisions, whatever the truth; an unbiased "
+        f"chooser picks each position {100.0 / n:.1f}% of the time):",
+        "",
+        "| row | " + " | ".join(f"chose {i + 1}" for i in range(n)) + " |",
+        "|---|" + "---:|" * n,
+    ]
+    for label, row in stats.rows.items():
+        cells = [_value_ci(ci) for ci in row.choice_by_position]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    circular = any(row.circular is not None for row in stats.rows.values())
+    lines += [
+        "",
+        "Flip rate: % of (instance, pair of orders) whose chosen candidate differs between the "
+        "two orders (a missing answer counts as a change)."
+        + (
+            " CircularEval: % of instances answered right under all N cyclic rotations."
+            if circular
+            else " CircularEval is absent: the orders are not the N cyclic rotations of one order."
+        ),
+        "",
+        "| row | flip rate [95% CI] |" + (" CircularEval [95% CI] |" if circular else ""),
+        "|---|---:|" + ("---:|" if circular else ""),
+    ]
+    for label, row in stats.rows.items():
+        line = f"| {label} | {_value_ci(row.flip_rate)} |"
+        if circular:
+            line += f" {_value_ci(row.circular)} |"
+        lines.append(line)
+    return lines
 
 
 def write_report(results: EvaluationResults, out: str | Path) -> Path:
-    """Render every figure and ``report.md`` into the run directory; returns the report path.
+    """Render every figure (PNG, PDF, SVG) and ``report.md`` into the run directory; returns
+    the report path.
 
     Everything is rendered in memory first: a results file that cannot be drawn fails before
     any file is written. The figures then appear together, then ``report.md``.
     """
     root = Path(out)
     rendered: dict[str, bytes] = {}
-    written: list[tuple[str, str | None]] = []
-    for title, name, draw in (
-        ("Confusion matrices (truth x predicted position, %)", "confusion.png", _confusion),
-        ("Recall per truth position", "recall.png", _recall),
-        ("Logit-attention divergence", "divergence.png", _divergence),
-    ):
+    written: list[tuple[str, str]] = []
+    for name, title, draw in REPORT_FIGURES:
         figure = draw(results)
-        if figure is not None:
-            rendered[name] = _png(figure)
-        written.append((title, name if figure is not None else None))
+        if figure is None:
+            continue
+        for fmt, data in render(figure).items():
+            rendered[f"{name}.{fmt}"] = data
+        written.append((title, name))
     adapter = results.adapter
+    stats = results.statistics
     lines = [
         "# posdebias results",
         "",
-        f"- model: `{adapter.get('model_id')}` (adapter `{adapter.get('adapter')}`)",
+        f"- model: `{adapter.model_id}` (adapter `{adapter.adapter}`)",
         f"- N = {results.n} images, {results.num_instances} test instances x "
         f"{results.orders} orders, seed {results.seed}",
         f"- calibration instances: {len(results.calibration_ids)}",
         "",
-        plain_results_table(results.metrics(), results.generated_rows()),
+        plain_results_table(results.metrics(), results.generated_rows(), stats),
         "",
         "Acc: accuracy per order, mean ± std over orders. RStd: std of the recall per truth "
         "position (lower is better). Cons.: % of instances with the same image chosen under "
         "every order.",
+    ]
+    if stats is None:
+        lines += [
+            "",
+            "This results file (schema version 1) holds no statistics: re-run the same "
+            "`posdebias evaluate --out DIR --resume` to add intervals and paired tests (the "
+            "records are reused; no forward pass is repeated).",
+        ]
+    else:
+        lines += _statistics_lines(results, stats)
+    lines += [
+        "",
+        "## Cost",
         "",
         "Cost per test instance (all orders): forward passes (prompt passes plus decoding "
         "steps), generated tokens, seconds (model and method).",
@@ -181,13 +167,13 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         "| row | forward passes | generated tokens | seconds |",
         "|---|---:|---:|---:|",
     ]
-    seconds = results.timing.get("seconds_per_instance", {})
+    seconds = results.timing.seconds_per_instance
     for label, result in results.calibrators.items():
         cost = result.cost
         spent = seconds.get(label)
         lines.append(
-            f"| {label} | {cost.get('forward_passes_per_instance', 0):g} "
-            f"| {cost.get('generated_tokens_per_instance', 0):g} "
+            f"| {label} | {cost.forward_passes_per_instance:g} "
+            f"| {cost.generated_tokens_per_instance:g} "
             f"| {'-' if spent is None else f'{spent:.4f}'} |"
         )
     warnings = [
@@ -198,13 +184,25 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     if warnings:
         lines += ["", "## Calibration warnings", ""]
         lines += [f"- **{label}**: {warning}" for label, warning in warnings]
-    for title, figure_file in written:
-        if figure_file is not None:
-            lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{figure_file})"]
+    for title, name in written:
+        vector = ", ".join(f"[{fmt.upper()}]({FIGURES}/{name}.{fmt})" for fmt in FORMATS[1:])
+        lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
     text = "\n".join(lines) + "\n"
     figures = root / FIGURES
     if figures.is_symlink():
         raise OutputError(f"{figures} is a symbolic link; posdebias does not write through links")
     remove_stale(figures)
+    _remove_outdated(figures, set(rendered))
     write_files_together(figures, rendered)
     return atomic_write_text(root / "report.md", text)
+
+
+def _remove_outdated(figures: Path, keep: set[str]) -> None:
+    """Delete figures of ours this report does not draw (e.g. a comparison an earlier version
+    drew), so the folder never shows a figure the results no longer hold."""
+    for name, _title, _draw in REPORT_FIGURES:
+        for fmt in FORMATS:
+            path = figures / f"{name}.{fmt}"
+            if path.name not in keep and path.is_file() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.unlink()

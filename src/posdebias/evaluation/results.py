@@ -1,4 +1,11 @@
-"""The typed schema of a results file (``results.json``)."""
+"""The typed schema of a results file (``results.json``), version 2, and the reader of version 1.
+
+Every section is a pydantic model with documented fields. Two sections also keep keys they do
+not declare (``extra="allow"``): ``adapter`` (an adapter plugin's ``describe()`` may add its own)
+and ``timing`` (measurements vary with the hardware). Version 1 files (written before the
+statistics section existed) are read as version 2 with ``statistics`` absent, so old run
+directories still report; their tables show no intervals.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +14,24 @@ import platform
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from posdebias._inputs import STATE_LIMIT, read_input_text
+from posdebias._inputs import STATE_LIMIT, parse_json, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias._version import __version__
 from posdebias.decoders.base import Decoder
 from posdebias.errors import InputError, validation_message
+from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.metrics import Metrics
+from posdebias.evaluation.statistics import RunStatistics
 from posdebias.registry import get_registry
 
-RESULTS_SCHEMA_VERSION = 1
+RESULTS_SCHEMA_VERSION: Literal[2] = 2
+#: Versions this reader understands (1 is upgraded on reading).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 
 def package_versions() -> dict[str, str]:
@@ -34,21 +45,117 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-class CalibratorResult(BaseModel):
+class RunSettings(EvaluateConfig):
+    """The run's configuration as validated (every default filled in), without ``out``: two
+    identical runs into different folders write identical settings."""
+
+    out: Path | None = Field(default=None, exclude=True)
+
+
+class AdapterDescription(BaseModel):
+    """What the adapter reports about itself (``Adapter.describe``); an adapter plugin may add
+    keys of its own, which are kept as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+    adapter: str = Field(description="registry name of the adapter")
+    model_id: str | None = Field(default=None, description="model id or path")
+    revision: str | None = Field(default=None, description="the model's commit hash, if known")
+    model_type: str | None = Field(default=None, description="the model config's model_type")
+    dtype: str | None = Field(default=None, description="weights' dtype, e.g. float32")
+    device: str | None = Field(default=None, description="where the model ran")
+    num_layers: int | None = Field(default=None, description="decoder layers of the model")
+    layers: list[int] | None = Field(default=None, description="layers attention is read from")
+    layer_kinds: list[str] | None = Field(default=None, description="kind of each layer")
+    label_set: str | None = Field(default=None, description="how candidates are labelled")
+    labels: list[str] | None = Field(default=None, description="the N labels shown")
+    prompt_hash: str | None = Field(default=None, description="SHA-256 of the prompt template")
+    image_size: int | None = Field(default=None, description="image resize, if any")
+    logits_processors: str | None = Field(default=None, description="logits processors used")
+    prompt: dict[str, Any] | None = Field(default=None, description="the prompt template")
+    end_token: str | None = Field(default=None, description="the end-of-turn token")
+    answer_prefix: str | None = Field(default=None, description="text before the answer label")
+    prompt_variant: str | None = Field(default=None, description="the prompt variant")
+    transformers: str | None = Field(default=None, description="transformers version")
+    options: dict[str, Any] | None = Field(default=None, description="adapter options")
+
+
+class SourceDescription(BaseModel):
+    """Where the instances came from: a benchmark (identified by content hash) or the
+    simulated model's own instances; keys a newer version adds are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    source: str | None = Field(default=None, description="'synthetic' for simulated instances")
+    n: int | None = Field(default=None, description="N of simulated instances")
+    benchmark: str | None = Field(default=None, description="benchmark path as given")
+    benchmark_sha256: str | None = Field(default=None, description="benchmark content hash")
+    calibration_benchmark_sha256: str | None = Field(
+        default=None, description="content hash of a separate calibration benchmark"
+    )
+
+
+class Timing(BaseModel):
+    """Seconds and memory of the run: the only section that differs between two identical
+    runs. Keys a newer version adds are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    calibration_seconds: float | None = Field(default=None, description="fitting, s")
+    evaluation_seconds: float | None = Field(default=None, description="test instances, s")
+    total_seconds: float | None = Field(default=None, description="the whole run, s")
+    seconds_per_instance: dict[str, float] = Field(
+        default_factory=dict, description="row -> seconds per test instance (all orders)"
+    )
+    instances_evaluated_in_this_process: int | None = Field(
+        default=None, description="0 when every record was reused by --resume"
+    )
+    world_size: int | None = Field(default=None, description="data-parallel processes")
+    peak_rss_mb: float | None = Field(default=None, description="peak resident memory, MB")
+    cuda_max_allocated_mb: float | None = Field(default=None, description="peak GPU memory, MB")
+
+
+class Cost(BaseModel):
+    """What a row costs per test instance, all T orders together (reproducible: seconds are in
+    ``timing``)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    options: dict[str, Any]
+    forward_passes_per_instance: float = Field(
+        default=0.0, description="prompt passes plus decoding steps"
+    )
+    generated_tokens_per_instance: float = Field(default=0.0, description="decoded tokens")
+
+
+class CalibrationSource(BaseModel):
+    """Where a calibrator's state came from: fitted in this run or loaded from a file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Literal["fitted", "saved"]
+    model_id: str | None = Field(default=None, description="saved: the model it was fitted on")
+    transfer: bool | None = Field(
+        default=None, description="saved: whether use on another model was allowed"
+    )
+
+
+class CalibratorResult(BaseModel):
+    """One row of the table: a calibrator or a decoder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="registry name")
+    options: dict[str, Any] = Field(description="the row's options (each row's own schema)")
     metrics: Metrics
-    cost: dict[str, float] = Field(default_factory=dict)
+    cost: Cost = Field(default_factory=Cost)
     diagnostics: dict[str, Any] = Field(
-        default_factory=dict, description="what the calibration found (CalibrationState)"
+        default_factory=dict,
+        description="what the calibration found (each calibrator's own; CalibrationState)",
     )
-    calibration: dict[str, Any] | None = Field(
-        default=None,
-        description="where the state came from: fitted in the run, or saved (model, transfer)",
+    calibration: CalibrationSource | None = Field(
+        default=None, description="calibrators: fitted in the run, or saved (model, transfer)"
     )
-    kind: str = Field(default="calibrator", description="calibrator or decoder")
+    kind: Literal["calibrator", "decoder"] = Field(default="calibrator")
 
 
 class PluginVersion(BaseModel):
@@ -93,24 +200,29 @@ class EvaluationResults(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = RESULTS_SCHEMA_VERSION
-    settings: dict[str, Any]
-    adapter: dict[str, Any]
-    source: dict[str, Any] = Field(default_factory=dict)
-    versions: dict[str, str] = Field(default_factory=package_versions)
-    n: int
-    orders: int
+    schema_version: Literal[2] = RESULTS_SCHEMA_VERSION
+    settings: RunSettings
+    adapter: AdapterDescription
+    source: SourceDescription = Field(default_factory=SourceDescription)
+    versions: dict[str, str] = Field(
+        default_factory=package_versions, description="library -> version that made the numbers"
+    )
+    n: int = Field(description="candidates per instance")
+    orders: int = Field(description="candidate orders T per test instance")
     seed: int
-    num_instances: int
+    num_instances: int = Field(description="test instances")
     calibration_ids: list[str] = Field(default_factory=list)
     test_ids: list[str] = Field(default_factory=list)
-    calibrators: dict[str, CalibratorResult]
+    calibrators: dict[str, CalibratorResult] = Field(description="label -> row (table order)")
     failed: dict[str, str] = Field(
         default_factory=dict, description="label -> why a third-party calibrator was dropped"
     )
     plugins: list[PluginVersion] = Field(default_factory=list)
     divergence: DivergenceProfile | None = None
-    timing: dict[str, Any] = Field(default_factory=dict)
+    statistics: RunStatistics | None = Field(
+        default=None, description="intervals and paired tests; absent in files of version 1"
+    )
+    timing: Timing = Field(default_factory=Timing)
 
     @model_validator(mode="after")
     def _consistent(self) -> EvaluationResults:
@@ -132,6 +244,8 @@ class EvaluationResults(BaseModel):
             values += [v for v in m.recall_per_position if v is not None]
             if not all(math.isfinite(v) for v in values):
                 raise ValueError(f"calibrators.{label}.metrics holds NaN or infinite values")
+        if self.statistics is not None:
+            self._statistics_fit(n)
         if self.divergence is not None:
             for name in ("label_probabilities", "raw_attention", "purified_attention"):
                 matrix = getattr(self.divergence, name)
@@ -140,6 +254,25 @@ class EvaluationResults(BaseModel):
                 ):
                     raise ValueError(f"divergence.{name} is not {n}x{n}")
         return self
+
+    def _statistics_fit(self, n: int) -> None:
+        """The statistics describe exactly these rows at this N (a results file edited by hand
+        could rename a row in one place only)."""
+        stats = self.statistics
+        assert stats is not None
+        if set(stats.rows) != set(self.calibrators):
+            raise ValueError(
+                f"statistics.rows {list(stats.rows)} are not the rows of calibrators "
+                f"{list(self.calibrators)}"
+            )
+        for label, row in stats.rows.items():
+            for name in ("accuracy_by_position", "choice_by_position"):
+                if len(getattr(row, name)) != n:
+                    raise ValueError(f"statistics.rows.{label}.{name} has not {n} values")
+        for comparison in stats.comparisons:
+            for label in (comparison.row, comparison.baseline):
+                if label not in self.calibrators:
+                    raise ValueError(f"statistics.comparisons names {label!r}, not a row")
 
     def generated_rows(self) -> list[str]:
         """Labels of the decoder rows (they carry a parse-failure rate)."""
@@ -162,7 +295,7 @@ class EvaluationResults(BaseModel):
             hint="run `posdebias evaluate --out DIR` first",
         )
         try:
-            return cls.model_validate_json(text)
+            return cls.model_validate(upgrade(parse_json(text, f"results file {source}"), source))
         except ValidationError as exc:
             raise InputError(
                 validation_message(exc, f"{source} is not a valid posdebias results file")
@@ -174,3 +307,20 @@ class EvaluationResults(BaseModel):
                 f"{source} is not a valid posdebias results file ({exc!s:.120}); nothing was "
                 "written"
             ) from None
+
+
+def upgrade(data: Any, source: Path) -> Any:
+    """A parsed results file as version 2: version 1 differs only in lacking ``statistics``;
+    a newer version is refused (a newer posdebias wrote it)."""
+    if not isinstance(data, dict):
+        return data  # validation names what is wrong
+    version = data.get("schema_version", 1)
+    if isinstance(version, int) and not isinstance(version, bool):
+        if version > RESULTS_SCHEMA_VERSION:
+            raise InputError(
+                f"{source} has results schema version {version}; this posdebias reads versions "
+                f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}. Upgrade posdebias to read it"
+            )
+        if version == 1:
+            return {**data, "schema_version": RESULTS_SCHEMA_VERSION}
+    return data

@@ -1,6 +1,11 @@
 """The paper's table: rows calibrators (and decoders), columns Acc (mean +- std over orders),
 RStd, Cons.; with generated rows also the parse-failure rate (% of orders without a valid
-answer; "-" for scored rows, which always answer)."""
+answer; "-" for scored rows, which always answer).
+
+With the run's statistics each metric also shows its 95% instance-bootstrap interval,
+``[low, high]``: always in markdown (report.md, what a paper cites), on request (``--ci``) in
+the terminal, where the paper's table stays within 80 columns without them.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,43 @@ from rich.table import Table
 
 from posdebias._text import SafeConsole
 from posdebias.evaluation.metrics import Metrics
+from posdebias.evaluation.statistics import Interval, RunStatistics
 
 
 def _parse_failures(label: str, row: Metrics, generated: Collection[str]) -> str:
     return f"{row.no_answer:6.2f}" if label in generated else "-"
 
 
+def interval_text(interval: Interval | None) -> str:
+    """``[low, high]`` to one decimal, or ``-`` when there is none."""
+    return "-" if interval is None else f"[{interval.low:.1f}, {interval.high:.1f}]"
+
+
+def _cells(label: str, row: Metrics, statistics: RunStatistics | None, padded: bool) -> list[str]:
+    if padded:  # aligned in a terminal
+        cells = [
+            f"{row.accuracy_mean:6.2f} ± {row.accuracy_std:5.2f}",
+            f"{row.rstd:6.2f}",
+            f"{row.consistency:6.2f}",
+        ]
+    else:
+        cells = [
+            f"{row.accuracy_mean:.2f} ± {row.accuracy_std:.2f}",
+            f"{row.rstd:.2f}",
+            f"{row.consistency:.2f}",
+        ]
+    found = None if statistics is None else statistics.rows.get(label)
+    if found is None:
+        return cells
+    intervals = (found.accuracy, found.rstd, found.consistency)
+    return [f"{cell} {interval_text(ci)}" for cell, ci in zip(cells, intervals, strict=True)]
+
+
 def results_table(
-    metrics: Mapping[str, Metrics], title: str | None = None, generated: Collection[str] = ()
+    metrics: Mapping[str, Metrics],
+    title: str | None = None,
+    generated: Collection[str] = (),
+    statistics: RunStatistics | None = None,
 ) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("calibrator", style="bold")
@@ -28,16 +62,19 @@ def results_table(
     if generated:
         table.add_column("Parse fail. % ↓", justify="right")
     for label, row in metrics.items():
-        cells = [
-            label,
-            f"{row.accuracy_mean:6.2f} ± {row.accuracy_std:5.2f}",
-            f"{row.rstd:6.2f}",
-            f"{row.consistency:6.2f}",
-        ]
+        cells = [label, *_cells(label, row, statistics, padded=True)]
         if generated:
             cells.append(_parse_failures(label, row, generated))
         table.add_row(*cells)
+    if statistics is not None:
+        table.caption = f"[low, high]: 95% bootstrap interval ({_resamples(statistics)})"
+        table.caption_justify = "left"
     return table
+
+
+def _resamples(statistics: RunStatistics) -> str:
+    settings = statistics.bootstrap
+    return f"{settings.resamples} resamples of the test instances, seed {settings.seed}"
 
 
 def print_results_table(
@@ -45,24 +82,27 @@ def print_results_table(
     title: str | None = None,
     console: Console | None = None,
     generated: Collection[str] = (),
+    statistics: RunStatistics | None = None,
 ) -> None:
-    (console or SafeConsole()).print(results_table(metrics, title, generated))
+    (console or SafeConsole()).print(results_table(metrics, title, generated, statistics))
 
 
-def plain_results_table(metrics: Mapping[str, Metrics], generated: Collection[str] = ()) -> str:
-    """The same table as aligned plain text (markdown summaries, logs)."""
-    if not generated:
-        lines = ["| calibrator | Acc | RStd | Cons. |", "|---|---:|---:|---:|"]
-    else:
-        lines = [
-            "| calibrator | Acc | RStd | Cons. | Parse fail. % |",
-            "|---|---:|---:|---:|---:|",
-        ]
+def plain_results_table(
+    metrics: Mapping[str, Metrics],
+    generated: Collection[str] = (),
+    statistics: RunStatistics | None = None,
+) -> str:
+    """The same table as markdown (summaries, logs); with ``statistics`` every metric carries
+    its 95% interval."""
+    suffix = " [95% CI]" if statistics is not None else ""
+    header = f"| calibrator | Acc{suffix} | RStd{suffix} | Cons.{suffix} |"
+    rule = "|---|---:|---:|---:|"
+    if generated:
+        header += " Parse fail. % |"
+        rule += "---:|"
+    lines = [header, rule]
     for label, row in metrics.items():
-        line = (
-            f"| {label} | {row.accuracy_mean:.2f} ± {row.accuracy_std:.2f} | {row.rstd:.2f} "
-            f"| {row.consistency:.2f} |"
-        )
+        line = f"| {label} | " + " | ".join(_cells(label, row, statistics, padded=False)) + " |"
         if generated:
             line += f" {_parse_failures(label, row, generated).strip()} |"
         lines.append(line)

@@ -17,7 +17,7 @@ The run directory::
     observations.jsonl  the shared observation cache (append-only, crash-safe)
     points/NNN.json     one finished point: its rows and the observations it used
     results.csv         the tidy table: one row per point x calibrator
-    figure.png          the paper-style figure
+    figure.png          the paper-style figure (also figure.pdf, figure.svg)
     report.md           the table per metric, the cost of each point, the settings
     timing.json         seconds per point (the only file that differs between reruns)
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from posdebias._io import atomic_write_bytes, atomic_write_text
-from posdebias.evaluation.report import _pyplot
+from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
 COLUMNS = (
@@ -26,8 +25,14 @@ COLUMNS = (
     "calibrator",
     "accuracy",
     "accuracy_std",
+    "accuracy_low",
+    "accuracy_high",
     "rstd",
+    "rstd_low",
+    "rstd_high",
     "consistency",
+    "consistency_low",
+    "consistency_high",
     "forward_passes_per_instance",
     "point_forward_passes",
     "point_new_forward_passes",
@@ -56,7 +61,7 @@ def write_table(rows: list[dict[str, Any]], path: Path) -> Path:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: row[key] for key in COLUMNS})
+        writer.writerow({key: row.get(key, "") for key in COLUMNS})  # no interval: empty
     return atomic_write_text(path, buffer.getvalue())
 
 
@@ -74,46 +79,11 @@ _AXIS = {
 
 
 def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
-
-    plt = _pyplot()
-    labels = list(dict.fromkeys(row["calibrator"] for row in rows))
-    metrics = [("accuracy", "Acc (%)"), ("rstd", "RStd"), ("consistency", "Cons. (%)")]
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    if study == "transfer":
-        points = list(dict.fromkeys(row["point"] for row in rows))
-        width = 0.8 / max(len(labels), 1)
-        for axis, (metric, title) in zip(axes, metrics, strict=True):
-            for k, label in enumerate(labels):
-                values = [
-                    next(r[metric] for r in rows if r["point"] == p and r["calibrator"] == label)
-                    for p in points
-                ]
-                axis.bar([i + k * width for i in range(len(points))], values, width, label=label)
-            axis.set_xticks([i + 0.4 - width / 2 for i in range(len(points))])
-            axis.set_xticklabels(points, rotation=30, ha="right", fontsize=7)
-            axis.set_title(title)
-    else:
-        for axis, (metric, title) in zip(axes, metrics, strict=True):
-            for label in labels:
-                mine = [row for row in rows if row["calibrator"] == label]
-                axis.plot([r["value"] for r in mine], [r[metric] for r in mine], marker="o",
-                          markersize=3, label=label)  # fmt: skip
-            axis.set_xlabel(_AXIS[study])
-            axis.set_title(title)
-            if study == "tau":
-                axis.set_xscale("log")
-        if study == "n":
-            ns = sorted({row["value"] for row in rows})
-            axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance")
-    handles, names = axes[0].get_legend_handles_labels()
-    axes[-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
-    with warnings.catch_warnings():  # long transfer labels: bbox_inches="tight" fits them
-        warnings.simplefilter("ignore", UserWarning)
-        figure.tight_layout()
-    buffer = io.BytesIO()  # small (docs embed them), no version stamp: reproducible bytes
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    """The study's figure as PNG at ``path`` and as PDF and SVG beside it."""
+    rendered = render(sweep_figure(study, rows, _AXIS.get(study, study)))
+    for fmt, data in rendered.items():
+        atomic_write_bytes(path.with_suffix(f".{fmt}"), data)
+    return path
 
 
 def write_sweep_report(
@@ -130,6 +100,10 @@ def write_sweep_report(
         "",
         "![figure](figure.png)",
         "",
+        "Vector versions: [PDF](figure.pdf), [SVG](figure.svg). [low, high]: 95% bootstrap "
+        "interval over the point's test instances (results.csv: *_low, *_high), drawn as "
+        "shaded bands or error bars.",
+        "",
     ]
     for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
         lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
@@ -139,11 +113,15 @@ def write_sweep_report(
             cells = []
             for label in labels:
                 value = mine[label][metric]
-                cells.append(
+                cell = (
                     f"{value:.2f} +- {mine[label]['accuracy_std']:.2f}"
                     if metric == "accuracy"
                     else f"{value:.2f}"
                 )
+                low, high = mine[label].get(f"{metric}_low"), mine[label].get(f"{metric}_high")
+                if low not in (None, "") and high not in (None, ""):
+                    cell += f" [{float(low):.1f}, {float(high):.1f}]"
+                cells.append(cell)
             lines.append(f"| {point} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [

@@ -25,6 +25,7 @@ from posdebias.evaluation.runner import (
     scored_views,
     summarize,
 )
+from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.sweep.plan import Point
 
 
@@ -132,9 +133,14 @@ def run_point(
         for label, cost in decoder_costs(decoders, views, decisions).items():
             passes[label] = round(cost.forward_passes, 4)
     metrics = summarize(records, [*calibrators, *decoders], n)
+    outcomes, _ = record_outcomes(records, [*calibrators, *decoders])
+    intervals = run_statistics(
+        outcomes, n, baselines=[], resamples=config.resamples, seed=config.seed
+    ).rows
     rows = []
     for label in [*calibrators, *decoders]:
         m = metrics[label]
+        ci = intervals[label]
         rows.append(
             {
                 "study": study,
@@ -149,8 +155,14 @@ def run_point(
                 "calibrator": label,
                 "accuracy": round(m.accuracy_mean, 4),
                 "accuracy_std": round(m.accuracy_std, 4),
+                "accuracy_low": round(ci.accuracy.low, 4),
+                "accuracy_high": round(ci.accuracy.high, 4),
                 "rstd": round(m.rstd, 4),
+                "rstd_low": round(ci.rstd.low, 4),
+                "rstd_high": round(ci.rstd.high, 4),
                 "consistency": round(m.consistency, 4),
+                "consistency_low": round(ci.consistency.low, 4),
+                "consistency_high": round(ci.consistency.high, 4),
                 "forward_passes_per_instance": passes[label],
             }
         )

@@ -34,10 +34,10 @@ TIMING_FILE = "timing.json"
 OBSERVATIONS_FILE = "observations.jsonl"
 #: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
 GENERATIONS_FILE = "generations.jsonl"
-OUTPUT_FILES = ("results.csv", "figure.png", "report.md")
+OUTPUT_FILES = ("results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md")
 _OWN = re.compile(
     r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
-    r"|results\.csv|figure\.png|report\.md)$"
+    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)$"
 )
 
 
@@ -66,6 +66,13 @@ class PointRow(_Saved):
     accuracy_std: Annotated[float, Field(ge=0)]
     rstd: Annotated[float, Field(ge=0)]
     consistency: Percent
+    # 95% bootstrap intervals; absent in points an older version wrote
+    accuracy_low: Percent | None = None
+    accuracy_high: Percent | None = None
+    rstd_low: Annotated[float, Field(ge=0)] | None = None
+    rstd_high: Annotated[float, Field(ge=0)] | None = None
+    consistency_low: Percent | None = None
+    consistency_high: Percent | None = None
     forward_passes_per_instance: Annotated[float, Field(ge=0)]
 
 

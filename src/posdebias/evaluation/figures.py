@@ -1,0 +1,454 @@
+"""Figures fit for print, drawn from a results file (never from live state).
+
+One style for every figure of the package (run reports and sweeps): sizes in inches at the
+width they are printed (one column 3.4 in, two columns 7 in), fonts of 7 to 9 pt at that size,
+Paul Tol's colour-blind-safe "muted" palette (ten colours; beyond ten rows hatches or line
+styles keep every row distinct), legends outside the axes so they hide no data, a colour bar
+beside every heat map, and every figure written as PNG (300 dpi), PDF and SVG (vector) with no
+date or version stamp, so a seeded run writes identical bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from posdebias.evaluation.results import EvaluationResults
+from posdebias.evaluation.statistics import Interval
+
+#: Paul Tol's muted qualitative scheme (colour-blind safe), then its pale grey.
+PALETTE = (
+    "#332288",
+    "#88CCEE",
+    "#44AA99",
+    "#117733",
+    "#999933",
+    "#DDCC77",
+    "#CC6677",
+    "#882255",
+    "#AA4499",
+    "#BBBBBB",
+)
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+FORMATS = ("png", "pdf", "svg")
+COLUMN = 3.4
+PAGE = 7.0
+DPI = 300
+
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "pdf.fonttype": 42,  # TrueType: text stays text in the PDF
+    "svg.fonttype": "none",
+    "svg.hashsalt": "posdebias",  # stable element ids: reproducible SVG bytes
+    "hatch.linewidth": 0.6,
+}
+#: No version or date stamps: identical figures give identical bytes.
+METADATA = {
+    "png": {"Software": None},
+    "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    "svg": {"Creator": None, "Date": None},
+}
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend with the print style applied."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(STYLE)
+    return plt
+
+
+def colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def hatch(index: int) -> str:
+    """No hatch for the first ten rows; then one per further lap of the palette."""
+    return HATCHES[(index // len(PALETTE)) % len(HATCHES)]
+
+
+def line_style(index: int) -> dict[str, Any]:
+    """Colour, line style and marker of the ``index``-th line: distinct for 60 lines."""
+    lap = index // len(PALETTE)
+    return {
+        "color": colour(index),
+        "linestyle": LINESTYLES[lap % len(LINESTYLES)],
+        "marker": MARKERS[(index + lap) % len(MARKERS)],
+    }
+
+
+def render(figure: Any) -> dict[str, bytes]:
+    """The figure in every format (``{"png": ..., "pdf": ..., "svg": ...}``); closes it."""
+    import matplotlib.pyplot as plt
+
+    out = {}
+    for fmt in FORMATS:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format=fmt, dpi=DPI, bbox_inches="tight", metadata=METADATA[fmt])
+        out[fmt] = buffer.getvalue()
+    plt.close(figure)
+    return out
+
+
+def plain(text: str) -> str:
+    """``text`` shown as written by matplotlib: ``$`` would start math mode (and a bad formula
+    fails the whole figure), a leading ``_`` would hide a legend entry."""
+    text = str(text).replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
+def legend_below(figure: Any, axis: Any, entries: int) -> Any:
+    """A legend under the axes (it cannot cover data there), as many columns as fit."""
+    columns = max(1, min(entries, 3 if figure.get_figwidth() <= COLUMN + 0.5 else 4))
+    return axis.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.22),
+        ncols=columns,
+        frameon=False,
+        borderaxespad=0.0,
+    )
+
+
+def _errors(intervals: Sequence[Interval | None], values: Sequence[float]) -> np.ndarray:
+    """[2, K] error-bar lengths below and above each value (0 where no interval)."""
+    pairs = list(zip(values, intervals, strict=True))
+    low = [0.0 if ci is None else max(v - ci.low, 0.0) for v, ci in pairs]
+    high = [0.0 if ci is None else max(ci.high - v, 0.0) for v, ci in pairs]
+    return np.array([low, high])
+
+
+def grouped_bars(
+    labels: list[str],
+    values: list[list[float | None]],
+    intervals: list[list[Interval | None]] | None,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ylim: tuple[float, float] | None = None,
+    reference: tuple[float, str] | None = None,
+) -> Any:
+    """Bars per position (x) and row (colour), with 95% intervals as error bars when given."""
+    plt = pyplot()
+    n = len(values[0]) if values else 0
+    width_in = min(PAGE, max(COLUMN, 0.35 * n * max(len(labels), 1) / 1.6 + 1.2))
+    figure, axis = plt.subplots(figsize=(width_in, 2.6))
+    width = 0.8 / max(len(labels), 1)
+    for index, label in enumerate(labels):
+        heights = [np.nan if v is None else v for v in values[index]]
+        position = np.arange(n) + index * width - 0.4 + width / 2
+        errors = None
+        if intervals is not None:
+            errors = _errors(intervals[index], [0.0 if v is None else v for v in values[index]])
+        axis.bar(
+            position,
+            np.nan_to_num(heights),
+            width,
+            label=plain(label),
+            color=colour(index),
+            hatch=hatch(index),
+            edgecolor="black" if hatch(index) else colour(index),
+            linewidth=0.3,
+            yerr=errors,
+            error_kw={"elinewidth": 0.7, "capsize": 1.5, "ecolor": "black"},
+        )
+    if reference is not None:
+        axis.axhline(reference[0], color="black", linestyle=":", linewidth=0.8, label=reference[1])
+    axis.set_xticks(range(n), [str(i + 1) for i in range(n)])
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    if ylim is not None:
+        axis.set_ylim(*ylim)
+    legend_below(figure, axis, len(labels) + (reference is not None))
+    return figure
+
+
+def heat_maps(
+    panels: list[tuple[str, np.ndarray]],
+    *,
+    scale: float,
+    xlabel: str,
+    ylabel: str,
+    colourbar: str,
+    title: str | None = None,
+    columns: int = 3,
+) -> Any:
+    """Heat maps in a grid of ``columns`` with one shared colour bar; cell values are written
+    for N up to 12 (beyond that they would be unreadable)."""
+    plt = pyplot()
+    count = len(panels)
+    columns = max(1, min(columns, count))
+    rows = -(-count // columns)
+    figure, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(min(PAGE, 2.3 * columns + 0.6), 2.25 * rows + 0.3),
+        squeeze=False,
+        layout="constrained",
+    )
+    image = None
+    for axis, (name, matrix) in zip(axes.flat, panels, strict=False):
+        n = matrix.shape[0]
+        image = axis.imshow(matrix, cmap="viridis", vmin=0, vmax=scale)
+        axis.set_title(name, fontsize=8)
+        axis.set_xticks(range(n), [str(i + 1) for i in range(n)])
+        axis.set_yticks(range(n), [str(i + 1) for i in range(n)])
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+        axis.spines[:].set_visible(False)
+        if n <= 12:
+            size = 8 if n <= 5 else 6 if n <= 8 else 5
+            for i in range(n):
+                for j in range(n):
+                    value = matrix[i, j]
+                    if np.isnan(value):
+                        continue
+                    text = f"{value:.0f}" if scale > 1 else f"{value:.2f}"
+                    ink = "black" if value > 0.55 * scale else "white"  # viridis: light top
+                    axis.text(j, i, text, ha="center", va="center", fontsize=size, color=ink)
+    for axis in list(axes.flat)[count:]:
+        axis.set_visible(False)
+    if image is not None:
+        bar = figure.colorbar(image, ax=axes, shrink=0.8, pad=0.02)
+        bar.set_label(colourbar)
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def confusion_figure(results: EvaluationResults) -> Any:
+    """Truth position x chosen position (% of the truth's decisions), one panel per row."""
+    panels = []
+    for label, result in results.calibrators.items():
+        metrics = result.metrics
+        matrix = np.array([[np.nan if v is None else v for v in row] for row in metrics.confusion])
+        panels.append((f"{plain(label)} (Acc {metrics.accuracy_mean:.1f}%)", matrix))
+    return heat_maps(
+        panels,
+        scale=100.0,
+        xlabel="chosen position",
+        ylabel="truth position",
+        colourbar="decisions with that truth (%)",
+        title="Confusion: truth position x chosen position",
+    )
+
+
+def position_accuracy_figure(results: EvaluationResults) -> Any:
+    """Accuracy (recall) per truth position with 95% bootstrap intervals."""
+    labels = list(results.calibrators)
+    values = [list(results.calibrators[k].metrics.recall_per_position) for k in labels]
+    stats = results.statistics
+    intervals = (
+        None if stats is None else [list(stats.rows[k].accuracy_by_position) for k in labels]
+    )
+    return grouped_bars(
+        labels,
+        values,
+        intervals,
+        title="Accuracy by truth position" + (" (95% CI)" if stats else ""),
+        xlabel="truth position",
+        ylabel="accuracy (%)",
+        ylim=(0, 105),
+    )
+
+
+def choice_figure(results: EvaluationResults) -> Any:
+    """Where the rows choose whatever the truth (the model's preference) against the uniform
+    share 100/N of an unbiased chooser."""
+    labels = list(results.calibrators)
+    values: list[list[float | None]] = [
+        list(results.calibrators[k].metrics.selection_rate) for k in labels
+    ]
+    stats = results.statistics
+    intervals: list[list[Interval | None]] | None = (
+        None if stats is None else [list(stats.rows[k].choice_by_position) for k in labels]
+    )
+    top = max((v or 0.0) for row in values for v in row) if values else 100.0
+    return grouped_bars(
+        labels,
+        values,
+        intervals,
+        title="Choice distribution by position" + (" (95% CI)" if stats else ""),
+        xlabel="chosen position",
+        ylabel="decisions (%)",
+        ylim=(0, min(105.0, top * 1.15 + 5)),
+        reference=(100.0 / results.n, f"uniform (100/N = {100.0 / results.n:.0f}%)"),
+    )
+
+
+def comparison_figure(results: EvaluationResults) -> Any:
+    """Each row's accuracy difference from a baseline with its paired 95% interval."""
+    stats = results.statistics
+    if stats is None or not stats.comparisons:
+        return None
+    plt = pyplot()
+    comparisons = stats.comparisons
+    figure, axis = plt.subplots(figsize=(COLUMN + 1.2, 0.32 * len(comparisons) + 1.1))
+    names = [f"{plain(c.row)} - {plain(c.baseline)}" for c in comparisons]
+    ys = np.arange(len(comparisons))[::-1]
+    for y, c in zip(ys, comparisons, strict=True):
+        index = list(results.calibrators).index(c.row)
+        d = c.difference
+        axis.errorbar(
+            d.value,
+            y,
+            xerr=[[d.value - d.low], [d.high - d.value]],
+            fmt="o",
+            color=colour(index),
+            ecolor="black",
+            elinewidth=0.8,
+            capsize=2,
+            markersize=4,
+        )
+    axis.axvline(0.0, color="black", linewidth=0.6, linestyle=":")
+    axis.set_yticks(ys, names)
+    axis.set_xlabel("accuracy difference (percentage points)")
+    axis.set_title("Paired accuracy difference (95% CI)")
+    return figure
+
+
+def divergence_figure(results: EvaluationResults) -> Any:
+    """Where label probabilities, raw attention and purified attention point, per truth
+    position: the logit-attention divergence picture."""
+    profile = results.divergence
+    if profile is None:
+        return None
+    panels = [
+        ("label probabilities", np.asarray(profile.label_probabilities)),
+        ("raw attention", np.asarray(profile.raw_attention)),
+    ]
+    if profile.purified_attention is not None:
+        panels.append(("purified attention", np.asarray(profile.purified_attention)))
+    return heat_maps(
+        panels,
+        scale=1.0,
+        xlabel="candidate position",
+        ylabel="truth position",
+        colourbar="mean share (0 to 1)",
+        title=f"Logit-attention divergence ({plain(profile.calibrator)} layers)",
+    )
+
+
+#: (name, title in report.md, builder); a builder returning None has nothing to draw.
+REPORT_FIGURES = (
+    ("confusion", "Confusion matrices (truth x chosen position, %)", confusion_figure),
+    ("recall", "Accuracy by truth position", position_accuracy_figure),
+    ("choice", "Choice distribution by position", choice_figure),
+    ("comparison", "Paired accuracy differences", comparison_figure),
+    ("divergence", "Logit-attention divergence", divergence_figure),
+)
+
+
+#: The three panels of a sweep figure: (column, title, y label).
+SWEEP_PANELS = (
+    ("accuracy", "Acc", "accuracy (%)"),
+    ("rstd", "RStd", "RStd (percentage points)"),
+    ("consistency", "Cons.", "consistent instances (%)"),
+)
+
+
+def _band(row: dict[str, Any], metric: str) -> tuple[float, float] | None:
+    """A row's 95% interval of ``metric``, or None (rows of an older study have none)."""
+    low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
+    if low in (None, "") or high in (None, ""):
+        return None
+    return float(low), float(high)
+
+
+def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
+    """Acc, RStd and Cons. against the study's value (lines with 95% bands), or per benchmark
+    pair (bars with 95% error bars) for the transfer study; one legend below all panels."""
+    plt = pyplot()
+    labels = list(dict.fromkeys(row["calibrator"] for row in rows))
+    figure, axes = plt.subplots(1, 3, figsize=(PAGE, 2.5), layout="constrained")
+    if study == "transfer":
+        points = list(dict.fromkeys(row["point"] for row in rows))
+        width = 0.8 / max(len(labels), 1)
+        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
+            for k, label in enumerate(labels):
+                mine = [
+                    next(r for r in rows if r["point"] == p and r["calibrator"] == label)
+                    for p in points
+                ]
+                values = [float(r[metric]) for r in mine]
+                bands = [
+                    None if band is None else Interval(value=v, low=band[0], high=band[1])
+                    for v, band in zip(values, (_band(r, metric) for r in mine), strict=True)
+                ]
+                errors = _errors(bands, values)
+                axis.bar(
+                    [i + k * width for i in range(len(points))],
+                    values,
+                    width,
+                    label=plain(label),
+                    color=colour(k),
+                    hatch=hatch(k),
+                    edgecolor="black" if hatch(k) else colour(k),
+                    linewidth=0.3,
+                    yerr=errors,
+                    error_kw={"elinewidth": 0.6, "capsize": 1.2, "ecolor": "black"},
+                )
+            axis.set_xticks([i + 0.4 - width / 2 for i in range(len(points))])
+            axis.set_xticklabels([plain(p) for p in points], rotation=30, ha="right")
+            axis.set_xlabel("calibration -> test benchmark")
+            axis.set_title(title)
+            axis.set_ylabel(ylabel)
+    else:
+        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
+            for k, label in enumerate(labels):
+                mine = [row for row in rows if row["calibrator"] == label]
+                xs = [float(r["value"]) for r in mine]
+                style = line_style(k)
+                axis.plot(
+                    xs,
+                    [float(r[metric]) for r in mine],
+                    markersize=3,
+                    linewidth=1.0,
+                    label=plain(label),
+                    **style,
+                )
+                spans = [_band(r, metric) for r in mine]
+                if all(span is not None for span in spans):
+                    axis.fill_between(
+                        xs,
+                        [span[0] for span in spans if span is not None],
+                        [span[1] for span in spans if span is not None],
+                        color=style["color"],
+                        alpha=0.2,
+                        linewidth=0,
+                    )
+            axis.set_xlabel(xlabel)
+            axis.set_ylabel(ylabel)
+            axis.set_title(title)
+            if study == "tau":
+                axis.set_xscale("log")
+        if study == "n":
+            ns = sorted({float(row["value"]) for row in rows})
+            axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance (100/N)")
+    handles, names = axes[0].get_legend_handles_labels()
+    figure.legend(
+        handles,
+        names,
+        loc="outside lower center",
+        ncols=min(len(names), 4),
+        frameon=False,
+    )
+    figure.suptitle(f"Study {plain(study)} (shaded / bars: 95% bootstrap interval)")
+    return figure

@@ -1,0 +1,313 @@
+"""The default run's report carries intervals and paired tests; figures fit for print; old
+results files still report; two run directories compare on what they share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+from matplotlib.container import BarContainer
+
+from posdebias.cli import main
+from posdebias.evaluation.compare import compare_runs
+from posdebias.evaluation.figures import (
+    FORMATS,
+    REPORT_FIGURES,
+    choice_figure,
+    position_accuracy_figure,
+    sweep_figure,
+)
+from posdebias.evaluation.results import CalibratorResult, EvaluationResults
+from posdebias.evaluation.table import interval_text
+
+matplotlib.use("Agg", force=True)
+
+MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> Path:
+    """The bundled default run (organism, its benchmark and seed) on 60 instances x 2 orders,
+    as the golden files pin it."""
+    root = tmp_path_factory.mktemp("default")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POSDEBIAS_CACHE_DIR", str(root / "cache"))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        assert main(["evaluate", "--count", "60", "--orders", "2", "--out", str(root / "run")]) == 0
+    return root / "run"
+
+
+def test_default_run_report_shows_intervals_and_paired_tests(default_run):
+    results = EvaluationResults.load(default_run / "results.json")
+    stats = results.statistics
+    assert stats is not None and stats.bootstrap.resamples == 1000
+    report = (default_run / "report.md").read_text()
+    assert "| calibrator | Acc [95% CI] | RStd [95% CI] | Cons. [95% CI] |" in report
+    for label, row in stats.rows.items():
+        metrics = results.calibrators[label].metrics
+        assert row.accuracy.value == pytest.approx(metrics.accuracy_mean)
+        assert (
+            f"| {label} | {metrics.accuracy_mean:.2f} ± {metrics.accuracy_std:.2f} "
+            f"{interval_text(row.accuracy)} | {metrics.rstd:.2f} {interval_text(row.rstd)} "
+            f"| {metrics.consistency:.2f} {interval_text(row.consistency)} |"
+        ) in report
+        assert row.flip_rate is not None and f"| {label} | {row.flip_rate.value:.2f}" in report
+        assert row.circular is None  # random orders, not the N rotations
+    assert "CircularEval is absent" in report
+    assert "## Paired comparisons" in report and "McNemar" in report
+    rows = [c.row for c in stats.comparisons]
+    assert rows == [label for label in results.calibrators if label != "vanilla"]
+    guided = next(c for c in stats.comparisons if c.row == "attention_guided")
+    assert guided.difference.low > 0 and guided.p_value < 1e-6  # the organism is biased
+    assert guided.decisions == 120 and guided.instances == 60
+    for name, _title, _draw in REPORT_FIGURES:
+        for fmt in FORMATS:
+            data = (default_run / "figures" / f"{name}.{fmt}").read_bytes()
+            assert data.startswith(MAGIC[fmt]), (name, fmt)
+            assert f"figures/{name}.{fmt}" in report
+
+
+def test_report_rerenders_the_same_bytes(default_run, capsys):
+    figures = default_run / "figures"
+    before = {p.name: p.read_bytes() for p in figures.iterdir()}
+    report = (default_run / "report.md").read_bytes()
+    for path in figures.iterdir():
+        path.unlink()
+    assert main(["report", str(default_run), "--ci"]) == 0
+    assert {p.name: p.read_bytes() for p in figures.iterdir()} == before  # PDF and SVG too
+    assert (default_run / "report.md").read_bytes() == report
+    assert "95% bootstrap interval" in capsys.readouterr().out
+
+
+def _patches_overlap_legend(figure) -> list[str]:
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    hits = []
+    for axis in figure.axes:
+        legends = [legend for legend in (axis.get_legend(), *figure.legends) if legend]
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            for patch in axis.patches:
+                bar = patch.get_window_extent(renderer)
+                if bar.width > 0 and bar.height > 0 and box.overlaps(bar):
+                    hits.append(str(patch.get_label() or patch))
+    return hits
+
+
+def _many_rows(results: EvaluationResults, count: int) -> EvaluationResults:
+    """The run with ``count`` rows (copies of its rows under new labels)."""
+    stats = results.statistics
+    assert stats is not None
+    labels = list(results.calibrators)
+    source = [labels[k % len(labels)] for k in range(count)]
+    return results.model_copy(
+        update={
+            "calibrators": {f"row{k}": results.calibrators[s] for k, s in enumerate(source)},
+            "statistics": stats.model_copy(
+                update={"rows": {f"row{k}": stats.rows[s] for k, s in enumerate(source)}}
+            ),
+        }
+    )
+
+
+@pytest.mark.parametrize("rows", [6, 12])
+def test_legends_hide_no_bar_and_no_style_repeats(default_run, rows):
+    import matplotlib.pyplot as plt
+
+    results = _many_rows(EvaluationResults.load(default_run / "results.json"), rows)
+    for draw in (position_accuracy_figure, choice_figure):
+        figure = draw(results)
+        assert _patches_overlap_legend(figure) == []
+        axis = figure.axes[0]
+        assert axis.get_title() and axis.get_xlabel() and "(%)" in axis.get_ylabel()
+        bars = [c for c in axis.containers if isinstance(c, BarContainer)]
+        styles = {(tuple(c.patches[0].get_facecolor()), c.patches[0].get_hatch()) for c in bars}
+        assert len(bars) == len(styles) == rows  # every row its own colour (hatch past ten)
+        assert len(axis.get_legend().legend_handles) >= rows  # every row in the legend
+        plt.close(figure)
+    figure = position_accuracy_figure(results)
+    figure.axes[0].legend(loc="center")  # over the bars, as the old figure had it
+    assert _patches_overlap_legend(figure) != []  # the check sees an overlap when there is one
+    plt.close(figure)
+
+
+def test_heat_maps_have_a_colour_bar_and_panels_in_a_grid(default_run):
+    import matplotlib.pyplot as plt
+
+    results = _many_rows(EvaluationResults.load(default_run / "results.json"), 7)
+    draw = dict((name, d) for name, _t, d in REPORT_FIGURES)["confusion"]
+    figure = draw(results)
+    panels = [a for a in figure.axes if a.get_visible() and a.images]
+    bars = [a for a in figure.axes if a.get_ylabel() == "decisions with that truth (%)"]
+    assert len(panels) == 7 and len(bars) == 1
+    columns = {round(a.get_position().x0, 3) for a in panels}
+    assert len(columns) == 3  # 3 columns x 3 rows, not 7 side by side
+    width = figure.get_size_inches()[0]
+    assert width <= 7.01  # fits a two-column page at print size
+    texts = [t for a in panels for t in a.texts]
+    assert texts and min(t.get_fontsize() for t in texts) >= 7
+    plt.close(figure)
+
+
+def test_sweep_figures_have_bands_and_a_legend_over_no_bar():
+    import matplotlib.pyplot as plt
+
+    rows = []
+    for p, point in enumerate(["a->b", "b->a"]):
+        for k, label in enumerate(["vanilla", "attention_guided"]):
+            value = 50.0 + 20 * k + p
+            rows.append({"point": point, "value": point, "calibrator": label, "accuracy": value,
+                         "accuracy_low": value - 5, "accuracy_high": value + 5, "rstd": 10.0,
+                         "rstd_low": 8.0, "rstd_high": 12.0, "consistency": 90.0,
+                         "consistency_low": "", "consistency_high": ""})  # fmt: skip
+    figure = sweep_figure("transfer", rows, "")
+    assert _patches_overlap_legend(figure) == []
+    assert any(line.get_xydata().shape[0] for line in figure.axes[0].lines)  # error bars
+    plt.close(figure)
+    lines = [{**r, "value": float(i)} for i, r in enumerate(rows)]
+    figure = sweep_figure("tau", lines, "tau")
+    assert len(figure.axes[0].collections) == 2  # one 95% band per row
+    assert len(figure.axes[2].collections) == 0  # no interval in the file: no band drawn
+    plt.close(figure)
+
+
+def _as_version_1(run: Path) -> None:
+    payload = json.loads((run / "results.json").read_text())
+    payload["schema_version"] = 1
+    payload.pop("statistics")
+    for key in ("resamples", "baseline"):
+        payload["settings"].pop(key)
+    (run / "results.json").write_text(json.dumps(payload))
+
+
+def test_version_1_results_still_report(default_run, tmp_path, capsys):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_bytes((default_run / "results.json").read_bytes())
+    _as_version_1(old)
+    assert main(["report", str(old), "--ci"]) == 0
+    report = (old / "report.md").read_text()
+    assert "schema version 1" in report and "[95% CI]" not in report
+    assert not (old / "figures" / "comparison.png").exists()  # nothing to draw, none drawn
+    payload = json.loads((old / "results.json").read_text())
+    payload["schema_version"] = 3
+    (old / "results.json").write_text(json.dumps(payload))
+    capsys.readouterr()
+    assert main(["report", str(old)]) == 2
+    assert "schema version 3" in capsys.readouterr().err
+
+
+def synthetic_run(out: Path, *args: str) -> Path:
+    assert main(["evaluate", "--adapter", "synthetic", "--orders", "3", "--out", str(out),
+                 *args]) == 0  # fmt: skip
+    return out
+
+
+def test_compare_pairs_two_runs_on_their_shared_decisions(tmp_path, capsys):
+    a = synthetic_run(tmp_path / "a", "--count", "20", "--calibrators", "vanilla,attention_guided")
+    config = tmp_path / "b.yaml"  # attention_guided under the label vanilla: B - A is its gain
+    config.write_text("calibrators: [{name: attention_guided, label: vanilla}]\n")
+    b = synthetic_run(tmp_path / "b", "--count", "30", "--config", str(config))
+    comparison = compare_runs(a, b)
+    assert (comparison.instances, comparison.decisions) == (20, 60)
+    [row] = comparison.rows
+    own = EvaluationResults.load(a / "results.json").statistics
+    assert own is not None
+    [gain] = [c for c in own.comparisons if c.row == "attention_guided"]
+    for end in ("value", "low", "high"):  # same instances, same resamples: same interval
+        assert getattr(row.difference, end) == pytest.approx(getattr(gain.difference, end))
+    assert (row.b_only, row.a_only, row.p_value) == (gain.row_only, gain.baseline_only,
+                                                     gain.p_value)  # fmt: skip
+    capsys.readouterr()
+    assert main(["report", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "20 shared instances, 60 shared decisions" in out and "vanilla" in out
+
+
+def test_compare_refuses_runs_that_share_nothing(tmp_path, capsys):
+    a = synthetic_run(tmp_path / "a", "--count", "10", "--calibrators", "vanilla")
+    other = synthetic_run(tmp_path / "other", "--count", "10", "--seed", "3",
+                          "--calibrators", "vanilla")  # fmt: skip
+    capsys.readouterr()
+    assert main(["report", "--compare", str(a), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "share no test instance" in err and "Traceback" not in err
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "results.json").write_bytes((a / "results.json").read_bytes())
+    assert main(["report", "--compare", str(a), str(lone)]) == 2
+    assert "no records.jsonl" in capsys.readouterr().err
+    assert main(["report", str(a), "--compare", str(a), str(a)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["report", "--compare", str(a), str(a), "--resamples", "5"]) == 2
+    assert "from 100 to 100,000" in capsys.readouterr().err
+
+
+def test_bad_statistics_options_are_refused_before_any_work(tmp_path, capsys):
+    cases = [
+        (["--resamples", "50"], "resamples: Input should be greater than or equal to 100"),
+        (["--baseline", "nosuchrow"], "baseline 'nosuchrow' is not a row of this run"),
+    ]
+    for flags, message in cases:
+        out = tmp_path / "run"
+        assert main(["evaluate", "--adapter", "synthetic", "--out", str(out), *flags]) == 2
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+
+
+def test_results_schema_has_no_untyped_section():
+    """Every top-level section of results.json is a typed model, not a bag of Any."""
+    import typing
+
+    for name, field in EvaluationResults.model_fields.items():
+        shown = str(field.annotation)
+        assert "Any" not in shown, (name, shown)
+        if typing.get_origin(field.annotation) is dict:
+            assert typing.get_args(field.annotation)[1] in (str, CalibratorResult), name
+    assert EvaluationResults.model_fields["schema_version"].default == 2
+
+
+def test_statistics_of_other_rows_are_refused(default_run, tmp_path, capsys):
+    """A results file whose statistics describe other rows (a row renamed in one place only)
+    cannot be drawn: refused before any file is written."""
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    payload = json.loads((default_run / "results.json").read_text())
+    payload["calibrators"]["renamed"] = payload["calibrators"].pop("pride")
+    (edited / "results.json").write_text(json.dumps(payload))
+    capsys.readouterr()
+    assert main(["report", str(edited)]) == 2
+    assert "are not the rows of calibrators" in capsys.readouterr().err
+    assert sorted(p.name for p in edited.iterdir()) == ["results.json"]
+
+
+def test_circular_eval_of_a_cyclic_run(tmp_path):
+    """order_kind cyclic with T = N: CircularEval is the share of instances right in all N
+    rotations, in results.json and report.md; with T < N it is absent."""
+    out = tmp_path / "run"
+    assert main(["evaluate", "--adapter", "synthetic", "--count", "12", "--orders", "4",
+                 "--calibrators", "vanilla,attention_guided", "--config",
+                 str(_cyclic(tmp_path)), "--out", str(out)]) == 0  # fmt: skip
+    results = EvaluationResults.load(out / "results.json")
+    assert results.statistics is not None
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for label, row in results.statistics.rows.items():
+        right = [all(c == t for c, t in zip(r["choices"][label], r["targets"], strict=True))
+                 for r in records]  # fmt: skip
+        assert row.circular is not None
+        assert row.circular.value == pytest.approx(100 * sum(right) / len(right))
+    assert "CircularEval [95% CI]" in (out / "report.md").read_text()
+    fewer = tmp_path / "fewer"
+    assert main(["evaluate", "--adapter", "synthetic", "--count", "12", "--orders", "3",
+                 "--calibrators", "vanilla", "--config", str(_cyclic(tmp_path)),
+                 "--out", str(fewer)]) == 0  # fmt: skip
+    stats = EvaluationResults.load(fewer / "results.json").statistics
+    assert stats is not None and stats.rows["vanilla"].circular is None
+
+
+def _cyclic(tmp_path: Path) -> Path:
+    config = tmp_path / "cyclic.yaml"
+    config.write_text("order_kind: cyclic\n")
+    return config
