@@ -761,3 +761,68 @@ def test_the_library_and_rank_compare_a_loaded_state_with_the_model(tmp_path, ca
         Debiaser.load(states / "pride.json", SyntheticAdapter())
     loaded = Debiaser.load(states / "pride.json", SyntheticAdapter(), transfer=True)
     assert loaded.state.model_id == "org/other-checkpoint"
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        # CLIP weights refused after the new shapes would have been generated
+        ("--shapes-seed", "5", "--setting", "adversarial", "--clip-pretrained", "/no/such.pt"),
+        # too few images for the instances asked (found after generation)
+        ("--shapes-images", "3", "-N", "4", "--count", "6"),
+    ],
+)
+def test_a_failed_build_never_replaces_the_shared_shapes_root(tmp_path, capsys, failing):
+    """Data loss: a build with other shapes settings that then fails leaves the root that
+    other benchmarks are built on as it was, and they still load."""
+    root = tmp_path / "R"
+    assert cli(capsys, *_shapes(root, tmp_path / "b1"))[0] == 0
+    before = tree(root)
+    code, err = cli(capsys, *_shapes(root, tmp_path / "b2", *failing))
+    assert code == 2, err
+    assert tree(root) == before and not (tmp_path / "b2").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".R.")] == []
+    assert cli(capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2")[0] == 0
+
+
+def test_a_build_that_cannot_write_its_files_restores_the_shapes_root(tmp_path, capsys):
+    """The benchmark folder is refused at the very end (another process holds it): the new
+    shapes dataset swapped in for it is taken out again and the old one restored."""
+    from posdebias._io import DirectoryLock
+
+    root = tmp_path / "R"
+    assert cli(capsys, *_shapes(root, tmp_path / "b1"))[0] == 0
+    before = tree(root)
+    (tmp_path / "b2").mkdir()
+    with DirectoryLock(tmp_path / "b2"):
+        code, err = cli(capsys, *_shapes(root, tmp_path / "b2", "--shapes-seed", "7"))
+    assert code == 2 and "in use by another posdebias process" in err, err
+    assert tree(root) == before and not (tmp_path / "b2" / "benchmark.jsonl").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".R.")] == []
+    assert cli(capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2")[0] == 0
+
+
+def test_build_out_below_a_file_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine")
+    for out in (tmp_path / "afile" / "b", tmp_path / "afile"):
+        code, err = cli(capsys, *_shapes(tmp_path / "R", out))
+        assert code == 2 and ("cannot create output directory" in err or "is a file" in err), err
+        assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("made_by", "used_by"),
+    [("pride", "attention_guided"), ("attention_guided", "vanilla,pride"), ("vanilla", "pride")],
+)
+def test_a_calibration_file_of_another_calibrator_is_refused(tmp_path, capsys, made_by, used_by):
+    """Regression: never silently ignored (and a fresh state fitted in its place)."""
+    states = tmp_path / "states"
+    assert cli(capsys, "calibrate", "--adapter", "synthetic", "--calibrators", made_by,
+               "--out", states)[0] == 0  # fmt: skip
+    path = states / f"{made_by}.json"
+    out = tmp_path / "run"
+    code, err = cli(capsys, *SIM, "--calibration", path, "--calibrators", used_by,
+                    "--count", "2", "--out", out)  # fmt: skip
+    assert code == 2
+    assert f"holds a state fitted by calibrator '{made_by}', but this run has no" in err
+    assert not out.exists()

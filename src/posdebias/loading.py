@@ -262,8 +262,11 @@ def load_adapter(
     config = _load_config(source, revision, trust_remote_code)
     cls = _adapter_class(config.model_type, adapter)
     cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
-    if prompt is None and Path(source, PROMPT_FILE).is_file():
+    # a prompt file that is there but not a regular file is refused, never silently skipped
+    if prompt is None and os.path.lexists(Path(source, PROMPT_FILE)):
         prompt = load_prompt_file(Path(source, PROMPT_FILE))
+    if device_map is None and device is not None:
+        check_device(device)
     kwargs: dict[str, Any] = {
         # never unpickle weights from user data: .bin checkpoints can run code on load
         "use_safetensors": True,
@@ -397,3 +400,31 @@ def create_adapter(name: str | None, **options: Any) -> Adapter:
     if name is None:
         raise InputError("name an adapter or a model")
     return get_registry().create_adapter(name, **options)
+
+
+def check_device(device: str) -> None:
+    """Refuse a ``--device`` torch cannot parse or this machine does not have, before the
+    model is loaded (``cuda:99`` on a machine with one GPU, ``npu:0``, ``cpu:abc``)."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(
+            f"device {device!r} is not a device name torch knows; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (parsed.index is not None and parsed.index >= count) or count == 0:
+            have = (
+                f"{count} CUDA device(s) (cuda:0 .. cuda:{count - 1})"
+                if count
+                else "no CUDA device"
+            )
+            raise InputError(f"device {device!r} is not available: this machine has {have}")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {device!r} is not available on this machine")
+    elif parsed.type not in ("cpu", "cuda", "mps", "meta"):
+        raise InputError(
+            f"device {device!r} is not supported by posdebias; use cpu, cuda, cuda:N or mps"
+        )

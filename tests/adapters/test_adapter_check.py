@@ -256,3 +256,51 @@ def test_check_runs_one_at_a_time_where_the_adapter_says_batching_is_unsafe():
     assert report.passed, report.summary()
     assert "one instance at a time" in report["probe = eager"].figure
     assert "batching unsafe here, ran one at a time" in report["batch 1 vs 2"].figure
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_cli_check_rows_read_pass_and_fail_without_markup(
+    saved_qwen3, capsys, monkeypatch, terminal
+):
+    """In a pipe and in a terminal: a table whose result column says PASS / FAIL, never the
+    markup that styles it."""
+    if terminal:
+        monkeypatch.setenv("FORCE_COLOR", "1")
+        monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    else:
+        monkeypatch.delenv("FORCE_COLOR", raising=False)
+    assert main(["check", "--model", str(saved_qwen3), "--adapter", "generic", "-N", "3"]) == 1
+    out = capsys.readouterr().out
+    assert "[green]" not in out and "[red]" not in out and "[/" not in out
+    rows = [line for line in out.splitlines() if "PASS" in line or "FAIL" in line]
+    assert sum("PASS" in row for row in rows) >= 5 and sum("FAIL" in row for row in rows) >= 1
+    assert any(row.count("│") >= 3 or row.count("┃") >= 3 for row in rows)  # table cells
+    if terminal:
+        assert "\x1b[" in out  # styled by the terminal, not by words
+    else:
+        assert "\x1b" not in out
+
+
+@pytest.mark.parametrize("device", ["cuda:99", "npu:0", "cpu:abc"])
+def test_cli_check_on_a_device_that_is_not_there_exits_2(saved_qwen3, capsys, device):
+    assert main(["check", "--model", str(saved_qwen3), "-N", "3", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "device" in err, err
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "dev-zero"])
+def test_a_prompt_file_that_is_not_a_regular_file_is_refused_not_skipped(tmp_path, capsys, kind):
+    """Another prompt must never be used in silence because the model's own is unreadable."""
+    import os
+
+    model = save_tiny_model("qwen3_vl", tmp_path / "qwen3_vl")
+    prompt = model / "posdebias_prompt.json"
+    if kind == "folder":
+        prompt.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(prompt)
+    else:
+        prompt.symlink_to("/dev/zero")
+    assert main(["check", "--model", str(model), "-N", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "prompt file" in err and "internal error" not in err, err

@@ -60,7 +60,12 @@ from posdebias.benchmarks.selection import (
     random_distractors,
     select_hard_negatives,
 )
-from posdebias.benchmarks.shapes import ShapeSpace, existing_dataset_info, generate_shapes_dataset
+from posdebias.benchmarks.shapes import (
+    ShapeSpace,
+    StagedShapes,
+    existing_dataset_info,
+    stage_shapes_dataset,
+)
 from posdebias.benchmarks.sources import SOURCE_KINDS, PoolImage, SourcePool, read_source
 from posdebias.errors import BenchmarkError
 
@@ -153,7 +158,7 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
     generated into its root. See the CLI (``posdebias build --help``) and docs/benchmarks.md.
     """
     spec = config.source
-    source, root, out = spec.kind, spec.root, config.out
+    source, root = spec.kind, spec.root
     setting, n, count, seed = config.setting, config.n, config.count, config.seed
     pool_size = config.pool_size
     clip = config.adversarial or AdversarialOptions()
@@ -173,30 +178,65 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         ),
     )
     seconds: dict[str, float] = {}
-    warnings_out: list[str] = []
     started = time.perf_counter()
     shapes_info = shapes_reused = None
+    staged = None
     if isinstance(spec, ShapesSource):
-        before = existing_dataset_info(Path(root)) if Path(root).exists() else None
-        generate_shapes_dataset(
+        # written beside the shared root and swapped in only once the build succeeds: a build
+        # that fails (CLIP refused, a full disk) leaves the root other benchmarks use as it was
+        staged = stage_shapes_dataset(
             root,
             spec.images or pool_size or max(2 * count, n),
             seed=spec.seed,
             space=spec.space or ShapeSpace(),
             image_size=spec.image_size,
         )
-        shapes_info = existing_dataset_info(Path(root))
-        shapes_reused = before is not None and before == shapes_info
+        shapes_info = existing_dataset_info(staged.folder)
+        shapes_reused = not staged.staged
         seconds["generate shapes"] = time.perf_counter() - started
+    try:
+        report = _build(config, staged, shapes_info, shapes_reused, seconds, started, console)
+    except BaseException:
+        if staged is not None:
+            staged.rollback()
+        raise
+    finally:
+        if staged is not None:
+            staged.discard()
+    return report
 
+
+def _build(
+    config: BuildConfig,
+    staged: StagedShapes | None,
+    shapes_info: dict[str, Any] | None,
+    shapes_reused: bool | None,
+    seconds: dict[str, float],
+    started: float,
+    console: Console | None,
+) -> BuildReport:
+    spec = config.source
+    source, root, out = spec.kind, spec.root, config.out
+    setting, n, count, seed = config.setting, config.n, config.count, config.seed
+    pool_size = config.pool_size
+    clip = config.adversarial or AdversarialOptions()
+    caption_threshold = clip.caption_threshold
+    warnings_out: list[str] = []
     mark = time.perf_counter()
     source_pool = read_source(
         source,
-        root,
+        staged.folder if staged is not None else root,
         spec.captions_file(),
         spec.instances_file(),
         skip_missing=spec.skip_missing_images,
     )
+    read_root, final_root = source_pool.root, source_pool.root
+    if staged is not None and staged.staged:  # read from the staging folder; they live at root
+        final_root = Path(root).resolve()
+
+    def final(path: Path) -> Path:
+        return final_root / path.relative_to(read_root) if path.is_relative_to(read_root) else path
+
     pool = _take_pool(source_pool, pool_size, n, count)
     seconds["read source"] = time.perf_counter() - mark
 
@@ -246,11 +286,11 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         counts["mean_candidates_after_filters"] = round(float(np.mean(survivors)), 2)
     manifest = BenchmarkManifest(
         package_version=__version__,
-        root=str(source_pool.root),
+        root=str(final_root),
         source=SourceInfo(
             kind=source,
             annotation_files=[
-                AnnotationFile(path=str(path), sha256=sha256_file(path))
+                AnnotationFile(path=str(final(path)), sha256=sha256_file(path))
                 for path in source_pool.annotation_files
             ],
             images_in_source=len(source_pool.images) + len(source_pool.skipped_missing),
@@ -268,6 +308,8 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         counts=counts,
     )
     mark = time.perf_counter()
+    if staged is not None:
+        staged.commit(keep_old=True)  # undone by the caller if the benchmark cannot be written
     manifest = write_benchmark(out, records, manifest)
     seconds["write"] = time.perf_counter() - mark
     seconds["total"] = time.perf_counter() - started

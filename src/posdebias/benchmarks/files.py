@@ -34,7 +34,8 @@ from posdebias._inputs import (
     read_input_bytes,
     read_input_text,
 )
-from posdebias._io import DirectoryLock, remove_stale, write_files_together
+from posdebias._io import write_files_together
+from posdebias._rundir import RunFolder
 from posdebias.benchmarks.shapes import existing_dataset_info
 from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import (
@@ -57,7 +58,6 @@ MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
 
 #: random / adversarial distractors; ``given``: the candidates as the source lists them.
 Setting = Literal["random", "adversarial", "given"]
-_TEMP = re.compile(r"^\..+\.(tmp|staging)$")
 
 
 class _Strict(BaseModel):
@@ -286,46 +286,37 @@ def write_benchmark(
 
     Returns the manifest as written (``benchmark_sha256`` filled in).
     """
-    folder = Path(out_dir)
-    check_benchmark_out(folder)
+    folder = benchmark_folder(Path(out_dir))
+    folder.check()
     text = "".join(record_line(record) + "\n" for record in records)
     data = text.encode("utf-8")
     final = manifest.model_copy(update={"benchmark_sha256": sha256_bytes(data)})
     manifest_text = json.dumps(final.dump(), indent=2, sort_keys=True) + "\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    with DirectoryLock(folder):
-        remove_stale(folder, locked=True)
+    folder.create()
+    folder.lock()
+    try:
         write_files_together(
-            folder, {BENCHMARK_FILE: data, MANIFEST_FILE: manifest_text.encode("utf-8")}
+            folder.root, {BENCHMARK_FILE: data, MANIFEST_FILE: manifest_text.encode("utf-8")}
         )
+    finally:
+        folder.unlock()
     return final
 
 
 #: What a benchmark folder of ours holds (besides temporary names and the lock).
-_OWN_BENCHMARK_NAMES = {BENCHMARK_FILE, MANIFEST_FILE, ".posdebias.lock"}
+_OWN_BENCHMARK = re.compile(r"^(benchmark\.jsonl|manifest\.json)$")
+
+
+def benchmark_folder(folder: Path) -> RunFolder:
+    """A benchmark folder of ours, through the one run-directory layer: ``manifest.json`` marks
+    it, and only ``benchmark.jsonl`` and ``manifest.json`` are ours there."""
+    return RunFolder(folder, marker=MANIFEST_FILE, own=_OWN_BENCHMARK, kind="benchmark folder")
 
 
 def check_benchmark_out(folder: Path) -> None:
     """Refuse an output folder we would overwrite files of someone else in: a file, a
     non-empty folder that is not a benchmark of ours, or our file names as symbolic links."""
-    if not folder.exists():
-        return
-    if not folder.is_dir():
-        raise BenchmarkError(f"--out {folder} is a file; give a folder for the benchmark")
-    names = sorted(entry.name for entry in folder.iterdir())
-    foreign = [name for name in names if name not in _OWN_BENCHMARK_NAMES and not _TEMP.match(name)]
-    if foreign and not (folder / MANIFEST_FILE).is_file():
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise BenchmarkError(
-            f"--out {folder} is not empty and is not a benchmark folder (it holds {shown}); "
-            "give a new or empty folder, or one made by `posdebias build`"
-        )
-    links = [name for name in (BENCHMARK_FILE, MANIFEST_FILE) if (folder / name).is_symlink()]
-    if links:
-        raise BenchmarkError(
-            f"--out {folder}: {', '.join(links)} is a symbolic link; posdebias does not write "
-            "through links: remove it or choose another --out"
-        )
+    benchmark_folder(folder).check()
 
 
 def same_files(images: list[str], root: Path) -> list[str]:

@@ -440,10 +440,69 @@ def generate_shapes_dataset(
     Same arguments, same bytes. Images get ids 1..count and file names ``images/000001.png``
     (relative to ``out_dir``, which is the benchmark root). A folder already holding the same
     dataset is reused as is; one holding another shapes dataset and nothing else is replaced;
-    any other non-empty folder is refused (we never delete data we did not make). The folder
-    is built beside the target and renamed into place, so a failure leaves no half-written
-    dataset; staging folders a killed build left there are removed by the next one.
+    any other non-empty folder is refused (we never delete data we did not make). See
+    :func:`stage_shapes_dataset` for a build that swaps the folder only once it succeeds.
     """
+    staged = stage_shapes_dataset(out_dir, count, seed, space, image_size)
+    try:
+        staged.commit()
+    finally:
+        staged.discard()
+    return staged.target
+
+
+@dataclass
+class StagedShapes:
+    """A shapes dataset written beside its target (``folder``), swapped in by :meth:`commit`;
+    when the target already holds the same dataset, ``folder`` is the target itself."""
+
+    target: Path
+    folder: Path
+    staged: bool
+
+    def commit(self, *, keep_old: bool = False) -> None:
+        """Rename the staged dataset into place. The old dataset there is removed, or with
+        ``keep_old`` kept aside until :meth:`discard` (so :meth:`rollback` can restore it)."""
+        if not self.staged or not self.folder.exists():
+            return
+        try:
+            self._old = _swap_into_place(self.folder, self.target, keep_old=keep_old)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write the shapes dataset to {self.target}: {exc.strerror}"
+            ) from exc
+
+    def rollback(self) -> None:
+        """Put back the dataset :meth:`commit` replaced (a later step of the build failed)."""
+        old = getattr(self, "_old", None)
+        if old is None:
+            return
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.target)
+            os.replace(old, self.target)
+        self._old = None
+
+    def discard(self) -> None:
+        """Remove a staged dataset that was not committed and an old one kept aside."""
+        if self.staged and self.folder.exists():
+            shutil.rmtree(self.folder, ignore_errors=True)
+        old = getattr(self, "_old", None)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+            self._old = None
+
+
+def stage_shapes_dataset(
+    out_dir: str | os.PathLike[str],
+    count: int,
+    seed: int = 0,
+    space: ShapeSpace | None = None,
+    image_size: int = 64,
+) -> StagedShapes:
+    """Check ``out_dir`` (see :func:`generate_shapes_dataset`) and write the dataset into a
+    staging folder beside it, leaving the target as it was until :meth:`StagedShapes.commit`:
+    a build that fails later (CLIP refused, a full disk) never replaces a shared root that
+    other benchmarks are built on. Staging folders a killed build left are removed here."""
     space = space or ShapeSpace()
     if count < 1:
         raise BenchmarkError(f"shapes count must be at least 1, got {count}")
@@ -453,7 +512,7 @@ def generate_shapes_dataset(
         remove_stale(target.parent)
     existing = existing_dataset_info(target) if target.exists() else None
     if existing == info:  # the same dataset: nothing to write
-        return target
+        return StagedShapes(target, target, staged=False)
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise BenchmarkError(
             f"{target} is a file or a link; --root must be a folder for --source shapes"
@@ -477,15 +536,16 @@ def generate_shapes_dataset(
         staging = make_staging_dir(target)
     except OSError as exc:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
+    staged = StagedShapes(target, staging, staged=True)
     try:
         _write_dataset(staging, attributes, info, space, image_size)
-        _swap_into_place(staging, target)
     except OSError as exc:
+        staged.discard()
         raise OutputError(f"cannot write the shapes dataset to {target}: {exc.strerror}") from exc
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    except BaseException:
+        staged.discard()
+        raise
+    return staged
 
 
 #: The marker file of a generated shapes folder (its generator settings).
@@ -572,11 +632,12 @@ def _write_dataset(
     )
 
 
-def _swap_into_place(staging: Path, target: Path) -> None:
-    """Rename ``staging`` to ``target``; an old folder there is moved aside and then deleted."""
+def _swap_into_place(staging: Path, target: Path, *, keep_old: bool = False) -> Path | None:
+    """Rename ``staging`` to ``target``; an old folder there is moved aside and then deleted
+    (or, with ``keep_old``, returned for the caller to delete or restore)."""
     if not target.exists():
         os.replace(staging, target)
-        return
+        return None
     old = make_staging_dir(target)
     old.rmdir()
     os.replace(target, old)
@@ -586,4 +647,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
         with contextlib.suppress(OSError):
             os.replace(old, target)
         raise
+    if keep_old:
+        return old
     shutil.rmtree(old, ignore_errors=True)
+    return None

@@ -18,6 +18,7 @@ from typing import NoReturn, TextIO
 
 from rich.console import Console
 
+from posdebias._text import SafeConsole, printable
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
 
@@ -44,36 +45,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich console that never truncates tables when output goes to a file or a pipe.
+    """A console that never truncates tables when output goes to a file or a pipe and shows
+    every string through the one output sanitiser (:mod:`posdebias._text`).
 
     Markup and emoji codes are off: what we print holds user text (labels, captions, paths,
     model ids) that must appear as written, so ``[red]`` or ``:smile:`` in a caption is shown
-    literally (and ``[/x]`` cannot crash a command). Style with ``style=`` or ``Text`` instead.
+    literally (and ``[/x]`` cannot crash a command), and escape sequences in it are shown as
+    escapes. Style with ``style=`` or :func:`posdebias._text.safe_text` instead.
     """
-    console = Console(stderr=stderr, markup=False, emoji=False)
+    console = SafeConsole(stderr=stderr)
     if not console.is_terminal:
-        console = Console(stderr=stderr, width=160, markup=False, emoji=False)
+        console = SafeConsole(stderr=stderr, width=160)
     return console
-
-
-#: An error message is cut to this many lines of at most this many characters.
-MAX_MESSAGE_LINES = 60
-MAX_LINE_CHARS = 1000
-
-
-def printable(message: str) -> str:
-    """``message`` safe for a terminal: control and other invisible characters (escape
-    sequences, carriage returns, U+2028...) shown as escapes, lines and line count bounded."""
-    lines = message.split("\n")
-    shown = []
-    for line in lines[:MAX_MESSAGE_LINES]:
-        text = "".join(ch if ch == "\t" or ch.isprintable() else ascii(ch)[1:-1] for ch in line)
-        if len(text) > MAX_LINE_CHARS:
-            text = text[:MAX_LINE_CHARS] + f"... ({len(text) - MAX_LINE_CHARS} more characters)"
-        shown.append(text)
-    if len(lines) > MAX_MESSAGE_LINES:
-        shown.append(f"... ({len(lines) - MAX_MESSAGE_LINES} more lines)")
-    return "\n".join(shown)
 
 
 def build_parser(args: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -118,7 +101,7 @@ def _show_warning(
 ) -> None:
     """Plugin warnings as one line in the CLI's style; any other warning as Python shows it."""
     if issubclass(category, PosdebiasPluginWarning):
-        print(f"warning: {message}", file=file or sys.stderr)
+        print(f"warning: {printable(str(message))}", file=file or sys.stderr)
         return
     _python_show_warning(message, category, filename, lineno, file, line)
 

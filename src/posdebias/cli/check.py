@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.markup import escape
 from rich.table import Table
 
 import posdebias.defaults as defaults
+from posdebias._text import safe_text
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
@@ -115,25 +115,22 @@ def run(args: argparse.Namespace) -> int:
     report = check_adapter(adapter, instances)
     console = make_console()
     table = Table(
-        title=escape(f"posdebias check: {report.model}, adapter {report.adapter!r}"),
+        title=f"posdebias check: {report.model}, adapter {report.adapter!r}",
         title_justify="left",
     )
     for column in ("check", "result", "figure", "likely cause"):
         table.add_column(column)
     colours = {PASS: "green", FAIL: "red"}
     for result in report.results:
-        colour = colours.get(result.status, "yellow")
-        table.add_row(
-            result.name,
-            f"[{colour}]{result.status}[/{colour}]",
-            escape(result.figure),
-            escape(result.cause),
-        )
+        # the result is styled (colour in a terminal), never written as markup: a pipe and a
+        # terminal both read PASS / FAIL
+        status = safe_text(result.status, colours.get(result.status, "yellow"))
+        table.add_row(result.name, status, result.figure, result.cause)
     console.print(table)
     failed = report.failures
     if failed:
         names = ", ".join(result.name for result in failed)
-        console.print(f"[red]{len(failed)} check(s) failed: {escape(names)}[/red]")
+        console.print(f"{len(failed)} check(s) failed: {names}", style="red")
         return 1
-    console.print(f"[green]all {len(report.results)} checks passed[/green]")
+    console.print(f"all {len(report.results)} checks passed", style="green")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,80 +201,123 @@ class CalibrationState(BaseModel):
 
     # -- compatibility ---------------------------------------------------------------------
 
-    def check_compatible(
-        self,
-        *,
-        calibrator: str | None = None,
-        n: int | None = None,
-        num_layers: int | None = None,
-        layers: LayerSet | None = None,
-        label_set: list[str] | None = None,
-        adapter: str | None = None,
-        options: dict[str, Any] | None = None,
-        prompt_hash: str | None = None,
-        model_id: str | None = None,
-    ) -> None:
+    def check_compatible(self, use: StateUse | None = None, /, **fields: Any) -> None:
         """Refuse to use this state where it was not made for (each mismatch named).
 
-        ``layers``: the layer set of the observations (or the adapter's); a state whose
-        attention rows come from other model layers, or layers of another kind, is refused.
-
-        ``options`` are the using calibrator's options, ``prompt_hash`` and ``model_id`` the
-        adapter's; a state that records none of a value is not checked against it.
+        ``use`` says where it is about to be used (:class:`StateUse`); the same fields may be
+        given as keywords instead (``state.check_compatible(n=4, calibrator="pride")``).
         """
-        problems = []
-        transfer_hint = False
-        if calibrator is not None and calibrator != self.calibrator:
-            problems.append(f"it was fitted by calibrator {self.calibrator!r}, not {calibrator!r}")
-        if n is not None and n != self.n:
-            problems.append(f"it was made for N={self.n} images, not N={n}")
-        if num_layers is not None and self.num_layers is not None and num_layers != self.num_layers:
-            problems.append(f"it has {self.num_layers} layers but the model has {num_layers}")
-        own = self.layer_set
-        if layers is not None and own is not None and layers != own:
-            problems.append(
-                f"its attention rows come from {own.describe()}, but this model's observations "
-                f"read {layers.describe()}"
+        use = use if use is not None else StateUse(**fields)
+        problems = use.problems(self)
+        if not problems:
+            return
+        library, cli = RECALIBRATE
+        if use.transfers_model(self):
+            library += (
+                " To use a state fitted on another model on purpose (calibration transfer), "
+                "pass transfer=True to Debiaser.load."
             )
-        if label_set is not None and self.label_set is not None and label_set != self.label_set:
-            problems.append(f"its labels are {self.label_set}, not {label_set}")
-        if adapter is not None and self.adapter is not None and adapter != self.adapter:
-            problems.append(f"it was made with adapter {self.adapter!r}, not {adapter!r}")
-        if options is not None and options != self.options:
-            changed = sorted(
-                key
-                for key in set(options) | set(self.options)
-                if options.get(key) != self.options.get(key)
+            cli += (
+                " To use a state fitted on another model on purpose (calibration transfer), "
+                "pass --calibration-transfer (config: calibration_transfer: true)."
             )
-            shown = ", ".join(
-                f"{key}: {self.options.get(key)!r} there, {options.get(key)!r} now"
-                for key in changed
-            )
-            problems.append(f"it was fitted with other options ({shown})")
-        if (
-            prompt_hash is not None
-            and self.prompt_hash is not None
-            and prompt_hash != self.prompt_hash
-        ):
-            problems.append(
-                f"it was fitted with another prompt (hash {self.prompt_hash!r}, "
-                f"now {prompt_hash!r})"
-            )
-        if model_id is not None and self.model_id is not None and model_id != self.model_id:
-            problems.append(f"it was fitted on model {self.model_id!r}, not {model_id!r}")
-            transfer_hint = True
-        if problems:
-            library, cli = RECALIBRATE
-            if transfer_hint:
-                library += (
-                    " To use a state fitted on another model on purpose (calibration transfer), "
-                    "pass transfer=True to Debiaser.load."
-                )
-                cli += (
-                    " To use a state fitted on another model on purpose (calibration transfer), "
-                    "pass --calibration-transfer (config: calibration_transfer: true)."
-                )
-            raise calibration_error(
-                "calibration state does not fit this use: " + "; ".join(problems) + ". ",
-                (library, cli),
-            )
+        raise calibration_error(
+            "calibration state does not fit this use: " + "; ".join(problems) + ". ",
+            (library, cli),
+        )
+
+
+@dataclass(frozen=True)
+class StateUse:
+    """Where a saved calibration state is about to be used: the one value a state is checked
+    against (:meth:`CalibrationState.check_compatible`). A field left None is not checked,
+    nor is a value the state does not record.
+
+    ``layers``: the layer set of the observations (or the adapter's); a state whose attention
+    rows come from other model layers, or layers of another kind, is refused. ``options`` are
+    the using calibrator's options, ``prompt_hash`` and ``model_id`` the adapter's.
+    """
+
+    calibrator: str | None = None
+    n: int | None = None
+    num_layers: int | None = None
+    layers: LayerSet | None = None
+    label_set: list[str] | None = None
+    adapter: str | None = None
+    options: dict[str, Any] | None = None
+    prompt_hash: str | None = None
+    model_id: str | None = None
+
+    def problems(self, state: CalibrationState) -> list[str]:
+        """Every way ``state`` does not fit this use, in words."""
+        checks = (
+            self._calibrator,
+            self._n,
+            self._num_layers,
+            self._layers,
+            self._labels,
+            self._adapter,
+            self._options,
+            self._prompt,
+            self._model,
+        )
+        return [problem for check in checks if (problem := check(state))]
+
+    def transfers_model(self, state: CalibrationState) -> bool:
+        """Whether the state was fitted on another model than this use's."""
+        return self._model(state) is not None
+
+    def _calibrator(self, state: CalibrationState) -> str | None:
+        if self.calibrator is None or self.calibrator == state.calibrator:
+            return None
+        return f"it was fitted by calibrator {state.calibrator!r}, not {self.calibrator!r}"
+
+    def _n(self, state: CalibrationState) -> str | None:
+        if self.n is None or self.n == state.n:
+            return None
+        return f"it was made for N={state.n} images, not N={self.n}"
+
+    def _num_layers(self, state: CalibrationState) -> str | None:
+        if self.num_layers is None or state.num_layers in (None, self.num_layers):
+            return None
+        return f"it has {state.num_layers} layers but the model has {self.num_layers}"
+
+    def _layers(self, state: CalibrationState) -> str | None:
+        own = state.layer_set
+        if self.layers is None or own is None or self.layers == own:
+            return None
+        return (
+            f"its attention rows come from {own.describe()}, but this model's observations "
+            f"read {self.layers.describe()}"
+        )
+
+    def _labels(self, state: CalibrationState) -> str | None:
+        if self.label_set is None or state.label_set in (None, self.label_set):
+            return None
+        return f"its labels are {state.label_set}, not {self.label_set}"
+
+    def _adapter(self, state: CalibrationState) -> str | None:
+        if self.adapter is None or state.adapter in (None, self.adapter):
+            return None
+        return f"it was made with adapter {state.adapter!r}, not {self.adapter!r}"
+
+    def _options(self, state: CalibrationState) -> str | None:
+        mine, theirs = self.options, state.options
+        if mine is None or mine == theirs:
+            return None
+        changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in changed)
+        return f"it was fitted with other options ({shown})"
+
+    def _prompt(self, state: CalibrationState) -> str | None:
+        if self.prompt_hash is None or state.prompt_hash in (None, self.prompt_hash):
+            return None
+        return (
+            f"it was fitted with another prompt (hash {state.prompt_hash!r}, "
+            f"now {self.prompt_hash!r})"
+        )
+
+    def _model(self, state: CalibrationState) -> str | None:
+        if self.model_id is None or state.model_id in (None, self.model_id):
+            return None
+        return f"it was fitted on model {state.model_id!r}, not {self.model_id!r}"

@@ -41,7 +41,7 @@ from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_in
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
-from posdebias.core.state import CalibrationState
+from posdebias.core.state import CalibrationState, StateUse
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
@@ -268,7 +268,7 @@ def saved_states(
         )
         if state is None:
             continue
-        state.check_compatible(
+        use = StateUse(
             calibrator=calibrator.name,
             n=n,
             layers=adapter.attention_layers if calibrator.needs_attention else None,
@@ -278,7 +278,18 @@ def saved_states(
             prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
             model_id=None if config.calibration_transfer else described.get("model_id"),
         )
+        state.check_compatible(use)
         provided[label] = state
+    if not provided and not config.calibration.is_dir():
+        # one state file that no calibrator of the run uses is a mistake, not a default
+        (state,) = saved.values()
+        names = ", ".join(sorted({c.name for c in calibrators.values()}))
+        raise CalibrationError(
+            f"calibration file {config.calibration} holds a state fitted by calibrator "
+            f"{state.calibrator!r}, but this run has no {state.calibrator!r} calibrator (it "
+            f"runs {names}); pass the calibrator it was made for, or calibrate again with "
+            "`posdebias calibrate`"
+        )
     return provided
 
 

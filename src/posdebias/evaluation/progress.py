@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from posdebias._text import one_line
+
 
 class RunProgress:
     """Context manager; ``update(record, running_accuracy)`` is the runner's on_record hook."""
@@ -32,5 +34,5 @@ class RunProgress:
         self._progress.__exit__(*exc_info)
 
     def update(self, record: object, accuracy: dict[str, float]) -> None:
-        text = "  ".join(f"{label} {value:.1f}%" for label, value in accuracy.items())
+        text = "  ".join(f"{one_line(label)} {value:.1f}%" for label, value in accuracy.items())
         self._progress.update(self._task, advance=1, accuracy=text)

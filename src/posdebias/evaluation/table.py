@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from posdebias._text import SafeConsole
 from posdebias.evaluation.metrics import Metrics
 from posdebias.evaluation.statistics import Interval, RunStatistics
 
@@ -83,9 +84,7 @@ def print_results_table(
     generated: Collection[str] = (),
     statistics: RunStatistics | None = None,
 ) -> None:
-    (console or Console(markup=False, emoji=False)).print(
-        results_table(metrics, title, generated, statistics)
-    )
+    (console or SafeConsole()).print(results_table(metrics, title, generated, statistics))
 
 
 def plain_results_table(
