@@ -347,6 +347,26 @@ def test_a_truncated_image_is_a_clear_error(tmp_path):
         open_image(path)
 
 
+def test_a_truncated_image_is_refused_even_when_pillow_was_told_to_accept_them(tmp_path):
+    """lmms-eval switches Pillow's process-wide LOAD_TRUNCATED_IMAGES on when imported; our
+    reader must still refuse a truncated file, and leave the global as it found it."""
+    from PIL import ImageFile
+
+    from posdebias._images import open_image
+
+    path = tmp_path / "cut.png"
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(path)
+    path.write_bytes(path.read_bytes()[:60])
+    before = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = True
+    try:
+        with pytest.raises(InputError, match="cannot be read as an image"):
+            open_image(path)
+        assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = before
+
+
 def test_no_image_opens_without_the_allow_list():
     """Every place that opens image files goes through open_image (grep for Image.open)."""
     source = Path(__file__).parents[1] / "src" / "posdebias"

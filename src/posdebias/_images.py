@@ -46,7 +46,7 @@ def open_image(
 
     ``what`` prefixes error messages (e.g. ``instance 'x': image``).
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageFile, UnidentifiedImageError
 
     source = Path(path)
     check_regular_file(source, f"{what} file", limit=IMAGE_FILE_LIMIT, error=InputError)
@@ -63,7 +63,14 @@ def open_image(
                     raise _not_allowed(what, source, image.format)
                 if min_side is not None:
                     image.draft("RGB", _draft_size(width, height, min_side))
-                image.load()
+                # A truncated file is an error even where another library (lmms-eval does, on
+                # import) switched Pillow's process-wide LOAD_TRUNCATED_IMAGES on.
+                tolerant = ImageFile.LOAD_TRUNCATED_IMAGES
+                ImageFile.LOAD_TRUNCATED_IMAGES = False
+                try:
+                    image.load()
+                finally:
+                    ImageFile.LOAD_TRUNCATED_IMAGES = tolerant
                 factor = _reduce_factor(image.size, min_side)
                 if factor >= 2 and image.mode in ("RGB", "RGBA", "L", "LA"):
                     return image.reduce(factor).convert("RGB")  # shrink before any copy

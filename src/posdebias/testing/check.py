@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import posdebias.defaults as defaults
-from posdebias._images import min_image_side
+from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
@@ -546,10 +546,11 @@ class _Checks:
         side = min_image_side(adapter.processor)
         changes = []
         for position, reference in enumerate(instance.all_images):
-            original = reference if isinstance(reference, Image.Image) else None
-            if original is None:
-                with Image.open(reference) as opened:
-                    original = opened.copy()
+            original = (
+                reference
+                if isinstance(reference, Image.Image)
+                else open_image(reference, what=f"instance {instance.id}: image")
+            )
             fed = load_image(reference, instance.id, side)
             if fed.size != original.size:
                 factor = max(original.size[0] / fed.size[0], original.size[1] / fed.size[1])
