@@ -10,7 +10,7 @@ import torch
 from adapter_reference import tiny_pair
 
 from helpers import build_shapes_benchmark
-from posdebias import get_adapter
+from posdebias import get_adapter, get_registry, hookimpl
 from posdebias._images import min_image_side
 from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
 from posdebias.adapters.hf import HFAdapter
@@ -75,6 +75,12 @@ class _WrongPositions(Qwen3VLAdapter):
 
     def prompt_position_ids(self, inputs):
         return HFAdapter.prompt_position_ids(self, inputs)
+
+
+class _WrongPositionsPlugin:
+    @hookimpl
+    def posdebias_register_adapters(self, register):
+        register(_WrongPositions)
 
 
 def _count_forwards(model) -> list[int]:
@@ -269,7 +275,10 @@ def test_cli_check_rows_read_pass_and_fail_without_markup(
         monkeypatch.setenv("TTY_COMPATIBLE", "1")
     else:
         monkeypatch.delenv("FORCE_COLOR", raising=False)
-    assert main(["check", "--model", str(saved_qwen3), "--adapter", "generic", "-N", "3"]) == 1
+    # an adapter that forgot multimodal RoPE and declares no problem: the check runs and the
+    # scores row FAILs (exit 1); the generic adapter would be refused before the table
+    get_registry().add_plugin(_WrongPositionsPlugin(), name="wrong-positions")
+    assert main(["check", "--model", str(saved_qwen3), "--adapter", "qwen3_vl_1d", "-N", "3"]) == 1
     out = capsys.readouterr().out
     assert "[green]" not in out and "[red]" not in out and "[/" not in out
     rows = [line for line in out.splitlines() if "PASS" in line or "FAIL" in line]

@@ -16,7 +16,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
 
 from posdebias._inputs import STATE_LIMIT, parse_json, read_input_text
 from posdebias._io import atomic_write_text
@@ -213,6 +220,12 @@ class EvaluationResults(BaseModel):
     num_instances: int = Field(description="test instances")
     calibration_ids: list[str] = Field(default_factory=list)
     test_ids: list[str] = Field(default_factory=list)
+
+    @field_serializer("adapter")
+    def _adapter_as_described(self, adapter: AdapterDescription) -> dict[str, Any]:
+        """The adapter's own description, key for key (``run.json`` holds the same): fields
+        the adapter did not report are left out, not written as null."""
+        return adapter.model_dump(mode="json", exclude_unset=True)
     calibrators: dict[str, CalibratorResult] = Field(description="label -> row (table order)")
     failed: dict[str, str] = Field(
         default_factory=dict, description="label -> why a third-party calibrator was dropped"
