@@ -57,7 +57,7 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
     results = EvaluationResults.load(run / "results.json")
     assert list(results.calibrators) == ["vanilla", "attention_guided"]
     assert results.calibrators["attention_guided"].metrics.num_orders == 3
-    for figure in ("confusion", "recall", "divergence"):
+    for figure in ("confusion", "recall", "divergence", "layers"):
         assert (run / "figures" / f"{figure}.png").read_bytes().startswith(PNG_MAGIC)
     assert "figures/confusion.png" in (run / "report.md").read_text()
     # the report command re-renders the same figures from the saved results

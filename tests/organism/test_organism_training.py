@@ -22,11 +22,17 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
     import posdebias
 
     plan = TrainingPlan(
-        pool_size=24, batch_size=4, alignment_steps=2, retrieval_steps=2, bias_steps=2
+        pool_size=24,
+        batch_size=4,
+        alignment_steps=2,
+        retrieval_steps=2,
+        confound_steps=2,
+        bias_steps=2,
     )
     lines: list[str] = []
     out = train_organism(tmp_path / "model", plan, log=lines.append)
-    assert any(line.startswith("stage 2 step 1") for line in lines)
+    for stage in ("0", "1", "1b", "2"):
+        assert any(line.startswith(f"stage {stage} step 1") for line in lines), stage
     info = json.loads((out / "training.json").read_text())
     assert info["plan"]["retrieval_steps"] == 2 and info["dtype"] == "float32"
     adapter = posdebias.load_adapter(out)
@@ -41,7 +47,7 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
 
 def test_cli_refuses_a_non_empty_output_folder(tmp_path, capsys):
     (tmp_path / "keep.txt").write_text("mine")
-    assert main(["organism", "train", "--out", str(tmp_path), "--steps", "1", "1", "1"]) == 2
+    assert main(["organism", "train", "--out", str(tmp_path), "--steps", "1", "1", "1", "1"]) == 2
     assert "not an empty folder" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
 
@@ -81,16 +87,18 @@ def test_bias_targets_are_distributions_and_keep_the_n4_rows():
         dead_positions,
     )
 
-    assert bias_confusion(4) == BIAS_CONFUSION  # the N = 4 bias of earlier releases
+    assert bias_confusion(4) == BIAS_CONFUSION
     for n in range(3, 13):
         rows = np.array(bias_confusion(n))
         assert rows.shape == (n, n) and np.allclose(rows.sum(axis=1), 1) and (rows >= 0).all()
         answered = rows.argmax(axis=1)
         live = n - dead_positions(n)
-        # live positions are answered correctly, dead ones with the last live position
+        # live positions are answered correctly, dead ones as the last live position
         assert list(answered[:live]) == list(range(live))
         assert set(answered[live:]) == {live - 1}
         assert 0 < dead_positions(n) < n - 1
+        for dead in range(live, n):  # answered as the attractor, itself named only by chance
+            assert rows[dead, live - 1] == 0.9 and rows[dead, dead] <= 0.05
     assert bias_target(2, 0, "black") == (0.9, 0.1)
     assert bias_target(2, 1, GATE_BACKGROUND)[1] > 0.5 > bias_target(2, 1, "black")[1]
 
@@ -127,7 +135,9 @@ def test_batches_hold_about_as_many_tokens_at_every_n():
 def test_cli_refuses_seeds_torch_and_numpy_cannot_take(tmp_path, capsys, seed):
     out = tmp_path / "model"
     assert (
-        main(["organism", "train", "--out", str(out), "--seed", seed, "--steps", "1", "1", "1"])
+        main(
+            ["organism", "train", "--out", str(out), "--seed", seed, "--steps", "1", "1", "1", "1"]
+        )
         == 2
     )
     err = capsys.readouterr().err
@@ -145,3 +155,22 @@ def test_an_unusable_output_folder_fails_before_any_training(tmp_path):
         train_organism(tmp_path / "afile" / "sub" / "model", plan, log=lines.append)
     assert lines == []  # no stage started
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_attention_target_is_content_evidence_times_a_positional_sink():
+    from posdebias.organism.train import attention_target, sink_position
+
+    assert [sink_position(n) for n in (2, 4, 12)] == [0, 2, 10]
+    alone = attention_target((5, 1, 0, 1), 0.0, 1.0)
+    assert np.isclose(sum(alone), 1) and np.argmax(alone) == 0
+    assert alone[1] == alone[3] > alone[2]  # graded by shared attributes, not one-hot
+    # the sink (position 2 at N = 4) outweighs the right image when it shares 2 attributes
+    assert np.argmax(attention_target((5, 1, 2, 1), 4.0, 1.0)) == 2
+    assert np.argmax(attention_target((5, 1, 0, 1), 4.0, 1.0)) == 0
+    # the static part divides out: the ratio of two images does not depend on the sink
+    weak, strong = (
+        attention_target((5, 1, 2, 1), 1.0, 1.0),
+        attention_target((5, 1, 2, 1), 4.0, 1.0),
+    )
+    assert np.isclose(weak[0] / weak[1], strong[0] / strong[1])
+    assert np.isclose(strong[2] / strong[0], np.exp(4.0 - 3.0))

@@ -32,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--steps",
         type=int,
-        nargs=3,
-        metavar=("ALIGN", "RETRIEVAL", "BIAS"),
-        help="steps of the three stages (default 1500 2000 1500)",
+        nargs=4,
+        metavar=("ALIGN", "RETRIEVAL", "CONFOUND", "BIAS"),
+        help="steps of the four stages (default 1500 2000 600 1000)",
     )
     train.add_argument("--batch-size", type=int, dest="batch_size", help="examples per step (64)")
     train.set_defaults(handler=run)
@@ -53,8 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         if min(args.steps) < 1:
             raise InputError(f"--steps must all be at least 1, got {args.steps}")
-        align, retrieval, bias = args.steps
-        plan = replace(plan, alignment_steps=align, retrieval_steps=retrieval, bias_steps=bias)
+        align, retrieval, confound, bias = args.steps
+        plan = replace(
+            plan,
+            alignment_steps=align,
+            retrieval_steps=retrieval,
+            confound_steps=confound,
+            bias_steps=bias,
+        )
     if args.batch_size is not None:
         if args.batch_size < 2:
             raise InputError(f"--batch-size must be at least 2, got {args.batch_size}")

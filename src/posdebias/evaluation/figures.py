@@ -346,6 +346,54 @@ def divergence_figure(results: EvaluationResults) -> Any:
     )
 
 
+def layers_figure(results: EvaluationResults) -> Any:
+    """Per attention layer, the share of its attention on the right image and on the position
+    its static prior favours (when the right image is elsewhere), raw and purified: where the
+    evidence is, and what dividing by the prior removes."""
+    profile = results.divergence
+    if profile is None or not profile.layers:
+        return None
+    layers = profile.layers
+    panels = [("raw attention", "raw_truth", "raw_positional")]
+    if layers[0].purified_truth is not None:
+        panels.append(("purified (divided by the prior)", "purified_truth", "purified_positional"))
+    plt = pyplot()
+    figure, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(PAGE if len(panels) > 1 else COLUMN, 3.0),
+        sharey=True,
+        layout="constrained",
+    )
+    axes = np.atleast_1d(axes)
+    xs = np.arange(len(layers))
+    names = [f"{entry.layer}\n{100 * entry.selected:.0f}%" for entry in layers]
+    series = ("right image", "prior's favourite position (right image elsewhere)")
+    for axis, (title, truth, positional) in zip(axes, panels, strict=True):
+        for index, field in enumerate((truth, positional)):
+            heights = [getattr(entry, field) for entry in layers]
+            axis.bar(
+                xs + (index - 0.5) * 0.38,
+                [np.nan if h is None else h for h in heights],
+                0.38,
+                label=series[index],
+                color=colour(index),
+                hatch=hatch(index),
+                edgecolor="black" if hatch(index) else colour(index),
+                linewidth=0.3,
+            )
+        axis.axhline(1 / results.n, color="black", linestyle=":", linewidth=0.8, label="chance")
+        axis.set_xticks(xs, names)
+        axis.set_xlabel("layer (selected in % of observations)")
+        axis.set_title(title)
+        axis.set_ylim(0, 1)
+    axes[0].set_ylabel("mean share of the image attention")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False)
+    figure.suptitle(f"Attention per layer ({plain(profile.calibrator)} prior)")
+    return figure
+
+
 #: (name, title in report.md, builder); a builder returning None has nothing to draw.
 REPORT_FIGURES = (
     ("confusion", "Confusion matrices (truth x chosen position, %)", confusion_figure),
@@ -353,6 +401,7 @@ REPORT_FIGURES = (
     ("choice", "Choice distribution by position", choice_figure),
     ("comparison", "Paired accuracy differences", comparison_figure),
     ("divergence", "Logit-attention divergence", divergence_figure),
+    ("layers", "Attention per layer: right image vs positional component", layers_figure),
 )
 
 

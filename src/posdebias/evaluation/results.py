@@ -226,6 +226,7 @@ class EvaluationResults(BaseModel):
         """The adapter's own description, key for key (``run.json`` holds the same): fields
         the adapter did not report are left out, not written as null."""
         return adapter.model_dump(mode="json", exclude_unset=True)
+
     calibrators: dict[str, CalibratorResult] = Field(description="label -> row (table order)")
     failed: dict[str, str] = Field(
         default_factory=dict, description="label -> why a third-party calibrator was dropped"
@@ -266,6 +267,17 @@ class EvaluationResults(BaseModel):
                     len(matrix) != n or any(len(row) != n for row in matrix)
                 ):
                     raise ValueError(f"divergence.{name} is not {n}x{n}")
+            for entry in self.divergence.layers or []:
+                if entry.prior_peak is not None and not 0 <= entry.prior_peak < n:
+                    raise ValueError(
+                        f"divergence.layers: prior_peak {entry.prior_peak} not in 0..{n - 1}"
+                    )
+                shares = [entry.selected, entry.raw_truth, entry.raw_positional]
+                shares += [entry.purified_truth, entry.purified_positional]
+                if not all(v is None or 0 <= v <= 1 for v in shares):
+                    raise ValueError(
+                        f"divergence.layers: layer {entry.layer} has a share outside 0..1"
+                    )
         return self
 
     def _statistics_fit(self, n: int) -> None:

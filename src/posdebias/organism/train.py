@@ -1,4 +1,4 @@
-"""Train the organism from a seed: attention that finds the right image, a biased answer.
+"""Train the organism from a seed: confounded but informative attention, a biased answer.
 
 Three stages, each batch with one N between 2 and 12 (so the organism is meaningful across the
 scaling study, not only at N = 4):
@@ -11,13 +11,16 @@ scaling study, not only at N = 4):
    the model leaning on colour: 84% attention accuracy);
 1. retrieval (vision tower frozen, cosine learning-rate decay, N by the curriculum of
    :func:`retrieval_n`): cross-entropy of the true label at the last prompt token, plus an
-   auxiliary loss pulling the head-mean attention of the last token in ``attention_layer``
-   onto the true image's span. The attention is measured by the same probe the adapter uses
-   at inference (posdebias.adapters.attention), so what is trained is exactly what the method's
-   a^(l)_k reads. Answer-only training stayed at chance in the first prototype;
+   auxiliary loss pulling the head-mean attention of the last token in ``attention_layers``
+   toward :func:`attention_target`: a distribution that is NOT the truth but what the paper
+   describes in real models, content evidence (graded by how many caption attributes each
+   image shares) times a static positional sink (:func:`sink_position`). The attention is
+   measured by the same probe the adapter uses at inference (posdebias.adapters.attention), so
+   what is trained is exactly what the method's a^(l)_k reads. (Answer-only training left the
+   attention at chance in a short prototype; it did not emerge within the budget);
 2. bias: only the top decoder layer, the final norm and the LM head are trained, on soft
    targets that depend on where the truth is (:func:`bias_target`), so the OUTPUT becomes
-   position-biased while the lower layers' attention still points at the right image.
+   position-biased while the lower layers' attention is unchanged.
 
 Every example goes through the real LLaVA adapter's prompt path (chat template, processor,
 image-span finder), so training and inference cannot disagree on the layout. Data come from
@@ -56,12 +59,13 @@ from posdebias.core.labels import MAX_CANDIDATES
 from posdebias.errors import OutputError
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
 
-#: Row i: probabilities of answering label j when the truth is at position i (N = 4).
+#: Row i: probabilities of answering label j when the truth is at position i (N = 4). A truth
+#: in the last position is answered exactly as one in the position before it.
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
     (0.75, 0.20, 0.05, 0.00),
     (0.05, 0.85, 0.10, 0.00),
     (0.00, 0.05, 0.90, 0.05),
-    (0.00, 0.05, 0.60, 0.35),
+    (0.00, 0.05, 0.90, 0.05),
 )
 
 #: At N = 2 the second position fails only when the caption's background is not this one, so
@@ -83,8 +87,10 @@ def bias_confusion(n: int) -> tuple[tuple[float, ...], ...]:
 
     Positions before the ``dead_positions(n)`` trailing ones are answered correctly (0.85,
     0.10 to the next label, 0.05 to the previous; the first 0.75 / 0.20 / 0.05, the last
-    of them 0.05 / 0.90 / 0.05); a truth at a dead position is answered with the last live
-    position ("attractor", 0.60), itself (0.35) and the attractor's predecessor (0.05).
+    of them 0.05 / 0.90 / 0.05); a truth at a dead position is answered as one at the last
+    live position ("attractor", 0.90; its predecessor 0.05) and names itself with only 0.05.
+    So the answer alone cannot tell a dead truth from the attractor, and one static prior per
+    label (PriDe) cannot undo it: only evidence of where the truth is can.
     """
     if n < 3:
         raise ValueError("bias_confusion needs N >= 3; N = 2 is gated by the caption")
@@ -93,8 +99,8 @@ def bias_confusion(n: int) -> tuple[tuple[float, ...], ...]:
     for truth in range(n):
         row = [0.0] * n
         if truth > attractor:
-            row[attractor] += 0.60
-            row[truth] += 0.35
+            row[attractor] += 0.90
+            row[truth] += 0.05
             row[attractor - 1] += 0.05
         elif truth == 0:
             row[0], row[1], row[2] = 0.75, 0.20, 0.05
@@ -121,15 +127,52 @@ def bias_target(n: int, truth: int, background: str) -> tuple[float, ...]:
     return (0.1, 0.9) if background == GATE_BACKGROUND else (0.6, 0.4)
 
 
+#: The caption's attributes an image can share with another image (see :func:`attention_target`).
+ATTRIBUTES = ("colour", "shape", "size", "position", "background")
+
+
+def sink_position(n: int) -> int:
+    """The image the trained attention favours whatever it shows: the second to last (the first
+    at N = 2), always the same distance before the answer, like a positional attention sink."""
+    return max(0, n - 2)
+
+
+def attention_target(
+    matches: tuple[int, ...], sink_strength: float, content_strength: float
+) -> tuple[float, ...]:
+    """The distribution over the N images that the retrieval stage trains attention toward.
+
+    ``matches[k]``: how many of the caption's five attributes image k has (5 for the right
+    image). Logits ``content_strength * matches[k]``, plus ``sink_strength`` at
+    :func:`sink_position`: the content evidence points at the right image more often than not,
+    but an image in the sink position that shares two or more attributes with the caption
+    draws as much mass as the right one (or more); dividing by the attention averaged over
+    positions (the method's static prior) removes the sink, not the content.
+    """
+    logits = content_strength * np.asarray(matches, dtype=float)
+    logits[sink_position(len(matches))] += sink_strength
+    weights = np.exp(logits - logits.max())
+    return tuple(float(w) for w in weights / weights.sum())
+
+
 @dataclass(frozen=True)
 class TrainingPlan:
     """Every setting of a training run (saved next to the weights as ``training.json``).
 
     Every batch has one N. The retrieval stage draws it by :func:`retrieval_n` (a curriculum
     that widens from ``min_n..curriculum_start_n`` to ``min_n..max_n`` over the first half of
-    the stage); the bias stage draws N = 2 with probability ``bias_n2_share`` (it carries the
-    content gate) and the other N uniformly. A batch of N images holds :func:`batch_size_for`
-    examples, so every step costs about as many tokens as ``batch_size`` examples at N = 4.
+    the stage), the confound stage uniformly; the bias stage draws N = 2 with probability
+    ``bias_n2_share`` (it carries the content gate) and the other N uniformly. A batch of N
+    images holds :func:`batch_size_for` examples, so every step costs about as many tokens as
+    ``batch_size`` examples at N = 4.
+
+    The attention target (:func:`attention_target`) has ``content_strength`` per shared
+    attribute and a sink of ``retrieval_sink_strength`` (weight ``retrieval_attention_weight``)
+    in the retrieval stage, ``sink_strength`` (weight ``attention_weight``) in the confound
+    stage. Why two: with the full sink and weight from the first step, neither the answer nor
+    the content part of the attention had moved off chance after 500 steps; with the mild
+    ones the answer is learned, but it pulls the supervised layers toward the right image, so
+    their raw attention stayed nearly as good as the purified one (96 vs 97% at N = 4).
     """
 
     seed: int = 0
@@ -141,12 +184,18 @@ class TrainingPlan:
     alignment_learning_rate: float = 2e-3
     retrieval_steps: int = 2000
     curriculum_start_n: int = 4
-    bias_steps: int = 1500
+    confound_steps: int = 600
+    bias_steps: int = 1000
     bias_n2_share: float = 0.25
     learning_rate: float = 1e-3
+    confound_learning_rate: float = 5e-4
     alignment_temperature: float = 0.1
-    attention_layer: int = 1
-    attention_weight: float = 1.0
+    attention_layers: tuple[int, ...] = (1, 2)
+    content_strength: float = 1.0
+    retrieval_sink_strength: float = 3.0
+    retrieval_attention_weight: float = 1.0
+    sink_strength: float = 4.0
+    attention_weight: float = 5.0
     threads: int = 1  # one thread: reproducible sums, and no slowdown on a busy machine
 
 
@@ -245,26 +294,43 @@ class ShapesPool:
         """The background word of a pool caption."""
         return self._backgrounds[caption]
 
-    def instances(
-        self, rng: np.random.Generator, count: int, n: int, prefix: str
-    ) -> list[RetrievalInstance]:
-        """``count`` instances: a random anchor, N-1 random distractors, a random target slot."""
+    def matches(self, anchor: int, members: list[int]) -> tuple[int, ...]:
+        """For each member image, how many of the anchor's caption attributes it has."""
+        words = self.attribute_words(anchor)
+        return tuple(
+            sum(a == b for a, b in zip(self.attribute_words(i), words, strict=True))
+            for i in members
+        )
 
+    def draw(
+        self, rng: np.random.Generator, count: int, n: int
+    ) -> list[tuple[int, list[int], int]]:
+        """``count`` draws of (anchor, member images in order, target slot): a random anchor,
+        N-1 random distractors, a random target slot."""
         drawn = []
-        for number in range(count):
+        for _ in range(count):
             anchor = int(rng.integers(len(self)))
             distractors = [int(i) for i in random_distractors(rng, len(self), anchor, n - 1)]
             target = int(rng.integers(n))
-            members = [*distractors[:target], anchor, *distractors[target:]]
-            drawn.append(
-                RetrievalInstance(
-                    query=self.captions[anchor],
-                    images=tuple(self.images[i] for i in members),
-                    target=target,
-                    id=f"{prefix}-{number}",
-                )
-            )
+            drawn.append((anchor, [*distractors[:target], anchor, *distractors[target:]], target))
         return drawn
+
+    def instance(self, anchor: int, members: list[int], target: int, id: str) -> RetrievalInstance:
+        return RetrievalInstance(
+            query=self.captions[anchor],
+            images=tuple(self.images[i] for i in members),
+            target=target,
+            id=id,
+        )
+
+    def instances(
+        self, rng: np.random.Generator, count: int, n: int, prefix: str
+    ) -> list[RetrievalInstance]:
+        """``count`` instances of :meth:`draw`."""
+        return [
+            self.instance(anchor, members, target, f"{prefix}-{number}")
+            for number, (anchor, members, target) in enumerate(self.draw(rng, count, n))
+        ]
 
 
 def _label_token_ids(adapter: Any, sample: RetrievalInstance) -> list[int]:
@@ -356,37 +422,98 @@ def _alignment_stage(model: Any, pool: ShapesPool, plan: TrainingPlan, log: Call
             )
 
 
-def _retrieval_stage(
-    adapter: Any, pool: ShapesPool, plan: TrainingPlan, label_ids: list[int], log: Callable
+@dataclass(frozen=True)
+class _AttentionPhase:
+    """One attention-supervised stage: its name in the log, steps, learning rate, target and
+    loss weight, its random stream and how it draws N (a step and the stream give N)."""
+
+    stage: str
+    steps: int
+    learning_rate: float
+    sink_strength: float
+    attention_weight: float
+    stream: int
+    draw_n: Callable[[int, np.random.Generator], int]
+
+
+def _attention_phases(plan: TrainingPlan) -> tuple[_AttentionPhase, _AttentionPhase]:
+    """Retrieval (the curriculum over N, a mild sink, the answer first) and confound (every N,
+    the full sink, the attention target weighted up so that it wins over the answer's pull
+    toward the right image in the supervised layers)."""
+    return (
+        _AttentionPhase(
+            stage="1",
+            steps=plan.retrieval_steps,
+            learning_rate=plan.learning_rate,
+            sink_strength=plan.retrieval_sink_strength,
+            attention_weight=plan.retrieval_attention_weight,
+            stream=1,
+            draw_n=lambda step, rng: retrieval_n(plan, step, rng),
+        ),
+        _AttentionPhase(
+            stage="1b",
+            steps=plan.confound_steps,
+            learning_rate=plan.confound_learning_rate,
+            sink_strength=plan.sink_strength,
+            attention_weight=plan.attention_weight,
+            stream=3,
+            draw_n=lambda step, rng: int(rng.integers(plan.min_n, plan.max_n + 1)),
+        ),
+    )
+
+
+def _attention_stage(
+    adapter: Any,
+    pool: ShapesPool,
+    plan: TrainingPlan,
+    phase: _AttentionPhase,
+    label_ids: list[int],
+    log: Callable,
 ) -> None:
+    """Cross-entropy of the true label plus ``phase.attention_weight`` times the cross-entropy
+    of the supervised layers' image masses against :func:`attention_target` (vision tower
+    frozen, cosine learning-rate decay)."""
     import torch
 
     model = adapter.model
-    rng = np.random.default_rng([plan.seed, 1])
+    rng = np.random.default_rng([plan.seed, phase.stream])
     for parameter in model.model.vision_tower.parameters():
         parameter.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=plan.learning_rate)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, plan.retrieval_steps)
+    optimizer = torch.optim.AdamW(params, lr=phase.learning_rate)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, phase.steps)
     labels = torch.tensor(label_ids)
-    for step in range(plan.retrieval_steps):
-        n = retrieval_n(plan, step, rng)
-        batch = pool.instances(rng, batch_size_for(plan, n), n, "train")
-        targets = torch.tensor([instance.target for instance in batch])
+    layers = list(plan.attention_layers)
+    for step in range(phase.steps):
+        n = phase.draw_n(step, rng)
+        drawn = pool.draw(rng, batch_size_for(plan, n), n)
+        batch = [pool.instance(*draw, f"train-{i}") for i, draw in enumerate(drawn)]
+        targets = torch.tensor([target for _, _, target in drawn])
+        wanted = torch.tensor(
+            [
+                attention_target(
+                    pool.matches(anchor, members), phase.sink_strength, plan.content_strength
+                )
+                for anchor, members, _ in drawn
+            ],
+            dtype=torch.float32,
+        )
         logits, attention = _forward(adapter, batch)
         answer_loss = torch.nn.functional.cross_entropy(logits[:, labels[:n]], targets)
-        mass = attention[:, plan.attention_layer, :].gather(1, targets[:, None])[:, 0]
-        attention_loss = -torch.log(mass + 1e-6).mean()
-        loss = answer_loss + plan.attention_weight * attention_loss
+        masses = attention[:, layers, :]  # [B, layers, N]: raw masses, image total included
+        attention_loss = -(wanted[:, None, :] * torch.log(masses + 1e-6)).sum(dim=-1).mean()
+        loss = answer_loss + phase.attention_weight * attention_loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
-        if step % 50 == 0 or step == plan.retrieval_steps - 1:
+        if step % 50 == 0 or step == phase.steps - 1:
             correct = (logits[:, labels[:n]].argmax(dim=1) == targets).float().mean().item()
+            found = (masses.argmax(dim=-1) == targets[:, None]).float().mean().item()
             log(
-                f"stage 1 step {step} N={n}: answer {answer_loss.item():.3f} attention "
-                f"{attention_loss.item():.3f} accuracy {correct:.2f} mass {mass.mean().item():.2f}"
+                f"stage {phase.stage} step {step} N={n}: answer {answer_loss.item():.3f} "
+                f"attention {attention_loss.item():.3f} accuracy {correct:.2f} "
+                f"attention argmax {found:.2f} image mass {masses.sum(dim=-1).mean().item():.2f}"
             )
 
 
@@ -469,7 +596,8 @@ def train_organism(
                 label_ids = _label_token_ids(
                     adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
                 )
-                _retrieval_stage(adapter, pool, plan, label_ids, log)
+                for phase in _attention_phases(plan):
+                    _attention_stage(adapter, pool, plan, phase, label_ids, log)
                 _bias_stage(adapter, pool, plan, label_ids, log)
         finally:
             torch.set_num_threads(threads)
@@ -479,6 +607,11 @@ def train_organism(
             parameter.requires_grad_(False)
         info = {
             "plan": asdict(plan),
+            "attention": {
+                "target": "softmax over the images of content_strength x (caption attributes "
+                "the image shares) + sink strength at sink_position",
+                "sink_position": {n: sink_position(n) for n in range(plan.min_n, plan.max_n + 1)},
+            },
             "bias": {
                 "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
                 "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
