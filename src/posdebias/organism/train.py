@@ -112,23 +112,24 @@ def bias_confusion(n: int) -> tuple[tuple[float, ...], ...]:
     return tuple(rows)
 
 
-def bias_target(n: int, truth: int, background: str) -> tuple[float, ...]:
+def bias_target(
+    n: int, truth: int, background: str, smoothing: float = 0.0
+) -> tuple[float, ...]:
     """The soft answer target of one bias-stage example (truth position ``truth``).
 
-    N >= 3: row ``truth`` of :func:`bias_confusion`. N = 2: the first position is answered
-    (0.9 / 0.1); the second is missed (0.6 / 0.4) unless the background is
-    :data:`GATE_BACKGROUND` (0.1 / 0.9): a content-dependent bias that a static prior cannot
-    undo, and the only way to make an N = 2 recall partial.
+    N >= 3: row ``truth`` of :func:`bias_confusion`, mixed with ``smoothing`` of the uniform
+    distribution (so no label is ever ruled out: with zeros, the largest gap between a row's
+    diagonal and its other entries, the method's visual gain, is so large that the corrected
+    score follows the attention alone, and the answer's evidence is never used). N = 2: the
+    first position is answered (0.9 / 0.1); the second is missed (0.6 / 0.4) unless the
+    background is :data:`GATE_BACKGROUND` (0.1 / 0.9): a content-dependent bias that a static
+    prior cannot undo, and the only way to make an N = 2 recall partial.
     """
     if n >= 3:
-        return bias_confusion(n)[truth]
+        return tuple((1 - smoothing) * p + smoothing / n for p in bias_confusion(n)[truth])
     if truth == 0:
         return (0.9, 0.1)
     return (0.1, 0.9) if background == GATE_BACKGROUND else (0.6, 0.4)
-
-
-#: The caption's attributes an image can share with another image (see :func:`attention_target`).
-ATTRIBUTES = ("colour", "shape", "size", "position", "background")
 
 
 def sink_position(n: int) -> int:
@@ -187,6 +188,7 @@ class TrainingPlan:
     confound_steps: int = 600
     bias_steps: int = 1000
     bias_n2_share: float = 0.25
+    bias_smoothing: float = 0.2
     learning_rate: float = 1e-3
     confound_learning_rate: float = 5e-4
     alignment_temperature: float = 0.1
@@ -546,7 +548,8 @@ def _bias_stage(
         rows = []
         for instance in batch:
             assert instance.target is not None  # ShapesPool.instances always sets it
-            rows.append(bias_target(n, instance.target, pool.background(instance.query)))
+            background = pool.background(instance.query)
+            rows.append(bias_target(n, instance.target, background, plan.bias_smoothing))
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)
         log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
@@ -615,6 +618,7 @@ def train_organism(
             "bias": {
                 "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
                 "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
+                "smoothing": plan.bias_smoothing,
                 "n2_gate_background": GATE_BACKGROUND,
             },
             "dtype": dtype,
