@@ -57,7 +57,7 @@ from posdebias.benchmarks.files import (
     sha256_file,
     write_benchmark,
 )
-from posdebias.benchmarks.sources import _relative_path, problems_error
+from posdebias.benchmarks.sources import problems_error, relative_image_path
 from posdebias.core.instance import MAX_TEXT_CHARS
 from posdebias.errors import BenchmarkError, validation_problems
 
@@ -122,9 +122,10 @@ def _image(value: Any, root: Path, problems: list[str], line: int) -> str | None
     if not isinstance(value, str) or not value.strip():
         problems.append(f"line {line}: an image must be a file name, got {excerpt(value)}")
         return None
-    relative = _relative_path(value, root)
-    if relative is None:
-        problems.append(f"line {line}: image {excerpt(value)} is outside the root {root}")
+    try:
+        relative = relative_image_path(value, root)
+    except ValueError as exc:
+        problems.append(f"line {line}: image {excerpt(value)} {exc}")
         return None
     if not (root / relative).is_file():
         problems.append(f"line {line}: image {excerpt(value)} not found under {root}")
@@ -267,7 +268,7 @@ def read_mmlu(path: Path) -> _Read:
     problems: list[str] = []
     items: list[_Item] = []
     for file in files:
-        subject = re.sub(r"_(test|dev|val)$", "", file.stem)
+        subject = re.sub(r"_(test|dev|val)\Z", "", file.stem)
         reader = csv.reader(io.StringIO(_read_data(file, "MMLU CSV file"), newline=""))
         try:
             for row in reader:

@@ -37,7 +37,7 @@ GENERATIONS_FILE = "generations.jsonl"
 OUTPUT_FILES = ("results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md")
 _OWN = re.compile(
     r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
-    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)$"
+    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)\Z"
 )
 
 
