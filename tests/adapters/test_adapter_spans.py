@@ -14,6 +14,7 @@ from posdebias.adapters.hf.spans import (
     SpanTokens,
     check_spans,
     find_image_spans,
+    find_marked_spans,
     span_matrix,
 )
 from posdebias.errors import AdapterError
@@ -55,6 +56,30 @@ def test_tiled_images_are_named_as_the_likely_cause():
     )
     with pytest.raises(AdapterError, match="found 0 runs .* no image tokens"):
         find_image_spans([1, 2, 3], SpanTokens(IMG), 2)
+
+
+def test_marked_blocks_hold_everything_between_their_markers():
+    """One block per image (text inside included), or several back to back (Molmo 2's views)."""
+    ids = [1, START, 3, IMG, IMG, END, 2, START, 3, IMG, END, 4]
+    assert find_marked_spans(ids, {START}, END, 2, "x") == [ImageSpan.of(1, 6), ImageSpan.of(7, 11)]
+    views = [1, START, IMG, END, 9, IMG, IMG, END, START, IMG, END, 8, IMG, END, 2]
+    spans = find_marked_spans(views, {START, 9, 8}, END, 2, "two views", blocks_per_image=2)
+    assert spans == [ImageSpan.of(1, 8), ImageSpan.of(8, 14)]
+
+
+@pytest.mark.parametrize(
+    ("ids", "images", "blocks", "message"),
+    [
+        ([START, IMG, END, START, IMG], 2, 1, "found 1 complete image blocks .* 2 images make 2"),
+        ([START, IMG, START, IMG, END, END], 2, 1, "found 0 complete image blocks"),
+        ([IMG, END, START, IMG, END], 2, 1, "found 0 complete image blocks"),
+        ([START, IMG, END, 3, START, IMG, END], 1, 2, "blocks of image 1 .* not back to back"),
+        ([START, IMG, END, START, IMG, END], 2, 2, "found 2 complete image blocks .* make 4"),
+    ],
+)
+def test_marked_blocks_that_do_not_match_the_layout_fail_loudly(ids, images, blocks, message):
+    with pytest.raises(AdapterError, match=message):
+        find_marked_spans(ids, {START}, END, images, "x", blocks_per_image=blocks)
 
 
 def test_a_span_is_the_union_of_its_runs():
@@ -133,6 +158,16 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
     elif family.startswith("glm4v"):
         assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
         assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
+    elif family == "kimi_k25":
+        head = ["<|media_begin|>", "image", "<|media_content|>"]
+        assert all(t[:3] == head and t[-1] == "<|media_end|>" for t in tokens)
+        assert all(set(t[3:-1]) == {"<|media_pad|>"} for t in tokens)
+    elif family == "molmo2":
+        # 48 px images: a low-resolution view then a high-resolution view, 2 x 2 patches each,
+        # every row closed by a column token
+        row = ["<im_patch>", "<im_patch>", "<im_col>"]
+        view = [*row, *row, "<im_end>"]
+        assert all(t == ["<low_res_im_start>", *view, "<im_start>", *view] for t in tokens)
     elif family == "mistral3":
         # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
         assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]

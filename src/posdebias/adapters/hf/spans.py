@@ -22,6 +22,7 @@ not the number of images.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -277,6 +278,60 @@ def find_closed_spans(
             "the chat template must render one image placeholder per image, and the processor "
             "must expand it in this family's layout"
         )
+    return spans
+
+
+def find_marked_spans(
+    input_ids: Sequence[int] | Any,
+    starts: set[int],
+    end: int,
+    num_images: int,
+    layout: str,
+    *,
+    blocks_per_image: int = 1,
+) -> list[ImageSpan]:
+    """Spans of layouts where each image is a block between a start and an end marker.
+
+    A block opens at a token of ``starts`` and closes at the next ``end``; everything between,
+    markers and text included, belongs to the image (the processor or the chat template wrote
+    it for this image: LFM2-VL's tiles, Kimi's ``image`` word). With ``blocks_per_image`` > 1
+    an image is that many blocks back to back (Molmo 2's low- and high-resolution views), and
+    its span runs from its first block's start to its last block's end. ``layout`` names the
+    expected layout in the error.
+    """
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    blocks: list[tuple[int, int]] = []
+    opened: int | None = None
+    broken = False  # a start inside a block, or an end without one: not this layout
+    for position, token in enumerate(ids):
+        if token in starts:
+            broken = opened is not None
+            opened = position
+        elif token == end:
+            if opened is None:
+                broken = True
+            else:
+                blocks.append((opened, position + 1))
+                opened = None
+        if broken:
+            break
+    expected = num_images * blocks_per_image
+    if broken or opened is not None or len(blocks) != expected:
+        raise AdapterError(
+            f"found {len(blocks)} complete image blocks ({layout}) where {num_images} images "
+            f"make {expected}: the chat template must render one image placeholder per image, "
+            "and the processor must expand it in this family's layout"
+        )
+    spans = []
+    for image in range(num_images):
+        group = blocks[image * blocks_per_image : (image + 1) * blocks_per_image]
+        for (_, previous_end), (next_start, _) in itertools.pairwise(group):
+            if next_start != previous_end:
+                raise AdapterError(
+                    f"the {blocks_per_image} blocks of image {image + 1} ({layout}) are not "
+                    "back to back: other tokens stand between them"
+                )
+        spans.append(ImageSpan.of(group[0][0], group[-1][1]))
     return spans
 
 
