@@ -35,7 +35,7 @@ class Lfm2VlAdapter(HFAdapter):
     ) -> list[ImageSpan]:
         start, end = self.vocabulary_id("<|image_start|>"), self.vocabulary_id("<|image_end|>")
         layout = "<|image_start|> tiles and thumbnail <|image_end|>"
-        return find_marked_spans(input_ids, {start}, end, num_images, layout)
+        return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
 @hookimpl

@@ -3,10 +3,10 @@ may import (docs/plugins.md: what semantic versioning covers).
 
 A family adapter subclasses :class:`HFAdapter` and overrides only what its model does
 differently: the span tokens (:class:`SpanTokens`), the image spans (:class:`ImageSpan`, with
-:func:`find_image_spans` / :func:`find_closed_spans` / :func:`find_marked_spans` for the common
-layouts), positions or the forward. The modules below (``adapter``, ``spans``, ``scoring``,
-``prompt``, ``generation``, ``verify``, ``cache``, ``layers``) are the implementation; import
-from here.
+:func:`find_image_spans` / :func:`find_closed_spans` / :func:`find_marked_spans` for the
+common layouts), positions or the forward. The modules below (``adapter``, ``spans``,
+``scoring``, ``prompt``, ``generation``, ``verify``, ``cache``, ``layers``) are the
+implementation; import from here.
 """
 
 from posdebias._deprecation import moved_attributes

@@ -32,6 +32,7 @@ _MODULES = (
     "lfm2_vl",
     "molmo2",
     "kimi_k25",
+    "aya_vision",
     "text",  # the text-only language models
 )
 
