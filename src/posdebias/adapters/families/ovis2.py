@@ -3,7 +3,8 @@
 The chat template writes ``<image>`` per image; that text is only a placeholder (no token of the
 checkpoints' vocabulary): the processor replaces it with
 
-    <IMG_START> <IMG_ATOM> x L <IMG_GRID> [tile: <IMG_ATOM> x L, <IMG_COL> / <IMG_ROW> between] <IMG_END>
+    <IMG_START> <IMG_ATOM> x L <IMG_GRID> [tiles: <IMG_ATOM> x L each, <IMG_COL> / <IMG_ROW>
+    between] <IMG_END>
 
 (the global view, then the tiles of a large image). The model puts the vision features on the
 ``<IMG_ATOM>`` tokens (``config.image_token_id``) and learned indicator embeddings on the five
