@@ -39,6 +39,7 @@ EXPECTED = {
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",
     "llama4": "llama4",
+    "aya_vision": "aya_vision",
 }
 
 

@@ -58,6 +58,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava",
     "posdebias.adapters.families.llava_next",
     "posdebias.adapters.families.lfm2_vl",
+    "posdebias.adapters.families.aya_vision",
     "posdebias.adapters.families.ovis2",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",

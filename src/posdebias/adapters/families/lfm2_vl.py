@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, ImageSpan
+from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
 from posdebias.errors import AdapterError
 
 
@@ -41,14 +41,8 @@ class Lfm2VlAdapter(HFAdapter):
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
         start, end = self._marker("<|image_start|>"), self._marker("<|image_end|>")
-        starts = [t for t, token in enumerate(input_ids) if token == start]
-        ends = [t for t, token in enumerate(input_ids) if token == end]
-        if len(starts) != num_images or len(ends) != num_images:
-            raise AdapterError(
-                f"found {len(starts)} image starts and {len(ends)} image ends for {num_images} "
-                "images: the processor must write <|image_start|> ... <|image_end|> per image"
-            )
-        return [ImageSpan.of(s, e + 1) for s, e in zip(starts, ends, strict=True)]
+        layout = "<|image_start|> tiles and thumbnail <|image_end|>"
+        return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
 @hookimpl

@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, ImageSpan
-from posdebias.adapters.hf.spans import SpanTokens, find_closed_spans
+from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
 from posdebias.errors import AdapterError
 
 
@@ -42,23 +41,23 @@ class Ovis2Adapter(HFAdapter):
         indicators = [int(token) for token in self.model.config.visual_indicator_token_ids]
         return {self.tokens.image, *indicators}
 
-    def _closing_token(self) -> int:
-        token = self.tokenizer.convert_tokens_to_ids("<IMG_END>")
-        if token is None or token not in self.image_token_ids():
+    def _indicator(self, token: str) -> int:
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        if token_id is None or token_id not in self.image_token_ids():
             raise AdapterError(
-                "<IMG_END> is not one of the config's visual_indicator_token_ids "
+                f"{token} is not one of the config's visual_indicator_token_ids "
                 f"{list(self.model.config.visual_indicator_token_ids)}: the tokenizer does not "
                 "match the model"
             )
-        return int(token)
+        return int(token_id)
 
     def image_spans(
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
-        return find_closed_spans(
+        return find_marked_spans(
             input_ids,
-            self.image_token_ids(),
-            self._closing_token(),
+            self._indicator("<IMG_START>"),
+            self._indicator("<IMG_END>"),
             num_images,
             "<IMG_START> ... <IMG_END> per image",
         )

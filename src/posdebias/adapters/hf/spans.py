@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -278,6 +279,29 @@ def find_closed_spans(
             "must expand it in this family's layout"
         )
     return spans
+
+
+def find_marked_spans(
+    input_ids: Sequence[int] | Any, start: int, end: int, num_images: int, layout: str
+) -> list[ImageSpan]:
+    """Spans of layouts where the processor writes each image between a start and an end
+    marker: image k is everything from its start marker to its end marker, both included
+    (tiles, tile labels, separators and the global view: the processor wrote all of it for
+    this image). ``layout`` names the expected layout in the error."""
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    starts = [t for t, token in enumerate(ids) if token == start]
+    ends = [t + 1 for t, token in enumerate(ids) if token == end]
+    pairs = list(zip(starts, ends, strict=False))
+    nested = any(not a < b for a, b in pairs) or any(
+        previous[1] > following[0] for previous, following in pairwise(pairs)
+    )
+    if len(starts) != num_images or len(ends) != num_images or nested:
+        raise AdapterError(
+            f"found {len(starts)} image starts and {len(ends)} image ends"
+            f"{' out of order' if nested else ''} for {num_images} images ({layout}): the chat "
+            "template must render one image placeholder per image"
+        )
+    return [ImageSpan.of(a, b) for a, b in pairs]
 
 
 # -- candidate spans (any task) ---------------------------------------------------------------

@@ -30,6 +30,7 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "aya_vision",
     "ovis2",
     "text",  # the text-only language models
 )
