@@ -36,6 +36,7 @@ EXPECTED = {
     "lfm2_vl": "lfm2_vl",
     "molmo2": "molmo2",
     "kimi_k25": "kimi_k25",
+    "ovis2": "ovis2",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -61,6 +61,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.molmo2",
     "posdebias.adapters.families.kimi_k25",
     "posdebias.adapters.families.aya_vision",
+    "posdebias.adapters.families.ovis2",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",

@@ -33,6 +33,7 @@ _MODULES = (
     "molmo2",
     "kimi_k25",
     "aya_vision",
+    "ovis2",
     "text",  # the text-only language models
 )
 
