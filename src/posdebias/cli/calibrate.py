@@ -62,14 +62,12 @@ def run(args: argparse.Namespace) -> int:
     folder = None if single_file else states_folder(args.out)
     _check_out(args.out, folder)  # before any work
     resolved = resolve_preset(config)
-    with resolved.threads():
-        run_ = prepare(resolved)
+    with resolved.threads(), prepare(resolved) as prepared:
         if folder is not None:
             folder.create()
             folder.lock()
         try:
-            calibrate(run_)
-            states = run_.states
+            states = calibrate(prepared).states
             if folder is None:
                 ((label, state),) = states.items()
                 _check_out(args.out, folder)  # again: it may have appeared meanwhile

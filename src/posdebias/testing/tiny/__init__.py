@@ -30,6 +30,10 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "molmo2",
+    "kimi_k25",
+    "aya_vision",
+    "ovis2",
     "text",  # the text-only language models
 )
 

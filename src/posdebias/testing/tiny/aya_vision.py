@@ -1,0 +1,95 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.aya_vision.AyaVisionAdapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+
+MODEL_TYPES = ("aya_vision",)
+
+# Command A / Aya Vision's turn format; an image renders as the processor's placeholder.
+_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
+    "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<image>"
+    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|END_OF_TURN_TOKEN|>{% endfor %}"
+    "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"
+)
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
+    only: Aya Vision's Cohere vocabulary is not available offline)."""
+    if real_vocabulary:
+        raise InputError("no real-vocabulary tiny model for Aya Vision (toy vocabulary only)")
+    return _tiny_model()
+
+
+def _tiny_model() -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.aya_vision import AyaVisionProcessor
+    from transformers.models.got_ocr2 import GotOcr2ImageProcessor
+
+    tokenizer = build_tokenizer(
+        [
+            "<BOS_TOKEN>",
+            "<|END_OF_TURN_TOKEN|>",
+            "<PAD>",
+            "<|START_OF_TURN_TOKEN|>",
+            "<|USER_TOKEN|>",
+            "<|CHATBOT_TOKEN|>",
+            "<image>",
+            "<|START_OF_IMG|>",
+            "<|END_OF_IMG|>",
+            "<|IMG_PATCH|>",
+            "<|IMG_LINE_BREAK|>",
+            "TILE",
+            "TILE_GLOBAL",
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<|END_OF_TURN_TOKEN|>",
+        pad_token="<PAD>",
+        bos_token="<BOS_TOKEN>",
+    )
+    # The checkpoints: 364 px tiles, 14 px patches, pixel shuffle 2 -> 169 tokens per tile, up
+    # to 12 tiles + a global view. Here 56 px tiles -> (56 / 28)^2 = 4 tokens per tile, up to 2
+    # tiles (a wide or tall image gets 2 tiles + the global view, a square one the view only).
+    size, patch, downsample = 56, 14, 2
+    image_processor = GotOcr2ImageProcessor(
+        size={"height": size, "width": size}, crop_to_patches=True, max_patches=2
+    )
+    processor = AyaVisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=patch,
+        img_size=size,
+        downsample_factor=downsample,
+        chat_template=_TEMPLATE,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    text = {
+        "model_type": "cohere2",
+        **text_config(len(tokenizer), num_hidden_layers=4),
+        "sliding_window": 4096,
+        "bos_token_id": ids("<BOS_TOKEN>"),
+        "eos_token_id": ids("<|END_OF_TURN_TOKEN|>"),
+        "pad_token_id": ids("<PAD>"),
+    }
+    config = AutoConfig.for_model(
+        "aya_vision",
+        text_config=text,
+        vision_config={
+            "model_type": "siglip_vision_model",
+            **tiny_vision(image_size=size, patch_size=patch),
+            "vision_use_head": False,
+        },
+        downsample_factor=downsample,
+        image_token_index=ids("<|IMG_PATCH|>"),
+        tie_word_embeddings=True,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
