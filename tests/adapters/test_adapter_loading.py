@@ -35,6 +35,7 @@ EXPECTED = {
     "llava_next_video": "llava_next",
     "lfm2_vl": "lfm2_vl",
     "ovis2": "ovis2",
+    "cohere2_vision": "cohere2_vision",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

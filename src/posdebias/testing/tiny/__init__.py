@@ -32,6 +32,7 @@ _MODULES = (
     "lfm2_vl",
     "aya_vision",
     "ovis2",
+    "cohere2_vision",
     "text",  # the text-only language models
 )
 
