@@ -22,7 +22,6 @@ from collections.abc import Callable
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
-from posdebias.errors import AdapterError
 
 
 class AyaVisionAdapter(HFAdapter):
@@ -45,10 +44,7 @@ class AyaVisionAdapter(HFAdapter):
         )
 
     def _token_id(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"Aya Vision marker {token!r} is not in the vocabulary")
-        return int(token_id)
+        return self.vocabulary_id(token, "Aya Vision marker")
 
     def image_token_ids(self) -> set[int]:
         """Patch tokens, tile labels and markers: every one must lie in some span."""

@@ -55,10 +55,7 @@ class Idefics3Adapter(HFAdapter):
         return SpanTokens(image=self._token_id(self.image_token), start=self.fake_token)
 
     def _token_id(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"token {token!r} is not in the vocabulary of this tokenizer")
-        return int(token_id)
+        return self.vocabulary_id(token, "Idefics3 token")
 
     def image_token_ids(self) -> set[int]:
         return {self.tokens.image, self.fake_token, self.global_token, *self.tile_tokens}

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
-from posdebias.errors import AdapterError
 
 
 class Lfm2VlAdapter(HFAdapter):
@@ -27,10 +26,7 @@ class Lfm2VlAdapter(HFAdapter):
     summary = "LFM2-VL (convolution + attention layers; image blocks between start/end)"
 
     def _marker(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"LFM2-VL marker {token!r} is not in the vocabulary")
-        return int(token_id)
+        return self.vocabulary_id(token, "LFM2-VL marker")
 
     def image_token_ids(self) -> set[int]:
         """Tokens that only ever belong to an image: every one must lie in some span."""

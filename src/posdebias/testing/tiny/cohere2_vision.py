@@ -6,21 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    cohere2_text_config,
+    command_template,
+    tiny_siglip,
+)
 
 MODEL_TYPES = ("cohere2_vision",)
 
-# Command A Vision's turn format; an image renders as the patch token the processor expands, and
-# the generation prompt opens the response.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
-    "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|IMG_PATCH|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|END_OF_TURN_TOKEN|>{% endfor %}{% if add_generation_prompt %}"
-    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_RESPONSE|>{% endif %}"
-)
+# Command A Vision's turn format; an image renders as the patch token the processor expands,
+# and the generation prompt opens the response.
+_TEMPLATE = command_template("<|IMG_PATCH|>", "<|START_RESPONSE|>")
 
 
 def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
@@ -68,26 +65,13 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
     processor = Cohere2VisionProcessor(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=_TEMPLATE
     )
-    ids = tokenizer.convert_tokens_to_ids
-    text = {
-        "model_type": "cohere2",
-        **text_config(len(tokenizer), num_hidden_layers=4),  # 3 sliding layers, 1 global
-        "sliding_window": 4096,
-        "bos_token_id": ids("<BOS_TOKEN>"),
-        "eos_token_id": ids("<|END_RESPONSE|>"),
-        "pad_token_id": ids("<PAD>"),
-    }
     config = AutoConfig.for_model(
         model_type,
-        text_config=text,
-        vision_config={
-            "model_type": "siglip_vision_model",
-            **tiny_vision(image_size=size, patch_size=patch),
-            "vision_use_head": False,
-        },
+        text_config=cohere2_text_config(tokenizer, "<|END_RESPONSE|>"),
+        vision_config=tiny_siglip(size, patch),
         downsample_factor=downsample,
         alignment_intermediate_size=128,
-        image_token_id=ids("<|IMG_PATCH|>"),
+        image_token_id=tokenizer.convert_tokens_to_ids("<|IMG_PATCH|>"),
         tie_word_embeddings=True,
     )
     return AutoModelForImageTextToText.from_config(config), processor
