@@ -39,12 +39,9 @@ class AyaVisionAdapter(HFAdapter):
         processor = self.processor
         return SpanTokens(
             image=int(self.model.config.image_token_id),
-            start=self._token_id(processor.start_of_img_token),
-            end=self._token_id(processor.end_of_img_token),
+            start=self.vocabulary_id(processor.start_of_img_token),
+            end=self.vocabulary_id(processor.end_of_img_token),
         )
-
-    def _token_id(self, token: str) -> int:
-        return self.vocabulary_id(token, "Aya Vision marker")
 
     def image_token_ids(self) -> set[int]:
         """Patch tokens, tile labels and markers: every one must lie in some span."""
@@ -56,8 +53,8 @@ class AyaVisionAdapter(HFAdapter):
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
         """From each ``<|START_OF_IMG|>`` to its ``<|END_OF_IMG|>``: tiles, labels, global view."""
-        start = self._token_id(self.processor.start_of_img_token)
-        end = self._token_id(self.processor.end_of_img_token)
+        start = self.vocabulary_id(self.processor.start_of_img_token)
+        end = self.vocabulary_id(self.processor.end_of_img_token)
         layout = "<|START_OF_IMG|> tiles and global view <|END_OF_IMG|>"
         return find_marked_spans(input_ids, start, end, num_images, layout)
 

@@ -32,25 +32,22 @@ class Cohere2VisionAdapter(HFAdapter):
     def span_tokens(self) -> SpanTokens:
         return SpanTokens(
             image=int(self.model.config.image_token_id),
-            start=self._marker(self.processor.boi_token),
-            end=self._marker(self.processor.eoi_token),
+            start=self.vocabulary_id(self.processor.boi_token),
+            end=self.vocabulary_id(self.processor.eoi_token),
         )
-
-    def _marker(self, token: str) -> int:
-        return self.vocabulary_id(token, "Cohere2 Vision marker")
 
     def image_token_ids(self) -> set[int]:
         """Patch tokens, line breaks and the markers: every one must lie in some span."""
         markers = (self.processor.boi_token, self.processor.eoi_token)
         line_break = self.processor.img_line_break_token
-        return {self.tokens.image, *(self._marker(t) for t in (*markers, line_break))}
+        return {self.tokens.image, *(self.vocabulary_id(t) for t in (*markers, line_break))}
 
     def image_spans(
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
         """From each ``<|START_OF_IMG|>`` to its ``<|END_OF_IMG|>``: every tile, the thumbnail."""
-        start = self._marker(self.processor.boi_token)
-        end = self._marker(self.processor.eoi_token)
+        start = self.vocabulary_id(self.processor.boi_token)
+        end = self.vocabulary_id(self.processor.eoi_token)
         layout = "<|START_OF_IMG|> tiles, line breaks and thumbnail <|END_OF_IMG|>"
         return find_marked_spans(input_ids, start, end, num_images, layout)
 

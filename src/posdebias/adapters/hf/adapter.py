@@ -273,12 +273,12 @@ class HFAdapter(Adapter):
         """The image token (and start / end markers) of this family."""
         return SpanTokens(image=self.vocabulary_id(self.image_token, "image token"))
 
-    def vocabulary_id(self, token: str, role: str = "token") -> int:
-        """The id of ``token`` (a marker, an image token) in this tokenizer; an
-        :class:`AdapterError` naming it and its ``role`` when the tokenizer does not have it."""
+    def vocabulary_id(self, token: str, what: str = "marker") -> int:
+        """The id of one of the family's tokens; :class:`AdapterError` when the vocabulary
+        lacks it (a tokenizer of another family)."""
         token_id = self.tokenizer.convert_tokens_to_ids(token)
         if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"{role} {token!r} is not in the vocabulary")
+            raise AdapterError(f"{what} {token!r} is not in the vocabulary")
         return int(token_id)
 
     def image_spans(
