@@ -59,6 +59,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava_next",
     "posdebias.adapters.families.lfm2_vl",
     "posdebias.adapters.families.aya_vision",
+    "posdebias.adapters.families.idefics2",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",

@@ -31,6 +31,7 @@ _MODULES = (
     "llava_next",
     "lfm2_vl",
     "aya_vision",
+    "idefics2",
     "text",  # the text-only language models
 )
 
