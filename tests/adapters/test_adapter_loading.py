@@ -34,6 +34,7 @@ EXPECTED = {
     "llava_next": "llava_next",
     "llava_next_video": "llava_next",
     "lfm2_vl": "lfm2_vl",
+    "ovis2": "ovis2",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

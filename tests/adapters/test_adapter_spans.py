@@ -164,6 +164,10 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
         assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
                    for t in tokens)  # fmt: skip
+    elif family == "ovis2":
+        # 48 px squares fit one 56 px view: its 4 visual atoms between the indicators
+        block = ["<IMG_START>", *["<IMG_ATOM>"] * 4, "<IMG_GRID>", "<IMG_END>"]
+        assert all(t == block for t in tokens)
 
 
 def test_aya_vision_spans_hold_every_tile_with_its_label():
@@ -225,6 +229,23 @@ def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instan
     assert re.search(r"\(\d+ runs of image tokens for 2 images\)", message)
     assert "a family adapter must say which tokens belong to each image" in message
     assert model_calls[0] == 0
+
+
+def test_ovis2_span_is_the_whole_block_of_a_tiled_image():
+    """Ovis2's placeholder <image> becomes <IMG_START>, the global view's atoms, <IMG_GRID>, then
+    the tiles' atoms separated by <IMG_COL> / <IMG_ROW>, and <IMG_END>: one run per image,
+    every indicator included (the model gives each its own embedding)."""
+    from posdebias.testing.check import check_instances
+
+    adapter = get_adapter(*tiny_pair("ovis2"))
+    instance = check_instances(4, multi_token_n=None)[0]  # 56x56, 84x56, 56x112, 112x84 px
+    batch = adapter.prepare_batch([instance])
+    tokens = _decoded_spans(adapter, batch)
+    assert all(len(span.runs) == 1 for span in batch.spans[0])
+    assert all(t[0] == "<IMG_START>" and t[-1] == "<IMG_END>" for t in tokens)
+    assert [t.count("<IMG_ATOM>") for t in tokens] == [4, 12, 12, 20]  # 4 per view or tile
+    assert [t.count("<IMG_COL>") + t.count("<IMG_ROW>") for t in tokens] == [0, 1, 1, 3]
+    assert "<image>" not in adapter.tokenizer.get_vocab()  # the placeholder is only text
 
 
 def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):

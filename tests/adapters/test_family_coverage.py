@@ -96,3 +96,23 @@ def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward(
     with pytest.raises(AdapterError, match=r"cross-attention layers \[1\]"):
         adapter.verify(check_instances(3, multi_token_n=None)[0])
     assert calls[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("family", "reason"),
+    [
+        # the chat template's <image> is only text the processor replaces
+        ("ovis2", "image token '<image>' is not in the vocabulary"),
+    ],
+)
+def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family, reason):
+    """The families that needed their own adapter: forced onto the generic one, each stops with
+    its reason before any forward."""
+    model, processor = tiny_model_and_processor(family)
+    calls = [0]
+    model.register_forward_pre_hook(lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
+    with pytest.raises(AdapterError, match=re.escape(reason)):
+        get_adapter(model, processor, adapter="generic").verify(
+            check_instances(3, multi_token_n=None)[0]
+        )
+    assert calls[0] == 0

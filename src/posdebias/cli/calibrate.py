@@ -61,10 +61,8 @@ def run(args: argparse.Namespace) -> int:
     if single_file and args.out.is_symlink():
         raise OutputError(f"--out {args.out} is a symbolic link; give a plain file path")
     resolved = resolve_preset(config)
-    with resolved.threads():
-        run_ = prepare(resolved)
-        calibrate(run_)
-    states = run_.states
+    with resolved.threads(), prepare(resolved) as prepared:
+        states = calibrate(prepared).states
     console = make_console()
     if single_file:
         ((label, state),) = states.items()

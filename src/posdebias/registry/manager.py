@@ -60,6 +60,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.lfm2_vl",
     "posdebias.adapters.families.aya_vision",
     "posdebias.adapters.families.idefics2",
+    "posdebias.adapters.families.ovis2",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",

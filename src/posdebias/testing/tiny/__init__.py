@@ -32,6 +32,7 @@ _MODULES = (
     "lfm2_vl",
     "aya_vision",
     "idefics2",
+    "ovis2",
     "text",  # the text-only language models
 )
 
