@@ -74,6 +74,19 @@ def test_tiled_images_are_named_as_the_likely_cause():
         find_image_spans([1, 2, 3], SpanTokens(IMG), 2)
 
 
+def test_marked_blocks_open_at_any_start_marker_and_group_views_per_image():
+    """Several start markers, and images of two blocks back to back (Molmo 2's views)."""
+    views = [1, START, IMG, END, 9, IMG, IMG, END, START, IMG, END, 8, IMG, END, 2]
+    spans = find_marked_spans(views, {START, 9, 8}, END, 2, "two views", blocks_per_image=2)
+    assert spans == [ImageSpan.of(1, 8), ImageSpan.of(8, 14)]
+    with pytest.raises(AdapterError, match=r"2 image ends for 2 images of 2 blocks each \(x\)"):
+        find_marked_spans([START, IMG, END, START, IMG, END], START, END, 2, "x",
+                          blocks_per_image=2)  # fmt: skip
+    with pytest.raises(AdapterError, match=r"blocks of image 1 \(x\) are not back to back"):
+        find_marked_spans([START, IMG, END, 3, START, IMG, END], START, END, 1, "x",
+                          blocks_per_image=2)  # fmt: skip
+
+
 def test_a_span_is_the_union_of_its_runs():
     span = ImageSpan(((2, 4), (6, 7)))
     assert (span.start, span.end, len(span)) == (2, 7, 3)
@@ -156,6 +169,16 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         assert all(
             t == ["<image>"] * 3 + [fake, "<image>", "<image>", "<image>"] * 4 for t in tokens
         )
+    elif family == "kimi_k25":
+        head = ["<|media_begin|>", "image", "<|media_content|>"]
+        assert all(t[:3] == head and t[-1] == "<|media_end|>" for t in tokens)
+        assert all(set(t[3:-1]) == {"<|media_pad|>"} for t in tokens)
+    elif family == "molmo2":
+        # 48 px images: a low-resolution view then a high-resolution view, 2 x 2 patches each,
+        # every row closed by a column token
+        row = ["<im_patch>", "<im_patch>", "<im_col>"]
+        view = [*row, *row, "<im_end>"]
+        assert all(t == ["<low_res_im_start>", *view, "<im_start>", *view] for t in tokens)
     elif family == "aya_vision":
         # a 48 px image fits one 56 px tile: the global view only (tiles: the next test)
         view = ["<|START_OF_IMG|>", "TILE_GLOBAL", *["<|IMG_PATCH|>"] * 4, "<|END_OF_IMG|>"]

@@ -58,6 +58,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava",
     "posdebias.adapters.families.llava_next",
     "posdebias.adapters.families.lfm2_vl",
+    "posdebias.adapters.families.molmo2",
+    "posdebias.adapters.families.kimi_k25",
     "posdebias.adapters.families.aya_vision",
     "posdebias.adapters.families.idefics2",
     "posdebias.adapters.families.ovis2",

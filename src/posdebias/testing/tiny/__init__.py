@@ -30,6 +30,8 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "molmo2",
+    "kimi_k25",
     "aya_vision",
     "idefics2",
     "ovis2",
