@@ -43,6 +43,7 @@ EXPECTED = {
     "gemma3": "gemma3",
     "llama4": "llama4",
     "aya_vision": "aya_vision",
+    "idefics2": "idefics2",
 }
 
 

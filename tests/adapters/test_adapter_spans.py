@@ -163,6 +163,12 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
     elif family.startswith("glm4v"):
         assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
         assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
+    elif family == "idefics2":
+        # four crops and the whole image, 3 latents each; the edge markers are no image's
+        fake = "<fake_token_around_image>"
+        assert all(
+            t == ["<image>"] * 3 + [fake, "<image>", "<image>", "<image>"] * 4 for t in tokens
+        )
     elif family == "kimi_k25":
         head = ["<|media_begin|>", "image", "<|media_content|>"]
         assert all(t[:3] == head and t[-1] == "<|media_end|>" for t in tokens)
@@ -204,6 +210,37 @@ def test_aya_vision_spans_hold_every_tile_with_its_label():
     assert [t[1:] == view for t in tokens] == [True, False, False, True]  # square: one tile
     for tiled in tokens[1:3]:  # 84 x 56 and 56 x 112: two tiles, then the global view
         assert tiled == ["<|START_OF_IMG|>", *tiles, *view]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "User:<image><image>Caption: x<end_of_utterance>\nAssistant:",  # touching images
+        "User: <image> a <image>\nb<end_of_utterance>\nAssistant:",
+        "<image>word<image>",  # a closing marker touching a word gets a space
+    ],
+)
+def test_idefics2_replacements_are_the_processors_expansion(text, monkeypatch):
+    """Idefics2's processor reports no replacement offsets; the adapter's, applied to the
+    prompt, give exactly the text the processor tokenises (so text candidates land on their
+    characters and tokens)."""
+    from posdebias.adapters.hf.spans import expand_replacements
+
+    adapter = get_adapter(*tiny_pair("idefics2"))
+    tokenizer = adapter.tokenizer
+    tokenised: list[str] = []
+    call = type(tokenizer).__call__
+
+    def recording(self, text=None, *args, **kwargs):  # the processor's own tokeniser call
+        tokenised.extend([text] if isinstance(text, str) else text)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", recording)
+    images = [image.convert("RGB") for image in check_instances(2, multi_token_n=None)[0].images]
+    inputs = adapter.processor(text=[text], images=[images], return_tensors="pt")
+    expanded, _ = expand_replacements(text, [], adapter.replacements(text))
+    assert tokenised == [expanded]
+    assert call(tokenizer, expanded)["input_ids"] == inputs["input_ids"][0].tolist()
 
 
 @pytest.mark.parametrize("family", ["idefics3", "smolvlm", "cohere2_vision"])
