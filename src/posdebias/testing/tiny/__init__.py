@@ -33,7 +33,9 @@ _MODULES = (
     "molmo2",
     "kimi_k25",
     "aya_vision",
+    "idefics2",
     "ovis2",
+    "cohere2_vision",
     "text",  # the text-only language models
 )
 
