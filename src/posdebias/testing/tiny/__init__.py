@@ -36,6 +36,7 @@ _MODULES = (
     "idefics2",
     "ovis2",
     "cohere2_vision",
+    "paddleocr_vl",
     "text",  # the text-only language models
 )
 
