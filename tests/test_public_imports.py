@@ -107,3 +107,35 @@ def test_every_documented_import_is_in_the_api_reference():
         if not any(getattr(importlib.import_module(module), name) is s for s in shown)
     )
     assert missing == []
+
+
+def attribute_uses() -> list[tuple[str, str]]:
+    """``(where, name)`` for every ``posdebias.NAME`` a Python example reads off the package."""
+    from test_doc_examples import EXAMPLES
+
+    found = []
+    for example in EXAMPLES:
+        if example.lang != "python":
+            continue
+        tree = ast.parse(example.body)
+        found += [
+            (f"{example.id}+{node.lineno - 1}", node.attr)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "posdebias"
+        ]
+    return found
+
+
+def test_every_name_read_off_the_package_is_public_and_referenced():
+    import posdebias
+
+    uses = attribute_uses()
+    assert {name for _, name in uses} >= {"load_adapter", "get_adapter", "PLUGIN_API_VERSION"}
+    shown = referenced()
+    assert [
+        f"{where}: posdebias.{name}"
+        for where, name in uses
+        if name not in posdebias.__all__ or not any(getattr(posdebias, name) is s for s in shown)
+    ] == []
