@@ -34,6 +34,7 @@ _MODULES = (
     "kimi_k25",
     "aya_vision",
     "idefics2",
+    "gemma4",
     "ovis2",
     "text",  # the text-only language models
 )
