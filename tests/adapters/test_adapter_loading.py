@@ -37,6 +37,7 @@ EXPECTED = {
     "molmo2": "molmo2",
     "kimi_k25": "kimi_k25",
     "ovis2": "ovis2",
+    "cohere2_vision": "cohere2_vision",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -105,6 +105,8 @@ def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward(
     [
         # the chat template's <image> is only text the processor replaces
         ("ovis2", "image token '<image>' is not in the vocabulary"),
+        # a wide image is split into tiles, a line break after each tile's patch tokens
+        ("cohere2_vision", "splits images into tiles with text between them (4 runs of image"),
     ],
 )
 def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family, reason):

@@ -64,6 +64,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.idefics2",
     "posdebias.adapters.families.gemma4",
     "posdebias.adapters.families.ovis2",
+    "posdebias.adapters.families.cohere2_vision",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",

@@ -36,6 +36,7 @@ _MODULES = (
     "idefics2",
     "gemma4",
     "ovis2",
+    "cohere2_vision",
     "text",  # the text-only language models
 )
 

@@ -43,6 +43,34 @@ LLAVA_TEMPLATE = (
 )
 
 
+def command_template(image: str, response_start: str = "") -> str:
+    """Cohere's Command turn format (Aya Vision, Command A Vision): ``image`` is what one image
+    renders to, ``response_start`` what opens the answer after the chatbot token."""
+    return (
+        "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
+        "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+        f"{{% for item in message['content'] %}}{{% if item['type'] == 'image' %}}{image}"
+        "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+        "<|END_OF_TURN_TOKEN|>{% endfor %}{% if add_generation_prompt %}"
+        f"<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{response_start}{{% endif %}}"
+    )
+
+
+def cohere2_text_config(tokenizer: Any, eos_token: str) -> dict[str, Any]:
+    """A tiny Cohere 2 language model (Aya Vision, Command A Vision): 3 sliding-window layers
+    with RoPE, then 1 global layer without positions; ``<BOS_TOKEN>`` and ``<PAD>`` tokens."""
+    ids = tokenizer.convert_tokens_to_ids
+    return {
+        "model_type": "cohere2",
+        **text_config(len(tokenizer), num_hidden_layers=4),
+        "sliding_window": 4096,
+        "bos_token_id": ids("<BOS_TOKEN>"),
+        "eos_token_id": ids(eos_token),
+        "pad_token_id": ids("<PAD>"),
+    }
+
+
 def build_tokenizer(
     special_tokens: Sequence[str],
     *,
@@ -121,6 +149,15 @@ def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
         "max_position_embeddings": 4096,
         "initializer_range": 0.2,  # larger than real init: peaked attention, varied scores
         **extra,
+    }
+
+
+def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:
+    """A tiny SigLIP vision tower without its pooling head (the features of every patch)."""
+    return {
+        "model_type": "siglip_vision_model",
+        **tiny_vision(image_size=image_size, patch_size=patch_size),
+        "vision_use_head": False,
     }
 
 
