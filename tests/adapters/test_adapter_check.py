@@ -65,7 +65,9 @@ def test_check_passes_on_a_pixtral_llava_checkpoint():
     assert "4 runs" in report["image spans"].figure  # one block per image, breaks included
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v"])
+@pytest.mark.parametrize(
+    "family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v", "paddleocr_vl"]
+)
 def test_check_refuses_the_generic_adapter_on_multimodal_rope_before_any_forward(family):
     model, processor = tiny_pair(family)
     calls = _count_forwards(model)

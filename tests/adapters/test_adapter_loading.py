@@ -38,6 +38,7 @@ EXPECTED = {
     "kimi_k25": "kimi_k25",
     "ovis2": "ovis2",
     "cohere2_vision": "cohere2_vision",
+    "paddleocr_vl": "paddleocr_vl",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -187,6 +187,9 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
         assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
                    for t in tokens)  # fmt: skip
+    elif family == "paddleocr_vl":
+        assert all(t[0] == "<|IMAGE_START|>" and t[-1] == "<|IMAGE_END|>" for t in tokens)
+        assert all(set(t[1:-1]) == {"<|IMAGE_PLACEHOLDER|>"} for t in tokens)
     elif family == "cohere2_vision":
         # 48 px squares fit one 56 px tile: its 4 patch tokens and line break between markers
         block = ["<|START_OF_IMG|>", *["<|IMG_PATCH|>"] * 4, "<|IMG_LINE_BREAK|>"]

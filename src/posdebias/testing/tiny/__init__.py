@@ -37,6 +37,7 @@ _MODULES = (
     "gemma4",
     "ovis2",
     "cohere2_vision",
+    "paddleocr_vl",
     "text",  # the text-only language models
 )
 
