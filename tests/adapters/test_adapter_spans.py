@@ -163,6 +163,12 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
     elif family.startswith("glm4v"):
         assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
         assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
+    elif family == "idefics2":
+        # four crops and the whole image, 3 latents each; the edge markers are no image's
+        fake = "<fake_token_around_image>"
+        assert all(
+            t == ["<image>"] * 3 + [fake, "<image>", "<image>", "<image>"] * 4 for t in tokens
+        )
     elif family == "kimi_k25":
         head = ["<|media_begin|>", "image", "<|media_content|>"]
         assert all(t[:3] == head and t[-1] == "<|media_end|>" for t in tokens)
@@ -181,6 +187,13 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
         assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
                    for t in tokens)  # fmt: skip
+    elif family == "paddleocr_vl":
+        assert all(t[0] == "<|IMAGE_START|>" and t[-1] == "<|IMAGE_END|>" for t in tokens)
+        assert all(set(t[1:-1]) == {"<|IMAGE_PLACEHOLDER|>"} for t in tokens)
+    elif family == "cohere2_vision":
+        # 48 px squares fit one 56 px tile: its 4 patch tokens and line break between markers
+        block = ["<|START_OF_IMG|>", *["<|IMG_PATCH|>"] * 4, "<|IMG_LINE_BREAK|>"]
+        assert all(t == [*block, "<|END_OF_IMG|>"] for t in tokens)
     elif family == "ovis2":
         # 48 px squares fit one 56 px view: its 4 visual atoms between the indicators
         block = ["<IMG_START>", *["<IMG_ATOM>"] * 4, "<IMG_GRID>", "<IMG_END>"]
@@ -202,7 +215,38 @@ def test_aya_vision_spans_hold_every_tile_with_its_label():
         assert tiled == ["<|START_OF_IMG|>", *tiles, *view]
 
 
-@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "User:<image><image>Caption: x<end_of_utterance>\nAssistant:",  # touching images
+        "User: <image> a <image>\nb<end_of_utterance>\nAssistant:",
+        "<image>word<image>",  # a closing marker touching a word gets a space
+    ],
+)
+def test_idefics2_replacements_are_the_processors_expansion(text, monkeypatch):
+    """Idefics2's processor reports no replacement offsets; the adapter's, applied to the
+    prompt, give exactly the text the processor tokenises (so text candidates land on their
+    characters and tokens)."""
+    from posdebias.adapters.hf.spans import expand_replacements
+
+    adapter = get_adapter(*tiny_pair("idefics2"))
+    tokenizer = adapter.tokenizer
+    tokenised: list[str] = []
+    call = type(tokenizer).__call__
+
+    def recording(self, text=None, *args, **kwargs):  # the processor's own tokeniser call
+        tokenised.extend([text] if isinstance(text, str) else text)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", recording)
+    images = [image.convert("RGB") for image in check_instances(2, multi_token_n=None)[0].images]
+    inputs = adapter.processor(text=[text], images=[images], return_tensors="pt")
+    expanded, _ = expand_replacements(text, [], adapter.replacements(text))
+    assert tokenised == [expanded]
+    assert call(tokenizer, expanded)["input_ids"] == inputs["input_ids"][0].tolist()
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm", "cohere2_vision"])
 def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instances):
     adapter = get_adapter(*tiny_pair(family), adapter="generic")
     model_calls = [0]
@@ -217,21 +261,38 @@ def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instan
     assert model_calls[0] == 0
 
 
-def test_ovis2_span_is_the_whole_block_of_a_tiled_image():
-    """Ovis2's placeholder <image> becomes <IMG_START>, the global view's atoms, <IMG_GRID>, then
-    the tiles' atoms separated by <IMG_COL> / <IMG_ROW>, and <IMG_END>: one run per image,
-    every indicator included (the model gives each its own embedding)."""
+@pytest.mark.parametrize(
+    ("family", "markers", "image", "counts", "runs"),
+    [
+        # <IMG_START> global view <IMG_GRID> tiles (<IMG_COL> / <IMG_ROW> between) <IMG_END>
+        ("ovis2", ("<IMG_START>", "<IMG_END>"), "<IMG_ATOM>", [4, 12, 12, 20], 12),
+        # <|START_OF_IMG|> (patches <|IMG_LINE_BREAK|>) per tile and thumbnail <|END_OF_IMG|>
+        ("cohere2_vision", ("<|START_OF_IMG|>", "<|END_OF_IMG|>"), "<|IMG_PATCH|>",
+         [4, 12, 12, 12], 10),
+    ],
+)  # fmt: skip
+def test_a_tiled_image_is_one_block_between_its_markers(family, markers, image, counts, runs):
+    """Images of 56x56, 84x56, 56x112 and 112x84 px: the larger ones are split into tiles, so
+    the image tokens form more runs than there are images; each image's span is its whole block
+    from its start marker to its end marker, one run, every tile and separator included."""
     from posdebias.testing.check import check_instances
 
-    adapter = get_adapter(*tiny_pair("ovis2"))
-    instance = check_instances(4, multi_token_n=None)[0]  # 56x56, 84x56, 56x112, 112x84 px
-    batch = adapter.prepare_batch([instance])
+    adapter = get_adapter(*tiny_pair(family))
+    batch = adapter.prepare_batch([check_instances(4, multi_token_n=None)[0]])
+    ids = batch.inputs["input_ids"][0].tolist()
+    image_id = adapter.tokenizer.convert_tokens_to_ids(image)
+    assert len(ImageSpan.from_positions(t for t, i in enumerate(ids) if i == image_id).runs) == runs
     tokens = _decoded_spans(adapter, batch)
     assert all(len(span.runs) == 1 for span in batch.spans[0])
-    assert all(t[0] == "<IMG_START>" and t[-1] == "<IMG_END>" for t in tokens)
-    assert [t.count("<IMG_ATOM>") for t in tokens] == [4, 12, 12, 20]  # 4 per view or tile
-    assert [t.count("<IMG_COL>") + t.count("<IMG_ROW>") for t in tokens] == [0, 1, 1, 3]
-    assert "<image>" not in adapter.tokenizer.get_vocab()  # the placeholder is only text
+    assert all((t[0], t[-1]) == markers for t in tokens)
+    assert [t.count(image) for t in tokens] == counts  # 4 tokens per tile or view
+
+
+def test_ovis2_image_placeholder_is_only_text():
+    """The chat template's <image> is no token: the processor replaces the text."""
+    adapter = get_adapter(*tiny_pair("ovis2"))
+    assert "<image>" not in adapter.tokenizer.get_vocab()
+    assert adapter.image_token == "<IMG_ATOM>"
 
 
 def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):

@@ -314,12 +314,6 @@ def benchmark_folder(folder: Path) -> RunFolder:
     return RunFolder(folder, marker=MANIFEST_FILE, own=_OWN_BENCHMARK, kind="benchmark folder")
 
 
-def check_benchmark_out(folder: Path) -> None:
-    """Refuse an output folder we would overwrite files of someone else in: a file, a
-    non-empty folder that is not a benchmark of ours, or our file names as symbolic links."""
-    benchmark_folder(folder).check()
-
-
 def same_files(images: list[str], root: Path) -> list[str]:
     """A problem for each group of image paths that name one file (``./x.png``,
     ``images//x.png``, a symbolic link to it): each candidate must be a different image."""

@@ -33,7 +33,11 @@ _MODULES = (
     "molmo2",
     "kimi_k25",
     "aya_vision",
+    "idefics2",
+    "gemma4",
     "ovis2",
+    "cohere2_vision",
+    "paddleocr_vl",
     "text",  # the text-only language models
 )
 
