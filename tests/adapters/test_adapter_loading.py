@@ -39,6 +39,7 @@ EXPECTED = {
     "ovis2": "ovis2",
     "cohere2_vision": "cohere2_vision",
     "paddleocr_vl": "paddleocr_vl",
+    "paligemma": "paligemma",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -152,3 +152,36 @@ def test_half_precision_keys_are_upcast_in_chunks_exactly():
     assert scores.dtype == torch.float32
     assert torch.max(torch.abs(scores.double() - expected)) < 1e-4
     assert recorder._scratch[key.device].shape[2] == KEY_CHUNK  # one scratch per device
+
+
+def test_soft_capped_layers_equal_transformers_eager_and_sinks_are_refused():
+    """The attention function's capped output equals Gemma 2's own eager attention (grouped
+    heads, a padding mask) and its probe row caps too; attention sinks stop with an error
+    instead of being dropped."""
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from posdebias.adapters.attention import attention_forward
+    from posdebias.errors import AdapterError
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 5, 8, generator=generator) * 3
+    key, value = (torch.randn(2, 2, 5, 8, generator=generator) * 3 for _ in range(2))
+    allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    allowed[0, :, :, :2] = False  # row 0 left padded by two tokens
+    allowed[0, :, :2, :2] = torch.eye(2, dtype=torch.bool)  # (pad rows see themselves)
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.layer_idx = 2, 0
+    module.training = False
+    expected, weights = eager_attention_forward(
+        module, query, key, value, additive, scaling=0.5, softcap=2.0
+    )
+    spans = torch.zeros(2, 5, 1)
+    spans[:, 2:4, 0] = 1.0
+    with recording(spans) as recorder:
+        output, _ = attention_forward(module, query, key, value, allowed, scaling=0.5, softcap=2.0)
+    assert torch.allclose(output, expected, atol=1e-6)
+    mass = weights[:, :, -1, 2:4].sum(dim=-1).mean(dim=1)  # last row, heads averaged
+    assert torch.allclose(recorder.masses[0][:, 0], mass, atol=1e-6)
+    with pytest.raises(AdapterError, match="attention sinks"):
+        attention_forward(module, query, key, value, allowed, s_aux=torch.zeros(4))

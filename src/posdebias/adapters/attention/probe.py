@@ -48,6 +48,14 @@ _ACTIVE: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextV
 )
 
 
+def cap_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``softcap * tanh(scores / softcap)`` in place (no cap: unchanged), as Gemma 2's eager
+    attention caps the scaled logits before the mask."""
+    if softcap is not None:
+        scores.div_(softcap).tanh_().mul_(softcap)
+    return scores
+
+
 class AttentionRecorder:
     """Collects the per-image attention mass of the last query row, one entry per layer.
 
@@ -76,7 +84,9 @@ class AttentionRecorder:
         key: torch.Tensor,
         attention_mask: torch.Tensor | None,
         scaling: float | None,
+        softcap: float | None = None,
     ) -> None:
+        """Record one layer's last-row masses (``softcap``: the layer's logit cap, if any)."""
         import torch
 
         batch, heads, q_len, dim = query.shape
@@ -98,7 +108,7 @@ class AttentionRecorder:
         # [B, H, D] -> [B, H_kv, G, D]: query heads h = kv * G + g share key head kv.
         q_last = query[:, :, -1, :].to(torch.float32).reshape(batch, kv_heads, groups, dim)
         scores = self._last_row_scores(q_last, key)
-        scores.mul_(scale)
+        cap_scores(scores.mul_(scale), softcap)
         if attention_mask is not None:
             last_row = attention_mask[:, :, -1, :].to(scores.device)  # [B, 1 or H, T]
             if last_row.shape[1] != 1:

@@ -196,6 +196,9 @@ class HFAdapter(Adapter):
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
+    #: The family's own prompt format, for checkpoints whose processor has no chat template
+    #: (PaliGemma); a processor's own chat template always wins.
+    default_chat_template: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -222,7 +225,7 @@ class HFAdapter(Adapter):
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
-        if not getattr(processor, "chat_template", None):
+        if not getattr(processor, "chat_template", None) and self.default_chat_template is None:
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
                 "posdebias renders prompts with it (set processor.chat_template)"
@@ -370,6 +373,22 @@ class HFAdapter(Adapter):
         cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
         return self.model(**inputs)
 
+    def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
+        """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
+        as the model's own generation feeds them: attention mask 1, every other per-token input
+        (token types) that of a text token, 0. The reference forward of verify.py; a family
+        whose generated tokens have other token types overrides it (PaliGemma)."""
+        import torch
+
+        length = inputs["input_ids"].shape[1]
+        full = dict(inputs)
+        for name, value in inputs.items():
+            if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
+                fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
+                full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
+        full["input_ids"] = torch.cat([inputs["input_ids"], extra.to(inputs["input_ids"])], dim=1)
+        return full
+
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
         import torch
@@ -431,9 +450,11 @@ class HFAdapter(Adapter):
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
+        own = getattr(self.processor, "chat_template", None)
+        template = {} if own else {"chat_template": self.default_chat_template}
         try:
             return self.processor.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+                messages, add_generation_prompt=True, tokenize=False, **template
             )
         except Exception as exc:  # jinja errors come in many types
             raise AdapterError(
@@ -587,6 +608,7 @@ class HFAdapter(Adapter):
         is tokenised once with offsets (it must give the row's own tokens), and a text's span is
         every token whose characters overlap the text's range (:func:`tokens_in_range`).
         """
+        rendered, char_spans = self.processor_layout(rendered, char_spans)
         expanded, moved = expand_replacements(rendered, char_spans, replacements or [])
         encoded = self.tokenizer(
             expanded,
@@ -605,6 +627,14 @@ class HFAdapter(Adapter):
             None if span is None else [pad + t for t in tokens_in_range(offsets, span)]
             for span in moved
         ]
+
+    def processor_layout(
+        self, rendered: str, char_spans: Sequence[tuple[int, int] | None]
+    ) -> tuple[str, list[tuple[int, int] | None]]:
+        """The prompt as the processor lays it out before it expands the images, with the
+        texts' character ranges moved along (default: as rendered). A processor that writes
+        text of its own overrides it (PaliGemma: a BOS after the last image, a final newline)."""
+        return rendered, list(char_spans)
 
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]:
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).

@@ -37,6 +37,7 @@ _MODULES = (
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",
+    "paligemma",
     "text",  # the text-only language models
 )
 
