@@ -173,3 +173,20 @@ def test_a_prompt_variant_of_a_task_instance_is_refused_as_by_the_hf_adapters(qw
         assert server.requests == []
     with pytest.raises(AdapterError, match=refused):
         qwen3.generate_many([question()], settings)
+
+
+def test_a_prompt_whose_tokens_change_under_the_answer_is_a_clear_error():
+    # As a chat template does that writes an empty thinking block in its generation prompt but
+    # not before a final assistant turn: the continued prompt is not the prompt + the label.
+    def respond(path, body, count):
+        tokens = ["<s>", "user", "2+2?", "assistant", "<think>", "</think>"]
+        last = body["messages"][-1]
+        if last["role"] == "assistant":
+            tokens = [*tokens[:4], last["content"]]
+        entries = [None, *({"7": {"logprob": -1.0, "decoded_token": t}} for t in tokens[1:])]
+        return 200, {"prompt_logprobs": entries, "usage": {"prompt_tokens": len(tokens)}}, {}
+
+    with Server(respond) as server, pytest.raises(AdapterError) as caught:
+        adapter(server.url, label_set="upper").observe(question())
+    assert "tokens of the prompt change when the answer 'A' follows it" in str(caught.value)
+    assert "use endpoint completions with the option tokenizer" in str(caught.value)

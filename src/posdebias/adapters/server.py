@@ -478,8 +478,10 @@ class ServerAdapter(Adapter):
         if len(texts) <= len(base) or texts[1 : len(base)] != base[1:]:
             raise AdapterError(
                 f"the server's tokens of the prompt change when the answer {answer!r} follows "
-                "it (the tokenizer merges across the boundary); set answer_prefix (e.g. ' ') "
-                "or use another label set"
+                "it: the tokenizer merges across the boundary (set answer_prefix, e.g. ' ', or "
+                "use another label set), or the chat template renders a final assistant turn "
+                "otherwise than its generation prompt, e.g. without an empty thinking block "
+                "(use endpoint completions with the option tokenizer)"
             )
         appended: TokenScores = []
         for text, value in zip(texts[len(base) :], values[len(base) :], strict=True):
