@@ -165,19 +165,31 @@ def _defined_names(tree: ast.AST) -> set[str]:
     return names
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _private_reads(tree: ast.AST, name: str) -> list[str]:
-    """``obj._attr`` where ``_attr`` belongs to another module: a private read across modules."""
+    """``obj._attr`` where ``_attr`` belongs to another module, or ``from m import _name``: a
+    private read across modules (a private module's public names are its package's to use)."""
     own = _defined_names(tree)
-    return [
+    reads = [
         f"{name}:{node.lineno}: reads {node.attr} of another module's object"
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute)
-        and node.attr.startswith("_")
-        and not node.attr.startswith("__")
+        and _private(node.attr)
         and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})
         and node.attr not in own
         and node.attr not in THIRD_PARTY_PRIVATE
     ]
+    imports = [
+        f"{name}:{node.lineno}: imports {alias.name} of {node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if _private(alias.name) and alias.name not in THIRD_PARTY_PRIVATE
+    ]
+    return reads + imports
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
@@ -194,6 +206,10 @@ def test_the_private_read_rule_is_not_vacuous():
     )
     assert _private_reads(ast.parse(code), "m.py") == [
         "m.py:5: reads _theirs of another module's object"
+    ]
+    imported = "from posdebias.benchmarks.sources import _helper, public\nfrom x import __all__\n"
+    assert _private_reads(ast.parse(imported), "m.py") == [
+        "m.py:1: imports _helper of posdebias.benchmarks.sources"
     ]
 
 

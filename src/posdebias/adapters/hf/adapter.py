@@ -276,10 +276,15 @@ class HFAdapter(Adapter):
 
     def span_tokens(self) -> SpanTokens:
         """The image token (and start / end markers) of this family."""
-        image_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
-        if image_id is None or image_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"image token {self.image_token!r} is not in the vocabulary")
-        return SpanTokens(image=image_id)
+        return SpanTokens(image=self.vocabulary_id(self.image_token, "image token"))
+
+    def vocabulary_id(self, token: str, what: str = "marker") -> int:
+        """The id of one of the family's tokens; :class:`AdapterError` when the vocabulary
+        lacks it (a tokenizer of another family)."""
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        if token_id is None or token_id == self.tokenizer.unk_token_id:
+            raise AdapterError(f"{what} {token!r} is not in the vocabulary")
+        return int(token_id)
 
     def image_spans(
         self, input_ids: list[int], num_images: int, replacements: list[str] | None

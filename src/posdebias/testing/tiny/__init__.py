@@ -30,6 +30,14 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "molmo2",
+    "kimi_k25",
+    "aya_vision",
+    "idefics2",
+    "gemma4",
+    "ovis2",
+    "cohere2_vision",
+    "paddleocr_vl",
     "text",  # the text-only language models
 )
 
