@@ -40,6 +40,11 @@ from typing import Any
 import pytest
 import yaml
 
+from test_registry import write_distribution
+
+#: One worker builds the stand-ins once (under ``--dist loadgroup``).
+pytestmark = pytest.mark.xdist_group("doc_examples")
+
 ROOT = Path(__file__).parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 
@@ -397,14 +402,7 @@ def test_plugin_walkthrough_runs(page, request, site, capsys):
     meta = tomllib.loads(project.body)["project"]
     ((entry, module),) = meta["entry-points"]["posdebias"].items()
     (code,) = [e for e in blocks if e.lang == "python"]
-    (site / module).mkdir()
-    (site / module / "__init__.py").write_text(code.body)
-    dist = site / f"{module}-{meta['version']}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n"
-    )
-    (dist / "entry_points.txt").write_text(f"[posdebias]\n{entry} = {module}\n")
+    write_distribution(site, module, code.body, meta["version"], name=meta["name"], entry=entry)
     reset_registry()
     folder = request.getfixturevalue("sandbox")
     models = request.getfixturevalue("stand_ins") / "models"

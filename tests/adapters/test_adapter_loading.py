@@ -46,6 +46,7 @@ EXPECTED = {
     "llama4": "llama4",
     "aya_vision": "aya_vision",
     "idefics2": "idefics2",
+    "gemma4": "gemma4",
 }
 
 

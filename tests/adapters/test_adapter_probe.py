@@ -154,6 +154,29 @@ def test_half_precision_keys_are_upcast_in_chunks_exactly():
     assert recorder._scratch[key.device].shape[2] == KEY_CHUNK  # one scratch per device
 
 
+def test_a_layer_with_the_last_queries_only_is_read_and_a_decoding_step_refused():
+    """A prompt-pass layer may compute only the last queries (Gemma 4's KV-shared layers): its
+    last row is the last token's, read as from the full pass. A decoding step (more keys than
+    the prompt) is refused, never read as the prompt's row."""
+    from types import SimpleNamespace
+
+    from posdebias.adapters.attention.probe import AttentionRecorder
+    from posdebias.errors import AdapterError
+
+    generator = torch.Generator().manual_seed(0)
+    length, heads, dim = 7, 4, 8
+    query = torch.randn(1, heads, length, dim, generator=generator)
+    key = torch.randn(1, 2, length, dim, generator=generator)
+    spans = span_matrix([[(1, 3), (3, 6)]], length)
+    full, last = AttentionRecorder(spans), AttentionRecorder(spans)
+    full.record(SimpleNamespace(layer_idx=0), query, key, None, None)
+    last.record(SimpleNamespace(layer_idx=0), query[:, :, -1:], key, None, None)
+    assert torch.equal(full.attention(1), last.attention(1))
+    longer = torch.randn(1, 2, length + 1, dim, generator=generator)
+    with pytest.raises(AdapterError, match="1 queries over 8 keys.*record only the prompt"):
+        last.record(SimpleNamespace(layer_idx=1), query[:, :, -1:], longer, None, None)
+
+
 def test_soft_capped_layers_equal_transformers_eager_and_sinks_are_refused():
     """The attention function's capped output equals Gemma 2's own eager attention (grouped
     heads, a padding mask) and its probe row caps too; attention sinks stop with an error

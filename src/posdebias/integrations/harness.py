@@ -209,12 +209,6 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         raise TaskMappingError(f"task {task!r}: {exc}") from None
 
 
-def doc_order(doc: Mapping[str, Any], n: int) -> list[int]:
-    """Which base candidate each position of the document shows (identity when unrotated)."""
-    order = doc.get(ORDER)
-    return list(order) if order is not None else list(range(n))
-
-
 class HarnessDebiaser:
     """One model and its calibrators for a whole harness run.
 

@@ -62,6 +62,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.kimi_k25",
     "posdebias.adapters.families.aya_vision",
     "posdebias.adapters.families.idefics2",
+    "posdebias.adapters.families.gemma4",
     "posdebias.adapters.families.ovis2",
     "posdebias.adapters.families.cohere2_vision",
     "posdebias.adapters.families.paddleocr_vl",

@@ -91,7 +91,9 @@ class AttentionRecorder:
 
         batch, heads, q_len, dim = query.shape
         kv_heads, kv_len = key.shape[1], key.shape[2]
-        if q_len != kv_len or kv_len != self.span_matrix.shape[1]:
+        # A layer may compute only the last queries of the prompt pass (Gemma 4's KV-shared
+        # layers skip the rows no later layer reads); its last row is still the last token's.
+        if q_len > kv_len or kv_len != self.span_matrix.shape[1]:
             raise AdapterError(
                 f"attention probe saw {q_len} queries over {kv_len} keys, expected one prompt "
                 f"pass of {self.span_matrix.shape[1]} tokens; record only the prompt forward"

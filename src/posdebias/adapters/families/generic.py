@@ -74,7 +74,8 @@ def structural_problem(config: Any, model_class: Any = None) -> str | None:
     if isinstance(shared, int) and shared > 0:
         return (
             f"its last {shared} layers reuse other layers' key/value states (KV sharing), "
-            "which the adapter's cached label steps do not reproduce"
+            "which the generic adapter is not checked on; it needs a family adapter that is "
+            "(Gemma 4 has one)"
         )
     if getattr(text, "num_hidden_layers", None) is not None:
         try:

@@ -34,10 +34,9 @@ TIMING_FILE = "timing.json"
 OBSERVATIONS_FILE = "observations.jsonl"
 #: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
 GENERATIONS_FILE = "generations.jsonl"
-OUTPUT_FILES = ("results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md")
 _OWN = re.compile(
     r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
-    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)$"
+    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)\Z"
 )
 
 

@@ -34,6 +34,7 @@ _MODULES = (
     "kimi_k25",
     "aya_vision",
     "idefics2",
+    "gemma4",
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",

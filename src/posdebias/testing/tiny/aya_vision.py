@@ -1,30 +1,23 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.aya_vision.AyaVisionAdapter`, built offline in code."""
+:class:`~posdebias.adapters.families.aya_vision.AyaVisionAdapter`, built offline in code (toy
+vocabulary only: Aya Vision's Cohere vocabulary is not available offline)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import (
     build_tokenizer,
     cohere2_text_config,
     command_template,
     tiny_siglip,
+    toy_vocabulary_only,
 )
 
 MODEL_TYPES = ("aya_vision",)
 
 # Command A / Aya Vision's turn format; an image renders as the processor's placeholder.
 _TEMPLATE = command_template("<image>")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: Aya Vision's Cohere vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Aya Vision (toy vocabulary only)")
-    return _tiny_model()
 
 
 def _tiny_model() -> tuple[Any, Any]:
@@ -77,3 +70,7 @@ def _tiny_model() -> tuple[Any, Any]:
         tie_word_embeddings=True,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+#: A tiny random-weight model and processor of this family, for tests.
+tiny_model = toy_vocabulary_only("Aya Vision", _tiny_model)

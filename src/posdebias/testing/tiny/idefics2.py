@@ -1,12 +1,13 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.idefics2.Idefics2Adapter`, built offline in code."""
+:class:`~posdebias.adapters.families.idefics2.Idefics2Adapter`, built offline in code (toy
+vocabulary only: Idefics2's Mistral vocabulary is not available offline). Image splitting is on,
+as in the checkpoints' processor: each image is four crops and the whole image."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
 from posdebias.testing.tiny.idefics3 import CHAT_TEMPLATE
 
 MODEL_TYPES = ("idefics2",)
@@ -16,15 +17,6 @@ _TEMPLATE = CHAT_TEMPLATE.removeprefix("<|im_start|>")
 
 #: ``<image>`` tokens per image crop (the perceiver's latents; 64 in the checkpoints).
 TINY_IMAGE_SEQ_LEN = 3
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: Idefics2's Mistral vocabulary is not available offline). Image splitting is on, as
-    in the checkpoints' processor: each image is four crops and the whole image."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Idefics2 (toy vocabulary only)")
-    return _tiny_model()
 
 
 def _tiny_model() -> tuple[Any, Any]:
@@ -84,3 +76,7 @@ def _tiny_model() -> tuple[Any, Any]:
         tie_word_embeddings=False,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+#: A tiny random-weight model and processor of this family, for tests.
+tiny_model = toy_vocabulary_only("Idefics2", _tiny_model)
