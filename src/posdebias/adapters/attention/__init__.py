@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from posdebias.adapters.attention.probe import AttentionRecorder, active_recorder, recording
+from posdebias.adapters.attention.probe import (
+    AttentionRecorder,
+    CrossAttentionSpans,
+    active_recorder,
+    recording,
+)
 from posdebias.adapters.attention.shared_prefix import shared_prefix_attention
 from posdebias.adapters.attention.sofa import adjust_mask, sofa_attention
 from posdebias.errors import AdapterError
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROBE_NAME",
     "AttentionRecorder",
+    "CrossAttentionSpans",
     "attention_forward",
     "install_probe",
     "recording",

@@ -65,6 +65,10 @@ def reference_scores(adapter: ModelAdapter, instance: RetrievalInstance) -> torc
                     if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
                         fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
                         full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
+                    elif name == "cross_attention_mask":  # Mllama: [1, T, images, tiles]
+                        # a new token sees the images the last prompt token sees (generate's rule)
+                        rows = value[:, -1:].expand(-1, len(prefix), *value.shape[2:])
+                        full[name] = torch.cat([value, rows], dim=1)
                 full["input_ids"] = torch.cat([prompt, extra], dim=1)
             output = adapter.model_forward(**full, use_cache=False, **adapter.last_logits_only)
             step_logits[prefix] = processed(prefix, output.logits[:, -1])[0].double().cpu()
