@@ -90,7 +90,8 @@ class AttentionRecorder:
         self.masses: dict[int, torch.Tensor] = {}
         self.modules: dict[int, torch.nn.Module] = {}
         # per device: a model split over devices runs layers on several (device_map)
-        self._spans: dict[tuple[bool, torch.device], torch.Tensor] = {}
+        self._spans: dict[torch.device, torch.Tensor] = {self.span_matrix.device: self.span_matrix}
+        self._cross_spans: dict[torch.device, torch.Tensor] = {}
         self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def record(
@@ -177,10 +178,11 @@ class AttentionRecorder:
         copied there once per pass and device."""
         import torch
 
-        span = self._spans.get((crossing, device))
+        copies = self._cross_spans if crossing else self._spans
+        span = copies.get(device)
         if span is None:
             source = self.cross.matrix if crossing and self.cross is not None else self.span_matrix
-            span = self._spans[(crossing, device)] = source.to(device, torch.float32)
+            span = copies[device] = source.to(device, torch.float32)
         return span
 
     @property
