@@ -42,6 +42,9 @@ import yaml
 
 from test_registry import write_distribution
 
+#: One worker builds the stand-ins once (under ``--dist loadgroup``).
+pytestmark = pytest.mark.xdist_group("doc_examples")
+
 ROOT = Path(__file__).parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 

@@ -31,6 +31,7 @@ from posdebias._inputs import (
     excerpt,
     jsonl_lines,
     parse_json,
+    path_name_problem,
     read_input_bytes,
     read_input_text,
 )
@@ -304,7 +305,7 @@ def write_benchmark(
 
 
 #: What a benchmark folder of ours holds (besides temporary names and the lock).
-_OWN_BENCHMARK = re.compile(r"^(benchmark\.jsonl|manifest\.json)$")
+_OWN_BENCHMARK = re.compile(r"^(benchmark\.jsonl|manifest\.json)\Z")
 
 
 def benchmark_folder(folder: Path) -> RunFolder:
@@ -440,7 +441,11 @@ def _image_root(
     if manifest is not None:
         return _manifest_root(manifest, jsonl_path.parent)
     raise BenchmarkError(
-        f"{jsonl_path} has no {MANIFEST_FILE} beside it; pass the image root explicitly"
+        f"{jsonl_path} has no {MANIFEST_FILE} beside it; {_ROOT_ADVICE[0]}",
+        cli_advice=(
+            _ROOT_ADVICE[0],
+            f"give the folder posdebias build wrote (with its {MANIFEST_FILE})",
+        ),
     )
 
 
@@ -456,7 +461,9 @@ def _file_problems(
             "was edited or truncated after `posdebias build`; rebuild it"
         )
     if check_images and not root.is_dir():
-        raise BenchmarkError(f"the image root {root} does not exist; pass root= (--root)")
+        raise BenchmarkError(
+            f"the image root {root} does not exist; {_ROOT_ADVICE[0]}", cli_advice=_ROOT_ADVICE
+        )
     if manifest is not None and check_images:
         problems += _source_changed(manifest, root)
     return problems
@@ -523,6 +530,9 @@ class _LineChecker:
         posix = PurePosixPath(image)
         if posix.is_absolute() or ".." in posix.parts or "\x00" in image:
             return f"image path {excerpt(image)} must be relative to the root"
+        unusable = path_name_problem(image) or path_name_problem(self.root / image)
+        if unusable is not None:
+            return f"image path {excerpt(image)} {unusable}"
         if image not in self._inside_root:
             self._inside_root[image] = (self.root / image).resolve().is_relative_to(self.real_root)
         if not self._inside_root[image]:
@@ -589,6 +599,19 @@ def _manifest_root(manifest: BenchmarkManifest, folder: Path) -> Path:
         raise BenchmarkError(f"the manifest's root {excerpt(root)} is not a usable path")
     if Path(root).is_absolute():
         return Path(root)
-    return confined_path(
-        folder, root, "the manifest's root", error=BenchmarkError, hint="pass root= (--root)"
-    )
+    try:
+        return confined_path(
+            folder, root, "the manifest's root", error=BenchmarkError, hint=_ROOT_ADVICE[0]
+        )
+    except BenchmarkError as exc:
+        raise BenchmarkError(str(exc), cli_advice=_ROOT_ADVICE) from None
+
+
+#: Where the images of a benchmark are when its manifest does not say it usably: the library
+#: takes the root as an argument; on the command line the benchmark is rebuilt (no command
+#: takes a root for a benchmark it reads).
+_ROOT_ADVICE = (
+    "pass the image root yourself: load_benchmark(path, root=...)",
+    "put the images back where the manifest says, or rebuild the benchmark where they are now "
+    "with posdebias build",
+)

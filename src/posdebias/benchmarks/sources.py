@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, parse_json, read_input_text
+from posdebias._inputs import (
+    DATA_LIMIT,
+    excerpt,
+    jsonl_lines,
+    parse_json,
+    path_name_problem,
+    read_input_text,
+)
 from posdebias.benchmarks.problems import Problems, json_lines, problems_error
 from posdebias.benchmarks.shapes import CAPTIONS_FILE, INSTANCES_FILE
 from posdebias.errors import BenchmarkError
@@ -85,22 +92,23 @@ def _find_one(folders: Sequence[Path], pattern: str, what: str, flag: str) -> Pa
     raise BenchmarkError(f"several {what} files found ({names}); choose one with {flag} FILE")
 
 
-def relative_path(name: str, root: Path) -> str | None:
-    """``name`` as a clean POSIX path relative to ``root`` (already resolved), or None if it
-    escapes the root, by ``..``, by being absolute elsewhere, or through a symlink."""
-    if "\x00" in name:
-        return None
+def relative_path(name: str, root: Path) -> str:
+    """``name`` as a clean POSIX path relative to ``root`` (already resolved), or ValueError
+    saying why not: it escapes the root (by ``..``, by being absolute elsewhere, or through a
+    symlink), or no file system can hold a file of that name."""
+    problem = path_name_problem(name) or path_name_problem(root / name)
+    if problem is not None:
+        raise ValueError(problem)
+    outside = f"is outside the root {root}"
     path = Path(name)
     if path.is_absolute():
         try:
             path = path.resolve().relative_to(root)
         except ValueError:
-            return None
+            raise ValueError(outside) from None
     posix = PurePosixPath(path.as_posix())
-    if not posix.parts or ".." in posix.parts:
-        return None
-    if not (root / posix).resolve().is_relative_to(root):
-        return None
+    if not posix.parts or ".." in posix.parts or not (root / posix).resolve().is_relative_to(root):
+        raise ValueError(outside)
     return posix.as_posix()
 
 
@@ -237,9 +245,10 @@ def _coco_file(
 ) -> str | None:
     """The path of one image relative to the root (each image id its own file), or None with
     its problem noted."""
-    relative = relative_path(file_name, root)
-    if relative is None:
-        problems.add(f"image {image_id}: file_name {excerpt(file_name)} is outside root")
+    try:
+        relative = relative_path(file_name, root)
+    except ValueError as exc:
+        problems.add(f"image {image_id}: file_name {excerpt(file_name)} {exc}")
         return None
     if relative in owner:
         problems.add(
@@ -354,9 +363,10 @@ def read_flickr8k(
         )
     images = []
     for name in sorted(captions):
-        relative = relative_path(name, root_path)
-        if relative is None:
-            problems.add(f"image name {excerpt(name)} is outside the root")
+        try:
+            relative = relative_path(name, root_path)
+        except ValueError as exc:
+            problems.add(f"image name {excerpt(name)} {exc}")
             continue
         ordered = tuple(caption for _, caption in sorted(captions[name], key=lambda kc: kc[0]))
         images.append(PoolImage(image_id=name, path=relative, captions=ordered, categories=None))
@@ -466,9 +476,10 @@ def _caption_line(
     if not isinstance(image, str) or not image.strip():
         problems.add("'image' must be a non-empty path", line=number)
         return None
-    relative = relative_path(image, root)
-    if relative is None:
-        problems.add(f"image {excerpt(image)} is outside the root {root}", line=number)
+    try:
+        relative = relative_path(image, root)
+    except ValueError as exc:
+        problems.add(f"image {excerpt(image)} {exc}", line=number)
         return None
     if not isinstance(caption, str) or not caption.strip():
         problems.add("'caption' must be a non-empty string", line=number)

@@ -123,9 +123,10 @@ def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     if not isinstance(value, str) or not value.strip():
         problems.add(f"an image must be a file name, got {excerpt(value)}", line=line)
         return None
-    relative = relative_path(value, root)
-    if relative is None:
-        problems.add(f"image {excerpt(value)} is outside the root {root}", line=line)
+    try:
+        relative = relative_path(value, root)
+    except ValueError as exc:
+        problems.add(f"image {excerpt(value)} {exc}", line=line)
         return None
     if not (root / relative).is_file():
         problems.add(f"image {excerpt(value)} not found under {root}", line=line)
@@ -255,7 +256,7 @@ def read_mmlu(path: Path) -> _Read:
     problems = Problems(path)
     items: list[_Item] = []
     for file in files:
-        subject = re.sub(r"_(test|dev|val)$", "", file.stem)
+        subject = re.sub(r"_(test|dev|val)\Z", "", file.stem)
         reader = csv.reader(io.StringIO(_read_data(file, "MMLU CSV file"), newline=""))
         try:
             for row in reader:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from posdebias.errors import InputError, OutputError
+from posdebias.errors import InputError
 from posdebias.organism.train import TrainingPlan, train_organism
 
 
@@ -42,9 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    out: Path = args.out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # fail before training
-        raise OutputError(f"--out {out} exists and is not an empty folder; choose a new folder")
     if not 0 <= args.seed < 2**32:
         raise InputError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
     if args.threads < 1:
@@ -59,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
         if args.batch_size < 2:
             raise InputError(f"--batch-size must be at least 2, got {args.batch_size}")
         plan = replace(plan, batch_size=args.batch_size)
-    train_organism(out, plan, dtype=args.dtype)
+    train_organism(args.out, plan, dtype=args.dtype)
     return 0

@@ -17,11 +17,18 @@ from pydantic import (
 )
 
 import posdebias.defaults as defaults
-from posdebias._inputs import CONFIG_LIMIT, load_yaml, parse_json, read_input_text
+from posdebias._inputs import (
+    CONFIG_LIMIT,
+    UsableName,
+    UsablePath,
+    load_yaml,
+    parse_json,
+    read_input_text,
+)
 from posdebias.errors import ConfigError, validation_message
 
 #: What a calibrator label may be: it becomes a file name.
-SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
@@ -41,7 +48,7 @@ class CalibratorSpec(_Strict):
     @classmethod
     def _safe_label(cls, value: str | None) -> str | None:
         """A label names files (``states/<label>.json``): letters, digits, ``_ . -`` only."""
-        if value is not None and (not SAFE_LABEL.match(value) or value.endswith(".")):
+        if value is not None and (not SAFE_LABEL.fullmatch(value) or value.endswith(".")):
             raise ValueError(
                 "a label names a file: use 1 to 64 letters, digits, '_', '.' or '-', starting "
                 "with a letter or digit"
@@ -66,20 +73,20 @@ class EvaluateConfig(_Strict):
     """Everything that defines an evaluation run."""
 
     adapter: AdapterSpec = Field(default_factory=AdapterSpec)
-    model: str | None = Field(default=None, description="model id or path (HF adapters)")
-    benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
+    model: UsableName | None = Field(default=None, description="model id or path (HF adapters)")
+    benchmark: UsablePath | None = Field(default=None, description="benchmark directory or JSONL")
     task: Literal["retrieval", "multiple_choice", "pairwise_judge", "rerank"] | None = Field(
         default=None,
         description="task kind of the benchmark (checked against its manifest; default: the "
         "benchmark's)",
     )
-    calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibration: UsablePath | None = Field(default=None, description="saved calibration state(s)")
     calibration_transfer: bool = Field(
         default=False,
         description="use saved calibration states fitted on another model (a transfer study); "
         "recorded in results.json",
     )
-    calibration_benchmark: Path | None = Field(
+    calibration_benchmark: UsablePath | None = Field(
         default=None, description="separate benchmark to calibrate on (default: held out)"
     )
     calibrators: list[CalibratorSpec] = Field(
@@ -126,7 +133,7 @@ class EvaluateConfig(_Strict):
         description="GPUs of each data-parallel process: its replica spreads over its own group "
         "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
     )
-    out: Path | None = None
+    out: UsablePath | None = None
 
     @model_validator(mode="after")
     def _known_baseline(self) -> EvaluateConfig:
@@ -238,9 +245,9 @@ def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> Eva
             data["adapter"] = value
         elif key == "adapter" and isinstance(value, str):
             current = data.get("adapter") or {}
-            if not isinstance(current, dict) or current.get("name") != value:
+            if not isinstance(current, dict) or current.get("name") not in (None, value):
                 current = {"name": value}  # another adapter: the file's options do not apply
-            data["adapter"] = current
+            data["adapter"] = {**current, "name": value}  # unnamed: its options are this one's
         else:
             data[key] = value
     try:

@@ -45,7 +45,7 @@ FIGURES_DIR = "figures"
 #: Everything a run directory of ours may hold (temporary names are matched separately).
 _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
-    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)$"
+    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)\Z"
 )
 
 

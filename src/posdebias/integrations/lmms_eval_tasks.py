@@ -53,7 +53,7 @@ from posdebias.integrations.harness import (
 
 OutputType = Literal["generate_until", "multiple_choice"]
 METRICS = ("acc", "rstd", "cons", "circular")
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 # -- the task transform ---------------------------------------------------------------------
 
@@ -333,7 +333,7 @@ def write_rotated_tasks(
     ``label_set``: the labels the answers use (default: the task's, ``A``.. for multiple
     choice, ``1``.. for retrieval).
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InputError(
             f"task name {name!r}: use a letter, then letters, digits or '_' (at most 64)"
         )
@@ -341,7 +341,7 @@ def write_rotated_tasks(
     if not labels_out:
         raise InputError("give at least one calibrator")
     for label in labels_out:
-        if not SAFE_LABEL.match(label):
+        if not SAFE_LABEL.fullmatch(label):
             raise InputError(f"calibrator {label!r}: not a name")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")

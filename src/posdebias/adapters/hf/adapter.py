@@ -38,7 +38,12 @@ from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.prompt import (
+    PROMPT_VARIANTS,
+    PromptTemplate,
+    coerce_prompt,
+    instance_messages,
+)
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
     ImageSpan,
@@ -435,17 +440,14 @@ class HFAdapter(Adapter):
         """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
         retrieval instance, its task's template otherwise (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
-        label_set = get_label_set(self.label_set)
-        if instance.task == "retrieval":
-            messages = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
-        else:
-            if prompt is not None and prompt != self.prompt:
-                raise AdapterError(
-                    f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
-                    "posed with its task template (task_prompt)"
-                )
-            template = self.task_templates[instance.task]
-            messages = template.messages(instance, label_set, sentinels=sentinels)
+        messages = instance_messages(
+            instance,
+            get_label_set(self.label_set),
+            prompt=prompt or self.prompt,
+            default=self.prompt,
+            templates=self.task_templates.__getitem__,
+            sentinels=sentinels,
+        )
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:

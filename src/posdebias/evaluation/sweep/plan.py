@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from posdebias._inputs import UsablePath
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import InputError
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
@@ -35,7 +36,7 @@ class SweepSpec(BaseModel):
     values: list[float] | None = Field(
         default=None, description="N, |Dcal|, K or tau values (default per study)"
     )
-    benchmarks: list[Path] | None = Field(
+    benchmarks: list[UsablePath] | None = Field(
         default=None, description="transfer: the benchmarks to pair (every ordered pair)"
     )
 

@@ -36,7 +36,7 @@ OBSERVATIONS_FILE = "observations.jsonl"
 GENERATIONS_FILE = "generations.jsonl"
 _OWN = re.compile(
     r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
-    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)$"
+    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)\Z"
 )
 
 
