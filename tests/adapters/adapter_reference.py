@@ -61,9 +61,26 @@ def eager_masses(family: str, batch: PreparedBatch) -> torch.Tensor:
             family, model, **inputs, position_ids=batch.position_ids, output_attentions=True
         )
     length = batch.inputs["input_ids"].shape[1]
+    maps = list(output.attentions)
     spans = span_matrix(batch.spans, length).double()
-    rows = [layer[:, :, -1, :].double().mean(dim=1) for layer in output.attentions]
+    cross = getattr(model.config.get_text_config(), "cross_attention_layers", None)
+    if cross:  # Mllama: one map per layer; the rows are the cross-attention layers'
+        maps = [maps[layer] for layer in sorted(cross)]
+        spans = encoder_span_matrix(model, batch).double()
+    rows = [layer[:, :, -1, :].double().mean(dim=1) for layer in maps]
     return torch.stack([torch.bmm(row[:, None, :], spans)[:, 0] for row in rows], dim=1)
+
+
+def encoder_span_matrix(model, batch: PreparedBatch) -> torch.Tensor:
+    """[B, S, N] for Mllama's cross-attention keys: the vision encoder's tokens, image by image,
+    each image its tiles x (patches + class token), as the model concatenates them."""
+    pixels = batch.inputs["pixel_values"]  # [B, images, tiles, channels, height, width]
+    vision = model.config.vision_config
+    per_image = pixels.shape[2] * ((vision.image_size // vision.patch_size) ** 2 + 1)
+    matrix = torch.zeros(pixels.shape[0], pixels.shape[1] * per_image, pixels.shape[1])
+    for image in range(pixels.shape[1]):
+        matrix[:, image * per_image : (image + 1) * per_image, image] = 1.0
+    return matrix
 
 
 def score_tolerance(adapter: HFAdapter) -> float:

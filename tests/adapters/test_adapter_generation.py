@@ -21,7 +21,7 @@ from posdebias.adapters.hf.prompt import (
 from posdebias.core.labels import get_label_set
 from posdebias.errors import AdapterError, ConfigError
 
-GENERATING = ("llava", "qwen2_5_vl")
+GENERATING = ("llava", "qwen2_5_vl", "mllama")  # mllama: cross-attention, no shared prefix
 
 
 def adapter_for(family: str, **options):

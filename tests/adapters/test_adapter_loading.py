@@ -47,6 +47,7 @@ EXPECTED = {
     "aya_vision": "aya_vision",
     "idefics2": "idefics2",
     "gemma4": "gemma4",
+    "mllama": "mllama",
 }
 
 

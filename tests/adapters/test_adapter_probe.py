@@ -36,9 +36,10 @@ def test_logits_with_probe_equal_plain_sdpa_exactly(family, make_instances):
     batch = adapter.prepare_batch(make_instances(2, 3))
     plain = fresh_model(family, "sdpa")
     length = batch.inputs["input_ids"].shape[1]
+    cross = adapter.cross_attention_spans(batch)
     with torch.no_grad():
         expected = forward(family, plain, **batch.inputs, position_ids=batch.position_ids).logits
-        with recording(span_matrix(batch.spans, length)) as recorder:
+        with recording(span_matrix(batch.spans, length), cross) as recorder:
             probed = adapter.model_forward(**batch.inputs, position_ids=batch.position_ids).logits
     assert recorder.recorded_layers == list(adapter.attention_layers.indices)
     real = batch.inputs["attention_mask"].bool()
@@ -53,7 +54,8 @@ def test_only_the_language_model_is_probed(family, make_instances):
     assert vision._attn_implementation != PROBE_NAME
     batch = adapter.prepare_batch(make_instances(1, 2))
     length = batch.inputs["input_ids"].shape[1]
-    with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
+    cross = adapter.cross_attention_spans(batch)
+    with torch.no_grad(), recording(span_matrix(batch.spans, length), cross) as recorder:
         adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
     language_modules = {id(module) for module in language_model(model).modules()}
     assert recorder.recorded_layers == list(adapter.attention_layers.indices)

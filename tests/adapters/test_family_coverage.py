@@ -56,11 +56,12 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
     verdicts = {row.model_type: row for row in coverage}
     built_in = ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next",
-                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl")  # fmt: skip
+                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl", "aya_vision",
+                "idefics2", "gemma4", "mllama")  # fmt: skip
     for family in built_in:
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (
-        ("mllama", "cross-attention layers"),
+        ("gemma3n", "(KV sharing)"),
         ("glm_ocr", "GlmOcrModel.get_rope_index"),
         ("t5gemma2", "encoder-decoder"),
     ):

@@ -63,6 +63,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.aya_vision",
     "posdebias.adapters.families.idefics2",
     "posdebias.adapters.families.gemma4",
+    "posdebias.adapters.families.mllama",
     "posdebias.adapters.families.ovis2",
     "posdebias.adapters.families.cohere2_vision",
     "posdebias.adapters.families.paddleocr_vl",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from posdebias.adapters.attention.probe import (
     AttentionRecorder,
+    CrossAttentionSpans,
     active_recorder,
     cap_scores,
     recording,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROBE_NAME",
     "AttentionRecorder",
+    "CrossAttentionSpans",
     "attention_forward",
     "install_probe",
     "recording",

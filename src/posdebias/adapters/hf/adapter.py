@@ -71,6 +71,7 @@ from posdebias.core.tasks import (
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 if TYPE_CHECKING:
+    from posdebias.adapters.attention import CrossAttentionSpans
     from posdebias.adapters.base import Generation, GenerationSettings
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
@@ -381,8 +382,9 @@ class HFAdapter(Adapter):
     def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
         """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
         as the model's own generation feeds them: attention mask 1, every other per-token input
-        (token types) that of a text token, 0. The reference forward of verify.py; a family
-        whose generated tokens have other token types overrides it (PaliGemma)."""
+        (token types) that of a text token, 0, and a cross-attention mask row that of the last
+        prompt token. The reference forward of verify.py; a family whose generated tokens have
+        other token types overrides it (PaliGemma)."""
         import torch
 
         length = inputs["input_ids"].shape[1]
@@ -391,8 +393,29 @@ class HFAdapter(Adapter):
             if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
                 fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
                 full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
+            elif name == "cross_attention_mask":  # Mllama: [1, T, images, tiles]
+                # a new token sees the images the last prompt token sees (generate's rule)
+                rows = value[:, -1:].expand(-1, extra.shape[1], *value.shape[2:])
+                full[name] = torch.cat([value, rows], dim=1)
         full["input_ids"] = torch.cat([inputs["input_ids"], extra.to(inputs["input_ids"])], dim=1)
         return full
+
+    @property
+    def cross_attention_layers(self) -> tuple[int, ...]:
+        """Layers whose keys are not the prompt but a vision encoder's tokens (Mllama); the
+        other families read their images in the prompt and have none."""
+        return ()
+
+    def cross_attention_spans(self, batch: PreparedBatch) -> CrossAttentionSpans | None:
+        """Which keys of the cross-attention layers belong to each image, per row (None: the
+        model has no cross-attention layers). With them the probe reads those layers only."""
+        return None
+
+    def decode_inputs(self, prompt_inputs: Any, steps: int) -> dict[str, Any]:
+        """What a decoding step of ``steps`` new tokens after the prompt needs besides the ids,
+        the mask, the positions and the cache (Mllama: the cross-attention mask rows of the new
+        tokens); the default is nothing."""
+        return {}
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
@@ -650,11 +673,12 @@ class HFAdapter(Adapter):
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
             probe = (
-                recording(span_matrix(batch.spans, length))
+                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
                 if attention
                 else contextlib.nullcontext()
             )
-            with probe as recorder, sofa_scope(batch.spans, length):
+            in_prompt = not self.cross_attention_layers
+            with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
                 output = self.model_forward(
                     **batch.inputs,
                     position_ids=batch.position_ids,
@@ -668,7 +692,8 @@ class HFAdapter(Adapter):
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
 
             def decode(prefix: Prefix) -> Any:
-                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
+                extra = self.decode_inputs(batch.inputs, len(prefix))
+                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length, extra)
                 return processed(prefix, logits)
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
@@ -736,9 +761,16 @@ class HFAdapter(Adapter):
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
+        self,
+        prefix: Prefix,
+        prompt_mask: Any,
+        positions: Any,
+        cache: PromptCache,
+        length: int,
+        extra: dict[str, Any],
     ) -> Any:
-        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
+        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache
+        (``extra``: :meth:`decode_inputs`)."""
         import torch
 
         batch = prompt_mask.shape[0]
@@ -751,6 +783,7 @@ class HFAdapter(Adapter):
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self.last_logits_only,
+            **extra,
             **{self.cache_argument: cache.cache},
         )
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)

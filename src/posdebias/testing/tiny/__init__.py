@@ -35,6 +35,7 @@ _MODULES = (
     "aya_vision",
     "idefics2",
     "gemma4",
+    "mllama",
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",
