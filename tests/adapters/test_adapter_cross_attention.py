@@ -17,7 +17,7 @@ from posdebias.adapters.attention import recording
 from posdebias.adapters.hf.spans import span_matrix
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
-from posdebias.testing.check import check_instances
+from posdebias.testing.check import check_adapter, check_instances
 from posdebias.testing.tiny.mllama import TINY_CROSS_ATTENTION_LAYERS
 
 
@@ -100,3 +100,8 @@ def test_sofa_and_text_candidates_are_refused(make_instances):
     question = check_instances(3, task="multiple_choice", with_images=True)[0]
     with pytest.raises(AdapterError, match="cross-attention.*use retrieval instances"):
         adapter.observe(question)
+    calls = [0]
+    adapter.model.register_forward_pre_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    with pytest.raises(AdapterError, match="a multiple_choice instance has text candidates"):
+        check_adapter(adapter, task="multiple_choice")  # refused before the table
+    assert calls[0] == 0

@@ -97,6 +97,16 @@ class MllamaAdapter(HFAdapter):
             return {}
         return {"cross_attention_mask": mask[:, -1:].expand(-1, steps, *mask.shape[2:])}
 
+    def task_problem(self, task: str) -> str | None:
+        if task == "retrieval":
+            return None
+        return (
+            f"{self.model_id or self.name} reads its images through cross-attention layers, "
+            f"whose keys are the images' encoder tokens only; a {task} instance has text "
+            "candidates or stem images posdebias cannot place there: use retrieval instances "
+            "(N images, one caption)"
+        )
+
     def prepare_batch(
         self,
         instances: Sequence[Instance],
@@ -105,13 +115,9 @@ class MllamaAdapter(HFAdapter):
         original_images: bool = False,
     ) -> PreparedBatch:
         for instance in instances:
-            if instance.task != "retrieval" or instance.stem_images:
-                raise AdapterError(
-                    f"{self.model_id or self.name} reads its images through cross-attention "
-                    f"layers, whose keys are the images' encoder tokens only; instance "
-                    f"{instance.id!r} ({instance.task}) has candidates or images posdebias "
-                    "cannot place there: use retrieval instances (N images, one caption)"
-                )
+            problem = self.task_problem(instance.task)
+            if problem is not None:
+                raise AdapterError(f"instance {instance.id!r}: {problem}")
         return super().prepare_batch(instances, prompt, original_images=original_images)
 
 

@@ -334,6 +334,11 @@ class HFAdapter(Adapter):
         cannot be seen from the config and the processor."""
         return self.position_problem()
 
+    def task_problem(self, task: str) -> str | None:
+        """Why this adapter cannot pose instances of ``task`` (a task kind), or None; checked
+        before any forward by ``posdebias check`` and for every batch."""
+        return None
+
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
         return None
