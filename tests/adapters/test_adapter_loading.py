@@ -39,6 +39,7 @@ EXPECTED = {
     "ovis2": "ovis2",
     "cohere2_vision": "cohere2_vision",
     "paddleocr_vl": "paddleocr_vl",
+    "paligemma": "paligemma",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",
@@ -46,6 +47,7 @@ EXPECTED = {
     "aya_vision": "aya_vision",
     "idefics2": "idefics2",
     "gemma4": "gemma4",
+    "mllama": "mllama",
 }
 
 

@@ -45,12 +45,17 @@ from posdebias._images import open_image
 from posdebias._inputs import excerpt
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.prompt import (
+    PROMPT_VARIANTS,
+    PromptTemplate,
+    coerce_prompt,
+    instance_messages,
+)
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.tasks import TaskTemplate, task_template
+from posdebias.core.tasks import TaskTemplate, joined_text_messages, task_template
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
@@ -291,15 +296,17 @@ class ServerAdapter(Adapter):
 
     def messages(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> list:
         """OpenAI chat messages of one instance (any task): the template's text and image
-        items, images as base64 PNG ``image_url`` parts (or the placeholder text)."""
-        label_set = get_label_set(self.label_set)
-        if instance.task == "retrieval":
-            raw = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
-            shown = list(instance.images)
-        else:
-            template = task_template(instance.task, self.options.task_prompt)
-            raw = template.messages(instance, label_set)
-            shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
+        items, images as base64 PNG ``image_url`` parts (or the placeholder text); adjacent
+        texts joined, a text-only content as one string (the prompt the Hugging Face adapters
+        render, whatever separator the server would join a list's items with)."""
+        raw = instance_messages(
+            instance,
+            get_label_set(self.label_set),
+            prompt=prompt or self.prompt,
+            default=self.prompt,
+            templates=lambda task: task_template(task, self.options.task_prompt),
+        )
+        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
         for message in raw:
@@ -318,7 +325,7 @@ class ServerAdapter(Adapter):
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
             messages.append({**message, "content": parts})
-        return messages
+        return joined_text_messages(messages)
 
     def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
@@ -473,8 +480,10 @@ class ServerAdapter(Adapter):
         if len(texts) <= len(base) or texts[1 : len(base)] != base[1:]:
             raise AdapterError(
                 f"the server's tokens of the prompt change when the answer {answer!r} follows "
-                "it (the tokenizer merges across the boundary); set answer_prefix (e.g. ' ') "
-                "or use another label set"
+                "it: the tokenizer merges across the boundary (set answer_prefix, e.g. ' ', or "
+                "use another label set), or the chat template renders a final assistant turn "
+                "otherwise than its generation prompt, e.g. without an empty thinking block "
+                "(use endpoint completions with the option tokenizer)"
             )
         appended: TokenScores = []
         for text, value in zip(texts[len(base) :], values[len(base) :], strict=True):

@@ -252,9 +252,9 @@ def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> Eva
             data["adapter"] = value
         elif key == "adapter" and isinstance(value, str):
             current = data.get("adapter") or {}
-            if not isinstance(current, dict) or current.get("name") != value:
+            if not isinstance(current, dict) or current.get("name") not in (None, value):
                 current = {"name": value}  # another adapter: the file's options do not apply
-            data["adapter"] = current
+            data["adapter"] = {**current, "name": value}  # unnamed: its options are this one's
         else:
             data[key] = value
     try:

@@ -35,9 +35,11 @@ _MODULES = (
     "aya_vision",
     "idefics2",
     "gemma4",
+    "mllama",
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",
+    "paligemma",
     "text",  # the text-only language models
 )
 
