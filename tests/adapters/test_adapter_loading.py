@@ -40,6 +40,7 @@ EXPECTED = {
     "cohere2_vision": "cohere2_vision",
     "paddleocr_vl": "paddleocr_vl",
     "paligemma": "paligemma",
+    "phi4_multimodal": "phi4_multimodal",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -40,6 +40,7 @@ _MODULES = (
     "cohere2_vision",
     "paddleocr_vl",
     "paligemma",
+    "phi4_multimodal",
     "text",  # the text-only language models
 )
 
