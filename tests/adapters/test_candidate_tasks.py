@@ -123,6 +123,30 @@ def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, 
     assert not np.array_equal(other.label_logprobs, one.label_logprobs)
 
 
+@pytest.mark.parametrize(
+    "vl_family", ["qwen2_5_vl", "idefics3", "internvl", "llava_onevision", "gemma3", "llava"]
+)
+def test_a_vision_language_model_answers_questions_without_images(vl_family, image_files):
+    """No image in the whole prompt: image processors fail on an empty image list, so none is
+    passed; a batch never mixes prompts with and without images (some processors fail on it),
+    and the scores of a mixed input list equal one instance at a time."""
+    adapter = posdebias.get_adapter(*tiny_model_and_processor(vl_family), label_set="upper")
+    textual = check_instances(task="multiple_choice", with_images=False)
+    assert not any(instance.all_images for instance in textual)
+    report = check_adapter(adapter, textual)
+    assert all(result.status == PASS for result in report.results), report.summary()
+    pictured = Instance(
+        query="Which of these is shown?", texts=("dog", "pear", "red", "car"),
+        stem_images=(image_files[0],), target=1, id="pictured", task="multiple_choice",
+    )  # fmt: skip
+    mixed = [textual[0], pictured, textual[1]]
+    together = adapter.observe_many(mixed, batch_size=3)
+    alone = [adapter.observe(instance) for instance in mixed]
+    for one, other in zip(together, alone, strict=True):
+        np.testing.assert_allclose(one.label_logprobs, other.label_logprobs, atol=1e-5)
+        np.testing.assert_allclose(one.attention, other.attention, atol=1e-5)
+
+
 def test_text_models_refuse_images_and_retrieval(qwen3, tmp_path):
     from posdebias.errors import InputError
 

@@ -37,7 +37,7 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -54,7 +54,7 @@ from posdebias.adapters.hf.spans import (
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
-from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
@@ -325,13 +325,17 @@ class HFAdapter(Adapter):
         return None
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
-        """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        """Tokenise the rendered prompts and preprocess the images (one list per prompt).
+
+        A batch without any image (a text-only question on a vision-language model) passes no
+        images at all: image processors fail on empty lists. Batches never mix prompts with
+        and without images (:func:`batch_groups`)."""
         limit = self.tile_limit(len(images[0]) if images else 0)
         tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
-                images=images,
+                images=images if any(images) else None,
                 padding=True,
                 padding_side="left",
                 return_tensors="pt",
@@ -492,17 +496,10 @@ class HFAdapter(Adapter):
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         results: list[Observation | None] = [None] * len(instances)
-        by_n: dict[int, list[int]] = {}
-        for index, instance in enumerate(instances):
-            by_n.setdefault(instance.n, []).append(index)
-        for n in sorted(by_n):
-            check_candidate_count(n, get_label_set(self.label_set))
-            indices = by_n[n]
-            for start in range(0, len(indices), batch_size):
-                chunk = indices[start : start + batch_size]
-                observed = self._observe_batch([instances[i] for i in chunk])
-                for index, observation in zip(chunk, observed, strict=True):
-                    results[index] = observation
+        for chunk in batch_groups(instances, batch_size, self.label_set):
+            observed = self._observe_batch([instances[i] for i in chunk])
+            for index, observation in zip(chunk, observed, strict=True):
+                results[index] = observation
         return results  # type: ignore[return-value]
 
     def prepare_batch(
