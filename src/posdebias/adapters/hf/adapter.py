@@ -61,6 +61,7 @@ from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
     candidate_char_spans,
     task_template,
+    task_variant,
     text_only_messages,
 )
 from posdebias.errors import AdapterError, ConfigError, InputError
@@ -230,7 +231,7 @@ class HFAdapter(Adapter):
         self.label_set = get_label_set(label_set).name
         self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
         self.prompt_variant = prompt_variant
-        self.prompt = self.base_prompt.variant(prompt_variant)
+        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set)
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
@@ -239,7 +240,14 @@ class HFAdapter(Adapter):
         self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.task_prompt = task_prompt
-        self.task_templates = {task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES}
+        #: each candidate task's template as configured, and under the adapter's prompt variant
+        self.base_task_templates = {
+            task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES
+        }
+        self.task_templates = {
+            task: task_variant(task, template, prompt_variant)
+            for task, template in self.base_task_templates.items()
+        }
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
@@ -411,22 +419,39 @@ class HFAdapter(Adapter):
         return next(self.model.parameters()).device
 
     def messages_for(
-        self, instance: Instance, prompt: PromptTemplate | None = None, *, sentinels: bool = False
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        sentinels: bool = False,
+        variant: str | None = None,
     ) -> list[dict]:
         """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
-        retrieval instance, its task's template otherwise (``sentinels``: see
+        retrieval instance, its task's template otherwise; ``variant`` (a prompt variant, e.g.
+        a generated baseline's ``cot``) applies to the configured template of either kind,
+        instead of the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
         label_set = get_label_set(self.label_set)
         if instance.task == "retrieval":
-            messages = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
+            template = prompt or (
+                self.prompt
+                if variant is None
+                else self.base_prompt.variant(variant, self.label_set)
+            )
+            messages = template.messages(instance.query, instance.n, label_set)
         else:
             if prompt is not None and prompt != self.prompt:
                 raise AdapterError(
-                    f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
-                    "posed with its task template (task_prompt)"
+                    f"a retrieval prompt template does not pose a {instance.task} instance; it is "
+                    "posed with its task template (task_prompt; prompt variants by name)"
                 )
-            template = self.task_templates[instance.task]
-            messages = template.messages(instance, label_set, sentinels=sentinels)
+            task = instance.task
+            task_prompt = (
+                self.task_templates[task]
+                if variant is None
+                else task_variant(task, self.base_task_templates[task], variant)
+            )
+            messages = task_prompt.messages(instance, label_set, sentinels=sentinels)
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
@@ -439,21 +464,34 @@ class HFAdapter(Adapter):
                 f"the chat template of {self.model_id} cannot render the prompt: {exc}"
             ) from exc
 
-    def render(self, instance: Instance, prompt: PromptTemplate | None = None) -> str:
-        """The prompt text of one instance (chat template + generation prompt)."""
-        return self._apply_chat_template(self.messages_for(instance, prompt))
+    def render(
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
+        """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
+        ``variant``: see :meth:`messages_for`)."""
+        return self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
 
     def render_with_spans(
-        self, instance: Instance, prompt: PromptTemplate | None = None
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
     ) -> tuple[str, list[tuple[int, int] | None]]:
         """The prompt text and, per candidate, the characters ``[start, end)`` of its text in
         it (None for a candidate without text): the prompt is rendered once with a sentinel in
         place of each text, so the text's position is known exactly, and once as is; the two
         must agree (a chat template that rewrites message content is refused)."""
-        text = self.render(instance, prompt)
+        text = self.render(instance, prompt, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self._apply_chat_template(self.messages_for(instance, prompt, sentinels=True))
+        marked = self._apply_chat_template(
+            self.messages_for(instance, prompt, sentinels=True, variant=variant)
+        )
         try:
             rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
         except ConfigError as exc:
@@ -508,9 +546,11 @@ class HFAdapter(Adapter):
         prompt: PromptTemplate | None = None,
         *,
         original_images: bool = False,
+        variant: str | None = None,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the candidate spans of instances with one
-        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant).
+        N (``prompt``: another retrieval template than the adapter's; ``variant``: a prompt
+        variant of the configured template of any task, see :meth:`messages_for`).
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
@@ -523,7 +563,9 @@ class HFAdapter(Adapter):
                 f"{excerpt(next(i for i in instances if i.all_images).id)} has images; use a "
                 "vision-language model for instances with images"
             )
-        rendered = [self.render_with_spans(instance, prompt) for instance in instances]
+        rendered = [
+            self.render_with_spans(instance, prompt, variant=variant) for instance in instances
+        ]
         texts = [text for text, _ in rendered]
         side = None if original_images or self.text_only else min_image_side(self.processor)
         images = [

@@ -104,12 +104,7 @@ def _generate_batch(
     import torch
 
     started = time.perf_counter()
-    template = (
-        adapter.prompt
-        if settings.prompt_variant is None
-        else adapter.base_prompt.variant(settings.prompt_variant)
-    )
-    batch = adapter.prepare_batch(instances, template)
+    batch = adapter.prepare_batch(instances, variant=settings.prompt_variant)
     samples = settings.num_samples
     rows = len(instances) * samples
     length = batch.inputs["input_ids"].shape[1]

@@ -100,7 +100,11 @@ class ModelAdapter(Protocol):
         """The forward keyword that takes the KV cache (``cache`` or ``past_key_values``)."""
 
     def prepare_batch(
-        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[RetrievalInstance],
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
     ) -> PreparedBatch: ...
 
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]: ...
