@@ -92,3 +92,34 @@ def build_from_options(kind, root, out, **options):
 
     flags = {"source": kind, "root": root, "out": out, **options}
     return build_benchmark(build_config_from({}, flags, "build options"))
+
+
+def full_file_system(base):
+    """A context: a 64 KiB tmpfs mounted at ``base/full`` and filled to the last byte (a real
+    full disk: writes fail with ENOSPC, creating empty files and folders still works), or None
+    where this process may not mount one (not root)."""
+    import contextlib
+    import subprocess
+    from pathlib import Path
+
+    @contextlib.contextmanager
+    def mounted():
+        mount = Path(base) / "full"
+        mount.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+        )
+        if done.returncode != 0:
+            mount.rmdir()
+            yield None
+            return
+        try:
+            with contextlib.suppress(OSError), open(mount / "filler", "wb") as handle:
+                while True:
+                    handle.write(b"\0" * 4096)
+                    handle.flush()
+            yield mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+    return mounted()

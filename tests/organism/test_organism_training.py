@@ -35,14 +35,15 @@ def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
     assert observation.label_logprobs.shape == (4,)
     assert observation.attention.shape == (4, 4)
     assert np.isclose(np.exp(observation.label_logprobs).sum(), 1.0)
-    assert not list(tmp_path.glob(".model.*"))  # the staging folder is gone
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # nothing beside --out
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging, no lock
     assert (out / "model.safetensors").stat().st_mode & 0o044  # readable like any other file
 
 
 def test_cli_refuses_a_non_empty_output_folder(tmp_path, capsys):
     (tmp_path / "keep.txt").write_text("mine")
     assert main(["organism", "train", "--out", str(tmp_path), "--steps", "1", "1", "1"]) == 2
-    assert "not an empty folder" in capsys.readouterr().err
+    assert "is not empty and is not a model folder" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
 
 

@@ -45,12 +45,24 @@ from posdebias._images import open_image
 from posdebias._inputs import excerpt
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.prompt import (
+    PROMPT_VARIANTS,
+    PromptTemplate,
+    coerce_prompt,
+    instance_messages,
+    variant_prompts,
+)
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.tasks import DEFAULT_TEMPLATES, TaskTemplate, task_template, task_variant
+from posdebias.core.tasks import (
+    DEFAULT_TEMPLATES,
+    TaskTemplate,
+    joined_text_messages,
+    task_template,
+    task_variant,
+)
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
@@ -112,9 +124,11 @@ class ServerOptions(AdapterOptions):
         "(default: the local tokenizer's eos token)",
     )
     concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at most")
-    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    timeout: float = Field(default=120.0, gt=0, le=86_400, description="seconds per request")
     retries: int = Field(default=4, ge=0, le=20, description="retries of a failed request")
-    backoff: float = Field(default=0.5, ge=0, description="first retry delay, doubled each time")
+    backoff: float = Field(
+        default=0.5, ge=0, le=600, description="first retry delay, doubled each time"
+    )
     api_key_env: str | None = Field(
         default=None, description="environment variable holding the API key (Bearer token)"
     )
@@ -295,28 +309,33 @@ class ServerAdapter(Adapter):
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def messages(self, instance: RetrievalInstance, *, variant: str | None = None) -> list:
+    def messages(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> list:
         """OpenAI chat messages of one instance (any task): the template's text and image
-        items, images as base64 PNG ``image_url`` parts (or the placeholder text); ``variant``:
-        a prompt variant of the configured template instead of the adapter's own."""
-        label_set = get_label_set(self.label_set)
-        if instance.task == "retrieval":
-            prompt = (
-                self.prompt
-                if variant is None
-                else self.base_prompt.variant(variant, self.label_set)
+        items, images as base64 PNG ``image_url`` parts (or the placeholder text); adjacent
+        texts joined, a text-only content as one string (the prompt the Hugging Face adapters
+        render, whatever separator the server would join a list's items with). ``variant``:
+        a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
+        chosen, default, templates = (
+            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
+            if variant is None
+            else variant_prompts(
+                variant, self.label_set, self.base_prompt, self.base_task_templates
             )
-            raw = prompt.messages(instance.query, instance.n, label_set)
-            shown = list(instance.images)
-        else:
-            task = instance.task
-            template = (
-                self.task_templates[task]
-                if variant is None
-                else task_variant(task, self.base_task_templates[task], variant)
-            )
-            raw = template.messages(instance, label_set)
-            shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
+        )
+        raw = instance_messages(
+            instance,
+            get_label_set(self.label_set),
+            prompt=chosen,
+            default=default,
+            templates=templates,
+        )
+        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
         for message in raw:
@@ -335,9 +354,15 @@ class ServerAdapter(Adapter):
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
             messages.append({**message, "content": parts})
-        return messages
+        return joined_text_messages(messages)
 
-    def render(self, instance: RetrievalInstance, *, variant: str | None = None) -> str:
+    def render(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
         assert self.tokenizer is not None
         shows_images = instance.stem_images or any(i is not None for i in instance.images)
@@ -346,7 +371,7 @@ class ServerAdapter(Adapter):
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, variant=variant)
+        messages = self.messages(instance, prompt, variant=variant)
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -490,8 +515,10 @@ class ServerAdapter(Adapter):
         if len(texts) <= len(base) or texts[1 : len(base)] != base[1:]:
             raise AdapterError(
                 f"the server's tokens of the prompt change when the answer {answer!r} follows "
-                "it (the tokenizer merges across the boundary); set answer_prefix (e.g. ' ') "
-                "or use another label set"
+                "it: the tokenizer merges across the boundary (set answer_prefix, e.g. ' ', or "
+                "use another label set), or the chat template renders a final assistant turn "
+                "otherwise than its generation prompt, e.g. without an empty thinking block "
+                "(use endpoint completions with the option tokenizer)"
             )
         appended: TokenScores = []
         for text, value in zip(texts[len(base) :], values[len(base) :], strict=True):

@@ -14,10 +14,12 @@ import importlib
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from rich.console import Console
 
+from posdebias._inputs import excerpt, path_name_problem
 from posdebias._text import SafeConsole, printable
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
@@ -91,6 +93,21 @@ def _command(args: Sequence[str]) -> str | None:
     return None
 
 
+#: Arguments given as text that name files or folders (the rest are typed ``Path``).
+_PATH_TEXTS = ("model", "benchmark", "images")
+
+
+def check_path_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before a command starts, a path argument no file system can hold (a NUL, a
+    name part over 255 bytes): the operating system's answer would surface mid-command."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, Path) or (name in _PATH_TEXTS and isinstance(item, str)):
+                problem = path_name_problem(item)
+                if problem is not None:
+                    raise InputError(f"the path {excerpt(str(item))} {problem}")
+
+
 def _show_warning(
     message: Warning | str,
     category: type[Warning],
@@ -126,6 +143,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
+        check_path_arguments(args)
         return int(args.handler(args) or 0)
     except PosdebiasError as exc:
         if debug:

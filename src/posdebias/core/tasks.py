@@ -321,16 +321,36 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
 def text_only_messages(messages: list[dict]) -> list[dict]:
     """The same messages with each content list joined into one string (text-only chat
     templates expect ``content`` to be a string); refuses image items."""
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list) and any(item.get("type") != "text" for item in content):
+            raise ConfigError(
+                "this model reads text only, but the prompt holds images; use a "
+                "vision-language model for instances with images"
+            )
+    return joined_text_messages(messages)
+
+
+def joined_text_messages(messages: list[dict]) -> list[dict]:
+    """The same messages with adjacent text items joined (nothing between them, as the chat
+    templates that iterate over items render them); a content of text only becomes one string.
+
+    The prompt's text is the items' concatenation. A server that renders a text-only chat
+    template joins the items of a list itself, with its own separator (vLLM: a newline), so
+    what is sent must already be one string.
+    """
     out = []
     for message in messages:
         content = message["content"]
         if isinstance(content, list):
-            if any(item.get("type") != "text" for item in content):
-                raise ConfigError(
-                    "this model reads text only, but the prompt holds images; use a "
-                    "vision-language model for instances with images"
-                )
-            content = "".join(item["text"] for item in content)
+            items: list[dict] = []
+            for item in content:
+                if item.get("type") == "text" and items and items[-1].get("type") == "text":
+                    items[-1] = {**items[-1], "text": items[-1]["text"] + item["text"]}
+                else:
+                    items.append(item)
+            texts_only = all(item.get("type") == "text" for item in items)
+            content = "".join(item["text"] for item in items) if texts_only else items
         out.append({**message, "content": content})
     return out
 

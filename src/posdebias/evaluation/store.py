@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +40,12 @@ from posdebias.evaluation.runner import InstanceRecord, ObservationCache
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
-REPORT_FILE = "report.md"
 STATES_DIR = "states"
 FIGURES_DIR = "figures"
 #: Everything a run directory of ours may hold (temporary names are matched separately).
 _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
-    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)$"
+    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)\Z"
 )
 
 
@@ -197,6 +196,3 @@ class RunDirectory:
                     ) from exc
                 records[record.instance_id] = record
         return records
-
-    def iter_state_files(self) -> Iterator[Path]:
-        yield from sorted(self.states_dir.glob("*.json"))

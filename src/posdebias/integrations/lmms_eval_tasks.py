@@ -28,7 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+import posdebias.defaults as defaults
 from posdebias._images import open_image
+from posdebias._inputs import check_whole_number
 from posdebias._io import write_files_together
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -53,7 +55,7 @@ from posdebias.integrations.harness import (
 
 OutputType = Literal["generate_until", "multiple_choice"]
 METRICS = ("acc", "rstd", "cons", "circular")
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 # -- the task transform ---------------------------------------------------------------------
 
@@ -333,7 +335,7 @@ def write_rotated_tasks(
     ``label_set``: the labels the answers use (default: the task's, ``A``.. for multiple
     choice, ``1``.. for retrieval).
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InputError(
             f"task name {name!r}: use a letter, then letters, digits or '_' (at most 64)"
         )
@@ -341,15 +343,14 @@ def write_rotated_tasks(
     if not labels_out:
         raise InputError("give at least one calibrator")
     for label in labels_out:
-        if not SAFE_LABEL.match(label):
+        if not SAFE_LABEL.fullmatch(label):
             raise InputError(f"calibrator {label!r}: not a name")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
-    if calibration_count < 0 or seed < 0:
-        raise InputError(
-            f"calibration count and seed must be whole numbers >= 0, got {calibration_count} "
-            f"and {seed}"
-        )
+    check_whole_number("the calibration count", calibration_count, 0, defaults.MAX_CALIBRATION)
+    check_whole_number("the seed", seed, 0, defaults.MAX_SEED)
+    if count is not None:
+        check_whole_number("the count", count, 1, defaults.MAX_INSTANCES)
     loaded = load_benchmark(benchmark)
     instances = loaded.instances
     if calibration_count:
@@ -357,12 +358,10 @@ def write_rotated_tasks(
     else:
         calibration, test = [], list(instances)
     if count is not None:
-        if count < 1:
-            raise InputError(f"count must be at least 1, got {count}")
         test = test[:count]
     n = test[0].n
-    if rotations is not None and not 1 <= rotations <= n:
-        raise InputError(f"rotations must be 1..{n} for {n} candidates, got {rotations}")
+    if rotations is not None:
+        check_whole_number(f"rotations of {n} candidates", rotations, 1, n)
     kind = test[0].task
     labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
     out = Path(out)

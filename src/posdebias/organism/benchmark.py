@@ -35,7 +35,7 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
 
     Built on first use (about a second) under ``cache_dir`` (default :func:`cache_root`), then
     reused; a folder that does not load is rebuilt. Returns a folder that
-    :func:`posdebias.benchmarks.files.load_benchmark` reads.
+    :func:`posdebias.benchmarks.load_benchmark` reads.
     """
 
     base = Path(cache_dir) if cache_dir is not None else cache_root()

@@ -29,10 +29,9 @@ learns, and it vanishes after reloading).
 from __future__ import annotations
 
 import json
-import os
 import platform
+import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._rundir import RunFolder
 from posdebias.adapters.attention import recording
 from posdebias.adapters.families.llava import LlavaAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE
@@ -184,33 +184,21 @@ CARD_FILE = "README.md"
 TRAINING_FILE = "training.json"
 
 
-def _make_staging(target: Path) -> Path:
-    """An empty folder beside ``target`` to write the model into (see :func:`_publish`).
-
-    Made before training, so an unusable ``--out`` fails in a second, not after the training.
-    """
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise OutputError(f"{target} exists and is not an empty folder; choose a new folder")
-    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise OutputError(f"cannot create {target}: {blocking} is a file, not a folder")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as exc:
-        raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Give the staged files ordinary permissions and rename the folder to ``target``."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
-        file.chmod(0o666 & ~umask)
-    staging.chmod(0o777 & ~umask)
-    if target.exists():
-        target.rmdir()
-    os.replace(staging, target)
+def _model_folder(target: Path) -> RunFolder:
+    """The folder a training writes, through the one run-directory layer: new or empty (a
+    trained model is never replaced), locked while training, the model staged inside it and
+    renamed into place only once complete. Opened before training, so an unusable ``--out``
+    (a file, a link, a full disk) fails in a second, not after the training."""
+    folder = RunFolder(target, marker=TRAINING_FILE, own=re.compile(r".+"), kind="model folder")
+    if folder.is_ours():
+        raise OutputError(
+            f"--out {target} already holds a trained model; posdebias never replaces one: "
+            "choose a new folder"
+        )
+    folder.check()
+    folder.create()
+    folder.lock()
+    return folder
 
 
 class ShapesPool:
@@ -445,15 +433,15 @@ def train_organism(
     Float32 by default: on CPUs without native half-precision arithmetic a float16 model
     computes about 15 times slower, and at 1.24 M parameters the saving is only 2.5 MB.
     """
-    import torch
-    import transformers
-
     plan = plan or TrainingPlan()
     if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     path = Path(out)
-    staging = _make_staging(path)
+    folder = _model_folder(path)  # before torch's import: a bad --out fails at once
     try:
+        import torch
+        import transformers
+
         started = time.perf_counter()
         threads = torch.get_num_threads()
         torch.set_num_threads(plan.threads)
@@ -491,17 +479,16 @@ def train_organism(
             "machine": platform.machine(),
         }
         try:
-            model.set_attn_implementation("sdpa")
-            model.to(getattr(torch, dtype)).save_pretrained(staging)
-            processor.save_pretrained(staging)
-            (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
-            shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
-            (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-            _publish(staging, path)
+            with folder.staged() as staging:
+                model.set_attn_implementation("sdpa")
+                model.to(getattr(torch, dtype)).save_pretrained(staging)
+                processor.save_pretrained(staging)
+                (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
+                shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
+                (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
         except OSError as exc:
             raise OutputError(f"cannot write the model to {path}: {exc.strerror}") from exc
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        folder.unlock(remove=folder.is_ours())
     log(f"trained in {seconds:.0f} s; wrote {path}")
     return path

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet
-from posdebias.core.tasks import PROMPT_VARIANTS, check_placeholders
-from posdebias.errors import ConfigError, validation_problems
+from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
+from posdebias.errors import AdapterError, ConfigError, validation_problems
+
+if TYPE_CHECKING:
+    from posdebias.core.instance import Instance
 
 PROMPT_FILE = "posdebias_prompt.json"
 
@@ -247,3 +251,44 @@ def load_prompt_file(path: Path) -> PromptTemplate:
 def _errors(exc: ValidationError) -> str:
     allowed = ", ".join(PromptTemplate.model_fields)
     return "; ".join(validation_problems(exc, unknown="field")) + f" (fields: {allowed})"
+
+
+def variant_prompts(
+    variant: str, label_set: str, prompt: PromptTemplate, templates: dict[str, TaskTemplate]
+) -> tuple[PromptTemplate, PromptTemplate, Callable[[str], TaskTemplate]]:
+    """What a generated baseline poses under a prompt variant, as :func:`instance_messages`
+    takes it: the retrieval ``prompt`` under the variant (twice: it is the default of this
+    posing, so every task is posed) and each task's template (``templates``, as configured)
+    under it (:meth:`PromptTemplate.variant`, :func:`posdebias.core.tasks.task_variant`)."""
+
+    def template(task: str) -> TaskTemplate:
+        return task_variant(task, templates[task], variant)
+
+    varied = prompt.variant(variant, label_set)
+    return varied, varied, template
+
+
+def instance_messages(
+    instance: Instance,
+    label_set: LabelSet,
+    *,
+    prompt: PromptTemplate,
+    default: PromptTemplate,
+    templates: Callable[[str], TaskTemplate],
+    sentinels: bool = False,
+) -> list[dict]:
+    """The chat messages of ``instance`` (every adapter poses it the same way): the retrieval
+    ``prompt`` for a retrieval instance, its task's template (``templates(task)``) otherwise.
+
+    A prompt variant (``prompt`` other than the adapter's ``default``) rewrites the retrieval
+    prompt only; asked of another task it is refused rather than silently dropped, which would
+    report the plain prompt under the variant's name.
+    """
+    if instance.task == "retrieval":
+        return prompt.messages(instance.query, instance.n, label_set)
+    if prompt != default:
+        raise AdapterError(
+            f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
+            "posed with its task template (task_prompt)"
+        )
+    return templates(instance.task).messages(instance, label_set, sentinels=sentinels)
