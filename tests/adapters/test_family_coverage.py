@@ -56,7 +56,8 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
     verdicts = {row.model_type: row for row in coverage}
     built_in = ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next",
-                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl")  # fmt: skip
+                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl",
+                "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")  # fmt: skip
     for family in built_in:
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (

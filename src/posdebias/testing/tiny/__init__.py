@@ -38,6 +38,8 @@ _MODULES = (
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",
+    "qwen2_5_omni",
+    "qwen3_omni_moe",
     "text",  # the text-only language models
 )
 
