@@ -39,6 +39,7 @@ EXPECTED = {
     "ovis2": "ovis2",
     "cohere2_vision": "cohere2_vision",
     "paddleocr_vl": "paddleocr_vl",
+    "paligemma": "paligemma",
     "qwen2_5_omni_thinker": "qwen2_5_omni",
     "qwen3_omni_moe_thinker": "qwen3_omni_moe",
     "qwen3_5": "qwen3_5",
@@ -48,6 +49,7 @@ EXPECTED = {
     "aya_vision": "aya_vision",
     "idefics2": "idefics2",
     "gemma4": "gemma4",
+    "mllama": "mllama",
 }
 
 

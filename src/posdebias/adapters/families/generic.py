@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -170,10 +171,15 @@ class GenericAdapter(HFAdapter):
             inputs = self.processor_inputs([self.render(probe)], [list(images)])
         except PosdebiasError as exc:
             return f"its processor rejected two small images: {exc}"
-        if "token_type_ids" in inputs and int(inputs["token_type_ids"].sum()) > 0:
+        # token types mark bidirectional blocks: images (1, Gemma 3) or the whole prompt as a
+        # prefix (0, PaliGemma), so a forward that takes them is enough to refuse
+        takes_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        types = inputs.get("token_type_ids")
+        if types is not None and (takes_types or int(types.sum()) > 0):
             return (
-                "its processor marks a bidirectional prefix (token_type_ids), which the causal "
-                "probe and the cached label steps do not reproduce"
+                "its processor marks bidirectional attention blocks (token_type_ids: a prefix "
+                "or image blocks), which the causal probe and the cached label steps do not "
+                "reproduce"
             )
         offsets = inputs.get("text_replacement_offsets")
         if offsets is None:

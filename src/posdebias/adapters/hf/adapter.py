@@ -71,6 +71,7 @@ from posdebias.core.tasks import (
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 if TYPE_CHECKING:
+    from posdebias.adapters.attention import CrossAttentionSpans
     from posdebias.adapters.base import Generation, GenerationSettings
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
@@ -201,6 +202,9 @@ class HFAdapter(Adapter):
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
+    #: The family's own prompt format, for checkpoints whose processor has no chat template
+    #: (PaliGemma); a processor's own chat template always wins.
+    default_chat_template: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -227,7 +231,7 @@ class HFAdapter(Adapter):
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
-        if not getattr(processor, "chat_template", None):
+        if not getattr(processor, "chat_template", None) and self.default_chat_template is None:
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
                 "posdebias renders prompts with it (set processor.chat_template)"
@@ -330,6 +334,11 @@ class HFAdapter(Adapter):
         cannot be seen from the config and the processor."""
         return self.position_problem()
 
+    def task_problem(self, task: str) -> str | None:
+        """Why this adapter cannot pose instances of ``task`` (a task kind), or None; checked
+        before any forward by ``posdebias check`` and for every batch."""
+        return None
+
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
         return None
@@ -374,6 +383,44 @@ class HFAdapter(Adapter):
         """One forward of the model (prompt or decoding step); an output with ``logits`` and the
         cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
         return self.model(**inputs)
+
+    def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
+        """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
+        as the model's own generation feeds them: attention mask 1, every other per-token input
+        (token types) that of a text token, 0, and a cross-attention mask row that of the last
+        prompt token. The reference forward of verify.py; a family whose generated tokens have
+        other token types overrides it (PaliGemma)."""
+        import torch
+
+        length = inputs["input_ids"].shape[1]
+        full = dict(inputs)
+        for name, value in inputs.items():
+            if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
+                fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
+                full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
+            elif name == "cross_attention_mask":  # Mllama: [1, T, images, tiles]
+                # a new token sees the images the last prompt token sees (generate's rule)
+                rows = value[:, -1:].expand(-1, extra.shape[1], *value.shape[2:])
+                full[name] = torch.cat([value, rows], dim=1)
+        full["input_ids"] = torch.cat([inputs["input_ids"], extra.to(inputs["input_ids"])], dim=1)
+        return full
+
+    @property
+    def cross_attention_layers(self) -> tuple[int, ...]:
+        """Layers whose keys are not the prompt but a vision encoder's tokens (Mllama); the
+        other families read their images in the prompt and have none."""
+        return ()
+
+    def cross_attention_spans(self, batch: PreparedBatch) -> CrossAttentionSpans | None:
+        """Which keys of the cross-attention layers belong to each image, per row (None: the
+        model has no cross-attention layers). With them the probe reads those layers only."""
+        return None
+
+    def decode_inputs(self, prompt_inputs: Any, steps: int) -> dict[str, Any]:
+        """What a decoding step of ``steps`` new tokens after the prompt needs besides the ids,
+        the mask, the positions and the cache (Mllama: the cross-attention mask rows of the new
+        tokens); the default is nothing."""
+        return {}
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
@@ -433,9 +480,11 @@ class HFAdapter(Adapter):
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
+        own = getattr(self.processor, "chat_template", None)
+        template = {} if own else {"chat_template": self.default_chat_template}
         try:
             return self.processor.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+                messages, add_generation_prompt=True, tokenize=False, **template
             )
         except Exception as exc:  # jinja errors come in many types
             raise AdapterError(
@@ -589,6 +638,7 @@ class HFAdapter(Adapter):
         is tokenised once with offsets (it must give the row's own tokens), and a text's span is
         every token whose characters overlap the text's range (:func:`tokens_in_range`).
         """
+        rendered, char_spans = self.processor_layout(rendered, char_spans)
         expanded, moved = expand_replacements(rendered, char_spans, replacements or [])
         encoded = self.tokenizer(
             expanded,
@@ -608,6 +658,14 @@ class HFAdapter(Adapter):
             for span in moved
         ]
 
+    def processor_layout(
+        self, rendered: str, char_spans: Sequence[tuple[int, int] | None]
+    ) -> tuple[str, list[tuple[int, int] | None]]:
+        """The prompt as the processor lays it out before it expands the images, with the
+        texts' character ranges moved along (default: as rendered). A processor that writes
+        text of its own overrides it (PaliGemma: a BOS after the last image, a final newline)."""
+        return rendered, list(char_spans)
+
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]:
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
 
@@ -620,11 +678,12 @@ class HFAdapter(Adapter):
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
             probe = (
-                recording(span_matrix(batch.spans, length))
+                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
                 if attention
                 else contextlib.nullcontext()
             )
-            with probe as recorder, sofa_scope(batch.spans, length):
+            in_prompt = not self.cross_attention_layers
+            with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
                 output = self.model_forward(
                     **batch.inputs,
                     position_ids=batch.position_ids,
@@ -638,7 +697,8 @@ class HFAdapter(Adapter):
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
 
             def decode(prefix: Prefix) -> Any:
-                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
+                extra = self.decode_inputs(batch.inputs, len(prefix))
+                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length, extra)
                 return processed(prefix, logits)
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
@@ -706,9 +766,16 @@ class HFAdapter(Adapter):
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
+        self,
+        prefix: Prefix,
+        prompt_mask: Any,
+        positions: Any,
+        cache: PromptCache,
+        length: int,
+        extra: dict[str, Any],
     ) -> Any:
-        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
+        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache
+        (``extra``: :meth:`decode_inputs`)."""
         import torch
 
         batch = prompt_mask.shape[0]
@@ -721,6 +788,7 @@ class HFAdapter(Adapter):
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self.last_logits_only,
+            **extra,
             **{self.cache_argument: cache.cache},
         )
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)

@@ -134,7 +134,8 @@ def _generate_batch(
     prompt_tokens = batch.inputs["attention_mask"].sum(dim=1).tolist()
     with torch.inference_mode():
         sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
-        with sofa, sofa_scope(batch.spans, length):
+        in_prompt = not adapter.cross_attention_layers
+        with sofa, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
             output = adapter.model_forward(
                 **batch.inputs,
                 position_ids=batch.position_ids,
@@ -145,14 +146,22 @@ def _generate_batch(
         logits = output.logits[:, -1, :]
         mask = batch.inputs["attention_mask"]
         positions = batch.position_ids
+        extra = adapter.decode_inputs(batch.inputs, 1)  # the same for every step
         shared = False
         if samples > 1:
-            shared = settings.share_prefix and share_prefix(cache, samples)
+            # a cross-attention layer's cache holds the encoder's keys, not the prompt's:
+            # only a self-attention model decodes over one shared copy of its prompt
+            shared = (
+                settings.share_prefix
+                and not adapter.cross_attention_layers
+                and share_prefix(cache, samples)
+            )
             if not shared:
                 cache.batch_repeat_interleave(samples)
             logits = logits.repeat_interleave(samples, dim=0)
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
+            extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
         processors = None
         if getattr(adapter, "logits_processors", "none") != "none":
             prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
@@ -188,6 +197,7 @@ def _generate_batch(
                     position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
                     use_cache=True,
                     **adapter.last_logits_only,
+                    **extra,
                     **{adapter.cache_argument: cache},
                 )
             logits = output.logits[:, -1, :]

@@ -35,9 +35,11 @@ _MODULES = (
     "aya_vision",
     "idefics2",
     "gemma4",
+    "mllama",
     "ovis2",
     "cohere2_vision",
     "paddleocr_vl",
+    "paligemma",
     "qwen2_5_omni",
     "qwen3_omni_moe",
     "text",  # the text-only language models
