@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.qwen2_vl import QWEN2_5_VISION
 
 MODEL_TYPES = ("qwen2_5_omni_thinker",)
 
@@ -144,21 +145,9 @@ def _tiny_model() -> tuple[Any, Any]:
         tokenizer=tokenizer,
         chat_template=chat_template,
     )
-    vision = {
-        "depth": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-        "window_size": 56,
-        "fullatt_block_indexes": [1],
-    }
     config = Qwen2_5OmniThinkerConfig(
         text_config=omni_text_config(tokenizer),
-        vision_config=vision,
+        vision_config=QWEN2_5_VISION,
         audio_config={**TINY_AUDIO, "n_window": 10},
         **TOKENS.config_ids(tokenizer),
     )

@@ -16,6 +16,7 @@ from posdebias.testing.tiny.qwen2_5_omni import (
     omni_text_config,
     omni_tokenizer,
 )
+from posdebias.testing.tiny.qwen3_vl import QWEN3_VISION
 
 MODEL_TYPES = ("qwen3_omni_moe_thinker",)
 
@@ -62,21 +63,9 @@ def _tiny_model() -> tuple[Any, Any]:
         num_experts_per_tok=2,
         moe_intermediate_size=32,
     )
-    vision = {
-        "depth": 3,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [0, 1],
-    }
     config = Qwen3OmniMoeThinkerConfig(
         text_config=text,
-        vision_config=vision,
+        vision_config=QWEN3_VISION,
         audio_config={**TINY_AUDIO, "downsample_hidden_size": 8},
         **TOKENS.config_ids(tokenizer),
     )
