@@ -221,7 +221,7 @@ def test_cli_check_passes_and_fails_with_exit_codes(saved_qwen3, capsys):
 
 def test_cli_check_bad_input_exits_2(saved_qwen3, tmp_path, capsys):
     assert main(["check", "--model", str(saved_qwen3), "-N", "1"]) == 2
-    assert "-N must be at least 2" in capsys.readouterr().err
+    assert "-N must be a whole number from 2 to 26" in capsys.readouterr().err
     missing = tmp_path / "nope.png"
     assert main(["check", "--model", str(saved_qwen3), "--image", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err

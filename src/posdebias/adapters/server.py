@@ -117,9 +117,11 @@ class ServerOptions(AdapterOptions):
         "(default: the local tokenizer's eos token)",
     )
     concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at most")
-    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    timeout: float = Field(default=120.0, gt=0, le=86_400, description="seconds per request")
     retries: int = Field(default=4, ge=0, le=20, description="retries of a failed request")
-    backoff: float = Field(default=0.5, ge=0, description="first retry delay, doubled each time")
+    backoff: float = Field(
+        default=0.5, ge=0, le=600, description="first retry delay, doubled each time"
+    )
     api_key_env: str | None = Field(
         default=None, description="environment variable holding the API key (Bearer token)"
     )

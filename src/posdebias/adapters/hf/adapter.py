@@ -25,10 +25,11 @@ import contextlib
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe, recording
@@ -102,9 +103,12 @@ class HFAdapterOptions(AdapterOptions):
         default="", description="text before the label in the answer, e.g. ' ' for LLaVA-1.5"
     )
     image_size: int | None = Field(
-        default=None, ge=1, description="resize every image to this square (bicubic) first"
+        default=None,
+        ge=1,
+        le=defaults.MAX_IMAGE_SIZE,
+        description="resize every image to this square (bicubic) first",
     )
-    max_patches: int | Literal["reference"] | None = Field(
+    max_patches: Annotated[int, Field(ge=1, le=1_024)] | Literal["reference"] | None = Field(
         default=None,
         description="tiles per image at most, for processors that tile images (InternVL): a "
         "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
@@ -117,7 +121,7 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
-    max_memory: dict[int | str, int | str] | None = Field(
+    max_memory: dict[int | str, Annotated[int, Field(ge=1, le=2**60)] | str] | None = Field(
         default=None,
         description="accelerate's memory per device for device_map (devices it names only)",
     )
