@@ -40,6 +40,8 @@ _MODULES = (
     "cohere2_vision",
     "paddleocr_vl",
     "paligemma",
+    "qwen2_5_omni",
+    "qwen3_omni_moe",
     "text",  # the text-only language models
 )
 
