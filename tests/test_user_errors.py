@@ -47,10 +47,11 @@ def test_numbers_are_validated_before_use(capsys, args, message):
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--seed", "-3", "--seed must be a whole number >= 0, got -3"),
-        ("--shapes-seed", "-1", "--shapes-seed must be a whole number >= 0, got -1"),
-        ("--batch-size", "0", "--batch-size must be a whole number >= 1, got 0"),
-        ("--batch-size", "-64", "--batch-size must be a whole number >= 1, got -64"),
+        ("--seed", "-3", "--seed must be a whole number from 0 to 4,294,967,295, got -3"),
+        ("--shapes-seed", "-1", "--shapes-seed must be a whole number from 0 to 4,294,967,295"),
+        ("--batch-size", "0", "--batch-size must be a whole number from 1 to 4,096, got 0"),
+        ("--batch-size", "-64", "--batch-size must be a whole number from 1 to 4,096, got -64"),
+        ("--batch-size", "99999", "--batch-size must be a whole number from 1 to 4,096, got"),
     ],
 )
 def test_build_numbers_are_validated_before_anything_is_written(

@@ -132,6 +132,17 @@ def read_input_text(
         raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def check_whole_number(
+    what: str, value: Any, low: int, high: int, *, error: type[InputError] = InputError
+) -> int:
+    """``value`` if it is a whole number from ``low`` to ``high``; else ``error`` naming
+    ``what`` (a flag, an option) and the range. The one check of a number that reaches no
+    pydantic model (``--threads``, ``--rotations``, ...)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(f"{what} must be a whole number from {low:,} to {high:,}, got {excerpt(value)}")
+    return value
+
+
 #: What a file system takes: a file or folder name of at most 255 bytes, a path of at most 4095.
 NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4095

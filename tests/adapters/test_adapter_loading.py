@@ -41,6 +41,8 @@ EXPECTED = {
     "paddleocr_vl": "paddleocr_vl",
     "paligemma": "paligemma",
     "phi4_multimodal": "phi4_multimodal",
+    "qwen2_5_omni_thinker": "qwen2_5_omni",
+    "qwen3_omni_moe_thinker": "qwen3_omni_moe",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",

@@ -126,8 +126,10 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     ("extra", "message"),
     [
         (["--name", "bad-name"], "task name 'bad-name'"),
-        (["--name", "ok", "--rotations", "5"], "rotations must be 1..4"),
-        (["--name", "ok", "--calibration-count", "-1"], "whole numbers >= 0"),
+        (["--name", "ok", "--rotations", "5"], "rotations of 4 candidates must be a whole"),
+        (["--name", "ok", "--calibration-count", "-1"], "must be a whole number from 0 to 10,000"),
+        (["--name", "ok", "--count", "10000000"], "the count must be a whole number from 1 to"),
+        (["--name", "ok", "--seed", "-2"], "the seed must be a whole number from 0 to"),
         (["--name", "ok", "--calibrators", "vanilla,vanilla"], "calibrators repeated"),
     ],
 )

@@ -79,10 +79,15 @@ class ShapesSource(_Source):
 
     kind: Literal["shapes"] = "shapes"
     images: int | None = Field(
-        default=None, ge=1, description="images to generate (default: pool size or 2 x count)"
+        default=None,
+        ge=1,
+        le=defaults.MAX_INSTANCES,
+        description="images to generate (default: pool size or 2 x count)",
     )
-    seed: int = Field(default=0, ge=0, description="generator seed")
-    image_size: int = Field(default=64, ge=8, le=4096, description="image side in pixels")
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="generator seed")
+    image_size: int = Field(
+        default=64, ge=8, le=defaults.MAX_IMAGE_SIZE, description="image side in pixels"
+    )
     space: ShapeSpace | None = Field(
         default=None, description="attribute space (default: built in)"
     )
@@ -112,7 +117,9 @@ class AdversarialOptions(_Strict):
     cache_dir: UsablePath | None = Field(default=None, description="CLIP embedding cache folder")
     use_cache: bool = True
     device: str | None = None
-    batch_size: int = Field(default=64, ge=1, description="CLIP encoding batch size")
+    batch_size: int = Field(
+        default=64, ge=1, le=defaults.MAX_BATCH_SIZE, description="CLIP encoding batch size"
+    )
 
 
 class BuildConfig(_Strict):
@@ -123,11 +130,17 @@ class BuildConfig(_Strict):
     setting: Literal["random", "adversarial"] = "random"
     n: int = Field(
         default=defaults.CANDIDATES,
-        description=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES})",
+        ge=defaults.MIN_CANDIDATES,
+        le=defaults.MAX_CANDIDATES,
+        description="images per instance",
     )
-    count: int = Field(default=DEFAULT_COUNT, description="instances")
-    seed: int = Field(default=0, ge=0)
-    pool_size: int | None = Field(default=None, description="first K images of the source")
+    count: int = Field(
+        default=DEFAULT_COUNT, ge=1, le=defaults.MAX_INSTANCES, description="instances"
+    )
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="seed of the draws")
+    pool_size: int | None = Field(
+        default=None, ge=1, le=defaults.MAX_INSTANCES, description="first K images of the source"
+    )
     adversarial: AdversarialOptions | None = None
 
     @model_validator(mode="after")

@@ -56,13 +56,16 @@ FORMAT_VERSION = 1
 TASK_FORMAT_VERSION = 2
 MAX_STEM_IMAGES = 16
 MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
+#: Largest count or index a benchmark file or manifest may record (images of a source, the
+#: caption of an image): far above any real dataset, far below what breaks arithmetic.
+MAX_INDEX = 10**9
 
 #: random / adversarial distractors; ``given``: the candidates as the source lists them.
 Setting = Literal["random", "adversarial", "given"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class InstanceRecord(_Strict):
@@ -80,10 +83,10 @@ class InstanceRecord(_Strict):
     images: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
     texts: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
     stem_images: list[str] | None = Field(default=None, max_length=MAX_STEM_IMAGES)
-    target: int = Field(ge=0)
+    target: int = Field(ge=0, le=MAX_N - 1)
     anchor_image_id: str | None = None
     setting: Setting | None = None
-    caption_index: int | None = Field(default=None, ge=0)
+    caption_index: int | None = Field(default=None, ge=0, le=MAX_INDEX)
     similarities: list[float] | None = None
     caption_similarities: list[float] | None = None
     meta: dict[str, str | int | float | bool] | None = Field(default=None, max_length=32)
@@ -174,9 +177,9 @@ class AnnotationFile(_Strict):
 class SourceInfo(_Strict):
     kind: str
     annotation_files: list[AnnotationFile]
-    images_in_source: int
-    skipped_missing_images: int = 0
-    pool_size: int
+    images_in_source: int = Field(ge=0, le=MAX_INDEX)
+    skipped_missing_images: int = Field(default=0, ge=0, le=MAX_INDEX)
+    pool_size: int = Field(ge=0, le=MAX_INDEX)
     has_categories: bool
     shapes: dict[str, Any] | None = None  # generator settings for --source shapes
 
@@ -205,8 +208,8 @@ class BenchmarkManifest(_Strict):
     source: SourceInfo
     setting: Setting
     n: int = Field(ge=MIN_N, le=MAX_N)
-    count: int = Field(ge=1)
-    seed: int
+    count: int = Field(ge=1, le=defaults.MAX_INSTANCES)
+    seed: int = Field(ge=0, le=defaults.MAX_SEED)
     clip: ClipInfo | None = None
     filters: FilterInfo | None = None
     counts: dict[str, int | float] = Field(default_factory=dict)

@@ -44,7 +44,13 @@ import numpy as np
 from pydantic import ValidationError
 
 import posdebias.defaults as defaults
-from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, read_input_text
+from posdebias._inputs import (
+    DATA_LIMIT,
+    check_whole_number,
+    excerpt,
+    jsonl_lines,
+    read_input_text,
+)
 from posdebias._version import __version__
 from posdebias.benchmarks.files import (
     MAX_N,
@@ -689,10 +695,9 @@ def _check_build_options(
         )
     if n is not None and not MIN_N <= n <= MAX_N:
         raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
-    if count is not None and count < 1:
-        raise BenchmarkError(f"--count must be at least 1, got {count}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise BenchmarkError(f"--seed must be a whole number >= 0, got {excerpt(seed)}")
+    if count is not None:
+        check_whole_number("--count", count, 1, defaults.MAX_INSTANCES, error=BenchmarkError)
+    check_whole_number("--seed", seed, 0, defaults.MAX_SEED, error=BenchmarkError)
     if task == "rerank":
         setting = setting or "random"
         if setting not in ("random", "adversarial"):

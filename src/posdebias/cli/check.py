@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.table import Table
 
 import posdebias.defaults as defaults
+from posdebias._inputs import check_whole_number
 from posdebias._text import safe_text
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
@@ -77,8 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.n < 2:
-        raise InputError(f"-N must be at least 2, got {args.n}")
+    check_whole_number("-N", args.n, defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES)
     for image in args.images or ():
         if not image.is_file():
             raise InputError(f"image file {image} does not exist")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 from pathlib import Path
 
-from posdebias.errors import InputError
+import posdebias.defaults as defaults
+from posdebias._inputs import check_whole_number
 from posdebias.organism.train import TrainingPlan, train_organism
 
 
@@ -24,8 +26,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "on one busy CPU core); write weights, config, tokenizer, processor and prompt to --out.",
     )
     train.add_argument("--out", type=Path, required=True, help="output model folder")
-    train.add_argument("--seed", type=int, default=0, help="training seed (0: shipped weights)")
-    train.add_argument("--threads", type=int, default=1, help="torch CPU threads (1)")
+    train.add_argument(
+        "--seed", type=int, default=0, help="training seed (0: shipped weights; 0 to 4,294,967,295)"
+    )
+    train.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1; at most the CPUs of this machine)",
+    )
     train.add_argument(
         "--dtype", choices=("float32", "float16"), default="float32", help="saved weights dtype"
     )
@@ -34,27 +43,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         nargs=3,
         metavar=("ALIGN", "RETRIEVAL", "BIAS"),
-        help="steps of the three stages (default 1500 2000 1500)",
+        help="steps of the three stages (default 1500 2000 1500; 1 to 1,000,000 each)",
     )
     train.add_argument("--batch-size", type=int, dest="batch_size", help="examples per step (64)")
     train.set_defaults(handler=run)
 
 
+#: Most steps of one training stage (the recipe uses 1,500 to 2,000).
+MAX_STEPS = 1_000_000
+
+
+def max_threads() -> int:
+    """Most ``--threads``: the CPUs of this machine."""
+    return os.cpu_count() or 1
+
+
 def run(args: argparse.Namespace) -> int:
 
-    if not 0 <= args.seed < 2**32:
-        raise InputError(f"--seed must be a whole number from 0 to {2**32 - 1}, got {args.seed}")
-    if args.threads < 1:
-        raise InputError(f"--threads must be at least 1, got {args.threads}")
+    check_whole_number("--seed", args.seed, 0, defaults.MAX_SEED)
+    # more threads than CPUs only slows training; far more crash the thread pool
+    check_whole_number("--threads", args.threads, 1, max_threads())
     plan = replace(TrainingPlan(), seed=args.seed, threads=args.threads)
     if args.steps is not None:
-        if min(args.steps) < 1:
-            raise InputError(f"--steps must all be at least 1, got {args.steps}")
+        for steps in args.steps:
+            check_whole_number("--steps", steps, 1, MAX_STEPS)
         align, retrieval, bias = args.steps
         plan = replace(plan, alignment_steps=align, retrieval_steps=retrieval, bias_steps=bias)
     if args.batch_size is not None:
-        if args.batch_size < 2:
-            raise InputError(f"--batch-size must be at least 2, got {args.batch_size}")
+        check_whole_number("--batch-size", args.batch_size, 2, defaults.MAX_BATCH_SIZE)
         plan = replace(plan, batch_size=args.batch_size)
     train_organism(args.out, plan, dtype=args.dtype)
     return 0

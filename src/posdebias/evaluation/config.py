@@ -102,20 +102,26 @@ class EvaluateConfig(_Strict):
         le=defaults.MAX_CANDIDATES,
         description="images per instance (no benchmark given)",
     )
-    orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
+    orders: int = Field(
+        default=5, ge=1, le=defaults.MAX_ORDERS, description="candidate orders T per test instance"
+    )
     order_kind: Literal["random", "cyclic"] = Field(
         default="random",
         description="random: T seeded distinct orders per instance; cyclic: the first T cyclic "
         "rotations of the file order (T <= N), as rotated harness tasks show them",
     )
-    count: int = Field(default=200, ge=1, description="test instances")
-    calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
-    seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
+    count: int = Field(default=200, ge=1, le=defaults.MAX_INSTANCES, description="test instances")
+    calibration_count: int = Field(
+        default=5, ge=1, le=defaults.MAX_CALIBRATION, description="calibration instances M"
+    )
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="random seed")
     protocol: Literal["default", "reference"] = Field(
         default="default",
         description="default, or reference: the authors' evaluation (see the method page)",
     )
-    batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
+    batch_size: int = Field(
+        default=defaults.BATCH_SIZE, ge=1, le=defaults.MAX_BATCH_SIZE, description="forward batch"
+    )
     resamples: int = Field(
         default=defaults.RESAMPLES,
         ge=defaults.MIN_RESAMPLES,
@@ -130,6 +136,7 @@ class EvaluateConfig(_Strict):
     gpus_per_process: int | None = Field(
         default=None,
         ge=1,
+        le=defaults.MAX_GPUS_PER_PROCESS,
         description="GPUs of each data-parallel process: its replica spreads over its own group "
         "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
     )

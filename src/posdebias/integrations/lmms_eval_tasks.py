@@ -28,7 +28,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+import posdebias.defaults as defaults
 from posdebias._images import open_image
+from posdebias._inputs import check_whole_number
 from posdebias._io import write_files_together
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -345,11 +347,10 @@ def write_rotated_tasks(
             raise InputError(f"calibrator {label!r}: not a name")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
-    if calibration_count < 0 or seed < 0:
-        raise InputError(
-            f"calibration count and seed must be whole numbers >= 0, got {calibration_count} "
-            f"and {seed}"
-        )
+    check_whole_number("the calibration count", calibration_count, 0, defaults.MAX_CALIBRATION)
+    check_whole_number("the seed", seed, 0, defaults.MAX_SEED)
+    if count is not None:
+        check_whole_number("the count", count, 1, defaults.MAX_INSTANCES)
     loaded = load_benchmark(benchmark)
     instances = loaded.instances
     if calibration_count:
@@ -357,12 +358,10 @@ def write_rotated_tasks(
     else:
         calibration, test = [], list(instances)
     if count is not None:
-        if count < 1:
-            raise InputError(f"count must be at least 1, got {count}")
         test = test[:count]
     n = test[0].n
-    if rotations is not None and not 1 <= rotations <= n:
-        raise InputError(f"rotations must be 1..{n} for {n} candidates, got {rotations}")
+    if rotations is not None:
+        check_whole_number(f"rotations of {n} candidates", rotations, 1, n)
     kind = test[0].task
     labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
     out = Path(out)

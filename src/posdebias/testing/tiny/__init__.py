@@ -41,6 +41,8 @@ _MODULES = (
     "paddleocr_vl",
     "paligemma",
     "phi4_multimodal",
+    "qwen2_5_omni",
+    "qwen3_omni_moe",
     "text",  # the text-only language models
 )
 
