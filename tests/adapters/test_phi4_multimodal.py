@@ -10,6 +10,7 @@ from adapter_reference import tiny_pair
 
 import posdebias
 from posdebias import get_adapter
+from posdebias.adapters.attention import language_model_attention
 from posdebias.adapters.families import phi4_multimodal
 from posdebias.errors import AdapterError, InputError
 from posdebias.testing import check_adapter, save_tiny_model, tiny_model_and_processor
@@ -80,4 +81,10 @@ def test_a_model_run_before_it_was_wrapped_refuses_attention_maps(make_instances
     np.testing.assert_allclose(observed.attention, fresh.attention, atol=1e-6)
     with pytest.raises(AdapterError, match="ran before posdebias wrapped it"):
         adapter.model_forward(**batch.inputs, output_attentions=True)
-    assert check_adapter(get_adapter(model, processor))["probe = eager"].status == "PASS"
+    wrapped = get_adapter(model, processor)  # wrapped before its first forward
+    with torch.no_grad():
+        plain = model(**batch.inputs).logits
+        model.set_attn_implementation(language_model_attention(model, None, "eager"))
+        maps = wrapped.model_forward(**batch.inputs, output_attentions=True)
+    assert len(maps.attentions) == model.config.num_hidden_layers  # eager maps, and the
+    assert torch.allclose(maps.logits, plain, atol=1e-5)  # features of the right layer
