@@ -66,8 +66,10 @@ def test_check_passes_on_a_pixtral_llava_checkpoint():
 
 
 @pytest.mark.parametrize(
-    "family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v", "paddleocr_vl"]
-)
+    "family",
+    ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v", "paddleocr_vl", "qwen2_5_omni_thinker",
+     "qwen3_omni_moe_thinker"],
+)  # fmt: skip
 def test_check_refuses_the_generic_adapter_on_multimodal_rope_before_any_forward(family):
     model, processor = tiny_pair(family)
     calls = _count_forwards(model)
@@ -168,6 +170,27 @@ class _EvenSplit(Qwen3VLAdapter):
             )
             for k in range(num_images)
         ]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])
+def test_the_omni_thinkers_pass_only_with_their_own_positions(family):
+    """The thinkers' 3-D positions (from their get_rope_index) are what the scores row checks:
+    the same adapter with 1-D positions fails it."""
+    model, processor = tiny_model_and_processor(family)
+    adapter = get_adapter(model, processor)
+    assert adapter.name == {"qwen2_5_omni_thinker": "qwen2_5_omni"}.get(family, "qwen3_omni_moe")
+
+    class OneDimensional(type(adapter)):
+        name = "omni_1d"
+
+        def prompt_position_ids(self, inputs):
+            return HFAdapter.prompt_position_ids(self, inputs)
+
+    batch = adapter.prepare_batch(check_instances(2, multi_token_n=None))
+    positions = adapter.prompt_position_ids(batch.inputs)
+    assert positions.shape[0] == 3 and not torch.equal(positions[1], positions[2])  # h != w
+    report = check_adapter(OneDimensional(model, processor))
+    assert report["scores = own forward"].status == "FAIL", report.summary()
 
 
 def test_span_hook_unions_pass_and_wrong_spans_fail_the_rotation_check():

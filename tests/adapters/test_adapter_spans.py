@@ -151,6 +151,7 @@ _EXACT_SPANS = {
 }  # fmt: skip
 #: Families whose span is a start marker (or markers), a run of one token, an end marker.
 _MARKED_RUNS = {
+    "qwen2_5_omni": (["<|vision_bos|>"], "<|IMAGE|>", "<|vision_eos|>"),  # before "qwen"
     "qwen": (["<|vision_start|>"], "<|image_pad|>", "<|vision_end|>"),
     "internvl": (["<img>"], "<IMG_CONTEXT>", "</img>"),
     "glm4v": (["<|begin_of_image|>"], "<|image|>", "<|end_of_image|>"),

@@ -57,7 +57,8 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     verdicts = {row.model_type: row for row in coverage}
     built_in = ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next",
                 "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl", "aya_vision",
-                "idefics2", "gemma4", "mllama")  # fmt: skip
+                "idefics2", "gemma4", "mllama", "qwen2_5_omni_thinker",
+                "qwen3_omni_moe_thinker")  # fmt: skip
     for family in built_in:
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (

@@ -160,19 +160,28 @@ def test_messages_hold_the_prompt_the_hf_adapters_render(tmp_path, qwen3):
     assert parts[2]["text"] == placeholder.removeprefix("<image_000.png><image_001.png>")
 
 
-def test_a_prompt_variant_of_a_task_instance_is_refused_as_by_the_hf_adapters(qwen3):
-    # The variants rewrite the retrieval prompt; dropping one silently would report the plain
-    # prompt's answers under the variant's name.
+def test_a_prompt_variant_of_a_task_instance_is_posed_as_by_the_hf_adapters(qwen3):
+    # The generated baselines' variants rewrite every task's template (in its own words); the
+    # server is sent exactly the messages the Hugging Face adapters pose, and the answer is
+    # parsed as a letter. A retrieval template handed to a task instance is still refused.
     from posdebias.adapters.hf.generation import GenerationSettings
+    from posdebias.core.tasks import TASK_HINTS
 
     settings = GenerationSettings(max_new_tokens=2, prompt_variant="instruction")
+    answer = {"choices": [{"index": 0, "message": {"content": "B"}}], "usage": {}}
+    with Server(lambda path, body, count: (200, answer, {})) as server:
+        server_adapter = adapter(server.url, label_set="upper")
+        (generated,) = server_adapter.generate_many([question()], settings)
+        ((path, body),) = server.requests
+    assert path.endswith("chat/completions")
+    assert generated.texts == ["B"]
+    posed = qwen3.messages_for(question(), variant="instruction")
+    assert body["messages"] == server_adapter.messages(question(), variant="instruction")
+    assert body["messages"][0]["content"] == posed[0]["content"]
+    assert TASK_HINTS["instruction"].split("{")[0] in posed[0]["content"]
     refused = "prompt variants apply to retrieval prompts; a multiple_choice instance"
-    with Server(lambda path, body, count: (500, {}, {})) as server:
-        with pytest.raises(AdapterError, match=refused):
-            adapter(server.url, label_set="upper").generate_many([question()], settings)
-        assert server.requests == []
     with pytest.raises(AdapterError, match=refused):
-        qwen3.generate_many([question()], settings)
+        qwen3.render(question(), qwen3.base_prompt.variant("cot"))
 
 
 def test_a_prompt_whose_tokens_change_under_the_answer_is_a_clear_error():

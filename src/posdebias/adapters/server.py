@@ -50,12 +50,19 @@ from posdebias.adapters.hf.prompt import (
     PromptTemplate,
     coerce_prompt,
     instance_messages,
+    variant_prompts,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.tasks import TaskTemplate, joined_text_messages, task_template
+from posdebias.core.tasks import (
+    DEFAULT_TEMPLATES,
+    TaskTemplate,
+    joined_text_messages,
+    task_template,
+    task_variant,
+)
 from posdebias.errors import AdapterError, InputError
 
 if TYPE_CHECKING:
@@ -261,7 +268,15 @@ class ServerAdapter(Adapter):
         opts = self.options
         self.label_set = opts.label_set
         self.base_prompt = opts.prompt or PromptTemplate()
-        self.prompt = self.base_prompt.variant(opts.prompt_variant)
+        self.prompt = self.base_prompt.variant(opts.prompt_variant, opts.label_set)
+        #: each candidate task's template as configured, and under the prompt variant
+        self.base_task_templates = {
+            task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
+        }
+        self.task_templates = {
+            task: task_variant(task, template, opts.prompt_variant)
+            for task, template in self.base_task_templates.items()
+        }
         self.client = ServerClient(opts)
         self.tokenizer = _local_tokenizer(opts.tokenizer) if opts.tokenizer else None
         if opts.endpoint == "completions" and self.tokenizer is None:
@@ -294,17 +309,31 @@ class ServerAdapter(Adapter):
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def messages(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> list:
+    def messages(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> list:
         """OpenAI chat messages of one instance (any task): the template's text and image
         items, images as base64 PNG ``image_url`` parts (or the placeholder text); adjacent
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
-        render, whatever separator the server would join a list's items with)."""
+        render, whatever separator the server would join a list's items with). ``variant``:
+        a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
+        chosen, default, templates = (
+            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
+            if variant is None
+            else variant_prompts(
+                variant, self.label_set, self.base_prompt, self.base_task_templates
+            )
+        )
         raw = instance_messages(
             instance,
             get_label_set(self.label_set),
-            prompt=prompt or self.prompt,
-            default=self.prompt,
-            templates=lambda task: task_template(task, self.options.task_prompt),
+            prompt=chosen,
+            default=default,
+            templates=templates,
         )
         shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
@@ -327,7 +356,13 @@ class ServerAdapter(Adapter):
             messages.append({**message, "content": parts})
         return joined_text_messages(messages)
 
-    def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
+    def render(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
         assert self.tokenizer is not None
         shows_images = instance.stem_images or any(i is not None for i in instance.images)
@@ -336,7 +371,7 @@ class ServerAdapter(Adapter):
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, prompt)
+        messages = self.messages(instance, prompt, variant=variant)
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -555,14 +590,9 @@ class ServerAdapter(Adapter):
         seeds = list(range(len(instances))) if seeds is None else list(seeds)
         if len(seeds) != len(instances):
             raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
-        template = (
-            self.prompt
-            if settings.prompt_variant is None
-            else self.base_prompt.variant(settings.prompt_variant)
-        )
 
         def one(job: tuple[RetrievalInstance, int]) -> Generation:
-            return self._generate_one(job[0], template, settings, job[1])
+            return self._generate_one(job[0], settings, job[1])
 
         with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
             return list(pool.map(one, zip(instances, seeds, strict=True)))
@@ -570,7 +600,6 @@ class ServerAdapter(Adapter):
     def _generate_one(
         self,
         instance: RetrievalInstance,
-        template: PromptTemplate,
         settings: GenerationSettings,
         seed: int,
     ) -> Generation:
@@ -590,10 +619,10 @@ class ServerAdapter(Adapter):
         if not settings.stop_at_eos:
             body["ignore_eos"] = True
         if self.options.endpoint == "chat":
-            body["messages"] = self.messages(instance, template)
+            body["messages"] = self.messages(instance, variant=settings.prompt_variant)
             payload = self.client.post("chat/completions", body)
         else:
-            body["prompt"] = self.render(instance, template)
+            body["prompt"] = self.render(instance, variant=settings.prompt_variant)
             payload = self.client.post("completions", body)
         choices = payload.get("choices")
         if not isinstance(choices, list) or len(choices) != settings.num_samples:

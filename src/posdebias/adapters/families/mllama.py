@@ -113,12 +113,15 @@ class MllamaAdapter(HFAdapter):
         prompt: Any = None,
         *,
         original_images: bool = False,
+        variant: str | None = None,
     ) -> PreparedBatch:
         for instance in instances:
             problem = self.task_problem(instance.task)
             if problem is not None:
                 raise AdapterError(f"instance {instance.id!r}: {problem}")
-        return super().prepare_batch(instances, prompt, original_images=original_images)
+        return super().prepare_batch(
+            instances, prompt, original_images=original_images, variant=variant
+        )
 
 
 @hookimpl

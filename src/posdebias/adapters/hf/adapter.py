@@ -38,12 +38,13 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
     coerce_prompt,
     instance_messages,
+    variant_prompts,
 )
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -60,13 +61,14 @@ from posdebias.adapters.hf.spans import (
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
-from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
     candidate_char_spans,
     task_template,
+    task_variant,
     text_only_messages,
 )
 from posdebias.errors import AdapterError, ConfigError, InputError
@@ -207,8 +209,13 @@ class HFAdapter(Adapter):
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
     #: The family's own prompt format, for checkpoints whose processor has no chat template
-    #: (PaliGemma); a processor's own chat template always wins.
+    #: (PaliGemma); a processor's own chat template always wins, and without either the
+    #: tokenizer's is used.
     default_chat_template: ClassVar[str | None] = None
+    #: Whether the checkpoints load as a causal LM (``AutoModelForCausalLM``: the text models,
+    #: and Phi-4-multimodal, whose embedding layer reads the images) instead of an
+    #: image-text-to-text model.
+    loads_as_causal_lm: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -235,7 +242,14 @@ class HFAdapter(Adapter):
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
-        if not getattr(processor, "chat_template", None) and self.default_chat_template is None:
+        # the processor's chat template, else the family's own format (PaliGemma), else the
+        # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
+        self.chat_template_override = (
+            None
+            if getattr(processor, "chat_template", None)
+            else self.default_chat_template or getattr(tokenizer, "chat_template", None)
+        )
+        if not getattr(processor, "chat_template", None) and not self.chat_template_override:
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
                 "posdebias renders prompts with it (set processor.chat_template)"
@@ -243,7 +257,7 @@ class HFAdapter(Adapter):
         self.label_set = get_label_set(label_set).name
         self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
         self.prompt_variant = prompt_variant
-        self.prompt = self.base_prompt.variant(prompt_variant)
+        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set)
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
@@ -252,7 +266,14 @@ class HFAdapter(Adapter):
         self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.task_prompt = task_prompt
-        self.task_templates = {task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES}
+        #: each candidate task's template as configured, and under the adapter's prompt variant
+        self.base_task_templates = {
+            task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES
+        }
+        self.task_templates = {
+            task: task_variant(task, template, prompt_variant)
+            for task, template in self.base_task_templates.items()
+        }
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
@@ -270,6 +291,14 @@ class HFAdapter(Adapter):
         self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def prepare_loaded(cls, model: Any, folder: Path) -> Any:
+        """The model to wrap, after :func:`posdebias.load_adapter` loaded ``model`` from the
+        checkpoint ``folder`` (the directory, or the cached snapshot of a hub id) and before it
+        is moved to its device: ``model`` itself by default (Phi-4-multimodal merges its vision
+        LoRA)."""
+        return model
 
     # -- family hooks --------------------------------------------------------------------------
 
@@ -348,13 +377,17 @@ class HFAdapter(Adapter):
         return None
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
-        """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        """Tokenise the rendered prompts and preprocess the images (one list per prompt).
+
+        A batch without any image (a text-only question on a vision-language model) passes no
+        images at all: image processors fail on empty lists. Batches never mix prompts with
+        and without images (:func:`batch_groups`)."""
         limit = self.tile_limit(len(images[0]) if images else 0)
         tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
-                images=images,
+                images=images if any(images) else None,
                 padding=True,
                 padding_side="left",
                 return_tensors="pt",
@@ -468,24 +501,38 @@ class HFAdapter(Adapter):
         return next(self.model.parameters()).device
 
     def messages_for(
-        self, instance: Instance, prompt: PromptTemplate | None = None, *, sentinels: bool = False
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        sentinels: bool = False,
+        variant: str | None = None,
     ) -> list[dict]:
         """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
-        retrieval instance, its task's template otherwise (``sentinels``: see
+        retrieval instance, its task's template otherwise; ``variant`` (a prompt variant, e.g.
+        a generated baseline's ``cot``) poses either kind's configured template under it,
+        instead of ``prompt`` and the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
+        chosen, default, templates = (
+            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
+            if variant is None
+            else variant_prompts(
+                variant, self.label_set, self.base_prompt, self.base_task_templates
+            )
+        )
         messages = instance_messages(
             instance,
             get_label_set(self.label_set),
-            prompt=prompt or self.prompt,
-            default=self.prompt,
-            templates=self.task_templates.__getitem__,
+            prompt=chosen,
+            default=default,
+            templates=templates,
             sentinels=sentinels,
         )
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
-        own = getattr(self.processor, "chat_template", None)
-        template = {} if own else {"chat_template": self.default_chat_template}
+        override = self.chat_template_override
+        template = {} if override is None else {"chat_template": override}
         try:
             return self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False, **template
@@ -495,21 +542,34 @@ class HFAdapter(Adapter):
                 f"the chat template of {self.model_id} cannot render the prompt: {exc}"
             ) from exc
 
-    def render(self, instance: Instance, prompt: PromptTemplate | None = None) -> str:
-        """The prompt text of one instance (chat template + generation prompt)."""
-        return self._apply_chat_template(self.messages_for(instance, prompt))
+    def render(
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
+        """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
+        ``variant``: see :meth:`messages_for`)."""
+        return self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
 
     def render_with_spans(
-        self, instance: Instance, prompt: PromptTemplate | None = None
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
     ) -> tuple[str, list[tuple[int, int] | None]]:
         """The prompt text and, per candidate, the characters ``[start, end)`` of its text in
         it (None for a candidate without text): the prompt is rendered once with a sentinel in
         place of each text, so the text's position is known exactly, and once as is; the two
         must agree (a chat template that rewrites message content is refused)."""
-        text = self.render(instance, prompt)
+        text = self.render(instance, prompt, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self._apply_chat_template(self.messages_for(instance, prompt, sentinels=True))
+        marked = self._apply_chat_template(
+            self.messages_for(instance, prompt, sentinels=True, variant=variant)
+        )
         try:
             rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
         except ConfigError as exc:
@@ -552,17 +612,10 @@ class HFAdapter(Adapter):
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         results: list[Observation | None] = [None] * len(instances)
-        by_n: dict[int, list[int]] = {}
-        for index, instance in enumerate(instances):
-            by_n.setdefault(instance.n, []).append(index)
-        for n in sorted(by_n):
-            check_candidate_count(n, get_label_set(self.label_set))
-            indices = by_n[n]
-            for start in range(0, len(indices), batch_size):
-                chunk = indices[start : start + batch_size]
-                observed = self._observe_batch([instances[i] for i in chunk])
-                for index, observation in zip(chunk, observed, strict=True):
-                    results[index] = observation
+        for chunk in batch_groups(instances, batch_size, self.label_set):
+            observed = self._observe_batch([instances[i] for i in chunk])
+            for index, observation in zip(chunk, observed, strict=True):
+                results[index] = observation
         return results  # type: ignore[return-value]
 
     def prepare_batch(
@@ -571,9 +624,11 @@ class HFAdapter(Adapter):
         prompt: PromptTemplate | None = None,
         *,
         original_images: bool = False,
+        variant: str | None = None,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the candidate spans of instances with one
-        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant).
+        N (``prompt``: another retrieval template than the adapter's; ``variant``: a prompt
+        variant of the configured template of any task, see :meth:`messages_for`).
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
@@ -586,7 +641,9 @@ class HFAdapter(Adapter):
                 f"{excerpt(next(i for i in instances if i.all_images).id)} has images; use a "
                 "vision-language model for instances with images"
             )
-        rendered = [self.render_with_spans(instance, prompt) for instance in instances]
+        rendered = [
+            self.render_with_spans(instance, prompt, variant=variant) for instance in instances
+        ]
         texts = [text for text, _ in rendered]
         side = None if original_images or self.text_only else min_image_side(self.processor)
         images = [
