@@ -124,3 +124,14 @@ def full_file_system(base, *, size: str = "64k", fill: bool = True):
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
     return mounted()
+
+
+def cli_run(capsys, *args) -> tuple[int, str]:
+    """``posdebias ARGS`` in this process: (exit code, stderr), never a traceback or an
+    internal error."""
+    from posdebias.cli import main
+
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return code, err
