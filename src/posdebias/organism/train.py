@@ -441,6 +441,7 @@ def train_organism(
     try:
         import torch
         import transformers
+        from safetensors import SafetensorError
 
         started = time.perf_counter()
         threads = torch.get_num_threads()
@@ -486,8 +487,9 @@ def train_organism(
                 (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
                 shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
                 (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-        except OSError as exc:
-            raise OutputError(f"cannot write the model to {path}: {exc.strerror}") from exc
+        except (OSError, SafetensorError) as exc:  # safetensors reports a full disk its way
+            why = getattr(exc, "strerror", None) or exc
+            raise OutputError(f"cannot write the model to {path}: {why}") from exc
     finally:
         folder.unlock(remove=folder.is_ours())
     log(f"trained in {seconds:.0f} s; wrote {path}")
