@@ -28,10 +28,7 @@ learns, and it vanishes after reloading).
 
 from __future__ import annotations
 
-import json
 import platform
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -40,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._rundir import RunFolder
 from posdebias.adapters.attention import recording
 from posdebias.adapters.families.llava import LlavaAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE
@@ -53,8 +49,8 @@ from posdebias.benchmarks.shapes import (
 )
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import MAX_CANDIDATES
-from posdebias.errors import OutputError
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
+from posdebias.organism.training import CARD_FILE, curriculum_n, model_folder, save_model
 
 #: Row i: probabilities of answering label j when the truth is at position i (N = 4).
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
@@ -167,38 +163,11 @@ def batch_size_for(plan: TrainingPlan, n: int) -> int:
 
 def retrieval_n(plan: TrainingPlan, step: int, rng: np.random.Generator) -> int:
     """N of retrieval step ``step``: uniform over ``min_n`` up to a ceiling that grows linearly
-    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage.
-
-    Why a curriculum: with N uniform in 2..12 from the first step, the attention loss converged
-    but the answer stayed at chance for the whole run (the label of the attended image has to be
-    copied, and at large N that copy is too hard to find first); starting at N <= 4, where it is
-    found within a few hundred steps, and widening from there, the answer follows at every N.
-    """
-    ramp = max(1, plan.retrieval_steps // 2)
-    start = max(plan.min_n, min(plan.curriculum_start_n, plan.max_n))
-    ceiling = min(plan.max_n, start + (plan.max_n - start) * step // ramp)
-    return int(rng.integers(plan.min_n, ceiling + 1))
-
-
-CARD_FILE = "README.md"
-TRAINING_FILE = "training.json"
-
-
-def _model_folder(target: Path) -> RunFolder:
-    """The folder a training writes, through the one run-directory layer: new or empty (a
-    trained model is never replaced), locked while training, the model staged inside it and
-    renamed into place only once complete. Opened before training, so an unusable ``--out``
-    (a file, a link, a full disk) fails in a second, not after the training."""
-    folder = RunFolder(target, marker=TRAINING_FILE, own=re.compile(r".+"), kind="model folder")
-    if folder.is_ours():
-        raise OutputError(
-            f"--out {target} already holds a trained model; posdebias never replaces one: "
-            "choose a new folder"
-        )
-    folder.check()
-    folder.create()
-    folder.lock()
-    return folder
+    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage
+    (:func:`~posdebias.organism.training.curriculum_n`, which says why)."""
+    return curriculum_n(
+        step, plan.retrieval_steps, plan.min_n, plan.curriculum_start_n, plan.max_n, rng
+    )
 
 
 class ShapesPool:
@@ -437,7 +406,7 @@ def train_organism(
     if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     path = Path(out)
-    folder = _model_folder(path)  # before torch's import: a bad --out fails at once
+    folder = model_folder(path)  # before torch's import: a bad --out fails at once
     try:
         import torch
         import transformers
@@ -462,9 +431,6 @@ def train_organism(
         finally:
             torch.set_num_threads(threads)
         seconds = time.perf_counter() - started
-        model.eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
         info = {
             "plan": asdict(plan),
             "bias": {
@@ -478,16 +444,15 @@ def train_organism(
             "transformers": transformers.__version__,
             "machine": platform.machine(),
         }
-        try:
-            with folder.staged() as staging:
-                model.set_attn_implementation("sdpa")
-                model.to(getattr(torch, dtype)).save_pretrained(staging)
-                processor.save_pretrained(staging)
-                (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
-                shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
-                (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-        except OSError as exc:
-            raise OutputError(f"cannot write the model to {path}: {exc.strerror}") from exc
+        save_model(
+            folder,
+            model,
+            processor,
+            dtype=dtype,
+            card=Path(__file__).with_name("model") / CARD_FILE,
+            info=info,
+            files={PROMPT_FILE: PROMPT.model_dump_json(indent=2) + "\n"},
+        )
     finally:
         folder.unlock(remove=folder.is_ours())
     log(f"trained in {seconds:.0f} s; wrote {path}")
