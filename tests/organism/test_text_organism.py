@@ -5,18 +5,14 @@ training script runs end to end and draws its data deterministically."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import hash_seed_digests, reused_and_rebuilt
 from posdebias.cli import main
 from posdebias.organism.text import MODEL_DIR, MODEL_NAME
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def metrics_of(out: Path) -> dict[str, dict]:
@@ -116,18 +112,9 @@ def test_the_generated_answer_is_a_letter_parsed_as_the_scored_one(text_cache_di
 
 
 def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
-    from posdebias.benchmarks.files import load_benchmark
     from posdebias.organism.text.benchmark import BENCHMARK_COUNT, bundled_text_benchmark
 
-    first = bundled_text_benchmark(4, tmp_path)
-    manifest = first / "manifest.json"
-    stamp = manifest.stat().st_mtime_ns
-    assert bundled_text_benchmark(4, tmp_path) == first and manifest.stat().st_mtime_ns == stamp
-    lines = (first / "benchmark.jsonl").read_text()
-    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
-    assert bundled_text_benchmark(4, tmp_path) == first
-    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
-    benchmark = load_benchmark(first)
+    benchmark = reused_and_rebuilt(bundled_text_benchmark, tmp_path)
     assert len(benchmark) == BENCHMARK_COUNT and benchmark.task == "multiple_choice"
     targets = [instance.target for instance in benchmark.instances]
     assert {t: targets.count(t) for t in range(4)} == pytest.approx(
@@ -173,13 +160,7 @@ print(digest.hexdigest())
 
 
 def test_training_data_do_not_depend_on_the_hash_seed():
-    digests = set()
-    for hash_seed in ("0", "1", "12345"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(SRC)}
-        result = subprocess.run(
-            [sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True
-        )
-        digests.add(result.stdout.strip())
+    digests = hash_seed_digests(_DIGEST)
     assert len(digests) == 1 and all(digests)
 
 

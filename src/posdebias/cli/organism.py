@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
@@ -69,14 +70,23 @@ def _add_training_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_training_flags(args: argparse.Namespace) -> None:
+PlanT = TypeVar("PlanT")
+
+
+def _plan(plan: PlanT, args: argparse.Namespace, stages: tuple[str, ...]) -> PlanT:
+    """``plan`` with the flags' settings, each checked first (``stages``: the plan's step
+    fields that ``--steps`` gives, in order)."""
     check_whole_number("--seed", args.seed, 0, defaults.MAX_SEED)
     # more threads than CPUs only slows training; far more crash the thread pool
     check_whole_number("--threads", args.threads, 1, max_threads())
-    for steps in args.steps or ():
+    settings = {"seed": args.seed, "threads": args.threads}
+    for stage, steps in zip(stages, args.steps or (), strict=False):
         check_whole_number("--steps", steps, 1, MAX_STEPS)
+        settings[stage] = steps
     if args.batch_size is not None:
         check_whole_number("--batch-size", args.batch_size, 2, defaults.MAX_BATCH_SIZE)
+        settings["batch_size"] = args.batch_size
+    return replace(plan, **settings)  # type: ignore[type-var]
 
 
 #: Most steps of one training stage (the recipe uses 1,500 to 2,000).
@@ -89,27 +99,14 @@ def max_threads() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-
-    _check_training_flags(args)
-    plan = replace(TrainingPlan(), seed=args.seed, threads=args.threads)
-    if args.steps is not None:
-        align, retrieval, bias = args.steps
-        plan = replace(plan, alignment_steps=align, retrieval_steps=retrieval, bias_steps=bias)
-    if args.batch_size is not None:
-        plan = replace(plan, batch_size=args.batch_size)
-    train_organism(args.out, plan, dtype=args.dtype)
+    stages = ("alignment_steps", "retrieval_steps", "bias_steps")
+    train_organism(args.out, _plan(TrainingPlan(), args, stages), dtype=args.dtype)
     return 0
 
 
 def run_text(args: argparse.Namespace) -> int:
     from posdebias.organism.text.train import TextTrainingPlan, train_text_organism
 
-    _check_training_flags(args)
-    plan = replace(TextTrainingPlan(), seed=args.seed, threads=args.threads)
-    if args.steps is not None:
-        align, answer, bias = args.steps
-        plan = replace(plan, alignment_steps=align, answer_steps=answer, bias_steps=bias)
-    if args.batch_size is not None:
-        plan = replace(plan, batch_size=args.batch_size)
-    train_text_organism(args.out, plan, dtype=args.dtype)
+    stages = ("alignment_steps", "answer_steps", "bias_steps")
+    train_text_organism(args.out, _plan(TextTrainingPlan(), args, stages), dtype=args.dtype)
     return 0

@@ -50,7 +50,14 @@ from posdebias.benchmarks.shapes import (
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import MAX_CANDIDATES
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
-from posdebias.organism.training import CARD_FILE, curriculum_n, model_folder, save_model
+from posdebias.organism.training import (
+    CARD_FILE,
+    curriculum_n,
+    model_folder,
+    save_model,
+    soft_target_step,
+    train_top,
+)
 
 #: Row i: probabilities of answering label j when the truth is at position i (N = 4).
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
@@ -354,17 +361,7 @@ def _bias_stage(
 
     model = adapter.model
     rng = np.random.default_rng([plan.seed, 2])
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    language_model = model.model.language_model
-    trained = [
-        *language_model.layers[-1].parameters(),
-        *language_model.norm.parameters(),
-        *model.lm_head.parameters(),
-    ]
-    for parameter in trained:
-        parameter.requires_grad_(True)
-    optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate)
+    optimizer = train_top(model, model.model.language_model, plan.learning_rate)
     labels = torch.tensor(label_ids)
     others = plan.max_n - plan.min_n
     for step in range(plan.bias_steps):
@@ -379,13 +376,9 @@ def _bias_stage(
             rows.append(bias_target(n, instance.target, pool.background(instance.query)))
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)
-        log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
-        loss = -(soft * log_probs).sum(dim=1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = soft_target_step(optimizer, logits, labels[:n], soft)
         if step % 50 == 0 or step == plan.bias_steps - 1:
-            log(f"stage 2 step {step} N={n}: loss {loss.item():.3f}")
+            log(f"stage 2 step {step} N={n}: loss {loss:.3f}")
 
 
 def train_organism(

@@ -91,6 +91,37 @@ def curriculum_n(
     return int(rng.integers(low, ceiling + 1))
 
 
+def train_top(model: Any, language_model: Any, learning_rate: float) -> Any:
+    """Freeze ``model`` except the top decoder layer and final norm of ``language_model`` and
+    the LM head; an AdamW optimizer over those (the bias stage of both organisms: the answer
+    changes, the lower layers' attention does not)."""
+    import torch
+
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    trained = [
+        *language_model.layers[-1].parameters(),
+        *language_model.norm.parameters(),
+        *model.lm_head.parameters(),
+    ]
+    for parameter in trained:
+        parameter.requires_grad_(True)
+    return torch.optim.AdamW(trained, lr=learning_rate)
+
+
+def soft_target_step(optimizer: Any, logits: Any, label_ids: Any, targets: Any) -> float:
+    """One optimizer step on the cross-entropy of the label distribution (the log-softmax over
+    the whole vocabulary, at the labels' tokens) against soft ``targets`` [B, N]; the loss."""
+    import torch
+
+    log_probs = torch.log_softmax(logits, dim=-1)[:, label_ids]
+    loss = -(targets * log_probs).sum(dim=1).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return float(loss.item())
+
+
 def model_folder(target: Path) -> RunFolder:
     """The folder a training writes, through the one run-directory layer: new or empty (a
     trained model is never replaced), locked while training, the model staged inside it and

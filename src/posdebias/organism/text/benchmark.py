@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from posdebias._io import atomic_write_text, cache_root
-from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.benchmarks.tasks import build_task_benchmark
-from posdebias.errors import BenchmarkError, OutputError
+from posdebias.organism.benchmark import cached_benchmark
 from posdebias.organism.text.world import draw_questions
 
 #: Questions in the bundled benchmark (calibration is held out of them by seed).
@@ -39,23 +38,14 @@ def bundled_text_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None 
     """
     base = Path(cache_dir) if cache_dir is not None else cache_root()
     folder = base / "benchmarks" / f"text-organism-v{VERSION}"
-    out = folder / f"n{n}"
-    if (out / MANIFEST_FILE).is_file():
-        try:
-            load_benchmark(out)
-            return out
-        except BenchmarkError:
-            pass  # damaged or moved: rebuild below
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(
-            f"cannot create the benchmark cache {folder}: {exc.strerror}; set "
-            "POSDEBIAS_CACHE_DIR to a writable folder"
-        ) from exc
-    questions = draw_questions(np.random.default_rng([BENCHMARK_SEED, n]), BENCHMARK_COUNT, n)
-    data = folder / f"questions-n{n}.jsonl"
-    lines = (json.dumps(q.record(f"text-{n}-{k}"), sort_keys=True) for k, q in enumerate(questions))
-    atomic_write_text(data, "".join(line + "\n" for line in lines))
-    build_task_benchmark("multiple_choice", "mcq", data, out, n=n)
-    return out
+
+    def build(out: Path) -> None:
+        questions = draw_questions(np.random.default_rng([BENCHMARK_SEED, n]), BENCHMARK_COUNT, n)
+        data = folder / f"questions-n{n}.jsonl"
+        lines = (
+            json.dumps(q.record(f"text-{n}-{k}"), sort_keys=True) for k, q in enumerate(questions)
+        )
+        atomic_write_text(data, "".join(line + "\n" for line in lines))
+        build_task_benchmark("multiple_choice", "mcq", data, out, n=n)
+
+    return cached_benchmark(folder / f"n{n}", build)

@@ -51,6 +51,8 @@ from posdebias.organism.training import (
     model_folder,
     save_model,
     seeded,
+    soft_target_step,
+    train_top,
 )
 
 #: The most options the training poses (the letters A to L are scored at every step).
@@ -215,29 +217,16 @@ def _bias_stage(trainer: _Trainer, log: Callable[[str], None]) -> None:
     plan = trainer.plan
     model = trainer.model
     rng = np.random.default_rng([plan.seed, 2])
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    trained = [
-        *model.model.layers[-1].parameters(),
-        *model.model.norm.parameters(),
-        *model.lm_head.parameters(),
-    ]
-    for parameter in trained:
-        parameter.requires_grad_(True)
-    optimizer = torch.optim.AdamW(trained, lr=plan.bias_learning_rate)
+    optimizer = train_top(model, model.model, plan.bias_learning_rate)
     for step in range(plan.bias_steps):
         n = int(rng.integers(plan.min_n, plan.max_n + 1))
         batch = draw_instances(rng, plan.batch_size, n, "bias")
         rows = [bias_target(n, question.target or 0) for question in batch]
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _, _ = trainer.forward(batch)
-        log_probs = torch.log_softmax(logits, dim=-1)[:, trainer.letters[:n]]
-        loss = -(soft * log_probs).sum(dim=1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = soft_target_step(optimizer, logits, trainer.letters[:n], soft)
         if step % 50 == 0 or step == plan.bias_steps - 1:
-            log(f"stage 2 step {step} N={n}: loss {loss.item():.3f}")
+            log(f"stage 2 step {step} N={n}: loss {loss:.3f}")
 
 
 def train_text_organism(
