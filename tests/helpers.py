@@ -94,10 +94,10 @@ def build_from_options(kind, root, out, **options):
     return build_benchmark(build_config_from({}, flags, "build options"))
 
 
-def full_file_system(base):
-    """A context: a 64 KiB tmpfs mounted at ``base/full`` and filled to the last byte (a real
-    full disk: writes fail with ENOSPC, creating empty files and folders still works), or None
-    where this process may not mount one (not root)."""
+def full_file_system(base, *, size: str = "64k", fill: bool = True):
+    """A context: a tmpfs of ``size`` mounted at ``base/full`` and (``fill``) filled to the last
+    byte (a real full disk: writes fail with ENOSPC, creating empty files and folders still
+    works), or None where this process may not mount one (not root)."""
     import contextlib
     import subprocess
     from pathlib import Path
@@ -107,17 +107,18 @@ def full_file_system(base):
         mount = Path(base) / "full"
         mount.mkdir()
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
         )
         if done.returncode != 0:
             mount.rmdir()
             yield None
             return
         try:
-            with contextlib.suppress(OSError), open(mount / "filler", "wb") as handle:
-                while True:
-                    handle.write(b"\0" * 4096)
-                    handle.flush()
+            if fill:
+                with contextlib.suppress(OSError), open(mount / "filler", "wb") as handle:
+                    while True:
+                        handle.write(b"\0" * 4096)
+                        handle.flush()
             yield mount
         finally:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)

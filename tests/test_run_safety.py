@@ -835,7 +835,9 @@ def test_a_calibration_file_of_another_calibrator_is_refused(tmp_path, capsys, m
 CAL = ("calibrate", "--adapter", "synthetic")
 
 
-@pytest.mark.parametrize("kind", ["foreign file", "state as a link", "marker-less subfolder"])
+@pytest.mark.parametrize(
+    "kind", ["foreign file", "state as a link", "marker-less subfolder", "a json of yours"]
+)
 def test_calibrate_out_that_is_not_a_folder_of_states_is_refused_before_any_fit(
     tmp_path, capsys, kind
 ):
@@ -849,6 +851,9 @@ def test_calibrate_out_that_is_not_a_folder_of_states_is_refused_before_any_fit(
     elif kind == "state as a link":
         (out / "pride.json").symlink_to(outside)
         message = "symbolic link"
+    elif kind == "a json of yours":
+        (out / "pride.json").write_text('{"mine": true}')  # named like a state, not one
+        message = "pride.json exists and is not a calibration state"
     else:
         (out / "sub").mkdir()
         message = "is not empty and is not a folder of calibration states"
@@ -857,7 +862,7 @@ def test_calibrate_out_that_is_not_a_folder_of_states_is_refused_before_any_fit(
     assert code == 2 and message in err, err
     assert tree(tmp_path) == before and outside.read_text() == "do not touch"
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        {"foreign file": ["notes.txt"], "state as a link": ["pride.json"]}.get(kind, ["sub"])
+        {"foreign file": ["notes.txt"], "marker-less subfolder": ["sub"]}.get(kind, ["pride.json"])
     )
     assert time.perf_counter() - started < 30
 
@@ -968,3 +973,22 @@ def test_a_file_size_limit_of_zero_before_the_lock_is_exit_2(tmp_path, capsys):
         assert "Traceback" not in result.stderr
         assert [p for p in out.rglob("*") if p.is_file() and p.stat().st_size] == []
     assert tree(tmp_path / "inputs") == inputs
+
+
+def test_a_disk_that_fills_while_the_trained_model_is_written_is_exit_2(tmp_path):
+    """safetensors reports a full disk as its own error, not an OSError: still exit 2, and the
+    half-written model is gone (the staging folder inside --out)."""
+    from helpers import full_file_system
+    from posdebias.errors import OutputError
+    from posdebias.organism.train import TrainingPlan, train_organism
+
+    with full_file_system(tmp_path, size="256k", fill=False) as small:
+        if small is None:
+            pytest.skip("mounting a tmpfs needs root")
+        plan = TrainingPlan(
+            pool_size=24, batch_size=4, alignment_steps=1, retrieval_steps=1, bias_steps=1
+        )
+        with pytest.raises(OutputError, match="cannot write the model to .*No space left"):
+            train_organism(small / "model", plan, log=lambda line: None)
+        assert [p.name for p in (small / "model").iterdir()] == [".posdebias.lock"]
+        assert [p.name for p in small.iterdir()] == ["model"]

@@ -325,6 +325,12 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     A torn line can only be the last one (we append and fsync line by line); a bad line
     anywhere else means the file was edited, so it raises.
     """
+    for _, record in numbered_jsonl_records(path):
+        yield record
+
+
+def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """:func:`read_jsonl_records` with the line number of each record (for messages)."""
     source = Path(path)
     if not os.path.lexists(source):
         return
@@ -346,7 +352,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            value = json.loads(line)
         except RecursionError:
             raise ResumeError(
                 f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "
@@ -358,6 +364,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
                 f"{source}:{number}: the run log is corrupt ({why}); "
                 "delete the run directory and start again without --resume"
             ) from exc
+        yield number, value
 
 
 def truncate_torn_tail(path: str | os.PathLike[str]) -> None:

@@ -77,5 +77,9 @@ MAX_SAMPLES = 1_000
 #: GPUs of one data-parallel process's model replica.
 MAX_GPUS_PER_PROCESS = 1_024
 
+#: Images a shapes build generates (drawing them takes minutes at this size; the bundled
+#: benchmark uses 500).
+MAX_SHAPES_IMAGES = 100_000
+
 #: Image side in pixels (a resize before the processor, a generated shapes image).
 MAX_IMAGE_SIZE = 4_096

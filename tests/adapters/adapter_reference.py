@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
+from posdebias.adapters.attention import language_model_attention
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import span_matrix
 from posdebias.registry.manager import get_registry
@@ -27,12 +28,14 @@ def fresh_model(family: str, implementation: str):
     probe, with ``implementation`` for its language model; ``sdpa`` on a language model without
     it (Gemma 2's soft-capped logits) gives its eager attention, transformers' own."""
     model, _ = tiny_model_and_processor(family, seed=0)
+    adapter_class = get_registry().adapter_for_model_type(model.config.model_type) or HFAdapter
+    key = adapter_class.text_config_key  # None: the model's own config is the language model's
     try:
-        model.set_attn_implementation({"text_config": implementation})
+        model.set_attn_implementation(language_model_attention(model, key, implementation))
     except ValueError:
         if implementation != "sdpa":
             raise
-        model.set_attn_implementation({"text_config": "eager"})
+        model.set_attn_implementation(language_model_attention(model, key, "eager"))
     return model
 
 
@@ -47,6 +50,8 @@ def language_model(model):
     """The language model (decoder) module of a conditional-generation model."""
     inner = getattr(model, "model", None)
     found = getattr(inner, "language_model", None) or getattr(inner, "text_model", None)
+    if found is None and hasattr(inner, "embed_tokens_extend"):  # Phi-4-multimodal: the
+        return inner.layers  # decoder layers (its embedding layer holds the vision tower)
     return found or model.language_model  # Idefics3 / SmolVLM: text_model
 
 

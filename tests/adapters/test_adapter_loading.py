@@ -40,6 +40,7 @@ EXPECTED = {
     "cohere2_vision": "cohere2_vision",
     "paddleocr_vl": "paddleocr_vl",
     "paligemma": "paligemma",
+    "phi4_multimodal": "phi4_multimodal",
     "qwen2_5_omni_thinker": "qwen2_5_omni",
     "qwen3_omni_moe_thinker": "qwen3_omni_moe",
     "qwen3_5": "qwen3_5",

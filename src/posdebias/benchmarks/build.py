@@ -176,6 +176,15 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
             ("--batch-size", clip.batch_size, 1, defaults.MAX_BATCH_SIZE),
         ),
     )
+    shapes_images = 0
+    if isinstance(spec, ShapesSource):
+        shapes_images = spec.images or pool_size or max(2 * count, n)
+    if shapes_images > defaults.MAX_SHAPES_IMAGES:
+        raise BenchmarkError(
+            f"this shapes build would generate {shapes_images:,} images (--pool-size, or 2 x "
+            f"--count), over the limit of {defaults.MAX_SHAPES_IMAGES:,}: lower --count, or "
+            "give --shapes-images"
+        )
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     shapes_info = shapes_reused = None
@@ -185,7 +194,7 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         # that fails (CLIP refused, a full disk) leaves the root other benchmarks use as it was
         staged = stage_shapes_dataset(
             root,
-            spec.images or pool_size or max(2 * count, n),
+            shapes_images,
             seed=spec.seed,
             space=spec.space or ShapeSpace(),
             image_size=spec.image_size,

@@ -81,7 +81,7 @@ class ShapesSource(_Source):
     images: int | None = Field(
         default=None,
         ge=1,
-        le=defaults.MAX_INSTANCES,
+        le=defaults.MAX_SHAPES_IMAGES,
         description="images to generate (default: pool size or 2 x count)",
     )
     seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="generator seed")

@@ -409,11 +409,13 @@ def sample_unique_attributes(
     rng = np.random.default_rng(seed)
     seen: set[tuple[Any, ...]] = set()  # membership only, never iterated
     samples: list[ShapeAttributes] = []
-    attempts = 0
+    attempts = misses = 0
     limit = 50 * count + 1000
     while len(samples) < count:
         attempts += 1
-        if attempts > limit:
+        # a space this size is exhausted: 20,000 repeats in a row would take e^-20 luck with
+        # even one caption in a thousand still new (and a huge count could draw for an hour)
+        if attempts > limit or misses > 20_000:
             raise BenchmarkError(
                 f"the shape space gives only about {len(samples)} distinct captions, fewer than "
                 f"the {count} images asked for; lower the count or enlarge the ShapeSpace "
@@ -422,7 +424,9 @@ def sample_unique_attributes(
         attributes = sample_shape_attributes(rng, space)
         key = attributes.key()
         if key in seen:
+            misses += 1
             continue
+        misses = 0
         seen.add(key)
         samples.append(attributes)
     return samples

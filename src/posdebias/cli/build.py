@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         ("--batch-size", args.batch_size, 1, defaults.MAX_BATCH_SIZE),
         ("--count", args.count, 1, defaults.MAX_INSTANCES),
         ("--pool-size", args.pool_size, 1, defaults.MAX_INSTANCES),
-        ("--shapes-images", args.shapes_images, 1, defaults.MAX_INSTANCES),
+        ("--shapes-images", args.shapes_images, 1, defaults.MAX_SHAPES_IMAGES),
         ("--shapes-image-size", args.shapes_image_size, 8, defaults.MAX_IMAGE_SIZE),
     )
     config = load_build_config(args)

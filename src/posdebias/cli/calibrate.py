@@ -106,6 +106,12 @@ def _check_out(out: Path, folder: RunFolder | None) -> None:
     that is not a calibration state, a folder that is not one of states."""
     if folder is not None:
         folder.check()
+        foreign = [path for path in sorted(out.glob("*.json")) if not _is_state_file(path)]
+        if foreign:
+            raise OutputError(
+                f"{foreign[0]} exists and is not a calibration state; posdebias does not replace "
+                "files it did not make: move it or choose another --out"
+            )
     elif out.is_symlink():
         raise OutputError(f"--out {out} is a symbolic link; give a plain file path")
     elif out.exists() and not _is_state_file(out):

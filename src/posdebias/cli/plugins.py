@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--options",
         action="store_true",
-        help="also list every option of each entry: type, default and description",
+        help="also list every option of each entry: type, default, range and description",
     )
     parser.add_argument(
         "--families",

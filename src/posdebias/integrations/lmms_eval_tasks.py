@@ -19,10 +19,11 @@ exactly what ``posdebias evaluate`` reports for the same items and orders:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,13 +117,31 @@ def _answer_like(answer: Any, position: int) -> Any:
     return text.replace(stripped, letter if stripped.isupper() else letter.lower())
 
 
-def rotation_transform(calibrator: str | None, rotations: int | None = None) -> Callable:
+def items_digest(docs: Iterable[Mapping[str, Any]]) -> str:
+    """What decides a task's metrics in its items: each one's id, candidates and truth."""
+    digest = hashlib.sha256()
+    for doc in docs:
+        key = [doc.get(name) for name in ("id", "target", "images", "texts", "stem_images")]
+        digest.update((json.dumps(key, sort_keys=True) + "\n").encode())
+    return digest.hexdigest()
+
+
+def rotation_transform(
+    calibrator: str | None, rotations: int | None = None, *, items: str | None = None
+) -> Callable:
     """A ``process_docs`` function: every document in its first ``rotations`` cyclic
-    rotations (all N by default), item-major, each recording ``calibrator``."""
+    rotations (all N by default), item-major, each recording ``calibrator``. ``items``: the
+    :func:`items_digest` of the documents as written; other documents (an items file edited
+    to move a truth) are refused, so the metrics come from the benchmark's truth."""
 
     def process_docs(dataset: Any) -> Any:
         import datasets
 
+        if items is not None and items_digest(dataset) != items:
+            raise InputError(
+                "the task's items differ from the ones `posdebias lmms-eval-task` wrote from "
+                "the benchmark (the items file was edited): write the tasks again"
+            )
         rows = []
         for doc in dataset:
             n = candidate_count(doc)
@@ -366,9 +385,8 @@ def write_rotated_tasks(
     labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
     out = Path(out)
     module = f"{name}_posdebias"
-    files: dict[str, bytes] = {
-        f"{name}_items.jsonl": _jsonl([_base_doc(instance, labels) for instance in test])
-    }
+    test_docs = [_base_doc(instance, labels) for instance in test]
+    files: dict[str, bytes] = {f"{name}_items.jsonl": _jsonl(test_docs)}
     data_files = {"test": str((out / f"{name}_items.jsonl").resolve())}
     if calibration:
         files[f"{name}_calibration.jsonl"] = _jsonl(
@@ -384,12 +402,17 @@ def write_rotated_tasks(
         "    rotation_transform,",
         ")",
         "",
+        "#: the items' ids, candidates and truths as written (an edited items file is refused)",
+        f"ITEMS = {items_digest(test_docs)!r}",
+        "",
     ]
     task_names = []
     for index, label in enumerate(labels_out):
         task = f"{name}_{re.sub(r'[^A-Za-z0-9_]', '_', label)}"
         task_names.append(task)
-        functions.append(f"docs_{index} = rotation_transform({label!r}, {rotations!r})  # {task}")
+        functions.append(
+            f"docs_{index} = rotation_transform({label!r}, {rotations!r}, items=ITEMS)  # {task}"
+        )
         files[f"{task}.yaml"] = _task_yaml(
             task, name, module, index, data_files, output_type, label, n, rotations
         ).encode()

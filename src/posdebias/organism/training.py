@@ -169,6 +169,7 @@ def save_model(
     model ``card``, ``training.json`` (``info``) and ``files`` (name -> text) into ``folder``,
     all appearing together."""
     import torch
+    from safetensors import SafetensorError
 
     model.eval()
     for parameter in model.parameters():
@@ -182,5 +183,6 @@ def save_model(
                 (staging / name).write_text(text, "utf-8")
             shutil.copyfile(card, staging / CARD_FILE)
             (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-    except OSError as exc:
-        raise OutputError(f"cannot write the model to {folder.root}: {exc.strerror}") from exc
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk its way
+        why = getattr(exc, "strerror", None) or exc
+        raise OutputError(f"cannot write the model to {folder.root}: {why}") from exc

@@ -68,6 +68,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.cohere2_vision",
     "posdebias.adapters.families.paddleocr_vl",
     "posdebias.adapters.families.paligemma",
+    "posdebias.adapters.families.phi4_multimodal",
     "posdebias.adapters.families.qwen2_5_omni",
     "posdebias.adapters.families.qwen3_omni_moe",
     "posdebias.adapters.families.qwen3",

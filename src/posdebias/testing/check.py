@@ -44,7 +44,7 @@ import numpy as np
 import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
-from posdebias.adapters.attention import install_probe
+from posdebias.adapters.attention import install_probe, language_model_attention
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
 from posdebias.adapters.hf.adapter import load_image
 from posdebias.adapters.hf.spans import (
@@ -441,7 +441,9 @@ class _Checks:
             how = f"one instance at a time (the adapter says: {exc})"
         key = adapter.text_config_key
         try:
-            adapter.model.set_attn_implementation("eager" if key is None else {key: "eager"})
+            adapter.model.set_attn_implementation(
+                language_model_attention(adapter.model, key, "eager")
+            )
         except (ValueError, AttributeError, KeyError) as exc:
             return SKIP, "no eager attention", f"the language model has no eager attention: {exc}"
         try:

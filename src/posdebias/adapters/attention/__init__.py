@@ -38,6 +38,7 @@ __all__ = [
     "CrossAttentionSpans",
     "attention_forward",
     "install_probe",
+    "language_model_attention",
     "recording",
     "register_probe",
     "sofa_attention",
@@ -132,18 +133,34 @@ def register_probe() -> str:
     return PROBE_NAME
 
 
+def language_model_attention(
+    model: Any, text_config_key: str | None, implementation: str
+) -> dict[str, Any]:
+    """The ``set_attn_implementation`` argument that gives the language model
+    ``implementation`` and leaves every encoder's as it is (``text_config_key`` as for
+    :func:`install_probe`)."""
+    if text_config_key is not None:
+        return {text_config_key: implementation}
+    config = model.config
+    encoders = {
+        key: sub._attn_implementation
+        for key in getattr(config, "sub_configs", {})
+        if (sub := getattr(config, key, None)) is not None
+    }
+    return {"": implementation, **encoders}
+
+
 def install_probe(model: Any, text_config_key: str | None = "text_config") -> None:
     """Route the language model's attention through the probe; the vision tower keeps its own.
 
     ``text_config_key`` names the language model's sub-config; None: the model is a language
-    model (its own config). Without an active recorder, SoFA or shared prefix the function is
-    plain SDPA, so installing it changes no output.
+    model (its own config), whose own sub-configs (Phi-4-multimodal's vision and audio
+    encoders) keep their implementation. Without an active recorder, SoFA or shared prefix the
+    function is plain SDPA, so installing it changes no output.
     """
     register_probe()
     try:
-        model.set_attn_implementation(
-            PROBE_NAME if text_config_key is None else {text_config_key: PROBE_NAME}
-        )
+        model.set_attn_implementation(language_model_attention(model, text_config_key, PROBE_NAME))
     except (ValueError, AttributeError, KeyError) as exc:
         raise AdapterError(
             f"cannot enable the attention probe on {type(model).__name__}: {exc}"

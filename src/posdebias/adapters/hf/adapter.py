@@ -209,8 +209,13 @@ class HFAdapter(Adapter):
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
     #: The family's own prompt format, for checkpoints whose processor has no chat template
-    #: (PaliGemma); a processor's own chat template always wins.
+    #: (PaliGemma); a processor's own chat template always wins, and without either the
+    #: tokenizer's is used.
     default_chat_template: ClassVar[str | None] = None
+    #: Whether the checkpoints load as a causal LM (``AutoModelForCausalLM``: the text models,
+    #: and Phi-4-multimodal, whose embedding layer reads the images) instead of an
+    #: image-text-to-text model.
+    loads_as_causal_lm: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -237,7 +242,14 @@ class HFAdapter(Adapter):
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
-        if not getattr(processor, "chat_template", None) and self.default_chat_template is None:
+        # the processor's chat template, else the family's own format (PaliGemma), else the
+        # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
+        self.chat_template_override = (
+            None
+            if getattr(processor, "chat_template", None)
+            else self.default_chat_template or getattr(tokenizer, "chat_template", None)
+        )
+        if not getattr(processor, "chat_template", None) and not self.chat_template_override:
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
                 "posdebias renders prompts with it (set processor.chat_template)"
@@ -279,6 +291,14 @@ class HFAdapter(Adapter):
         self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
 
     # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def prepare_loaded(cls, model: Any, folder: Path) -> Any:
+        """The model to wrap, after :func:`posdebias.load_adapter` loaded ``model`` from the
+        checkpoint ``folder`` (the directory, or the cached snapshot of a hub id) and before it
+        is moved to its device: ``model`` itself by default (Phi-4-multimodal merges its vision
+        LoRA)."""
+        return model
 
     # -- family hooks --------------------------------------------------------------------------
 
@@ -511,8 +531,8 @@ class HFAdapter(Adapter):
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
-        own = getattr(self.processor, "chat_template", None)
-        template = {} if own else {"chat_template": self.default_chat_template}
+        override = self.chat_template_override
+        template = {} if override is None else {"chat_template": override}
         try:
             return self.processor.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False, **template

@@ -163,6 +163,9 @@ class SweepDirectory:
 
     # -- points and timing ------------------------------------------------------------------
 
+    def point_path(self, index: int) -> Path:
+        return self.out / POINTS_DIR / f"{index:03d}.json"
+
     def read_point(self, index: int, label: str) -> dict[str, Any] | None:
         """A finished point's payload (validated), or None when it is not there or was made
         for another label (then it is made again)."""

@@ -40,6 +40,7 @@ _MODULES = (
     "cohere2_vision",
     "paddleocr_vl",
     "paligemma",
+    "phi4_multimodal",
     "qwen2_5_omni",
     "qwen3_omni_moe",
     "text",  # the text-only language models
