@@ -160,3 +160,14 @@ def reused_and_rebuilt(build, folder) -> object:
     assert build(4, folder) == first
     assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
     return load_benchmark(first)
+
+
+def cli_run(capsys, *args) -> tuple[int, str]:
+    """``posdebias ARGS`` in this process: (exit code, stderr), never a traceback or an
+    internal error."""
+    from posdebias.cli import main
+
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return code, err

@@ -13,16 +13,10 @@ from pathlib import Path
 import pytest
 
 from helpers import build_shapes_benchmark
+from helpers import cli_run as cli
 from posdebias.cli import main
 
 SIM = ("evaluate", "--adapter", "synthetic", "--calibrators", "vanilla,attention_guided")
-
-
-def cli(capsys, *args) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return code, err
 
 
 def tree(folder: Path) -> dict[str, bytes]:

@@ -21,18 +21,11 @@ from pathlib import Path
 import pytest
 
 from helpers import build_shapes_benchmark, run_cli_with_file_size_limit
-from posdebias.cli import main
+from helpers import cli_run as cli
 from posdebias.core.state import CalibrationState
 from posdebias.evaluation.results import EvaluationResults
 
 SIM = ("evaluate", "--adapter", "synthetic")
-
-
-def cli(capsys, *args) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return code, err
 
 
 def tree(folder: Path) -> dict[str, bytes]:

@@ -112,6 +112,16 @@ def relative_path(name: str, root: Path) -> str:
     return posix.as_posix()
 
 
+def line_image_path(name: str, root: Path, problems: Problems, line: int) -> str | None:
+    """:func:`relative_path` of an image named on ``line`` of a source file; why not is noted
+    as that line's problem (None)."""
+    try:
+        return relative_path(name, root)
+    except ValueError as exc:
+        problems.add(f"image {excerpt(name)} {exc}", line=line)
+        return None
+
+
 def _finish(
     kind: str,
     root: Path,
@@ -476,10 +486,8 @@ def _caption_line(
     if not isinstance(image, str) or not image.strip():
         problems.add("'image' must be a non-empty path", line=number)
         return None
-    try:
-        relative = relative_path(image, root)
-    except ValueError as exc:
-        problems.add(f"image {excerpt(image)} {exc}", line=number)
+    relative = line_image_path(image, root, problems, number)
+    if relative is None:
         return None
     if not isinstance(caption, str) or not caption.strip():
         problems.add("'caption' must be a non-empty string", line=number)

@@ -64,7 +64,7 @@ from posdebias.benchmarks.files import (
     write_benchmark,
 )
 from posdebias.benchmarks.problems import Problems, json_lines
-from posdebias.benchmarks.sources import relative_path
+from posdebias.benchmarks.sources import line_image_path
 from posdebias.core.instance import MAX_TEXT_CHARS
 from posdebias.errors import BenchmarkError, validation_problems
 
@@ -129,10 +129,8 @@ def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     if not isinstance(value, str) or not value.strip():
         problems.add(f"an image must be a file name, got {excerpt(value)}", line=line)
         return None
-    try:
-        relative = relative_path(value, root)
-    except ValueError as exc:
-        problems.add(f"image {excerpt(value)} {exc}", line=line)
+    relative = line_image_path(value, root, problems, line)
+    if relative is None:
         return None
     if not (root / relative).is_file():
         problems.add(f"image {excerpt(value)} not found under {root}", line=line)
