@@ -126,6 +126,42 @@ def full_file_system(base, *, size: str = "64k", fill: bool = True):
     return mounted()
 
 
+def hash_seed_digests(script: str) -> set[str]:
+    """The outputs of ``script`` (printing a digest of generated data) under three
+    PYTHONHASHSEED values: one element when the data never depend on set or hash order."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    digests = set()
+    for hash_seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(src)}
+        result = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        digests.add(result.stdout.strip())
+    return digests
+
+
+def reused_and_rebuilt(build, folder) -> object:
+    """``build(4, folder)`` (a bundled benchmark) twice, then after truncating its JSONL as a
+    crash would: the second call reuses the folder untouched, the third rebuilds the same
+    bytes; returns the loaded benchmark."""
+    from posdebias.benchmarks.files import load_benchmark
+
+    first = build(4, folder)
+    manifest = first / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert build(4, folder) == first and manifest.stat().st_mtime_ns == stamp
+    lines = (first / "benchmark.jsonl").read_text()
+    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
+    assert build(4, folder) == first
+    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
+    return load_benchmark(first)
+
+
 def cli_run(capsys, *args) -> tuple[int, str]:
     """``posdebias ARGS`` in this process: (exit code, stderr), never a traceback or an
     internal error."""

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import hash_seed_digests
 from posdebias.cli import main
 from posdebias.errors import OutputError
 from posdebias.organism.train import ShapesPool, TrainingPlan, train_organism
-
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_few_steps_write_a_model_that_loads_and_observes(tmp_path):
@@ -63,13 +58,7 @@ print(digest.hexdigest())
 
 def test_training_data_do_not_depend_on_the_hash_seed():
     """Issue 7's trap: a set-ordered candidate list is a cue that vanishes after reloading."""
-    digests = set()
-    for hash_seed in ("0", "1", "12345"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(SRC)}
-        result = subprocess.run(
-            [sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True
-        )
-        digests.add(result.stdout.strip())
+    digests = hash_seed_digests(_DIGEST)
     assert len(digests) == 1 and all(digests)
 
 

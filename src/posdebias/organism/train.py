@@ -28,10 +28,7 @@ learns, and it vanishes after reloading).
 
 from __future__ import annotations
 
-import json
 import platform
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -40,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._rundir import RunFolder
 from posdebias.adapters.attention import recording
 from posdebias.adapters.families.llava import LlavaAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE
@@ -53,8 +49,15 @@ from posdebias.benchmarks.shapes import (
 )
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import MAX_CANDIDATES
-from posdebias.errors import OutputError
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
+from posdebias.organism.training import (
+    CARD_FILE,
+    curriculum_n,
+    model_folder,
+    save_model,
+    soft_target_step,
+    train_top,
+)
 
 #: Row i: probabilities of answering label j when the truth is at position i (N = 4).
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
@@ -167,38 +170,11 @@ def batch_size_for(plan: TrainingPlan, n: int) -> int:
 
 def retrieval_n(plan: TrainingPlan, step: int, rng: np.random.Generator) -> int:
     """N of retrieval step ``step``: uniform over ``min_n`` up to a ceiling that grows linearly
-    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage.
-
-    Why a curriculum: with N uniform in 2..12 from the first step, the attention loss converged
-    but the answer stayed at chance for the whole run (the label of the attended image has to be
-    copied, and at large N that copy is too hard to find first); starting at N <= 4, where it is
-    found within a few hundred steps, and widening from there, the answer follows at every N.
-    """
-    ramp = max(1, plan.retrieval_steps // 2)
-    start = max(plan.min_n, min(plan.curriculum_start_n, plan.max_n))
-    ceiling = min(plan.max_n, start + (plan.max_n - start) * step // ramp)
-    return int(rng.integers(plan.min_n, ceiling + 1))
-
-
-CARD_FILE = "README.md"
-TRAINING_FILE = "training.json"
-
-
-def _model_folder(target: Path) -> RunFolder:
-    """The folder a training writes, through the one run-directory layer: new or empty (a
-    trained model is never replaced), locked while training, the model staged inside it and
-    renamed into place only once complete. Opened before training, so an unusable ``--out``
-    (a file, a link, a full disk) fails in a second, not after the training."""
-    folder = RunFolder(target, marker=TRAINING_FILE, own=re.compile(r".+"), kind="model folder")
-    if folder.is_ours():
-        raise OutputError(
-            f"--out {target} already holds a trained model; posdebias never replaces one: "
-            "choose a new folder"
-        )
-    folder.check()
-    folder.create()
-    folder.lock()
-    return folder
+    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage
+    (:func:`~posdebias.organism.training.curriculum_n`, which says why)."""
+    return curriculum_n(
+        step, plan.retrieval_steps, plan.min_n, plan.curriculum_start_n, plan.max_n, rng
+    )
 
 
 class ShapesPool:
@@ -385,17 +361,7 @@ def _bias_stage(
 
     model = adapter.model
     rng = np.random.default_rng([plan.seed, 2])
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    language_model = model.model.language_model
-    trained = [
-        *language_model.layers[-1].parameters(),
-        *language_model.norm.parameters(),
-        *model.lm_head.parameters(),
-    ]
-    for parameter in trained:
-        parameter.requires_grad_(True)
-    optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate)
+    optimizer = train_top(model, model.model.language_model, plan.learning_rate)
     labels = torch.tensor(label_ids)
     others = plan.max_n - plan.min_n
     for step in range(plan.bias_steps):
@@ -410,13 +376,9 @@ def _bias_stage(
             rows.append(bias_target(n, instance.target, pool.background(instance.query)))
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)
-        log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
-        loss = -(soft * log_probs).sum(dim=1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = soft_target_step(optimizer, logits, labels[:n], soft)
         if step % 50 == 0 or step == plan.bias_steps - 1:
-            log(f"stage 2 step {step} N={n}: loss {loss.item():.3f}")
+            log(f"stage 2 step {step} N={n}: loss {loss:.3f}")
 
 
 def train_organism(
@@ -437,11 +399,10 @@ def train_organism(
     if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     path = Path(out)
-    folder = _model_folder(path)  # before torch's import: a bad --out fails at once
+    folder = model_folder(path)  # before torch's import: a bad --out fails at once
     try:
         import torch
         import transformers
-        from safetensors import SafetensorError
 
         started = time.perf_counter()
         threads = torch.get_num_threads()
@@ -463,9 +424,6 @@ def train_organism(
         finally:
             torch.set_num_threads(threads)
         seconds = time.perf_counter() - started
-        model.eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
         info = {
             "plan": asdict(plan),
             "bias": {
@@ -479,17 +437,15 @@ def train_organism(
             "transformers": transformers.__version__,
             "machine": platform.machine(),
         }
-        try:
-            with folder.staged() as staging:
-                model.set_attn_implementation("sdpa")
-                model.to(getattr(torch, dtype)).save_pretrained(staging)
-                processor.save_pretrained(staging)
-                (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
-                shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
-                (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-        except (OSError, SafetensorError) as exc:  # safetensors reports a full disk its way
-            why = getattr(exc, "strerror", None) or exc
-            raise OutputError(f"cannot write the model to {path}: {why}") from exc
+        save_model(
+            folder,
+            model,
+            processor,
+            dtype=dtype,
+            card=Path(__file__).with_name("model") / CARD_FILE,
+            info=info,
+            files={PROMPT_FILE: PROMPT.model_dump_json(indent=2) + "\n"},
+        )
     finally:
         folder.unlock(remove=folder.is_ours())
     log(f"trained in {seconds:.0f} s; wrote {path}")

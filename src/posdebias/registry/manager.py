@@ -91,6 +91,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
     "posdebias.organism",
+    "posdebias.organism.text",
 )
 
 T = TypeVar("T")
