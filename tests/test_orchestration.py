@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 
 from helpers import build_shapes_benchmark
 from posdebias.cli import main
+from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.distributed import Shard
 from posdebias.evaluation.job import (
@@ -33,24 +35,42 @@ def _timeless(results) -> dict:
 
 
 def test_phases_one_by_one_equal_the_whole_run(tmp_path):
+    """Each phase takes what it needs and hands the next a frozen value; run step by step,
+    they give what the whole run gives."""
     config = load_config(None, adapter="synthetic", count=12, orders=2, out=tmp_path / "a")
-    run = prepare(resolve_preset(config, None), shard=Shard())
-    try:
-        assert run.states == {} and run.records == {}
-        calibrate(run)
-        assert set(run.states) == set(run.calibrators) == set(run.fingerprints)
+    with prepare(resolve_preset(config, None), shard=Shard()) as prepared:
+        assert prepared.earlier == {} and prepared.files is not None
+        calibrated = calibrate(prepared)
+        assert set(calibrated.states) == set(prepared.calibrators) == set(calibrated.fingerprints)
         assert sorted(p.name for p in (tmp_path / "a" / "states").iterdir()) == sorted(
-            f"{label}.json" for label in run.calibrators
+            f"{label}.json" for label in prepared.calibrators
         )
         seen = []
-        evaluate_shard(run, lambda record, accuracy: seen.append(record.instance_id))
-        assert len(seen) == 12 and run.evaluated_here == 12
-        assert merge(run) is True
-        stepwise = finish(run)
-    finally:
-        run.close()
+        evaluated = evaluate_shard(
+            prepared, calibrated, lambda record, accuracy: seen.append(record.instance_id)
+        )
+        assert len(seen) == 12 and evaluated.evaluated_here == 12
+        assert set(evaluated.records) == set(seen) and prepared.earlier == {}
+        assert merge(prepared, evaluated) is evaluated  # one process: nothing to gather
+        stepwise = finish(prepared, calibrated, evaluated)
+        for value in (prepared, calibrated, evaluated):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                value.n = 3  # type: ignore[misc]
     whole = run_evaluation(config.model_copy(update={"out": tmp_path / "b"}))
     assert _timeless(stepwise) == _timeless(whole)
+    # the lock is released on leaving: a resumed run reuses every record of the first
+    with prepare(resolve_preset(config, None), resume=True, shard=Shard()) as again:
+        assert set(again.earlier) == set(seen)
+        evaluated = evaluate_shard(again, calibrate(again))
+        assert evaluated.evaluated_here == 0 and set(evaluated.records) == set(seen)
+
+
+def test_a_data_parallel_run_needs_a_run_directory(tmp_path):
+    """Ranks hand their records to rank 0 through --out: without it, a clear error before
+    any model is built (not a failed assertion at the merge)."""
+    config = load_config(None, adapter="synthetic", count=4, orders=1)
+    with pytest.raises(InputError, match="a data-parallel run needs --out DIR"):
+        prepare(resolve_preset(config, None), shard=Shard(rank=0, world=2))
 
 
 def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
@@ -80,9 +100,9 @@ def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
     before = torch.get_num_threads()
     resolved = ResolvedConfig(load_config(None, adapter="synthetic", n=3), preset)
     with resolved.threads():
-        run = prepare(resolved, shard=Shard())
+        prepared = prepare(resolved, shard=Shard())
     assert calls == [(3, 200 + 5, 1)] and torch.get_num_threads() == before
-    assert run.source.description["benchmark_sha256"] and run.n == 3
+    assert prepared.source.description["benchmark_sha256"] and prepared.n == 3
 
 
 def test_evaluation_knows_no_model_by_name():

@@ -55,11 +55,15 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     assert [row.model_type for row in coverage] == image_text_model_types()
     assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
     verdicts = {row.model_type: row for row in coverage}
-    for family in ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next"):
+    built_in = ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next",
+                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl", "aya_vision",
+                "idefics2", "gemma4", "mllama", "qwen2_5_omni_thinker",
+                "qwen3_omni_moe_thinker")  # fmt: skip
+    for family in built_in:
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (
-        ("mllama", "cross-attention layers"),
-        ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
+        ("gemma3n", "(KV sharing)"),
+        ("glm_ocr", "GlmOcrModel.get_rope_index"),
         ("t5gemma2", "encoder-decoder"),
     ):
         assert verdicts[family].verdict == REFUSED and reason in verdicts[family].detail
@@ -95,4 +99,30 @@ def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward(
     adapter = get_adapter(model, processor, adapter="generic")
     with pytest.raises(AdapterError, match=r"cross-attention layers \[1\]"):
         adapter.verify(check_instances(3, multi_token_n=None)[0])
+    assert calls[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("family", "reason"),
+    [
+        # the chat template's <image> is only text the processor replaces
+        ("ovis2", "image token '<image>' is not in the vocabulary"),
+        # a wide image is split into tiles, a line break after each tile's patch tokens
+        ("cohere2_vision", "splits images into tiles with text between them (4 runs of image"),
+        # the checkpoints' processors have no chat template (the adapter brings the format)
+        ("paligemma", "has no chat template"),
+        # multimodal RoPE: the model computes 3-D positions from the image grids
+        ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
+    ],
+)
+def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family, reason):
+    """The families that needed their own adapter: forced onto the generic one, each stops with
+    its reason before any forward."""
+    model, processor = tiny_model_and_processor(family)
+    calls = [0]
+    model.register_forward_pre_hook(lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
+    with pytest.raises(AdapterError, match=re.escape(reason)):
+        get_adapter(model, processor, adapter="generic").verify(
+            check_instances(3, multi_token_n=None)[0]
+        )
     assert calls[0] == 0

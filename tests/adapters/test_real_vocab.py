@@ -19,7 +19,15 @@ from posdebias.core.labels import LABEL_SETS
 from posdebias.testing import tiny_model_and_processor
 from posdebias.testing.tiny.common import real_vocabulary_specials
 
-REAL_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "llava_onevision", "internvl")
+REAL_FAMILIES = (
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "llava_onevision",
+    "internvl",
+    "ovis2",
+)
 
 _PAIRS: dict[str, tuple] = {}
 
@@ -87,6 +95,7 @@ def test_the_real_vocabulary_splits_digits_and_spaces():
             "Qwen3_5Config",
             {"image_token_id": "<|image_pad|>", "vision_start_token_id": "<|vision_start|>"},
         ),
+        ("ovis2", "Ovis2Config", {"image_token_id": "<IMG_ATOM>"}),
     ],
 )
 def test_special_tokens_land_on_their_official_ids(family, config_class, fields):
@@ -101,6 +110,17 @@ def test_special_tokens_land_on_their_official_ids(family, config_class, fields)
     first_special = 248_044 if family == "qwen3_5" else 151_643  # right after the BPE ranks
     assert processor.tokenizer.convert_tokens_to_ids("<|endoftext|>") == first_special
     assert processor.tokenizer.convert_tokens_to_ids("<|im_end|>") == first_special + 2
+
+
+def test_ovis2_visual_indicators_land_on_their_official_ids():
+    """Ovis2's five indicators follow <IMG_ATOM> in the order of visual_indicator_token_ids."""
+    import transformers
+
+    model, processor = real_pair("ovis2")
+    official = list(transformers.Ovis2Config().visual_indicator_token_ids)
+    names = ["<IMG_START>", "<IMG_GRID>", "<IMG_COL>", "<IMG_ROW>", "<IMG_END>"]
+    assert processor.tokenizer.convert_tokens_to_ids(names) == official
+    assert list(model.config.visual_indicator_token_ids) == official
 
 
 def test_qwen3_5_specials_follow_its_larger_vocabulary():
@@ -157,6 +177,12 @@ def test_prompt_renders_as_the_checkpoint_would(family, many_images):
             first, last = span.start, span.end
             assert ids[first] == start and ids[last - 1] == end
             assert ids[first + 1 : last - 1] == [image_id] * processor.image_seq_length
+    elif family == "ovis2":  # one block per image, every indicator the image's
+        start, end = (tokenizer.convert_tokens_to_ids(t) for t in ("<IMG_START>", "<IMG_END>"))
+        indicators = set(model.config.visual_indicator_token_ids)
+        for span in spans:
+            assert ids[span.start] == start and ids[span.end - 1] == end
+            assert set(inside) <= indicators and len(span.runs) == 1
     else:  # LLaVA-OneVision: one run of image tokens for all images, split by the counts
         assert inside == []
         assert sorted(covered) == image_positions

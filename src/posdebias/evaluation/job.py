@@ -1,6 +1,7 @@
-"""One evaluation run from a config, in explicit phases over one :class:`Run` object.
+"""One evaluation run from a config, in explicit phases, each handing the next a frozen value.
 
-    prepare -> calibrate -> evaluate a shard -> merge -> finish
+    prepare -> Prepared -> calibrate -> Calibrated -> evaluate a shard -> Evaluated
+            -> merge -> Evaluated (rank 0) -> finish -> EvaluationResults
 
 * **prepare** builds the calibrators and the adapter, loads the instances and any saved
   calibration states, and checks everything that can be checked before a forward pass or a
@@ -23,13 +24,14 @@ model's benchmark, batch size and threads.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import resource
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,7 @@ from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
     ObservationCache,
+    check_logged_truth,
     fit_calibrators,
     observe_cached,
     scored_views,
@@ -403,43 +406,94 @@ def peak_memory() -> dict[str, float]:
     return usage
 
 
-@dataclass
-class Run:
-    """The state one run's phases share: what was prepared, fitted and evaluated."""
+@dataclass(frozen=True)
+class RunFiles:
+    """This process's side of an opened run directory: the lock and the logs it appends to."""
 
-    config: EvaluateConfig
-    shard: Shard
-    resume: bool
-    adapter: Adapter
-    calibrators: dict[str, Calibrator]
-    source: InstanceSource
-    n: int
-    provided: dict[str, CalibrationState]
-    decoders: dict[str, Decoder] = field(default_factory=dict)
-    run_dir: RunDirectory | None = None
-    cache: ObservationCache = field(default_factory=ObservationCache)
-    decisions: DecisionCache = field(default_factory=DecisionCache)
-    states: dict[str, CalibrationState] = field(default_factory=dict)
-    fingerprints: dict[str, str] = field(default_factory=dict)
-    records: dict[str, InstanceRecord] = field(default_factory=dict)
-    evaluator: Evaluator | None = None
-    evaluated_here: int = 0
-    clock: dict[str, float] = field(default_factory=lambda: {"started": time.perf_counter()})
-    _logs: list[JsonlAppender] = field(default_factory=list)
+    directory: RunDirectory
+    logs: tuple[JsonlAppender, ...]
+
+    def close_logs(self) -> None:
+        for log in self.logs:
+            log.close()
 
     def close(self) -> None:
         """Close the logs and release the run directory's lock."""
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
-        if self.run_dir is not None:
-            self.run_dir.unlock()
+        self.close_logs()
+        self.directory.unlock()
 
 
-def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | None = None) -> Run:
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` built and checked: the run's inputs, read by every later phase.
+
+    ``earlier`` holds the records an earlier attempt left in the run directory (``--resume``);
+    ``cache`` and ``decisions`` start with its observations and decoder decisions. Close it
+    (or use it as a context manager) to release the run directory.
+    """
+
+    config: EvaluateConfig
+    shard: Shard
+    adapter: Adapter
+    calibrators: Mapping[str, Calibrator]
+    decoders: Mapping[str, Decoder]
+    source: InstanceSource
+    n: int
+    provided: Mapping[str, CalibrationState]
+    started: float
+    cache: ObservationCache = field(default_factory=ObservationCache)
+    decisions: DecisionCache = field(default_factory=DecisionCache)
+    earlier: Mapping[str, InstanceRecord] = field(default_factory=dict)
+    files: RunFiles | None = None
+
+    def close(self) -> None:
+        """Close the logs and release the run directory's lock."""
+        if self.files is not None:
+            self.files.close()
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """What :func:`calibrate` fitted or loaded: a state and a fingerprint per label."""
+
+    states: Mapping[str, CalibrationState]
+    #: label -> what decides its choices (calibrators and decoders), see :class:`InstanceRecord`
+    fingerprints: Mapping[str, str]
+    fitted: float  # time.perf_counter() when calibration ended
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """What :func:`evaluate_shard` made (and :func:`merge` gathered on rank 0): the records of
+    the test instances with what their summary reads, and what this process spent."""
+
+    records: Mapping[str, InstanceRecord]
+    cache: ObservationCache
+    decisions: DecisionCache
+    #: label -> message, for third-party calibrators that raised (dropped from the run)
+    failures: Mapping[str, str]
+    seconds_per_instance: Mapping[str, float]
+    evaluated_here: int
+    finished: float  # time.perf_counter() when this process's shard was done
+
+
+def prepare(
+    resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | None = None
+) -> Prepared:
     """Phase 1: build and check everything, then open the run directory (if ``out``)."""
     config = resolved.config
     shard = shard or current_shard()
+    if shard.distributed and config.out is None:
+        raise InputError(
+            "a data-parallel run needs --out DIR: its processes hand their records to rank 0 "
+            "through the run directory"
+        )
     calibrators = build_calibrators(config)
     decoders = build_decoders(config)
     adapter = build_adapter(config, shard)
@@ -459,164 +513,220 @@ def prepare(resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | No
             f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
             f"only {n} rotations; use orders {n} or fewer"
         )
-    provided = saved_states(config, adapter, calibrators, n)
-    run = Run(config, shard, resume, adapter, calibrators, source, n, provided, decoders)
+    prepared = Prepared(
+        config,
+        shard,
+        adapter,
+        calibrators,
+        decoders,
+        source,
+        n,
+        provided=saved_states(config, adapter, calibrators, n),
+        started=time.perf_counter(),
+    )
     if config.out is None:
-        return run
-    run_dir = RunDirectory(config.out, rank=shard.rank if shard.distributed else None)
-    identity = run_identity(config, adapter, source, n)
-    run.run_dir = run_dir
+        return prepared
+    return open_run_directory(prepared, config.out, resume=resume)
+
+
+def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepared:
+    """``prepared`` with its run directory created (or checked, resuming), locked, and its
+    logs opened: the caches start with what an earlier attempt observed and decided."""
+    shard = prepared.shard
+    directory = RunDirectory(out, rank=shard.rank if shard.distributed else None)
+    identity = run_identity(prepared.config, prepared.adapter, prepared.source, prepared.n)
+    logs: list[JsonlAppender] = []
     try:
         if shard.distributed and not shard.is_main:
             shard.wait()  # rank 0 creates or checks the directory first
-            run_dir.prepare(identity, resume=True)
+            directory.prepare(identity, resume=True)
         else:
-            run_dir.prepare(identity, resume=resume)
+            directory.prepare(identity, resume=resume)
             if shard.distributed:
                 shard.wait()
-        observation_log = run_dir.open_observation_log()
-        run._logs.append(observation_log)
-        cache = PersistentObservationCache(observation_log)
-        cache.load(run_dir.observation_logs())
-        run.cache = cache
-        if decoders:
-            generation_log = run_dir.open_generation_log()
-            run._logs.append(generation_log)
-            run.decisions = DecisionCache(generation_log)
-            run.decisions.load(run_dir.generation_logs())
-        run.records = run_dir.read_records()
+        logs.append(directory.open_observation_log())
+        cache = PersistentObservationCache(logs[-1])
+        cache.load(directory.observation_logs())
+        decisions = DecisionCache()
+        if prepared.decoders:
+            logs.append(directory.open_generation_log())
+            decisions = DecisionCache(logs[-1])
+            decisions.load(directory.generation_logs())
+        earlier = logged_records(prepared, directory)
     except BaseException:
-        run.close()
+        RunFiles(directory, tuple(logs)).close()
         raise
-    return run
+    files = RunFiles(directory, tuple(logs))
+    return replace(prepared, cache=cache, decisions=decisions, earlier=earlier, files=files)
 
 
-def calibrate(run: Run) -> None:
+def calibrate(prepared: Prepared) -> Calibrated:
     """Phase 2: fit what ``--calibration`` does not provide; save every state (rank 0)."""
-    run.states = resolve_states(
-        run.config,
-        run.adapter,
-        run.calibrators,
-        run.source.calibration,
-        run.n,
-        run.cache,
-        run.provided,
-        run.source.test,
+    config, adapter, source = prepared.config, prepared.adapter, prepared.source
+    calibrators = dict(prepared.calibrators)
+    states = resolve_states(
+        config,
+        adapter,
+        calibrators,
+        source.calibration,
+        prepared.n,
+        prepared.cache,
+        dict(prepared.provided),
+        source.test,
     )
-    protocol = get_protocol(run.config.protocol)
-    if protocol.reference_layers and run.source.calibration and run.adapter.provides_attention:
+    protocol = get_protocol(config.protocol)
+    if protocol.reference_layers and source.calibration and adapter.provides_attention:
         observed = observe_cached(
-            run.adapter,
-            symmetrized_calibration_set(run.source.calibration),
-            run.cache,
-            batch_size=run.config.batch_size,
+            adapter,
+            symmetrized_calibration_set(source.calibration),
+            prepared.cache,
+            batch_size=config.batch_size,
         )
-        run.states = warn_left_out_layers(
-            protocol, observed, run.adapter.num_layers, run.states, run.config.calibrators
+        states = warn_left_out_layers(
+            protocol, observed, adapter.num_layers, states, config.calibrators
         )
-    run.fingerprints = {
-        label: calibrator_fingerprint(calibrator, run.states[label])
-        for label, calibrator in run.calibrators.items()
-    } | {label: decoder_fingerprint(decoder) for label, decoder in run.decoders.items()}
-    if run.run_dir is not None and run.shard.is_main:
-        save_states(run.states, run.run_dir.states_dir)
-    run.clock["fitted"] = time.perf_counter()
+    fingerprints = {
+        label: calibrator_fingerprint(calibrator, states[label])
+        for label, calibrator in calibrators.items()
+    } | {label: decoder_fingerprint(decoder) for label, decoder in prepared.decoders.items()}
+    if prepared.files is not None and prepared.shard.is_main:
+        save_states(states, prepared.files.directory.states_dir)
+    return Calibrated(states, fingerprints, fitted=time.perf_counter())
 
 
 def evaluate_shard(
-    run: Run, on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None
-) -> None:
+    prepared: Prepared,
+    calibrated: Calibrated,
+    on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None,
+) -> Evaluated:
     """Phase 3: evaluate this process's test instances that have no up-to-date record."""
-    config = run.config
-    run.evaluator = evaluator = Evaluator(
-        run.adapter,
-        run.calibrators,
-        run.states,
+    config = prepared.config
+    evaluator = Evaluator(
+        prepared.adapter,
+        prepared.calibrators,
+        calibrated.states,
         orders=config.orders,
         seed=config.seed,
         batch_size=config.batch_size,
-        cache=run.cache,
+        cache=prepared.cache,
         shared_orders=get_protocol(config.protocol).shared_orders,
         cyclic_orders=config.order_kind == "cyclic",
     )
+    records = dict(prepared.earlier)
     todo = [
         instance
-        for index, instance in enumerate(run.source.test)
-        if run.shard.owns(index)
+        for index, instance in enumerate(prepared.source.test)
+        if prepared.shard.owns(index)
         and not (
-            instance.id in run.records and run.records[instance.id].complete_for(run.fingerprints)
+            instance.id in records and records[instance.id].complete_for(calibrated.fingerprints)
         )
     ]
-    record_log = None
-    if run.run_dir is not None:
-        record_log = run.run_dir.open_record_log()
-        run._logs.append(record_log)
     rows = DecoderRows(
-        run.adapter, run.decoders, run.decisions, batch_size=config.batch_size, seed=config.seed
+        prepared.adapter,
+        dict(prepared.decoders),
+        prepared.decisions,
+        batch_size=config.batch_size,
+        seed=config.seed,
     )
     by_id = {instance.id: instance for instance in todo}
-    labels = [*run.calibrators, *run.decoders]
-    correct = dict.fromkeys(labels, 0)
+    correct = dict.fromkeys([*prepared.calibrators, *prepared.decoders], 0)
     seen = 0
+    with contextlib.ExitStack() as stack:
+        record_log = None
+        if prepared.files is not None:
+            record_log = stack.enter_context(prepared.files.directory.open_record_log())
 
-    def record_made(record: InstanceRecord) -> None:
-        nonlocal seen
-        record = rows.add(record, by_id[record.instance_id])
-        record.fingerprints = dict(run.fingerprints)
-        run.records[record.instance_id] = record
-        if record_log is not None:
-            record_log.append(record.to_dict())
-        seen += len(record.targets)
-        for label in evaluator.failures:
-            correct.pop(label, None)
-        for label in correct:
-            correct[label] += sum(
-                c == t for c, t in zip(record.choices[label], record.targets, strict=True)
-            )
-        if on_record is not None:
-            on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
+        def record_made(record: InstanceRecord) -> None:
+            nonlocal seen
+            record = rows.add(record, by_id[record.instance_id])
+            record = replace(record, fingerprints=dict(calibrated.fingerprints))
+            records[record.instance_id] = record
+            if record_log is not None:
+                record_log.append(record.to_dict())
+            seen += len(record.targets)
+            for label in evaluator.failures:
+                correct.pop(label, None)
+            for label in correct:
+                correct[label] += sum(
+                    c == t for c, t in zip(record.choices[label], record.targets, strict=True)
+                )
+            if on_record is not None:
+                on_record(record, {label: 100.0 * correct[label] / seen for label in correct})
 
-    run.evaluator.run(todo, on_record=record_made)
-    run.evaluated_here = len(todo)
-    run.clock["evaluated"] = time.perf_counter()
-
-
-def merge(run: Run) -> bool:
-    """Phase 4: wait for every rank; rank 0 reads all logs. False on the other ranks."""
-    if not run.shard.distributed:
-        return True
-    run.shard.wait()
-    if not run.shard.is_main:
-        return False
-    assert run.run_dir is not None
-    run.records = run.run_dir.read_records()
-    assert isinstance(run.cache, PersistentObservationCache)
-    run.cache.load(run.run_dir.observation_logs())
-    run.decisions.load(run.run_dir.generation_logs())
-    return True
+        evaluator.run(todo, on_record=record_made)
+    return Evaluated(
+        records=records,
+        cache=prepared.cache,
+        decisions=prepared.decisions,
+        failures=dict(evaluator.failures),
+        seconds_per_instance={
+            label: cost.per_instance()["seconds_per_instance"]
+            for label, cost in evaluator.costs.items()
+        },
+        evaluated_here=len(todo),
+        finished=time.perf_counter(),
+    )
 
 
-def finish(run: Run) -> EvaluationResults:
+def merge(prepared: Prepared, evaluated: Evaluated) -> Evaluated | None:
+    """Phase 4: wait for every rank; rank 0 reads all their logs (records, observations and
+    decisions). None on the other ranks."""
+    if not prepared.shard.distributed:
+        return evaluated
+    if prepared.files is not None:
+        prepared.files.close_logs()  # every line is fsynced; closed before the others read
+    prepared.shard.wait()
+    if not prepared.shard.is_main or prepared.files is None:
+        return None
+    directory = prepared.files.directory
+    cache = PersistentObservationCache()
+    cache.load(directory.observation_logs())
+    decisions = DecisionCache()
+    decisions.load(directory.generation_logs())
+    records = logged_records(prepared, directory)
+    return replace(evaluated, records=records, cache=cache, decisions=decisions)
+
+
+def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, InstanceRecord]:
+    """The records of the run directory's logs, each checked against its test instance: shown
+    in the orders this run draws, with the benchmark's truth as its targets (a log edited to
+    move the truth is refused, never summarised)."""
+    records = directory.read_records()
+    config = prepared.config
+    check_logged_truth(
+        records,
+        prepared.source.test,
+        orders=config.orders,
+        seed=config.seed,
+        shared=get_protocol(config.protocol).shared_orders,
+        cyclic=config.order_kind == "cyclic",
+        fix="delete the run directory (or choose a new --out) and run again",
+    )
+    return records
+
+
+def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> EvaluationResults:
     """Phase 5: summarise the records of every test instance and save ``results.json``."""
-    config, source = run.config, run.source
-    assert run.evaluator is not None
-    failures = run.evaluator.failures  # third-party calibrators that raised: dropped, named
-    calibrators = {k: c for k, c in run.calibrators.items() if k not in failures}
-    states = {k: s for k, s in run.states.items() if k not in failures}
-    fingerprints = {k: f for k, f in run.fingerprints.items() if k not in failures}
+    config, source, n = prepared.config, prepared.source, prepared.n
+    failures = evaluated.failures  # third-party calibrators that raised: dropped, named
+    calibrators = {k: c for k, c in prepared.calibrators.items() if k not in failures}
+    states = {k: s for k, s in calibrated.states.items() if k not in failures}
+    fingerprints = {k: f for k, f in calibrated.fingerprints.items() if k not in failures}
+    known = evaluated.records
     stale = [
         instance.id
         for instance in source.test
-        if instance.id not in run.records or not run.records[instance.id].complete_for(fingerprints)
+        if instance.id not in known or not known[instance.id].complete_for(fingerprints)
     ]
     if stale:
         raise InputError(f"{len(stale)} test instances have no record (first: {stale[0]})")
-    records = [run.records[instance.id] for instance in source.test]
-    metrics = summarize(records, [*calibrators, *run.decoders], run.n)
-    outcomes, shown = record_outcomes(records, [*calibrators, *run.decoders])
+    records = [known[instance.id] for instance in source.test]
+    labels = [*calibrators, *prepared.decoders]
+    metrics = summarize(records, labels, n)
+    outcomes, shown = record_outcomes(records, labels)
     statistics = run_statistics(
         outcomes,
-        run.n,
+        n,
         orders=shown,
         baselines=config.baselines,
         resamples=config.resamples,
@@ -626,14 +736,12 @@ def finish(run: Run) -> EvaluationResults:
         record.instance_id: [instance.permuted(order) for order in record.orders]
         for record, instance in zip(records, source.test, strict=True)
     }
-    generated_costs = decoder_costs(run.decoders, views, run.decisions)
-    assert run.evaluator is not None
-    clock = run.clock
+    generated_costs = decoder_costs(dict(prepared.decoders), views, evaluated.decisions)
     results = EvaluationResults(
         settings=RunSettings.model_validate(config.model_dump(mode="json", exclude={"out"})),
-        adapter=AdapterDescription.model_validate(describe_adapter(run.adapter, run.n)),
+        adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
         source=SourceDescription.model_validate(source.description),
-        n=run.n,
+        n=n,
         orders=config.orders,
         seed=config.seed,
         num_instances=len(records),
@@ -644,14 +752,12 @@ def finish(run: Run) -> EvaluationResults:
                 name=calibrator.name,
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
-                cost=Cost(
-                    forward_passes_per_instance=config.orders * calibrator.forward_passes(run.n)
-                ),
+                cost=Cost(forward_passes_per_instance=config.orders * calibrator.forward_passes(n)),
                 calibration=state_provenance(
-                    run.states[label], label in run.provided, config.calibration_transfer
+                    states[label], label in prepared.provided, config.calibration_transfer
                 ),
                 diagnostics={
-                    k: v for k, v in run.states[label].diagnostics.items() if k != "soft_targets"
+                    k: v for k, v in states[label].diagnostics.items() if k != "soft_targets"
                 },
             )
             for label, calibrator in calibrators.items()
@@ -664,32 +770,29 @@ def finish(run: Run) -> EvaluationResults:
                 cost=Cost.model_validate(generated_costs[label].as_dict()),
                 kind="decoder",
             )
-            for label, decoder in run.decoders.items()
+            for label, decoder in prepared.decoders.items()
         },
         failed=dict(failures),
-        plugins=plugin_versions(run.adapter, {**calibrators, **run.decoders}),
+        plugins=plugin_versions(prepared.adapter, {**calibrators, **prepared.decoders}),
         divergence=divergence_profiles(
-            calibrators, states, source.test, records, run.cache, config.seed
+            calibrators, states, source.test, records, evaluated.cache, config.seed
         ),
         statistics=statistics,
         timing=Timing.model_validate(
             {
-                "calibration_seconds": clock["fitted"] - clock["started"],
-                "evaluation_seconds": clock["evaluated"] - clock["fitted"],
-                "total_seconds": time.perf_counter() - clock["started"],
-                "seconds_per_instance": {
-                    label: cost.per_instance()["seconds_per_instance"]
-                    for label, cost in run.evaluator.costs.items()
-                }
+                "calibration_seconds": calibrated.fitted - prepared.started,
+                "evaluation_seconds": evaluated.finished - calibrated.fitted,
+                "total_seconds": time.perf_counter() - prepared.started,
+                "seconds_per_instance": dict(evaluated.seconds_per_instance)
                 | {label: cost.seconds for label, cost in generated_costs.items()},
-                "instances_evaluated_in_this_process": run.evaluated_here,
-                "world_size": run.shard.world,
+                "instances_evaluated_in_this_process": evaluated.evaluated_here,
+                "world_size": prepared.shard.world,
                 **peak_memory(),
             }
         ),
     )
-    if run.run_dir is not None:
-        results.save(run.run_dir.results_path)
+    if prepared.files is not None:
+        results.save(prepared.files.directory.results_path)
     return results
 
 
@@ -717,15 +820,7 @@ def run_evaluation(
     leaves open for a default model (see :func:`resolve_preset`).
     """
     resolved = resolve_preset(config, preset)
-    with resolved.threads():
-        run = prepare(resolved, resume=resume, shard=shard)
-        try:
-            calibrate(run)
-            evaluate_shard(run, on_record)
-            for log in run._logs:
-                log.close()
-            if not merge(run):
-                return None
-            return finish(run)
-        finally:
-            run.close()
+    with resolved.threads(), prepare(resolved, resume=resume, shard=shard) as prepared:
+        calibrated = calibrate(prepared)
+        evaluated = merge(prepared, evaluate_shard(prepared, calibrated, on_record))
+        return None if evaluated is None else finish(prepared, calibrated, evaluated)

@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, ImageSpan
-from posdebias.errors import AdapterError
+from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
 
 
 class Lfm2VlAdapter(HFAdapter):
@@ -26,29 +25,17 @@ class Lfm2VlAdapter(HFAdapter):
     model_types = ("lfm2_vl",)
     summary = "LFM2-VL (convolution + attention layers; image blocks between start/end)"
 
-    def _marker(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"LFM2-VL marker {token!r} is not in the vocabulary")
-        return int(token_id)
-
     def image_token_ids(self) -> set[int]:
         """Tokens that only ever belong to an image: every one must lie in some span."""
         markers = ("<|image_start|>", "<|image_end|>", "<|img_thumbnail|>")
-        return {self.tokens.image, *(self._marker(m) for m in markers)}
+        return {self.tokens.image, *(self.vocabulary_id(m) for m in markers)}
 
     def image_spans(
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
-        start, end = self._marker("<|image_start|>"), self._marker("<|image_end|>")
-        starts = [t for t, token in enumerate(input_ids) if token == start]
-        ends = [t for t, token in enumerate(input_ids) if token == end]
-        if len(starts) != num_images or len(ends) != num_images:
-            raise AdapterError(
-                f"found {len(starts)} image starts and {len(ends)} image ends for {num_images} "
-                "images: the processor must write <|image_start|> ... <|image_end|> per image"
-            )
-        return [ImageSpan.of(s, e + 1) for s, e in zip(starts, ends, strict=True)]
+        start, end = self.vocabulary_id("<|image_start|>"), self.vocabulary_id("<|image_end|>")
+        layout = "<|image_start|> tiles and thumbnail <|image_end|>"
+        return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
 @hookimpl

@@ -21,13 +21,12 @@ dependence on padding; the adapter's numbers never depend on the batch size).
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
-from posdebias.adapters.hf.spans import ImageSpan, SpanTokens
+from posdebias.adapters.hf.spans import ImageSpan, SpanTokens, find_marked_spans
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError
@@ -58,21 +57,10 @@ class Llama4Adapter(HFAdapter):
         """From each ``<|image_start|>`` to its ``<|image_end|>``: every tile's patches, the
         separators and the global view of one image."""
         tokens = self.tokens
-        starts = [i for i, token in enumerate(input_ids) if token == tokens.start]
-        ends = [i for i, token in enumerate(input_ids) if token == tokens.end]
-        spans = list(zip(starts, [end + 1 for end in ends], strict=False))
-        if (
-            len(starts) != num_images
-            or len(ends) != num_images
-            or any(not start < end for start, end in spans)
-            or any(a[1] > b[0] for a, b in pairwise(spans))
-        ):
-            raise AdapterError(
-                f"found {len(starts)} <|image_start|> and {len(ends)} <|image_end|> markers "
-                f"for {num_images} images; the chat template must render one image placeholder "
-                "per image"
-            )
-        return [ImageSpan.of(start, end) for start, end in spans]
+        if tokens.start is None or tokens.end is None:
+            raise AdapterError("Llama 4's processor names no image start / end markers")
+        layout = "<|image_start|> tiles and global view <|image_end|>"
+        return find_marked_spans(input_ids, tokens.start, tokens.end, num_images, layout)
 
     def model_forward(self, **inputs: Any) -> Any:
         """The conditional-generation forward, composed from the model's own parts.

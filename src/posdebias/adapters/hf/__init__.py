@@ -3,9 +3,10 @@ may import (docs/plugins.md: what semantic versioning covers).
 
 A family adapter subclasses :class:`HFAdapter` and overrides only what its model does
 differently: the span tokens (:class:`SpanTokens`), the image spans (:class:`ImageSpan`, with
-:func:`find_image_spans` / :func:`find_closed_spans` for the common layouts), positions or the
-forward. The modules below (``adapter``, ``spans``, ``scoring``, ``prompt``, ``generation``,
-``verify``, ``cache``, ``layers``) are the implementation; import from here.
+:func:`find_image_spans` / :func:`find_closed_spans` / :func:`find_marked_spans` for the
+common layouts), positions or the forward. The modules below (``adapter``, ``spans``,
+``scoring``, ``prompt``, ``generation``, ``verify``, ``cache``, ``layers``) are the
+implementation; import from here.
 """
 
 from posdebias._deprecation import moved_attributes
@@ -23,6 +24,7 @@ from posdebias.adapters.hf.spans import (
     check_spans,
     find_closed_spans,
     find_image_spans,
+    find_marked_spans,
     span_matrix,
 )
 from posdebias.adapters.hf.text import HFTextAdapter
@@ -41,6 +43,7 @@ __all__ = [
     "check_spans",
     "find_closed_spans",
     "find_image_spans",
+    "find_marked_spans",
     "span_matrix",
 ]
 

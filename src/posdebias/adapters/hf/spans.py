@@ -22,8 +22,9 @@ not the number of images.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -277,6 +278,51 @@ def find_closed_spans(
             "the chat template must render one image placeholder per image, and the processor "
             "must expand it in this family's layout"
         )
+    return spans
+
+
+def find_marked_spans(
+    input_ids: Sequence[int] | Any,
+    start: int | Collection[int],
+    end: int,
+    num_images: int,
+    layout: str,
+    *,
+    blocks_per_image: int = 1,
+) -> list[ImageSpan]:
+    """Spans of layouts where the processor writes each image between a start and an end
+    marker: image k is everything from its start marker to its end marker, both included
+    (tiles, tile labels, separators, the global view, Kimi's ``image`` word: the processor or
+    the chat template wrote all of it for this image). ``start`` may be several marker ids (any
+    opens a block). With ``blocks_per_image`` > 1 an image is that many blocks back to back
+    (Molmo 2's low- and high-resolution views), its span from its first block's start to its
+    last block's end. ``layout`` names the expected layout in the error."""
+    ids = input_ids.tolist() if hasattr(input_ids, "tolist") else list(input_ids)
+    opening = {start} if isinstance(start, int) else set(start)
+    starts = [t for t, token in enumerate(ids) if token in opening]
+    ends = [t + 1 for t, token in enumerate(ids) if token == end]
+    pairs = list(zip(starts, ends, strict=False))
+    nested = any(not a < b for a, b in pairs) or any(
+        previous[1] > following[0] for previous, following in pairwise(pairs)
+    )
+    expected = num_images * blocks_per_image
+    if len(starts) != expected or len(ends) != expected or nested:
+        per_image = f" of {blocks_per_image} blocks each" if blocks_per_image > 1 else ""
+        raise AdapterError(
+            f"found {len(starts)} image starts and {len(ends)} image ends"
+            f"{' out of order' if nested else ''} for {num_images} images{per_image} ({layout}): "
+            "the chat template must render one image placeholder per image"
+        )
+    spans = []
+    for image in range(num_images):
+        group = pairs[image * blocks_per_image : (image + 1) * blocks_per_image]
+        for (_, previous_end), (next_start, _) in pairwise(group):
+            if next_start != previous_end:
+                raise AdapterError(
+                    f"the {blocks_per_image} blocks of image {image + 1} ({layout}) are not "
+                    "back to back: other tokens stand between them"
+                )
+        spans.append(ImageSpan.of(group[0][0], group[-1][1]))
     return spans
 
 

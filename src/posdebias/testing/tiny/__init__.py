@@ -30,6 +30,19 @@ _MODULES = (
     "llava",
     "llava_next",
     "lfm2_vl",
+    "molmo2",
+    "kimi_k25",
+    "aya_vision",
+    "idefics2",
+    "gemma4",
+    "mllama",
+    "ovis2",
+    "cohere2_vision",
+    "paddleocr_vl",
+    "paligemma",
+    "phi4_multimodal",
+    "qwen2_5_omni",
+    "qwen3_omni_moe",
     "text",  # the text-only language models
 )
 
