@@ -1,4 +1,4 @@
-"""The bundled model organism: a tiny real LLaVA whose attention is right and whose answer is not.
+"""The bundled model organism: a tiny real LLaVA with a biased answer and confounded attention.
 
 It lets ``posdebias evaluate`` run the real pipeline (processor, chat template, LLaVA adapter,
 attention probe, calibrators) offline in about a minute. See ``model/README.md`` (the model card),
@@ -38,7 +38,7 @@ THREADS = 1
 ORGANISM = BundledModel(
     name=MODEL_NAME,
     path=MODEL_DIR,
-    summary="tiny LLaVA whose attention finds the right image while its answer is biased",
+    summary="tiny LLaVA whose answer is position-biased and whose attention has a positional sink",
     default=True,
     benchmark=bundled_benchmark,
     benchmark_size=BENCHMARK_COUNT,
