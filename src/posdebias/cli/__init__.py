@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
-def make_console(stderr: bool = False) -> Console:
+def make_console(stderr: bool = False, *, one_line_rows: bool = False) -> Console:
     """A console that never truncates tables when output goes to a file or a pipe and shows
     every string through the one output sanitiser (:mod:`posdebias._text`).
 
@@ -54,10 +54,13 @@ def make_console(stderr: bool = False) -> Console:
     model ids) that must appear as written, so ``[red]`` or ``:smile:`` in a caption is shown
     literally (and ``[/x]`` cannot crash a command), and escape sequences in it are shown as
     escapes. Style with ``style=`` or :func:`posdebias._text.safe_text` instead.
+
+    ``one_line_rows`` keeps every table row of a listing on one line in a file or a pipe
+    (whatever its width), so ``grep`` finds a whole row.
     """
     console = SafeConsole(stderr=stderr)
     if not console.is_terminal:
-        console = SafeConsole(stderr=stderr, width=160)
+        console = SafeConsole(stderr=stderr, width=10_000 if one_line_rows else 160)
     return console
 
 

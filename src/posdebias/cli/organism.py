@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
+from posdebias.organism.text.train import TextTrainingPlan, train_text_organism
 from posdebias.organism.train import TrainingPlan, train_organism
 
 
@@ -105,8 +106,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_text(args: argparse.Namespace) -> int:
-    from posdebias.organism.text.train import TextTrainingPlan, train_text_organism
-
     stages = ("alignment_steps", "answer_steps", "bias_steps")
     train_text_organism(args.out, _plan(TextTrainingPlan(), args, stages), dtype=args.dtype)
     return 0

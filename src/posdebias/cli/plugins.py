@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         raise InputError("--markdown goes with --families: posdebias plugins --families --markdown")
     registry = get_registry()
-    console = make_console()
+    console = make_console(one_line_rows=True)
     console.print(f"posdebias {__version__}")
     plugins: dict[str, PluginInfo] = {info.name: info for info in registry.plugins()}
     table = Table(title="registered", title_justify="left")
