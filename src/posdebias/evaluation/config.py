@@ -34,7 +34,7 @@ DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CalibratorSpec(_Strict):

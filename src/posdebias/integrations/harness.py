@@ -84,7 +84,7 @@ class HarnessConfig(BaseModel):
     """The settings a harness passes (``--model_args`` in lmms-eval, keyword arguments in
     VLMEvalKit's config); unknown settings are refused with the list of known ones."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     pretrained: str = Field(description="model id or local folder (or posdebias/organism)")
     calibrators: list[str] = Field(
