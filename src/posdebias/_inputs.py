@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import AfterValidator, Strict
 
+import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, InputError
 
 MiB = 1 << 20
@@ -142,6 +143,15 @@ def check_whole_number(
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise error(f"{what} must be a whole number from {low:,} to {high:,}, got {excerpt(value)}")
     return value
+
+
+def check_setting(name: str, value: Any) -> int:
+    """``value`` if it is a whole number in the range of the run setting ``name``
+    (:data:`posdebias.defaults.RANGES`: ``batch_size``, ``seed``, ``orders``, ``count``,
+    ``calibration_count``), the range a config file and the command line hold it to; else an
+    InputError. The Python API checks its arguments with it, so both refuse the same values."""
+    low, high = defaults.RANGES[name]
+    return check_whole_number(name, value, low, high)
 
 
 #: What a file system takes: a file or folder name of at most 255 bytes, a path of at most 4095.

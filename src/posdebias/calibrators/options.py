@@ -25,7 +25,7 @@ class LayerSelectionOptions(CalibratorOptions):
     layer_range: tuple[LayerIndex, LayerIndex] | None = Field(
         default=None,
         strict=False,  # a pair is written as a list
-        description="candidate model layers [start, stop) (default: all layers)"
+        description="candidate model layers [start, stop) (default: all layers)",
     )
     layer_kinds: tuple[str, ...] = Field(
         default=(GLOBAL,),

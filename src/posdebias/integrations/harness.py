@@ -46,6 +46,9 @@ ITEM, ROTATION, ORDER, CALIBRATOR, LABELS = (
 
 #: Where a task keeps the held-out items that ``calibration=task`` calibrates on.
 CALIBRATION_SPLIT = "calibration"
+#: Document field of a rotated task: the digest of its calibration split as written
+#: (:func:`posdebias.integrations.lmms_eval_tasks.items_digest`), checked when it is read.
+CALIBRATION_ITEMS = "posdebias_calibration_items"
 #: ``calibration=task``: calibrate on the task's own held-out items.
 FROM_TASK = "task"
 
@@ -84,7 +87,7 @@ class HarnessConfig(BaseModel):
     """The settings a harness passes (``--model_args`` in lmms-eval, keyword arguments in
     VLMEvalKit's config); unknown settings are refused with the list of known ones."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     pretrained: str = Field(description="model id or local folder (or posdebias/organism)")
     calibrators: list[str] = Field(
