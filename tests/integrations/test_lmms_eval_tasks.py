@@ -119,8 +119,7 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     assert "process_docs: !function demo_posdebias.docs_1" in text
     assert (
         "docs_1 = rotation_transform('attention_guided', None, items=ITEMS, "
-        "calibration=CALIBRATION)"
-        in (out / "demo_posdebias.py").read_text()
+        "calibration=CALIBRATION)" in (out / "demo_posdebias.py").read_text()
     )
 
 
