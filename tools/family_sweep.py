@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 CACHE = Path("/tmp/posdebias-family-sweep")
-VERSION = 2  # bump to rebuild every cached model after changing the builders
+VERSION = 3  # bump to rebuild every cached model after changing the builders
 
 PASS, REFUSED, FAIL, NOT_BUILT = "PASS", "refused", "FAIL", "could not build"
 
@@ -189,7 +189,23 @@ _VQ = {  # a VQ-GAN of 32 channels (GroupNorm's 32 groups), 64 px images, 16 cod
     "num_res_blocks": 1,
 }
 
+_GEMMA4_TOKENS = {
+    "image_token": "<|image|>",
+    "boi_token": "<|image>",
+    "eoi_token": "<image|>",
+    "audio_token": "<|audio|>",
+    "boa_token": "<|audio>",
+    "eoa_token": "<audio|>",
+}
+
 RECIPES: dict[str, Recipe] = {
+    # 56 px tiles of 14 px patches, pixel-shuffled 2 x 2: 4 tokens per tile
+    "aya_vision": Recipe(
+        processor_kwargs={"img_size": 56, "patch_size": 28},
+        sub_processors={
+            "image_processor": {"crop_to_patches": False, "size": {"height": 56, "width": 56}}
+        },
+    ),
     "apertus1p5": Recipe(
         set={
             **{f"vision_config.{k}": v for k, v in _VQ.items()},
@@ -278,7 +294,11 @@ RECIPES: dict[str, Recipe] = {
         processor_kwargs={"image_seq_length": 4},
         finish=_normal("model.multi_modal_projector.mm_input_projection_weight"),
     ),
-    "diffusion_gemma": Recipe(processor_family="gemma4"),
+    "diffusion_gemma": Recipe(processor_family="gemma4", named_tokens=_GEMMA4_TOKENS),
+    "gemma4": Recipe(named_tokens=_GEMMA4_TOKENS),
+    "gemma4_unified": Recipe(named_tokens=_GEMMA4_TOKENS),
+    "deepseek_ocr2": Recipe(set={"text_config.mlp_layer_types": ["dense", "sparse"]}),
+    "fuyu": Recipe(tokens=("|SPEAKER|", "|NEWLINE|")),
     # a 128 px base view in 32 px patches (4 x 4), halved by the window Q-Former; one grid
     "granite4_vision": Recipe(
         set={
@@ -343,6 +363,55 @@ RECIPES: dict[str, Recipe] = {
     "mistral4": Recipe(
         not_buildable="Mistral4ForCausalLM has no vision tower and transformers maps no "
         "processor to it: a text model listed among the image-text families"
+    ),
+    "vipllava": Recipe(processor_kwargs={"vision_feature_select_strategy": "default"}),
+    "minimax_m3_vl": Recipe(set={"merged_hidden_size": 4 * WIDTH}),  # 2 x 2 merged patches
+    "deepseek_vl": Recipe(processor_kwargs={"num_image_tokens": 16}),  # 64 px, 16 px patches
+    "deepseek_vl_hybrid": Recipe(
+        set={"high_res_vision_config.global_attn_indexes": [1]},
+        sub_processors={
+            "image_processor": {
+                "size": {"height": 64, "width": 64},
+                "high_res_size": {"height": 64, "width": 64},
+            }
+        },
+        processor_kwargs={"num_image_tokens": 16},
+    ),
+    # the timm Perception Encoder of transformers' own tests, at 56 px (4 x 4 patches), one tile
+    "perception_lm": Recipe(
+        config={
+            "vision_config": {
+                "architecture": "vit_pe_core_large_patch14_336",
+                "num_classes": 0,
+                "global_pool": "",
+                "model_args": {
+                    "embed_dim": 64,
+                    "depth": 2,
+                    "num_heads": 4,
+                    "img_size": (56, 56),
+                    "init_values": 0.1,
+                    "ref_feat_shape": (4, 4),
+                },
+            },
+            "projector_pooling_ratio": 1,
+        },
+        sub_processors={
+            "image_processor": {
+                "tile_size": 56,
+                "max_num_tiles": 1,
+                "size": {"height": 56, "width": 56},
+            }
+        },
+        processor_kwargs={"patch_size": 14, "pooling_ratio": 1},
+    ),
+    "qianfan_ocr": Recipe(
+        set={
+            "vision_config.image_size": (56, 56),
+            "vision_config.patch_size": (14, 14),
+            "image_seq_length": 4,  # 4 x 4 patches, pixel-shuffled by 0.5
+        },
+        sub_processors={"image_processor": {"size": {"height": 56, "width": 56}}},
+        processor_kwargs={"image_seq_length": 4},
     ),
     "muse_glimmer": Recipe(set={"out_hidden_size": 4 * WIDTH}),  # 2 x 2 merged patches
     "muse_spark": Recipe(set={"out_hidden_size": 4 * WIDTH}),
@@ -442,7 +511,7 @@ def shrink(config: Any) -> None:
 def _clamp_layers(value: Any) -> Any:
     """Vision feature layer indices that exist in a tower of LAYERS layers (LAYERS + 1 hidden
     states); a list keeps its length, so the projector's input width stays the config's."""
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_clamp_layers(item) for item in value]
     if isinstance(value, bool) or not isinstance(value, int):
         return value
@@ -464,17 +533,21 @@ def _shrink_rope(sub: Any) -> None:
 
 def _shrink_layers(sub: Any) -> None:
     values = vars(sub)
-    kinds = values.get("layer_types")
-    if isinstance(kinds, list) and kinds:
-        # the shortest prefix that holds every kind (a global layer after the windowed ones)
-        count = max(LAYERS, *(kinds.index(kind) + 1 for kind in set(kinds)))
-        sub.layer_types = kinds[:count]
-        for name in _LAYERS & set(values):
-            setattr(sub, name, count)
-        return
+    depth = next((values[n] for n in _LAYERS if isinstance(values.get(n), int)), None)
+    per_layer = [  # layer_types, mlp_layer_types, ...: one entry per layer
+        name
+        for name, value in values.items()
+        if name.endswith("layer_types") and isinstance(value, list) and len(value) == depth
+    ]
+    count = LAYERS
+    for name in per_layer:  # the shortest prefix that holds every kind of each list
+        kinds = values[name]
+        count = max(count, *(kinds.index(kind) + 1 for kind in set(kinds)))
+    for name in per_layer:
+        setattr(sub, name, values[name][:count])
     for name in _LAYERS & set(values):
         if isinstance(values[name], int) and not isinstance(values[name], bool):
-            setattr(sub, name, LAYERS)
+            setattr(sub, name, count)
 
 
 def set_dotted(config: Any, dotted: str, value: Any) -> None:

@@ -255,6 +255,8 @@ class HFAdapter(Adapter):
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
         self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
+        #: whether the prompt forward is handed an empty cache (a model that makes none itself)
+        self._gives_cache = False
 
     # -- construction --------------------------------------------------------------------------
 
@@ -617,20 +619,13 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            probe = (
-                recording(span_matrix(batch.spans, length))
-                if attention
-                else contextlib.nullcontext()
-            )
-            with probe as recorder, sofa_scope(batch.spans, length):
-                output = self.model_forward(
-                    **batch.inputs,
-                    position_ids=batch.position_ids,
-                    use_cache=True,
-                    **self.last_logits_only,
-                )
-            masses = recorder.attention(self.attention_layers) if recorder is not None else None
-            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
+            output, masses = self._prompt_forward(batch, attention)
+            if _kv_cache(output) is None and not self._gives_cache:
+                # a language model that keeps no cache of its own fills one it is given
+                # (Granite 4 Vision's layer-by-layer forward); from now on it gets one
+                self._gives_cache = True
+                output, masses = self._prompt_forward(batch, attention)
+            cache = PromptCache(_kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
@@ -641,6 +636,29 @@ class HFAdapter(Adapter):
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
+
+    def _prompt_forward(self, batch: PreparedBatch, attention: bool) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept (and the probe recording, with
+        ``attention``): the model's output and the [B, L, N] masses (or None)."""
+        length = batch.inputs["input_ids"].shape[1]
+        probe = (
+            recording(span_matrix(batch.spans, length)) if attention else contextlib.nullcontext()
+        )
+        given = {}
+        if self._gives_cache:
+            from transformers import DynamicCache
+
+            given = {self.cache_argument: DynamicCache(config=self.model.config)}
+        with probe as recorder, sofa_scope(batch.spans, length):
+            output = self.model_forward(
+                **batch.inputs,
+                position_ids=batch.position_ids,
+                use_cache=True,
+                **self.last_logits_only,
+                **given,
+            )
+        masses = recorder.attention(self.attention_layers) if recorder is not None else None
+        return output, masses
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
@@ -752,6 +770,11 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }
+
+
+def _kv_cache(output: Any) -> Any:
+    """The KV cache a forward returned (``cache``, or ``past_key_values`` before 5.x), or None."""
+    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
 
 def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
