@@ -38,6 +38,7 @@ demo: $(STAMP)
 # run on one worker, so their fixtures (lmms-eval runs, the vLLM server) are made once.
 test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .  # code blocks of the Markdown pages included
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
 	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2 --dist loadgroup

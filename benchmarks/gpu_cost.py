@@ -237,7 +237,7 @@ def eager_masses(adapter: Any, batch: Any) -> Any:
 
 def methods_for(adapter: Any) -> dict[str, Any]:
     """name -> one timed call on a prepared batch (the attention implementation switched in)."""
-    from posdebias.adapters.attention.probe import PROBE_NAME
+    from posdebias.adapters.attention import PROBE_NAME
 
     key = adapter.text_config_key
 

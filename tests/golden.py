@@ -25,13 +25,15 @@ FOLDER = Path(__file__).resolve().parent / "goldens"
 
 #: name -> the `posdebias evaluate` arguments of the run: the simulated model's default run,
 #: the organism's default run on its first 60 test instances x 2 orders (the full one takes
-#: minutes on a busy CI machine; same model, benchmark, calibration and seed), and the organism
-#: at N = 2 and N = 12, the ends of the scaling study.
+#: minutes on a busy CI machine; same model, benchmark, calibration and seed), the organism
+#: at N = 2 and N = 12, the ends of the scaling study, and the text organism's default run
+#: (`--task multiple_choice`) on 60 questions x 2 orders.
 RUNS: dict[str, list[str]] = {
     "simulated_default": ["--adapter", "synthetic"],
     "organism_default": ["--count", "60", "--orders", "2"],
     "organism_n2": ["-N", "2", "--count", "60", "--orders", "2"],
     "organism_n12": ["-N", "12", "--count", "40", "--orders", "2"],
+    "text_organism_default": ["--task", "multiple_choice", "--count", "60", "--orders", "2"],
 }
 
 
@@ -44,6 +46,7 @@ def run_metrics(args: list[str]) -> dict[str, Any]:
     config = load_config(
         None,
         adapter=flags.get("--adapter"),
+        task=flags.get("--task"),
         n=int(flags["-N"]) if "-N" in flags else None,
         count=int(flags["--count"]) if "--count" in flags else None,
         orders=int(flags["--orders"]) if "--orders" in flags else None,

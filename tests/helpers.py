@@ -92,3 +92,82 @@ def build_from_options(kind, root, out, **options):
 
     flags = {"source": kind, "root": root, "out": out, **options}
     return build_benchmark(build_config_from({}, flags, "build options"))
+
+
+def full_file_system(base, *, size: str = "64k", fill: bool = True):
+    """A context: a tmpfs of ``size`` mounted at ``base/full`` and (``fill``) filled to the last
+    byte (a real full disk: writes fail with ENOSPC, creating empty files and folders still
+    works), or None where this process may not mount one (not root)."""
+    import contextlib
+    import subprocess
+    from pathlib import Path
+
+    @contextlib.contextmanager
+    def mounted():
+        mount = Path(base) / "full"
+        mount.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
+        )
+        if done.returncode != 0:
+            mount.rmdir()
+            yield None
+            return
+        try:
+            if fill:
+                with contextlib.suppress(OSError), open(mount / "filler", "wb") as handle:
+                    while True:
+                        handle.write(b"\0" * 4096)
+                        handle.flush()
+            yield mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+    return mounted()
+
+
+def hash_seed_digests(script: str) -> set[str]:
+    """The outputs of ``script`` (printing a digest of generated data) under three
+    PYTHONHASHSEED values: one element when the data never depend on set or hash order."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    digests = set()
+    for hash_seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(src)}
+        result = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        digests.add(result.stdout.strip())
+    return digests
+
+
+def reused_and_rebuilt(build, folder) -> object:
+    """``build(4, folder)`` (a bundled benchmark) twice, then after truncating its JSONL as a
+    crash would: the second call reuses the folder untouched, the third rebuilds the same
+    bytes; returns the loaded benchmark."""
+    from posdebias.benchmarks.files import load_benchmark
+
+    first = build(4, folder)
+    manifest = first / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    assert build(4, folder) == first and manifest.stat().st_mtime_ns == stamp
+    lines = (first / "benchmark.jsonl").read_text()
+    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
+    assert build(4, folder) == first
+    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
+    return load_benchmark(first)
+
+
+def cli_run(capsys, *args) -> tuple[int, str]:
+    """``posdebias ARGS`` in this process: (exit code, stderr), never a traceback or an
+    internal error."""
+    from posdebias.cli import main
+
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return code, err

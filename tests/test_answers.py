@@ -123,3 +123,34 @@ def test_answer_is_for_letters():
     assert parser.parse('The answer is "C", then A') == 2
     assert parser.parse("The answer is E, so A") is None
     assert parser.parse("I pick D") == 3
+
+
+@pytest.mark.parametrize(
+    ("label_set", "text", "vote"),
+    [
+        ("upper", "The answer is option B", 1),  # a word naming what the label labels
+        ("upper", "The answer is: (C) pear", 2),
+        ("upper", "The answer is the letter D.", 3),
+        ("upper", "The answer is clearly B", None),  # another word: no vote
+        ("roman", "The answer is option IV", 3),
+        ("words", "The answer is the third option", 2),
+        ("lower", "Reasoning. the answer is (b)", 1),
+    ],
+)
+def test_answer_is_allows_the_words_that_name_a_label(label_set, text, vote):
+    assert AnswerParser(label_set, 4, "answer_is").parse(text) == vote
+
+
+@pytest.mark.parametrize(
+    ("label_set", "text", "position"),
+    [
+        ("upper", "Answer: (B)", 1),
+        ("upper", "**C**", 2),
+        ("upper", "B) pear", 1),
+        ("roman", "Answer: IV", 3),
+        ("roman", "(III)", 2),
+        ("words", "the second option", 1),
+    ],
+)
+def test_a_short_answer_names_its_label_in_every_set(label_set, text, position):
+    assert AnswerParser(label_set, 4, "first").parse(text) == position

@@ -44,6 +44,12 @@ def test_flags_override_the_config_file(tmp_path):
     )
     loaded = load_config(config, orders=2)
     assert (loaded.orders, loaded.count, loaded.adapter.options) == (2, 7, {"num_layers": 6})
+    # --adapter naming another adapter drops the file's options (they are that adapter's); a
+    # file that names no adapter gives its options to the one --adapter names
+    assert load_config(config, adapter="organism").adapter.options == {}
+    config.write_text("[adapter.options]\nnum_layers = 6\n")
+    loaded = load_config(config, adapter="synthetic")
+    assert (loaded.adapter.name, loaded.adapter.options) == ("synthetic", {"num_layers": 6})
 
 
 def test_n_flag_changes_the_number_of_candidates(tmp_path):

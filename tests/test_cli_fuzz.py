@@ -69,7 +69,8 @@ def run_confined(sandbox: Path, run_dir: Path | None, args: list) -> tuple[int, 
     finally:
         os.chdir(cwd)
     after = snapshot(sandbox)
-    inside = None if run_dir is None else os.path.realpath(run_dir)
+    usable = run_dir is not None and "\x00" not in str(run_dir)  # a NUL: refused, nothing made
+    inside = os.path.realpath(run_dir) if usable else None
     changed = [
         path
         for path, stamp in after.items()
@@ -163,4 +164,83 @@ def test_random_jsonl_sources_through_build(sandbox, caption, image):
     args = ["build", "--source", "jsonl", "--root", root, "--captions", source]
     args += ["--setting", "random", "-N", "2", "--count", "2", "--out", out]
     code, err = run_confined(sandbox, out, args)
+    check(code, err)
+
+
+# numbers through sweep, build and calibrate ---------------------------------------------------
+
+
+def whole(low: int, high: int, small: int = 3) -> st.SearchStrategy:
+    """A flag's value: a small valid number, one outside ``low..high``, or text that is no
+    whole number (a valid large value would make a fuzz run slow, not reveal anything)."""
+    return st.one_of(
+        st.integers(low, min(high, low + small - 1)).map(str),
+        st.integers(max_value=low - 1).map(str),
+        st.integers(min_value=high + 1, max_value=10**30).map(str),
+        st.sampled_from(["1e9", "nan", "inf", "-0", "0x10", "٣", " 2", "2.5", ""]),
+    )
+
+
+sweep_value = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-(10**7), 10**7).map(str),
+    st.integers(1, 3).map(str),
+    st.sampled_from(["1e9", "nan", "-inf", "", "x", "1e-320"]),
+)
+
+
+@FUZZ
+@given(
+    study=st.sampled_from(["n", "calibration_size", "top_k", "tau"]),
+    values=st.lists(sweep_value, min_size=1, max_size=3),
+    count=whole(1, 1_000_000),
+    orders=whole(1, 1_000),
+    name=markup_text,
+)
+def test_random_sweeps(sandbox, study, values, count, orders, name):
+    out = sandbox / "sweeps" / name
+    args = ["sweep", study, "--values", ",".join(values), *SIMULATED, "--count", count]
+    args += ["--orders", orders, "--calibration-count", "1", "--calibrators"]
+    args += ["vanilla,attention_guided", "--out", out]
+    code, err = run_confined(sandbox, out, args)
+    check(code, err)
+
+
+@FUZZ
+@given(
+    n=whole(2, 26),
+    count=whole(1, 1_000_000),
+    seed=whole(0, 2**32 - 1),
+    images=st.one_of(st.none(), whole(1, 1_000_000, small=8)),
+    size=st.one_of(st.none(), whole(8, 4_096)),
+    name=markup_text,
+)
+def test_random_shapes_builds(sandbox, n, count, seed, images, size, name):
+    made = sandbox / "made"
+    shutil.rmtree(made, ignore_errors=True)
+    args = ["build", "--source", "shapes", "--root", made / "shapes", "-N", n, "--count", count]
+    args += ["--seed", seed, "--setting", "random", "--out", made / name]
+    args += [] if images is None else ["--shapes-images", images]
+    args += [] if size is None else ["--shapes-image-size", size]
+    code, err = run_confined(sandbox, made, args)
+    check(code, err)
+
+
+@FUZZ
+@given(
+    count=whole(1, 10_000),
+    n=whole(2, 26),
+    seed=whole(0, 2**32 - 1),
+    batch=whole(1, 4_096),
+    label=markup_text,
+    name=markup_text,
+    one_file=st.booleans(),
+)
+def test_random_calibrations(sandbox, count, n, seed, batch, label, name, one_file):
+    config = sandbox / "config.json"
+    config.write_text(json.dumps({"calibrators": [{"name": "pride", "label": label}]}))
+    out = sandbox / "states" / (name + (".json" if one_file else ""))
+    args = ["calibrate", *SIMULATED, "--config", config, "--count", count, "-N", n]
+    args += ["--seed", seed, "--batch-size", batch, "--out", out]
+    code, err = run_confined(sandbox, out.parent if one_file else out, args)
     check(code, err)

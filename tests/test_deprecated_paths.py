@@ -122,3 +122,13 @@ def test_an_unknown_name_is_still_an_attribute_error():
 
     with pytest.raises(AttributeError, match="NoSuchAdapter"):
         posdebias.adapters.NoSuchAdapter  # noqa: B018
+
+
+def test_candidate_ids_is_image_ids_with_a_warning():
+    from posdebias import Instance
+
+    instance = Instance("q", images=("a.png", "b.png"), target=0, id="i", image_ids=("a", "b"))
+    with pytest.warns(
+        DeprecationWarning, match=r"Instance.candidate_ids .* use Instance.image_ids"
+    ):
+        assert instance.candidate_ids == instance.image_ids == ("a", "b")

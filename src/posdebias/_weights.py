@@ -22,7 +22,7 @@ from posdebias.errors import InputError
 _UNSAFE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack")
 #: Weight-file stems transformers (and PEFT through it) load: ``pytorch_model``,
 #: ``model``, ``adapter_model``, ``tf_model``, ``flax_model``, with a variant or shard suffix.
-_WEIGHT_STEM = re.compile(r"^(pytorch_model|model|adapter_model|tf_model|flax_model)([.-].*)?$")
+_WEIGHT_STEM = re.compile(r"^(pytorch_model|model|adapter_model|tf_model|flax_model)([.-].*)?\Z")
 _FIX = (
     "posdebias loads safetensors weights only (pickled checkpoints can run code when loaded); "
     "convert the checkpoint with save_pretrained(safe_serialization=True) and remove the "
@@ -47,7 +47,7 @@ def check_safetensors_only(folder: str | Path) -> None:
     problems: list[str] = []
     for path in sorted(root.iterdir()):
         name = path.name
-        if _unsafe(name) and _WEIGHT_STEM.match(name.rsplit(".", 1)[0]):
+        if _unsafe(name) and _WEIGHT_STEM.fullmatch(name.rsplit(".", 1)[0]):
             problems.append(f"{name} is a pickled or non-safetensors weights file")
         elif name.endswith(".index.json"):
             problems += _index_problems(root, path)

@@ -39,3 +39,47 @@ BATCH_SIZE = 1
 RESAMPLES = 1000
 MIN_RESAMPLES = 100
 MAX_RESAMPLES = 100_000
+
+# -- bounds: the range of every number a user gives --------------------------------------------
+# Flags, config files, calibrator / decoder / adapter options and saved files are checked
+# against these before any work: a typo such as 1e9 is refused in a second instead of running
+# for days, growing memory until the kernel kills the process, or crashing a library.
+# `posdebias plugins --options` shows each option's range; the errors page lists them all.
+
+#: Seeds: whole numbers that numpy and torch both take.
+MAX_SEED = 2**32 - 1
+
+#: Test instances of a run; instances and pool images of a built benchmark (a benchmark file
+#: of this many lines is a few hundred MB).
+MAX_INSTANCES = 1_000_000
+
+#: Calibration instances M (each observed in its N rotations; the paper uses 5). A sweep over
+#: calibration sizes holds out its largest M, so this bound also bounds that study.
+MAX_CALIBRATION = 10_000
+
+#: Candidate orders T per test instance (the paper shows 5).
+MAX_ORDERS = 1_000
+
+#: Forward batch size (and CLIP's encoding batch size).
+MAX_BATCH_SIZE = 4_096
+
+#: Model layers: K of the top-K selection, layer indices, strides (models have at most ~100).
+MAX_LAYERS = 1_024
+
+#: tau, the visual posterior's temperature: at 1,000 an image whose purified attention is 1%
+#: above another's already takes over 99.99% of their joint mass (the default is 5).
+MAX_TAU = 1_000.0
+
+#: New tokens a decoder generates per text, and sampled chains per order (self-consistency).
+MAX_NEW_TOKENS = 32_768
+MAX_SAMPLES = 1_000
+
+#: GPUs of one data-parallel process's model replica.
+MAX_GPUS_PER_PROCESS = 1_024
+
+#: Images a shapes build generates (drawing them takes minutes at this size; the bundled
+#: benchmark uses 500).
+MAX_SHAPES_IMAGES = 100_000
+
+#: Image side in pixels (a resize before the processor, a generated shapes image).
+MAX_IMAGE_SIZE = 4_096

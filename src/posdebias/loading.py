@@ -292,7 +292,8 @@ def load_adapter(
     try:
         # a text-only family's processor is its tokenizer, its model a causal LM
         processor_class = AutoTokenizer if cls.text_only else AutoProcessor
-        model_class = AutoModelForCausalLM if cls.text_only else AutoModelForImageTextToText
+        causal = cls.text_only or cls.loads_as_causal_lm
+        model_class = AutoModelForCausalLM if causal else AutoModelForImageTextToText
         processor = processor_class.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
         )
@@ -321,6 +322,7 @@ def load_adapter(
             f"cannot load model {source!r}: {type(exc).__name__}: {str(exc)[:300]}. A file of "
             "the model folder is damaged or truncated; download or save the model again"
         ) from None
+    model = cls.prepare_loaded(model, _local_folder(source, revision))
     if device_map is None:
         model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.eval()

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
+from posdebias.adapters.attention import language_model_attention
 from posdebias.adapters.hf import HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import span_matrix
 from posdebias.registry.manager import get_registry
@@ -24,9 +25,17 @@ def tiny_pair(family: str) -> tuple:
 
 def fresh_model(family: str, implementation: str):
     """A second copy of the session's tiny model (same seed, same weights), untouched by the
-    probe, with ``implementation`` for its language model."""
+    probe, with ``implementation`` for its language model; ``sdpa`` on a language model without
+    it (Gemma 2's soft-capped logits) gives its eager attention, transformers' own."""
     model, _ = tiny_model_and_processor(family, seed=0)
-    model.set_attn_implementation({"text_config": implementation})
+    adapter_class = get_registry().adapter_for_model_type(model.config.model_type) or HFAdapter
+    key = adapter_class.text_config_key  # None: the model's own config is the language model's
+    try:
+        model.set_attn_implementation(language_model_attention(model, key, implementation))
+    except ValueError:
+        if implementation != "sdpa":
+            raise
+        model.set_attn_implementation(language_model_attention(model, key, "eager"))
     return model
 
 
@@ -41,6 +50,8 @@ def language_model(model):
     """The language model (decoder) module of a conditional-generation model."""
     inner = getattr(model, "model", None)
     found = getattr(inner, "language_model", None) or getattr(inner, "text_model", None)
+    if found is None and hasattr(inner, "embed_tokens_extend"):  # Phi-4-multimodal: the
+        return inner.layers  # decoder layers (its embedding layer holds the vision tower)
     return found or model.language_model  # Idefics3 / SmolVLM: text_model
 
 
@@ -55,9 +66,26 @@ def eager_masses(family: str, batch: PreparedBatch) -> torch.Tensor:
             family, model, **inputs, position_ids=batch.position_ids, output_attentions=True
         )
     length = batch.inputs["input_ids"].shape[1]
+    maps = list(output.attentions)
     spans = span_matrix(batch.spans, length).double()
-    rows = [layer[:, :, -1, :].double().mean(dim=1) for layer in output.attentions]
+    cross = getattr(model.config.get_text_config(), "cross_attention_layers", None)
+    if cross:  # Mllama: one map per layer; the rows are the cross-attention layers'
+        maps = [maps[layer] for layer in sorted(cross)]
+        spans = encoder_span_matrix(model, batch).double()
+    rows = [layer[:, :, -1, :].double().mean(dim=1) for layer in maps]
     return torch.stack([torch.bmm(row[:, None, :], spans)[:, 0] for row in rows], dim=1)
+
+
+def encoder_span_matrix(model, batch: PreparedBatch) -> torch.Tensor:
+    """[B, S, N] for Mllama's cross-attention keys: the vision encoder's tokens, image by image,
+    each image its tiles x (patches + class token), as the model concatenates them."""
+    pixels = batch.inputs["pixel_values"]  # [B, images, tiles, channels, height, width]
+    vision = model.config.vision_config
+    per_image = pixels.shape[2] * ((vision.image_size // vision.patch_size) ** 2 + 1)
+    matrix = torch.zeros(pixels.shape[0], pixels.shape[1] * per_image, pixels.shape[1])
+    for image in range(pixels.shape[1]):
+        matrix[:, image * per_image : (image + 1) * per_image, image] = 1.0
+    return matrix
 
 
 def score_tolerance(adapter: HFAdapter) -> float:
@@ -81,13 +109,8 @@ def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
     totals = []
     for path in batch.plan.paths:
         extra = torch.tensor([list(path[:-1])], dtype=prompt.dtype)
-        full = dict(inputs)
-        full["input_ids"] = torch.cat([prompt, extra], dim=1)
-        full["attention_mask"] = torch.ones_like(full["input_ids"])
-        for types in ("mm_token_type_ids", "token_type_ids"):
-            if types in full:
-                zeros = torch.zeros_like(extra, dtype=full[types].dtype)
-                full[types] = torch.cat([full[types], zeros], dim=1)
+        # the label tokens as the model's own generation feeds them (PaliGemma: suffix tokens)
+        full = adapter.extended_inputs(dict(inputs), extra)
         with torch.no_grad():
             logits = adapter.model_forward(**full).logits[0].double()
         total = torch.zeros((), dtype=torch.float64)
@@ -98,3 +121,23 @@ def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
         totals.append(total)
     scores = torch.stack(totals)
     return scores - torch.logsumexp(scores, dim=0)
+
+
+def shared_and_repeated_samples(adapter: HFAdapter, instances: list) -> tuple[list, list]:
+    """The tokens of 4 seeded samples per instance (a left-padded batch of the instances),
+    decoded over one shared copy of the prompt's keys and values, and with the cache repeated
+    per sample (the plain way): the two must be equal."""
+    from posdebias.adapters import GenerationSettings
+
+    settings = GenerationSettings(
+        max_new_tokens=6, do_sample=True, temperature=1.0, num_samples=4, stop_at_eos=False
+    )
+    seeds = list(range(3, 3 + len(instances)))
+    shared = adapter.generate_many(instances, settings, batch_size=2, seeds=seeds)
+    plain = adapter.generate_many(
+        instances,
+        GenerationSettings(**{**settings.__dict__, "share_prefix": False}),
+        batch_size=2,
+        seeds=seeds,
+    )
+    return [g.tokens for g in shared], [g.tokens for g in plain]

@@ -39,13 +39,20 @@ def test_check_passes_on_every_builtin_family(family):
     assert _figure(report["probe = eager"]) < 1e-5
 
 
-@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
-def test_check_passes_with_image_splitting_off(family):
+@pytest.mark.parametrize(
+    ("family", "figure"),
+    [
+        ("idefics3", "7 tokens each, 4 runs"),  # the global view with its markers
+        ("smolvlm", "7 tokens each, 4 runs"),
+        ("idefics2", "3 tokens each, 4 runs"),  # the whole image's image_seq_len tokens
+    ],
+)
+def test_check_passes_with_image_splitting_off(family, figure):
     model, processor = tiny_model_and_processor(family)
     processor.image_processor.do_image_splitting = False
     report = check_adapter(get_adapter(model, processor))
     assert report.passed, report.summary()
-    assert "7 tokens each, 4 runs" in report["image spans"].figure  # global view only
+    assert figure in report["image spans"].figure
 
 
 def test_check_passes_on_a_pixtral_llava_checkpoint():
@@ -58,7 +65,11 @@ def test_check_passes_on_a_pixtral_llava_checkpoint():
     assert "4 runs" in report["image spans"].figure  # one block per image, breaks included
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v"])
+@pytest.mark.parametrize(
+    "family",
+    ["qwen3_vl", "qwen3_vl_moe", "qwen2_5_vl", "glm4v", "paddleocr_vl", "qwen2_5_omni_thinker",
+     "qwen3_omni_moe_thinker"],
+)  # fmt: skip
 def test_check_refuses_the_generic_adapter_on_multimodal_rope_before_any_forward(family):
     model, processor = tiny_pair(family)
     calls = _count_forwards(model)
@@ -161,6 +172,27 @@ class _EvenSplit(Qwen3VLAdapter):
         ]
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"])
+def test_the_omni_thinkers_pass_only_with_their_own_positions(family):
+    """The thinkers' 3-D positions (from their get_rope_index) are what the scores row checks:
+    the same adapter with 1-D positions fails it."""
+    model, processor = tiny_model_and_processor(family)
+    adapter = get_adapter(model, processor)
+    assert adapter.name == {"qwen2_5_omni_thinker": "qwen2_5_omni"}.get(family, "qwen3_omni_moe")
+
+    class OneDimensional(type(adapter)):
+        name = "omni_1d"
+
+        def prompt_position_ids(self, inputs):
+            return HFAdapter.prompt_position_ids(self, inputs)
+
+    batch = adapter.prepare_batch(check_instances(2, multi_token_n=None))
+    positions = adapter.prompt_position_ids(batch.inputs)
+    assert positions.shape[0] == 3 and not torch.equal(positions[1], positions[2])  # h != w
+    report = check_adapter(OneDimensional(model, processor))
+    assert report["scores = own forward"].status == "FAIL", report.summary()
+
+
 def test_span_hook_unions_pass_and_wrong_spans_fail_the_rotation_check():
     model, processor = tiny_pair("qwen3_vl")
     report = check_adapter(_SplitRuns(model, processor))
@@ -189,7 +221,7 @@ def test_cli_check_passes_and_fails_with_exit_codes(saved_qwen3, capsys):
 
 def test_cli_check_bad_input_exits_2(saved_qwen3, tmp_path, capsys):
     assert main(["check", "--model", str(saved_qwen3), "-N", "1"]) == 2
-    assert "-N must be at least 2" in capsys.readouterr().err
+    assert "-N must be a whole number from 2 to 26" in capsys.readouterr().err
     missing = tmp_path / "nope.png"
     assert main(["check", "--model", str(saved_qwen3), "--image", str(missing)]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from adapter_reference import fresh_model, tiny_pair
+from adapter_reference import fresh_model, shared_and_repeated_samples, tiny_pair
 
 from posdebias import get_adapter
 from posdebias.adapters import GenerationSettings
@@ -21,7 +21,7 @@ from posdebias.adapters.hf.prompt import (
 from posdebias.core.labels import get_label_set
 from posdebias.errors import AdapterError, ConfigError
 
-GENERATING = ("llava", "qwen2_5_vl")
+GENERATING = ("llava", "qwen2_5_vl", "mllama")  # mllama: cross-attention, no shared prefix
 
 
 def adapter_for(family: str, **options):
@@ -237,19 +237,8 @@ def test_sofa_without_effect_is_refused():
 def test_shared_prefix_decoding_equals_repeating_the_cache(family, make_instances):
     """Samples decoded over one copy of the prompt's keys and values draw the same tokens as
     with the cache repeated per sample (the plain way), in a left-padded batch."""
-    adapter = adapter_for(family)
-    instances = make_instances(2, 3)
-    settings = GenerationSettings(
-        max_new_tokens=6, do_sample=True, temperature=1.0, num_samples=4, stop_at_eos=False
-    )
-    shared = adapter.generate_many(instances, settings, batch_size=2, seeds=[3, 4])
-    plain = adapter.generate_many(
-        instances,
-        GenerationSettings(**{**settings.__dict__, "share_prefix": False}),
-        batch_size=2,
-        seeds=[3, 4],
-    )
-    assert [g.tokens for g in shared] == [g.tokens for g in plain]
+    shared, plain = shared_and_repeated_samples(adapter_for(family), make_instances(2, 3))
+    assert shared == plain
 
 
 @pytest.mark.parametrize("label_set", ["digits", "upper", "words"])

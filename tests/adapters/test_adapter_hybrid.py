@@ -25,7 +25,7 @@ from posdebias.errors import AdapterError, CalibrationError
 from posdebias.testing import save_tiny_model
 from posdebias.testing.tiny.llama4 import TINY_CHUNK_SIZE
 
-HYBRID = ("qwen3_5", "qwen3_5_moe", "gemma3", "llama4")
+HYBRID = ("qwen3_5", "qwen3_5_moe", "gemma3", "llama4", "gemma4")
 G, S, C = "global", "sliding", "chunked"
 EXPECTED_LAYERS = {
     # linear x3, full; linear x3, full: only the full-attention layers have rows
@@ -35,6 +35,8 @@ EXPECTED_LAYERS = {
     "gemma3": (tuple(range(12)), (S, S, S, S, S, G, S, S, S, S, S, G)),
     # three chunked RoPE layers, one global NoPE layer, twice
     "llama4": (tuple(range(8)), (C, C, C, G, C, C, C, G)),
+    # two sliding, one global, twice; the last two layers reuse layers 3 (sliding) / 2 (global)
+    "gemma4": (tuple(range(6)), (S, S, G, S, S, G)),
 }
 
 
@@ -57,7 +59,12 @@ def _instance(image_files, n: int) -> RetrievalInstance:
 
 @pytest.mark.parametrize(
     ("family", "n", "window"),
-    [("gemma3", 3, "sliding_window"), ("gemma3", 8, "sliding_window"), ("llama4", 8, None)],
+    [
+        ("gemma3", 3, "sliding_window"),
+        ("gemma3", 8, "sliding_window"),
+        ("llama4", 8, None),
+        ("gemma4", 3, "sliding_window"),
+    ],
 )
 def test_windows_shorter_than_the_prompt_cut_through_the_images(
     family, n, window, image_files, make_instances
@@ -101,6 +108,37 @@ def test_gemma3_image_blocks_are_bidirectional_in_the_probed_pass(make_instances
     del batch.inputs["token_type_ids"]
     _, causal = adapter.run_batch(batch)
     assert torch.max(torch.abs(with_blocks - causal)) > 1e-4
+
+
+def test_gemma4_kv_shared_layers_are_read_with_their_own_queries(make_instances):
+    """Gemma 4's last two layers reuse the keys and values of layers 3 (sliding) and 2
+    (global). In the adapter's prompt pass they compute the last token's query only; the probe
+    reads that row, which equals eager attention (all queries), and it is the shared layer's
+    own row, not a copy of its source layer's."""
+    adapter = get_adapter(*tiny_pair("gemma4"))
+    config = adapter.model.config.get_text_config()
+    assert config.kv_sharing_modes == [None, None, "store", "store", "reuse", "reuse"]
+    batch = adapter.prepare_batch(make_instances(2, 3))
+    queries: dict[int, int] = {}
+    hooks = [
+        layer.self_attn.register_forward_hook(
+            lambda module, args, kwargs, out: queries.__setitem__(
+                module.layer_idx, kwargs["hidden_states"].shape[1]
+            ),
+            with_kwargs=True,
+        )
+        for layer in language_model(adapter.model).layers
+    ]
+    try:
+        _, attention = adapter.run_batch(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    length = batch.inputs["input_ids"].shape[1]
+    assert queries == {0: length, 1: length, 2: length, 3: length, 4: 1, 5: 1}
+    assert torch.max(torch.abs(attention.double() - eager_masses("gemma4", batch))) < 1e-5
+    for shared, source in ((4, 3), (5, 2)):
+        assert torch.max(torch.abs(attention[:, shared] - attention[:, source])) > 1e-3
 
 
 def test_linear_attention_layers_never_reach_the_probe(make_instances):

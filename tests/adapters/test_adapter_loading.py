@@ -37,11 +37,20 @@ EXPECTED = {
     "molmo2": "molmo2",
     "kimi_k25": "kimi_k25",
     "ovis2": "ovis2",
+    "cohere2_vision": "cohere2_vision",
+    "paddleocr_vl": "paddleocr_vl",
+    "paligemma": "paligemma",
+    "phi4_multimodal": "phi4_multimodal",
+    "qwen2_5_omni_thinker": "qwen2_5_omni",
+    "qwen3_omni_moe_thinker": "qwen3_omni_moe",
     "qwen3_5": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
     "gemma3": "gemma3",
     "llama4": "llama4",
     "aya_vision": "aya_vision",
+    "idefics2": "idefics2",
+    "gemma4": "gemma4",
+    "mllama": "mllama",
 }
 
 

@@ -106,7 +106,7 @@ def test_plugins_command_shows_what_each_model_type_resolves_to(tmp_path, priori
     (dist / "entry_points.txt").write_text("[posdebias]\nmyqwen = posdebias_myqwen\n")
     # The worktree's own source stays first when PYTHONPATH is set (CI has none: installed).
     path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "COLUMNS": "80"}
     result = subprocess.run(
         [sys.executable, "-m", "posdebias", "plugins"],
         capture_output=True,

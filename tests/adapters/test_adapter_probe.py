@@ -36,9 +36,10 @@ def test_logits_with_probe_equal_plain_sdpa_exactly(family, make_instances):
     batch = adapter.prepare_batch(make_instances(2, 3))
     plain = fresh_model(family, "sdpa")
     length = batch.inputs["input_ids"].shape[1]
+    cross = adapter.cross_attention_spans(batch)
     with torch.no_grad():
         expected = forward(family, plain, **batch.inputs, position_ids=batch.position_ids).logits
-        with recording(span_matrix(batch.spans, length)) as recorder:
+        with recording(span_matrix(batch.spans, length), cross) as recorder:
             probed = adapter.model_forward(**batch.inputs, position_ids=batch.position_ids).logits
     assert recorder.recorded_layers == list(adapter.attention_layers.indices)
     real = batch.inputs["attention_mask"].bool()
@@ -53,7 +54,8 @@ def test_only_the_language_model_is_probed(family, make_instances):
     assert vision._attn_implementation != PROBE_NAME
     batch = adapter.prepare_batch(make_instances(1, 2))
     length = batch.inputs["input_ids"].shape[1]
-    with torch.no_grad(), recording(span_matrix(batch.spans, length)) as recorder:
+    cross = adapter.cross_attention_spans(batch)
+    with torch.no_grad(), recording(span_matrix(batch.spans, length), cross) as recorder:
         adapter.model_forward(**batch.inputs, position_ids=batch.position_ids)
     language_modules = {id(module) for module in language_model(model).modules()}
     assert recorder.recorded_layers == list(adapter.attention_layers.indices)
@@ -152,3 +154,59 @@ def test_half_precision_keys_are_upcast_in_chunks_exactly():
     assert scores.dtype == torch.float32
     assert torch.max(torch.abs(scores.double() - expected)) < 1e-4
     assert recorder._scratch[key.device].shape[2] == KEY_CHUNK  # one scratch per device
+
+
+def test_a_layer_with_the_last_queries_only_is_read_and_a_decoding_step_refused():
+    """A prompt-pass layer may compute only the last queries (Gemma 4's KV-shared layers): its
+    last row is the last token's, read as from the full pass. A decoding step (more keys than
+    the prompt) is refused, never read as the prompt's row."""
+    from types import SimpleNamespace
+
+    from posdebias.adapters.attention.probe import AttentionRecorder
+    from posdebias.errors import AdapterError
+
+    generator = torch.Generator().manual_seed(0)
+    length, heads, dim = 7, 4, 8
+    query = torch.randn(1, heads, length, dim, generator=generator)
+    key = torch.randn(1, 2, length, dim, generator=generator)
+    spans = span_matrix([[(1, 3), (3, 6)]], length)
+    full, last = AttentionRecorder(spans), AttentionRecorder(spans)
+    full.record(SimpleNamespace(layer_idx=0), query, key, None, None)
+    last.record(SimpleNamespace(layer_idx=0), query[:, :, -1:], key, None, None)
+    assert torch.equal(full.attention(1), last.attention(1))
+    longer = torch.randn(1, 2, length + 1, dim, generator=generator)
+    with pytest.raises(AdapterError, match="1 queries over 8 keys.*record only the prompt"):
+        last.record(SimpleNamespace(layer_idx=1), query[:, :, -1:], longer, None, None)
+
+
+def test_soft_capped_layers_equal_transformers_eager_and_sinks_are_refused():
+    """The attention function's capped output equals Gemma 2's own eager attention (grouped
+    heads, a padding mask) and its probe row caps too; attention sinks stop with an error
+    instead of being dropped."""
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from posdebias.adapters.attention import attention_forward
+    from posdebias.errors import AdapterError
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 5, 8, generator=generator) * 3
+    key, value = (torch.randn(2, 2, 5, 8, generator=generator) * 3 for _ in range(2))
+    allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    allowed[0, :, :, :2] = False  # row 0 left padded by two tokens
+    allowed[0, :, :2, :2] = torch.eye(2, dtype=torch.bool)  # (pad rows see themselves)
+    additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.layer_idx = 2, 0
+    module.training = False
+    expected, weights = eager_attention_forward(
+        module, query, key, value, additive, scaling=0.5, softcap=2.0
+    )
+    spans = torch.zeros(2, 5, 1)
+    spans[:, 2:4, 0] = 1.0
+    with recording(spans) as recorder:
+        output, _ = attention_forward(module, query, key, value, allowed, scaling=0.5, softcap=2.0)
+    assert torch.allclose(output, expected, atol=1e-6)
+    mass = weights[:, :, -1, 2:4].sum(dim=-1).mean(dim=1)  # last row, heads averaged
+    assert torch.allclose(recorder.masses[0][:, 0], mass, atol=1e-6)
+    with pytest.raises(AdapterError, match="attention sinks"):
+        attention_forward(module, query, key, value, allowed, s_aux=torch.zeros(4))

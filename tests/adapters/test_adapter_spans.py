@@ -125,6 +125,43 @@ def _decoded_spans(adapter, batch, row=0):
     ]
 
 
+_FAKE = "<fake_token_around_image>"
+_MOLMO_VIEW = ["<im_patch>", "<im_patch>", "<im_col>"] * 2 + ["<im_end>"]
+#: Every span of the 48 px test images, token for token, where a family's layout fixes it.
+_EXACT_SPANS = {
+    # one contiguous run for all images: 2 x 2 patch tokens + 1 image-newline each
+    "llava_onevision": ["<image>"] * 5,
+    "llava": ["<image>"] * 4,
+    # the images' runs touch (no text between them): split by the processor's counts
+    "paligemma": ["<image>"] * 4,
+    # four crops and the whole image, 3 latents each; the edge markers are no image's
+    "idefics2": ["<image>"] * 3 + [_FAKE, "<image>", "<image>", "<image>"] * 4,
+    # a low-resolution view then a high-resolution view, 2 x 2 patches, rows closed by a column
+    "molmo2": ["<low_res_im_start>", *_MOLMO_VIEW, "<im_start>", *_MOLMO_VIEW],
+    # a 48 px image fits one 56 px tile: the global view only (tiles: the next test)
+    "aya_vision": ["<|START_OF_IMG|>", "TILE_GLOBAL", *["<|IMG_PATCH|>"] * 4, "<|END_OF_IMG|>"],
+    # 32 px per merged token: 2 rows of 2, a break after row 1, the end
+    "mistral3": ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"],
+    # one 56 px tile: its 4 patch tokens and line break between the markers
+    "cohere2_vision": [
+        "<|START_OF_IMG|>", *["<|IMG_PATCH|>"] * 4, "<|IMG_LINE_BREAK|>", "<|END_OF_IMG|>"
+    ],
+    # one 56 px view: its 4 visual atoms between the indicators
+    "ovis2": ["<IMG_START>", *["<IMG_ATOM>"] * 4, "<IMG_GRID>", "<IMG_END>"],
+}  # fmt: skip
+#: Families whose span is a start marker (or markers), a run of one token, an end marker.
+_MARKED_RUNS = {
+    "qwen2_5_omni": (["<|vision_bos|>"], "<|IMAGE|>", "<|vision_eos|>"),  # before "qwen"
+    "qwen": (["<|vision_start|>"], "<|image_pad|>", "<|vision_end|>"),
+    "internvl": (["<img>"], "<IMG_CONTEXT>", "</img>"),
+    "glm4v": (["<|begin_of_image|>"], "<|image|>", "<|end_of_image|>"),
+    "kimi_k25": (["<|media_begin|>", "image", "<|media_content|>"], "<|media_pad|>",
+                 "<|media_end|>"),
+    "paddleocr_vl": (["<|IMAGE_START|>"], "<|IMAGE_PLACEHOLDER|>", "<|IMAGE_END|>"),
+}  # fmt: skip
+_TOUCHING = {"llava_onevision", "paligemma"}
+
+
 def test_family_spans_cover_exactly_each_image(family, make_instances):
     adapter = get_adapter(*tiny_pair(family))
     instances = make_instances(2, 4)
@@ -138,53 +175,26 @@ def test_family_spans_cover_exactly_each_image(family, make_instances):
         assert image_positions <= covered
         assert all(a.end <= b.start for a, b in itertools.pairwise(spans))  # ordered, disjoint
     tokens = _decoded_spans(adapter, batch)
-    if family.startswith("qwen"):
-        assert all(t[0] == "<|vision_start|>" and t[-1] == "<|vision_end|>" for t in tokens)
-        assert all(set(t[1:-1]) == {"<|image_pad|>"} for t in tokens)
-    elif family == "internvl":
-        assert all(t[0] == "<img>" and t[-1] == "</img>" for t in tokens)
-        assert all(t[1:-1] == ["<IMG_CONTEXT>"] * 4 for t in tokens)
-    elif family == "llava_onevision":
-        # One contiguous run for all images: 2 x 2 patch tokens + 1 image-newline each.
-        assert batch.spans[0][0].end == batch.spans[0][1].start
-        assert all(t == ["<image>"] * 5 for t in tokens)
-    elif family == "llava":
-        assert all(t == ["<image>"] * 4 for t in tokens)
+    marked = next((v for k, v in _MARKED_RUNS.items() if family.startswith(k)), None)
+    if family in _EXACT_SPANS:
+        assert all(t == _EXACT_SPANS[family] for t in tokens)
+    elif marked is not None:
+        starts, inner, end = marked
+        assert all(t[: len(starts)] == starts and t[-1] == end for t in tokens)
+        assert all(set(t[len(starts) : -1]) == {inner} for t in tokens)
+        if family == "internvl":
+            assert all(t.count(inner) == 4 for t in tokens)
     elif family in ("idefics3", "smolvlm"):
         # 48 px images -> 2 x 2 tiles + the global view; the newlines between rows of tiles
         # are not the image's, so each span is the union of 3 runs.
         assert all(len(span.runs) == 3 for span in batch.spans[0])
-        tile = ["<fake_token_around_image>", "<row_1_col_1>", *["<image>"] * 4]
-        glob = ["<fake_token_around_image>", "<global-img>", *["<image>"] * 4]
+        tile = [_FAKE, "<row_1_col_1>", *["<image>"] * 4]
+        glob = [_FAKE, "<global-img>", *["<image>"] * 4]
         for t in tokens:
-            assert t[:6] == tile and t[-7:] == [*glob, "<fake_token_around_image>"]
+            assert t[:6] == tile and t[-7:] == [*glob, _FAKE]
             assert "\n" not in t and t.count("<image>") == 5 * 4
-
-    elif family.startswith("glm4v"):
-        assert all(t[0] == "<|begin_of_image|>" and t[-1] == "<|end_of_image|>" for t in tokens)
-        assert all(set(t[1:-1]) == {"<|image|>"} for t in tokens)
-    elif family == "kimi_k25":
-        head = ["<|media_begin|>", "image", "<|media_content|>"]
-        assert all(t[:3] == head and t[-1] == "<|media_end|>" for t in tokens)
-        assert all(set(t[3:-1]) == {"<|media_pad|>"} for t in tokens)
-    elif family == "molmo2":
-        # 48 px images: a low-resolution view then a high-resolution view, 2 x 2 patches each,
-        # every row closed by a column token
-        row = ["<im_patch>", "<im_patch>", "<im_col>"]
-        view = [*row, *row, "<im_end>"]
-        assert all(t == ["<low_res_im_start>", *view, "<im_start>", *view] for t in tokens)
-    elif family == "aya_vision":
-        # a 48 px image fits one 56 px tile: the global view only (tiles: the next test)
-        view = ["<|START_OF_IMG|>", "TILE_GLOBAL", *["<|IMG_PATCH|>"] * 4, "<|END_OF_IMG|>"]
-        assert all(t == view for t in tokens)
-    elif family == "mistral3":
-        # 48 px images at 32 px per merged token: 2 rows of 2, a break after row 1, the end.
-        assert all(t == ["[IMG]", "[IMG]", "[IMG_BREAK]", "[IMG]", "[IMG]", "[IMG_END]"]
-                   for t in tokens)  # fmt: skip
-    elif family == "ovis2":
-        # 48 px squares fit one 56 px view: its 4 visual atoms between the indicators
-        block = ["<IMG_START>", *["<IMG_ATOM>"] * 4, "<IMG_GRID>", "<IMG_END>"]
-        assert all(t == block for t in tokens)
+    if family in _TOUCHING:
+        assert all(a.end == b.start for a, b in itertools.pairwise(batch.spans[0]))
 
 
 def test_aya_vision_spans_hold_every_tile_with_its_label():
@@ -202,7 +212,38 @@ def test_aya_vision_spans_hold_every_tile_with_its_label():
         assert tiled == ["<|START_OF_IMG|>", *tiles, *view]
 
 
-@pytest.mark.parametrize("family", ["idefics3", "smolvlm"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "User:<image><image>Caption: x<end_of_utterance>\nAssistant:",  # touching images
+        "User: <image> a <image>\nb<end_of_utterance>\nAssistant:",
+        "<image>word<image>",  # a closing marker touching a word gets a space
+    ],
+)
+def test_idefics2_replacements_are_the_processors_expansion(text, monkeypatch):
+    """Idefics2's processor reports no replacement offsets; the adapter's, applied to the
+    prompt, give exactly the text the processor tokenises (so text candidates land on their
+    characters and tokens)."""
+    from posdebias.adapters.hf.spans import expand_replacements
+
+    adapter = get_adapter(*tiny_pair("idefics2"))
+    tokenizer = adapter.tokenizer
+    tokenised: list[str] = []
+    call = type(tokenizer).__call__
+
+    def recording(self, text=None, *args, **kwargs):  # the processor's own tokeniser call
+        tokenised.extend([text] if isinstance(text, str) else text)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", recording)
+    images = [image.convert("RGB") for image in check_instances(2, multi_token_n=None)[0].images]
+    inputs = adapter.processor(text=[text], images=[images], return_tensors="pt")
+    expanded, _ = expand_replacements(text, [], adapter.replacements(text))
+    assert tokenised == [expanded]
+    assert call(tokenizer, expanded)["input_ids"] == inputs["input_ids"][0].tolist()
+
+
+@pytest.mark.parametrize("family", ["idefics3", "smolvlm", "cohere2_vision"])
 def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instances):
     adapter = get_adapter(*tiny_pair(family), adapter="generic")
     model_calls = [0]
@@ -217,21 +258,38 @@ def test_tiled_family_without_its_adapter_says_what_it_found(family, make_instan
     assert model_calls[0] == 0
 
 
-def test_ovis2_span_is_the_whole_block_of_a_tiled_image():
-    """Ovis2's placeholder <image> becomes <IMG_START>, the global view's atoms, <IMG_GRID>, then
-    the tiles' atoms separated by <IMG_COL> / <IMG_ROW>, and <IMG_END>: one run per image,
-    every indicator included (the model gives each its own embedding)."""
+@pytest.mark.parametrize(
+    ("family", "markers", "image", "counts", "runs"),
+    [
+        # <IMG_START> global view <IMG_GRID> tiles (<IMG_COL> / <IMG_ROW> between) <IMG_END>
+        ("ovis2", ("<IMG_START>", "<IMG_END>"), "<IMG_ATOM>", [4, 12, 12, 20], 12),
+        # <|START_OF_IMG|> (patches <|IMG_LINE_BREAK|>) per tile and thumbnail <|END_OF_IMG|>
+        ("cohere2_vision", ("<|START_OF_IMG|>", "<|END_OF_IMG|>"), "<|IMG_PATCH|>",
+         [4, 12, 12, 12], 10),
+    ],
+)  # fmt: skip
+def test_a_tiled_image_is_one_block_between_its_markers(family, markers, image, counts, runs):
+    """Images of 56x56, 84x56, 56x112 and 112x84 px: the larger ones are split into tiles, so
+    the image tokens form more runs than there are images; each image's span is its whole block
+    from its start marker to its end marker, one run, every tile and separator included."""
     from posdebias.testing.check import check_instances
 
-    adapter = get_adapter(*tiny_pair("ovis2"))
-    instance = check_instances(4, multi_token_n=None)[0]  # 56x56, 84x56, 56x112, 112x84 px
-    batch = adapter.prepare_batch([instance])
+    adapter = get_adapter(*tiny_pair(family))
+    batch = adapter.prepare_batch([check_instances(4, multi_token_n=None)[0]])
+    ids = batch.inputs["input_ids"][0].tolist()
+    image_id = adapter.tokenizer.convert_tokens_to_ids(image)
+    assert len(ImageSpan.from_positions(t for t, i in enumerate(ids) if i == image_id).runs) == runs
     tokens = _decoded_spans(adapter, batch)
     assert all(len(span.runs) == 1 for span in batch.spans[0])
-    assert all(t[0] == "<IMG_START>" and t[-1] == "<IMG_END>" for t in tokens)
-    assert [t.count("<IMG_ATOM>") for t in tokens] == [4, 12, 12, 20]  # 4 per view or tile
-    assert [t.count("<IMG_COL>") + t.count("<IMG_ROW>") for t in tokens] == [0, 1, 1, 3]
-    assert "<image>" not in adapter.tokenizer.get_vocab()  # the placeholder is only text
+    assert all((t[0], t[-1]) == markers for t in tokens)
+    assert [t.count(image) for t in tokens] == counts  # 4 tokens per tile or view
+
+
+def test_ovis2_image_placeholder_is_only_text():
+    """The chat template's <image> is no token: the processor replaces the text."""
+    adapter = get_adapter(*tiny_pair("ovis2"))
+    assert "<image>" not in adapter.tokenizer.get_vocab()
+    assert adapter.image_token == "<IMG_ATOM>"
 
 
 def test_internvl_real_checkpoint_layout_has_256_tokens_per_tile(image_files):

@@ -123,6 +123,84 @@ def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, 
     assert not np.array_equal(other.label_logprobs, one.label_logprobs)
 
 
+@pytest.mark.parametrize(
+    "vl_family", ["qwen2_5_vl", "idefics3", "internvl", "llava_onevision", "gemma3", "llava"]
+)
+def test_a_vision_language_model_answers_questions_without_images(vl_family, image_files):
+    """No image in the whole prompt: image processors fail on an empty image list, so none is
+    passed; a batch never mixes prompts with and without images (some processors fail on it),
+    and the scores of a mixed input list equal one instance at a time."""
+    adapter = posdebias.get_adapter(*tiny_model_and_processor(vl_family), label_set="upper")
+    textual = check_instances(task="multiple_choice", with_images=False)
+    assert not any(instance.all_images for instance in textual)
+    report = check_adapter(adapter, textual)
+    assert all(result.status == PASS for result in report.results), report.summary()
+    pictured = Instance(
+        query="Which of these is shown?", texts=("dog", "pear", "red", "car"),
+        stem_images=(image_files[0],), target=1, id="pictured", task="multiple_choice",
+    )  # fmt: skip
+    mixed = [textual[0], pictured, textual[1]]
+    together = adapter.observe_many(mixed, batch_size=3)
+    alone = [adapter.observe(instance) for instance in mixed]
+    for one, other in zip(together, alone, strict=True):
+        np.testing.assert_allclose(one.label_logprobs, other.label_logprobs, atol=1e-5)
+        np.testing.assert_allclose(one.attention, other.attention, atol=1e-5)
+
+
+_TASK_LABELS = [
+    ("multiple_choice", "upper"),
+    ("multiple_choice", "roman"),
+    ("pairwise_judge", "words"),
+    ("rerank", "digits"),
+]
+
+
+@pytest.mark.parametrize("model_family", ["qwen3", "qwen2_5_vl"])
+@pytest.mark.parametrize(("task", "label_set"), _TASK_LABELS)
+def test_generated_baselines_pose_and_parse_every_task_kind(model_family, task, label_set):
+    """The generated rows on candidate tasks (a text model, and a vision-language model on
+    questions without images): each decoder's prompt is the task's template under its variant
+    (showing the set's labels, never asking for an image index), and every text is parsed by
+    the label set's rules."""
+    from posdebias.core.answers import AnswerParser
+    from posdebias.core.labels import get_label_set
+    from posdebias.core.tasks import ANSWER_ONLY, TASK_HINTS
+
+    adapter = posdebias.get_adapter(*tiny_model_and_processor(model_family), label_set=label_set)
+    n = 2 if task == "pairwise_judge" else 4
+    views = [
+        Instance(query=f"Which one is right, case {k}?", texts=tuple(f"choice {k} {j}" for j in
+                 range(n)), target=k % n, id=f"g{k}", task=task)
+        for k in range(2)
+    ]  # fmt: skip
+    decoders = {
+        "generated": ({"max_new_tokens": 3}, None),
+        "instruction": ({"max_new_tokens": 3}, "instruction"),
+        "chain_of_thought": ({"max_new_tokens": 6}, "cot"),
+        "self_consistency": ({"max_new_tokens": 6, "samples": 2}, "self_consistency"),
+    }
+    answer_only = ANSWER_ONLY[task].split("{")[0]
+    for name, (options, hint) in decoders.items():
+        decoder = get_registry().create_decoder(name, **options)
+        messages = adapter.messages_for(views[0], variant=decoder.settings().prompt_variant)
+        shown = "".join(
+            item if isinstance(item, str) else item.get("text", "")
+            for message in messages
+            for item in (message["content"] if isinstance(message["content"], list)
+                         else [message["content"]])
+        )  # fmt: skip
+        assert all(label in shown for label in get_label_set(label_set).labels(n)), shown
+        assert "image" not in shown and "integer" not in shown, shown
+        if hint is not None:
+            assert TASK_HINTS[hint].split("{")[0] in shown, (name, shown)
+        assert (answer_only in shown) == (hint in (None, "instruction")), (name, shown)
+        decisions = decoder.decide(adapter, views, batch_size=2, seeds=[0, 1])
+        for view, decision in zip(views, decisions, strict=True):
+            parser = AnswerParser(label_set, view.n, decoder.options.parse)
+            assert decision.answers == [parser.parse(text) for text in decision.texts]
+            assert len(decision.texts) == options.get("samples", 1)
+
+
 def test_text_models_refuse_images_and_retrieval(qwen3, tmp_path):
     from posdebias.errors import InputError
 

@@ -56,12 +56,14 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
     assert {row.verdict for row in coverage} <= {BUILT_IN, GENERIC, REFUSED}
     verdicts = {row.model_type: row for row in coverage}
     built_in = ("qwen2_5_vl", "llava_onevision", "internvl", "glm46v", "lfm2_vl", "llava_next",
-                "molmo2", "kimi_k25")  # fmt: skip
+                "molmo2", "kimi_k25", "ovis2", "cohere2_vision", "paddleocr_vl", "aya_vision",
+                "idefics2", "gemma4", "mllama", "qwen2_5_omni_thinker",
+                "qwen3_omni_moe_thinker")  # fmt: skip
     for family in built_in:
         assert verdicts[family].verdict == BUILT_IN
     for family, reason in (
-        ("mllama", "cross-attention layers"),
-        ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
+        ("gemma3n", "(KV sharing)"),
+        ("glm_ocr", "GlmOcrModel.get_rope_index"),
         ("t5gemma2", "encoder-decoder"),
     ):
         assert verdicts[family].verdict == REFUSED and reason in verdicts[family].detail
@@ -105,6 +107,12 @@ def test_the_generic_adapter_refuses_a_cross_attention_model_before_any_forward(
     [
         # the chat template's <image> is only text the processor replaces
         ("ovis2", "image token '<image>' is not in the vocabulary"),
+        # a wide image is split into tiles, a line break after each tile's patch tokens
+        ("cohere2_vision", "splits images into tiles with text between them (4 runs of image"),
+        # the checkpoints' processors have no chat template (the adapter brings the format)
+        ("paligemma", "has no chat template"),
+        # multimodal RoPE: the model computes 3-D positions from the image grids
+        ("paddleocr_vl", "PaddleOCRVLModel.get_rope_index"),
     ],
 )
 def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family, reason):

@@ -146,8 +146,8 @@ def test_too_few_hard_negatives_fails_without_output(shapes_root, tmp_path, tiny
 
 def test_option_errors(shapes_root, tmp_path):
     for options, message in [
-        ({"n": 27}, "N must be 2..26"),
-        ({"n": 1}, "N must be 2..26"),
+        ({"n": 27}, "n: Input should be less than or equal to 26"),
+        ({"n": 1}, "n: Input should be greater than or equal to 2"),
         ({"count": 61}, "larger than the pool of 60"),
         ({"pool_size": 100}, "larger than the 60 usable images"),
         ({"setting": "hard"}, "setting: Input should be 'random' or 'adversarial'"),
@@ -270,7 +270,7 @@ def test_cli_end_to_end_on_shapes(tmp_path, tiny_clip_config, capsys):
     assert "unknown shape kinds" in capsys.readouterr().err
 
     code = main([*common, "--setting", "random", "-N", "30", "--out", str(tmp_path / "bad")])
-    assert code == 2 and "N must be 2..26" in capsys.readouterr().err
+    assert code == 2 and "n: Input should be less than or equal to 26" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
     code = main(
         [

@@ -185,3 +185,24 @@ def test_too_many_images_for_the_space_is_a_clear_error(tmp_path):
     with pytest.raises(BenchmarkError, match="distinct captions"):
         generate_shapes_dataset(tmp_path / "s", 2, seed=0, space=space)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_huge_count_on_a_small_space_is_refused_at_once():
+    """The draws stop once the space is exhausted (20,000 repeats in a row), not after 50
+    draws per image asked for (for 100,000 images, minutes of drawing)."""
+    import time
+
+    from posdebias.benchmarks.shapes import sample_unique_attributes
+
+    space = ShapeSpace(
+        colours={"red": (220, 40, 40), "blue": (40, 40, 220)},
+        shapes=("circle", "square"),
+        sizes={"small": 0.3},
+        positions={"center": (0.5, 0.5)},
+        backgrounds={"white": (255, 255, 255)},
+        max_objects=1,
+    )
+    started = time.perf_counter()
+    with pytest.raises(BenchmarkError, match="gives only about 4 distinct captions"):
+        sample_unique_attributes(100_000, 0, space)
+    assert time.perf_counter() - started < 10

@@ -3,6 +3,7 @@ Qwen2.5-VL, one process and two (accelerate on CPU), compared with posdebias's o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,77 @@ def test_two_processes_equal_one_process(rotated_tasks, one_process, tmp_path_fa
         assert other == answers, task
         shared = {s["acc"]["calibration"]["states"] for s in two["samples_by_task"][task]}
         assert len(shared) == 1  # both ranks used the one calibration rank 0 wrote
+
+
+TEXT_GROUPS = {"textmcq_gen": "generate_until", "textmcq_mc": "multiple_choice"}
+TEXT_WORDS = ("red", "green", "blue", "dog", "cat", "horse", "apple", "pear", "plum", "car", "bus")
+
+
+@pytest.fixture(scope="module")
+def text_mcq(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A text-option multiple-choice benchmark (15 questions, no image anywhere, 4 options
+    each: 3 held out, 12 tested), a tiny Qwen2.5-VL saved to a folder, and the rotated task
+    groups written by the documented command."""
+    require_lmms_eval()
+    from posdebias.testing import save_tiny_model
+
+    folder = tmp_path_factory.mktemp("text-mcq")
+    rows = [
+        {"id": f"q{k}", "question": f"Which word is number {k}?", "answer": "ABCD"[k % 4],
+         "options": [TEXT_WORDS[(k + j) % len(TEXT_WORDS)] for j in range(4)]}
+        for k in range(15)
+    ]  # fmt: skip
+    data = folder / "questions.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    bench = folder / "bench"
+    assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(bench)]) == 0
+    model = save_tiny_model("qwen2_5_vl", folder / "model")
+    tasks = folder / "tasks"
+    for name, output_type in TEXT_GROUPS.items():
+        args = ["lmms-eval-task", "--benchmark", str(bench), "--out", str(tasks), "--name", name]
+        args += ["--output-type", output_type, "--count", "12", "--calibration-count", "3"]
+        args += ["--calibrators", ",".join(CALIBRATORS)]
+        assert main(args) == 0
+    return bench, model, tasks
+
+
+def test_a_text_option_task_on_a_tiny_qwen2_5_vl_equals_posdebias_evaluate(
+    text_mcq, tmp_path_factory
+):
+    """Done means: a text-option multiple-choice task (no image in any prompt) runs the same
+    way on a vision-language model: lmms-eval's vanilla and attention_guided rows equal
+    posdebias evaluate's on the same 12 items in the same 4 cyclic orders, through the
+    generated-answer and the log-likelihood path."""
+    bench, model, tasks = text_mcq
+    model_args = f"pretrained={model},calibrators=vanilla+attention_guided,calibration=task"
+    run = run_lmms_eval(
+        tmp_path_factory.mktemp("run-text"),
+        model_args + ",label_set=upper",
+        ",".join(TEXT_GROUPS),
+        tasks,
+    )
+    ours = run_evaluation(
+        EvaluateConfig(
+            model=str(model),
+            benchmark=bench,
+            task="multiple_choice",
+            count=12,
+            calibration_count=3,
+            orders=4,
+            order_kind="cyclic",
+            seed=0,
+            calibrators=list(CALIBRATORS),
+        )
+    )
+    assert ours.num_instances == 12 and ours.orders == 4
+    for group in TEXT_GROUPS:
+        for label in CALIBRATORS:
+            row = run["results"][f"{group}_{label}"]
+            metrics = ours.calibrators[label].metrics
+            assert row["acc,none"] == metrics.accuracy_mean, (group, label)
+            assert row["rstd,none"] == metrics.rstd, (group, label)
+            assert row["cons,none"] == metrics.consistency, (group, label)
+    samples = run["samples_by_task"]["textmcq_gen_attention_guided"]
+    assert len(samples) == 48
+    assert {sample["filtered_resps"] for sample in samples} <= {"A", "B", "C", "D"}
+    assert samples[0]["acc"]["calibration"]["calibration_ids"] == ours.calibration_ids

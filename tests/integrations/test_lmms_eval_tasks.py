@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import main
+from posdebias.errors import InputError
 from posdebias.evaluation.job import split_held_out
 from posdebias.evaluation.metrics import compute_metrics
 from posdebias.integrations import lmms_eval_tasks as tasks
@@ -117,7 +118,7 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     text = (out / "demo_attention_guided.yaml").read_text()
     assert "process_docs: !function demo_posdebias.docs_1" in text
     assert (
-        "docs_1 = rotation_transform('attention_guided', None)"
+        "docs_1 = rotation_transform('attention_guided', None, items=ITEMS)"
         in (out / "demo_posdebias.py").read_text()
     )
 
@@ -126,8 +127,10 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     ("extra", "message"),
     [
         (["--name", "bad-name"], "task name 'bad-name'"),
-        (["--name", "ok", "--rotations", "5"], "rotations must be 1..4"),
-        (["--name", "ok", "--calibration-count", "-1"], "whole numbers >= 0"),
+        (["--name", "ok", "--rotations", "5"], "rotations of 4 candidates must be a whole"),
+        (["--name", "ok", "--calibration-count", "-1"], "must be a whole number from 0 to 10,000"),
+        (["--name", "ok", "--count", "10000000"], "the count must be a whole number from 1 to"),
+        (["--name", "ok", "--seed", "-2"], "the seed must be a whole number from 0 to"),
         (["--name", "ok", "--calibrators", "vanilla,vanilla"], "calibrators repeated"),
     ],
 )
@@ -212,3 +215,44 @@ def test_rotated_docs_refuses_an_answer_that_names_no_option(lmms_eval_installed
     )
     with pytest.raises(ValueError, match="answer 'Q' names no candidate"):
         tasks.rotated_docs(docs)
+
+
+def test_an_items_file_edited_to_move_a_truth_is_refused(
+    organism_benchmark, tmp_path, lmms_eval_installed
+):
+    """The tasks' metrics come from the benchmark's truth: the written module names a digest
+    of the items, and its transform refuses items whose truth (or candidates) changed since,
+    as lmms-eval loads them (the json dataset loader)."""
+    import importlib.util
+    import sys
+
+    import datasets
+
+    out = tmp_path / "tasks"
+    args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
+    assert main([*args, "--name", "edit", "--count", "6", "--calibrators", "vanilla"]) == 0
+    spec = importlib.util.spec_from_file_location("edit_posdebias", out / "edit_posdebias.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(out))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(out))
+    items = out / "edit_items.jsonl"
+
+    def load():
+        return datasets.load_dataset("json", data_files=str(items), split="train")
+
+    assert len(module.docs_0(load())) == 6 * 4  # as written: every item in its 4 rotations
+    lines = items.read_text().splitlines()
+    for field, change in (
+        ("target", lambda doc: (doc["target"] + 1) % 4),
+        ("images", lambda doc: doc["images"][::-1]),
+    ):
+        doc = json.loads(lines[2])
+        doc[field] = change(doc)
+        items.write_text("\n".join([*lines[:2], json.dumps(doc), *lines[3:]]) + "\n")
+        with pytest.raises(InputError, match="the items file was edited"):
+            module.docs_0(load())
+    items.write_text("\n".join(lines) + "\n")
+    assert len(module.docs_0(load())) == 24

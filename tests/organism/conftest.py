@@ -1,8 +1,16 @@
-"""One bundled-benchmark cache per session; no test of the organism may reach the network."""
+"""One bundled-benchmark cache per session and organism; no test of the organisms may reach
+the network."""
 
 from __future__ import annotations
 
 import pytest
+
+
+def _offline(cache, monkeypatch):
+    """POSDEBIAS_CACHE_DIR points at ``cache``; the hub is off."""
+    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -14,9 +22,22 @@ def organism_cache(tmp_path_factory):
     return cache
 
 
+@pytest.fixture(scope="session")
+def text_organism_cache(tmp_path_factory):
+    from posdebias.organism.text.benchmark import bundled_text_benchmark
+
+    cache = tmp_path_factory.mktemp("posdebias-text-cache")
+    bundled_text_benchmark(4, cache)
+    return cache
+
+
 @pytest.fixture
 def cache_dir(organism_cache, monkeypatch):
-    """POSDEBIAS_CACHE_DIR points at the session cache; the hub is off."""
-    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(organism_cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return organism_cache
+    """The image organism's session cache, offline."""
+    return _offline(organism_cache, monkeypatch)
+
+
+@pytest.fixture
+def text_cache_dir(text_organism_cache, monkeypatch):
+    """The text organism's session cache, offline."""
+    return _offline(text_organism_cache, monkeypatch)

@@ -54,20 +54,6 @@ def test_label_free_on_the_organism_matches_labelled_calibration(cache_dir, one_
     )
 
 
-def test_the_api_guide_example_runs(cache_dir, one_thread, tmp_path, monkeypatch, capsys):
-    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
-    example = re.search(r"## An application end to end.*?```python\n(.*?)```", text, re.S)
-    monkeypatch.chdir(tmp_path)
-    exec(compile(example.group(1), "docs/api.md", "exec"), {})
-    out = capsys.readouterr().out
-    assert "attention informative: True" in out
-    assert out.count("(right)") >= 10 and out.count("bias removed") == 4
-    assert sorted(p.name for p in (tmp_path / "calibration").iterdir()) == [
-        "attention_guided.json",
-        "vanilla.json",
-    ]
-
-
 def test_every_public_name_of_the_api_guide_is_documented_there():
     import posdebias.api
 

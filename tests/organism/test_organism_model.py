@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from helpers import reused_and_rebuilt
 from posdebias.cli import main
 from posdebias.organism import MODEL_DIR, MODEL_NAME
 
@@ -78,18 +79,9 @@ def test_default_run_refuses_more_instances_than_the_bundled_benchmark(cache_dir
 
 
 def test_bundled_benchmark_is_reused_and_rebuilt_when_damaged(tmp_path):
-    from posdebias.benchmarks.files import load_benchmark
     from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
 
-    first = bundled_benchmark(4, tmp_path)
-    manifest = first / "manifest.json"
-    stamp = manifest.stat().st_mtime_ns
-    assert bundled_benchmark(4, tmp_path) == first and manifest.stat().st_mtime_ns == stamp
-    lines = (first / "benchmark.jsonl").read_text()
-    (first / "benchmark.jsonl").write_text(lines[: len(lines) // 2])  # truncated by a crash
-    assert bundled_benchmark(4, tmp_path) == first
-    assert (first / "benchmark.jsonl").read_text() == lines  # the same bytes again
-    assert len(load_benchmark(first)) == BENCHMARK_COUNT
+    assert len(reused_and_rebuilt(bundled_benchmark, tmp_path)) == BENCHMARK_COUNT
 
 
 @pytest.mark.parametrize("n", [2, 8, 12])

@@ -127,10 +127,10 @@ class VllmServer:
 def vllm_server(tmp_path_factory):
     python = vllm_python()
     sys.path.insert(0, str(Path(__file__).parent))
-    from vllm_model import save_text_model
+    from vllm_model import save_served_model
 
     folder = tmp_path_factory.mktemp("vllm")
-    model = save_text_model(folder / "model")
+    model = save_served_model(folder / "model")
     server = VllmServer(python=python, model=model, log=folder / "vllm.log")
     started = time.perf_counter()
     server.start()

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from posdebias.adapters.server import ServerAdapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance, RetrievalInstance
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 
@@ -129,3 +129,73 @@ def test_top_logprobs_scores_are_the_restricted_softmax(tmp_path):
 def test_bad_options_are_refused_before_any_request(options, message):
     with pytest.raises((ConfigError, InputError), match=message):
         ServerAdapter(model="m", **options)
+
+
+def question() -> Instance:
+    return Instance(query="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    """posdebias' own qwen3 adapter: the prompt the server must be sent."""
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    return posdebias.get_adapter(*tiny_model_and_processor("qwen3"), label_set="upper")
+
+
+def test_messages_hold_the_prompt_the_hf_adapters_render(tmp_path, qwen3):
+    # A text-only content goes as one string: a server rendering a text-only chat template
+    # would join a list's items with its own separator (vLLM: a newline).
+    server = adapter("http://127.0.0.1:9/v1", label_set="upper")
+    assert server.messages(question()) == qwen3.messages_for(question())
+    assert isinstance(server.messages(question())[0]["content"], str)
+    case = instance(tmp_path)
+    placeholder = adapter(
+        "http://127.0.0.1:9/v1", images="placeholder", image_placeholder="<{name}>"
+    ).messages(case)[0]["content"]
+    assert placeholder.startswith("<image_000.png><image_001.png>Given 2 images")
+    parts = adapter("http://127.0.0.1:9/v1").messages(case)[0]["content"]
+    assert [part["type"] for part in parts] == ["image_url", "image_url", "text"]
+    assert parts[2]["text"] == placeholder.removeprefix("<image_000.png><image_001.png>")
+
+
+def test_a_prompt_variant_of_a_task_instance_is_posed_as_by_the_hf_adapters(qwen3):
+    # The generated baselines' variants rewrite every task's template (in its own words); the
+    # server is sent exactly the messages the Hugging Face adapters pose, and the answer is
+    # parsed as a letter. A retrieval template handed to a task instance is still refused.
+    from posdebias.adapters.hf.generation import GenerationSettings
+    from posdebias.core.tasks import TASK_HINTS
+
+    settings = GenerationSettings(max_new_tokens=2, prompt_variant="instruction")
+    answer = {"choices": [{"index": 0, "message": {"content": "B"}}], "usage": {}}
+    with Server(lambda path, body, count: (200, answer, {})) as server:
+        server_adapter = adapter(server.url, label_set="upper")
+        (generated,) = server_adapter.generate_many([question()], settings)
+        ((path, body),) = server.requests
+    assert path.endswith("chat/completions")
+    assert generated.texts == ["B"]
+    posed = qwen3.messages_for(question(), variant="instruction")
+    assert body["messages"] == server_adapter.messages(question(), variant="instruction")
+    assert body["messages"][0]["content"] == posed[0]["content"]
+    assert TASK_HINTS["instruction"].split("{")[0] in posed[0]["content"]
+    refused = "prompt variants apply to retrieval prompts; a multiple_choice instance"
+    with pytest.raises(AdapterError, match=refused):
+        qwen3.render(question(), qwen3.base_prompt.variant("cot"))
+
+
+def test_a_prompt_whose_tokens_change_under_the_answer_is_a_clear_error():
+    # As a chat template does that writes an empty thinking block in its generation prompt but
+    # not before a final assistant turn: the continued prompt is not the prompt + the label.
+    def respond(path, body, count):
+        tokens = ["<s>", "user", "2+2?", "assistant", "<think>", "</think>"]
+        last = body["messages"][-1]
+        if last["role"] == "assistant":
+            tokens = [*tokens[:4], last["content"]]
+        entries = [None, *({"7": {"logprob": -1.0, "decoded_token": t}} for t in tokens[1:])]
+        return 200, {"prompt_logprobs": entries, "usage": {"prompt_tokens": len(tokens)}}, {}
+
+    with Server(respond) as server, pytest.raises(AdapterError) as caught:
+        adapter(server.url, label_set="upper").observe(question())
+    assert "tokens of the prompt change when the answer 'A' follows it" in str(caught.value)
+    assert "use endpoint completions with the option tokenizer" in str(caught.value)

@@ -25,33 +25,47 @@ exponential backoff on connection failures, 429 and 5xx. Nothing is sent anywher
 from __future__ import annotations
 
 import base64
+import http.client
 import io
 import json
 import math
 import os
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._images import open_image
-from posdebias._inputs import excerpt
+from posdebias._inputs import MiB, excerpt
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.prompt import (
+    PROMPT_VARIANTS,
+    PromptTemplate,
+    coerce_prompt,
+    instance_messages,
+    variant_prompts,
+)
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.tasks import TaskTemplate, task_template
-from posdebias.errors import AdapterError, InputError
+from posdebias.core.tasks import (
+    DEFAULT_TEMPLATES,
+    TaskTemplate,
+    joined_text_messages,
+    task_template,
+    task_variant,
+)
+from posdebias.errors import AdapterError, InputError, validation_problems
 
 if TYPE_CHECKING:
     from posdebias.adapters.hf.generation import GenerationSettings
@@ -112,9 +126,11 @@ class ServerOptions(AdapterOptions):
         "(default: the local tokenizer's eos token)",
     )
     concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at most")
-    timeout: float = Field(default=120.0, gt=0, description="seconds per request")
+    timeout: float = Field(default=120.0, gt=0, le=86_400, description="seconds per request")
     retries: int = Field(default=4, ge=0, le=20, description="retries of a failed request")
-    backoff: float = Field(default=0.5, ge=0, description="first retry delay, doubled each time")
+    backoff: float = Field(
+        default=0.5, ge=0, le=600, description="first retry delay, doubled each time"
+    )
     api_key_env: str | None = Field(
         default=None, description="environment variable holding the API key (Bearer token)"
     )
@@ -122,15 +138,25 @@ class ServerOptions(AdapterOptions):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
+        shown = redacted_url(value)
+        if any(not ch.isprintable() or ch.isspace() for ch in value):
+            raise ValueError(
+                f"base_url {shown} holds a space or a control character; give the API root "
+                "as one URL, e.g. http://127.0.0.1:8000/v1"
+            )
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (a port out of range or not a number raises here)
+        except ValueError as exc:
+            raise ValueError(f"base_url {shown} is not a valid URL ({exc})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
-                f"base_url {excerpt(value)} is not an http(s) URL; give the API root, e.g. "
+                f"base_url {shown} is not an http(s) URL; give the API root, e.g. "
                 "http://127.0.0.1:8000/v1"
             )
         if parts.query or parts.fragment or parts.username or parts.password:
             raise ValueError(
-                f"base_url {excerpt(value)} must not carry a query, fragment or credentials "
+                f"base_url {shown} must not carry a query, fragment or credentials "
                 "(put the key in the variable named by api_key_env)"
             )
         return value.rstrip("/")
@@ -154,6 +180,27 @@ class ServerOptions(AdapterOptions):
         return coerce_prompt(value)
 
 
+def redacted_url(value: str) -> str:
+    """``value`` quoted for a message with anything secret in it hidden: the user name and
+    password (``http://***@host``) and the query (``?***``), which may hold an API key."""
+    text = str(value)
+    scheme, separator, rest = text.partition("://")
+    if separator:
+        authority, slash, path = rest.partition("/")
+        if "@" in authority:
+            authority = "***@" + authority.rpartition("@")[2]
+        text = f"{scheme}://{authority}{slash}{path}"
+    if "?" in text:
+        text = text.split("?", 1)[0] + "?***"
+    return excerpt(text)
+
+
+#: The largest answer read from a server: prompt log-probabilities of a 100,000-token prompt
+#: take about 10 MiB; a server that sends more is refused instead of filling the memory.
+MAX_RESPONSE_BYTES = 64 * MiB
+_CHUNK = 1 << 16
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Redirects would send the request (and its key) elsewhere than base_url: refuse them."""
 
@@ -165,8 +212,29 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         )
 
 
+class _Slow(Exception):
+    """The answer took longer than the request's timeout (a retryable failure)."""
+
+
+def _api_key(variable: str) -> str:
+    """The key in the environment variable ``variable``: set, and a header can hold it."""
+    key = os.environ.get(variable)
+    if not key:
+        raise InputError(
+            f"api_key_env names {variable!r}, but that environment variable is not set"
+        )
+    if not all(ch.isascii() and ch.isprintable() and not ch.isspace() for ch in key):
+        raise InputError(
+            f"the API key in the environment variable {variable!r} holds a space, a control "
+            "character (a newline?) or a non-ASCII character, which no HTTP header can carry; "
+            "set it to the key alone"
+        )
+    return key
+
+
 class ServerClient:
-    """POSTs JSON to one server: bounded timeouts, retries with backoff, no proxy, no redirect."""
+    """POSTs JSON to one server: bounded timeouts, retries with backoff, no proxy, no redirect,
+    answers of at most :data:`MAX_RESPONSE_BYTES`, read within the timeout."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.base_url = options.base_url
@@ -176,25 +244,20 @@ class ServerClient:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
         self._headers = {"Content-Type": "application/json"}
         if options.api_key_env:
-            key = os.environ.get(options.api_key_env)
-            if not key:
-                raise InputError(
-                    f"api_key_env names {options.api_key_env!r}, but that environment variable "
-                    "is not set"
-                )
-            self._headers["Authorization"] = f"Bearer {key}"
+            self._headers["Authorization"] = f"Bearer {_api_key(options.api_key_env)}"
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = f"{self.base_url}/{path}"
         data = json.dumps(body).encode()
         problem = ""
-        for attempt in range(self.retries + 1):
+        attempts = self.retries + 1
+        for attempt in range(attempts):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             request = urllib.request.Request(url, data=data, headers=self._headers, method="POST")
             try:
                 with self._opener.open(request, timeout=self.timeout) as response:
-                    payload = json.loads(response.read().decode("utf-8"))
+                    raw = self._read(response, url)
             except urllib.error.HTTPError as exc:
                 if 300 <= exc.code < 400:
                     where = exc.headers.get("Location", "") if exc.headers else ""
@@ -210,31 +273,174 @@ class ServerClient:
                 raise AdapterError(
                     f"server {excerpt(url)} refused the request ({problem})"
                 ) from None
+            except _Slow:
+                problem = f"no complete answer within the timeout of {self.timeout:g} s"
+                continue
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
                 problem = excerpt(str(getattr(exc, "reason", exc)), 200)
                 continue
-            except ValueError:
-                raise AdapterError(f"server {excerpt(url)} answered with no JSON") from None
-            if not isinstance(payload, dict):
-                raise AdapterError(f"server {excerpt(url)} answered {excerpt(payload)}, no object")
-            return payload
+            except http.client.HTTPException as exc:  # a broken status line or headers
+                problem = f"not an HTTP answer ({excerpt(str(exc) or type(exc).__name__)})"
+                continue
+            return _json_object(raw, url)
         raise AdapterError(
-            f"server {excerpt(url)} did not answer after {self.retries + 1} attempts "
-            f"({problem}); is it running at that address?"
+            f"server {excerpt(url)} did not answer after {attempts} attempt"
+            f"{'s' if attempts > 1 else ''} ({problem}); is it running at that address?"
         )
+
+    def _read(self, response: Any, url: str) -> bytes:
+        """The answer's bytes, refused beyond :data:`MAX_RESPONSE_BYTES` and read within the
+        timeout as a whole (a server that trickles bytes would otherwise never time out)."""
+        deadline = time.monotonic() + self.timeout
+        declared = response.headers.get("Content-Length") if response.headers else None
+        if declared is not None and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+            raise _too_large(url)
+        chunks, size = [], 0
+        while chunk := response.read1(_CHUNK):  # what has arrived: a deadline can cut in
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise _too_large(url)
+            if time.monotonic() > deadline:
+                raise _Slow
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _too_large(url: str) -> AdapterError:
+    return AdapterError(
+        f"server {excerpt(url)} sent an answer of more than {MAX_RESPONSE_BYTES // MiB} MiB; "
+        "posdebias stops reading there (is base_url the API root of an OpenAI-compatible "
+        "server?)"
+    )
+
+
+def _json_object(raw: bytes, url: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise AdapterError(f"server {excerpt(url)} answered with JSON nested too deeply") from None
+    except ValueError:
+        raise AdapterError(f"server {excerpt(url)} answered with no JSON") from None
+    if not isinstance(payload, dict):
+        raise AdapterError(f"server {excerpt(url)} answered {excerpt(payload)}, no object")
+    return payload
 
 
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     try:
-        text = exc.read().decode("utf-8", errors="replace")
+        text = exc.read(64 * 1024).decode("utf-8", errors="replace")
     except Exception:  # the body is only a courtesy
         text = ""
     try:
         message = json.loads(text).get("error", {})
         text = message.get("message", text) if isinstance(message, dict) else str(message)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         pass
     return excerpt(text or exc.reason, 300)
+
+
+# -- what a server answers, checked before any number is used ----------------------------------
+
+#: A log-probability may exceed 0 by float rounding at most this much (it is then 0).
+_ROUNDING = 1e-4
+
+
+def _logprob(value: float) -> float:
+    if not math.isfinite(value) or value > _ROUNDING:
+        raise ValueError(f"a log-probability must be a finite number <= 0, got {value!r}")
+    return min(value, 0.0)
+
+
+LogProb = Annotated[float, AfterValidator(_logprob)]
+Count = Annotated[int, Field(strict=True, ge=0, le=10**9)]
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Usage(_Answer):
+    prompt_tokens: Count | None = None
+    completion_tokens: Count | None = None
+
+
+class _PromptToken(_Answer):
+    logprob: LogProb
+    decoded_token: str | None = None
+
+
+class _PromptScores(_Answer):
+    """vLLM's ``prompt_logprobs`` on /chat/completions: one {token id: entry} per prompt token
+    (None for the first), the scored token only."""
+
+    prompt_logprobs: list[dict[str, _PromptToken] | None] = Field(min_length=1)
+    usage: _Usage
+
+
+class _CompletionLogprobs(_Answer):
+    tokens: list[str] | None = None
+    token_logprobs: list[LogProb | None] | None = None
+    top_logprobs: list[dict[str, LogProb] | None] | None = None
+
+
+class _TopEntry(_Answer):
+    token: str
+    logprob: LogProb
+
+
+class _ContentEntry(_Answer):
+    top_logprobs: list[_TopEntry] = Field(default_factory=list)
+
+
+class _ChatLogprobs(_Answer):
+    content: list[_ContentEntry] | None = None
+
+
+class _Message(_Answer):
+    content: str | None = None
+
+
+class _Choice(_Answer):
+    index: Count = 0
+
+
+class _ChatChoice(_Choice):
+    message: _Message | None = None
+    logprobs: _ChatLogprobs | None = None
+
+
+class _CompletionChoice(_Choice):
+    text: str | None = None
+    logprobs: _CompletionLogprobs | None = None
+
+
+class _ChatAnswer(_Answer):
+    choices: list[_ChatChoice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
+class _CompletionAnswer(_Answer):
+    choices: list[_CompletionChoice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
+_Parsed = TypeVar("_Parsed", bound=_Answer)
+
+
+def _parse(model: type[_Parsed], payload: dict[str, Any], base_url: str, what: str) -> _Parsed:
+    """``payload`` read as ``model``; an answer with a wrong type, a missing field or an
+    impossible number (NaN, a positive log-probability) is an :class:`AdapterError` naming
+    the first problems, never a crash or a wrong score."""
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        # pydantic names our private models ("... or instance of _ChatChoice"): not the user's
+        problems = [re.sub(r" or instance of _\w+", "", p) for p in validation_problems(exc)]
+        raise AdapterError(
+            f"server {excerpt(base_url)} sent {what} posdebias cannot use: "
+            + "; ".join(problems[:3])
+            + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+        ) from None
 
 
 TokenScores = list[tuple[str, float]]  # (token text, log-probability) of appended tokens
@@ -254,7 +460,15 @@ class ServerAdapter(Adapter):
         opts = self.options
         self.label_set = opts.label_set
         self.base_prompt = opts.prompt or PromptTemplate()
-        self.prompt = self.base_prompt.variant(opts.prompt_variant)
+        self.prompt = self.base_prompt.variant(opts.prompt_variant, opts.label_set)
+        #: each candidate task's template as configured, and under the prompt variant
+        self.base_task_templates = {
+            task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
+        }
+        self.task_templates = {
+            task: task_variant(task, template, opts.prompt_variant)
+            for task, template in self.base_task_templates.items()
+        }
         self.client = ServerClient(opts)
         self.tokenizer = _local_tokenizer(opts.tokenizer) if opts.tokenizer else None
         if opts.endpoint == "completions" and self.tokenizer is None:
@@ -287,17 +501,33 @@ class ServerAdapter(Adapter):
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def messages(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> list:
+    def messages(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> list:
         """OpenAI chat messages of one instance (any task): the template's text and image
-        items, images as base64 PNG ``image_url`` parts (or the placeholder text)."""
-        label_set = get_label_set(self.label_set)
-        if instance.task == "retrieval":
-            raw = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
-            shown = list(instance.images)
-        else:
-            template = task_template(instance.task, self.options.task_prompt)
-            raw = template.messages(instance, label_set)
-            shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
+        items, images as base64 PNG ``image_url`` parts (or the placeholder text); adjacent
+        texts joined, a text-only content as one string (the prompt the Hugging Face adapters
+        render, whatever separator the server would join a list's items with). ``variant``:
+        a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
+        chosen, default, templates = (
+            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
+            if variant is None
+            else variant_prompts(
+                variant, self.label_set, self.base_prompt, self.base_task_templates
+            )
+        )
+        raw = instance_messages(
+            instance,
+            get_label_set(self.label_set),
+            prompt=chosen,
+            default=default,
+            templates=templates,
+        )
+        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
         for message in raw:
@@ -316,9 +546,15 @@ class ServerAdapter(Adapter):
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
             messages.append({**message, "content": parts})
-        return messages
+        return joined_text_messages(messages)
 
-    def render(self, instance: RetrievalInstance, prompt: PromptTemplate | None = None) -> str:
+    def render(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
         assert self.tokenizer is not None
         shows_images = instance.stem_images or any(i is not None for i in instance.images)
@@ -327,7 +563,7 @@ class ServerAdapter(Adapter):
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, prompt)
+        messages = self.messages(instance, prompt, variant=variant)
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -422,14 +658,22 @@ class ServerAdapter(Adapter):
         """The server's tokens and their log-probabilities for the prompt (+ ``answer``)."""
         opts = self.options
         body: dict[str, Any] = {"model": opts.model, "max_tokens": 1, "temperature": 0}
+        texts: list[str]
+        numbers: list[float | None]
         if opts.endpoint == "completions":
             body.update(prompt=context + (answer or ""), echo=True, logprobs=0)
             payload = self.client.post("completions", body)
-            logprobs = _first_choice(payload, "completions").get("logprobs") or {}
-            tokens, values = logprobs.get("tokens"), logprobs.get("token_logprobs")
-            if not isinstance(tokens, list) or not isinstance(values, list):
+            completion = _parse(_CompletionAnswer, payload, opts.base_url, "a completion")
+            logprobs = completion.choices[0].logprobs
+            if logprobs is None or logprobs.tokens is None:
                 raise AdapterError(_no_logprobs(opts.base_url, "completions"))
-            texts, numbers = [str(t) for t in tokens], list(values)
+            texts, numbers = list(logprobs.tokens), list(logprobs.token_logprobs or [])
+            if len(numbers) != len(texts):
+                raise AdapterError(
+                    f"server {excerpt(opts.base_url)} sent {len(texts)} prompt tokens but "
+                    f"{len(numbers)} log-probabilities for them"
+                )
+            usage = completion.usage
         else:
             messages = context
             if answer is None:
@@ -442,23 +686,32 @@ class ServerAdapter(Adapter):
                 )
             body["prompt_logprobs"] = 0
             payload = self.client.post("chat/completions", body)
-            entries = payload.get("prompt_logprobs")
-            if not isinstance(entries, list) or not entries:
+            if not payload.get("prompt_logprobs"):
                 raise AdapterError(_no_logprobs(opts.base_url, "chat"))
+            scores = _parse(_PromptScores, payload, opts.base_url, "prompt log-probabilities")
             texts, numbers = [], []
-            for entry in entries:
+            for entry in scores.prompt_logprobs:
                 if entry is None:
                     texts.append("")
                     numbers.append(None)
                     continue
-                if not isinstance(entry, dict) or len(entry) != 1:
+                if len(entry) != 1:
                     raise AdapterError(_no_logprobs(opts.base_url, "chat"))
                 (value,) = entry.values()
-                texts.append(str(value.get("decoded_token", "")))
-                numbers.append(float(value["logprob"]))
-        count = _prompt_tokens(payload)
-        if len(texts) < count:
-            raise AdapterError(_no_logprobs(opts.base_url, opts.endpoint))
+                texts.append(value.decoded_token or "")
+                numbers.append(value.logprob)
+            usage = scores.usage
+        count = None if usage is None else usage.prompt_tokens
+        if count is None:
+            raise AdapterError(
+                f"server {excerpt(opts.base_url)}'s answer has no usage.prompt_tokens "
+                "(the number of the prompt's tokens)"
+            )
+        if not 0 < count <= len(texts):
+            raise AdapterError(
+                f"server {excerpt(opts.base_url)} says the prompt has {count} tokens but scored "
+                f"{len(texts)}; its answer does not describe this prompt"
+            )
         return texts[:count], numbers[:count]
 
     def _score_prompt(self, context: Any) -> list[str]:
@@ -471,8 +724,10 @@ class ServerAdapter(Adapter):
         if len(texts) <= len(base) or texts[1 : len(base)] != base[1:]:
             raise AdapterError(
                 f"the server's tokens of the prompt change when the answer {answer!r} follows "
-                "it (the tokenizer merges across the boundary); set answer_prefix (e.g. ' ') "
-                "or use another label set"
+                "it: the tokenizer merges across the boundary (set answer_prefix, e.g. ' ', or "
+                "use another label set), or the chat template renders a final assistant turn "
+                "otherwise than its generation prompt, e.g. without an empty thinking block "
+                "(use endpoint completions with the option tokenizer)"
             )
         appended: TokenScores = []
         for text, value in zip(texts[len(base) :], values[len(base) :], strict=True):
@@ -485,6 +740,8 @@ class ServerAdapter(Adapter):
         """The restricted softmax over the labels' entries of the first token's top k."""
         labels = [self.options.answer_prefix + label for label in self.labels_for(instance.n)]
         k = self.options.top_logprobs
+        url = self.options.base_url
+        top: dict[str, float] = {}
         if self.options.endpoint == "chat":
             body = {
                 "model": self.options.model,
@@ -494,11 +751,12 @@ class ServerAdapter(Adapter):
                 "logprobs": True,
                 "top_logprobs": k,
             }
-            choice = _first_choice(self.client.post("chat/completions", body), "chat")
-            content = (choice.get("logprobs") or {}).get("content") or []
-            if not content:
-                raise AdapterError(_no_logprobs(self.options.base_url, "chat"))
-            top = {e["token"]: float(e["logprob"]) for e in content[0].get("top_logprobs", [])}
+            payload = self.client.post("chat/completions", body)
+            chat = _parse(_ChatAnswer, payload, url, "a chat answer").choices[0].logprobs
+            if chat is None or not chat.content:
+                raise AdapterError(_no_logprobs(url, "chat"))
+            for entry in chat.content[0].top_logprobs:  # best first: a repeat keeps it
+                top.setdefault(entry.token, entry.logprob)
         else:
             body = {
                 "model": self.options.model,
@@ -507,11 +765,12 @@ class ServerAdapter(Adapter):
                 "temperature": 0,
                 "logprobs": k,
             }
-            choice = _first_choice(self.client.post("completions", body), "completions")
-            entries = (choice.get("logprobs") or {}).get("top_logprobs") or []
-            if not entries or not isinstance(entries[0], dict):
-                raise AdapterError(_no_logprobs(self.options.base_url, "completions"))
-            top = {str(t): float(v) for t, v in entries[0].items()}
+            payload = self.client.post("completions", body)
+            completion = _parse(_CompletionAnswer, payload, url, "a completion").choices[0]
+            first = completion.logprobs.top_logprobs if completion.logprobs else None
+            if not first or first[0] is None:
+                raise AdapterError(_no_logprobs(url, "completions"))
+            top = dict(first[0])
         missing = [label for label in labels if label not in top]
         if missing:
             raise AdapterError(
@@ -544,14 +803,9 @@ class ServerAdapter(Adapter):
         seeds = list(range(len(instances))) if seeds is None else list(seeds)
         if len(seeds) != len(instances):
             raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
-        template = (
-            self.prompt
-            if settings.prompt_variant is None
-            else self.base_prompt.variant(settings.prompt_variant)
-        )
 
         def one(job: tuple[RetrievalInstance, int]) -> Generation:
-            return self._generate_one(job[0], template, settings, job[1])
+            return self._generate_one(job[0], settings, job[1])
 
         with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
             return list(pool.map(one, zip(instances, seeds, strict=True)))
@@ -559,7 +813,6 @@ class ServerAdapter(Adapter):
     def _generate_one(
         self,
         instance: RetrievalInstance,
-        template: PromptTemplate,
         settings: GenerationSettings,
         seed: int,
     ) -> Generation:
@@ -579,32 +832,32 @@ class ServerAdapter(Adapter):
         if not settings.stop_at_eos:
             body["ignore_eos"] = True
         if self.options.endpoint == "chat":
-            body["messages"] = self.messages(instance, template)
+            body["messages"] = self.messages(instance, variant=settings.prompt_variant)
             payload = self.client.post("chat/completions", body)
         else:
-            body["prompt"] = self.render(instance, template)
+            body["prompt"] = self.render(instance, variant=settings.prompt_variant)
             payload = self.client.post("completions", body)
-        choices = payload.get("choices")
-        if not isinstance(choices, list) or len(choices) != settings.num_samples:
+        url = self.options.base_url
+        answer: _ChatAnswer | _CompletionAnswer
+        if self.options.endpoint == "chat":
+            answer = _parse(_ChatAnswer, payload, url, "generated texts")
+            texts = {c.index: (c.message.content if c.message else None) for c in answer.choices}
+        else:
+            answer = _parse(_CompletionAnswer, payload, url, "generated texts")
+            texts = {c.index: c.text for c in answer.choices}
+        wanted = list(range(settings.num_samples))
+        if len(answer.choices) != settings.num_samples or sorted(texts) != wanted:
             raise AdapterError(
-                f"server {excerpt(self.options.base_url)} returned "
-                f"{len(choices) if isinstance(choices, list) else 'no'} choices, asked for "
-                f"{settings.num_samples}"
+                f"server {excerpt(url)} returned {len(answer.choices)} choices (indices "
+                f"{excerpt(sorted(texts))}), asked for {settings.num_samples}"
             )
-        choices = sorted(choices, key=lambda c: int(c.get("index", 0)))
-        texts = [
-            str((c.get("message") or {}).get("content") or "")
-            if self.options.endpoint == "chat"
-            else str(c.get("text") or "")
-            for c in choices
-        ]
-        usage = payload.get("usage") or {}
-        generated = int(usage.get("completion_tokens") or 0)
+        usage = answer.usage or _Usage()
+        generated = usage.completion_tokens or 0
         return Generation(
-            texts=texts,
+            texts=[texts[index] or "" for index in range(settings.num_samples)],
             generated_tokens=generated,
             forward_passes=max(1, generated // max(1, settings.num_samples)),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            prompt_tokens=usage.prompt_tokens or 0,
             seconds=time.perf_counter() - started,
         )
 
@@ -665,21 +918,6 @@ def _data_url(reference: Any, instance_id: str) -> str:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _first_choice(payload: dict[str, Any], endpoint: str) -> dict[str, Any]:
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise AdapterError(f"the server's {endpoint} answer has no choices: {excerpt(payload)}")
-    return choices[0]
-
-
-def _prompt_tokens(payload: dict[str, Any]) -> int:
-    usage = payload.get("usage")
-    count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-    if not isinstance(count, int):
-        raise AdapterError("the server's answer has no usage.prompt_tokens")
-    return count
 
 
 def _no_logprobs(base_url: str, endpoint: str) -> str:

@@ -22,7 +22,8 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from posdebias._inputs import excerpt
+import posdebias.defaults as defaults
+from posdebias._inputs import check_whole_number
 from posdebias._version import __version__
 from posdebias.benchmarks.clip import (
     DEFAULT_CLIP_MODEL,
@@ -129,25 +130,23 @@ def _check_options(
     count: int,
     pool_size: int | None,
     threshold: float,
-    numbers: tuple[tuple[str, Any, int], ...] = (),
+    numbers: tuple[tuple[str, Any, int, int], ...] = (),
 ) -> None:
     """Every option checked before anything is read or written; ``numbers`` holds
-    (flag, value, minimum) of the other whole-number options."""
+    (flag, value, minimum, maximum) of the other whole-number options."""
     if source not in SOURCE_KINDS:
         raise BenchmarkError(f"unknown source {source!r}; choose one of {list(SOURCE_KINDS)}")
     if setting not in SETTINGS:
         raise BenchmarkError(f"unknown setting {setting!r}; choose one of {list(SETTINGS)}")
     if not MIN_N <= n <= MAX_N:
         raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
-    if count < 1:
-        raise BenchmarkError(f"--count must be at least 1, got {count}")
+    check_whole_number("--count", count, 1, defaults.MAX_INSTANCES, error=BenchmarkError)
     if pool_size is not None and pool_size < n:
         raise BenchmarkError(f"--pool-size {pool_size} is smaller than N={n}")
     if not -1.0 < threshold <= 1.0:
         raise BenchmarkError(f"caption threshold {threshold} must be in (-1, 1]")
-    for flag, value, low in numbers:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise BenchmarkError(f"{flag} must be a whole number >= {low}, got {excerpt(value)}")
+    for flag, value, low, high in numbers:
+        check_whole_number(flag, value, low, high, error=BenchmarkError)
 
 
 def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> BuildReport:
@@ -172,11 +171,20 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         pool_size,
         caption_threshold,
         (
-            ("--seed", seed, 0),
-            ("--shapes-seed", shapes_seed, 0),
-            ("--batch-size", clip.batch_size, 1),
+            ("--seed", seed, 0, defaults.MAX_SEED),
+            ("--shapes-seed", shapes_seed, 0, defaults.MAX_SEED),
+            ("--batch-size", clip.batch_size, 1, defaults.MAX_BATCH_SIZE),
         ),
     )
+    shapes_images = 0
+    if isinstance(spec, ShapesSource):
+        shapes_images = spec.images or pool_size or max(2 * count, n)
+    if shapes_images > defaults.MAX_SHAPES_IMAGES:
+        raise BenchmarkError(
+            f"this shapes build would generate {shapes_images:,} images (--pool-size, or 2 x "
+            f"--count), over the limit of {defaults.MAX_SHAPES_IMAGES:,}: lower --count, or "
+            "give --shapes-images"
+        )
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     shapes_info = shapes_reused = None
@@ -186,7 +194,7 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         # that fails (CLIP refused, a full disk) leaves the root other benchmarks use as it was
         staged = stage_shapes_dataset(
             root,
-            spec.images or pool_size or max(2 * count, n),
+            shapes_images,
             seed=spec.seed,
             space=spec.space or ShapeSpace(),
             image_size=spec.image_size,

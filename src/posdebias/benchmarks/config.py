@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import posdebias.defaults as defaults
+from posdebias._inputs import UsablePath
 from posdebias.benchmarks.selection import DEFAULT_CAPTION_THRESHOLD
 from posdebias.benchmarks.shapes import ShapeSpace, load_shape_space
 from posdebias.errors import BenchmarkError, validation_message
@@ -25,7 +26,7 @@ class _Strict(BaseModel):
 
 
 class _Source(_Strict):
-    root: Path = Field(description="folder the image file names are relative to")
+    root: UsablePath = Field(description="folder the image file names are relative to")
     skip_missing_images: bool = Field(
         default=False, description="drop listed images that are not on disk instead of stopping"
     )
@@ -41,8 +42,10 @@ class CocoSource(_Source):
     """COCO captions (and optionally instances, for the category filter)."""
 
     kind: Literal["coco"] = "coco"
-    captions: Path | None = Field(default=None, description="captions_*.json (default: found)")
-    instances: Path | None = Field(default=None, description="instances_*.json (categories)")
+    captions: UsablePath | None = Field(
+        default=None, description="captions_*.json (default: found)"
+    )
+    instances: UsablePath | None = Field(default=None, description="instances_*.json (categories)")
 
     def captions_file(self) -> Path | None:
         return self.captions
@@ -55,7 +58,7 @@ class Flickr8kSource(_Source):
     """Flickr8k: Flickr8k.token.txt or captions.txt; no categories."""
 
     kind: Literal["flickr8k"] = "flickr8k"
-    captions: Path | None = Field(default=None, description="captions file (default: found)")
+    captions: UsablePath | None = Field(default=None, description="captions file (default: found)")
 
     def captions_file(self) -> Path | None:
         return self.captions
@@ -65,7 +68,7 @@ class JsonlSource(_Source):
     """One JSON object per line: an image path and its captions."""
 
     kind: Literal["jsonl"] = "jsonl"
-    captions: Path | None = Field(default=None, description="the JSONL file (default: found)")
+    captions: UsablePath | None = Field(default=None, description="the JSONL file (default: found)")
 
     def captions_file(self) -> Path | None:
         return self.captions
@@ -76,10 +79,15 @@ class ShapesSource(_Source):
 
     kind: Literal["shapes"] = "shapes"
     images: int | None = Field(
-        default=None, ge=1, description="images to generate (default: pool size or 2 x count)"
+        default=None,
+        ge=1,
+        le=defaults.MAX_SHAPES_IMAGES,
+        description="images to generate (default: pool size or 2 x count)",
     )
-    seed: int = Field(default=0, ge=0, description="generator seed")
-    image_size: int = Field(default=64, ge=8, le=4096, description="image side in pixels")
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="generator seed")
+    image_size: int = Field(
+        default=64, ge=8, le=defaults.MAX_IMAGE_SIZE, description="image side in pixels"
+    )
     space: ShapeSpace | None = Field(
         default=None, description="attribute space (default: built in)"
     )
@@ -106,25 +114,33 @@ class AdversarialOptions(_Strict):
         description="drop images whose caption cosine with the query is >= this",
     )
     drop_category_supersets: bool = False
-    cache_dir: Path | None = Field(default=None, description="CLIP embedding cache folder")
+    cache_dir: UsablePath | None = Field(default=None, description="CLIP embedding cache folder")
     use_cache: bool = True
     device: str | None = None
-    batch_size: int = Field(default=64, ge=1, description="CLIP encoding batch size")
+    batch_size: int = Field(
+        default=64, ge=1, le=defaults.MAX_BATCH_SIZE, description="CLIP encoding batch size"
+    )
 
 
 class BuildConfig(_Strict):
     """Everything that defines a benchmark build."""
 
     source: Source
-    out: Path
+    out: UsablePath
     setting: Literal["random", "adversarial"] = "random"
     n: int = Field(
         default=defaults.CANDIDATES,
-        description=f"images per instance ({defaults.MIN_CANDIDATES}..{defaults.MAX_CANDIDATES})",
+        ge=defaults.MIN_CANDIDATES,
+        le=defaults.MAX_CANDIDATES,
+        description="images per instance",
     )
-    count: int = Field(default=DEFAULT_COUNT, description="instances")
-    seed: int = Field(default=0, ge=0)
-    pool_size: int | None = Field(default=None, description="first K images of the source")
+    count: int = Field(
+        default=DEFAULT_COUNT, ge=1, le=defaults.MAX_INSTANCES, description="instances"
+    )
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="seed of the draws")
+    pool_size: int | None = Field(
+        default=None, ge=1, le=defaults.MAX_INSTANCES, description="first K images of the source"
+    )
     adversarial: AdversarialOptions | None = None
 
     @model_validator(mode="after")

@@ -31,13 +31,14 @@ from posdebias._inputs import (
     excerpt,
     jsonl_lines,
     parse_json,
+    path_name_problem,
     read_input_bytes,
     read_input_text,
 )
 from posdebias._io import write_files_together
 from posdebias._rundir import RunFolder
+from posdebias.benchmarks.problems import Problems, problems_error
 from posdebias.benchmarks.shapes import existing_dataset_info
-from posdebias.benchmarks.sources import problems_error
 from posdebias.core.instance import (
     MAX_TEXT_CHARS,
     TASK_KINDS,
@@ -55,13 +56,16 @@ FORMAT_VERSION = 1
 TASK_FORMAT_VERSION = 2
 MAX_STEM_IMAGES = 16
 MIN_N, MAX_N = defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES
+#: Largest count or index a benchmark file or manifest may record (images of a source, the
+#: caption of an image): far above any real dataset, far below what breaks arithmetic.
+MAX_INDEX = 10**9
 
 #: random / adversarial distractors; ``given``: the candidates as the source lists them.
 Setting = Literal["random", "adversarial", "given"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class InstanceRecord(_Strict):
@@ -79,10 +83,10 @@ class InstanceRecord(_Strict):
     images: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
     texts: list[str | None] | None = Field(default=None, min_length=MIN_N, max_length=MAX_N)
     stem_images: list[str] | None = Field(default=None, max_length=MAX_STEM_IMAGES)
-    target: int = Field(ge=0)
+    target: int = Field(ge=0, le=MAX_N - 1)
     anchor_image_id: str | None = None
     setting: Setting | None = None
-    caption_index: int | None = Field(default=None, ge=0)
+    caption_index: int | None = Field(default=None, ge=0, le=MAX_INDEX)
     similarities: list[float] | None = None
     caption_similarities: list[float] | None = None
     meta: dict[str, str | int | float | bool] | None = Field(default=None, max_length=32)
@@ -173,9 +177,9 @@ class AnnotationFile(_Strict):
 class SourceInfo(_Strict):
     kind: str
     annotation_files: list[AnnotationFile]
-    images_in_source: int
-    skipped_missing_images: int = 0
-    pool_size: int
+    images_in_source: int = Field(ge=0, le=MAX_INDEX)
+    skipped_missing_images: int = Field(default=0, ge=0, le=MAX_INDEX)
+    pool_size: int = Field(ge=0, le=MAX_INDEX)
     has_categories: bool
     shapes: dict[str, Any] | None = None  # generator settings for --source shapes
 
@@ -204,8 +208,8 @@ class BenchmarkManifest(_Strict):
     source: SourceInfo
     setting: Setting
     n: int = Field(ge=MIN_N, le=MAX_N)
-    count: int = Field(ge=1)
-    seed: int
+    count: int = Field(ge=1, le=defaults.MAX_INSTANCES)
+    seed: int = Field(ge=0, le=defaults.MAX_SEED)
     clip: ClipInfo | None = None
     filters: FilterInfo | None = None
     counts: dict[str, int | float] = Field(default_factory=dict)
@@ -304,19 +308,13 @@ def write_benchmark(
 
 
 #: What a benchmark folder of ours holds (besides temporary names and the lock).
-_OWN_BENCHMARK = re.compile(r"^(benchmark\.jsonl|manifest\.json)$")
+_OWN_BENCHMARK = re.compile(r"^(benchmark\.jsonl|manifest\.json)\Z")
 
 
 def benchmark_folder(folder: Path) -> RunFolder:
     """A benchmark folder of ours, through the one run-directory layer: ``manifest.json`` marks
     it, and only ``benchmark.jsonl`` and ``manifest.json`` are ours there."""
     return RunFolder(folder, marker=MANIFEST_FILE, own=_OWN_BENCHMARK, kind="benchmark folder")
-
-
-def check_benchmark_out(folder: Path) -> None:
-    """Refuse an output folder we would overwrite files of someone else in: a file, a
-    non-empty folder that is not a benchmark of ours, or our file names as symbolic links."""
-    benchmark_folder(folder).check()
 
 
 def same_files(images: list[str], root: Path) -> list[str]:
@@ -415,92 +413,143 @@ def load_benchmark(
     """
     jsonl_path, manifest_path = _locate(Path(path))
     manifest = load_manifest(manifest_path) if manifest_path is not None else None
-    if root is not None:
-        root_path = Path(root).resolve()
-    elif manifest is not None:
-        root_path = _manifest_root(manifest, jsonl_path.parent)
-    else:
-        raise BenchmarkError(
-            f"{jsonl_path} has no {MANIFEST_FILE} beside it; pass the image root explicitly"
-        )
+    root_path = _image_root(jsonl_path, manifest, root)
     data = read_input_bytes(jsonl_path, "benchmark file", limit=DATA_LIMIT, error=BenchmarkError)
-    problems: list[str] = []
+    problems = Problems(jsonl_path)
+    problems.extend(_file_problems(data, manifest, root_path, check_images))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BenchmarkError(f"{jsonl_path} is not UTF-8 text ({exc.reason})") from exc
+    lines = _LineChecker(manifest, root_path, check_images)
+    instances = [
+        instance
+        for number, line in enumerate(jsonl_lines(text), start=1)
+        if line.strip() and (instance := lines.instance(number, line, problems))
+    ]
+    if not text.strip():
+        problems.add("the file is empty: it has no instances")
+    elif not problems and not instances:
+        problems.add("the file has no instances")
+    problems.raise_any("Fix or rebuild the benchmark with `posdebias build`.")
+    return Benchmark(instances=instances, manifest=manifest, root=root_path, path=jsonl_path)
+
+
+def _image_root(
+    jsonl_path: Path, manifest: BenchmarkManifest | None, root: str | os.PathLike[str] | None
+) -> Path:
+    """The folder image paths are relative to: ``root`` if given, else the manifest's."""
+    if root is not None:
+        return Path(root).resolve()
+    if manifest is not None:
+        return _manifest_root(manifest, jsonl_path.parent)
+    raise BenchmarkError(
+        f"{jsonl_path} has no {MANIFEST_FILE} beside it; {_ROOT_ADVICE[0]}",
+        cli_advice=(
+            _ROOT_ADVICE[0],
+            f"give the folder posdebias build wrote (with its {MANIFEST_FILE})",
+        ),
+    )
+
+
+def _file_problems(
+    data: bytes, manifest: BenchmarkManifest | None, root: Path, check_images: bool
+) -> list[str]:
+    """Problems of the file as a whole: changed since it was built, or built from images that
+    changed since (a missing image root is an error at once)."""
+    problems = []
     if manifest is not None and manifest.benchmark_sha256 != sha256_bytes(data):
         problems.append(
             f"the file differs from the one recorded in {MANIFEST_FILE} (sha256 mismatch): it "
             "was edited or truncated after `posdebias build`; rebuild it"
         )
-    if check_images and not root_path.is_dir():
-        raise BenchmarkError(f"the image root {root_path} does not exist; pass root= (--root)")
+    if check_images and not root.is_dir():
+        raise BenchmarkError(
+            f"the image root {root} does not exist; {_ROOT_ADVICE[0]}", cli_advice=_ROOT_ADVICE
+        )
     if manifest is not None and check_images:
-        problems += _source_changed(manifest, root_path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BenchmarkError(f"{jsonl_path} is not UTF-8 text ({exc.reason})") from exc
+        problems += _source_changed(manifest, root)
+    return problems
 
-    instances: list[RetrievalInstance] = []
-    first_line: dict[str, int] = {}
-    exists: dict[str, bool] = {}
-    inside_root: dict[str, bool] = {}
-    real_root = root_path.resolve()
-    for number, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
-            continue
+
+class _LineChecker:
+    """Checks each line of a benchmark file on its own: the schema, its id against the lines
+    before it, its N and task against the manifest, its images against the root (each file is
+    looked up once)."""
+
+    def __init__(self, manifest: BenchmarkManifest | None, root: Path, check_images: bool):
+        self.manifest = manifest
+        self.root = root
+        self.real_root = root.resolve()
+        self.check_images = check_images
+        self.first_line: dict[str, int] = {}
+        self._exists: dict[str, bool] = {}
+        self._inside_root: dict[str, bool] = {}
+
+    def instance(self, number: int, line: str, problems: Problems) -> Instance | None:
+        """The instance of line ``number``, or None with its problems noted."""
         try:
             record = InstanceRecord.model_validate_json(line)
         except ValidationError as exc:
-            problems += [
-                f"line {number}: {message}" for message in validation_problems(exc, unknown="key")
-            ]
-            continue
-        line_problems = []
-        if record.id in first_line:
-            line_problems.append(
-                f"duplicate id {excerpt(record.id)} (first on line {first_line[record.id]})"
+            problems.extend(validation_problems(exc, unknown="key"), line=number)
+            return None
+        found = [
+            *self._identity(record),
+            *self._against_manifest(record),
+            *self._image_problems(record),
+        ]
+        if self.check_images and not found:
+            found += same_files(
+                [image for image in record.images or [] if image is not None], self.root
             )
-        if manifest is not None and record.n != manifest.n:
+        self.first_line.setdefault(record.id, number)
+        problems.extend(found, line=number)
+        return None if found else _instance(record, self.root)
+
+    def _identity(self, record: InstanceRecord) -> list[str]:
+        if record.id not in self.first_line:
+            return []
+        return [f"duplicate id {excerpt(record.id)} (first on line {self.first_line[record.id]})"]
+
+    def _against_manifest(self, record: InstanceRecord) -> list[str]:
+        manifest = self.manifest
+        if manifest is None:
+            return []
+        problems = []
+        if record.n != manifest.n:
             what = "images" if record.task is None else "candidates"
-            line_problems.append(f"{record.n} {what}, but the manifest says N={manifest.n}")
-        if manifest is not None and record.task != manifest.task:
-            line_problems.append(
+            problems.append(f"{record.n} {what}, but the manifest says N={manifest.n}")
+        if record.task != manifest.task:
+            problems.append(
                 f"task {record.task or 'retrieval'}, but the manifest says {manifest.task_kind}"
             )
-        for image in record.image_paths():
-            posix = PurePosixPath(image)
-            if posix.is_absolute() or ".." in posix.parts or "\x00" in image:
-                line_problems.append(f"image path {excerpt(image)} must be relative to the root")
-                continue
-            if image not in inside_root:
-                inside_root[image] = (root_path / image).resolve().is_relative_to(real_root)
-            if not inside_root[image]:
-                line_problems.append(
-                    f"image {excerpt(image)} leads outside the root {root_path} through a "
-                    "symlink; images must be inside the root"
-                )
-            elif check_images:
-                if image not in exists:
-                    exists[image] = (root_path / image).is_file()
-                if not exists[image]:
-                    line_problems.append(f"image {excerpt(image)} not found under {root_path}")
-        if check_images and not line_problems:
-            line_problems += same_files(
-                [image for image in record.images or [] if image is not None], root_path
+        return problems
+
+    def _image_problems(self, record: InstanceRecord) -> list[str]:
+        found = (self._image_problem(image) for image in record.image_paths())
+        return [problem for problem in found if problem is not None]
+
+    def _image_problem(self, image: str) -> str | None:
+        posix = PurePosixPath(image)
+        if posix.is_absolute() or ".." in posix.parts or "\x00" in image:
+            return f"image path {excerpt(image)} must be relative to the root"
+        unusable = path_name_problem(image) or path_name_problem(self.root / image)
+        if unusable is not None:
+            return f"image path {excerpt(image)} {unusable}"
+        if image not in self._inside_root:
+            self._inside_root[image] = (self.root / image).resolve().is_relative_to(self.real_root)
+        if not self._inside_root[image]:
+            return (
+                f"image {excerpt(image)} leads outside the root {self.root} through a "
+                "symlink; images must be inside the root"
             )
-        first_line.setdefault(record.id, number)
-        if line_problems:
-            problems += [f"line {number}: {message}" for message in line_problems]
-            continue
-        instances.append(_instance(record, root_path))
-    if not text.strip():
-        problems.append("the file is empty: it has no instances")
-    elif not problems and not instances:
-        problems.append("the file has no instances")
-    if problems:
-        raise problems_error(
-            f"{jsonl_path}", problems, "Fix or rebuild the benchmark with `posdebias build`."
-        )
-    return Benchmark(instances=instances, manifest=manifest, root=root_path, path=jsonl_path)
+        if not self.check_images:
+            return None
+        if image not in self._exists:
+            self._exists[image] = (self.root / image).is_file()
+        if not self._exists[image]:
+            return f"image {excerpt(image)} not found under {self.root}"
+        return None
 
 
 def _instance(record: InstanceRecord, root: Path) -> Instance:
@@ -553,6 +602,19 @@ def _manifest_root(manifest: BenchmarkManifest, folder: Path) -> Path:
         raise BenchmarkError(f"the manifest's root {excerpt(root)} is not a usable path")
     if Path(root).is_absolute():
         return Path(root)
-    return confined_path(
-        folder, root, "the manifest's root", error=BenchmarkError, hint="pass root= (--root)"
-    )
+    try:
+        return confined_path(
+            folder, root, "the manifest's root", error=BenchmarkError, hint=_ROOT_ADVICE[0]
+        )
+    except BenchmarkError as exc:
+        raise BenchmarkError(str(exc), cli_advice=_ROOT_ADVICE) from None
+
+
+#: Where the images of a benchmark are when its manifest does not say it usably: the library
+#: takes the root as an argument; on the command line the benchmark is rebuilt (no command
+#: takes a root for a benchmark it reads).
+_ROOT_ADVICE = (
+    "pass the image root yourself: load_benchmark(path, root=...)",
+    "put the images back where the manifest says, or rebuild the benchmark where they are now "
+    "with posdebias build",
+)

@@ -52,7 +52,7 @@ SHAPE_KINDS = ("circle", "square", "triangle", "diamond", "cross", "star", "hexa
 #: The fixed words of the caption grammar (see the module docstring).
 GRAMMAR_WORDS = ("a", "and", "at", "background", "on", "the")
 
-_NAME = re.compile(r"^[a-z]+( [a-z]+)*$")
+_NAME = re.compile(r"^[a-z]+( [a-z]+)*\Z")
 # Object colours closer than this (sum of absolute RGB differences) to the background are not
 # drawn on it: a red square on a red background would make the caption a lie.
 _MIN_CONTRAST = 96
@@ -118,7 +118,7 @@ class ShapeSpace(BaseModel):
             *self.positions,
             *self.backgrounds,
         ]
-        bad = [name for name in names if not _NAME.match(name)]
+        bad = [name for name in names if not _NAME.fullmatch(name)]
         if bad:
             raise ValueError(
                 f"attribute names must be lowercase words separated by single spaces: {bad}"
@@ -409,11 +409,13 @@ def sample_unique_attributes(
     rng = np.random.default_rng(seed)
     seen: set[tuple[Any, ...]] = set()  # membership only, never iterated
     samples: list[ShapeAttributes] = []
-    attempts = 0
+    attempts = misses = 0
     limit = 50 * count + 1000
     while len(samples) < count:
         attempts += 1
-        if attempts > limit:
+        # a space this size is exhausted: 20,000 repeats in a row would take e^-20 luck with
+        # even one caption in a thousand still new (and a huge count could draw for an hour)
+        if attempts > limit or misses > 20_000:
             raise BenchmarkError(
                 f"the shape space gives only about {len(samples)} distinct captions, fewer than "
                 f"the {count} images asked for; lower the count or enlarge the ShapeSpace "
@@ -422,7 +424,9 @@ def sample_unique_attributes(
         attributes = sample_shape_attributes(rng, space)
         key = attributes.key()
         if key in seen:
+            misses += 1
             continue
+        misses = 0
         seen.add(key)
         samples.append(attributes)
     return samples
@@ -550,7 +554,7 @@ def stage_shapes_dataset(
 
 #: The marker file of a generated shapes folder (its generator settings).
 MARKER_FILE = ".posdebias-shapes.json"
-_OWN_IMAGE = re.compile(r"^\d{6}\.png$")
+_OWN_IMAGE = re.compile(r"^\d{6}\.png\Z")
 
 
 def _foreign_files(folder: Path) -> list[str]:
@@ -563,7 +567,7 @@ def _foreign_files(folder: Path) -> list[str]:
         if name in ("images", "annotations") and entry.is_dir() and not entry.is_symlink():
             for child in sorted(entry.iterdir()):
                 ours = (
-                    _OWN_IMAGE.match(child.name)
+                    _OWN_IMAGE.fullmatch(child.name)
                     if name == "images"
                     else child.name in (Path(CAPTIONS_FILE).name, Path(INSTANCES_FILE).name)
                 )

@@ -12,19 +12,25 @@ each (file and line, or JSON location) so a user fixes a file in one pass, not o
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, parse_json, read_input_text
+from posdebias._inputs import (
+    DATA_LIMIT,
+    excerpt,
+    jsonl_lines,
+    parse_json,
+    path_name_problem,
+    read_input_text,
+)
+from posdebias.benchmarks.problems import Problems, json_lines, problems_error
 from posdebias.benchmarks.shapes import CAPTIONS_FILE, INSTANCES_FILE
 from posdebias.errors import BenchmarkError
 
 SOURCE_KINDS = ("coco", "flickr8k", "jsonl", "shapes")
-_MAX_LISTED = 20
 
 
 @dataclass(frozen=True)
@@ -57,19 +63,6 @@ class SourcePool:
         return bool(self.images) and all(image.categories is not None for image in self.images)
 
 
-def problems_error(what: str, problems: Sequence[str], fix: str = "") -> BenchmarkError:
-    """One error listing every problem (the first few dozen, then a count)."""
-    shown = list(problems[:_MAX_LISTED])
-    more = len(problems) - len(shown)
-    lines = [f"{what}: {len(problems)} problem{'s' if len(problems) != 1 else ''}"]
-    lines += [f"  {problem}" for problem in shown]
-    if more:
-        lines.append(f"  ... and {more} more")
-    if fix:
-        lines.append(fix)
-    return BenchmarkError("\n".join(lines))
-
-
 def _read_text(path: Path, what: str, flag: str) -> str:
     return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint=f"check {flag}")
 
@@ -99,23 +92,34 @@ def _find_one(folders: Sequence[Path], pattern: str, what: str, flag: str) -> Pa
     raise BenchmarkError(f"several {what} files found ({names}); choose one with {flag} FILE")
 
 
-def _relative_path(name: str, root: Path) -> str | None:
-    """``name`` as a clean POSIX path relative to ``root`` (already resolved), or None if it
-    escapes the root, by ``..``, by being absolute elsewhere, or through a symlink."""
-    if "\x00" in name:
-        return None
+def relative_path(name: str, root: Path) -> str:
+    """``name`` as a clean POSIX path relative to ``root`` (already resolved), or ValueError
+    saying why not: it escapes the root (by ``..``, by being absolute elsewhere, or through a
+    symlink), or no file system can hold a file of that name."""
+    problem = path_name_problem(name) or path_name_problem(root / name)
+    if problem is not None:
+        raise ValueError(problem)
+    outside = f"is outside the root {root}"
     path = Path(name)
     if path.is_absolute():
         try:
             path = path.resolve().relative_to(root)
         except ValueError:
-            return None
+            raise ValueError(outside) from None
     posix = PurePosixPath(path.as_posix())
-    if not posix.parts or ".." in posix.parts:
-        return None
-    if not (root / posix).resolve().is_relative_to(root):
-        return None
+    if not posix.parts or ".." in posix.parts or not (root / posix).resolve().is_relative_to(root):
+        raise ValueError(outside)
     return posix.as_posix()
+
+
+def line_image_path(name: str, root: Path, problems: Problems, line: int) -> str | None:
+    """:func:`relative_path` of an image named on ``line`` of a source file; why not is noted
+    as that line's problem (None)."""
+    try:
+        return relative_path(name, root)
+    except ValueError as exc:
+        problems.add(f"image {excerpt(name)} {exc}", line=line)
+        return None
 
 
 def _finish(
@@ -168,98 +172,125 @@ def read_coco(
     ``instances_*.json`` beside it. No instances file: the pool has no categories.
     """
     root_path = _check_root(Path(root))
-    if captions_file is None:
-        folders = [root_path / "annotations", root_path.parent / "annotations", root_path]
-        captions_path = _find_one(folders, "captions_*.json", "COCO captions file", "--captions")
-    else:
-        captions_path = Path(captions_file)
-    if instances_file is None:
-        guess = captions_path.with_name(captions_path.name.replace("captions_", "instances_", 1))
-        instances_path = guess if guess != captions_path and guess.is_file() else None
-    else:
-        instances_path = Path(instances_file)
-
-    payload = _read_json(captions_path, "COCO captions file", "--captions")
-    problems: list[str] = []
-    file_names = _coco_images(payload, captions_path, problems)
-    captions: dict[int, list[str]] = {image_id: [] for image_id in file_names}
-    for index, ann in enumerate(_coco_list(payload, "annotations", captions_path, problems)):
-        where = f"annotations[{index}]"
-        if not isinstance(ann, dict):
-            problems.append(f"{where}: not an object")
-            continue
-        image_id, caption = ann.get("image_id"), ann.get("caption")
-        if not isinstance(image_id, int) or isinstance(image_id, bool):
-            problems.append(f"{where}: image_id must be an integer, got {excerpt(image_id)}")
-        elif image_id not in captions:
-            problems.append(f"{where}: image_id {image_id} is not in the images list")
-        elif not isinstance(caption, str) or not caption.strip():
-            problems.append(f"{where} (image {image_id}): caption is missing or empty")
-        else:
-            captions[image_id].append(" ".join(caption.split()))
-    if not problems:
-        uncaptioned = [image_id for image_id, texts in captions.items() if not texts]
-        problems += [f"image id {image_id} has no caption" for image_id in sorted(uncaptioned)]
-    if problems:
-        raise problems_error(
-            f"{captions_path}", problems, "Fix the captions file or choose another."
-        )
-
+    captions_path, instances_path = _coco_files(root_path, captions_file, instances_file)
+    file_names, captions = _coco_captions(captions_path)
     categories = None
     if instances_path is not None:
         categories = _coco_categories(instances_path, set(file_names))
-
+    problems = Problems(captions_path)
     images = []
     owner: dict[str, int] = {}
     for image_id in sorted(file_names):
-        relative = _relative_path(file_names[image_id], root_path)
-        if relative is None:
-            problems.append(
-                f"image {image_id}: file_name {excerpt(file_names[image_id])} is outside root"
+        relative = _coco_file(image_id, file_names[image_id], owner, root_path, problems)
+        if relative is not None:
+            images.append(
+                PoolImage(
+                    image_id=str(image_id),
+                    path=relative,
+                    captions=tuple(captions[image_id]),
+                    categories=None if categories is None else categories.get(image_id, ()),
+                )
             )
-            continue
-        if relative in owner:
-            problems.append(
-                f"image {image_id}: file_name {excerpt(relative)} is also the file of image "
-                f"{owner[relative]}; each image id needs its own file"
-            )
-            continue
-        owner[relative] = image_id
-        images.append(
-            PoolImage(
-                image_id=str(image_id),
-                path=relative,
-                captions=tuple(captions[image_id]),
-                categories=None if categories is None else categories.get(image_id, ()),
-            )
-        )
-    if problems:
-        raise problems_error(f"{captions_path}", problems)
+    problems.raise_any()
     files = [captions_path] + ([instances_path] if instances_path is not None else [])
     return _finish(kind, root_path, images, files, captions_path, skip_missing)
 
 
-def _coco_list(payload: Any, key: str, path: Path, problems: list[str]) -> list[Any]:
+def _coco_files(
+    root: Path,
+    captions_file: str | os.PathLike[str] | None,
+    instances_file: str | os.PathLike[str] | None,
+) -> tuple[Path, Path | None]:
+    """The captions file (given or found) and the instances file (given, or the one beside it)."""
+    if captions_file is None:
+        folders = [root / "annotations", root.parent / "annotations", root]
+        captions_path = _find_one(folders, "captions_*.json", "COCO captions file", "--captions")
+    else:
+        captions_path = Path(captions_file)
+    if instances_file is not None:
+        return captions_path, Path(instances_file)
+    guess = captions_path.with_name(captions_path.name.replace("captions_", "instances_", 1))
+    return captions_path, guess if guess != captions_path and guess.is_file() else None
+
+
+def _coco_captions(path: Path) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """(image id -> file name, image id -> captions) of a COCO captions file; every image
+    needs a caption."""
+    payload = _read_json(path, "COCO captions file", "--captions")
+    problems = Problems(path)
+    file_names = _coco_images(payload, problems)
+    captions: dict[int, list[str]] = {image_id: [] for image_id in file_names}
+    for index, ann in enumerate(_coco_list(payload, "annotations", problems)):
+        caption = _coco_caption(ann, f"annotations[{index}]", captions, problems)
+        if caption is not None:
+            captions[ann["image_id"]].append(caption)
+    if not problems:
+        uncaptioned = [image_id for image_id, texts in captions.items() if not texts]
+        problems.extend(f"image id {image_id} has no caption" for image_id in sorted(uncaptioned))
+    problems.raise_any("Fix the captions file or choose another.")
+    return file_names, captions
+
+
+def _coco_caption(
+    ann: Any, where: str, captions: dict[int, list[str]], problems: Problems
+) -> str | None:
+    """The normalised caption of one annotation, or None with its problem noted."""
+    if not isinstance(ann, dict):
+        problems.add(f"{where}: not an object")
+        return None
+    image_id, caption = ann.get("image_id"), ann.get("caption")
+    if not isinstance(image_id, int) or isinstance(image_id, bool):
+        problems.add(f"{where}: image_id must be an integer, got {excerpt(image_id)}")
+    elif image_id not in captions:
+        problems.add(f"{where}: image_id {image_id} is not in the images list")
+    elif not isinstance(caption, str) or not caption.strip():
+        problems.add(f"{where} (image {image_id}): caption is missing or empty")
+    else:
+        return " ".join(caption.split())
+    return None
+
+
+def _coco_file(
+    image_id: int, file_name: str, owner: dict[str, int], root: Path, problems: Problems
+) -> str | None:
+    """The path of one image relative to the root (each image id its own file), or None with
+    its problem noted."""
+    try:
+        relative = relative_path(file_name, root)
+    except ValueError as exc:
+        problems.add(f"image {image_id}: file_name {excerpt(file_name)} {exc}")
+        return None
+    if relative in owner:
+        problems.add(
+            f"image {image_id}: file_name {excerpt(relative)} is also the file of image "
+            f"{owner[relative]}; each image id needs its own file"
+        )
+        return None
+    owner[relative] = image_id
+    return relative
+
+
+def _coco_list(payload: Any, key: str, problems: Problems) -> list[Any]:
     if not isinstance(payload, dict) or not isinstance(payload.get(key), list):
-        problems.append(f"top level: a COCO file needs a {key!r} list")
+        problems.add(f"top level: a COCO file needs a {key!r} list")
         return []
     return payload[key]
 
 
-def _coco_images(payload: Any, path: Path, problems: list[str]) -> dict[int, str]:
+def _coco_images(payload: Any, problems: Problems) -> dict[int, str]:
     file_names: dict[int, str] = {}
-    for index, image in enumerate(_coco_list(payload, "images", path, problems)):
+    for index, image in enumerate(_coco_list(payload, "images", problems)):
         where = f"images[{index}]"
         if not isinstance(image, dict):
-            problems.append(f"{where}: not an object")
+            problems.add(f"{where}: not an object")
             continue
         image_id, file_name = image.get("id"), image.get("file_name")
         if not isinstance(image_id, int) or isinstance(image_id, bool):
-            problems.append(f"{where}: id must be an integer, got {excerpt(image_id)}")
+            problems.add(f"{where}: id must be an integer, got {excerpt(image_id)}")
         elif not isinstance(file_name, str) or not file_name:
-            problems.append(f"{where} (id {image_id}): file_name is missing")
+            problems.add(f"{where} (id {image_id}): file_name is missing")
         elif image_id in file_names:
-            problems.append(f"{where}: duplicate image id {image_id}")
+            problems.add(f"{where}: duplicate image id {image_id}")
         else:
             file_names[image_id] = file_name
     return file_names
@@ -268,29 +299,28 @@ def _coco_images(payload: Any, path: Path, problems: list[str]) -> dict[int, str
 def _coco_categories(path: Path, image_ids: set[int]) -> dict[int, tuple[str, ...]]:
     """Image id -> sorted category names, from a COCO instances file."""
     payload = _read_json(path, "COCO instances file", "--instances")
-    problems: list[str] = []
+    problems = Problems(path)
     names: dict[int, str] = {}
-    for index, category in enumerate(_coco_list(payload, "categories", path, problems)):
+    for index, category in enumerate(_coco_list(payload, "categories", problems)):
         if (
             not isinstance(category, dict)
             or not isinstance(category.get("id"), int)
             or not isinstance(category.get("name"), str)
         ):
-            problems.append(f"categories[{index}]: needs an integer id and a name")
+            problems.add(f"categories[{index}]: needs an integer id and a name")
             continue
         names[category["id"]] = category["name"]
     found: dict[int, set[str]] = {}
-    for index, ann in enumerate(_coco_list(payload, "annotations", path, problems)):
+    for index, ann in enumerate(_coco_list(payload, "annotations", problems)):
         if not isinstance(ann, dict):
-            problems.append(f"annotations[{index}]: not an object")
+            problems.add(f"annotations[{index}]: not an object")
             continue
         image_id, category_id = ann.get("image_id"), ann.get("category_id")
         if category_id not in names:
-            problems.append(f"annotations[{index}]: unknown category_id {excerpt(category_id)}")
+            problems.add(f"annotations[{index}]: unknown category_id {excerpt(category_id)}")
         elif image_id in image_ids:
             found.setdefault(image_id, set()).add(names[category_id])
-    if problems:
-        raise problems_error(f"{path}", problems, "Fix the instances file or choose another.")
+    problems.raise_any("Fix the instances file or choose another.")
     return {image_id: tuple(sorted(cats)) for image_id, cats in found.items()}
 
 
@@ -329,12 +359,13 @@ def read_flickr8k(
     else:
         captions_path = Path(captions_file)
     text = _read_text(captions_path, "Flickr8k captions file", "--captions")
+    problems = Problems(captions_path)
     lines = jsonl_lines(text)
     first = next((line.strip() for line in lines if line.strip()), "")
     if first.lower().replace(" ", "") == "image,caption":
-        captions, problems = _flickr_csv(text)
+        captions = _flickr_csv(text, problems)
     elif "\t" in first and "#" in first.split("\t", 1)[0]:
-        captions, problems = _flickr_token(lines)
+        captions = _flickr_token(lines, problems)
     else:
         raise BenchmarkError(
             f"{captions_path}:1: not a Flickr8k captions file: expected the CSV header "
@@ -342,39 +373,35 @@ def read_flickr8k(
         )
     images = []
     for name in sorted(captions):
-        relative = _relative_path(name, root_path)
-        if relative is None:
-            problems.append(f"image name {excerpt(name)} is outside the root")
+        try:
+            relative = relative_path(name, root_path)
+        except ValueError as exc:
+            problems.add(f"image name {excerpt(name)} {exc}")
             continue
         ordered = tuple(caption for _, caption in sorted(captions[name], key=lambda kc: kc[0]))
         images.append(PoolImage(image_id=name, path=relative, captions=ordered, categories=None))
-    if problems:
-        raise problems_error(f"{captions_path}", problems, "Fix the captions file.")
+    problems.raise_any("Fix the captions file.")
     return _finish("flickr8k", root_path, images, [captions_path], captions_path, skip_missing)
 
 
-def _flickr_token(lines: list[str]) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
+def _flickr_token(lines: list[str], problems: Problems) -> dict[str, list[tuple[int, str]]]:
     captions: dict[str, list[tuple[int, str]]] = {}
-    problems: list[str] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         key, tab, caption = line.partition("\t")
         name, hash_, k = key.strip().rpartition("#")
         if not tab or not hash_ or not name or not (k.isascii() and k.isdigit()):
-            problems.append(
-                f"line {number}: expected 'name.jpg#k<TAB>caption', got {excerpt(line)}"
-            )
+            problems.add(f"expected 'name.jpg#k<TAB>caption', got {excerpt(line)}", line=number)
         elif not caption.strip():
-            problems.append(f"line {number}: empty caption for {name}")
+            problems.add(f"empty caption for {name}", line=number)
         else:
             captions.setdefault(name, []).append((int(k), " ".join(caption.split())))
-    return captions, problems
+    return captions
 
 
-def _flickr_csv(text: str) -> tuple[dict[str, list[tuple[int, str]]], list[str]]:
+def _flickr_csv(text: str, problems: Problems) -> dict[str, list[tuple[int, str]]]:
     captions: dict[str, list[tuple[int, str]]] = {}
-    problems: list[str] = []
     reader = csv.reader(jsonl_lines(text))
     next(reader)  # the header, checked by the caller
     for row in reader:
@@ -385,13 +412,13 @@ def _flickr_csv(text: str) -> tuple[dict[str, list[tuple[int, str]]], list[str]]
         name, caption = row[0].strip(), ",".join(row[1:])
         if not name or len(row) < 2:
             got = excerpt(",".join(row))
-            problems.append(f"line {number}: expected 'image,caption', got {got}")
+            problems.add(f"expected 'image,caption', got {got}", line=number)
         elif not caption.strip():
-            problems.append(f"line {number}: empty caption for {name}")
+            problems.add(f"empty caption for {name}", line=number)
         else:
             index = len(captions.get(name, []))
             captions.setdefault(name, []).append((index, " ".join(caption.split())))
-    return captions, problems
+    return captions
 
 
 # --------------------------------------------------------------------------------------- JSONL
@@ -414,69 +441,64 @@ def read_jsonl(
     if captions_file is None:
         raise BenchmarkError("--source jsonl needs the JSONL file: pass it with --captions FILE")
     path = Path(captions_file)
-    text = _read_text(path, "JSONL captions file", "--captions")
-    problems: list[str] = []
+    problems = Problems(path)
     captions: dict[str, list[str]] = {}
     categories: dict[str, tuple[str, ...] | None] = {}
     first_line: dict[str, int] = {}
-    for number, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
+    text = _read_text(path, "JSONL captions file", "--captions")
+    for number, record in json_lines(text, problems):
+        entry = _caption_line(record, root_path, problems, number)
+        if entry is None:
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"line {number}: not valid JSON ({exc.msg})")
-            continue
-        except (RecursionError, ValueError):
-            problems.append(f"line {number}: not usable JSON (nested too deeply or a huge number)")
-            continue
-        if not isinstance(record, dict):
-            problems.append(f"line {number}: expected an object with image and caption")
-            continue
-        unknown = sorted(key for key in record if key not in _JSONL_KEYS)
-        image, caption, cats = record.get("image"), record.get("caption"), record.get("categories")
-        if unknown:
-            problems.append(f"line {number}: unknown keys {unknown}; allowed: {list(_JSONL_KEYS)}")
-        if not isinstance(image, str) or not image.strip():
-            problems.append(f"line {number}: 'image' must be a non-empty path")
-            continue
-        relative = _relative_path(image, root_path)
-        if relative is None:
-            problems.append(
-                f"line {number}: image {excerpt(image)} is outside the root {root_path}"
-            )
-            continue
-        if not isinstance(caption, str) or not caption.strip():
-            problems.append(f"line {number}: 'caption' must be a non-empty string")
-            continue
-        if cats is not None and (
-            not isinstance(cats, list) or not all(isinstance(c, str) and c for c in cats)
-        ):
-            problems.append(f"line {number}: 'categories' must be a list of names")
-            continue
-        normalised = None if cats is None else tuple(sorted(dict.fromkeys(cats)))
-        if relative in categories and categories[relative] != normalised:
-            problems.append(
-                f"line {number}: categories of {relative} differ from line {first_line[relative]}"
+        relative, caption, cats = entry
+        if relative in categories and categories[relative] != cats:
+            problems.add(
+                f"categories of {relative} differ from line {first_line[relative]}", line=number
             )
             continue
         first_line.setdefault(relative, number)
-        categories[relative] = normalised
-        captions.setdefault(relative, []).append(" ".join(caption.split()))
-    with_categories = [name for name, cats in categories.items() if cats is not None]
-    if with_categories and len(with_categories) != len(categories):
-        without = [name for name, cats in categories.items() if cats is None]
-        problems += [
-            f"line {first_line[name]}: {name} has no categories but other images do"
-            for name in without
-        ]
-    if problems:
-        raise problems_error(f"{path}", problems, "Fix the JSONL file.")
+        categories[relative] = cats
+        captions.setdefault(relative, []).append(caption)
+    if any(cats is not None for cats in categories.values()):
+        for name, cats in categories.items():
+            if cats is None:
+                problems.add(f"{name} has no categories but other images do", line=first_line[name])
+    problems.raise_any("Fix the JSONL file.")
     images = [
         PoolImage(image_id=name, path=name, captions=tuple(texts), categories=categories[name])
         for name, texts in captions.items()
     ]
     return _finish("jsonl", root_path, images, [path], path, skip_missing)
+
+
+def _caption_line(
+    record: Any, root: Path, problems: Problems, number: int
+) -> tuple[str, str, tuple[str, ...] | None] | None:
+    """(image path relative to the root, caption, sorted categories or None) of one line, or
+    None with its problems noted."""
+    if not isinstance(record, dict):
+        problems.add("expected an object with image and caption", line=number)
+        return None
+    unknown = sorted(key for key in record if key not in _JSONL_KEYS)
+    image, caption, cats = record.get("image"), record.get("caption"), record.get("categories")
+    if unknown:
+        problems.add(f"unknown keys {unknown}; allowed: {list(_JSONL_KEYS)}", line=number)
+    if not isinstance(image, str) or not image.strip():
+        problems.add("'image' must be a non-empty path", line=number)
+        return None
+    relative = line_image_path(image, root, problems, number)
+    if relative is None:
+        return None
+    if not isinstance(caption, str) or not caption.strip():
+        problems.add("'caption' must be a non-empty string", line=number)
+        return None
+    if cats is not None and (
+        not isinstance(cats, list) or not all(isinstance(c, str) and c for c in cats)
+    ):
+        problems.add("'categories' must be a list of names", line=number)
+        return None
+    normalised = None if cats is None else tuple(sorted(dict.fromkeys(cats)))
+    return relative, " ".join(caption.split()), normalised
 
 
 def read_source(

@@ -44,7 +44,13 @@ import numpy as np
 from pydantic import ValidationError
 
 import posdebias.defaults as defaults
-from posdebias._inputs import DATA_LIMIT, excerpt, jsonl_lines, read_input_text
+from posdebias._inputs import (
+    DATA_LIMIT,
+    check_whole_number,
+    excerpt,
+    jsonl_lines,
+    read_input_text,
+)
 from posdebias._version import __version__
 from posdebias.benchmarks.files import (
     MAX_N,
@@ -57,7 +63,8 @@ from posdebias.benchmarks.files import (
     sha256_file,
     write_benchmark,
 )
-from posdebias.benchmarks.sources import _relative_path, problems_error
+from posdebias.benchmarks.problems import Problems, json_lines
+from posdebias.benchmarks.sources import line_image_path
 from posdebias.core.instance import MAX_TEXT_CHARS
 from posdebias.errors import BenchmarkError, validation_problems
 
@@ -106,33 +113,32 @@ class _Read:
 # ------------------------------------------------------------------------------ helpers
 
 
-def _text(value: Any, what: str, problems: list[str], line: int) -> str | None:
+def _text(value: Any, what: str, problems: Problems, line: int) -> str | None:
     if not isinstance(value, str) or not value.strip():
-        problems.append(f"line {line}: {what} must be a non-empty string")
+        problems.add(f"{what} must be a non-empty string", line=line)
         return None
     if len(value) > MAX_TEXT_CHARS:
-        problems.append(
-            f"line {line}: {what} has {len(value)} characters, over the limit of {MAX_TEXT_CHARS}"
+        problems.add(
+            f"{what} has {len(value)} characters, over the limit of {MAX_TEXT_CHARS}", line=line
         )
         return None
     return value.strip()
 
 
-def _image(value: Any, root: Path, problems: list[str], line: int) -> str | None:
+def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     if not isinstance(value, str) or not value.strip():
-        problems.append(f"line {line}: an image must be a file name, got {excerpt(value)}")
+        problems.add(f"an image must be a file name, got {excerpt(value)}", line=line)
         return None
-    relative = _relative_path(value, root)
+    relative = line_image_path(value, root, problems, line)
     if relative is None:
-        problems.append(f"line {line}: image {excerpt(value)} is outside the root {root}")
         return None
     if not (root / relative).is_file():
-        problems.append(f"line {line}: image {excerpt(value)} not found under {root}")
+        problems.add(f"image {excerpt(value)} not found under {root}", line=line)
         return None
     return relative
 
 
-def _answer(value: Any, n: int, problems: list[str], line: int) -> int | None:
+def _answer(value: Any, n: int, problems: Problems, line: int) -> int | None:
     """A 1-based index (int or digits) or a letter (``B``, ``(B)``, ``b``) -> 0-based."""
     index: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -144,12 +150,10 @@ def _answer(value: Any, n: int, problems: list[str], line: int) -> int | None:
         elif len(text) == 1 and text.isalpha() and text.isascii():
             index = ord(text.upper()) - ord("A") + 1
     if index is None:
-        problems.append(
-            f"line {line}: answer {excerpt(value)} is neither a 1-based index nor a letter"
-        )
+        problems.add(f"answer {excerpt(value)} is neither a 1-based index nor a letter", line=line)
         return None
     if not 1 <= index <= n:
-        problems.append(f"line {line}: answer {excerpt(value)} is out of range for {n} options")
+        problems.add(f"answer {excerpt(value)} is out of range for {n} options", line=line)
         return None
     return index - 1
 
@@ -158,7 +162,7 @@ def _read_data(path: Path, what: str) -> str:
     return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint="check --data")
 
 
-def _json_rows(path: Path, what: str, problems: list[str]) -> Iterable[tuple[int, Any]]:
+def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int, Any]]:
     """(line number, object) of a JSONL file, or of a JSON array (line = element number)."""
     text = _read_data(path, what)
     if text.lstrip().startswith("["):
@@ -170,27 +174,16 @@ def _json_rows(path: Path, what: str, problems: list[str]) -> Iterable[tuple[int
             raise BenchmarkError(f"{path}: expected a JSON array of rows")
         yield from enumerate(rows, start=1)
         return
-    for number, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"line {number}: not valid JSON ({exc.msg})")
-            continue
-        except (RecursionError, ValueError):
-            problems.append(f"line {number}: not usable JSON (nested too deeply or a huge number)")
-            continue
-        yield number, row
+    yield from json_lines(text, problems)
 
 
-def _object(row: Any, keys: tuple[str, ...], problems: list[str], line: int) -> bool:
+def _object(row: Any, keys: tuple[str, ...], problems: Problems, line: int) -> bool:
     if not isinstance(row, dict):
-        problems.append(f"line {line}: expected an object")
+        problems.add("expected an object", line=line)
         return False
     unknown = sorted(str(key) for key in row if key not in keys)
     if unknown:
-        problems.append(f"line {line}: unknown keys {unknown[:5]}; allowed: {list(keys)}")
+        problems.add(f"unknown keys {unknown[:5]}; allowed: {list(keys)}", line=line)
         return False
     return True
 
@@ -208,7 +201,7 @@ _MCQ_KEYS = ("id", "question", "options", "answer", "images")
 
 def read_mcq(path: Path, root: Path) -> _Read:
     """``{id, question, options, answer, images?}`` per line (see the module docstring)."""
-    problems: list[str] = []
+    problems = Problems(path)
     items: list[_Item] = []
     for line, row in _json_rows(path, "multiple-choice file", problems):
         if not _object(row, _MCQ_KEYS, problems, line):
@@ -216,7 +209,7 @@ def read_mcq(path: Path, root: Path) -> _Read:
         question = _text(row.get("question"), "'question'", problems, line)
         options = row.get("options")
         if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
-            problems.append(f"line {line}: 'options' must be a list of {MIN_N}..{MAX_N} options")
+            problems.add(f"'options' must be a list of {MIN_N}..{MAX_N} options", line=line)
             continue
         texts: list[str | None] = []
         images: list[str | None] = []
@@ -224,7 +217,7 @@ def read_mcq(path: Path, root: Path) -> _Read:
             if isinstance(option, dict):
                 extra = sorted(str(key) for key in option if key not in ("text", "image"))
                 if extra or not option:
-                    problems.append(f"line {line}: option {k} takes text and / or image only")
+                    problems.add(f"option {k} takes text and / or image only", line=line)
                     texts.append(None)
                     images.append(None)
                     continue
@@ -237,7 +230,7 @@ def read_mcq(path: Path, root: Path) -> _Read:
                 images.append(None)
         stem_images = row.get("images") or []
         if not isinstance(stem_images, list) or len(stem_images) > MAX_STEM_IMAGES:
-            problems.append(f"line {line}: 'images' must be a list of at most 16 file names")
+            problems.add("'images' must be a list of at most 16 file names", line=line)
             continue
         stems = [_image(image, root, problems, line) for image in stem_images]
         target = _answer(row.get("answer"), len(options), problems, line)
@@ -254,7 +247,7 @@ def read_mcq(path: Path, root: Path) -> _Read:
                 stem_images=[s for s in stems if s is not None],
             )
         )
-    _finish(path, problems)
+    problems.raise_any("Fix the file.")
     return _Read(items=items, files=[path], root=root)
 
 
@@ -264,19 +257,19 @@ def read_mmlu(path: Path) -> _Read:
     files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
     if not files:
         raise BenchmarkError(f"{path} holds no *.csv files; give an MMLU CSV file or folder")
-    problems: list[str] = []
+    problems = Problems(path)
     items: list[_Item] = []
     for file in files:
-        subject = re.sub(r"_(test|dev|val)$", "", file.stem)
+        subject = re.sub(r"_(test|dev|val)\Z", "", file.stem)
         reader = csv.reader(io.StringIO(_read_data(file, "MMLU CSV file"), newline=""))
         try:
             for row in reader:
                 line = reader.line_num
-                where: list[str] = []
+                where = Problems(file)
                 if not row or not any(cell.strip() for cell in row):
                     continue
                 if not MIN_N + 2 <= len(row) <= MAX_N + 2:
-                    problems.append(
+                    problems.add(
                         f"{file.name} line {line}: expected question, options and the answer "
                         f"letter ({MIN_N + 2}..{MAX_N + 2} columns), got {len(row)}"
                     )
@@ -286,7 +279,7 @@ def read_mmlu(path: Path) -> _Read:
                     _text(cell, f"option {k}", where, line) for k, cell in enumerate(row[1:-1], 1)
                 ]
                 target = _answer(row[-1], len(row) - 2, where, line)
-                problems += [f"{file.name} {problem}" for problem in where]
+                problems.extend(f"{file.name} {problem}" for problem in where)
                 if where or question is None or target is None:
                     continue
                 items.append(
@@ -301,8 +294,8 @@ def read_mmlu(path: Path) -> _Read:
                     )
                 )
         except csv.Error as exc:
-            problems.append(f"{file.name} line {reader.line_num}: not CSV ({exc})")
-    _finish(path, problems)
+            problems.add(f"{file.name} line {reader.line_num}: not CSV ({exc})")
+    problems.raise_any("Fix the file.")
     return _Read(items=items, files=files, root=path if path.is_dir() else path.parent)
 
 
@@ -310,25 +303,23 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
     """MuirBench rows (``question``, ``options``, ``answer``, ``image_list``) or BLINK rows
     (``question``, ``choices``, ``answer``, ``image_1``..``image_4``); other columns are kept
     as metadata when they are short scalars (``task``, ``sub_task``, ``idx``, ...)."""
-    problems: list[str] = []
+    problems = Problems(path)
     items: list[_Item] = []
     options_key, image_keys = (
         ("options", ("image_list",)) if layout == "muirbench" else ("choices", ())
     )
     for line, row in _json_rows(path, f"{layout} file", problems):
         if not isinstance(row, dict):
-            problems.append(f"line {line}: expected an object")
+            problems.add("expected an object", line=line)
             continue
         missing = [key for key in ("question", options_key, "answer") if key not in row]
         if missing:
-            problems.append(f"line {line}: missing columns {missing}")
+            problems.add(f"missing columns {missing}", line=line)
             continue
         question = _text(row.get("question"), "'question'", problems, line)
         options = row.get(options_key)
         if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
-            problems.append(
-                f"line {line}: {options_key!r} must be a list of {MIN_N}..{MAX_N} options"
-            )
+            problems.add(f"{options_key!r} must be a list of {MIN_N}..{MAX_N} options", line=line)
             continue
         texts = [_text(str(o) if isinstance(o, (int, float)) else o, f"option {k}", problems, line)
                  for k, o in enumerate(options, start=1)]  # fmt: skip
@@ -339,7 +330,7 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
                 row[key] for key in sorted(row) if re.fullmatch(r"image_\d+", key) and row[key]
             ]
         if not isinstance(listed, list) or len(listed) > MAX_STEM_IMAGES:
-            problems.append(f"line {line}: images must be a list of at most 16 file names")
+            problems.add("images must be a list of at most 16 file names", line=line)
             continue
         stems = [_image(image, root, problems, line) for image in listed]
         target = _answer(row.get("answer"), len(options), problems, line)
@@ -365,7 +356,7 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
                 meta=dict(list(meta.items())[:16]),
             )
         )
-    _finish(path, problems)
+    problems.raise_any("Fix the file.")
     return _Read(items=items, files=[path], root=root)
 
 
@@ -376,7 +367,7 @@ _PAIRWISE_KEYS = ("id", "question", "answers", "preferred")
 
 def read_pairwise(path: Path) -> _Read:
     """``{id, question, answers: [a, b], preferred}`` per line; ``preferred`` 1 / 2 or A / B."""
-    problems: list[str] = []
+    problems = Problems(path)
     items: list[_Item] = []
     for line, row in _json_rows(path, "pairwise file", problems):
         if not _object(row, _PAIRWISE_KEYS, problems, line):
@@ -384,7 +375,7 @@ def read_pairwise(path: Path) -> _Read:
         question = _text(row.get("question"), "'question'", problems, line)
         answers = row.get("answers")
         if not isinstance(answers, list) or len(answers) != 2:
-            problems.append(f"line {line}: 'answers' must be a list of two answers")
+            problems.add("'answers' must be a list of two answers", line=line)
             continue
         texts = [_text(a, f"answer {k}", problems, line) for k, a in enumerate(answers, 1)]
         target = _answer(row.get("preferred"), 2, problems, line)
@@ -400,7 +391,7 @@ def read_pairwise(path: Path) -> _Read:
                 target=target,
             )
         )
-    _finish(path, problems)
+    problems.raise_any("Fix the file.")
     return _Read(items=items, files=[path], root=path.parent)
 
 
@@ -414,13 +405,13 @@ def _turn_text(conversation: Any, index: int) -> Any:
 def read_mtbench(path: Path) -> _Read:
     """MT-Bench human judgements (one row per judgement; ties skipped and counted). The stem of
     turn 2 is the second question; the first exchange is not shown."""
-    problems: list[str] = []
+    problems = Problems(path)
     items: list[_Item] = []
     ties = 0
     seen: Counter[str] = Counter()
     for line, row in _json_rows(path, "MT-Bench judgement file", problems):
         if not isinstance(row, dict):
-            problems.append(f"line {line}: expected an object")
+            problems.add("expected an object", line=line)
             continue
         missing = [
             key
@@ -428,18 +419,18 @@ def read_mtbench(path: Path) -> _Read:
             if key not in row
         ]
         if missing:
-            problems.append(f"line {line}: missing columns {missing}")
+            problems.add(f"missing columns {missing}", line=line)
             continue
         winner = row.get("winner")
         if winner not in ("model_a", "model_b", "tie", "tie (bothbad)"):
-            problems.append(f"line {line}: winner {excerpt(winner)} is not model_a, model_b or tie")
+            problems.add(f"winner {excerpt(winner)} is not model_a, model_b or tie", line=line)
             continue
         if str(winner).startswith("tie"):
             ties += 1
             continue
         turn = row.get("turn", 1)
         if turn not in (1, 2):
-            problems.append(f"line {line}: turn {excerpt(turn)} is not 1 or 2")
+            problems.add(f"turn {excerpt(turn)} is not 1 or 2", line=line)
             continue
         at = 2 * (turn - 1)
         question = _text(_turn_text(row.get("conversation_a"), at), "the question", problems, line)
@@ -468,7 +459,7 @@ def read_mtbench(path: Path) -> _Read:
                 meta=meta,
             )
         )
-    _finish(path, problems)
+    problems.raise_any("Fix the file.")
     return _Read(items=items, files=[path], root=path.parent, skipped={"skipped_ties": ties})
 
 
@@ -509,30 +500,60 @@ class BM25:
 
 
 def _beir_jsonl(path: Path, what: str, text_keys: tuple[str, ...]) -> dict[str, str]:
-    problems: list[str] = []
+    problems = Problems(path)
     out: dict[str, str] = {}
     for line, row in _json_rows(path, what, problems):
         if not isinstance(row, dict) or not isinstance(row.get("_id"), (str, int)):
-            problems.append(f"line {line}: expected an object with an _id")
+            problems.add("expected an object with an _id", line=line)
             continue
         parts = [row.get(key) for key in text_keys]
         if not all(part is None or isinstance(part, str) for part in parts):
-            problems.append(f"line {line}: {' and '.join(text_keys)} must be strings")
+            problems.add(f"{' and '.join(text_keys)} must be strings", line=line)
             continue
         text = " ".join(part.strip() for part in parts if part and part.strip())
         if not text:
-            problems.append(f"line {line}: the text is empty")
+            problems.add("the text is empty", line=line)
             continue
         if len(text) > MAX_TEXT_CHARS:
-            problems.append(f"line {line}: the text is over {MAX_TEXT_CHARS} characters")
+            problems.add(f"the text is over {MAX_TEXT_CHARS} characters", line=line)
             continue
         key = str(row["_id"])
         if key in out:
-            problems.append(f"line {line}: duplicate _id {excerpt(key)}")
+            problems.add(f"duplicate _id {excerpt(key)}", line=line)
             continue
         out[key] = text
-    _finish(path, problems)
+    problems.raise_any("Fix the file.")
     return out
+
+
+def _beir_qrels(
+    path: Path, queries: dict[str, str], corpus: dict[str, str]
+) -> dict[str, dict[str, float]]:
+    """query id -> {passage id: relevance score} of a BEIR qrels file (tab separated)."""
+    problems = Problems(path)
+    relevant: dict[str, dict[str, float]] = {}
+    for line, row in enumerate(jsonl_lines(_read_data(path, "BEIR qrels file")), start=1):
+        cells = row.strip().split("\t")
+        if not row.strip() or (line == 1 and cells[0] in ("query-id", "query_id")):
+            continue
+        if len(cells) != 3:
+            problems.add("expected query-id, corpus-id and score (tab separated)", line=line)
+            continue
+        try:
+            score = float(cells[2])
+        except ValueError:
+            problems.add(f"score {excerpt(cells[2])} is not a number", line=line)
+            continue
+        if cells[0] not in queries or cells[1] not in corpus:
+            problems.add(
+                f"query {excerpt(cells[0])} or passage {excerpt(cells[1])} is not "
+                "in queries.jsonl / corpus.jsonl",
+                line=line,
+            )
+            continue
+        relevant.setdefault(cells[0], {})[cells[1]] = score
+    problems.raise_any("Fix the file.")
+    return relevant
 
 
 def read_beir(
@@ -545,29 +566,7 @@ def read_beir(
     qrels_file = folder / "qrels" / f"{split}.tsv"
     corpus = _beir_jsonl(corpus_file, "BEIR corpus", ("title", "text"))
     queries = _beir_jsonl(queries_file, "BEIR queries", ("text",))
-    problems: list[str] = []
-    relevant: dict[str, dict[str, float]] = {}
-    text = _read_data(qrels_file, "BEIR qrels file")
-    for line, row in enumerate(jsonl_lines(text), start=1):
-        cells = row.strip().split("\t")
-        if not row.strip() or (line == 1 and cells[0] in ("query-id", "query_id")):
-            continue
-        if len(cells) != 3:
-            problems.append(f"line {line}: expected query-id, corpus-id and score (tab separated)")
-            continue
-        try:
-            score = float(cells[2])
-        except ValueError:
-            problems.append(f"line {line}: score {excerpt(cells[2])} is not a number")
-            continue
-        if cells[0] not in queries or cells[1] not in corpus:
-            problems.append(
-                f"line {line}: query {excerpt(cells[0])} or passage {excerpt(cells[1])} is not "
-                "in queries.jsonl / corpus.jsonl"
-            )
-            continue
-        relevant.setdefault(cells[0], {})[cells[1]] = score
-    _finish(qrels_file, problems)
+    relevant = _beir_qrels(qrels_file, queries, corpus)
     doc_ids = list(corpus)
     if len(doc_ids) < n:
         raise BenchmarkError(f"the corpus has {len(doc_ids)} passages, fewer than N={n}")
@@ -611,11 +610,6 @@ def read_beir(
     return _Read(items=items, files=[corpus_file, queries_file, qrels_file], root=folder)
 
 
-def _finish(path: Path, problems: list[str]) -> None:
-    if problems:
-        raise problems_error(f"{path}", problems, "Fix the file.")
-
-
 # ----------------------------------------------------------------------------------- build
 
 
@@ -637,24 +631,7 @@ def build_task_benchmark(
     Everything is checked before anything is written; the two files appear together or not at
     all (as for retrieval builds).
     """
-    if task not in TASK_SOURCES:
-        raise BenchmarkError(f"unknown task {task!r}; choose one of {list(TASK_SOURCES)}")
-    if source not in TASK_SOURCES[task]:
-        raise BenchmarkError(
-            f"--source {source} does not build {task}; choose one of {list(TASK_SOURCES[task])}"
-        )
-    if n is not None and not MIN_N <= n <= MAX_N:
-        raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
-    if count is not None and count < 1:
-        raise BenchmarkError(f"--count must be at least 1, got {count}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise BenchmarkError(f"--seed must be a whole number >= 0, got {excerpt(seed)}")
-    if task == "rerank":
-        setting = setting or "random"
-        if setting not in ("random", "adversarial"):
-            raise BenchmarkError(f"--setting {setting} is not random or adversarial (BM25)")
-    elif setting not in (None, "given"):
-        raise BenchmarkError(f"--setting is for rerank only; {task} uses the source's options")
+    setting = _check_build_options(task, source, n, count, seed, setting)
     data = Path(data)
     if not data.exists():
         raise BenchmarkError(f"--data {data} does not exist")
@@ -662,48 +639,14 @@ def build_task_benchmark(
     image_root = Path(root).resolve() if root is not None else base.resolve()
     if root is not None and not image_root.is_dir():
         raise BenchmarkError(f"--root {root} is not a folder; give the folder holding the images")
-    if source == "mcq":
-        read = read_mcq(data, image_root)
-    elif source == "mmlu":
-        read = read_mmlu(data)
-    elif source in ("muirbench", "blink"):
-        read = read_muirbench(data, image_root, layout=source)
-    elif source == "pairwise":
-        read = read_pairwise(data)
-    elif source == "mtbench":
-        read = read_mtbench(data)
-    else:
-        read = read_beir(data, n or defaults.CANDIDATES, count, seed, setting or "random", split)
-    items = read.items
-    if not items:
+    read = _read_source(source, data, image_root, n, count, seed, setting, split)
+    if not read.items:
         raise BenchmarkError(f"{data} has no usable instances")
-    sizes = Counter(len(item.texts) for item in items)
-    chosen_n = n if n is not None else min(sizes, key=lambda k: (-sizes[k], k))
-    kept = [item for item in items if len(item.texts) == chosen_n]
-    skipped_n = len(items) - len(kept)
-    if not kept:
-        shown = ", ".join(f"{k} ({v})" for k, v in sorted(sizes.items()))
-        raise BenchmarkError(f"no instance of {data} has N={chosen_n} candidates; it has {shown}")
-    first: dict[str, int] = {}
-    problems = []
-    for item in kept:
-        if item.id in first:
-            problems.append(f"line {item.line}: duplicate id {excerpt(item.id)} (first on line "
-                            f"{first[item.id]})")  # fmt: skip
-        first.setdefault(item.id, item.line)
-    if problems:
-        raise problems_error(f"{data}", problems, "Give every instance its own id.")
-    if count is not None:
-        kept = kept[:count]
-    records = []
-    for item in kept:
-        try:
-            records.append(_record(task, item))
-        except ValidationError as exc:
-            problems += [f"line {item.line}: {message}" for message in validation_problems(exc)]
-    if problems:
-        raise problems_error(f"{data}", problems, "Fix the file.")
-    counts: dict[str, int | float] = {"instances": len(records), "read": len(items)}
+    chosen_n, with_n = _with_n(read.items, n, data)
+    skipped_n = len(read.items) - len(with_n)
+    kept = _unique_ids(with_n, data)[:count]
+    records = _records(task, kept, data)
+    counts: dict[str, int | float] = {"instances": len(records), "read": len(read.items)}
     if skipped_n:
         counts["skipped_other_n"] = skipped_n
     counts.update(read.skipped)
@@ -720,10 +663,10 @@ def build_task_benchmark(
                 for path in read.files
             ],
             images_in_source=len(images),
-            pool_size=len(items),
+            pool_size=len(read.items),
             has_categories=False,
         ),
-        setting=setting if task == "rerank" else "given",  # type: ignore[arg-type]
+        setting=setting or "given",  # type: ignore[arg-type]
         n=chosen_n,
         count=len(records),
         seed=seed,
@@ -735,6 +678,91 @@ def build_task_benchmark(
                         f"{chosen_n} were left out (-N chooses)")  # fmt: skip
     written = write_benchmark(out, records, manifest)
     return TaskBuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
+
+
+def _check_build_options(
+    task: str, source: str, n: int | None, count: int | None, seed: int, setting: str | None
+) -> str | None:
+    """Refuse a task, source, N, count, seed or setting that cannot build; the setting (rerank:
+    ``random`` by default; the other tasks have none)."""
+    if task not in TASK_SOURCES:
+        raise BenchmarkError(f"unknown task {task!r}; choose one of {list(TASK_SOURCES)}")
+    if source not in TASK_SOURCES[task]:
+        raise BenchmarkError(
+            f"--source {source} does not build {task}; choose one of {list(TASK_SOURCES[task])}"
+        )
+    if n is not None and not MIN_N <= n <= MAX_N:
+        raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
+    if count is not None:
+        check_whole_number("--count", count, 1, defaults.MAX_INSTANCES, error=BenchmarkError)
+    check_whole_number("--seed", seed, 0, defaults.MAX_SEED, error=BenchmarkError)
+    if task == "rerank":
+        setting = setting or "random"
+        if setting not in ("random", "adversarial"):
+            raise BenchmarkError(f"--setting {setting} is not random or adversarial (BM25)")
+        return setting
+    if setting not in (None, "given"):
+        raise BenchmarkError(f"--setting is for rerank only; {task} uses the source's options")
+    return None
+
+
+def _read_source(
+    source: str,
+    data: Path,
+    image_root: Path,
+    n: int | None,
+    count: int | None,
+    seed: int,
+    setting: str | None,
+    split: str,
+) -> _Read:
+    if source == "mcq":
+        return read_mcq(data, image_root)
+    if source == "mmlu":
+        return read_mmlu(data)
+    if source in ("muirbench", "blink"):
+        return read_muirbench(data, image_root, layout=source)
+    if source == "pairwise":
+        return read_pairwise(data)
+    if source == "mtbench":
+        return read_mtbench(data)
+    return read_beir(data, n or defaults.CANDIDATES, count, seed, setting or "random", split)
+
+
+def _with_n(items: list[_Item], n: int | None, data: Path) -> tuple[int, list[_Item]]:
+    """(N, the items with N candidates): ``n``, or the most common N (the smaller on a tie)."""
+    sizes = Counter(len(item.texts) for item in items)
+    chosen_n = n if n is not None else min(sizes, key=lambda k: (-sizes[k], k))
+    kept = [item for item in items if len(item.texts) == chosen_n]
+    if not kept:
+        shown = ", ".join(f"{k} ({v})" for k, v in sorted(sizes.items()))
+        raise BenchmarkError(f"no instance of {data} has N={chosen_n} candidates; it has {shown}")
+    return chosen_n, kept
+
+
+def _unique_ids(items: list[_Item], data: Path) -> list[_Item]:
+    problems = Problems(data)
+    first: dict[str, int] = {}
+    for item in items:
+        if item.id in first:
+            problems.add(f"duplicate id {excerpt(item.id)} (first on line {first[item.id]})",
+                         line=item.line)  # fmt: skip
+        first.setdefault(item.id, item.line)
+    problems.raise_any("Give every instance its own id.")
+    return items
+
+
+def _records(task: str, items: list[_Item], data: Path) -> list[InstanceRecord]:
+    """The benchmark lines of ``items``, each checked by the benchmark file's own schema."""
+    problems = Problems(data)
+    records = []
+    for item in items:
+        try:
+            records.append(_record(task, item))
+        except ValidationError as exc:
+            problems.extend(validation_problems(exc), line=item.line)
+    problems.raise_any("Fix the file.")
+    return records
 
 
 def _record(task: str, item: _Item) -> InstanceRecord:

@@ -43,9 +43,9 @@ MIN_VARIANCE = 1e-12
 
 
 class LabelFreeOptions(AttentionGuidedOptions):
-    iterations: int = Field(default=100, ge=0, description="most EM iterations")
+    iterations: int = Field(default=100, ge=0, le=100_000, description="most EM iterations")
     tolerance: float = Field(
-        default=1e-6, gt=0, description="stop when no soft target moves by more than this"
+        default=1e-6, gt=0, le=1, description="stop when no soft target moves by more than this"
     )
     use_scores: bool = Field(
         default=True,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -11,12 +11,18 @@ from posdebias.calibrators.base import CalibratorOptions
 from posdebias.core.layers import GLOBAL, LAYER_KINDS
 from posdebias.core.stages import Corrector, LayerSelector
 
+#: A model layer index; negative counts from the end, as in Python.
+LayerIndex = Annotated[int, Field(ge=-defaults.MAX_LAYERS, le=defaults.MAX_LAYERS)]
+
 
 class LayerSelectionOptions(CalibratorOptions):
     top_k: int = Field(
-        default=defaults.TOP_K, ge=1, description="K layers with the most image attention"
+        default=defaults.TOP_K,
+        ge=1,
+        le=defaults.MAX_LAYERS,
+        description="K layers with the most image attention",
     )
-    layer_range: tuple[int, int] | None = Field(
+    layer_range: tuple[LayerIndex, LayerIndex] | None = Field(
         default=None, description="candidate model layers [start, stop) (default: all layers)"
     )
     layer_kinds: tuple[str, ...] = Field(
@@ -48,7 +54,10 @@ class LayerSelectionOptions(CalibratorOptions):
 
 class PosteriorOptions(LayerSelectionOptions):
     tau: float = Field(
-        default=defaults.TAU, gt=0, description="temperature of the visual posterior"
+        default=defaults.TAU,
+        gt=0,
+        le=defaults.MAX_TAU,
+        description="temperature of the visual posterior",
     )
     layer_average: Literal["arithmetic", "geometric"] = Field(
         default="arithmetic",

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import RetrievalInstance, rotation_order
@@ -42,9 +43,14 @@ class PermutationAverageOptions(CalibratorOptions):
         default="cyclic", description="the N cyclic shifts, or random distinct permutations"
     )
     count: int | None = Field(
-        default=None, ge=1, description="orders (default: N cyclic, min(16, N!) random)"
+        default=None,
+        ge=1,
+        le=defaults.MAX_ORDERS,
+        description="orders (default: N cyclic, min(16, N!) random)",
     )
-    seed: int = Field(default=0, description="seed of the random permutations")
+    seed: int = Field(
+        default=0, ge=0, le=defaults.MAX_SEED, description="seed of the random permutations"
+    )
     draw: Literal["shared", "per_instance"] = Field(
         default="shared",
         description="random permutations drawn once for every instance, or afresh per "

@@ -14,10 +14,12 @@ import importlib
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from rich.console import Console
 
+from posdebias._inputs import excerpt, path_name_problem
 from posdebias._text import SafeConsole, printable
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
@@ -44,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
-def make_console(stderr: bool = False) -> Console:
+def make_console(stderr: bool = False, *, one_line_rows: bool = False) -> Console:
     """A console that never truncates tables when output goes to a file or a pipe and shows
     every string through the one output sanitiser (:mod:`posdebias._text`).
 
@@ -52,10 +54,13 @@ def make_console(stderr: bool = False) -> Console:
     model ids) that must appear as written, so ``[red]`` or ``:smile:`` in a caption is shown
     literally (and ``[/x]`` cannot crash a command), and escape sequences in it are shown as
     escapes. Style with ``style=`` or :func:`posdebias._text.safe_text` instead.
+
+    ``one_line_rows`` keeps every table row of a listing on one line in a file or a pipe
+    (whatever its width), so ``grep`` finds a whole row.
     """
     console = SafeConsole(stderr=stderr)
     if not console.is_terminal:
-        console = SafeConsole(stderr=stderr, width=160)
+        console = SafeConsole(stderr=stderr, width=10_000 if one_line_rows else 160)
     return console
 
 
@@ -89,6 +94,21 @@ def _command(args: Sequence[str]) -> str | None:
         if not arg.startswith("-"):
             return arg
     return None
+
+
+#: Arguments given as text that name files or folders (the rest are typed ``Path``).
+_PATH_TEXTS = ("model", "benchmark", "images")
+
+
+def check_path_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before a command starts, a path argument no file system can hold (a NUL, a
+    name part over 255 bytes): the operating system's answer would surface mid-command."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, Path) or (name in _PATH_TEXTS and isinstance(item, str)):
+                problem = path_name_problem(item)
+                if problem is not None:
+                    raise InputError(f"the path {excerpt(str(item))} {problem}")
 
 
 def _show_warning(
@@ -126,6 +146,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
+        check_path_arguments(args)
         return int(args.handler(args) or 0)
     except PosdebiasError as exc:
         if debug:

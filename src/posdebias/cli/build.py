@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import posdebias.defaults as defaults
-from posdebias._inputs import excerpt
+from posdebias._inputs import check_whole_number
 from posdebias.benchmarks.build import BuildReport, build_benchmark
 from posdebias.benchmarks.config import DEFAULT_COUNT, SETTINGS, BuildConfig, build_config_from
 from posdebias.benchmarks.files import BENCHMARK_FILE, MANIFEST_FILE
@@ -151,11 +151,11 @@ def load_build_config(args: argparse.Namespace) -> BuildConfig:
     return build_config_from(data, flags, str(args.config) if args.config else "build options")
 
 
-def check_whole_numbers(*groups: tuple[tuple[str, int | None, int], ...]) -> None:
-    """Refuse a whole-number flag below its minimum before anything is read or written."""
-    for flag, value, low in (item for group in groups for item in group):
-        if value is not None and value < low:
-            raise BenchmarkError(f"{flag} must be a whole number >= {low}, got {excerpt(value)}")
+def check_whole_numbers(*checks: tuple[str, int | None, int, int]) -> None:
+    """Refuse a whole-number flag outside its range before anything is read or written."""
+    for flag, value, low, high in checks:
+        if value is not None:
+            check_whole_number(flag, value, low, high, error=BenchmarkError)
 
 
 def task_of(source: str | None) -> str | None:
@@ -222,8 +222,13 @@ def run(args: argparse.Namespace) -> int:
     if args.data is not None:
         raise BenchmarkError("--data is for candidate-task sources; retrieval reads --captions")
     check_whole_numbers(
-        (("--seed", args.seed, 0), ("--shapes-seed", args.shapes_seed, 0)),
-        (("--batch-size", args.batch_size, 1),),
+        ("--seed", args.seed, 0, defaults.MAX_SEED),
+        ("--shapes-seed", args.shapes_seed, 0, defaults.MAX_SEED),
+        ("--batch-size", args.batch_size, 1, defaults.MAX_BATCH_SIZE),
+        ("--count", args.count, 1, defaults.MAX_INSTANCES),
+        ("--pool-size", args.pool_size, 1, defaults.MAX_INSTANCES),
+        ("--shapes-images", args.shapes_images, 1, defaults.MAX_SHAPES_IMAGES),
+        ("--shapes-image-size", args.shapes_image_size, 8, defaults.MAX_IMAGE_SIZE),
     )
     config = load_build_config(args)
     console = make_console(stderr=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.state import CalibrationState
@@ -12,7 +13,7 @@ from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
 from posdebias.evaluation.job import calibrate, prepare
 from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.states import save_states
+from posdebias.evaluation.states import save_states, states_folder
 from posdebias.registry import get_registry
 
 
@@ -58,22 +59,25 @@ def run(args: argparse.Namespace) -> int:
             f"--out {args.out} is one file but {len(config.calibrators)} calibrators were asked "
             "for; give a directory, or one calibrator"
         )
-    if single_file and args.out.is_symlink():
-        raise OutputError(f"--out {args.out} is a symbolic link; give a plain file path")
+    folder = None if single_file else states_folder(args.out)
+    _check_out(args.out, folder)  # before any work
     resolved = resolve_preset(config)
     with resolved.threads(), prepare(resolved) as prepared:
-        states = calibrate(prepared).states
+        if folder is not None:
+            folder.create()
+            folder.lock()
+        try:
+            states = calibrate(prepared).states
+            if folder is None:
+                ((label, state),) = states.items()
+                _check_out(args.out, folder)  # again: it may have appeared meanwhile
+                paths = {label: state.save(args.out)}
+            else:
+                paths = dict(zip(states, save_states(states, args.out), strict=True))
+        finally:
+            if folder is not None:
+                folder.unlock()
     console = make_console()
-    if single_file:
-        ((label, state),) = states.items()
-        if args.out.exists() and not _is_state_file(args.out):
-            raise OutputError(
-                f"{args.out} exists and is not a calibration state; posdebias does not replace "
-                "files it did not make: move it or choose another --out"
-            )
-        paths = {label: state.save(args.out)}
-    else:
-        paths = dict(zip(states, save_states(states, args.out), strict=True))
     for label, state in states.items():
         console.print(
             f"{label}: {paths[label]} (N={state.n}, {state.num_observations} observations)"
@@ -95,6 +99,26 @@ def _overrides(args: argparse.Namespace) -> dict:
         "seed": args.seed,
         "batch_size": args.batch_size,
     }
+
+
+def _check_out(out: Path, folder: RunFolder | None) -> None:
+    """Refuse an ``--out`` we would write over something of the user's in: a link, a file
+    that is not a calibration state, a folder that is not one of states."""
+    if folder is not None:
+        folder.check()
+        foreign = [path for path in sorted(out.glob("*.json")) if not _is_state_file(path)]
+        if foreign:
+            raise OutputError(
+                f"{foreign[0]} exists and is not a calibration state; posdebias does not replace "
+                "files it did not make: move it or choose another --out"
+            )
+    elif out.is_symlink():
+        raise OutputError(f"--out {out} is a symbolic link; give a plain file path")
+    elif out.exists() and not _is_state_file(out):
+        raise OutputError(
+            f"{out} exists and is not a calibration state; posdebias does not replace files it "
+            "did not make: move it or choose another --out"
+        )
 
 
 def _is_state_file(path: Path) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.table import Table
 
 import posdebias.defaults as defaults
+from posdebias._inputs import check_whole_number
 from posdebias._text import safe_text
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
@@ -77,8 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.n < 2:
-        raise InputError(f"-N must be at least 2, got {args.n}")
+    check_whole_number("-N", args.n, defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES)
     for image in args.images or ():
         if not image.is_file():
             raise InputError(f"image file {image} does not exist")
@@ -86,11 +86,16 @@ def run(args: argparse.Namespace) -> int:
 
     transformers.logging.set_verbosity_error()  # our rows say what matters
     model = args.model
-    if model is None:  # the bundled default model (the organism)
-        default = get_registry().default_model()
+    own_questions = None
+    if model is None:  # the task's bundled default model (an organism), else retrieval's
+        registry = get_registry()
+        default = registry.default_model(args.task) or registry.default_model()
         if default is None:
             raise InputError("name a model to check: --model ID_OR_PATH")
         model = default.name
+        if default.task == args.task != "retrieval" and default.benchmark is not None:
+            # a bundled text model knows its own words only: check it on its own questions
+            own_questions = default.benchmark
     adapter = load_adapter(
         model,
         adapter=args.adapter,
@@ -104,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
             f"{model} is a text-only model: it has no retrieval prompt; check it with --task "
             "multiple_choice, pairwise_judge or rerank"
         )
-    if args.benchmark is not None:
+    if args.benchmark is None and own_questions is not None:
+        instances = load_benchmark(own_questions(args.n)).instances[:3]
+    elif args.benchmark is not None:
         instances = load_benchmark(args.benchmark).instances[:3]
         if len(instances) < 2:
             raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")

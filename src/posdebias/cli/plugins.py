@@ -8,9 +8,13 @@ entry's pydantic ``Options`` model), so a configuration can be written without r
 from __future__ import annotations
 
 import argparse
+import types
+import typing
 from typing import Any
 
+from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 from rich.table import Table
@@ -31,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--options",
         action="store_true",
-        help="also list every option of each entry: type, default and description",
+        help="also list every option of each entry: type, default, range and description",
     )
     parser.add_argument(
         "--families",
@@ -76,19 +80,91 @@ def _entries(registry: Registry) -> list[tuple[str, str, Any]]:
     )
 
 
-def option_rows(options: type[BaseModel]) -> list[tuple[str, str, str, str]]:
-    """(name, type, default, description) of every field of an options model."""
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _constraints(metadata: list[Any]) -> tuple[Any, Any]:
+    low = next((m for m in metadata if isinstance(m, Ge | Gt)), None)
+    high = next((m for m in metadata if isinstance(m, Le | Lt)), None)
+    return low, high
+
+
+def _inner(annotation: Any) -> list[Any]:
+    """The types inside ``annotation``: union members, list and tuple items, recursively."""
+    found = []
+    for arg in typing.get_args(annotation):
+        found += [arg, *_inner(arg)]
+    return found
+
+
+def option_range(info: FieldInfo) -> str:
+    """The range of a numeric option as its model checks it (``1 to 1,024``, ``above 0 to
+    1,000``; ``each ...`` for the items of a list); empty where the model states none."""
+    low, high = _constraints(list(info.metadata))
+    each = ""
+    if low is None and high is None:  # the items' own: list[Annotated[int, Field(...)]]
+        inner = _inner(info.annotation)
+        annotated = [a for a in inner if typing.get_origin(a) is typing.Annotated]
+        if annotated:
+            low, high = _constraints(
+                [c for meta in annotated[0].__metadata__ for c in getattr(meta, "metadata", [])]
+            )
+        containers = [info.annotation, *inner]
+        each = "each " if any(typing.get_origin(a) in (list, tuple) for a in containers) else ""
+    if low is None and high is None:
+        return ""
+    start = (
+        ""
+        if low is None
+        else f"above {_number(low.gt)}"
+        if isinstance(low, Gt)
+        else _number(low.ge)
+    )
+    end = (
+        ""
+        if high is None
+        else f"below {_number(high.lt)}"
+        if isinstance(high, Lt)
+        else _number(high.le)
+    )
+    if start and end:
+        return f"{each}{start} to {end}"
+    return f"{each}from {start}" if start else f"{each}up to {end}"
+
+
+def _type_name(annotation: Any) -> str:
+    """``annotation`` as a reader writes it: ``int | None``, ``list[int]`` (no constraints)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(arg) for arg in args)
+    if origin is typing.Literal:
+        return "Literal"
+    if annotation is type(None):
+        return "None"
+    if annotation is Ellipsis:
+        return "..."
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(arg) for arg in args)}]"
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def option_rows(options: type[BaseModel]) -> list[tuple[str, str, str, str, str]]:
+    """(name, type, default, description, range) of every field of an options model."""
     rows = []
     for name, info in options.model_fields.items():
-        annotation = info.annotation
-        kind = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+        kind = _type_name(info.annotation)
         if info.default is not PydanticUndefined:
             default = repr(info.default)
         elif info.default_factory is not None:
             default = repr(info.default_factory())  # type: ignore[call-arg]
         else:
             default = "(required)"
-        rows.append((name, kind, default, info.description or ""))
+        rows.append((name, kind, default, info.description or "", option_range(info)))
     return rows
 
 
@@ -98,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         raise InputError("--markdown goes with --families: posdebias plugins --families --markdown")
     registry = get_registry()
-    console = make_console()
+    console = make_console(one_line_rows=True)
     console.print(f"posdebias {__version__}")
     plugins: dict[str, PluginInfo] = {info.name: info for info in registry.plugins()}
     table = Table(title="registered", title_justify="left")
@@ -128,12 +204,12 @@ def run(args: argparse.Namespace) -> int:
         for kind, name, cls in entries:
             rows = option_rows(cls.Options)
             options = Table(title=f"{kind} {name}: options", title_justify="left")
-            for column in ("option", "type", "default", "description"):
+            for column in ("option", "type", "default", "range", "description"):
                 options.add_column(column)
-            for row in rows:
-                options.add_row(*(str(cell) for cell in row))
+            for option, type_, default, description, range_ in rows:
+                options.add_row(option, type_, default, range_, description)
             if not rows:
-                options.add_row("(none)", "", "", "")
+                options.add_row("(none)", "", "", "", "")
             console.print(options)
     for info in registry.plugins():
         if info.error:

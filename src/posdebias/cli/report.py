@@ -8,6 +8,8 @@ from pathlib import Path
 
 from rich.table import Table
 
+import posdebias.defaults as defaults
+from posdebias._inputs import check_whole_number
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console, printable
 from posdebias.cli.evaluate import add_ci_argument
@@ -52,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare is not None:
         if args.run_dir is not None:
             raise InputError("give either RUN_DIR or --compare RUN_A RUN_B, not both")
-        if args.seed < 0:
-            raise InputError(f"--seed must be a whole number >= 0, got {args.seed}")
+        check_whole_number("--seed", args.seed, 0, defaults.MAX_SEED)
         comparison = compare_runs(
             *args.compare, resamples=check_resamples(args.resamples), seed=args.seed
         )

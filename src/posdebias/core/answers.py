@@ -25,7 +25,9 @@ Which label of a text is the answer (``which``):
 * ``answer_is``: the paper's self-consistency format: the first ``The answer is K`` (``t`` of
   either case, K a number right after it) decides, and a K outside 1..N is no answer; a text
   without such a match falls back to ``last_number``. Other label sets: K is the label right
-  after the phrase (quotes, brackets or ``**`` allowed), else ``last``.
+  after the phrase (quotes, brackets, ``**`` and the words ``the``, ``option``, ``choice``,
+  ``answer``, ``passage``, ``image``, ``label``, ``letter``, ``candidate`` allowed before it:
+  ``The answer is option B``), else ``last``.
 
 Empty or junk text gives None.
 """
@@ -47,6 +49,13 @@ _ARTICLE_LIKE = re.compile(r" [a-z]")
 _DIGIT_RUN = re.compile(r"\d+")
 _ANSWER_IS = re.compile(r"[Tt]he answer is\s*")
 _ANSWER_IS_NUMBER = re.compile(r"[Tt]he answer is\s*(\d+)")
+#: What may stand between "The answer is" and a label that is not a digit: quotes, brackets,
+#: markup and the words that name what a label labels ("option B", "the third", "answer (C)").
+_LABEL_LEAD = re.compile(
+    r"[\s\"'*(\[<:]*(?:(?:the|option|choice|answer|passage|image|label|letter|candidate)"
+    r"\b[\s\"'*(\[<:]*)*",
+    re.IGNORECASE,
+)
 
 
 def _token_pattern(label_set: LabelSet, labels: list[str]) -> re.Pattern[str]:
@@ -127,9 +136,10 @@ class AnswerParser:
         return found[0] if self.which == "first" else found[-1]
 
     def _starts_with_label(self, rest: str) -> bool:
-        """Whether the text after "The answer is" starts with a label (after quotes, brackets
-        or markup), not with another word or an out-of-range number."""
+        """Whether the text after "The answer is" starts with a label (after quotes, brackets,
+        markup or a word naming what it labels: ``option B``, ``the third``), not with another
+        word or an out-of-range number."""
         match = self._pattern.search(rest)
-        if match is None or rest[: match.start()].strip(" \t\"'*([<:") != "":
+        if match is None or not _LABEL_LEAD.fullmatch(rest[: match.start()]):
             return False
         return bool(self.candidates(rest[: match.end()]))

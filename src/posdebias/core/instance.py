@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._deprecation import warn_moved
 from posdebias.errors import InputError
 
 ImageRef = Any  # a path (str / Path) or a PIL.Image.Image
@@ -163,6 +164,8 @@ class Instance:
 
     @property
     def candidate_ids(self) -> tuple[str, ...]:
+        """Deprecated: :attr:`image_ids` (the candidates' identities) is the same tuple."""
+        warn_moved("Instance.candidate_ids", "Instance.image_ids")
         return self.image_ids
 
     @property
@@ -258,13 +261,3 @@ def random_orders(
             seen.add(key)
             orders.append(order)
     return orders
-
-
-def positions_to_base(order: Sequence[int] | np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Map a per-position vector of a permuted order back to base-instance positions.
-
-    ``values[i]`` belongs to the image shown at position i, i.e. base image ``order[i]``.
-    """
-    out = np.empty_like(values)
-    out[np.asarray(order)] = values
-    return out

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+import posdebias.defaults as defaults
 from posdebias._inputs import STATE_LIMIT, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
@@ -45,14 +46,18 @@ class CalibrationState(BaseModel):
     A calibrator that needs no fitting stores only metadata.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)
     calibrator: str
     options: dict[str, Any] = Field(default_factory=dict)
-    n: int = Field(ge=2, description="number of candidates N")
-    num_layers: int | None = Field(default=None, description="attention rows (layers read)")
-    layers: list[int] | None = Field(
+    n: int = Field(
+        ge=defaults.MIN_CANDIDATES, le=defaults.MAX_CANDIDATES, description="number of candidates N"
+    )
+    num_layers: int | None = Field(
+        default=None, ge=1, le=defaults.MAX_LAYERS, description="attention rows (layers read)"
+    )
+    layers: list[Annotated[int, Field(ge=0, le=defaults.MAX_LAYERS)]] | None = Field(
         default=None, description="model layer index of each attention row (None: 0..L-1)"
     )
     layer_kinds: list[str] | None = Field(
@@ -63,7 +68,7 @@ class CalibrationState(BaseModel):
     model_id: str | None = None
     prompt_hash: str | None = None
     package_version: str = ""
-    num_observations: int = 0
+    num_observations: int = Field(default=0, ge=0, le=10**12)
     calibration_ids: list[str] = Field(default_factory=list)
     observed_profile: Matrix | None = Field(default=None, description="Lobs [N, N]")
     bias_matrix: Matrix | None = Field(default=None, description="B [N, N]")
@@ -109,6 +114,12 @@ class CalibrationState(BaseModel):
             value = getattr(self, name)
             if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
                 raise ValueError(f"{name} contains NaN or infinite values")
+        prior = self.attention_prior
+        if prior is not None and np.any(np.asarray(prior, dtype=float) < 0):
+            raise ValueError(
+                "attention_prior holds negative values; it is a mean of attention masses, "
+                "which are never negative"
+            )
         return self
 
     @staticmethod

@@ -7,7 +7,7 @@ every truth position i and differs only by position.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import InputError
@@ -27,15 +27,3 @@ def symmetrized_calibration_set(
     if len(sizes) > 1:
         raise InputError(f"calibration instances must all have the same N, got {sorted(sizes)}")
     return [rotated for instance in instances for rotated in cyclic_rotations(instance)]
-
-
-def truth_position_counts(instances: Sequence[RetrievalInstance]) -> list[int]:
-    """How often the truth sits at each position (M for each after symmetrisation)."""
-    if not instances:
-        return []
-    counts = [0] * instances[0].n
-    for instance in instances:
-        if instance.target is None:
-            raise InputError(f"calibration instance {instance.id!r} has no target")
-        counts[instance.target] += 1
-    return counts

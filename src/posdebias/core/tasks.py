@@ -196,27 +196,110 @@ def _add_text(content: list[dict], text: str) -> None:
         content.append({"type": "text", "text": text})
 
 
+#: Each task's request for the bare label: the end of its default instruction, which the
+#: reasoning variants replace (:func:`task_variant`).
+ANSWER_ONLY: dict[str, str] = {
+    "multiple_choice": "Respond with the label ({range}) of the correct option only and "
+    "nothing else.",
+    "pairwise_judge": "Respond with {first} or {last} only and nothing else.",
+    "rerank": "Respond with the passage's label only and nothing else.",
+}
+
+#: What a task's candidates are called in the prompt variants' sentences.
+CANDIDATE_NOUNS: dict[str, str] = {
+    "multiple_choice": "options",
+    "pairwise_judge": "answers",
+    "rerank": "passages",
+}
+
 DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
     "multiple_choice": TaskTemplate(
-        instruction="Answer the following multiple-choice question. Respond with the label "
-        "({range}) of the correct option only and nothing else.",
+        instruction="Answer the following multiple-choice question. "
+        + ANSWER_ONLY["multiple_choice"],
         stem="Question: {question}\nOptions:",
         candidate="{label}. {image}{text}",
     ),
     "pairwise_judge": TaskTemplate(
-        instruction="Which of the two answers to the question below is better? Respond with "
-        "{first} or {last} only and nothing else.",
+        instruction="Which of the two answers to the question below is better? "
+        + ANSWER_ONLY["pairwise_judge"],
         stem="Question: {question}",
         candidate="Answer {label}: {text}",
         query="Better answer:",
     ),
     "rerank": TaskTemplate(
         instruction="Given a query and {n} passages labelled {range}, identify the passage "
-        "that answers the query best. Respond with the passage's label only and nothing else.",
+        "that answers the query best. " + ANSWER_ONLY["rerank"],
         stem="Query: {query}",
         candidate="[{label}] {text}",
     ),
 }
+
+#: The prompt variants (the generated baselines' prompts), for every task: ``plain`` is the
+#: template as configured; the others add a request to it (:func:`task_variant`; the
+#: retrieval prompt's are the paper's words, PromptTemplate.variant).
+PROMPT_VARIANTS = (
+    "plain",
+    "instruction",
+    "cot",
+    "self_consistency",
+    "posdebias_instruction",
+    "posdebias_cot",
+)
+
+#: The variants' requests for a candidate task; ``{things}`` is the task's noun.
+TASK_HINTS = {
+    "instruction": "Please note that the provided {things} have been randomly shuffled, so it "
+    "is essential to consider them fairly and without bias. Analyze their content objectively "
+    "and do not be influenced by the order of the {things}.",
+    "cot": "Please think step by step. First, write your reasoning inside <think> and </think> "
+    "tags. Then, after the closing </think> tag, output only the label of the final answer "
+    "(one of {range}).",
+    "self_consistency": "Please think step by step to analyze the {things}. After your "
+    'reasoning, provide the final answer in the exact format: "The answer is <label>".',
+    "posdebias_instruction": "The order of the {things} is arbitrary: judge each by its content "
+    "only, never by its position in the list.",
+    "posdebias_cot": "Think step by step: judge each of the {things} by its content, then give "
+    "the label ({range}) of the best one at the end.",
+}
+#: What the reasoning variants put at the end of the query.
+TASK_QUERY_ENDS = {"cot": " <think>", "posdebias_cot": "\nLet's think step by step."}
+
+
+def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
+    """``template`` (of ``task``) under a prompt variant (:data:`PROMPT_VARIANTS`).
+
+    As for the retrieval prompt: ``instruction`` puts its hint before the task's answer-only
+    request (:data:`ANSWER_ONLY`; at the end when the instruction has none);
+    ``posdebias_instruction`` appends its hint; ``cot``, ``self_consistency`` and
+    ``posdebias_cot`` drop the answer-only request and put their request after the task
+    sentence (``cot`` on a new line, and ``<think>`` after the query; ``posdebias_cot`` ends
+    the query with "Let's think step by step.").
+    """
+    if name == "plain":
+        return template
+    if name not in TASK_HINTS:
+        raise ConfigError(
+            f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
+        )
+    hint = TASK_HINTS[name].replace("{things}", CANDIDATE_NOUNS[task])
+    answer_only = ANSWER_ONLY[task]
+    instruction = template.instruction
+    has_answer_only = instruction.endswith(answer_only)
+    sentence = instruction[: -len(answer_only)].rstrip() if has_answer_only else instruction
+    if name == "instruction":
+        update = {"instruction": _joined(sentence, hint, answer_only if has_answer_only else "")}
+    elif name == "posdebias_instruction":
+        update = {"instruction": _joined(instruction, hint)}
+    else:
+        glue = "\n" if name in ("cot", "self_consistency") else " "
+        update = {"instruction": sentence + glue + hint if sentence.strip() else hint}
+        if name in TASK_QUERY_ENDS:
+            update["query"] = template.query.rstrip() + TASK_QUERY_ENDS[name]
+    return template.model_copy(update=update)
+
+
+def _joined(*sentences: str) -> str:
+    return " ".join(sentence for sentence in sentences if sentence.strip())
 
 
 def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = None) -> TaskTemplate:
@@ -238,16 +321,36 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
 def text_only_messages(messages: list[dict]) -> list[dict]:
     """The same messages with each content list joined into one string (text-only chat
     templates expect ``content`` to be a string); refuses image items."""
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list) and any(item.get("type") != "text" for item in content):
+            raise ConfigError(
+                "this model reads text only, but the prompt holds images; use a "
+                "vision-language model for instances with images"
+            )
+    return joined_text_messages(messages)
+
+
+def joined_text_messages(messages: list[dict]) -> list[dict]:
+    """The same messages with adjacent text items joined (nothing between them, as the chat
+    templates that iterate over items render them); a content of text only becomes one string.
+
+    The prompt's text is the items' concatenation. A server that renders a text-only chat
+    template joins the items of a list itself, with its own separator (vLLM: a newline), so
+    what is sent must already be one string.
+    """
     out = []
     for message in messages:
         content = message["content"]
         if isinstance(content, list):
-            if any(item.get("type") != "text" for item in content):
-                raise ConfigError(
-                    "this model reads text only, but the prompt holds images; use a "
-                    "vision-language model for instances with images"
-                )
-            content = "".join(item["text"] for item in content)
+            items: list[dict] = []
+            for item in content:
+                if item.get("type") == "text" and items and items[-1].get("type") == "text":
+                    items[-1] = {**items[-1], "text": items[-1]["text"] + item["text"]}
+                else:
+                    items.append(item)
+            texts_only = all(item.get("type") == "text" for item in items)
+            content = "".join(item["text"] for item in items) if texts_only else items
         out.append({**message, "content": content})
     return out
 

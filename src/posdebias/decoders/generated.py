@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
@@ -40,7 +41,9 @@ class GeneratedOptions(DecoderOptions):
     prompt_variant: str | None = Field(
         default=None, description=f"{VARIANTS_TEXT} (default: the adapter's prompt)"
     )
-    max_new_tokens: int = Field(default=8, ge=1, description="new tokens per text at most")
+    max_new_tokens: int = Field(
+        default=8, ge=1, le=defaults.MAX_NEW_TOKENS, description="new tokens per text at most"
+    )
     parse: Which = Field(default="first", description=f"which label is the answer: {PARSE_TEXT}")
     stop: list[str] = Field(default_factory=list, description="stop strings")
 
@@ -54,7 +57,9 @@ class GeneratedOptions(DecoderOptions):
 
 class CotOptions(GeneratedOptions):
     prompt_variant: str | None = Field(default="cot", description=VARIANTS_TEXT)
-    max_new_tokens: int = Field(default=1024, ge=1, description="new tokens per text at most")
+    max_new_tokens: int = Field(
+        default=1024, ge=1, le=defaults.MAX_NEW_TOKENS, description="new tokens per text at most"
+    )
     parse: Which = Field(
         default="last",
         description=f"which label is the answer (it comes after the reasoning): {PARSE_TEXT}",
@@ -63,15 +68,22 @@ class CotOptions(GeneratedOptions):
 
 class SelfConsistencyOptions(CotOptions):
     prompt_variant: str | None = Field(default="self_consistency", description=VARIANTS_TEXT)
-    max_new_tokens: int = Field(default=512, ge=1, description="new tokens per sample at most")
+    max_new_tokens: int = Field(
+        default=512, ge=1, le=defaults.MAX_NEW_TOKENS, description="new tokens per sample at most"
+    )
     parse: Which = Field(
         default="answer_is",
         description=f"which label is a sample's answer: {PARSE_TEXT}",
     )
-    samples: int = Field(default=10, ge=1, description="sampled chains per order")
-    temperature: float = Field(default=0.7, gt=0, description="sampling temperature")
+    samples: int = Field(
+        default=10, ge=1, le=defaults.MAX_SAMPLES, description="sampled chains per order"
+    )
+    temperature: float = Field(default=0.7, gt=0, le=100, description="sampling temperature")
     top_k: int | None = Field(
-        default=40, ge=1, description="sample among the k most likely tokens (null: all)"
+        default=40,
+        ge=1,
+        le=10_000_000,
+        description="sample among the k most likely tokens (null: all)",
     )
     fallback: Literal["none", "first"] = Field(
         default="none", description="when no chain parses: no answer, or position 1"

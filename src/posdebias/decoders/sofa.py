@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
 from posdebias.adapters.base import Adapter
@@ -29,8 +30,12 @@ class SofaOptions(GeneratedOptions):
         default="scored", description="read the label scores, or generate and parse the answer"
     )
     sigma: float = Field(default=0.5, gt=0, le=1, description="weight of the opened entries")
-    layer_stride: int = Field(default=2, ge=1, description="every k-th language-model layer")
-    first_layer: int = Field(default=0, ge=0, description="the first layer SoFA changes")
+    layer_stride: int = Field(
+        default=2, ge=1, le=defaults.MAX_LAYERS, description="every k-th language-model layer"
+    )
+    first_layer: int = Field(
+        default=0, ge=0, le=defaults.MAX_LAYERS, description="the first layer SoFA changes"
+    )
     within_image: bool = Field(
         default=False,
         description="also open the later tokens of the same image (the authors' code)",

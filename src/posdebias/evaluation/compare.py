@@ -17,10 +17,14 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from posdebias.adapters.families.synthetic import synthetic_instances
+from posdebias.benchmarks.files import load_benchmark
+from posdebias.core.instance import RetrievalInstance
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
+from posdebias.evaluation.protocol import get_protocol
 from posdebias.evaluation.results import EvaluationResults
-from posdebias.evaluation.runner import InstanceRecord
+from posdebias.evaluation.runner import InstanceRecord, check_logged_truth
 from posdebias.evaluation.statistics import (
     BootstrapSettings,
     Interval,
@@ -75,7 +79,45 @@ def _open(root: Path) -> _Run:
             "per-instance decisions a run directory of `posdebias evaluate --out DIR` keeps"
         )
     records = directory.read_records()
+    settings = results.settings
+    check_logged_truth(
+        records,
+        _test_instances(root, results),
+        orders=settings.orders,
+        seed=settings.seed,
+        shared=get_protocol(settings.protocol).shared_orders,
+        cyclic=settings.order_kind == "cyclic",
+        fix=f"evaluate again into a new --out (its results.json in {root} came from the same log)",
+    )
     return _Run(root, results, {i: records[i] for i in results.test_ids if i in records})
+
+
+def _test_instances(root: Path, results: EvaluationResults) -> list[RetrievalInstance]:
+    """The run's test instances with their truth: from the benchmark it names (checked to be
+    the one it ran on), or the simulated model's, drawn again from the run's settings."""
+    source, settings = results.source, results.settings
+    if source.source == "synthetic":
+        instances = synthetic_instances(settings.count, settings.n, settings.seed, "test")
+    elif source.benchmark is not None:
+        try:
+            benchmark = load_benchmark(source.benchmark, check_images=False)
+        except InputError as exc:
+            raise InputError(
+                f"{root} was evaluated on the benchmark {source.benchmark}, which cannot be read "
+                f"now ({str(exc).splitlines()[0]}); a comparison checks each run's records "
+                "against its benchmark: run it from where the runs were made, or put the "
+                "benchmark back"
+            ) from None
+        if benchmark.fingerprint != source.benchmark_sha256:
+            raise InputError(
+                f"the benchmark {source.benchmark} changed since {root} was evaluated on it "
+                "(sha256 mismatch); compare runs of the benchmark as it is, or evaluate again"
+            )
+        instances = benchmark.instances
+    else:
+        raise InputError(f"{root}/results.json names no benchmark to check its records against")
+    wanted = set(results.test_ids)
+    return [instance for instance in instances if instance.id in wanted]
 
 
 def compare_runs(

@@ -17,11 +17,18 @@ from pydantic import (
 )
 
 import posdebias.defaults as defaults
-from posdebias._inputs import CONFIG_LIMIT, load_yaml, parse_json, read_input_text
+from posdebias._inputs import (
+    CONFIG_LIMIT,
+    UsableName,
+    UsablePath,
+    load_yaml,
+    parse_json,
+    read_input_text,
+)
 from posdebias.errors import ConfigError, validation_message
 
 #: What a calibrator label may be: it becomes a file name.
-SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
@@ -41,7 +48,7 @@ class CalibratorSpec(_Strict):
     @classmethod
     def _safe_label(cls, value: str | None) -> str | None:
         """A label names files (``states/<label>.json``): letters, digits, ``_ . -`` only."""
-        if value is not None and (not SAFE_LABEL.match(value) or value.endswith(".")):
+        if value is not None and (not SAFE_LABEL.fullmatch(value) or value.endswith(".")):
             raise ValueError(
                 "a label names a file: use 1 to 64 letters, digits, '_', '.' or '-', starting "
                 "with a letter or digit"
@@ -66,20 +73,20 @@ class EvaluateConfig(_Strict):
     """Everything that defines an evaluation run."""
 
     adapter: AdapterSpec = Field(default_factory=AdapterSpec)
-    model: str | None = Field(default=None, description="model id or path (HF adapters)")
-    benchmark: Path | None = Field(default=None, description="benchmark directory or JSONL")
+    model: UsableName | None = Field(default=None, description="model id or path (HF adapters)")
+    benchmark: UsablePath | None = Field(default=None, description="benchmark directory or JSONL")
     task: Literal["retrieval", "multiple_choice", "pairwise_judge", "rerank"] | None = Field(
         default=None,
         description="task kind of the benchmark (checked against its manifest; default: the "
         "benchmark's)",
     )
-    calibration: Path | None = Field(default=None, description="saved calibration state(s)")
+    calibration: UsablePath | None = Field(default=None, description="saved calibration state(s)")
     calibration_transfer: bool = Field(
         default=False,
         description="use saved calibration states fitted on another model (a transfer study); "
         "recorded in results.json",
     )
-    calibration_benchmark: Path | None = Field(
+    calibration_benchmark: UsablePath | None = Field(
         default=None, description="separate benchmark to calibrate on (default: held out)"
     )
     calibrators: list[CalibratorSpec] = Field(
@@ -95,20 +102,26 @@ class EvaluateConfig(_Strict):
         le=defaults.MAX_CANDIDATES,
         description="images per instance (no benchmark given)",
     )
-    orders: int = Field(default=5, ge=1, description="candidate orders T per test instance")
+    orders: int = Field(
+        default=5, ge=1, le=defaults.MAX_ORDERS, description="candidate orders T per test instance"
+    )
     order_kind: Literal["random", "cyclic"] = Field(
         default="random",
         description="random: T seeded distinct orders per instance; cyclic: the first T cyclic "
         "rotations of the file order (T <= N), as rotated harness tasks show them",
     )
-    count: int = Field(default=200, ge=1, description="test instances")
-    calibration_count: int = Field(default=5, ge=1, description="calibration instances M")
-    seed: int = Field(default=0, ge=0, description="random seed (a whole number >= 0)")
+    count: int = Field(default=200, ge=1, le=defaults.MAX_INSTANCES, description="test instances")
+    calibration_count: int = Field(
+        default=5, ge=1, le=defaults.MAX_CALIBRATION, description="calibration instances M"
+    )
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="random seed")
     protocol: Literal["default", "reference"] = Field(
         default="default",
         description="default, or reference: the authors' evaluation (see the method page)",
     )
-    batch_size: int = Field(default=defaults.BATCH_SIZE, ge=1)
+    batch_size: int = Field(
+        default=defaults.BATCH_SIZE, ge=1, le=defaults.MAX_BATCH_SIZE, description="forward batch"
+    )
     resamples: int = Field(
         default=defaults.RESAMPLES,
         ge=defaults.MIN_RESAMPLES,
@@ -123,10 +136,11 @@ class EvaluateConfig(_Strict):
     gpus_per_process: int | None = Field(
         default=None,
         ge=1,
+        le=defaults.MAX_GPUS_PER_PROCESS,
         description="GPUs of each data-parallel process: its replica spreads over its own group "
         "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
     )
-    out: Path | None = None
+    out: UsablePath | None = None
 
     @model_validator(mode="after")
     def _known_baseline(self) -> EvaluateConfig:
@@ -238,9 +252,9 @@ def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> Eva
             data["adapter"] = value
         elif key == "adapter" and isinstance(value, str):
             current = data.get("adapter") or {}
-            if not isinstance(current, dict) or current.get("name") != value:
+            if not isinstance(current, dict) or current.get("name") not in (None, value):
                 current = {"name": value}  # another adapter: the file's options do not apply
-            data["adapter"] = current
+            data["adapter"] = {**current, "name": value}  # unnamed: its options are this one's
         else:
             data[key] = value
     try:

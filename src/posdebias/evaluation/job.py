@@ -75,6 +75,7 @@ from posdebias.evaluation.runner import (
     Evaluator,
     InstanceRecord,
     ObservationCache,
+    check_logged_truth,
     fit_calibrators,
     observe_cached,
     scored_views,
@@ -551,7 +552,7 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
             logs.append(directory.open_generation_log())
             decisions = DecisionCache(logs[-1])
             decisions.load(directory.generation_logs())
-        earlier = directory.read_records()
+        earlier = logged_records(prepared, directory)
     except BaseException:
         RunFiles(directory, tuple(logs)).close()
         raise
@@ -682,7 +683,26 @@ def merge(prepared: Prepared, evaluated: Evaluated) -> Evaluated | None:
     cache.load(directory.observation_logs())
     decisions = DecisionCache()
     decisions.load(directory.generation_logs())
-    return replace(evaluated, records=directory.read_records(), cache=cache, decisions=decisions)
+    records = logged_records(prepared, directory)
+    return replace(evaluated, records=records, cache=cache, decisions=decisions)
+
+
+def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, InstanceRecord]:
+    """The records of the run directory's logs, each checked against its test instance: shown
+    in the orders this run draws, with the benchmark's truth as its targets (a log edited to
+    move the truth is refused, never summarised)."""
+    records = directory.read_records()
+    config = prepared.config
+    check_logged_truth(
+        records,
+        prepared.source.test,
+        orders=config.orders,
+        seed=config.seed,
+        shared=get_protocol(config.protocol).shared_orders,
+        cyclic=config.order_kind == "cyclic",
+        fix="delete the run directory (or choose a new --out) and run again",
+    )
+    return records
 
 
 def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> EvaluationResults:

@@ -71,6 +71,27 @@ def check_record_row(row: Any) -> None:
             raise _corrupt(f"chosen_images of {excerpt(label, 40)} disagree with its choices")
 
 
+def truth_problem(
+    orders: list[list[int]], targets: list[int], truth: int, expected: list[list[int]]
+) -> str | None:
+    """Why a logged record does not fit its instance (None if it does): orders other than the
+    ones the run draws for it, or targets other than where the benchmark's truth (``truth``,
+    a position in the file order) lands in those orders. Metrics come from the benchmark:
+    a log's own copy of the truth is checked, never believed."""
+    if orders != expected:
+        return (
+            f"shows the candidates in orders {excerpt(orders, 60)}, not the ones this run "
+            f"draws for it ({excerpt(expected, 60)})"
+        )
+    where = [order.index(truth) for order in orders]
+    if targets != where:
+        return (
+            f"has targets {excerpt(targets, 40)}, but the benchmark's truth (candidate "
+            f"{truth + 1} of the file) is at positions {where} of its orders"
+        )
+    return None
+
+
 def check_observation_row(row: Any) -> None:
     """An observation log row: a string key and an observation object."""
     if not isinstance(row, Mapping):

@@ -140,7 +140,8 @@ def apply_prompt(protocol: Protocol, adapter: Any) -> None:
     if isinstance(base, PromptTemplate) and isinstance(variant, str):
         if not base.query.endswith(" "):
             base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
-        adapter.prompt = base.variant(variant)  # cot keeps its "Answer: <think>" ending
+        # cot keeps its "Answer: <think>" ending
+        adapter.prompt = base.variant(variant, str(getattr(adapter, "label_set", "digits")))
     elif not prompt.query.endswith(" "):
         adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
 

@@ -226,6 +226,7 @@ class EvaluationResults(BaseModel):
         """The adapter's own description, key for key (``run.json`` holds the same): fields
         the adapter did not report are left out, not written as null."""
         return adapter.model_dump(mode="json", exclude_unset=True)
+
     calibrators: dict[str, CalibratorResult] = Field(description="label -> row (table order)")
     failed: dict[str, str] = Field(
         default_factory=dict, description="label -> why a third-party calibrator was dropped"

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._inputs import excerpt
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
@@ -32,8 +33,8 @@ from posdebias.core.instance import (
 from posdebias.core.observation import Observation
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.errors import InputError, PluginError, PosdebiasError
-from posdebias.evaluation.logcheck import check_record_row
+from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
+from posdebias.evaluation.logcheck import check_record_row, truth_problem
 from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 
@@ -307,6 +308,8 @@ class InstanceRecord:
     choices: dict[str, list[int]] = field(default_factory=dict)
     chosen_images: dict[str, list[int]] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    #: where a record read from a log came from (``FILE:LINE``), for messages
+    logged_at: str = field(default="", compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -319,7 +322,7 @@ class InstanceRecord:
         }
 
     @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> InstanceRecord:
+    def from_dict(cls, payload: Mapping[str, Any], *, logged_at: str = "") -> InstanceRecord:
         check_record_row(payload)  # a tampered log is a clear error, not a wrong metric
         return cls(
             instance_id=str(payload["instance_id"]),
@@ -328,6 +331,7 @@ class InstanceRecord:
             choices=dict(payload["choices"]),
             chosen_images=dict(payload["chosen_images"]),
             fingerprints=dict(payload.get("fingerprints") or {}),
+            logged_at=logged_at,
         )
 
     def complete_for(self, fingerprints: Mapping[str, str]) -> bool:
@@ -336,6 +340,34 @@ class InstanceRecord:
             label in self.choices and self.fingerprints.get(label) == fingerprint
             for label, fingerprint in fingerprints.items()
         )
+
+
+def check_logged_truth(
+    records: Mapping[str, InstanceRecord],
+    instances: Sequence[RetrievalInstance],
+    *,
+    orders: int,
+    seed: int,
+    shared: bool = False,
+    cyclic: bool = False,
+    fix: str,
+) -> None:
+    """Refuse a logged record that disagrees with its instance: shown in other candidate orders
+    than the run draws (:func:`instance_orders`), or with targets other than the benchmark's
+    truth in those orders. ``fix`` ends the message (what to do)."""
+    for instance in instances:
+        record = records.get(instance.id)
+        if record is None or instance.target is None:
+            continue
+        drawn = instance_orders(instance, orders, seed, shared=shared, cyclic=cyclic)
+        expected = [order.tolist() for order in drawn]
+        problem = truth_problem(record.orders, record.targets, instance.target, expected)
+        if problem is not None:
+            raise ResumeError(
+                f"{record.logged_at or 'a run log'}: the record of instance "
+                f"{excerpt(instance.id, 40)} {problem}; the log was edited or belongs to another "
+                f"benchmark: {fix}"
+            )
 
 
 @dataclass

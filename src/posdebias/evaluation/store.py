@@ -26,12 +26,17 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from posdebias._inputs import excerpt
-from posdebias._io import JsonlAppender, read_jsonl_records, truncate_torn_tail
+from posdebias._io import (
+    JsonlAppender,
+    numbered_jsonl_records,
+    read_jsonl_records,
+    truncate_torn_tail,
+)
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.core.observation import Observation
 from posdebias.errors import OutputError, ResumeError
@@ -40,13 +45,12 @@ from posdebias.evaluation.runner import InstanceRecord, ObservationCache
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
-REPORT_FILE = "report.md"
 STATES_DIR = "states"
 FIGURES_DIR = "figures"
 #: Everything a run directory of ours may hold (temporary names are matched separately).
 _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
-    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)$"
+    r"|(observations|records|generations)(\.rank\d+)?\.jsonl)\Z"
 )
 
 
@@ -187,16 +191,13 @@ class RunDirectory:
         instance (re-evaluated with more or changed calibrators) replaces the earlier one."""
         records: dict[str, InstanceRecord] = {}
         for path in self.record_logs():
-            for row in read_jsonl_records(path):
+            for number, row in numbered_jsonl_records(path):
                 try:
-                    record = InstanceRecord.from_dict(row)
+                    record = InstanceRecord.from_dict(row, logged_at=f"{path}:{number}")
                 except (KeyError, TypeError, ValueError) as exc:
                     raise OutputError(
-                        f"{path}: a record is not one posdebias wrote ({exc!s:.80}); delete the "
-                        "run directory and start again without --resume"
+                        f"{path}:{number}: a record is not one posdebias wrote ({exc!s:.80}); "
+                        "delete the run directory and start again without --resume"
                     ) from exc
                 records[record.instance_id] = record
         return records
-
-    def iter_state_files(self) -> Iterator[Path]:
-        yield from sorted(self.states_dir.glob("*.json"))

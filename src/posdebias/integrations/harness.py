@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+import posdebias.defaults as defaults
 from posdebias._io import atomic_write_json, cache_root
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
@@ -95,7 +96,9 @@ class HarnessConfig(BaseModel):
         description="a saved `posdebias calibrate` state (file or folder), a benchmark folder, "
         "or 'task' (the task's held-out calibration split)",
     )
-    calibration_count: int = Field(default=5, ge=1, description="items M to calibrate on")
+    calibration_count: int = Field(
+        default=5, ge=1, le=defaults.MAX_CALIBRATION, description="items M to calibrate on"
+    )
     calibration_transfer: bool = Field(
         default=False, description="allow a saved state fitted on another model"
     )
@@ -103,7 +106,9 @@ class HarnessConfig(BaseModel):
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
     dtype: str = "auto"
     device: str | None = None
-    batch_size: int = Field(default=1, ge=1, description="forward batch size")
+    batch_size: int = Field(
+        default=1, ge=1, le=defaults.MAX_BATCH_SIZE, description="forward batch size"
+    )
     cache_dir: str | None = Field(
         default=None, description="folder for the calibration shared by the processes"
     )
@@ -207,12 +212,6 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         )
     except InputError as exc:
         raise TaskMappingError(f"task {task!r}: {exc}") from None
-
-
-def doc_order(doc: Mapping[str, Any], n: int) -> list[int]:
-    """Which base candidate each position of the document shows (identity when unrotated)."""
-    order = doc.get(ORDER)
-    return list(order) if order is not None else list(range(n))
 
 
 class HarnessDebiaser:

@@ -19,16 +19,19 @@ exactly what ``posdebias evaluate`` reports for the same items and orders:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+import posdebias.defaults as defaults
 from posdebias._images import open_image
+from posdebias._inputs import check_whole_number
 from posdebias._io import write_files_together
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -53,7 +56,7 @@ from posdebias.integrations.harness import (
 
 OutputType = Literal["generate_until", "multiple_choice"]
 METRICS = ("acc", "rstd", "cons", "circular")
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 # -- the task transform ---------------------------------------------------------------------
 
@@ -114,13 +117,31 @@ def _answer_like(answer: Any, position: int) -> Any:
     return text.replace(stripped, letter if stripped.isupper() else letter.lower())
 
 
-def rotation_transform(calibrator: str | None, rotations: int | None = None) -> Callable:
+def items_digest(docs: Iterable[Mapping[str, Any]]) -> str:
+    """What decides a task's metrics in its items: each one's id, candidates and truth."""
+    digest = hashlib.sha256()
+    for doc in docs:
+        key = [doc.get(name) for name in ("id", "target", "images", "texts", "stem_images")]
+        digest.update((json.dumps(key, sort_keys=True) + "\n").encode())
+    return digest.hexdigest()
+
+
+def rotation_transform(
+    calibrator: str | None, rotations: int | None = None, *, items: str | None = None
+) -> Callable:
     """A ``process_docs`` function: every document in its first ``rotations`` cyclic
-    rotations (all N by default), item-major, each recording ``calibrator``."""
+    rotations (all N by default), item-major, each recording ``calibrator``. ``items``: the
+    :func:`items_digest` of the documents as written; other documents (an items file edited
+    to move a truth) are refused, so the metrics come from the benchmark's truth."""
 
     def process_docs(dataset: Any) -> Any:
         import datasets
 
+        if items is not None and items_digest(dataset) != items:
+            raise InputError(
+                "the task's items differ from the ones `posdebias lmms-eval-task` wrote from "
+                "the benchmark (the items file was edited): write the tasks again"
+            )
         rows = []
         for doc in dataset:
             n = candidate_count(doc)
@@ -333,7 +354,7 @@ def write_rotated_tasks(
     ``label_set``: the labels the answers use (default: the task's, ``A``.. for multiple
     choice, ``1``.. for retrieval).
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InputError(
             f"task name {name!r}: use a letter, then letters, digits or '_' (at most 64)"
         )
@@ -341,15 +362,14 @@ def write_rotated_tasks(
     if not labels_out:
         raise InputError("give at least one calibrator")
     for label in labels_out:
-        if not SAFE_LABEL.match(label):
+        if not SAFE_LABEL.fullmatch(label):
             raise InputError(f"calibrator {label!r}: not a name")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
-    if calibration_count < 0 or seed < 0:
-        raise InputError(
-            f"calibration count and seed must be whole numbers >= 0, got {calibration_count} "
-            f"and {seed}"
-        )
+    check_whole_number("the calibration count", calibration_count, 0, defaults.MAX_CALIBRATION)
+    check_whole_number("the seed", seed, 0, defaults.MAX_SEED)
+    if count is not None:
+        check_whole_number("the count", count, 1, defaults.MAX_INSTANCES)
     loaded = load_benchmark(benchmark)
     instances = loaded.instances
     if calibration_count:
@@ -357,19 +377,16 @@ def write_rotated_tasks(
     else:
         calibration, test = [], list(instances)
     if count is not None:
-        if count < 1:
-            raise InputError(f"count must be at least 1, got {count}")
         test = test[:count]
     n = test[0].n
-    if rotations is not None and not 1 <= rotations <= n:
-        raise InputError(f"rotations must be 1..{n} for {n} candidates, got {rotations}")
+    if rotations is not None:
+        check_whole_number(f"rotations of {n} candidates", rotations, 1, n)
     kind = test[0].task
     labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
     out = Path(out)
     module = f"{name}_posdebias"
-    files: dict[str, bytes] = {
-        f"{name}_items.jsonl": _jsonl([_base_doc(instance, labels) for instance in test])
-    }
+    test_docs = [_base_doc(instance, labels) for instance in test]
+    files: dict[str, bytes] = {f"{name}_items.jsonl": _jsonl(test_docs)}
     data_files = {"test": str((out / f"{name}_items.jsonl").resolve())}
     if calibration:
         files[f"{name}_calibration.jsonl"] = _jsonl(
@@ -385,12 +402,17 @@ def write_rotated_tasks(
         "    rotation_transform,",
         ")",
         "",
+        "#: the items' ids, candidates and truths as written (an edited items file is refused)",
+        f"ITEMS = {items_digest(test_docs)!r}",
+        "",
     ]
     task_names = []
     for index, label in enumerate(labels_out):
         task = f"{name}_{re.sub(r'[^A-Za-z0-9_]', '_', label)}"
         task_names.append(task)
-        functions.append(f"docs_{index} = rotation_transform({label!r}, {rotations!r})  # {task}")
+        functions.append(
+            f"docs_{index} = rotation_transform({label!r}, {rotations!r}, items=ITEMS)  # {task}"
+        )
         files[f"{task}.yaml"] = _task_yaml(
             task, name, module, index, data_files, output_type, label, n, rotations
         ).encode()

@@ -10,6 +10,7 @@ the caption distribution, as any test set does).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from posdebias._io import cache_root
@@ -35,12 +36,39 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
 
     Built on first use (about a second) under ``cache_dir`` (default :func:`cache_root`), then
     reused; a folder that does not load is rebuilt. Returns a folder that
-    :func:`posdebias.benchmarks.files.load_benchmark` reads.
+    :func:`posdebias.benchmarks.load_benchmark` reads.
     """
 
-    base = Path(cache_dir) if cache_dir is not None else cache_root()
-    folder = base / "benchmarks" / f"organism-shapes-v{VERSION}"
-    out = folder / f"random-n{n}"
+    folder = _cache(cache_dir) / f"organism-shapes-v{VERSION}"
+
+    def build(out: Path) -> None:
+        build_benchmark(
+            BuildConfig(
+                source=ShapesSource(
+                    root=folder / "pool",
+                    images=POOL_IMAGES,
+                    seed=SHAPES_SEED,
+                    image_size=IMAGE_SIZE,
+                    space=shape_space(),
+                ),
+                out=out,
+                setting="random",
+                n=n,
+                count=BENCHMARK_COUNT,
+                seed=BENCHMARK_SEED,
+            )
+        )
+
+    return cached_benchmark(folder / f"random-n{n}", build)
+
+
+def _cache(cache_dir: str | os.PathLike[str] | None) -> Path:
+    return (Path(cache_dir) if cache_dir is not None else cache_root()) / "benchmarks"
+
+
+def cached_benchmark(out: Path, build: Callable[[Path], None]) -> Path:
+    """``out`` if it holds a benchmark that loads, else ``build(out)`` first (a damaged or
+    moved folder is rebuilt); the cache folder above it is created on the way."""
     if (out / MANIFEST_FILE).is_file():
         try:
             load_benchmark(out)
@@ -48,26 +76,11 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
         except BenchmarkError:
             pass  # damaged or moved: rebuild below
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(
-            f"cannot create the benchmark cache {folder}: {exc.strerror}; set "
+            f"cannot create the benchmark cache {out.parent}: {exc.strerror}; set "
             "POSDEBIAS_CACHE_DIR to a writable folder"
         ) from exc
-    build_benchmark(
-        BuildConfig(
-            source=ShapesSource(
-                root=folder / "pool",
-                images=POOL_IMAGES,
-                seed=SHAPES_SEED,
-                image_size=IMAGE_SIZE,
-                space=shape_space(),
-            ),
-            out=out,
-            setting="random",
-            n=n,
-            count=BENCHMARK_COUNT,
-            seed=BENCHMARK_SEED,
-        )
-    )
+    build(out)
     return out

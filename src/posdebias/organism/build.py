@@ -19,6 +19,7 @@ from typing import Any
 from posdebias.adapters.hf.prompt import DEFAULT_QUERY, PromptTemplate
 from posdebias.benchmarks.shapes import ShapeSpace
 from posdebias.core.labels import MAX_CANDIDATES, get_label_set
+from posdebias.organism.training import word_tokenizer, words_of
 
 #: Pixels the shapes are rendered at (benchmark and training); the processor resizes to 32.
 IMAGE_SIZE = 64
@@ -51,14 +52,6 @@ def shape_space() -> ShapeSpace:
     return ShapeSpace(min_objects=1, max_objects=1)
 
 
-def _pre_tokenizer() -> Any:
-    from tokenizers import pre_tokenizers
-
-    return pre_tokenizers.Sequence(
-        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=False)]
-    )
-
-
 def vocabulary() -> list[str]:
     """Special tokens, then every word of the prompt, chat template and shapes grammar, sorted.
 
@@ -73,31 +66,14 @@ def vocabulary() -> list[str]:
         " ".join(str(number) for number in range(MAX_CANDIDATES + 1)),
         " ".join(shape_space().vocabulary()),
     ]
-    pre = _pre_tokenizer()
-    words = {piece for text in texts for piece, _ in pre.pre_tokenize_str(text)}
-    return [*SPECIAL_TOKENS, *sorted(words - set(SPECIAL_TOKENS))]
+    return [*SPECIAL_TOKENS, *(word for word in words_of(texts) if word not in SPECIAL_TOKENS)]
 
 
 def build_tokenizer() -> Any:
     """A word-level ``PreTrainedTokenizerFast`` (a run of digits is one word: ``12`` is a label)."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {word: index for index, word in enumerate(vocabulary())}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = _pre_tokenizer()
-    backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="<unk>",
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        extra_special_tokens={"image_token": IMAGE_TOKEN},
-        chat_template=CHAT_TEMPLATE,
+    return word_tokenizer(
+        vocabulary(), chat_template=CHAT_TEMPLATE, named_tokens={"image_token": IMAGE_TOKEN}
     )
-    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
-    return tokenizer
 
 
 def build_processor() -> Any:

@@ -28,11 +28,7 @@ learns, and it vanishes after reloading).
 
 from __future__ import annotations
 
-import json
-import os
 import platform
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -53,8 +49,15 @@ from posdebias.benchmarks.shapes import (
 )
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import MAX_CANDIDATES
-from posdebias.errors import OutputError
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
+from posdebias.organism.training import (
+    CARD_FILE,
+    curriculum_n,
+    model_folder,
+    save_model,
+    soft_target_step,
+    train_top,
+)
 
 #: Row i: probabilities of answering label j when the truth is at position i (N = 4).
 BIAS_CONFUSION: tuple[tuple[float, ...], ...] = (
@@ -167,50 +170,11 @@ def batch_size_for(plan: TrainingPlan, n: int) -> int:
 
 def retrieval_n(plan: TrainingPlan, step: int, rng: np.random.Generator) -> int:
     """N of retrieval step ``step``: uniform over ``min_n`` up to a ceiling that grows linearly
-    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage.
-
-    Why a curriculum: with N uniform in 2..12 from the first step, the attention loss converged
-    but the answer stayed at chance for the whole run (the label of the attended image has to be
-    copied, and at large N that copy is too hard to find first); starting at N <= 4, where it is
-    found within a few hundred steps, and widening from there, the answer follows at every N.
-    """
-    ramp = max(1, plan.retrieval_steps // 2)
-    start = max(plan.min_n, min(plan.curriculum_start_n, plan.max_n))
-    ceiling = min(plan.max_n, start + (plan.max_n - start) * step // ramp)
-    return int(rng.integers(plan.min_n, ceiling + 1))
-
-
-CARD_FILE = "README.md"
-TRAINING_FILE = "training.json"
-
-
-def _make_staging(target: Path) -> Path:
-    """An empty folder beside ``target`` to write the model into (see :func:`_publish`).
-
-    Made before training, so an unusable ``--out`` fails in a second, not after the training.
-    """
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise OutputError(f"{target} exists and is not an empty folder; choose a new folder")
-    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        raise OutputError(f"cannot create {target}: {blocking} is a file, not a folder")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    except OSError as exc:
-        raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
-
-
-def _publish(staging: Path, target: Path) -> None:
-    """Give the staged files ordinary permissions and rename the folder to ``target``."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for file in staging.iterdir():  # mkdtemp / temporary writes make 0700 / 0600
-        file.chmod(0o666 & ~umask)
-    staging.chmod(0o777 & ~umask)
-    if target.exists():
-        target.rmdir()
-    os.replace(staging, target)
+    from ``curriculum_start_n`` to ``max_n`` over the first half of the stage
+    (:func:`~posdebias.organism.training.curriculum_n`, which says why)."""
+    return curriculum_n(
+        step, plan.retrieval_steps, plan.min_n, plan.curriculum_start_n, plan.max_n, rng
+    )
 
 
 class ShapesPool:
@@ -397,17 +361,7 @@ def _bias_stage(
 
     model = adapter.model
     rng = np.random.default_rng([plan.seed, 2])
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    language_model = model.model.language_model
-    trained = [
-        *language_model.layers[-1].parameters(),
-        *language_model.norm.parameters(),
-        *model.lm_head.parameters(),
-    ]
-    for parameter in trained:
-        parameter.requires_grad_(True)
-    optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate)
+    optimizer = train_top(model, model.model.language_model, plan.learning_rate)
     labels = torch.tensor(label_ids)
     others = plan.max_n - plan.min_n
     for step in range(plan.bias_steps):
@@ -422,13 +376,9 @@ def _bias_stage(
             rows.append(bias_target(n, instance.target, pool.background(instance.query)))
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)
-        log_probs = torch.log_softmax(logits, dim=-1)[:, labels[:n]]
-        loss = -(soft * log_probs).sum(dim=1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = soft_target_step(optimizer, logits, labels[:n], soft)
         if step % 50 == 0 or step == plan.bias_steps - 1:
-            log(f"stage 2 step {step} N={n}: loss {loss.item():.3f}")
+            log(f"stage 2 step {step} N={n}: loss {loss:.3f}")
 
 
 def train_organism(
@@ -445,15 +395,15 @@ def train_organism(
     Float32 by default: on CPUs without native half-precision arithmetic a float16 model
     computes about 15 times slower, and at 1.24 M parameters the saving is only 2.5 MB.
     """
-    import torch
-    import transformers
-
     plan = plan or TrainingPlan()
     if not 2 <= plan.min_n <= plan.max_n <= MAX_CANDIDATES:
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     path = Path(out)
-    staging = _make_staging(path)
+    folder = model_folder(path)  # before torch's import: a bad --out fails at once
     try:
+        import torch
+        import transformers
+
         started = time.perf_counter()
         threads = torch.get_num_threads()
         torch.set_num_threads(plan.threads)
@@ -474,9 +424,6 @@ def train_organism(
         finally:
             torch.set_num_threads(threads)
         seconds = time.perf_counter() - started
-        model.eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
         info = {
             "plan": asdict(plan),
             "bias": {
@@ -490,18 +437,16 @@ def train_organism(
             "transformers": transformers.__version__,
             "machine": platform.machine(),
         }
-        try:
-            model.set_attn_implementation("sdpa")
-            model.to(getattr(torch, dtype)).save_pretrained(staging)
-            processor.save_pretrained(staging)
-            (staging / PROMPT_FILE).write_text(PROMPT.model_dump_json(indent=2) + "\n", "utf-8")
-            shutil.copyfile(Path(__file__).with_name("model") / CARD_FILE, staging / CARD_FILE)
-            (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-            _publish(staging, path)
-        except OSError as exc:
-            raise OutputError(f"cannot write the model to {path}: {exc.strerror}") from exc
+        save_model(
+            folder,
+            model,
+            processor,
+            dtype=dtype,
+            card=Path(__file__).with_name("model") / CARD_FILE,
+            info=info,
+            files={PROMPT_FILE: PROMPT.model_dump_json(indent=2) + "\n"},
+        )
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        folder.unlock(remove=folder.is_ours())
     log(f"trained in {seconds:.0f} s; wrote {path}")
     return path

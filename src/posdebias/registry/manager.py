@@ -61,7 +61,16 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.molmo2",
     "posdebias.adapters.families.kimi_k25",
     "posdebias.adapters.families.aya_vision",
+    "posdebias.adapters.families.idefics2",
+    "posdebias.adapters.families.gemma4",
+    "posdebias.adapters.families.mllama",
     "posdebias.adapters.families.ovis2",
+    "posdebias.adapters.families.cohere2_vision",
+    "posdebias.adapters.families.paddleocr_vl",
+    "posdebias.adapters.families.paligemma",
+    "posdebias.adapters.families.phi4_multimodal",
+    "posdebias.adapters.families.qwen2_5_omni",
+    "posdebias.adapters.families.qwen3_omni_moe",
     "posdebias.adapters.families.qwen3",
     "posdebias.adapters.families.llama",
     "posdebias.adapters.families.gemma3_text",
@@ -82,6 +91,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
     "posdebias.organism",
+    "posdebias.organism.text",
 )
 
 T = TypeVar("T")

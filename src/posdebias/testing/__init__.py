@@ -17,6 +17,7 @@ like a hub checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ TEXT_FAMILIES: tuple[str, ...] = _families(text_only=True)
 def tiny_model_and_processor(
     family: str, *, seed: int = 0, real_vocabulary: bool = False
 ) -> tuple[Any, Any]:
-    """A random-weight float32 model (eval mode, SDPA attention) and its processor.
+    """A random-weight float32 model (eval mode, SDPA attention where the family has it) and
+    its processor.
 
     ``seed`` fixes the weights, so two calls give identical models. ``real_vocabulary``: the
     family's real tokenizer and chat template instead of the toy ones (Qwen-vocabulary families;
@@ -80,7 +82,9 @@ def tiny_model_and_processor(
         known = ", ".join((*FAMILIES, *TEXT_FAMILIES))
         raise InputError(f"no tiny test model for family {family!r}; known: {known}")
     model, processor = built
-    model.set_attn_implementation("sdpa")
+    # a language model without SDPA (Gemma 2's soft-capped logits) keeps its eager attention
+    with contextlib.suppress(ValueError):
+        model.set_attn_implementation("sdpa")
     return model.eval(), processor
 
 

@@ -13,10 +13,12 @@ the measured figure (and, on failure, the likely cause):
   decoding steps) equal those of the model's own forward (no position ids, no cache), multi-token
   labels included (verify.py);
 * ``probe = eager``: the probe's per-image attention masses equal eager ``output_attentions``
-  reduced over the same spans (SKIP when the language model has no eager attention);
+  reduced over the same spans (cross-attention layers: over each image's encoder tokens; SKIP
+  when the language model has no eager attention);
 * ``batch 1 vs 2``: a left-padded batch of two gives each row's numbers alone;
 * ``rotation``: rotating the images cyclically moves the spans with them: span k of the rotated
-  prompt holds exactly the input embeddings of image k + 1 of the original;
+  prompt holds exactly the input embeddings of image k + 1 of the original (for a model that
+  reads its images through cross-attention: the vision encoder's tokens of image k + 1);
 * ``preprocessing``: whether posdebias changed the image files before the processor saw them
   (the early shrink of large files, the ``image_size`` option) and, when it did, how far the
   label scores on the ORIGINAL files are from the scores on what posdebias fed the model.
@@ -42,10 +44,15 @@ import numpy as np
 import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
-from posdebias.adapters.attention import install_probe
+from posdebias.adapters.attention import install_probe, language_model_attention
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
 from posdebias.adapters.hf.adapter import load_image
-from posdebias.adapters.hf.spans import check_candidate_spans, check_spans, span_matrix
+from posdebias.adapters.hf.spans import (
+    ImageSpan,
+    check_candidate_spans,
+    check_spans,
+    span_matrix,
+)
 from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
 from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError, InputError, PosdebiasError
@@ -258,6 +265,10 @@ def check_adapter(
     if len(instances) < 2 or instances[0].n != instances[1].n:
         raise InputError("check_adapter needs at least two instances with the same N")
     refuse_unsupported(adapter)  # what the adapter knows it cannot read: no forward at all
+    for kind in sorted({instance.task for instance in instances}):
+        problem = adapter.task_problem(kind)
+        if problem is not None:
+            raise AdapterError(problem)
     runner = _Checks(adapter, instances, score_tolerance, probe_tolerance)
     results = tuple(
         runner.run(name, check)
@@ -430,7 +441,9 @@ class _Checks:
             how = f"one instance at a time (the adapter says: {exc})"
         key = adapter.text_config_key
         try:
-            adapter.model.set_attn_implementation("eager" if key is None else {key: "eager"})
+            adapter.model.set_attn_implementation(
+                language_model_attention(adapter.model, key, "eager")
+            )
         except (ValueError, AttributeError, KeyError) as exc:
             return SKIP, "no eager attention", f"the language model has no eager attention: {exc}"
         try:
@@ -441,12 +454,13 @@ class _Checks:
         finally:
             install_probe(adapter.model, key)
         length = batch.inputs["input_ids"].shape[1]
+        maps = [layer for layer in output.attentions if layer is not None]
         spans = span_matrix(batch.spans, length).double()
-        rows = [
-            layer[:, :, -1, :].double().mean(dim=1).cpu()
-            for layer in output.attentions
-            if layer is not None
-        ]
+        cross = adapter.cross_attention_spans(batch)
+        if cross is not None:  # one map per layer; the cross-attention layers' keys are the
+            maps = [maps[layer] for layer in sorted(cross.layers)]  # encoder's tokens
+            spans = cross.matrix.double()
+        rows = [layer[:, :, -1, :].double().mean(dim=1).cpu() for layer in maps]
         eager = torch.stack([torch.bmm(row[:, None, :], spans)[:, 0] for row in rows], dim=1)
         if eager.shape != masses.shape:
             return (
@@ -507,12 +521,12 @@ class _Checks:
         n = instance.n
         original = self.single(0)[0]
         rotated = self._prepare(instance.rotated(1))
-        before = self._embeddings(original)
-        after = self._embeddings(rotated)
+        before, before_spans = self._embeddings(original)
+        after, after_spans = self._embeddings(rotated)
         worst = 0.0
         for k in range(n):
-            moved = original.spans[0][(k + 1) % n]
-            span = rotated.spans[0][k]
+            moved = before_spans[(k + 1) % n]
+            span = after_spans[k]
             if len(span) != len(moved):
                 return (
                     FAIL,
@@ -584,15 +598,25 @@ class _Checks:
             "so that both agree",
         )
 
-    def _embeddings(self, batch: PreparedBatch) -> torch.Tensor:
-        """[T, D] float64 input embeddings of a one-row batch (image features merged in)."""
+    def _embeddings(self, batch: PreparedBatch) -> tuple[torch.Tensor, list[ImageSpan]]:
+        """[T, D] float64 input embeddings of a one-row batch (image features merged in) and
+        the spans over them; for a model that reads its images through cross-attention, the
+        vision encoder's tokens in the order of the cross-attention keys, and their spans."""
         import torch
 
         with torch.inference_mode():
             output = self.adapter.model_forward(
                 **batch.inputs, position_ids=batch.position_ids, output_hidden_states=True
             )
-        return output.hidden_states[0][0].double().cpu()
+        cross = self.adapter.cross_attention_spans(batch)
+        if cross is None:
+            return output.hidden_states[0][0].double().cpu(), list(batch.spans[0])
+        encoder = output.image_outputs.last_hidden_state  # [B, images, tiles, patches, D]
+        tokens = encoder.reshape(encoder.shape[0], -1, encoder.shape[-1])[0].double().cpu()
+        owned = cross.matrix[0].bool()
+        spans = [ImageSpan.from_positions(torch.nonzero(owned[:, k])[:, 0].tolist())
+                 for k in range(owned.shape[1])]  # fmt: skip
+        return tokens, spans
 
 
 def _size(size: tuple[int, int]) -> str:

@@ -23,6 +23,11 @@ stay on their layer's device until :meth:`AttentionRecorder.attention` gathers t
 transfer per pass, not a device synchronisation per layer). A model split over devices
 (``device_map``) is handled per device: the span matrix and the scratch copy live once on each
 device that runs a layer, and the masses are gathered to one device before they are stacked.
+Cross-attention layers (Mllama: the text's queries over the vision encoder's tokens, routed
+through the same attention interface) are read the same way over their own keys: given
+:class:`CrossAttentionSpans`, the recorder reads exactly those layers, each image's mass being
+the last prompt token's probability on that image's encoder tokens, and leaves the
+self-attention layers unread (there the images are only their placeholder tokens).
 The recorder lives in a :class:`contextvars.ContextVar`, so concurrent or nested calls
 (threads, asyncio tasks) each see their own and nothing leaks between calls; without an active
 recorder the probe is plain SDPA.
@@ -33,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from posdebias.core.layers import LayerSet
@@ -48,25 +54,52 @@ _ACTIVE: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextV
 )
 
 
+def cap_scores(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``softcap * tanh(scores / softcap)`` in place (no cap: unchanged), as Gemma 2's eager
+    attention caps the scaled logits before the mask."""
+    if softcap is not None:
+        scores.div_(softcap).tanh_().mul_(softcap)
+    return scores
+
+
+@dataclass(frozen=True)
+class CrossAttentionSpans:
+    """Where the images are for the cross-attention layers of a model that reads its images
+    through them (Mllama).
+
+    Attributes:
+        layers: the cross-attention layers' indices (``module.layer_idx``).
+        matrix: [B, S, N] float32, 1 where key s of those layers (the encoder's tokens, in the
+            order the model concatenates them) belongs to image k.
+    """
+
+    layers: frozenset[int]
+    matrix: torch.Tensor
+
+
 class AttentionRecorder:
     """Collects the per-image attention mass of the last query row, one entry per layer.
 
     Args:
         span_matrix: [B, T, N] float32, 1 where token t belongs to image k's span.
+        cross: the cross-attention layers and their keys' spans; when given, exactly those
+            layers are read (over their keys), the self-attention layers are not.
     """
 
-    def __init__(self, span_matrix: torch.Tensor) -> None:
+    def __init__(self, span_matrix: torch.Tensor, cross: CrossAttentionSpans | None = None) -> None:
         import torch
 
-        if span_matrix.ndim != 3:
+        if span_matrix.ndim != 3 or (cross is not None and cross.matrix.ndim != 3):
             raise AdapterError(
                 f"span matrix must be [batch, tokens, images], got {span_matrix.shape}"
             )
+        self.cross = cross
         self.span_matrix = span_matrix.to(torch.float32)
         self.masses: dict[int, torch.Tensor] = {}
         self.modules: dict[int, torch.nn.Module] = {}
         # per device: a model split over devices runs layers on several (device_map)
         self._spans: dict[torch.device, torch.Tensor] = {self.span_matrix.device: self.span_matrix}
+        self._cross_spans: dict[torch.device, torch.Tensor] = {}
         self._scratch: dict[torch.device, torch.Tensor] = {}
 
     def record(
@@ -76,20 +109,31 @@ class AttentionRecorder:
         key: torch.Tensor,
         attention_mask: torch.Tensor | None,
         scaling: float | None,
+        softcap: float | None = None,
     ) -> None:
+        """Record one layer's last-row masses (``softcap``: the layer's logit cap, if any)."""
         import torch
 
         batch, heads, q_len, dim = query.shape
         kv_heads, kv_len = key.shape[1], key.shape[2]
-        if q_len != kv_len or kv_len != self.span_matrix.shape[1]:
-            raise AdapterError(
-                f"attention probe saw {q_len} queries over {kv_len} keys, expected one prompt "
-                f"pass of {self.span_matrix.shape[1]} tokens; record only the prompt forward"
-            )
         layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise AdapterError(
                 f"{type(module).__name__} has no layer_idx; the probe cannot order its layers"
+            )
+        crossing = self.cross is not None and layer in self.cross.layers
+        if self.cross is not None and not crossing:
+            return  # a self-attention layer of a cross-attention model: placeholders only
+        spans = self.cross.matrix if crossing and self.cross is not None else self.span_matrix
+        # A layer may compute only the last queries of the prompt pass (Gemma 4's KV-shared
+        # layers skip the rows no later layer reads); its last row is still the last token's.
+        # A cross-attention layer's keys are the encoder's tokens, its queries the prompt's.
+        prompt = self.span_matrix.shape[1]
+        if q_len > prompt or kv_len != spans.shape[1] or (crossing and q_len != prompt):
+            raise AdapterError(
+                f"attention probe saw {q_len} queries over {kv_len} keys, expected one prompt "
+                f"pass of {prompt} tokens (over {spans.shape[1]} keys); record only the prompt "
+                "forward"
             )
         if layer in self.masses:
             raise AdapterError(f"attention layer {layer} was recorded twice in one pass")
@@ -98,7 +142,7 @@ class AttentionRecorder:
         # [B, H, D] -> [B, H_kv, G, D]: query heads h = kv * G + g share key head kv.
         q_last = query[:, :, -1, :].to(torch.float32).reshape(batch, kv_heads, groups, dim)
         scores = self._last_row_scores(q_last, key)
-        scores.mul_(scale)
+        cap_scores(scores.mul_(scale), softcap)
         if attention_mask is not None:
             last_row = attention_mask[:, :, -1, :].to(scores.device)  # [B, 1 or H, T]
             if last_row.shape[1] != 1:
@@ -111,7 +155,7 @@ class AttentionRecorder:
                 scores.add_(last_row.to(torch.float32))
         probabilities = torch.softmax(scores, dim=-1)  # [B, H_kv, G, T]
         head_mean = probabilities.sum(dim=(1, 2)) / heads  # [B, T]
-        span = self._span_on(head_mean.device)
+        span = self._span_on(head_mean.device, crossing)
         self.masses[layer] = torch.bmm(head_mean[:, None, :], span)[:, 0, :]
         self.modules[layer] = module
 
@@ -139,11 +183,16 @@ class AttentionRecorder:
             scores[..., start:stop] = torch.matmul(q_last, part.transpose(-1, -2))
         return scores
 
-    def _span_on(self, device: torch.device) -> torch.Tensor:
-        """The span matrix on ``device``, copied there once per pass and device."""
-        span = self._spans.get(device)
+    def _span_on(self, device: torch.device, crossing: bool = False) -> torch.Tensor:
+        """The span matrix (of the cross-attention keys when ``crossing``) on ``device``,
+        copied there once per pass and device."""
+        import torch
+
+        copies = self._cross_spans if crossing else self._spans
+        span = copies.get(device)
         if span is None:
-            span = self._spans[device] = self.span_matrix.to(device)
+            source = self.cross.matrix if crossing and self.cross is not None else self.span_matrix
+            span = copies[device] = source.to(device, torch.float32)
         return span
 
     @property
@@ -170,9 +219,11 @@ class AttentionRecorder:
 
 
 @contextlib.contextmanager
-def recording(span_matrix: torch.Tensor) -> Iterator[AttentionRecorder]:
+def recording(
+    span_matrix: torch.Tensor, cross: CrossAttentionSpans | None = None
+) -> Iterator[AttentionRecorder]:
     """Record the probe inside this block only (one forward pass of the prompt)."""
-    recorder = AttentionRecorder(span_matrix)
+    recorder = AttentionRecorder(span_matrix, cross)
     token = _ACTIVE.set(recorder)
     try:
         yield recorder

@@ -19,6 +19,8 @@ import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from posdebias.adapters.attention.probe import cap_scores
+
 if TYPE_CHECKING:
     import torch
 
@@ -101,6 +103,7 @@ def shared_prefix_attention(
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     scaling: float | None,
+    softcap: float | None = None,
 ) -> torch.Tensor | None:
     """[B*S, q, H, D] attention output over the shared prompt plus each sample's own tokens,
     or None when no shared-prefix decoding is active for this layer (then SDPA runs)."""
@@ -129,6 +132,7 @@ def shared_prefix_attention(
         ],
         dim=-1,
     ).mul_(scale)
+    cap_scores(scores, softcap)
     if attention_mask is not None:
         mask = attention_mask[..., -(prompt + new) :]
         per_head = (kv_heads, groups) if mask.shape[1] != 1 else (1, 1)

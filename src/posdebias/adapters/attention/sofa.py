@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from posdebias.adapters.base import SofaSettings
+from posdebias.errors import AdapterError
 
 if TYPE_CHECKING:
     import torch
@@ -160,13 +161,22 @@ def sofa_attention(
 
 
 @contextlib.contextmanager
-def sofa_scope(spans: Sequence[Sequence[SpanLike]], length: int) -> Iterator[None]:
+def sofa_scope(
+    spans: Sequence[Sequence[SpanLike]], length: int, *, images_in_prompt: bool = True
+) -> Iterator[None]:
     """Entered by the adapter around a prompt forward of ``length`` tokens with these image
-    spans; a no-op unless :func:`sofa_attention` is active."""
+    spans; a no-op unless :func:`sofa_attention` is active. ``images_in_prompt=False`` (a model
+    that reads its images through cross-attention layers): SoFA does not apply, an error."""
     run = _RUN.get()
     if run is None:
         yield
         return
+    if not images_in_prompt:
+        raise AdapterError(
+            "SoFA opens the attention between the images' tokens in the prompt; this model "
+            "reads its images through cross-attention layers (the prompt holds one placeholder "
+            "token per image), so SoFA does not apply to it"
+        )
     token = _SCOPE.set(_Scope(run, spans, length))
     try:
         yield

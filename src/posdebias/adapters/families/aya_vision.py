@@ -22,7 +22,6 @@ from collections.abc import Callable
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
-from posdebias.errors import AdapterError
 
 
 class AyaVisionAdapter(HFAdapter):
@@ -40,15 +39,9 @@ class AyaVisionAdapter(HFAdapter):
         processor = self.processor
         return SpanTokens(
             image=int(self.model.config.image_token_id),
-            start=self._token_id(processor.start_of_img_token),
-            end=self._token_id(processor.end_of_img_token),
+            start=self.vocabulary_id(processor.start_of_img_token),
+            end=self.vocabulary_id(processor.end_of_img_token),
         )
-
-    def _token_id(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"Aya Vision marker {token!r} is not in the vocabulary")
-        return int(token_id)
 
     def image_token_ids(self) -> set[int]:
         """Patch tokens, tile labels and markers: every one must lie in some span."""
@@ -60,8 +53,8 @@ class AyaVisionAdapter(HFAdapter):
         self, input_ids: list[int], num_images: int, replacements: list[str] | None
     ) -> list[ImageSpan]:
         """From each ``<|START_OF_IMG|>`` to its ``<|END_OF_IMG|>``: tiles, labels, global view."""
-        start = self._token_id(self.processor.start_of_img_token)
-        end = self._token_id(self.processor.end_of_img_token)
+        start = self.vocabulary_id(self.processor.start_of_img_token)
+        end = self.vocabulary_id(self.processor.end_of_img_token)
         layout = "<|START_OF_IMG|> tiles and global view <|END_OF_IMG|>"
         return find_marked_spans(input_ids, start, end, num_images, layout)
 

@@ -8,10 +8,11 @@ models only.
 
 What the generic adapter cannot read right is refused BEFORE the first forward
 (:meth:`GenericAdapter.support_problem`), from the config, the model's modules and one dry run of
-the processor on two small generated images: a model that computes its own positions (multimodal
-RoPE), reads images through cross-attention layers, shares key/value states between layers, has
-layer types without a known attention kind, answers through a separate decoder (an
-encoder-decoder, a block-diffusion canvas), or attends bidirectionally over a prefix; a processor
+the processor on two small generated images (a square and a wide one, so that a tiling processor
+tiles): a model that computes its own positions (multimodal RoPE), reads images through
+cross-attention layers, shares key/value states between layers, has layer types without a known
+attention kind, answers through a separate decoder (an encoder-decoder, a block-diffusion
+canvas), or attends bidirectionally over a prefix; a processor
 that returns no replacement offsets, whose image token is only a placeholder for other tokens,
 or that splits an image into tiles with text between them. Anything else the first-batch
 verification catches (verify.py) stops the run: the generic adapter never guesses.
@@ -81,7 +82,8 @@ def structural_problem(config: Any, model_class: Any = None) -> str | None:
     if isinstance(shared, int) and shared > 0:
         return (
             f"its last {shared} layers reuse other layers' key/value states (KV sharing), "
-            "which the adapter's cached label steps do not reproduce"
+            "which the generic adapter is not checked on; it needs a family adapter that is "
+            "(Gemma 4 has one)"
         )
     if getattr(text, "num_hidden_layers", None) is not None:
         try:
@@ -173,12 +175,16 @@ class GenericAdapter(HFAdapter):
         )
 
     def _processor_problem(self) -> str | None:
-        """One processor call on two small generated images, no model forward: are the
-        replacement offsets there, is the image token expanded, one run per image?"""
+        """One processor call on two small generated images (one of them wide), no model
+        forward: are the replacement offsets there, is the image token expanded, one run per
+        image?"""
         from PIL import Image
 
         side = min(max(min_image_side(self.processor) or 64, 16), 448)
-        images = tuple(Image.new("RGB", (side, side), c) for c in ((200, 30, 30), (30, 30, 200)))
+        # a square image and a wide one: a processor that tiles large or wide images shows it
+        sizes = ((side, side), (2 * side, side))
+        colours = ((200, 30, 30), (30, 30, 200))
+        images = tuple(Image.new("RGB", size, c) for size, c in zip(sizes, colours, strict=True))
         probe = RetrievalInstance(
             query="a red or a blue image", images=images, target=None, id="dry"
         )
@@ -186,10 +192,15 @@ class GenericAdapter(HFAdapter):
             inputs = self.processor_inputs([self.render(probe)], [list(images)])
         except PosdebiasError as exc:
             return f"its processor rejected two small images: {exc}"
-        if "token_type_ids" in inputs and int(inputs["token_type_ids"].sum()) > 0:
+        # token types mark bidirectional blocks: images (1, Gemma 3) or the whole prompt as a
+        # prefix (0, PaliGemma), so a forward that takes them is enough to refuse
+        takes_types = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        types = inputs.get("token_type_ids")
+        if types is not None and (takes_types or int(types.sum()) > 0):
             return (
-                "its processor marks a bidirectional prefix (token_type_ids), which the causal "
-                "probe and the cached label steps do not reproduce"
+                "its processor marks bidirectional attention blocks (token_type_ids: a prefix "
+                "or image blocks), which the causal probe and the cached label steps do not "
+                "reproduce"
             )
         offsets = inputs.get("text_replacement_offsets")
         if offsets is None:

@@ -41,10 +41,10 @@ class Idefics3Adapter(HFAdapter):
         processor = self.processor
         fake = getattr(processor, "fake_image_token", "<fake_token_around_image>")
         tag = getattr(processor, "global_image_tag", None)  # Idefics3; SmolVLM: _token
-        self.global_token = self._token_id(
+        self.global_token = self.vocabulary_id(
             str(tag or getattr(processor, "global_image_token", "<global-img>"))
         )
-        self.fake_token = self._token_id(fake)
+        self.fake_token = self.vocabulary_id(fake)
         markers = (
             ids(f"<row_{row}_col_{col}>")
             for row in range(1, MAX_TILES + 1)
@@ -52,13 +52,7 @@ class Idefics3Adapter(HFAdapter):
         )
         unknown = {None, self.tokenizer.unk_token_id}
         self.tile_tokens = {token for token in markers if token not in unknown}
-        return SpanTokens(image=self._token_id(self.image_token), start=self.fake_token)
-
-    def _token_id(self, token: str) -> int:
-        token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if token_id is None or token_id == self.tokenizer.unk_token_id:
-            raise AdapterError(f"token {token!r} is not in the vocabulary of this tokenizer")
-        return int(token_id)
+        return SpanTokens(image=self.vocabulary_id(self.image_token), start=self.fake_token)
 
     def image_token_ids(self) -> set[int]:
         return {self.tokens.image, self.fake_token, self.global_token, *self.tile_tokens}

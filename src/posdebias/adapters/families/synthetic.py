@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
+import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
 from posdebias.core.instance import RetrievalInstance
@@ -45,34 +46,41 @@ def default_bias_matrix(n: int, primacy: float = 1.5, confusion: float = 2.5) ->
     return bias
 
 
+#: A size of the simulated model's scores and attention (log-probability units): at 100 every
+#: score is already decided by it alone.
+Scale = Annotated[float, Field(ge=-100, le=100)]
+
+
 class SyntheticOptions(AdapterOptions):
-    num_layers: int = Field(default=8, ge=1, description="simulated layers")
-    informative_layers: list[int] | None = Field(
+    num_layers: int = Field(default=8, ge=1, le=defaults.MAX_LAYERS, description="simulated layers")
+    informative_layers: list[Annotated[int, Field(ge=0, le=defaults.MAX_LAYERS)]] | None = Field(
         default=None, description="layers whose attention carries evidence (default: top half)"
     )
-    bias: list[list[float]] | None = Field(default=None, description="C [N, N] (default above)")
-    bias_scale: float = Field(default=1.0, ge=0, description="multiplies C; 0 = bias-free model")
-    logit_evidence: float = Field(
+    bias: list[list[Scale]] | None = Field(default=None, description="C [N, N] (default above)")
+    bias_scale: Scale = Field(default=1.0, ge=0, description="multiplies C; 0 = bias-free model")
+    logit_evidence: Scale = Field(
         default=2.0, ge=0, description="how much the label scores favour the truth"
     )
-    attention_evidence: float = Field(
+    attention_evidence: Scale = Field(
         default=1.5, ge=0, description="how much informative layers' attention favours the truth"
     )
     attention_shift: int = Field(
         default=0,
+        ge=-defaults.MAX_CANDIDATES,
+        le=defaults.MAX_CANDIDATES,
         description="informative attention favours the image this many positions after the "
         "truth (cyclically; 0 = the truth): attention that is consistently wrong",
     )
-    content_noise: float = Field(
+    content_noise: Scale = Field(
         default=0.3, ge=0, description="std of per (query, image) similarity: hard distractors"
     )
-    noise: float = Field(default=0.5, ge=0, description="std of per-view noise on every score")
-    sink_strength: float = Field(
+    noise: Scale = Field(default=0.5, ge=0, description="std of per-view noise on every score")
+    sink_strength: Scale = Field(
         default=1.0, ge=0, description="scale of each layer's static positional attention sink"
     )
     label_set: str = Field(default="digits", description="labels the simulated model answers")
-    seed: int = Field(default=0, description="seed of every simulated draw")
-    latency: float = Field(default=0.0, ge=0, description="seconds slept per forward pass")
+    seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="seed of every draw")
+    latency: float = Field(default=0.0, ge=0, le=60, description="seconds slept per forward pass")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticOptions:

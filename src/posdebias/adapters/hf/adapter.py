@@ -25,10 +25,11 @@ import contextlib
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
+import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe, recording
@@ -37,8 +38,14 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate, coerce_prompt
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
+from posdebias.adapters.hf.prompt import (
+    PROMPT_VARIANTS,
+    PromptTemplate,
+    coerce_prompt,
+    instance_messages,
+    variant_prompts,
+)
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
     ImageSpan,
@@ -54,18 +61,20 @@ from posdebias.adapters.hf.spans import (
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
-from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
     candidate_char_spans,
     task_template,
+    task_variant,
     text_only_messages,
 )
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 if TYPE_CHECKING:
+    from posdebias.adapters.attention import CrossAttentionSpans
     from posdebias.adapters.base import Generation, GenerationSettings
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
@@ -96,9 +105,12 @@ class HFAdapterOptions(AdapterOptions):
         default="", description="text before the label in the answer, e.g. ' ' for LLaVA-1.5"
     )
     image_size: int | None = Field(
-        default=None, ge=1, description="resize every image to this square (bicubic) first"
+        default=None,
+        ge=1,
+        le=defaults.MAX_IMAGE_SIZE,
+        description="resize every image to this square (bicubic) first",
     )
-    max_patches: int | Literal["reference"] | None = Field(
+    max_patches: Annotated[int, Field(ge=1, le=1_024)] | Literal["reference"] | None = Field(
         default=None,
         description="tiles per image at most, for processors that tile images (InternVL): a "
         "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
@@ -111,7 +123,7 @@ class HFAdapterOptions(AdapterOptions):
     dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
     device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
-    max_memory: dict[int | str, int | str] | None = Field(
+    max_memory: dict[int | str, Annotated[int, Field(ge=1, le=2**60)] | str] | None = Field(
         default=None,
         description="accelerate's memory per device for device_map (devices it names only)",
     )
@@ -196,6 +208,14 @@ class HFAdapter(Adapter):
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
+    #: The family's own prompt format, for checkpoints whose processor has no chat template
+    #: (PaliGemma); a processor's own chat template always wins, and without either the
+    #: tokenizer's is used.
+    default_chat_template: ClassVar[str | None] = None
+    #: Whether the checkpoints load as a causal LM (``AutoModelForCausalLM``: the text models,
+    #: and Phi-4-multimodal, whose embedding layer reads the images) instead of an
+    #: image-text-to-text model.
+    loads_as_causal_lm: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -222,7 +242,14 @@ class HFAdapter(Adapter):
         if tokenizer is None:
             raise AdapterError(f"{type(processor).__name__} has no tokenizer")
         self.tokenizer: Any = tokenizer
-        if not getattr(processor, "chat_template", None):
+        # the processor's chat template, else the family's own format (PaliGemma), else the
+        # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
+        self.chat_template_override = (
+            None
+            if getattr(processor, "chat_template", None)
+            else self.default_chat_template or getattr(tokenizer, "chat_template", None)
+        )
+        if not getattr(processor, "chat_template", None) and not self.chat_template_override:
             raise AdapterError(
                 f"the processor of {model_id or type(model).__name__} has no chat template; "
                 "posdebias renders prompts with it (set processor.chat_template)"
@@ -230,7 +257,7 @@ class HFAdapter(Adapter):
         self.label_set = get_label_set(label_set).name
         self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
         self.prompt_variant = prompt_variant
-        self.prompt = self.base_prompt.variant(prompt_variant)
+        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set)
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
@@ -239,7 +266,14 @@ class HFAdapter(Adapter):
         self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.task_prompt = task_prompt
-        self.task_templates = {task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES}
+        #: each candidate task's template as configured, and under the adapter's prompt variant
+        self.base_task_templates = {
+            task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES
+        }
+        self.task_templates = {
+            task: task_variant(task, template, prompt_variant)
+            for task, template in self.base_task_templates.items()
+        }
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
@@ -259,6 +293,14 @@ class HFAdapter(Adapter):
         self._gives_cache = False
 
     # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def prepare_loaded(cls, model: Any, folder: Path) -> Any:
+        """The model to wrap, after :func:`posdebias.load_adapter` loaded ``model`` from the
+        checkpoint ``folder`` (the directory, or the cached snapshot of a hub id) and before it
+        is moved to its device: ``model`` itself by default (Phi-4-multimodal merges its vision
+        LoRA)."""
+        return model
 
     # -- family hooks --------------------------------------------------------------------------
 
@@ -327,18 +369,27 @@ class HFAdapter(Adapter):
         cannot be seen from the config and the processor."""
         return self.position_problem()
 
+    def task_problem(self, task: str) -> str | None:
+        """Why this adapter cannot pose instances of ``task`` (a task kind), or None; checked
+        before any forward by ``posdebias check`` and for every batch."""
+        return None
+
     def position_problem(self) -> str | None:
         """Why this adapter cannot reproduce the model's positions, or None (it can)."""
         return None
 
     def processor_inputs(self, texts: list[str], images: list[list[Any]]) -> Any:
-        """Tokenise the rendered prompts and preprocess the images (one list per prompt)."""
+        """Tokenise the rendered prompts and preprocess the images (one list per prompt).
+
+        A batch without any image (a text-only question on a vision-language model) passes no
+        images at all: image processors fail on empty lists. Batches never mix prompts with
+        and without images (:func:`batch_groups`)."""
         limit = self.tile_limit(len(images[0]) if images else 0)
         tiles = {} if limit is None else {"max_patches": limit}
         try:
             return self.processor(
                 text=texts,
-                images=images,
+                images=images if any(images) else None,
                 padding=True,
                 padding_side="left",
                 return_tensors="pt",
@@ -371,6 +422,44 @@ class HFAdapter(Adapter):
         """One forward of the model (prompt or decoding step); an output with ``logits`` and the
         cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
         return self.model(**inputs)
+
+    def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
+        """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
+        as the model's own generation feeds them: attention mask 1, every other per-token input
+        (token types) that of a text token, 0, and a cross-attention mask row that of the last
+        prompt token. The reference forward of verify.py; a family whose generated tokens have
+        other token types overrides it (PaliGemma)."""
+        import torch
+
+        length = inputs["input_ids"].shape[1]
+        full = dict(inputs)
+        for name, value in inputs.items():
+            if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
+                fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
+                full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
+            elif name == "cross_attention_mask":  # Mllama: [1, T, images, tiles]
+                # a new token sees the images the last prompt token sees (generate's rule)
+                rows = value[:, -1:].expand(-1, extra.shape[1], *value.shape[2:])
+                full[name] = torch.cat([value, rows], dim=1)
+        full["input_ids"] = torch.cat([inputs["input_ids"], extra.to(inputs["input_ids"])], dim=1)
+        return full
+
+    @property
+    def cross_attention_layers(self) -> tuple[int, ...]:
+        """Layers whose keys are not the prompt but a vision encoder's tokens (Mllama); the
+        other families read their images in the prompt and have none."""
+        return ()
+
+    def cross_attention_spans(self, batch: PreparedBatch) -> CrossAttentionSpans | None:
+        """Which keys of the cross-attention layers belong to each image, per row (None: the
+        model has no cross-attention layers). With them the probe reads those layers only."""
+        return None
+
+    def decode_inputs(self, prompt_inputs: Any, steps: int) -> dict[str, Any]:
+        """What a decoding step of ``steps`` new tokens after the prompt needs besides the ids,
+        the mask, the positions and the cache (Mllama: the cross-attention mask rows of the new
+        tokens); the default is nothing."""
+        return {}
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any:
         """Positions of ``length`` tokens appended after the prompt."""
@@ -414,49 +503,75 @@ class HFAdapter(Adapter):
         return next(self.model.parameters()).device
 
     def messages_for(
-        self, instance: Instance, prompt: PromptTemplate | None = None, *, sentinels: bool = False
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        sentinels: bool = False,
+        variant: str | None = None,
     ) -> list[dict]:
         """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
-        retrieval instance, its task's template otherwise (``sentinels``: see
+        retrieval instance, its task's template otherwise; ``variant`` (a prompt variant, e.g.
+        a generated baseline's ``cot``) poses either kind's configured template under it,
+        instead of ``prompt`` and the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
-        label_set = get_label_set(self.label_set)
-        if instance.task == "retrieval":
-            messages = (prompt or self.prompt).messages(instance.query, instance.n, label_set)
-        else:
-            if prompt is not None and prompt != self.prompt:
-                raise AdapterError(
-                    f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
-                    "posed with its task template (task_prompt)"
-                )
-            template = self.task_templates[instance.task]
-            messages = template.messages(instance, label_set, sentinels=sentinels)
+        chosen, default, templates = (
+            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
+            if variant is None
+            else variant_prompts(
+                variant, self.label_set, self.base_prompt, self.base_task_templates
+            )
+        )
+        messages = instance_messages(
+            instance,
+            get_label_set(self.label_set),
+            prompt=chosen,
+            default=default,
+            templates=templates,
+            sentinels=sentinels,
+        )
         return text_only_messages(messages) if self.text_only else messages
 
     def _apply_chat_template(self, messages: list[dict]) -> str:
+        override = self.chat_template_override
+        template = {} if override is None else {"chat_template": override}
         try:
             return self.processor.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+                messages, add_generation_prompt=True, tokenize=False, **template
             )
         except Exception as exc:  # jinja errors come in many types
             raise AdapterError(
                 f"the chat template of {self.model_id} cannot render the prompt: {exc}"
             ) from exc
 
-    def render(self, instance: Instance, prompt: PromptTemplate | None = None) -> str:
-        """The prompt text of one instance (chat template + generation prompt)."""
-        return self._apply_chat_template(self.messages_for(instance, prompt))
+    def render(
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
+    ) -> str:
+        """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
+        ``variant``: see :meth:`messages_for`)."""
+        return self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
 
     def render_with_spans(
-        self, instance: Instance, prompt: PromptTemplate | None = None
+        self,
+        instance: Instance,
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
     ) -> tuple[str, list[tuple[int, int] | None]]:
         """The prompt text and, per candidate, the characters ``[start, end)`` of its text in
         it (None for a candidate without text): the prompt is rendered once with a sentinel in
         place of each text, so the text's position is known exactly, and once as is; the two
         must agree (a chat template that rewrites message content is refused)."""
-        text = self.render(instance, prompt)
+        text = self.render(instance, prompt, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self._apply_chat_template(self.messages_for(instance, prompt, sentinels=True))
+        marked = self._apply_chat_template(
+            self.messages_for(instance, prompt, sentinels=True, variant=variant)
+        )
         try:
             rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
         except ConfigError as exc:
@@ -499,17 +614,10 @@ class HFAdapter(Adapter):
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         results: list[Observation | None] = [None] * len(instances)
-        by_n: dict[int, list[int]] = {}
-        for index, instance in enumerate(instances):
-            by_n.setdefault(instance.n, []).append(index)
-        for n in sorted(by_n):
-            check_candidate_count(n, get_label_set(self.label_set))
-            indices = by_n[n]
-            for start in range(0, len(indices), batch_size):
-                chunk = indices[start : start + batch_size]
-                observed = self._observe_batch([instances[i] for i in chunk])
-                for index, observation in zip(chunk, observed, strict=True):
-                    results[index] = observation
+        for chunk in batch_groups(instances, batch_size, self.label_set):
+            observed = self._observe_batch([instances[i] for i in chunk])
+            for index, observation in zip(chunk, observed, strict=True):
+                results[index] = observation
         return results  # type: ignore[return-value]
 
     def prepare_batch(
@@ -518,9 +626,11 @@ class HFAdapter(Adapter):
         prompt: PromptTemplate | None = None,
         *,
         original_images: bool = False,
+        variant: str | None = None,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the candidate spans of instances with one
-        N (``prompt``: another retrieval template than the adapter's, e.g. a prompt variant).
+        N (``prompt``: another retrieval template than the adapter's; ``variant``: a prompt
+        variant of the configured template of any task, see :meth:`messages_for`).
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
@@ -533,7 +643,9 @@ class HFAdapter(Adapter):
                 f"{excerpt(next(i for i in instances if i.all_images).id)} has images; use a "
                 "vision-language model for instances with images"
             )
-        rendered = [self.render_with_spans(instance, prompt) for instance in instances]
+        rendered = [
+            self.render_with_spans(instance, prompt, variant=variant) for instance in instances
+        ]
         texts = [text for text, _ in rendered]
         side = None if original_images or self.text_only else min_image_side(self.processor)
         images = [
@@ -589,6 +701,7 @@ class HFAdapter(Adapter):
         is tokenised once with offsets (it must give the row's own tokens), and a text's span is
         every token whose characters overlap the text's range (:func:`tokens_in_range`).
         """
+        rendered, char_spans = self.processor_layout(rendered, char_spans)
         expanded, moved = expand_replacements(rendered, char_spans, replacements or [])
         encoded = self.tokenizer(
             expanded,
@@ -608,6 +721,14 @@ class HFAdapter(Adapter):
             for span in moved
         ]
 
+    def processor_layout(
+        self, rendered: str, char_spans: Sequence[tuple[int, int] | None]
+    ) -> tuple[str, list[tuple[int, int] | None]]:
+        """The prompt as the processor lays it out before it expands the images, with the
+        texts' character ranges moved along (default: as rendered). A processor that writes
+        text of its own overrides it (PaliGemma: a BOS after the last image, a final newline)."""
+        return rendered, list(char_spans)
+
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]:
         """One probed prompt forward + label scoring: ([B, N] scores, [B, L, N] attention).
 
@@ -620,18 +741,16 @@ class HFAdapter(Adapter):
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
             output, masses = self._prompt_forward(batch, attention)
-            if _kv_cache(output) is None and not self._gives_cache:
-                # a language model that keeps no cache of its own fills one it is given
-                # (Granite 4 Vision's layer-by-layer forward); from now on it gets one
-                self._gives_cache = True
+            if self.kept_no_cache(output):
                 output, masses = self._prompt_forward(batch, attention)
-            cache = PromptCache(_kv_cache(output), length)
+            cache = PromptCache(kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
 
             def decode(prefix: Prefix) -> Any:
-                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length)
+                extra = self.decode_inputs(batch.inputs, len(prefix))
+                logits = self._decode_step(prefix, mask, batch.position_ids, cache, length, extra)
                 return processed(prefix, logits)
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
@@ -642,23 +761,39 @@ class HFAdapter(Adapter):
         ``attention``): the model's output and the [B, L, N] masses (or None)."""
         length = batch.inputs["input_ids"].shape[1]
         probe = (
-            recording(span_matrix(batch.spans, length)) if attention else contextlib.nullcontext()
+            recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
+            if attention
+            else contextlib.nullcontext()
         )
-        given = {}
-        if self._gives_cache:
-            from transformers import DynamicCache
-
-            given = {self.cache_argument: DynamicCache(config=self.model.config)}
-        with probe as recorder, sofa_scope(batch.spans, length):
+        in_prompt = not self.cross_attention_layers
+        with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
             output = self.model_forward(
                 **batch.inputs,
                 position_ids=batch.position_ids,
                 use_cache=True,
                 **self.last_logits_only,
-                **given,
+                **self.prompt_cache(),
             )
         masses = recorder.attention(self.attention_layers) if recorder is not None else None
         return output, masses
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """Forward keywords that hand a prompt's forward an empty KV cache: ``{}`` unless the
+        language model keeps no cache of its own (Granite 4 Vision's layer-by-layer forward
+        fills one it is given but makes none)."""
+        if not self._gives_cache:
+            return {}
+        from transformers import DynamicCache
+
+        return {self.cache_argument: DynamicCache(config=self.model.config)}
+
+    def kept_no_cache(self, output: Any) -> bool:
+        """Whether a prompt's forward came back without a KV cache although it was given none:
+        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
+        if kv_cache(output) is not None or self._gives_cache:
+            return False
+        self._gives_cache = True
+        return True
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
@@ -722,9 +857,16 @@ class HFAdapter(Adapter):
         return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
 
     def _decode_step(
-        self, prefix: Prefix, prompt_mask: Any, positions: Any, cache: PromptCache, length: int
+        self,
+        prefix: Prefix,
+        prompt_mask: Any,
+        positions: Any,
+        cache: PromptCache,
+        length: int,
+        extra: dict[str, Any],
     ) -> Any:
-        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache."""
+        """One cached decoding step: logits after ``prefix`` on top of the prompt's KV cache
+        (``extra``: :meth:`decode_inputs`)."""
         import torch
 
         batch = prompt_mask.shape[0]
@@ -737,6 +879,7 @@ class HFAdapter(Adapter):
             position_ids=self.decode_position_ids(positions, k),
             use_cache=True,
             **self.last_logits_only,
+            **extra,
             **{self.cache_argument: cache.cache},
         )
         cache.rewind(k)  # back to the prompt for the next prefix (adapters/cache.py)
@@ -770,11 +913,6 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             "transformers": transformers.__version__,
         }
-
-
-def _kv_cache(output: Any) -> Any:
-    """The KV cache a forward returned (``cache``, or ``past_key_values`` before 5.x), or None."""
-    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
 
 def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:

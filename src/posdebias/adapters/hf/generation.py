@@ -31,9 +31,8 @@ from typing import Any
 from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
-from posdebias.adapters.hf.model import ModelAdapter
+from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch, batch_groups, kv_cache
 from posdebias.core.instance import RetrievalInstance
-from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.errors import InputError
 
 
@@ -52,19 +51,12 @@ def generate_many(
     if len(seeds) != len(instances):
         raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
     results: list[Generation | None] = [None] * len(instances)
-    by_n: dict[int, list[int]] = {}
-    for index, instance in enumerate(instances):
-        by_n.setdefault(instance.n, []).append(index)
-    for n in sorted(by_n):
-        check_candidate_count(n, get_label_set(adapter.label_set))
-        indices = by_n[n]
-        for start in range(0, len(indices), batch_size):
-            chunk = indices[start : start + batch_size]
-            generated = _generate_batch(
-                adapter, [instances[i] for i in chunk], settings, [seeds[i] for i in chunk]
-            )
-            for index, generation in zip(chunk, generated, strict=True):
-                results[index] = generation
+    for chunk in batch_groups(instances, batch_size, adapter.label_set):
+        generated = _generate_batch(
+            adapter, [instances[i] for i in chunk], settings, [seeds[i] for i in chunk]
+        )
+        for index, generation in zip(chunk, generated, strict=True):
+            results[index] = generation
     return results  # type: ignore[return-value]
 
 
@@ -103,6 +95,23 @@ def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def _prompt_forward(
+    adapter: ModelAdapter, batch: PreparedBatch, settings: GenerationSettings
+) -> Any:
+    """The prompt's forward (under SoFA when asked) with the KV cache kept."""
+    length = batch.inputs["input_ids"].shape[1]
+    in_prompt = not adapter.cross_attention_layers
+    sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
+    with sofa, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
+        return adapter.model_forward(
+            **batch.inputs,
+            position_ids=batch.position_ids,
+            use_cache=True,
+            **adapter.last_logits_only,
+            **adapter.prompt_cache(),
+        )
+
+
 def _generate_batch(
     adapter: ModelAdapter,
     instances: list[RetrievalInstance],
@@ -112,15 +121,9 @@ def _generate_batch(
     import torch
 
     started = time.perf_counter()
-    template = (
-        adapter.prompt
-        if settings.prompt_variant is None
-        else adapter.base_prompt.variant(settings.prompt_variant)
-    )
-    batch = adapter.prepare_batch(instances, template)
+    batch = adapter.prepare_batch(instances, variant=settings.prompt_variant)
     samples = settings.num_samples
     rows = len(instances) * samples
-    length = batch.inputs["input_ids"].shape[1]
     stop_ids = _stop_ids(adapter) if settings.stop_at_eos else set()
     generators = [
         torch.Generator().manual_seed(sample_seed(seed, s))
@@ -133,26 +136,29 @@ def _generate_batch(
     passes = [1] * len(instances)
     prompt_tokens = batch.inputs["attention_mask"].sum(dim=1).tolist()
     with torch.inference_mode():
-        sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
-        with sofa, sofa_scope(batch.spans, length):
-            output = adapter.model_forward(
-                **batch.inputs,
-                position_ids=batch.position_ids,
-                use_cache=True,
-                **adapter.last_logits_only,
-            )
-        cache = getattr(output, "cache", None) or output.past_key_values
+        output = _prompt_forward(adapter, batch, settings)
+        if adapter.kept_no_cache(output):
+            output = _prompt_forward(adapter, batch, settings)
+        cache = kv_cache(output)
         logits = output.logits[:, -1, :]
         mask = batch.inputs["attention_mask"]
         positions = batch.position_ids
+        extra = adapter.decode_inputs(batch.inputs, 1)  # the same for every step
         shared = False
         if samples > 1:
-            shared = settings.share_prefix and share_prefix(cache, samples)
+            # a cross-attention layer's cache holds the encoder's keys, not the prompt's:
+            # only a self-attention model decodes over one shared copy of its prompt
+            shared = (
+                settings.share_prefix
+                and not adapter.cross_attention_layers
+                and share_prefix(cache, samples)
+            )
             if not shared:
                 cache.batch_repeat_interleave(samples)
             logits = logits.repeat_interleave(samples, dim=0)
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
+            extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
         processors = None
         if getattr(adapter, "logits_processors", "none") != "none":
             prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
@@ -188,6 +194,7 @@ def _generate_batch(
                     position_ids=adapter.decode_position_ids(positions, step)[..., -1:],
                     use_cache=True,
                     **adapter.last_logits_only,
+                    **extra,
                     **{adapter.cache_argument: cache},
                 )
             logits = output.logits[:, -1, :]

@@ -8,7 +8,7 @@ circle does not exist, and they read nothing private of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +16,7 @@ from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.labels import check_candidate_count, get_label_set
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +41,28 @@ class PreparedBatch:
     spans: list[list[ImageSpan]]
     plan: LabelPlan
     image_spans: list[list[ImageSpan]] = field(default_factory=list)
+
+
+def batch_groups(
+    instances: Sequence[RetrievalInstance], batch_size: int, label_set: str
+) -> Iterator[list[int]]:
+    """Index chunks (at most ``batch_size`` each) of the instances that can share one padded
+    batch: the same N (one label plan, checked against ``label_set``) and either every prompt
+    with images or none (a batch mixing the two fails in some image processors), ordered by
+    N, then image-free first, then input order."""
+    groups: dict[tuple[int, bool], list[int]] = {}
+    for index, instance in enumerate(instances):
+        groups.setdefault((instance.n, bool(instance.all_images)), []).append(index)
+    for n, with_images in sorted(groups):
+        check_candidate_count(n, get_label_set(label_set))
+        indices = groups[(n, with_images)]
+        for start in range(0, len(indices), batch_size):
+            yield indices[start : start + batch_size]
+
+
+def kv_cache(output: Any) -> Any:
+    """The KV cache a forward returned (``cache``, or ``past_key_values`` before 5.x), or None."""
+    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
 
 #: ``(prefix, logits) -> logits``: what label scoring applies to each step's logits.
@@ -82,14 +105,33 @@ class ModelAdapter(Protocol):
         """The forward keyword that takes the KV cache (``cache`` or ``past_key_values``)."""
 
     def prepare_batch(
-        self, instances: Sequence[RetrievalInstance], prompt: PromptTemplate | None = None
+        self,
+        instances: Sequence[RetrievalInstance],
+        prompt: PromptTemplate | None = None,
+        *,
+        variant: str | None = None,
     ) -> PreparedBatch: ...
 
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]: ...
 
     def model_forward(self, **inputs: Any) -> Any: ...
 
+    def prompt_cache(self) -> dict[str, Any]:
+        """Forward keywords that hand a prompt's forward an empty KV cache (``{}`` unless the
+        language model keeps no cache of its own)."""
+
+    def kept_no_cache(self, output: Any) -> bool:
+        """Whether a prompt's forward came back without a KV cache although it was given none:
+        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
+
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any: ...
+
+    def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]: ...
+
+    def decode_inputs(self, prompt_inputs: Any, steps: int) -> dict[str, Any]: ...
+
+    @property
+    def cross_attention_layers(self) -> tuple[int, ...]: ...
 
     def position_problem(self) -> str | None: ...
 

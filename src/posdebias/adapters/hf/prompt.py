@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet
-from posdebias.core.tasks import check_placeholders
-from posdebias.errors import ConfigError, validation_problems
+from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
+from posdebias.errors import AdapterError, ConfigError, validation_problems
+
+if TYPE_CHECKING:
+    from posdebias.core.instance import Instance
 
 PROMPT_FILE = "posdebias_prompt.json"
 
@@ -35,20 +39,13 @@ DEFAULT_INSTRUCTION = (
 )
 DEFAULT_QUERY = "Caption: {caption}\nAnswer:"
 
-#: Prompt variants (docs/method.md, "Baselines", gives the exact texts). ``plain`` is the
-#: template as configured; the others are derived from it by :meth:`PromptTemplate.variant`, so
-#: they work with any template and every method. ``instruction``, ``cot`` and
-#: ``self_consistency`` are the paper's prompts word for word (its Appendix E, Table 9);
-#: ``posdebias_instruction`` and ``posdebias_cot`` are posdebias's earlier wordings, kept so
-#: that older runs can be repeated.
-PROMPT_VARIANTS = (
-    "plain",
-    "instruction",
-    "cot",
-    "self_consistency",
-    "posdebias_instruction",
-    "posdebias_cot",
-)
+#: Prompt variants (:data:`posdebias.core.tasks.PROMPT_VARIANTS`; docs/method.md, "Baselines",
+#: gives the exact texts). ``plain`` is the template as configured; the others are derived from
+#: it by :meth:`PromptTemplate.variant`, so they work with any template and every method.
+#: ``instruction``, ``cot`` and ``self_consistency`` are the paper's prompts word for word (its
+#: Appendix E, Table 9); ``posdebias_instruction`` and ``posdebias_cot`` are posdebias's
+#: earlier wordings, kept so that older runs can be repeated. The candidate tasks' templates
+#: have the same variants in their own words (:func:`posdebias.core.tasks.task_variant`).
 ANSWER_ONLY = "Respond with the index number only and nothing else."
 #: The paper's debiasing instruction, placed before :data:`ANSWER_ONLY`.
 INSTRUCTION_HINT = (
@@ -62,12 +59,18 @@ COT_HINT = (
     "Then, after the closing </think> tag, output only the final answer index (a single "
     "integer from {range})."
 )
+#: The same requests for a label set other than digits (the paper asks for an integer).
+COT_LABEL_HINT = (
+    "Please think step by step. First, write your reasoning inside <think> and </think> tags. "
+    "Then, after the closing </think> tag, output only the final answer label (one of {range})."
+)
 COT_QUERY_END = "Answer: <think>"
 #: The paper's self-consistency request, on its own line after the task sentence.
 SC_HINT = (
     "Please think step by step to analyze the content of the images. After your reasoning, "
     'provide the final answer in the exact format: "The answer is <index>".'
 )
+SC_LABEL_HINT = SC_HINT.replace("<index>", "<label>")
 POSDEBIAS_INSTRUCTION_HINT = (
     "The order of the images is arbitrary: judge each image by its content only, never by its "
     "position in the list."
@@ -125,8 +128,12 @@ class PromptTemplate(BaseModel):
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
-    def variant(self, name: str) -> PromptTemplate:
+    def variant(self, name: str, label_set: str = "digits") -> PromptTemplate:
         """This template under a prompt variant (:data:`PROMPT_VARIANTS`).
+
+        ``label_set``: the labels the prompt asks for; with any other than digits, ``cot`` and
+        ``self_consistency`` ask for a label (:data:`COT_LABEL_HINT`, :data:`SC_LABEL_HINT`)
+        where the paper's words ask for an integer index.
 
         The task sentence is the instruction without :data:`ANSWER_ONLY`. ``instruction``
         puts :data:`INSTRUCTION_HINT` between the task sentence and :data:`ANSWER_ONLY`.
@@ -143,11 +150,14 @@ class PromptTemplate(BaseModel):
             hinted = _join(task, INSTRUCTION_HINT)
             instruction = _join(hinted, ANSWER_ONLY) if has_answer_only else hinted
             return self.model_copy(update={"instruction": instruction})
+        digits = label_set == "digits"
         if name == "self_consistency":
-            return self.model_copy(update={"instruction": _line(task, SC_HINT)})
+            hint = SC_HINT if digits else SC_LABEL_HINT
+            return self.model_copy(update={"instruction": _line(task, hint)})
         if name == "cot":
             query = _end_query(self.query, COT_QUERY_END)
-            return self.model_copy(update={"instruction": _line(task, COT_HINT), "query": query})
+            hint = COT_HINT if digits else COT_LABEL_HINT
+            return self.model_copy(update={"instruction": _line(task, hint), "query": query})
         if name == "posdebias_instruction":
             return self.model_copy(
                 update={"instruction": _join(self.instruction, POSDEBIAS_INSTRUCTION_HINT)}
@@ -241,3 +251,44 @@ def load_prompt_file(path: Path) -> PromptTemplate:
 def _errors(exc: ValidationError) -> str:
     allowed = ", ".join(PromptTemplate.model_fields)
     return "; ".join(validation_problems(exc, unknown="field")) + f" (fields: {allowed})"
+
+
+def variant_prompts(
+    variant: str, label_set: str, prompt: PromptTemplate, templates: dict[str, TaskTemplate]
+) -> tuple[PromptTemplate, PromptTemplate, Callable[[str], TaskTemplate]]:
+    """What a generated baseline poses under a prompt variant, as :func:`instance_messages`
+    takes it: the retrieval ``prompt`` under the variant (twice: it is the default of this
+    posing, so every task is posed) and each task's template (``templates``, as configured)
+    under it (:meth:`PromptTemplate.variant`, :func:`posdebias.core.tasks.task_variant`)."""
+
+    def template(task: str) -> TaskTemplate:
+        return task_variant(task, templates[task], variant)
+
+    varied = prompt.variant(variant, label_set)
+    return varied, varied, template
+
+
+def instance_messages(
+    instance: Instance,
+    label_set: LabelSet,
+    *,
+    prompt: PromptTemplate,
+    default: PromptTemplate,
+    templates: Callable[[str], TaskTemplate],
+    sentinels: bool = False,
+) -> list[dict]:
+    """The chat messages of ``instance`` (every adapter poses it the same way): the retrieval
+    ``prompt`` for a retrieval instance, its task's template (``templates(task)``) otherwise.
+
+    A prompt variant (``prompt`` other than the adapter's ``default``) rewrites the retrieval
+    prompt only; asked of another task it is refused rather than silently dropped, which would
+    report the plain prompt under the variant's name.
+    """
+    if instance.task == "retrieval":
+        return prompt.messages(instance.query, instance.n, label_set)
+    if prompt != default:
+        raise AdapterError(
+            f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
+            "posed with its task template (task_prompt)"
+        )
+    return templates(instance.task).messages(instance, label_set, sentinels=sentinels)

@@ -29,6 +29,8 @@ from posdebias.errors import AdapterError
 if TYPE_CHECKING:
     import torch
 
+    from posdebias.adapters.hf.scoring import LabelPlan
+
 
 FLOAT32_TOLERANCE = 1e-4
 HALF_TOLERANCE = 5e-2  # bfloat16 / float16: a cached step rounds differently from a full forward
@@ -52,7 +54,6 @@ def reference_scores(adapter: ModelAdapter, instance: RetrievalInstance) -> torc
     batch = adapter.prepare_batch([instance])
     inputs = dict(batch.inputs)
     prompt = inputs["input_ids"]
-    length = prompt.shape[1]
     step_logits: dict[tuple[int, ...], torch.Tensor] = {}
     # the same label scoring as the adapter's (raw, or after generation-config processors)
     processed = adapter.label_logits_processor(prompt, inputs["attention_mask"])
@@ -61,21 +62,28 @@ def reference_scores(adapter: ModelAdapter, instance: RetrievalInstance) -> torc
             full = dict(inputs)
             if prefix:
                 extra = torch.tensor([list(prefix)], dtype=prompt.dtype, device=prompt.device)
-                for name, value in inputs.items():
-                    if isinstance(value, torch.Tensor) and tuple(value.shape) == (1, length):
-                        fill = torch.ones_like if name == "attention_mask" else torch.zeros_like
-                        full[name] = torch.cat([value, fill(extra, dtype=value.dtype)], dim=1)
-                full["input_ids"] = torch.cat([prompt, extra], dim=1)
+                full = adapter.extended_inputs(full, extra)
             output = adapter.model_forward(**full, use_cache=False, **adapter.last_logits_only)
             step_logits[prefix] = processed(prefix, output.logits[:, -1])[0].double().cpu()
+    return restricted_scores(batch.plan, step_logits)
+
+
+def restricted_scores(
+    plan: LabelPlan, step_logits: dict[tuple[int, ...], torch.Tensor]
+) -> torch.Tensor:
+    """[N] float64 restricted label scores (docs/method.md, "Observations") from the logits
+    after each label prefix: per step a log-softmax over the valid tokens, summed along each
+    label's path, normalised over the N labels."""
+    import torch
+
     totals = []
-    for path in batch.plan.paths:
+    for path in plan.paths:
         total = torch.zeros((), dtype=torch.float64)
         for depth, token in enumerate(path):
-            valid = list(batch.plan.options[path[:depth]])
+            valid = list(plan.options[path[:depth]])
             if len(valid) > 1:
-                restricted = torch.log_softmax(step_logits[path[:depth]][valid], dim=-1)
-                total = total + restricted[valid.index(token)]
+                logits = step_logits[path[:depth]].double()
+                total = total + torch.log_softmax(logits[valid], dim=-1)[valid.index(token)]
         totals.append(total)
     scores = torch.stack(totals)
     return scores - torch.logsumexp(scores, dim=0)

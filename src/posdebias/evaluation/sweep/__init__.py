@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from posdebias._inputs import excerpt
 from posdebias.benchmarks.files import load_benchmark
+from posdebias.errors import ResumeError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.decoding import DecisionCache
 from posdebias.evaluation.job import build_adapter, build_calibrators, build_decoders
@@ -156,6 +158,29 @@ def run_sweep(
     return SweepResult(out, rows, figure, report, seconds)
 
 
+def _check_saved_point(
+    directory: SweepDirectory, point: Point, saved: dict[str, Any], rows: list[dict[str, Any]]
+) -> None:
+    """Refuse a finished point's file whose rows are not what its observations and the
+    benchmark's truth give: a study's figures come from the benchmark, never from an edited
+    copy of its results."""
+    fresh = json.loads(json.dumps(rows))
+    if saved["rows"] == fresh:
+        return
+    differences = [
+        f"{row.get('calibrator')} {key} {excerpt(row.get(key), 20)} there, "
+        f"{excerpt(new[key], 20)} now"
+        for row, new in zip(saved["rows"], fresh, strict=False)
+        for key in new
+        if row.get(key) != new[key]
+    ] or ["other rows"]
+    raise ResumeError(
+        f"{directory.point_path(point.index)} disagrees with what its observations and the "
+        f"benchmark give ({'; '.join(differences[:3])}): the file was edited. Delete it and "
+        "--resume computes the point again"
+    )
+
+
 def _run_points(
     study: str,
     points: list[Point],
@@ -179,11 +204,12 @@ def _run_points(
         done: list[dict[str, Any]] = []
         for point in points:
             saved = directory.read_point(point.index, point.label)
-            if saved is not None:
-                done.append(saved)
-                continue
             begun = time.perf_counter()
             rows, keys, made = run_point(point, study, adapter, cache, decisions)
+            if saved is not None:  # from the cached observations: no forward pass again
+                _check_saved_point(directory, point, saved, rows)
+                done.append(saved)
+                continue
             payload = {"label": point.label, "rows": rows, "keys": keys}
             directory.write_point(point.index, payload)
             done.append(payload)

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from posdebias._inputs import UsablePath
 from posdebias.benchmarks.files import load_benchmark
-from posdebias.errors import InputError
+from posdebias.errors import InputError, validation_problems
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -30,13 +31,15 @@ DEFAULT_VALUES: dict[str, list[float]] = {
 class SweepSpec(BaseModel):
     """The ``sweep`` section of a config file (everything else is an evaluation config)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     values: list[float] | None = Field(
-        default=None, description="N, |Dcal|, K or tau values (default per study)"
+        default=None, max_length=1_000, description="N, |Dcal|, K or tau values (default per study)"
     )
-    benchmarks: list[Path] | None = Field(
-        default=None, description="transfer: the benchmarks to pair (every ordered pair)"
+    benchmarks: list[UsablePath] | None = Field(
+        default=None,
+        max_length=32,
+        description="transfer: the benchmarks to pair (every ordered pair)",
     )
 
 
@@ -119,8 +122,22 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
                 ]
             }
         label = f"{study}={_number(value)}"
+        own = {"calibration_count": int(value)} if study == "calibration_size" else update
+        _checked(config.model_copy(update=own), f"the {study} study's value {label}")
         points.append(Point(index, _number(value), label, config.model_copy(update=update)))
     return points
+
+
+def _checked(config: EvaluateConfig, what: str) -> None:
+    """Validate ``config`` again, its calibrators' options included (``model_copy`` does not
+    validate): a value out of its range is refused before any point runs."""
+    registry = get_registry()
+    try:
+        EvaluateConfig.model_validate(config.model_dump())
+        for spec in config.calibrators:
+            registry.calibrator_class(spec.name).Options.model_validate(spec.options)
+    except ValidationError as exc:
+        raise InputError(f"{what}: " + "; ".join(validation_problems(exc))) from None
 
 
 def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
 from posdebias._io import JsonlAppender, truncate_torn_tail
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
@@ -34,10 +35,9 @@ TIMING_FILE = "timing.json"
 OBSERVATIONS_FILE = "observations.jsonl"
 #: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
 GENERATIONS_FILE = "generations.jsonl"
-OUTPUT_FILES = ("results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md")
 _OWN = re.compile(
     r"^(sweep\.json|observations\.jsonl|generations\.jsonl|points|timing\.json"
-    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)$"
+    r"|results\.csv|figure\.(png|pdf|svg)|report\.md)\Z"
 )
 
 
@@ -46,7 +46,10 @@ class _Saved(BaseModel):
 
 
 Percent = Annotated[float, Field(ge=0, le=100)]
-Count = Annotated[int, Field(ge=0)]
+#: A standard deviation of percentages (at most 100).
+Spread = Annotated[float, Field(ge=0, le=100)]
+Count = Annotated[int, Field(ge=0, le=10**12)]
+Seconds = Annotated[float, Field(ge=0, le=10**9)]
 
 
 class PointRow(_Saved):
@@ -57,23 +60,23 @@ class PointRow(_Saved):
     value: int | float | str
     calibration_benchmark: str
     benchmark: str
-    n: Annotated[int, Field(ge=2)]
-    orders: Annotated[int, Field(ge=1)]
-    instances: Annotated[int, Field(ge=1)]
+    n: Annotated[int, Field(ge=defaults.MIN_CANDIDATES, le=defaults.MAX_CANDIDATES)]
+    orders: Annotated[int, Field(ge=1, le=defaults.MAX_ORDERS)]
+    instances: Annotated[int, Field(ge=1, le=defaults.MAX_INSTANCES)]
     calibration_instances: Count
     calibrator: str
     accuracy: Percent
-    accuracy_std: Annotated[float, Field(ge=0)]
-    rstd: Annotated[float, Field(ge=0)]
+    accuracy_std: Spread
+    rstd: Spread
     consistency: Percent
     # 95% bootstrap intervals; absent in points an older version wrote
     accuracy_low: Percent | None = None
     accuracy_high: Percent | None = None
-    rstd_low: Annotated[float, Field(ge=0)] | None = None
-    rstd_high: Annotated[float, Field(ge=0)] | None = None
+    rstd_low: Spread | None = None
+    rstd_high: Spread | None = None
     consistency_low: Percent | None = None
     consistency_high: Percent | None = None
-    forward_passes_per_instance: Annotated[float, Field(ge=0)]
+    forward_passes_per_instance: Annotated[float, Field(ge=0, le=10**9)]
 
 
 class PointFile(_Saved):
@@ -85,7 +88,7 @@ class PointFile(_Saved):
 
 
 class PointTiming(_Saved):
-    seconds: Annotated[float, Field(ge=0)]
+    seconds: Seconds
     observations_made_in_this_process: Count
 
 
@@ -93,7 +96,7 @@ class TimingFile(_Saved):
     """``timing.json``."""
 
     points: dict[str, PointTiming] = Field(default_factory=dict)
-    total_seconds_last_invocation: Annotated[float, Field(ge=0)] | None = None
+    total_seconds_last_invocation: Seconds | None = None
 
 
 class SweepDirectory:
@@ -159,6 +162,9 @@ class SweepDirectory:
         return JsonlAppender(path)
 
     # -- points and timing ------------------------------------------------------------------
+
+    def point_path(self, index: int) -> Path:
+        return self.out / POINTS_DIR / f"{index:03d}.json"
 
     def read_point(self, index: int, label: str) -> dict[str, Any] | None:
         """A finished point's payload (validated), or None when it is not there or was made

@@ -33,7 +33,16 @@ _MODULES = (
     "molmo2",
     "kimi_k25",
     "aya_vision",
+    "idefics2",
+    "gemma4",
+    "mllama",
     "ovis2",
+    "cohere2_vision",
+    "paddleocr_vl",
+    "paligemma",
+    "phi4_multimodal",
+    "qwen2_5_omni",
+    "qwen3_omni_moe",
     "text",  # the text-only language models
 )
 

@@ -1,33 +1,23 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.aya_vision.AyaVisionAdapter`, built offline in code."""
+:class:`~posdebias.adapters.families.aya_vision.AyaVisionAdapter`, built offline in code (toy
+vocabulary only: Aya Vision's Cohere vocabulary is not available offline)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    cohere2_text_config,
+    command_template,
+    tiny_siglip,
+    toy_vocabulary_only,
+)
 
 MODEL_TYPES = ("aya_vision",)
 
 # Command A / Aya Vision's turn format; an image renders as the processor's placeholder.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
-    "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<image>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|END_OF_TURN_TOKEN|>{% endfor %}"
-    "{% if add_generation_prompt %}<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{% endif %}"
-)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: Aya Vision's Cohere vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Aya Vision (toy vocabulary only)")
-    return _tiny_model()
+_TEMPLATE = command_template("<image>")
 
 
 def _tiny_model() -> tuple[Any, Any]:
@@ -71,25 +61,16 @@ def _tiny_model() -> tuple[Any, Any]:
         downsample_factor=downsample,
         chat_template=_TEMPLATE,
     )
-    ids = tokenizer.convert_tokens_to_ids
-    text = {
-        "model_type": "cohere2",
-        **text_config(len(tokenizer), num_hidden_layers=4),
-        "sliding_window": 4096,
-        "bos_token_id": ids("<BOS_TOKEN>"),
-        "eos_token_id": ids("<|END_OF_TURN_TOKEN|>"),
-        "pad_token_id": ids("<PAD>"),
-    }
     config = AutoConfig.for_model(
         "aya_vision",
-        text_config=text,
-        vision_config={
-            "model_type": "siglip_vision_model",
-            **tiny_vision(image_size=size, patch_size=patch),
-            "vision_use_head": False,
-        },
+        text_config=cohere2_text_config(tokenizer, "<|END_OF_TURN_TOKEN|>"),
+        vision_config=tiny_siglip(size, patch),
         downsample_factor=downsample,
-        image_token_index=ids("<|IMG_PATCH|>"),
+        image_token_index=tokenizer.convert_tokens_to_ids("<|IMG_PATCH|>"),
         tie_word_embeddings=True,
     )
     return AutoModelForImageTextToText.from_config(config), processor
+
+
+#: A tiny random-weight model and processor of this family, for tests.
+tiny_model = toy_vocabulary_only("Aya Vision", _tiny_model)

@@ -9,7 +9,7 @@ point.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,34 @@ LLAVA_TEMPLATE = (
     "{% if message['role'] != 'user' %}</s>{% endif %} {% endfor %}"
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
 )
+
+
+def command_template(image: str, response_start: str = "") -> str:
+    """Cohere's Command turn format (Aya Vision, Command A Vision): ``image`` is what one image
+    renders to, ``response_start`` what opens the answer after the chatbot token."""
+    return (
+        "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
+        "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+        f"{{% for item in message['content'] %}}{{% if item['type'] == 'image' %}}{image}"
+        "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+        "<|END_OF_TURN_TOKEN|>{% endfor %}{% if add_generation_prompt %}"
+        f"<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{response_start}{{% endif %}}"
+    )
+
+
+def cohere2_text_config(tokenizer: Any, eos_token: str) -> dict[str, Any]:
+    """A tiny Cohere 2 language model (Aya Vision, Command A Vision): 3 sliding-window layers
+    with RoPE, then 1 global layer without positions; ``<BOS_TOKEN>`` and ``<PAD>`` tokens."""
+    ids = tokenizer.convert_tokens_to_ids
+    return {
+        "model_type": "cohere2",
+        **text_config(len(tokenizer), num_hidden_layers=4),
+        "sliding_window": 4096,
+        "bos_token_id": ids("<BOS_TOKEN>"),
+        "eos_token_id": ids(eos_token),
+        "pad_token_id": ids("<PAD>"),
+    }
 
 
 def build_tokenizer(
@@ -95,6 +123,21 @@ def build_tokenizer(
     )
 
 
+def toy_vocabulary_only(
+    family: str, build: Callable[[], tuple[Any, Any]]
+) -> Callable[..., tuple[Any, Any]]:
+    """The ``tiny_model`` builder of a family whose tiny model has the toy vocabulary only (its
+    real vocabulary is not available offline): ``build()``, and a clear error when a real
+    vocabulary is asked for."""
+
+    def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+        if real_vocabulary:
+            raise InputError(f"no real-vocabulary tiny model for {family} (toy vocabulary only)")
+        return build()
+
+    return tiny_model
+
+
 def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
     return {
         "vocab_size": vocab_size,
@@ -106,6 +149,15 @@ def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
         "max_position_embeddings": 4096,
         "initializer_range": 0.2,  # larger than real init: peaked attention, varied scores
         **extra,
+    }
+
+
+def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:
+    """A tiny SigLIP vision tower without its pooling head (the features of every patch)."""
+    return {
+        "model_type": "siglip_vision_model",
+        **tiny_vision(image_size=image_size, patch_size=patch_size),
+        "vision_use_head": False,
     }
 
 

@@ -22,7 +22,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
 
 
 # SmolVLM's chat template: "User:<image>...<end_of_utterance>\nAssistant:".
-_TEMPLATE = (
+CHAT_TEMPLATE = (
     "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
     "{% if message['content'][0]['type'] == 'image' %}{{ ':' }}{% else %}{{ ': ' }}{% endif %}"
     "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}"
@@ -47,7 +47,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             "\n",  # the tiny tokenizer drops whitespace; real ones keep the row separators
             *tiles,
         ],
-        chat_template=_TEMPLATE,
+        chat_template=CHAT_TEMPLATE,
         eos_token="<end_of_utterance>",
         pad_token="<|im_end|>",
         named_tokens={
@@ -83,7 +83,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             image_processor=Idefics3ImageProcessor(**image_kwargs),
             tokenizer=tokenizer,
             image_seq_len=seq_len,
-            chat_template=_TEMPLATE,
+            chat_template=CHAT_TEMPLATE,
         )
     else:
         from transformers.models.smolvlm import (
@@ -97,7 +97,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             tokenizer=tokenizer,
             video_processor=SmolVLMVideoProcessor(),
             image_seq_len=seq_len,
-            chat_template=_TEMPLATE,
+            chat_template=CHAT_TEMPLATE,
         )
     config = AutoConfig.for_model(
         family,

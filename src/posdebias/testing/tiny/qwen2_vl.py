@@ -33,6 +33,22 @@ CHAT_TEMPLATE = (
 )
 
 
+#: The tiny Qwen2.5-VL vision tower (14 px patches merged 2 x 2, windowed attention, one full
+#: block); the Qwen2.5-Omni thinker has the same tower.
+QWEN2_5_VISION: dict[str, Any] = {
+    "depth": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 64,
+    "window_size": 56,
+    "fullatt_block_indexes": [1],
+}
+
+
 def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
     """The tokenizer of the Qwen-VL layout (ChatML, ``<|vision_start|>`` + ``<|image_pad|>`` +
     ``<|vision_end|>``): the toy one with a ChatML template, or with ``vocabulary`` the real one
@@ -82,18 +98,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         chat_template=tokenizer.chat_template,
     )
     ids = tokenizer.convert_tokens_to_ids
-    vision = {
-        "depth": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-        "window_size": 56,
-        "fullatt_block_indexes": [1],
-    }
+    vision: dict[str, Any] = QWEN2_5_VISION
     if family == "qwen2_vl":
         vision = {
             "depth": 2,

@@ -30,6 +30,22 @@ CHAT_TEMPLATE = (
 )
 
 
+#: The tiny Qwen3-VL vision tower (16 px patches merged 2 x 2, DeepStack features from two of
+#: its three blocks); the Qwen3-Omni-MoE thinker has the same tower.
+QWEN3_VISION: dict[str, Any] = {
+    "depth": 3,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_heads": 2,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 64,
+    "num_position_embeddings": 64,
+    "deepstack_visual_indexes": [0, 1],
+}
+
+
 def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
@@ -65,22 +81,10 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     )
     if family == "qwen3_vl_moe":
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
-    vision = {
-        "depth": 3,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-        "num_position_embeddings": 64,
-        "deepstack_visual_indexes": [0, 1],
-    }
     config = AutoConfig.for_model(
         family,
         text_config=text,
-        vision_config=vision,
+        vision_config=QWEN3_VISION,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),

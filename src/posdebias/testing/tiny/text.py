@@ -15,11 +15,13 @@ from typing import Any
 from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
-#: Qwen3 (ChatML; the generation prompt of ``enable_thinking=False``: an empty think block).
+#: Qwen3 (ChatML; the generation prompt of ``enable_thinking=False``: an empty think block,
+#: which the checkpoints' template also writes before the content of a final assistant turn).
 QWEN3_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\n"
-    "</think>\n\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['role'] == 'assistant' and loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n{% endif %}"
 )
 #: Llama 3 Instruct (content trimmed, as the checkpoints' template does).
 LLAMA3_TEMPLATE = (
@@ -116,8 +118,11 @@ MODEL_TYPES = tuple(TEXT_FAMILIES)
 REAL_VOCABULARY = {"qwen3": "qwen3", "qwen3_moe": "qwen3"}
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight causal LM of ``model_type`` and its tokenizer (the processor)."""
+def tiny_model(
+    model_type: str, *, real_vocabulary: bool = False, head_dim: int = 16
+) -> tuple[Any, Any]:
+    """A tiny random-weight causal LM of ``model_type`` and its tokenizer (the processor);
+    ``head_dim`` 32 or more for engines whose CPU attention needs it (vLLM)."""
     import transformers
 
     family = TEXT_FAMILIES[model_type]
@@ -138,7 +143,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
     ids = tokenizer.convert_tokens_to_ids
     settings = text_config(
         len(tokenizer),
-        head_dim=16,
+        head_dim=head_dim,
         bos_token_id=None if family.bos is None or vocabulary else ids(family.bos),
         eos_token_id=ids(family.eos),
         pad_token_id=ids(family.pad),

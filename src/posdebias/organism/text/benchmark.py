@@ -1,0 +1,51 @@
+"""The text organism's bundled benchmark: questions it was not trained on, built on demand.
+
+``posdebias evaluate --task multiple_choice`` with no model needs a benchmark folder. Instead of
+shipping one, its questions are drawn from fixed seeds (:func:`draw_questions`, seeds other than
+the training's) into a questions file in the ``mcq`` layout, and the benchmark is built from it
+by the same code as ``posdebias build --source mcq``, into a cache folder, once; later runs
+reuse it. The test questions share the training questions' distribution (categories and words),
+as any test set does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from posdebias._io import atomic_write_text, cache_root
+from posdebias.benchmarks.tasks import build_task_benchmark
+from posdebias.organism.benchmark import cached_benchmark
+from posdebias.organism.text.world import draw_questions
+
+#: Questions in the bundled benchmark (calibration is held out of them by seed).
+BENCHMARK_COUNT = 500
+#: Seed of the question draws (the training draws from the training seed, 0 by default).
+BENCHMARK_SEED = 20260
+#: Bump when anything above or the world changes, so stale caches are never reused.
+VERSION = 1
+
+
+def bundled_text_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of the bundled text multiple-choice benchmark with ``n`` options a question.
+
+    Built on first use (a fraction of a second) under ``cache_dir`` (default
+    :func:`cache_root`), then reused; a folder that does not load is rebuilt. Returns a folder
+    that :func:`posdebias.benchmarks.files.load_benchmark` reads.
+    """
+    base = Path(cache_dir) if cache_dir is not None else cache_root()
+    folder = base / "benchmarks" / f"text-organism-v{VERSION}"
+
+    def build(out: Path) -> None:
+        questions = draw_questions(np.random.default_rng([BENCHMARK_SEED, n]), BENCHMARK_COUNT, n)
+        data = folder / f"questions-n{n}.jsonl"
+        lines = (
+            json.dumps(q.record(f"text-{n}-{k}"), sort_keys=True) for k, q in enumerate(questions)
+        )
+        atomic_write_text(data, "".join(line + "\n" for line in lines))
+        build_task_benchmark("multiple_choice", "mcq", data, out, n=n)
+
+    return cached_benchmark(folder / f"n{n}", build)

@@ -1,0 +1,77 @@
+"""Tiny random-weight test models of the family of
+:class:`~posdebias.adapters.families.cohere2_vision.Cohere2VisionAdapter`, built offline in code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posdebias.errors import InputError
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    cohere2_text_config,
+    command_template,
+    tiny_siglip,
+)
+
+MODEL_TYPES = ("cohere2_vision",)
+
+# Command A Vision's turn format; an image renders as the patch token the processor expands,
+# and the generation prompt opens the response.
+_TEMPLATE = command_template("<|IMG_PATCH|>", "<|START_RESPONSE|>")
+
+
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """A tiny random-weight Cohere2 Vision and its processor (toy vocabulary only: the Cohere
+    vocabulary is not available offline)."""
+    if real_vocabulary:
+        raise InputError("no real-vocabulary tiny model for Cohere2 Vision (toy vocabulary only)")
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.cohere2_vision import (
+        Cohere2VisionImageProcessor,
+        Cohere2VisionProcessor,
+    )
+
+    markers = {
+        "image_token": "<|IMG_PATCH|>",
+        "boi_token": "<|START_OF_IMG|>",
+        "eoi_token": "<|END_OF_IMG|>",
+        "img_line_break_token": "<|IMG_LINE_BREAK|>",
+    }
+    tokenizer = build_tokenizer(
+        [
+            "<BOS_TOKEN>",
+            "<|END_OF_TURN_TOKEN|>",
+            "<PAD>",
+            "<|START_OF_TURN_TOKEN|>",
+            "<|USER_TOKEN|>",
+            "<|CHATBOT_TOKEN|>",
+            "<|START_RESPONSE|>",
+            "<|END_RESPONSE|>",
+            *markers.values(),
+        ],
+        chat_template=_TEMPLATE,
+        eos_token="<|END_RESPONSE|>",
+        pad_token="<PAD>",
+        bos_token="<BOS_TOKEN>",
+        named_tokens=markers,
+    )
+    # The checkpoints: 512 px tiles, 16 px patches, pixel shuffle 2 -> 16 x 16 tokens per tile
+    # (the image processor's patch_size is that side, 16), up to 12 tiles + a thumbnail. Here
+    # 56 px tiles of 14 px patches -> 2 x 2 tokens per tile, up to 3 tiles + the thumbnail.
+    size, patch, downsample = 56, 14, 2
+    image_processor = Cohere2VisionImageProcessor(
+        size={"height": size, "width": size}, max_patches=3, patch_size=size // patch // downsample
+    )
+    processor = Cohere2VisionProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=_TEMPLATE
+    )
+    config = AutoConfig.for_model(
+        model_type,
+        text_config=cohere2_text_config(tokenizer, "<|END_RESPONSE|>"),
+        vision_config=tiny_siglip(size, patch),
+        downsample_factor=downsample,
+        alignment_intermediate_size=128,
+        image_token_id=tokenizer.convert_tokens_to_ids("<|IMG_PATCH|>"),
+        tie_word_embeddings=True,
+    )
+    return AutoModelForImageTextToText.from_config(config), processor
