@@ -19,8 +19,11 @@ Usage (slow on a shared CPU: about a minute per family; built models are cached)
     nice -n 10 python tools/family_sweep.py                      # every family
     nice -n 10 python tools/family_sweep.py --families molmo2,aria --rebuild
     python tools/family_sweep.py --report                        # the last results, as Markdown
+    python tools/family_sweep.py --record    # into src/posdebias/data/family_sweep.json, then
+    posdebias plugins --families --markdown  # the coverage table of the Adapters page
 
-Models, logs and ``results.json`` go under ``--cache`` (default /tmp/posdebias-family-sweep).
+Models, logs and one result per family (``results/``) go under ``--cache`` (default
+/tmp/posdebias-family-sweep).
 The recipes are best-effort miniatures: a family whose real chat template writes more around
 each image than the recipe does is checked on the simpler layout.
 """
@@ -296,7 +299,8 @@ RECIPES: dict[str, Recipe] = {
     ),
     "diffusion_gemma": Recipe(processor_family="gemma4", named_tokens=_GEMMA4_TOKENS),
     "gemma4": Recipe(named_tokens=_GEMMA4_TOKENS),
-    "gemma4_unified": Recipe(named_tokens=_GEMMA4_TOKENS),
+    # its vision tower is optional in the config: the default config has none
+    "gemma4_unified": Recipe(named_tokens=_GEMMA4_TOKENS, config={"vision_config": {}}),
     "deepseek_ocr2": Recipe(set={"text_config.mlp_layer_types": ["dense", "sparse"]}),
     "fuyu": Recipe(tokens=("|SPEAKER|", "|NEWLINE|")),
     # a 128 px base view in 32 px patches (4 x 4), halved by the window Q-Former; one grid
@@ -365,6 +369,8 @@ RECIPES: dict[str, Recipe] = {
         "processor to it: a text model listed among the image-text families"
     ),
     "vipllava": Recipe(processor_kwargs={"vision_feature_select_strategy": "default"}),
+    # the ViT merger sits after the vision layer insert_layer_id: one the tiny tower has
+    "minicpmv4_6": Recipe(set={"insert_layer_id": 0, "vision_config.insert_layer_id": 0}),
     "minimax_m3_vl": Recipe(set={"merged_hidden_size": 4 * WIDTH}),  # 2 x 2 merged patches
     "deepseek_vl": Recipe(processor_kwargs={"num_image_tokens": 16}),  # 64 px, 16 px patches
     "deepseek_vl_hybrid": Recipe(
@@ -534,13 +540,15 @@ def _shrink_rope(sub: Any) -> None:
 def _shrink_layers(sub: Any) -> None:
     values = vars(sub)
     depth = next((values[n] for n in _LAYERS if isinstance(values.get(n), int)), None)
-    per_layer = [  # layer_types, mlp_layer_types, ...: one entry per layer
+    per_layer = [  # layer_types, mlp_layer_types, a stage list (depths, ...): one per layer
         name
         for name, value in values.items()
-        if name.endswith("layer_types") and isinstance(value, list) and len(value) == depth
+        if isinstance(value, list | tuple) and len(value) == depth and depth > 1
     ]
     count = LAYERS
     for name in per_layer:  # the shortest prefix that holds every kind of each list
+        if not name.endswith("layer_types"):
+            continue
         kinds = values[name]
         count = max(count, *(kinds.index(kind) + 1 for kind in set(kinds)))
     for name in per_layer:
@@ -1025,6 +1033,31 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+RECORD = Path(__file__).parents[1] / "src" / "posdebias" / "data" / "family_sweep.json"
+
+
+def record(results: list[dict[str, Any]], cache: Path) -> None:
+    """Write the verdicts of the families the generic adapter takes where the coverage table
+    reads them (for the installed transformers)."""
+    import transformers
+
+    from posdebias.registry import get_registry
+
+    registry = get_registry()
+    families: dict[str, dict[str, str]] = {}
+    for row in results:
+        adapter = registry.adapter_for_model_type(row["model_type"])
+        if (adapter is not None and adapter.name != "generic") or config_refusal(row["model_type"]):
+            continue  # built in, or refused from the config: the table says so without a sweep
+        detail = str(row.get("detail", ""))
+        detail = detail.replace(str(cache / "models" / row["model_type"]), "the model folder")
+        detail = detail.split(". Known adapter families")[0]  # the loader's advice
+        families[row["model_type"]] = {"verdict": row["verdict"], "detail": detail}
+    text = json.dumps({"transformers": transformers.__version__, "families": families}, indent=1)
+    RECORD.write_text(text + "\n", encoding="utf-8")
+    print(f"recorded {len(families)} families in {RECORD}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", help="comma-separated model types (default: all)")
@@ -1032,6 +1065,9 @@ def main() -> int:
     parser.add_argument("--rebuild", action="store_true", help="rebuild cached models")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per step")
     parser.add_argument("--report", action="store_true", help="print the last results")
+    parser.add_argument(
+        "--record", action="store_true", help="write the last results for the coverage table"
+    )
     parser.add_argument("--build-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     import transformers
@@ -1043,6 +1079,9 @@ def main() -> int:
     store = args.cache / "results"
     if args.report:
         print(markdown(load_results(store)), end="")
+        return 0
+    if args.record:
+        record(load_results(store), args.cache)
         return 0
     chosen = args.families.split(",") if args.families else families()
     unknown = sorted(set(chosen) - set(families()))

@@ -22,6 +22,7 @@ from posdebias.testing.coverage import (
     coverage_markdown,
     family_coverage,
     image_text_model_types,
+    recorded_sweep,
 )
 
 DOC = Path(__file__).parents[2] / "docs" / "adapters.md"
@@ -67,6 +68,30 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
         ("t5gemma2", "encoder-decoder"),
     ):
         assert verdicts[family].verdict == REFUSED and reason in verdicts[family].detail
+
+
+def test_the_recorded_sweep_speaks_for_every_generic_family(coverage):
+    """Each family the config does not refuse was built as a tiny model of its own classes and
+    run through `posdebias check`: the row says it passed every row, was refused at load (before
+    any forward), or why no tiny model could be built; none failed a row after a forward."""
+    swept = recorded_sweep()
+    assert swept, "the family sweep was recorded on another transformers: rerun it (README)"
+    assert set(swept) <= set(image_text_model_types())
+    assert {entry["verdict"] for entry in swept.values()} <= {"PASS", "refused", "could not build"}
+    verdicts = {row.model_type: row for row in coverage}
+    for row in coverage:
+        if row.verdict == GENERIC:
+            assert row.detail.startswith(("checked", "not checked")), row
+    # a language model that keeps no cache of its own (the adapter hands it one)
+    assert verdicts["granite4_vision"].detail.startswith("checked")
+
+
+def test_a_sweep_recorded_on_another_transformers_is_not_used(monkeypatch):
+    monkeypatch.setattr("transformers.__version__", "0.0.1")  # the module as imported now
+    assert recorded_sweep() == {}
+    rows = {row.model_type: row for row in family_coverage()}
+    assert rows["granite4_vision"].verdict == GENERIC
+    assert rows["granite4_vision"].detail.startswith("processor dry run")
 
 
 def test_structural_problems_come_from_the_checkpoints_own_config():
