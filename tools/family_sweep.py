@@ -281,22 +281,6 @@ RECIPES: dict[str, Recipe] = {
         processor_kwargs={"image_seq_length": 4},
         finish=_normal("model.multi_modal_projector.mm_input_projection_weight"),
     ),
-    "shieldgemma2": Recipe(
-        single_image=True,
-        image_block="<start_of_image>",
-        named_tokens={
-            "boi_token": "<start_of_image>",
-            "eoi_token": "<end_of_image>",
-            "image_token": "<image_soft_token>",
-        },
-        token_ids={
-            "image_token_index": "<image_soft_token>",
-            "image_token_id": "<image_soft_token>",
-        },
-        set={"mm_tokens_per_image": 4},
-        processor_kwargs={"image_seq_length": 4},
-        finish=_normal("model.multi_modal_projector.mm_input_projection_weight"),
-    ),
     "diffusion_gemma": Recipe(processor_family="gemma4", named_tokens=_GEMMA4_TOKENS),
     "gemma4": Recipe(named_tokens=_GEMMA4_TOKENS),
     # its vision tower is optional in the config: the default config has none
@@ -431,6 +415,7 @@ RECIPES: dict[str, Recipe] = {
         "robot states, and the model predicts actions, not text labels"
     ),
 }
+RECIPES["shieldgemma2"] = dataclasses.replace(RECIPES["gemma3"], single_image=True)
 
 
 # -- the generic shrink --------------------------------------------------------------------------

@@ -150,17 +150,10 @@ def tiny_granite4_vision() -> tuple:
     from transformers.models.granite4_vision import Granite4VisionProcessor
     from transformers.models.llava_next import LlavaNextImageProcessor
 
-    from posdebias.testing import build_tokenizer
     from posdebias.testing.tiny.common import LLAVA_TEMPLATE, text_config
+    from posdebias.testing.tiny.llava import llava_tokenizer
 
-    tokenizer = build_tokenizer(
-        ["<s>", "</s>", "<pad>", "<image>"],
-        chat_template=LLAVA_TEMPLATE,
-        eos_token="</s>",
-        pad_token="<pad>",
-        bos_token="<s>",
-        named_tokens={"image_token": "<image>"},
-    )
+    tokenizer = llava_tokenizer()
     image_processor = LlavaNextImageProcessor(
         size={"shortest_edge": 128},
         crop_size={"height": 128, "width": 128},
