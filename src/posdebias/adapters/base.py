@@ -197,6 +197,13 @@ class Adapter(ABC):
         writes anything. Adapters without a model to compare against need nothing here."""
         return None
 
+    def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+        """Raise :class:`~posdebias.errors.InputError` if an instance holds text this adapter's
+        model would not read as text (its special tokens); the runner calls it on every
+        instance of a run before the run writes anything. Adapters that pose no text to a
+        tokenizer they know need nothing here (posing an instance checks it again)."""
+        return None
+
     def observe(self, instance: RetrievalInstance) -> Observation:
         """The observation of a single instance (one forward pass)."""
         return self.observe_many([instance])[0]

@@ -506,6 +506,7 @@ def prepare(
     if not source.test:
         raise InputError("no test instances to evaluate")
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
+    adapter.check_instances([*source.calibration, *source.test])  # data it would misread
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
     if config.order_kind == "cyclic" and config.orders > n:

@@ -42,7 +42,10 @@ from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_gr
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_control_tokens,
+    check_template_control_tokens,
     coerce_prompt,
+    control_tokens,
     instance_messages,
     variant_prompts,
 )
@@ -278,6 +281,14 @@ class HFAdapter(Adapter):
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
         self.end_token_id = self._end_token_id(end_token)
+        #: the special tokens no question, caption, option or template may hold
+        self.control_tokens = control_tokens(self.tokenizer, processor)
+        check_template_control_tokens(
+            self.base_prompt,
+            self.base_task_templates,
+            self.control_tokens,
+            self.model_id or self.name,
+        )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
         install_probe(model, self.text_config_key)
@@ -502,6 +513,10 @@ class HFAdapter(Adapter):
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
+    def check_instances(self, instances: Sequence[Instance]) -> None:
+        for instance in instances:
+            check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
+
     def messages_for(
         self,
         instance: Instance,
@@ -515,6 +530,7 @@ class HFAdapter(Adapter):
         a generated baseline's ``cot``) poses either kind's configured template under it,
         instead of ``prompt`` and the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
+        check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
         chosen, default, templates = (
             (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
             if variant is None
