@@ -38,7 +38,7 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
@@ -300,6 +300,8 @@ class HFAdapter(Adapter):
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
         self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
+        #: whether the prompt forward is handed an empty cache (a model that makes none itself)
+        self._gives_cache = False
 
     # -- construction --------------------------------------------------------------------------
 
@@ -754,21 +756,10 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            probe = (
-                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
-                if attention
-                else contextlib.nullcontext()
-            )
-            in_prompt = not self.cross_attention_layers
-            with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-                output = self.model_forward(
-                    **batch.inputs,
-                    position_ids=batch.position_ids,
-                    use_cache=True,
-                    **self.last_logits_only,
-                )
-            masses = recorder.attention(self.attention_layers) if recorder is not None else None
-            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
+            output, masses = self._prompt_forward(batch, attention)
+            if self.kept_no_cache(output):
+                output, masses = self._prompt_forward(batch, attention)
+            cache = PromptCache(kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
@@ -780,6 +771,45 @@ class HFAdapter(Adapter):
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
+
+    def _prompt_forward(self, batch: PreparedBatch, attention: bool) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept (and the probe recording, with
+        ``attention``): the model's output and the [B, L, N] masses (or None)."""
+        length = batch.inputs["input_ids"].shape[1]
+        probe = (
+            recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
+            if attention
+            else contextlib.nullcontext()
+        )
+        in_prompt = not self.cross_attention_layers
+        with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
+            output = self.model_forward(
+                **batch.inputs,
+                position_ids=batch.position_ids,
+                use_cache=True,
+                **self.last_logits_only,
+                **self.prompt_cache(),
+            )
+        masses = recorder.attention(self.attention_layers) if recorder is not None else None
+        return output, masses
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """Forward keywords that hand a prompt's forward an empty KV cache: ``{}`` unless the
+        language model keeps no cache of its own (Granite 4 Vision's layer-by-layer forward
+        fills one it is given but makes none)."""
+        if not self._gives_cache:
+            return {}
+        from transformers import DynamicCache
+
+        return {self.cache_argument: DynamicCache(config=self.model.config)}
+
+    def kept_no_cache(self, output: Any) -> bool:
+        """Whether a prompt's forward came back without a KV cache although it was given none:
+        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
+        if kv_cache(output) is not None or self._gives_cache:
+            return False
+        self._gives_cache = True
+        return True
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
