@@ -181,6 +181,7 @@ def _refuse_remote_code(source: str) -> None:
 
 
 def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> Any:
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     if not trust_remote_code:
@@ -189,6 +190,11 @@ def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> 
         return AutoConfig.from_pretrained(
             source, revision=revision, trust_remote_code=trust_remote_code
         )
+    except StrictDataclassError as exc:  # a config that breaks its own family's rules
+        raise InputError(
+            f"cannot load the config of {source!r}: it does not validate ({exc}); fix "
+            "config.json or use the checkpoint's original one"
+        ) from None
     except OSError as exc:
         raise InputError(
             f"cannot load the config of {source!r}: {exc}. If this machine is offline, pass a "

@@ -141,3 +141,48 @@ def shared_and_repeated_samples(adapter: HFAdapter, instances: list) -> tuple[li
         seeds=seeds,
     )
     return [g.tokens for g in shared], [g.tokens for g in plain]
+
+
+def tiny_granite4_vision() -> tuple:
+    """A tiny Granite 4 Vision from its real classes: 128 px images in 32 px patches, a window
+    Q-Former halving each side, DeepStack features injected at the first language layer."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.granite4_vision import Granite4VisionProcessor
+    from transformers.models.llava_next import LlavaNextImageProcessor
+
+    from posdebias.testing.tiny.common import LLAVA_TEMPLATE, text_config
+    from posdebias.testing.tiny.llava import llava_tokenizer
+
+    tokenizer = llava_tokenizer()
+    image_processor = LlavaNextImageProcessor(
+        size={"shortest_edge": 128},
+        crop_size={"height": 128, "width": 128},
+        image_grid_pinpoints=[[128, 128]],
+    )
+    processor = Granite4VisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=32,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        downsample_rate="1/2",
+        chat_template=LLAVA_TEMPLATE,
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    text = text_config(len(tokenizer), num_key_value_heads=4, eos_token_id=ids("</s>"))
+    config = AutoConfig.for_model(
+        "granite4_vision",
+        text_config={"model_type": "granite4_vision_text", **text, "pad_token_id": ids("<pad>")},
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 64,
+                       "intermediate_size": 128, "num_hidden_layers": 2,
+                       "num_attention_heads": 4, "image_size": 128, "patch_size": 32},
+        qformer_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "encoder_hidden_size": 64},
+        image_token_index=ids("<image>"),
+        image_grid_pinpoints=[[128, 128]],
+        downsample_rate="1/2",
+        deepstack_layer_map=[[1, 0]],
+        spatial_target_layers=[0, 1, 0, 1],
+        projector_dropout=0.0,
+    )  # fmt: skip
+    return AutoModelForImageTextToText.from_config(config).eval(), processor

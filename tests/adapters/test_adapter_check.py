@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from adapter_reference import tiny_pair
+from adapter_reference import tiny_granite4_vision, tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_registry, hookimpl
@@ -345,3 +345,19 @@ def test_a_prompt_file_that_is_not_a_regular_file_is_refused_not_skipped(tmp_pat
     assert main(["check", "--model", str(model), "-N", "3"]) == 2
     err = capsys.readouterr().err
     assert "prompt file" in err and "internal error" not in err, err
+
+
+def test_a_language_model_that_keeps_no_cache_of_its_own_is_given_one():
+    """Granite 4 Vision's layer-by-layer forward fills a cache it is given but makes none: the
+    adapter hands it one (once it has seen that), and every check row passes."""
+    model, processor = tiny_granite4_vision()
+    adapter = get_adapter(model, processor)
+    assert adapter.name == "generic"
+    batch = adapter.prepare_batch(check_instances(2, multi_token_n=None)[:1])
+    with torch.inference_mode():
+        output = model(**batch.inputs, use_cache=True)
+    assert output.cache is None  # the premise: no cache of its own
+    report = check_adapter(adapter)
+    assert report.passed, report.summary()
+    assert all(r.status == "PASS" for r in report.results), report.summary()
+    assert "multi-token labels included" in report["scores = own forward"].figure

@@ -6,7 +6,12 @@ import math
 
 import pytest
 import torch
-from adapter_reference import fresh_model, shared_and_repeated_samples, tiny_pair
+from adapter_reference import (
+    fresh_model,
+    shared_and_repeated_samples,
+    tiny_granite4_vision,
+    tiny_pair,
+)
 
 from posdebias import get_adapter
 from posdebias.adapters import GenerationSettings
@@ -48,6 +53,23 @@ def test_greedy_tokens_equal_transformers_generate(family, make_instances):
         assert batched[index].tokens == [expected]
         assert batched[index].forward_passes == 6
         assert batched[index].generated_tokens == 6
+
+
+def test_a_language_model_that_keeps_no_cache_of_its_own_generates_with_one(make_instances):
+    """Granite 4 Vision's language model fills a cache it is given but makes none: generation
+    hands it one and equals transformers' generate token for token, in a left-padded batch."""
+    model, processor = tiny_granite4_vision()
+    adapter = get_adapter(model, processor)
+    instances = make_instances(2, 3)
+    settings = GenerationSettings(max_new_tokens=5, stop_at_eos=False)
+    batched = adapter.generate_many(instances, settings, batch_size=2)
+    for index, instance in enumerate(instances):
+        batch = adapter.prepare_batch([instance])
+        with torch.no_grad():
+            out = model.generate(
+                **batch.inputs, max_new_tokens=5, do_sample=False, min_new_tokens=5
+            )
+        assert batched[index].tokens == [out[0, batch.inputs["input_ids"].shape[1] :].tolist()]
 
 
 @pytest.mark.parametrize("family", GENERATING)

@@ -80,6 +80,25 @@ def test_saved_model_loads_with_its_adapter_and_same_results(name, saved, make_i
     assert len(info["layers"]) == loaded.attention.shape[0]
 
 
+def test_a_config_that_breaks_its_own_rules_is_a_clear_error(saved, tmp_path, capsys):
+    """transformers validates configs with its own error type (not a ValueError): a checkpoint
+    whose config.json breaks its family's rules is an input error, exit 2, not a crash."""
+    import shutil
+
+    from posdebias.cli import main
+
+    directory = shutil.copytree(saved["llava"], tmp_path / "broken")
+    config = json.loads((directory / "config.json").read_text())
+    config["text_config"]["layer_types"] = ["full_attention"] * 7  # the model has 3 layers
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"cannot load the config of .*: it does not validate"):
+        posdebias.load_adapter(directory)
+    assert main(["check", "--model", str(directory), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "does not validate" in err and "must be equal to the number of `layer_types`" in err
+    assert "internal error" not in err
+
+
 def test_an_hf_adapter_is_created_by_name(saved):
     adapter = create_adapter("llava", model=str(saved["llava"]), label_set="upper")
     assert adapter.name == "llava" and adapter.label_set == "upper"

@@ -22,6 +22,7 @@ from posdebias.testing.coverage import (
     coverage_markdown,
     family_coverage,
     image_text_model_types,
+    recorded_sweep,
 )
 
 DOC = Path(__file__).parents[2] / "docs" / "adapters.md"
@@ -67,6 +68,30 @@ def test_every_family_has_one_verdict_and_the_built_ins_are_the_registrys(covera
         ("t5gemma2", "encoder-decoder"),
     ):
         assert verdicts[family].verdict == REFUSED and reason in verdicts[family].detail
+
+
+def test_the_recorded_sweep_speaks_for_every_generic_family(coverage):
+    """Each family the config does not refuse was built as a tiny model of its own classes and
+    run through `posdebias check`: the row says it passed every row, was refused at load (before
+    any forward), or why no tiny model could be built; none failed a row after a forward."""
+    swept = recorded_sweep()
+    assert swept, "the family sweep was recorded on another transformers: rerun it (README)"
+    assert set(swept) <= set(image_text_model_types())
+    assert {entry["verdict"] for entry in swept.values()} <= {"PASS", "refused", "could not build"}
+    verdicts = {row.model_type: row for row in coverage}
+    for row in coverage:
+        if row.verdict == GENERIC:
+            assert row.detail.startswith(("checked", "not checked")), row
+    # a language model that keeps no cache of its own (the adapter hands it one)
+    assert verdicts["granite4_vision"].detail.startswith("checked")
+
+
+def test_a_sweep_recorded_on_another_transformers_is_not_used(monkeypatch):
+    monkeypatch.setattr("transformers.__version__", "0.0.1")  # the module as imported now
+    assert recorded_sweep() == {}
+    rows = {row.model_type: row for row in family_coverage()}
+    assert rows["granite4_vision"].verdict == GENERIC
+    assert rows["granite4_vision"].detail.startswith("processor dry run")
 
 
 def test_structural_problems_come_from_the_checkpoints_own_config():
@@ -126,3 +151,37 @@ def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family
             check_instances(3, multi_token_n=None)[0]
         )
     assert calls[0] == 0
+
+
+def test_a_model_that_answers_through_a_separate_decoder_is_refused_from_its_class():
+    """A block-diffusion model (DiffusionGemma) writes its answer on a canvas of decoder inputs:
+    refused from the class alone; BLIP-2's forward takes decoder inputs too, but on a
+    decoder-only language model (its config says so) the prompt is continued as usual."""
+    from transformers import Blip2ForConditionalGeneration, DiffusionGemmaForBlockDiffusion
+
+    problem = structural_problem(
+        transformers.AutoConfig.for_model("diffusion_gemma"), DiffusionGemmaForBlockDiffusion
+    )
+    assert problem is not None and "decoder_input_ids" in problem
+    assert "DiffusionGemmaForBlockDiffusion answers through a separate decoder" in problem
+    blip = transformers.AutoConfig.for_model("blip-2")
+    assert structural_problem(blip, Blip2ForConditionalGeneration) is None
+    blip.use_decoder_only_language_model = False  # BLIP-2 on T5: an encoder-decoder answer
+    assert "decoder_input_ids" in structural_problem(blip, Blip2ForConditionalGeneration)
+
+
+def test_only_cross_attention_in_the_language_model_is_refused():
+    """Aria pools vision features with a cross-attention projector: that is the vision side's
+    own, and the generic adapter reads the language model right; cross-attention inside the
+    language model (Mllama, IDEFICS) is refused before any forward."""
+    import torch
+
+    model, processor = tiny_model_and_processor("llava")  # its own copy: modules are added
+    model.model.multi_modal_projector.cross_attn = torch.nn.Identity()
+    adapter = get_adapter(model, processor, adapter="generic")
+    assert adapter.support_problem() is None
+    model.model.language_model.layers[1].cross_attn = torch.nn.Identity()
+    adapter = get_adapter(model, processor, adapter="generic")
+    problem = adapter.support_problem()
+    assert problem is not None and "its language model has 1 cross-attention module(s)" in problem
+    assert "layers.1.cross_attn" in problem

@@ -111,7 +111,7 @@ def sample_seed(seed: int, sample: int) -> int:
 class AdapterOptions(BaseModel):
     """Base of adapter option models: unknown options are rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Adapter(ABC):
@@ -195,6 +195,13 @@ class Adapter(ABC):
         """Raise :class:`~posdebias.errors.AdapterError` if this adapter would compute wrong
         numbers for its model (checked on ``instance``); the runner calls it before a run
         writes anything. Adapters without a model to compare against need nothing here."""
+        return None
+
+    def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+        """Raise :class:`~posdebias.errors.InputError` if an instance holds text this adapter's
+        model would not read as text (its special tokens); the runner calls it on every
+        instance of a run before the run writes anything. Adapters that pose no text to a
+        tokenizer they know need nothing here (posing an instance checks it again)."""
         return None
 
     def observe(self, instance: RetrievalInstance) -> Observation:

@@ -50,7 +50,10 @@ from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_control_tokens,
+    check_template_control_tokens,
     coerce_prompt,
+    control_tokens,
     instance_messages,
     variant_prompts,
 )
@@ -471,6 +474,15 @@ class ServerAdapter(Adapter):
         }
         self.client = ServerClient(opts)
         self.tokenizer = _local_tokenizer(opts.tokenizer) if opts.tokenizer else None
+        #: the model's special tokens, which no question or option may hold (known from the
+        #: local tokenizer only: a server's own tokenizer is not visible)
+        self.control_tokens = control_tokens(self.tokenizer) if self.tokenizer else None
+        check_template_control_tokens(
+            self.base_prompt,
+            self.base_task_templates,
+            self.control_tokens,
+            opts.model,
+        )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(
                 "endpoint completions sends a rendered prompt, so it needs the option tokenizer "
@@ -501,6 +513,10 @@ class ServerAdapter(Adapter):
 
     # -- prompts ---------------------------------------------------------------------------
 
+    def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+        for instance in instances:
+            check_control_tokens(instance, self.control_tokens, self.options.model)
+
     def messages(
         self,
         instance: RetrievalInstance,
@@ -513,6 +529,7 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
+        check_control_tokens(instance, self.control_tokens, self.options.model)
         chosen, default, templates = (
             (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
             if variant is None

@@ -171,6 +171,7 @@ def install_probe(model: Any, text_config_key: str | None = "text_config") -> No
     if text_config is None or text_config._attn_implementation != PROBE_NAME:
         raise AdapterError(
             f"{type(model).__name__} has no {text_config_key!r} sub-config that accepts a custom "
-            "attention function; the attention probe needs the AttentionInterface of "
-            "transformers >= 5"
+            "attention function, and the attention probe reads the language model through "
+            "transformers' AttentionInterface; a family adapter must name the language model's "
+            "config (text_config_key)"
         )

@@ -11,7 +11,8 @@ What the generic adapter cannot read right is refused BEFORE the first forward
 the processor on two small generated images (a square and a wide one, so that a tiling processor
 tiles): a model that computes its own positions (multimodal RoPE), reads images through
 cross-attention layers, shares key/value states between layers, has layer types without a known
-attention kind, or attends bidirectionally over a prefix; a processor
+attention kind, answers through a separate decoder (an encoder-decoder, a block-diffusion
+canvas), or attends bidirectionally over a prefix; a processor
 that returns no replacement offsets, whose image token is only a placeholder for other tokens,
 or that splits an image into tiles with text between them. Anything else the first-batch
 verification catches (verify.py) stops the run: the generic adapter never guesses.
@@ -60,6 +61,13 @@ def structural_problem(config: Any, model_class: Any = None) -> str | None:
             "it is an encoder-decoder model: the answer comes from a separate decoder whose "
             "prompt is not the images and the text"
         )
+    decoder_only = getattr(config, "use_decoder_only_language_model", False)  # BLIP-2 on OPT
+    if model_class is not None and not decoder_only and _takes_decoder_inputs(model_class):
+        return (
+            f"{model_class.__name__} answers through a separate decoder (its forward takes "
+            "decoder_input_ids: an encoder-decoder or a block-diffusion canvas), not by "
+            "continuing the prompt"
+        )
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     cross = getattr(text, "cross_attention_layers", None) or getattr(
         config, "cross_attention_layers", None
@@ -91,6 +99,14 @@ def structural_problem(config: Any, model_class: Any = None) -> str | None:
                 if callable(getattr(owner, method, None)):
                     return f"it computes its own position ids ({owner.__name__}.{method})"
     return None
+
+
+def _takes_decoder_inputs(model_class: Any) -> bool:
+    forward = getattr(model_class, "forward", None)
+    try:
+        return forward is not None and "decoder_input_ids" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature: nothing to read
+        return False
 
 
 def _classes_of(model_class: Any) -> list[Any]:
@@ -139,18 +155,23 @@ class GenericAdapter(HFAdapter):
     def _support_verdict(self) -> str | None:
         return (
             self.position_problem()
-            or structural_problem(self.model.config)
+            or structural_problem(self.model.config, type(self.model))
             or self._cross_attention_modules()
             or self._processor_problem()
         )
 
     def _cross_attention_modules(self) -> str | None:
-        names = [name for name, _ in self.model.named_modules() if name.endswith("cross_attn")]
+        """Cross-attention inside the language model (where it reads the images); a projector
+        that pools vision features with cross-attention (Aria) is the vision side's own."""
+        get_decoder = getattr(self.model, "get_decoder", None)
+        decoder = get_decoder() if callable(get_decoder) else None
+        modules = (decoder if decoder is not None else self.model).named_modules()
+        names = [name for name, _ in modules if name.endswith("cross_attn")]
         if not names:
             return None
         return (
-            f"it has {len(names)} cross-attention module(s) ({names[0]}, ...), which the "
-            "self-attention probe does not read"
+            f"its language model has {len(names)} cross-attention module(s) ({names[0]}, ...), "
+            "which the self-attention probe does not read"
         )
 
     def _processor_problem(self) -> str | None:

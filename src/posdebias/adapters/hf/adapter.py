@@ -38,11 +38,14 @@ from posdebias.adapters.base import Adapter, AdapterOptions
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups
+from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_control_tokens,
+    check_template_control_tokens,
     coerce_prompt,
+    control_tokens,
     instance_messages,
     variant_prompts,
 )
@@ -278,6 +281,14 @@ class HFAdapter(Adapter):
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
         self.end_token_id = self._end_token_id(end_token)
+        #: the special tokens no question, caption, option or template may hold
+        self.control_tokens = control_tokens(self.tokenizer, processor)
+        check_template_control_tokens(
+            self.base_prompt,
+            self.base_task_templates,
+            self.control_tokens,
+            self.model_id or self.name,
+        )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
         install_probe(model, self.text_config_key)
@@ -289,6 +300,8 @@ class HFAdapter(Adapter):
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
         self.last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in forward else {}
+        #: whether the prompt forward is handed an empty cache (a model that makes none itself)
+        self._gives_cache = False
 
     # -- construction --------------------------------------------------------------------------
 
@@ -500,6 +513,10 @@ class HFAdapter(Adapter):
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
+    def check_instances(self, instances: Sequence[Instance]) -> None:
+        for instance in instances:
+            check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
+
     def messages_for(
         self,
         instance: Instance,
@@ -513,6 +530,7 @@ class HFAdapter(Adapter):
         a generated baseline's ``cot``) poses either kind's configured template under it,
         instead of ``prompt`` and the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
+        check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
         chosen, default, templates = (
             (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
             if variant is None
@@ -738,21 +756,10 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            probe = (
-                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
-                if attention
-                else contextlib.nullcontext()
-            )
-            in_prompt = not self.cross_attention_layers
-            with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-                output = self.model_forward(
-                    **batch.inputs,
-                    position_ids=batch.position_ids,
-                    use_cache=True,
-                    **self.last_logits_only,
-                )
-            masses = recorder.attention(self.attention_layers) if recorder is not None else None
-            cache = PromptCache(getattr(output, "cache", None) or output.past_key_values, length)
+            output, masses = self._prompt_forward(batch, attention)
+            if self.kept_no_cache(output):
+                output, masses = self._prompt_forward(batch, attention)
+            cache = PromptCache(kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
             processed = self.label_logits_processor(batch.inputs["input_ids"], mask)
@@ -764,6 +771,45 @@ class HFAdapter(Adapter):
 
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
+
+    def _prompt_forward(self, batch: PreparedBatch, attention: bool) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept (and the probe recording, with
+        ``attention``): the model's output and the [B, L, N] masses (or None)."""
+        length = batch.inputs["input_ids"].shape[1]
+        probe = (
+            recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
+            if attention
+            else contextlib.nullcontext()
+        )
+        in_prompt = not self.cross_attention_layers
+        with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
+            output = self.model_forward(
+                **batch.inputs,
+                position_ids=batch.position_ids,
+                use_cache=True,
+                **self.last_logits_only,
+                **self.prompt_cache(),
+            )
+        masses = recorder.attention(self.attention_layers) if recorder is not None else None
+        return output, masses
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """Forward keywords that hand a prompt's forward an empty KV cache: ``{}`` unless the
+        language model keeps no cache of its own (Granite 4 Vision's layer-by-layer forward
+        fills one it is given but makes none)."""
+        if not self._gives_cache:
+            return {}
+        from transformers import DynamicCache
+
+        return {self.cache_argument: DynamicCache(config=self.model.config)}
+
+    def kept_no_cache(self, output: Any) -> bool:
+        """Whether a prompt's forward came back without a KV cache although it was given none:
+        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
+        if kv_cache(output) is not None or self._gives_cache:
+            return False
+        self._gives_cache = True
+        return True
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``

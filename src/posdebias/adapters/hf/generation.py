@@ -31,7 +31,7 @@ from typing import Any
 from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
-from posdebias.adapters.hf.model import ModelAdapter, batch_groups
+from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch, batch_groups, kv_cache
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import InputError
 
@@ -95,6 +95,23 @@ def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def _prompt_forward(
+    adapter: ModelAdapter, batch: PreparedBatch, settings: GenerationSettings
+) -> Any:
+    """The prompt's forward (under SoFA when asked) with the KV cache kept."""
+    length = batch.inputs["input_ids"].shape[1]
+    in_prompt = not adapter.cross_attention_layers
+    sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
+    with sofa, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
+        return adapter.model_forward(
+            **batch.inputs,
+            position_ids=batch.position_ids,
+            use_cache=True,
+            **adapter.last_logits_only,
+            **adapter.prompt_cache(),
+        )
+
+
 def _generate_batch(
     adapter: ModelAdapter,
     instances: list[RetrievalInstance],
@@ -107,7 +124,6 @@ def _generate_batch(
     batch = adapter.prepare_batch(instances, variant=settings.prompt_variant)
     samples = settings.num_samples
     rows = len(instances) * samples
-    length = batch.inputs["input_ids"].shape[1]
     stop_ids = _stop_ids(adapter) if settings.stop_at_eos else set()
     generators = [
         torch.Generator().manual_seed(sample_seed(seed, s))
@@ -120,16 +136,10 @@ def _generate_batch(
     passes = [1] * len(instances)
     prompt_tokens = batch.inputs["attention_mask"].sum(dim=1).tolist()
     with torch.inference_mode():
-        sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
-        in_prompt = not adapter.cross_attention_layers
-        with sofa, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-            output = adapter.model_forward(
-                **batch.inputs,
-                position_ids=batch.position_ids,
-                use_cache=True,
-                **adapter.last_logits_only,
-            )
-        cache = getattr(output, "cache", None) or output.past_key_values
+        output = _prompt_forward(adapter, batch, settings)
+        if adapter.kept_no_cache(output):
+            output = _prompt_forward(adapter, batch, settings)
+        cache = kv_cache(output)
         logits = output.logits[:, -1, :]
         mask = batch.inputs["attention_mask"]
         positions = batch.position_ids

@@ -60,6 +60,11 @@ def batch_groups(
             yield indices[start : start + batch_size]
 
 
+def kv_cache(output: Any) -> Any:
+    """The KV cache a forward returned (``cache``, or ``past_key_values`` before 5.x), or None."""
+    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+
+
 #: ``(prefix, logits) -> logits``: what label scoring applies to each step's logits.
 LogitsProcessor = Callable[[Prefix, "torch.Tensor"], "torch.Tensor"]
 
@@ -110,6 +115,14 @@ class ModelAdapter(Protocol):
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]: ...
 
     def model_forward(self, **inputs: Any) -> Any: ...
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """Forward keywords that hand a prompt's forward an empty KV cache (``{}`` unless the
+        language model keeps no cache of its own)."""
+
+    def kept_no_cache(self, output: Any) -> bool:
+        """Whether a prompt's forward came back without a KV cache although it was given none:
+        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any: ...
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet
 from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
-from posdebias.errors import AdapterError, ConfigError, validation_problems
+from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
 if TYPE_CHECKING:
     from posdebias.core.instance import Instance
@@ -90,7 +91,7 @@ class PromptTemplate(BaseModel):
     Otherwise: ``instruction``, the images, then ``query``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     instruction: str = DEFAULT_INSTRUCTION
     query: str = DEFAULT_QUERY
@@ -292,3 +293,93 @@ def instance_messages(
             "posed with its task template (task_prompt)"
         )
     return templates(instance.task).messages(instance, label_set, sentinels=sentinels)
+
+
+#: Attributes of a processor that name a placeholder it expands (an image, a video, audio).
+_PLACEHOLDER_ATTRIBUTES = ("image_token", "video_token", "audio_token", "boi_token", "eoi_token")
+
+
+def control_tokens(tokenizer: Any, processor: Any = None) -> re.Pattern[str] | None:
+    """A pattern of the strings the model reads as one special token wherever they appear: the
+    tokenizer's special tokens (chat-turn markers, BOS / EOS, padding) and the processor's
+    placeholders (``<image>``, ``<|image_pad|>``), which it expands into an image's tokens.
+
+    A tokenizer matches them in any text, also in a question or an option, so data holding one
+    would end the user's turn, open a fake system turn or ask for an image that is not there;
+    :func:`check_control_tokens` refuses such data. None when there are none.
+    """
+    tokens = {
+        str(getattr(token, "content", token))
+        for token in getattr(tokenizer, "added_tokens_decoder", {}).values()
+        if getattr(token, "special", False)
+    }
+    tokens.update(str(token) for token in getattr(tokenizer, "all_special_tokens", ()) or ())
+    for name in _PLACEHOLDER_ATTRIBUTES:
+        value = getattr(processor, name, None)
+        if isinstance(value, str):
+            tokens.add(value)
+    shown = sorted((token for token in tokens if token.strip()), key=lambda t: (-len(t), t))
+    return re.compile("|".join(re.escape(token) for token in shown)) if shown else None
+
+
+def check_control_tokens(instance: Instance, pattern: re.Pattern[str] | None, model: str) -> None:
+    """Refuse ``instance`` if its stem (caption, question, query) or a candidate's text (an
+    option, an answer to judge, a passage) holds one of the model's special tokens
+    (:func:`control_tokens`): the model would read a control token, not the text."""
+    texts = [("the stem", instance.query)] + [
+        (f"candidate {position}'s text", text)
+        for position, text in enumerate(instance.texts, start=1)
+        if text is not None
+    ]
+    found = _first_control_token(pattern, texts)
+    if found is not None:
+        where, token = found
+        raise InputError(
+            f"instance {excerpt(instance.id)}: {where} holds {token!r}, {_misread(model)}; "
+            "remove it from the data or write it otherwise"
+        )
+
+
+def check_template_control_tokens(
+    prompt: PromptTemplate,
+    task_templates: Mapping[str, TaskTemplate],
+    pattern: re.Pattern[str] | None,
+    model: str,
+) -> None:
+    """Refuse a configured prompt template (the retrieval ``prompt``, each task's template)
+    whose text (the system prompt, the instruction, a separator) holds one of the model's
+    special tokens: it would end a turn or open one where the template means text."""
+    fields = [
+        (f"{option}.{name}", value)
+        for option, templates in (("prompt", [prompt]), ("task_prompt", task_templates.values()))
+        for template in templates
+        for name, value in template.model_dump().items()
+        if isinstance(value, str)
+    ]
+    found = _first_control_token(pattern, fields)
+    if found is not None:
+        where, token = found
+        raise ConfigError(
+            f"the prompt template's field {where} holds {token!r}, {_misread(model)}; the chat "
+            "template writes the turns and the processor the media, so remove it from the field"
+        )
+
+
+def _first_control_token(
+    pattern: re.Pattern[str] | None, texts: Iterable[tuple[str, str]]
+) -> tuple[str, str] | None:
+    """(where, token) of the first special token in ``texts`` ((where, text) pairs), if any."""
+    if pattern is None:
+        return None
+    for where, text in texts:
+        found = pattern.search(text)
+        if found is not None:
+            return where, found.group()
+    return None
+
+
+def _misread(model: str) -> str:
+    return (
+        f"which model {excerpt(model)} reads as its special token (a chat-turn marker or a "
+        "media placeholder), not as text"
+    )

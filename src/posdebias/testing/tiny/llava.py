@@ -19,11 +19,9 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
     return _tiny_model(model_type)
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoModelForImageTextToText, CLIPImageProcessor
-    from transformers.models.llava import LlavaProcessor
-
-    tokenizer = build_tokenizer(
+def llava_tokenizer() -> Any:
+    """The toy tokenizer of the LLaVA layout (``<s>``, ``</s>``, ``<pad>``, ``<image>``)."""
+    return build_tokenizer(
         ["<s>", "</s>", "<pad>", "<image>"],
         chat_template=LLAVA_TEMPLATE,
         eos_token="</s>",
@@ -31,6 +29,13 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         bos_token="<s>",
         named_tokens={"image_token": "<image>"},
     )
+
+
+def _tiny_model(family: str) -> tuple[Any, Any]:
+    from transformers import AutoConfig, AutoModelForImageTextToText, CLIPImageProcessor
+    from transformers.models.llava import LlavaProcessor
+
+    tokenizer = llava_tokenizer()
     size = 28  # 2 x 2 patches of 14 (+ CLS, dropped by the "default" feature strategy)
     image_processor = CLIPImageProcessor(
         size={"shortest_edge": size}, crop_size={"height": size, "width": size}
