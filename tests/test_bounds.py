@@ -303,7 +303,7 @@ def _config(tmp_path: Path, text: str) -> Path:
             "--threads must be a whole number from 1 to",
         ),
         (
-            ["organism", "train", "--out", "OUT/m", "--steps", "1", "1", "10000000"],
+            ["organism", "train", "--out", "OUT/m", "--steps", "1", "1", "1", "10000000"],
             "--steps must be a whole number from 1 to 1,000,000",
         ),
         (

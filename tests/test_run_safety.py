@@ -900,7 +900,7 @@ def test_organism_train_refuses_an_out_it_would_write_over_before_training(tmp_p
     elif kind == "link":
         (out / "config.json").symlink_to(outside)
     before, started = tree(tmp_path), time.perf_counter()
-    code, err = cli(capsys, "organism", "train", "--out", out, "--steps", "1", "1", "1")
+    code, err = cli(capsys, "organism", "train", "--out", out, "--steps", "1", "1", "1", "1")
     assert code == 2, err
     expected = {
         "trained model": "already holds a trained model",
@@ -931,7 +931,7 @@ def _writing_commands(tmp_path: Path, capsys, out: Path) -> dict[str, list]:
         "calibrate": [*CAL, "--out", out / "c"],
         "calibrate one file": [*CAL, "--calibrators", "pride", "--out", out / "c.json"],
         "lmms-eval-task": ["lmms-eval-task", "--benchmark", bench, "--name", "t", "--out", tasks],
-        "organism train": ["organism", "train", "--out", out / "o", "--steps", "1", "1", "1"],
+        "organism train": ["organism", "train", "--out", out / "o", "--steps", "1", "1", "1", "1"],
     }
 
 
