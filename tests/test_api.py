@@ -255,7 +255,7 @@ def test_rank_many_rejects_what_is_not_a_query():
     for bad in (["a caption"], [("caption", "one.png")], [42]):
         with pytest.raises(InputError, match="RetrievalInstance|list of image references"):
             list(debiaser.rank_many(bad))
-    with pytest.raises(InputError, match="batch_size must be at least 1"):
+    with pytest.raises(InputError, match="batch_size must be a whole number from 1 to 4,096"):
         list(debiaser.rank_many([], batch_size=0))
 
 

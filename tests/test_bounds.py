@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import typing
 from pathlib import Path
@@ -170,6 +171,10 @@ def _state_payload() -> dict:
         ),
         ({"num_layers": 0}, "num_layers: Input should be greater than or equal to 1"),
         ({"num_observations": -4}, "num_observations: Input should be greater than or equal"),
+        # numbers as written: an edited state is not read laxly
+        ({"num_layers": 2.0}, "num_layers: Input should be a valid integer (got 2.0)"),
+        ({"num_observations": True}, "num_observations: Input should be a valid integer (got"),
+        ({"gamma": "0.5"}, "gamma: Input should be a valid number (got '0.5')"),
     ],
 )
 def test_a_saved_state_with_impossible_numbers_is_refused_at_load(
@@ -484,3 +489,194 @@ def test_the_ranges_page_says_what_the_models_check():
             assert option_range(model.model_fields[name]) == shown, (key, shown)
             checked += 1
     assert checked >= 11
+
+
+# -- numbers and booleans as written --------------------------------------------------------
+
+
+def _fields_of(annotation, kind) -> bool:
+    """Whether a field takes ``kind`` (int or bool) alone or as the item of a list / tuple."""
+    if annotation is kind:
+        return True
+    return any(_fields_of(arg, kind) for arg in typing.get_args(annotation))
+
+
+@pytest.mark.parametrize(
+    ("kind", "given"),
+    [(int, True), (int, "5"), (int, 5.0), (bool, "yes"), (bool, 1), (bool, "true")],
+)
+def test_every_model_a_user_writes_reads_numbers_and_booleans_as_written(kind, given):
+    """``count: true`` was read as 1, ``"5"`` as 5, ``1.0`` as a whole number and ``"yes"`` as a
+    boolean: every whole-number and boolean field of every model that reads a config, an
+    option or a benchmark file refuses them now, naming the field and how to write it."""
+    accepted, seen = [], 0
+    for label, model in _models().items():
+        if label in ("calibration state", "sweep point row", "sweep timing", "sweep timing file"):
+            continue  # files posdebias writes itself
+        if label == "harness settings":
+            continue  # a harness's command line gives text, as a flag does
+        for name, info in model.model_fields.items():
+            annotation = info.annotation
+            if not _fields_of(annotation, kind) or (kind is int and _fields_of(annotation, float)):
+                continue
+            seen += 1
+            try:
+                model.model_validate({name: _shaped(annotation, given)})
+            except ValidationError as exc:
+                if any(error["loc"][0] == name for error in exc.errors()):
+                    continue
+            accepted.append(f"{label}: {name} = {given!r}")
+    assert not accepted, accepted
+    assert seen > (40 if kind is int else 5)
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "message"),
+    [
+        ("c.yaml", "count: true\n", "count: Input should be a valid integer (got True); write a "
+         "whole number, without quotes or a decimal point"),
+        ("c.yaml", "count: '5'\n", "count: Input should be a valid integer (got '5')"),
+        ("c.yaml", "count: 5.0\n", "count: Input should be a valid integer (got 5.0)"),
+        ("c.yaml", "calibration_transfer: 'yes'\n", "calibration_transfer: Input should be a "
+         "valid boolean (got 'yes'); write true or false, without quotes"),
+        ("c.yaml", "calibration_transfer: 1\n", "calibration_transfer: Input should be a valid "
+         "boolean (got 1)"),
+        ("c.json", '{"count": 5.0}', "count: Input should be a valid integer (got 5.0)"),
+        ("c.toml", "count = true\n", "count: Input should be a valid integer (got True)"),
+        ("c.yaml", "calibrators:\n  attention_guided: {top_k: true}\n",
+         "calibrator 'attention_guided': top_k: Input should be a valid integer (got True)"),
+        ("c.yaml", "calibrators:\n  attention_guided: {tau: '5'}\n",
+         "tau: Input should be a valid number (got '5'); write a number, without quotes"),
+        ("c.yaml", "calibrators:\n  attention_guided: {layer_range: [0.0, 2]}\n",
+         "layer_range.0: Input should be a valid integer (got 0.0)"),
+        ("c.yaml", "decoders:\n  generated: {max_new_tokens: '8'}\n",
+         "max_new_tokens: Input should be a valid integer (got '8')"),
+        ("c.yaml", "adapter: {name: synthetic, options: {num_layers: 4.0}}\n",
+         "num_layers: Input should be a valid integer (got 4.0)"),
+    ],
+)  # fmt: skip
+def test_config_files_are_read_as_written(tmp_path, capsys, name, config, message):
+    path = tmp_path / name
+    path.write_text(config)
+    code, err = _cli(capsys, "evaluate", "--config", path, "--out", tmp_path / "r")
+    assert code == 2 and message in err, err
+    if "num_layers" not in message:  # an adapter's options are checked with its model
+        assert f"error: {path}: " in err  # the file is named
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"colours": {"red": [220.0, 40, 40]}}, "colours.red.0: Input should be a valid integer"),
+        ({"jitter": "0.1"}, "jitter: Input should be a valid number (got '0.1')"),
+        ({"min_objects": True}, "min_objects: Input should be a valid integer (got True)"),
+    ],
+)
+def test_a_shape_space_file_is_read_as_written(tmp_path, space, message):
+    from posdebias.benchmarks.shapes import load_shape_space
+    from posdebias.errors import BenchmarkError
+
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(space))
+    with pytest.raises(BenchmarkError) as caught:
+        load_shape_space(path)
+    assert f"{path}: invalid shape space: {message}" in str(caught.value)
+
+
+def test_numbers_with_an_exponent_in_yaml_are_numbers(tmp_path, capsys):
+    """YAML 1.1 reads ``1e-2`` as text; read strictly it would be refused, so posdebias reads
+    it as the number it is (YAML 1.2), and a huge one meets its range."""
+    from posdebias._inputs import load_yaml
+
+    assert load_yaml("a: 1e-2\nb: 2E+3\nc: '1e3'\nd: 1e\n", "x") == {
+        "a": 0.01,
+        "b": 2000.0,
+        "c": "1e3",
+        "d": "1e",
+    }
+    path = _config(tmp_path, "calibrators:\n  attention_guided: {tau: 1e4}\n")
+    code, err = _cli(capsys, "evaluate", "--config", path, "--out", tmp_path / "r")
+    assert code == 2 and "tau: Input should be less than or equal to 1000 (got 10000.0)" in err
+
+
+# -- the Python API holds the same ranges -----------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, 4097, 10**9, 2.5, True, "8"])
+def test_the_python_api_refuses_the_batch_sizes_the_command_line_refuses(tmp_path, capsys, bad):
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.api import Debiaser
+    from posdebias.errors import InputError
+    from posdebias.evaluation.runner import Evaluator, fit_calibrators
+
+    if not isinstance(bad, str):  # on the command line every number is text
+        code, err = _cli(capsys, *SIM, "--batch-size", bad, "--count", 2, "--out", tmp_path / "r")
+        assert code == 2 and "batch" in err and not (tmp_path / "r").exists()
+    adapter = SyntheticAdapter()
+    message = f"batch_size must be a whole number from 1 to 4,096, got {bad!r}"
+    for call in (
+        lambda: Debiaser(adapter, "vanilla", batch_size=bad),
+        lambda: next(Debiaser(adapter, "vanilla").rank_many([], batch_size=bad)),
+        lambda: Evaluator(adapter, {}, {}, batch_size=bad),
+        lambda: fit_calibrators(adapter, {}, synthetic_instances(1, 4), batch_size=bad),
+    ):
+        with pytest.raises(InputError) as caught:
+            call()
+        assert message.replace("'", "") in str(caught.value).replace("'", "")
+
+
+@pytest.mark.parametrize(
+    ("setting", "bad", "message"),
+    [
+        ("orders", 0, "orders must be a whole number from 1 to 1,000, got 0"),
+        ("orders", 1001, "orders must be a whole number from 1 to 1,000, got 1001"),
+        ("orders", 2.0, "orders must be a whole number from 1 to 1,000, got 2.0"),
+        ("seed", -1, "seed must be a whole number from 0 to 4,294,967,295, got -1"),
+        ("seed", 2**32, "seed must be a whole number from 0 to 4,294,967,295, got 4294967296"),
+        ("seed", True, "seed must be a whole number from 0 to 4,294,967,295, got True"),
+    ],
+)
+def test_the_runner_refuses_the_orders_and_seeds_a_config_refuses(setting, bad, message):
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+    from posdebias.errors import InputError
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.runner import Evaluator
+
+    with pytest.raises(ValidationError):
+        EvaluateConfig.model_validate({setting: bad})
+    with pytest.raises(InputError, match=re.escape(message)):
+        Evaluator(SyntheticAdapter(), {}, {}, **{setting: bad})
+
+
+def test_a_config_changed_after_validation_is_checked_again_by_the_api(tmp_path):
+    """An assignment or ``model_copy(update=...)`` skips pydantic's checks: run_evaluation and
+    run_sweep validate the config again, as a file is, before any work."""
+    from posdebias.errors import ConfigError
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.job import run_evaluation
+    from posdebias.evaluation.sweep import run_sweep
+    from posdebias.evaluation.sweep.plan import SweepSpec
+
+    config = EvaluateConfig(adapter={"name": "synthetic"}, count=2, out=tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"count: Input should be less than or equal to 1000000"):
+        run_evaluation(config.model_copy(update={"count": 10**9}))
+    config.orders = True  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match=r"orders: Input should be a valid integer \(got True\)"):
+        run_evaluation(config)
+    config.orders = 0
+    with pytest.raises(ConfigError, match="orders: Input should be greater than or equal to 1"):
+        run_sweep("tau", config, SweepSpec(values=[1.0, 2.0]), tmp_path / "s")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
+
+
+def test_calibrating_through_the_api_holds_the_calibration_count_range():
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.api import Debiaser
+    from posdebias.errors import InputError
+
+    instance = synthetic_instances(1, 4)[0]
+    debiaser = Debiaser(SyntheticAdapter(), "attention_guided")
+    with pytest.raises(InputError, match="calibration takes at most 10,000 instances"):
+        debiaser.calibrate([instance] * 10_001)
+    assert debiaser.state is None

@@ -13,13 +13,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Strict
 
+import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, InputError
 
 MiB = 1 << 20
@@ -143,6 +145,15 @@ def check_whole_number(
     return value
 
 
+def check_setting(name: str, value: Any) -> int:
+    """``value`` if it is a whole number in the range of the run setting ``name``
+    (:data:`posdebias.defaults.RANGES`: ``batch_size``, ``seed``, ``orders``, ``count``,
+    ``calibration_count``), the range a config file and the command line hold it to; else an
+    InputError. The Python API checks its arguments with it, so both refuse the same values."""
+    low, high = defaults.RANGES[name]
+    return check_whole_number(name, value, low, high)
+
+
 #: What a file system takes: a file or folder name of at most 255 bytes, a path of at most 4095.
 NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4095
@@ -181,8 +192,9 @@ def _usable_path(value: Any) -> Any:
 
 
 #: A path or a model id in a config file: refused by validation when no file system could
-#: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``.
-UsablePath = Annotated[Path, AfterValidator(_usable_path)]
+#: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``. A path is written as text,
+#: also where the rest of a model reads its values strictly (as written: ``true`` is no 1).
+UsablePath = Annotated[Path, Strict(False), AfterValidator(_usable_path)]
 UsableName = Annotated[str, AfterValidator(_usable_path)]
 
 
@@ -259,11 +271,24 @@ def confined_path(
 # ------------------------------------------------------------------------------------- YAML
 
 
+class _Loader(yaml.SafeLoader):
+    """The safe loader, reading ``1e-3`` and ``1e9`` as numbers (YAML 1.2) where YAML 1.1 reads
+    text: options are read strictly, so a number written without a dot must stay a number."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+\Z"),
+    list("-+0123456789."),
+)
+
+
 def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) -> Any:
     """``yaml.safe_load`` that refuses a document whose aliases expand beyond
-    :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself."""
+    :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself, and reads
+    a number with an exponent as a number (:class:`_Loader`)."""
     try:
-        loader = yaml.SafeLoader(text)  # the reader refuses some characters right away
+        loader = _Loader(text)  # the reader refuses some characters right away
     except yaml.YAMLError as exc:
         raise error(f"{what} cannot be parsed as YAML: {_bounded(str(exc))}") from None
     try:

@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from posdebias._inputs import check_setting
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, Instance, RetrievalInstance, image_key
@@ -27,7 +28,12 @@ from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.job import load_states
-from posdebias.evaluation.runner import ObservationCache, fit_calibrators, observe_cached
+from posdebias.evaluation.runner import (
+    ObservationCache,
+    check_calibration_size,
+    fit_calibrators,
+    observe_cached,
+)
 from posdebias.registry import get_registry
 
 Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
@@ -183,10 +189,8 @@ class Debiaser:
         batch_size: int = 1,
         **options: Any,
     ) -> None:
-        if batch_size < 1:
-            raise InputError(f"batch_size must be at least 1, got {batch_size}")
         self.adapter = adapter
-        self.batch_size = batch_size
+        self.batch_size = check_setting("batch_size", batch_size)
         if isinstance(calibrator, (str, Calibrator)):
             specs: dict[str, CalibratorSpec] = {_label(calibrator): calibrator}
         elif isinstance(calibrator, Mapping):
@@ -246,6 +250,7 @@ class Debiaser:
         instances = list(instances)
         if not instances:
             raise InputError("calibrate needs at least one instance")
+        check_calibration_size(len(instances))
         fitting = {label: c for label, c in self.calibrators.items() if c.needs_fit}
         labelled = [label for label, c in fitting.items() if c.needs_targets]
         unknown = [instance.id for instance in instances if instance.target is None]
@@ -396,9 +401,7 @@ class Debiaser:
         (default: the debiaser's) are observed per adapter batch; calibrators that need the N
         rotations observe the batch's rotations together.
         """
-        size = self.batch_size if batch_size is None else batch_size
-        if size < 1:
-            raise InputError(f"batch_size must be at least 1, got {size}")
+        size = self.batch_size if batch_size is None else check_setting("batch_size", batch_size)
         iterator = iter(queries)
         while True:
             chunk = [_as_instance(query) for query in islice(iterator, size)]

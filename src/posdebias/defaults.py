@@ -83,3 +83,14 @@ MAX_SHAPES_IMAGES = 100_000
 
 #: Image side in pixels (a resize before the processor, a generated shapes image).
 MAX_IMAGE_SIZE = 4_096
+
+#: The range of each whole-number setting of a run, by its config key: config files, flags and
+#: the Python API (``Debiaser``, ``rank_many``, the runner, ``run_evaluation``) refuse the same
+#: values (the Python API through :func:`posdebias._inputs.check_setting`).
+RANGES: dict[str, tuple[int, int]] = {
+    "count": (1, MAX_INSTANCES),
+    "calibration_count": (1, MAX_CALIBRATION),
+    "orders": (1, MAX_ORDERS),
+    "seed": (0, MAX_SEED),
+    "batch_size": (1, MAX_BATCH_SIZE),
+}

@@ -106,8 +106,20 @@ def validation_problems(exc: ValidationError, *, unknown: str = "option") -> lis
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] not in {"value_error", "assertion_error", "missing"} and "input" in error:
             message += f" (got {_short(error['input'])})"
+        if error["type"] in _AS_WRITTEN:
+            message += f"; {_AS_WRITTEN[error['type']]}"
         problems.append(f"{where}: {message}" if where else message)
     return problems
+
+
+#: How to write a value that strict validation read as the wrong type (options, config and
+#: benchmark files are read as written: ``true`` is no 1, ``"5"`` no 5, ``1.0`` no whole
+#: number, ``"yes"`` no boolean).
+_AS_WRITTEN = {
+    "int_type": "write a whole number, without quotes or a decimal point",
+    "float_type": "write a number, without quotes",
+    "bool_type": "write true or false, without quotes",
+}
 
 
 def validation_message(exc: ValidationError, owner: str, *, unknown: str = "option") -> str:

@@ -235,3 +235,56 @@ def test_calibration_from_a_saved_state_with_its_provenance(organism_benchmark, 
     )
     lm.harness.calibrate()
     assert lm.provenance["transfer"] is True and lm.provenance["model_id"] == "someone/else"
+
+
+def test_a_calibration_split_edited_after_the_tasks_were_written_is_refused(
+    model, organism_benchmark, tmp_path
+):
+    """The written module records a digest of the calibration split beside the items' own;
+    each rotated document carries it, and the model refuses the split (as lmms-eval loads it:
+    the json dataset loader) once its ids, candidates or truths changed."""
+    import importlib.util
+    import json
+    import sys
+
+    import datasets
+
+    from posdebias.cli import main
+
+    out = tmp_path / "tasks"
+    args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
+    assert main([*args, "--name", "cal", "--count", "4", "--calibration-count", "5"]) == 0
+    spec = importlib.util.spec_from_file_location("cal_posdebias", out / "cal_posdebias.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(out))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(out))
+    calibration = out / "cal_calibration.jsonl"
+    written = calibration.read_text()
+
+    def task_dict():
+        files = {"test": str(out / "cal_items.jsonl"), "calibration": str(calibration)}
+        loaded = datasets.load_dataset("json", data_files=files)
+        return {"cal_vanilla": {**loaded, "test": module.docs_0(loaded["test"])}}
+
+    model.task_dict = task_dict()
+    assert [item.id for item in model._task_items(["cal_vanilla"])] == [
+        json.loads(line)["id"] for line in written.splitlines()
+    ]
+    lines = written.splitlines()
+    for field, change in (
+        ("target", lambda doc: (doc["target"] + 1) % 4),
+        ("images", lambda doc: doc["images"][::-1]),
+        ("id", lambda doc: doc["id"] + "x"),
+    ):
+        doc = json.loads(lines[1])
+        doc[field] = change(doc)
+        calibration.write_text("\n".join([lines[0], json.dumps(doc), *lines[2:]]) + "\n")
+        model.task_dict = task_dict()
+        with pytest.raises(InputError, match="the calibration file was edited"):
+            model._task_items(["cal_vanilla"])
+    calibration.write_text(written)
+    model.task_dict = task_dict()
+    assert len(model._task_items(["cal_vanilla"])) == 5

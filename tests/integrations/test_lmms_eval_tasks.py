@@ -118,8 +118,8 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
     text = (out / "demo_attention_guided.yaml").read_text()
     assert "process_docs: !function demo_posdebias.docs_1" in text
     assert (
-        "docs_1 = rotation_transform('attention_guided', None, items=ITEMS)"
-        in (out / "demo_posdebias.py").read_text()
+        "docs_1 = rotation_transform('attention_guided', None, items=ITEMS, "
+        "calibration=CALIBRATION)" in (out / "demo_posdebias.py").read_text()
     )
 
 

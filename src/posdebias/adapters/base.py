@@ -111,7 +111,7 @@ def sample_seed(seed: int, sample: int) -> int:
 class AdapterOptions(BaseModel):
     """Base of adapter option models: unknown options are rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Adapter(ABC):

@@ -22,7 +22,7 @@ SETTINGS = ("random", "adversarial")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Source(_Strict):

@@ -65,7 +65,7 @@ Setting = Literal["random", "adversarial", "given"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class InstanceRecord(_Strict):

@@ -37,7 +37,7 @@ STATE_FIELDS = frozenset(
 class CalibratorOptions(BaseModel):
     """Base of every calibrator's options model: unknown options are rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Calibrator(ABC):

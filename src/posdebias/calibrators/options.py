@@ -23,10 +23,13 @@ class LayerSelectionOptions(CalibratorOptions):
         description="K layers with the most image attention",
     )
     layer_range: tuple[LayerIndex, LayerIndex] | None = Field(
-        default=None, description="candidate model layers [start, stop) (default: all layers)"
+        default=None,
+        strict=False,  # a pair is written as a list
+        description="candidate model layers [start, stop) (default: all layers)",
     )
     layer_kinds: tuple[str, ...] = Field(
         default=(GLOBAL,),
+        strict=False,  # written as a list
         min_length=1,
         description="candidate layer kinds: global, sliding, chunked (default: global only)",
     )

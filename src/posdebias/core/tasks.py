@@ -74,7 +74,7 @@ class TaskTemplate(BaseModel):
     ``separator`` joins the other parts.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     instruction: str
     stem: str

@@ -28,7 +28,7 @@ from posdebias.errors import ConfigError, validation_message
 class DecoderOptions(BaseModel):
     """Base of every decoder's options model: unknown options are rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 @dataclass

@@ -25,7 +25,8 @@ from posdebias._inputs import (
     parse_json,
     read_input_text,
 )
-from posdebias.errors import ConfigError, validation_message
+from posdebias.errors import ConfigError, UnknownNameError, validation_message
+from posdebias.registry import get_registry
 
 #: What a calibrator label may be: it becomes a file name.
 SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
@@ -34,7 +35,7 @@ DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CalibratorSpec(_Strict):
@@ -203,6 +204,16 @@ def config_error(exc: ValidationError, source: str) -> ConfigError:
     return ConfigError(validation_message(exc, source, unknown="key"))
 
 
+def checked_config(config: EvaluateConfig) -> EvaluateConfig:
+    """``config`` validated again, as a config file is: a config changed after it was made (an
+    assignment, ``model_copy(update=...)``) meets the same ranges and types as the command
+    line, and a ConfigError names what is wrong."""
+    try:
+        return EvaluateConfig.model_validate(config.model_dump())
+    except ValidationError as exc:
+        raise config_error(exc, "configuration") from None
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Parse a YAML, TOML or JSON config file into a dict (no validation yet)."""
     source = Path(path)
@@ -258,6 +269,32 @@ def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> Eva
         else:
             data[key] = value
     try:
-        return EvaluateConfig.model_validate(data)
+        config = EvaluateConfig.model_validate(data)
     except ValidationError as exc:
         raise config_error(exc, source) from None
+    _check_options(config, source)
+    return config
+
+
+def _check_options(config: EvaluateConfig, source: str) -> None:
+    """Each calibrator's and decoder's options checked as the file is read, so that a wrong
+    one is named with the file it is in (the run checks them again when it builds them; an
+    unknown name is reported there)."""
+    registry = get_registry()
+    for kind, specs, get in (
+        ("calibrator", config.calibrators, registry.calibrator_class),
+        ("decoder", config.decoders, registry.decoder_class),
+    ):
+        for spec in specs:
+            try:
+                options: type[BaseModel] = get(spec.name).Options
+            except UnknownNameError:
+                continue
+            try:
+                options.model_validate(spec.options)
+            except ValidationError as exc:
+                allowed = ", ".join(options.model_fields) or "none"
+                raise ConfigError(
+                    validation_message(exc, f"{source}: {kind} {spec.key!r}")
+                    + f"; options: {allowed}"
+                ) from None

@@ -48,7 +48,7 @@ from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
-from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
@@ -820,7 +820,7 @@ def run_evaluation(
     None except rank 0, which returns the merged results. ``preset`` fills what the config
     leaves open for a default model (see :func:`resolve_preset`).
     """
-    resolved = resolve_preset(config, preset)
+    resolved = resolve_preset(checked_config(config), preset)
     with resolved.threads(), prepare(resolved, resume=resume, shard=shard) as prepared:
         calibrated = calibrate(prepared)
         evaluated = merge(prepared, evaluate_shard(prepared, calibrated, on_record))

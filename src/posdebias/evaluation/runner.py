@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._inputs import excerpt
+import posdebias.defaults as defaults
+from posdebias._inputs import check_setting, excerpt
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
@@ -232,6 +233,17 @@ def scored_views(
     ]
 
 
+def check_calibration_size(count: int) -> None:
+    """Refuse more calibration instances than a run may hold out (``calibration_count``'s
+    range): each is observed in its N rotations."""
+    _, most = defaults.RANGES["calibration_count"]
+    if count > most:
+        raise InputError(
+            f"calibration takes at most {most:,} instances (the range of calibration_count), "
+            f"got {count:,}"
+        )
+
+
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
@@ -249,6 +261,8 @@ def fit_calibrators(
     The calibration set is observed whenever it is given, even if no calibrator needs it, so a
     calibrator added to a finished run later finds every observation cached.
     """
+    check_setting("batch_size", batch_size)
+    check_calibration_size(len(calibration_instances))
     symmetrized = symmetrized_calibration_set(calibration_instances)
     n = symmetrized[0].n if symmetrized else None
     if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
@@ -402,8 +416,9 @@ class Evaluator:
         shared_orders: bool = False,
         cyclic_orders: bool = False,
     ) -> None:
-        if orders < 1:
-            raise InputError(f"--orders must be at least 1, got {orders}")
+        check_setting("orders", orders)
+        check_setting("seed", seed)
+        check_setting("batch_size", batch_size)
         missing = [label for label in calibrators if label not in states]
         if missing:
             raise InputError(f"no calibration state for {missing}; fit or load one first")

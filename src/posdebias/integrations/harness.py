@@ -46,6 +46,9 @@ ITEM, ROTATION, ORDER, CALIBRATOR, LABELS = (
 
 #: Where a task keeps the held-out items that ``calibration=task`` calibrates on.
 CALIBRATION_SPLIT = "calibration"
+#: Document field of a rotated task: the digest of its calibration split as written
+#: (:func:`posdebias.integrations.lmms_eval_tasks.items_digest`), checked when it is read.
+CALIBRATION_ITEMS = "posdebias_calibration_items"
 #: ``calibration=task``: calibrate on the task's own held-out items.
 FROM_TASK = "task"
 

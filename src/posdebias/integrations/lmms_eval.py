@@ -49,6 +49,7 @@ from posdebias.integrations.harness import (
     TaskMappingError,
     doc_instance,
 )
+from posdebias.integrations.lmms_eval_tasks import check_calibration_items
 
 #: What lmms-eval passes to every model besides ``--model_args`` (None values are dropped).
 _HARNESS_ARGUMENTS = ("max_batch_size",)
@@ -107,7 +108,11 @@ class PosdebiasLMM(lmms):
         for task in sorted(set(tasks)):
             splits = self.task_dict.get(task, {})
             if CALIBRATION_SPLIT in splits:
-                return [doc_instance(doc, task) for doc in splits[CALIBRATION_SPLIT]]
+                calibration = splits[CALIBRATION_SPLIT]
+                for split, docs in splits.items():
+                    if split != CALIBRATION_SPLIT:
+                        check_calibration_items(task, calibration, docs)
+                return [doc_instance(doc, task) for doc in calibration]
         raise InputError(
             f"calibration=task, but none of the tasks {sorted(set(tasks))} has a "
             f"'{CALIBRATION_SPLIT}' split; write one with `posdebias lmms-eval-task "

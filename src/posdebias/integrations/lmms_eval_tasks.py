@@ -43,6 +43,7 @@ from posdebias.evaluation.config import SAFE_LABEL
 from posdebias.evaluation.job import split_held_out
 from posdebias.evaluation.metrics import compute_metrics
 from posdebias.integrations.harness import (
+    CALIBRATION_ITEMS,
     CALIBRATION_SPLIT,
     CALIBRATOR,
     ITEM,
@@ -127,12 +128,19 @@ def items_digest(docs: Iterable[Mapping[str, Any]]) -> str:
 
 
 def rotation_transform(
-    calibrator: str | None, rotations: int | None = None, *, items: str | None = None
+    calibrator: str | None,
+    rotations: int | None = None,
+    *,
+    items: str | None = None,
+    calibration: str | None = None,
 ) -> Callable:
     """A ``process_docs`` function: every document in its first ``rotations`` cyclic
     rotations (all N by default), item-major, each recording ``calibrator``. ``items``: the
     :func:`items_digest` of the documents as written; other documents (an items file edited
-    to move a truth) are refused, so the metrics come from the benchmark's truth."""
+    to move a truth) are refused, so the metrics come from the benchmark's truth.
+    ``calibration``: the digest of the task's calibration split as written, recorded in each
+    document, so that the model refuses a calibration file edited since
+    (:func:`check_calibration_items`)."""
 
     def process_docs(dataset: Any) -> Any:
         import datasets
@@ -151,10 +159,27 @@ def rotation_transform(
             for rotation in range(count):
                 row = rotate_doc(doc, rotation)
                 row[CALIBRATOR] = calibrator
+                if calibration is not None:
+                    row[CALIBRATION_ITEMS] = calibration
                 rows.append(row)
         return datasets.Dataset.from_list(rows)
 
     return process_docs
+
+
+def check_calibration_items(
+    task: str, calibration: Iterable[Mapping[str, Any]], docs: Iterable[Mapping[str, Any]]
+) -> None:
+    """Refuse ``task``'s calibration split if it differs from the one `posdebias
+    lmms-eval-task` wrote: its digest is recorded in the task's rotated documents (``docs``);
+    a split without one (a task written otherwise) is not checked."""
+    recorded = next((doc.get(CALIBRATION_ITEMS) for doc in docs), None)
+    if recorded is not None and items_digest(calibration) != recorded:
+        raise InputError(
+            f"task {task!r}: the calibration items differ from the ones `posdebias "
+            "lmms-eval-task` wrote from the benchmark (the calibration file was edited): write "
+            "the tasks again"
+        )
 
 
 #: ``process_docs: !function posdebias.integrations.lmms_eval_tasks.rotated_docs`` turns any
@@ -388,10 +413,9 @@ def write_rotated_tasks(
     test_docs = [_base_doc(instance, labels) for instance in test]
     files: dict[str, bytes] = {f"{name}_items.jsonl": _jsonl(test_docs)}
     data_files = {"test": str((out / f"{name}_items.jsonl").resolve())}
-    if calibration:
-        files[f"{name}_calibration.jsonl"] = _jsonl(
-            [_base_doc(instance, labels) for instance in calibration]
-        )
+    calibration_docs = [_base_doc(instance, labels) for instance in calibration]
+    if calibration_docs:
+        files[f"{name}_calibration.jsonl"] = _jsonl(calibration_docs)
         data_files[CALIBRATION_SPLIT] = str((out / f"{name}_calibration.jsonl").resolve())
     functions = [
         '"""Written by `posdebias lmms-eval-task`: the functions its task YAML files name."""',
@@ -404,14 +428,21 @@ def write_rotated_tasks(
         "",
         "#: the items' ids, candidates and truths as written (an edited items file is refused)",
         f"ITEMS = {items_digest(test_docs)!r}",
-        "",
     ]
+    digests = "items=ITEMS"
+    if calibration_docs:
+        functions += [
+            "#: the same of the calibration split (an edited calibration file is refused)",
+            f"CALIBRATION = {items_digest(calibration_docs)!r}",
+        ]
+        digests += ", calibration=CALIBRATION"
+    functions.append("")
     task_names = []
     for index, label in enumerate(labels_out):
         task = f"{name}_{re.sub(r'[^A-Za-z0-9_]', '_', label)}"
         task_names.append(task)
         functions.append(
-            f"docs_{index} = rotation_transform({label!r}, {rotations!r}, items=ITEMS)  # {task}"
+            f"docs_{index} = rotation_transform({label!r}, {rotations!r}, {digests})  # {task}"
         )
         files[f"{task}.yaml"] = _task_yaml(
             task, name, module, index, data_files, output_type, label, n, rotations

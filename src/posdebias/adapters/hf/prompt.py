@@ -91,7 +91,7 @@ class PromptTemplate(BaseModel):
     Otherwise: ``instruction``, the images, then ``query``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     instruction: str = DEFAULT_INSTRUCTION
     query: str = DEFAULT_QUERY

@@ -38,7 +38,7 @@ from typing import Any
 from posdebias._inputs import excerpt
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ResumeError
-from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
 from posdebias.evaluation.job import build_adapter, build_calibrators, build_decoders
 from posdebias.evaluation.preset import resolve_preset
@@ -132,6 +132,7 @@ def run_sweep(
     on_point: Callable[[Point, dict[str, Any]], None] | None = None,
 ) -> SweepResult:
     """Run (or resume) a study into ``out``; returns the rows and the files written."""
+    config = checked_config(config)
     points = plan_points(study, config, spec)
     started = time.perf_counter()
     resolved = resolve_preset(config)

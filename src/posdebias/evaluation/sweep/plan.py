@@ -31,7 +31,7 @@ DEFAULT_VALUES: dict[str, list[float]] = {
 class SweepSpec(BaseModel):
     """The ``sweep`` section of a config file (everything else is an evaluation config)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     values: list[float] | None = Field(
         default=None, max_length=1_000, description="N, |Dcal|, K or tau values (default per study)"
