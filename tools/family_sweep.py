@@ -493,6 +493,7 @@ def shrink(config: Any) -> None:
                 setattr(sub, name, _SMALL[name])
         _shrink_layers(sub)
         _shrink_rope(sub)
+        _shrink_per_layer_config(sub)
     for _, sub in sub_configs(config):
         for name, value in list(vars(sub).items()):
             if "feature_layer" in name and value is not None:
@@ -507,6 +508,21 @@ def _clamp_layers(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         return value
     return max(value, -(LAYERS + 1)) if value < 0 else min(value, LAYERS)
+
+
+def _shrink_per_layer_config(sub: Any) -> None:
+    """A heterogeneous config's per-layer overrides of the layers the tiny model keeps (Gemma 4
+    unified's wider global heads), narrowed like the rest."""
+    overrides = sub.to_dict().get("per_layer_config") if hasattr(sub, "to_dict") else None
+    depth = next((vars(sub)[n] for n in _LAYERS if isinstance(vars(sub).get(n), int)), None)
+    if not isinstance(overrides, dict) or not overrides or depth is None:
+        return
+    narrow = {"head_dim": 2 * HEAD_DIM, "num_key_value_heads": 2}
+    sub.per_layer_config = {
+        int(layer): {name: narrow.get(name, value) for name, value in change.items()}
+        for layer, change in overrides.items()
+        if int(layer) < depth
+    }
 
 
 def _shrink_rope(sub: Any) -> None:

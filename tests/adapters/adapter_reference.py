@@ -186,3 +186,44 @@ def tiny_granite4_vision() -> tuple:
         projector_dropout=0.0,
     )  # fmt: skip
     return AutoModelForImageTextToText.from_config(config).eval(), processor
+
+
+def tiny_chameleon() -> tuple:
+    """A tiny Chameleon from its real classes: a flat config (no text sub-config: the model's own
+    config is its language model's) beside a VQ-GAN of 16 codes; each 64 px image becomes 16
+    image tokens whose embeddings are the codes' vocabulary entries."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.chameleon import ChameleonImageProcessor, ChameleonProcessor
+
+    from posdebias.testing import build_tokenizer
+    from posdebias.testing.tiny.common import LLAVA_TEMPLATE, text_config
+
+    # the VQ codes' names in the vocabulary: "IMGIMG", the code's digits as letters, "Z"
+    codes = ["IMGIMG" + "".join(chr(65 + int(d)) for d in str(code)) + "Z" for code in range(16)]
+    tokenizer = build_tokenizer(
+        ["<s>", "</s>", "<pad>", "<image>", "<racm3:break>", "<eoss>", *codes],
+        chat_template=LLAVA_TEMPLATE,
+        eos_token="</s>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        named_tokens={"image_token": "<image>"},
+    )
+    image_processor = ChameleonImageProcessor(
+        size={"shortest_edge": 64}, crop_size={"height": 64, "width": 64}
+    )
+    processor = ChameleonProcessor(image_processor, tokenizer, image_seq_length=16)
+    processor.chat_template = LLAVA_TEMPLATE
+    vocabulary = dict(tokenizer.get_vocab())
+    vq = {"embed_dim": 32, "num_embeddings": 16, "base_channels": 32, "latent_channels": 32,
+          "resolution": 64, "num_res_blocks": 1}  # fmt: skip
+    config = AutoConfig.for_model(
+        "chameleon",
+        **text_config(len(tokenizer), num_key_value_heads=4),
+        vq_config=vq,
+        vocabulary_map=vocabulary,
+        image_token_id=vocabulary["<image>"],
+        bos_token_id=vocabulary["<s>"],
+        eos_token_id=vocabulary["</s>"],
+        pad_token_id=vocabulary["<pad>"],
+    )
+    return AutoModelForImageTextToText.from_config(config).eval(), processor

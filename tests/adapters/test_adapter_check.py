@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from adapter_reference import tiny_granite4_vision, tiny_pair
+from adapter_reference import tiny_chameleon, tiny_granite4_vision, tiny_pair
 
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_registry, hookimpl
@@ -361,3 +361,15 @@ def test_a_language_model_that_keeps_no_cache_of_its_own_is_given_one():
     assert report.passed, report.summary()
     assert all(r.status == "PASS" for r in report.results), report.summary()
     assert "multi-token labels included" in report["scores = own forward"].figure
+
+
+def test_a_model_whose_config_is_its_language_models_passes_every_row():
+    """Chameleon's config has no text sub-config: the model's own config is the language
+    model's, and the generic adapter reads it there (probe, eager reference, layers)."""
+    model, processor = tiny_chameleon()
+    assert getattr(model.config, "text_config", None) is None  # the premise
+    adapter = get_adapter(model, processor)
+    assert adapter.name == "generic" and adapter.language_key is None
+    report = check_adapter(adapter)
+    assert all(r.status == "PASS" for r in report.results), report.summary()
+    assert "over 3 layers" in report["probe = eager"].figure

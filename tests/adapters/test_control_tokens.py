@@ -196,3 +196,28 @@ def test_the_command_line_stops_before_the_run_directory(
     assert expected in err
     # every instance of the run is checked before the run directory is made
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_stops_before_its_directory(tmp_path, capsys):
+    model = save_tiny_model("qwen3", tmp_path / "model")
+    rows = [
+        {"id": f"q{i}", "question": f"Question {i}?", "options": ["a", "b", "c"], "answer": 1}
+        for i in range(4)
+    ]
+    rows[3]["question"] = "Which <|endoftext|> one?"
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert (
+        main(["build", "--source", "mcq", "--data", str(data), "--out", str(tmp_path / "b")]) == 0
+    )
+    capsys.readouterr()
+    code = main(
+        [
+            "sweep", "tau", "--values", "1,5", "--model", str(model),
+            "--benchmark", str(tmp_path / "b"), "--count", "3", "--calibration-count", "1",
+            "--out", str(tmp_path / "sweep"),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "the stem holds '<|endoftext|>', which model" in err, err
+    assert not (tmp_path / "sweep").exists()

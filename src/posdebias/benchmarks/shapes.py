@@ -68,7 +68,7 @@ class ShapeSpace(BaseModel):
     each diameter by up to ``1 +- jitter`` so that no two images are pixel-identical templates.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     colours: dict[str, RGB] = Field(
         default_factory=lambda: {

@@ -204,7 +204,7 @@ class CalibrationState(BaseModel):
                 "re-create it with `posdebias calibrate`"
             )
         try:
-            return cls.model_validate({**payload, "schema_version": SCHEMA_VERSION})
+            return cls.model_validate({**payload, "schema_version": SCHEMA_VERSION}, strict=True)
         except ValidationError as exc:
             raise CalibrationError(
                 validation_message(exc, f"{source}: invalid calibration state", unknown="field")

@@ -439,7 +439,7 @@ class _Checks:
         except BatchingUnsafe as exc:  # the adapter's own fallback: one instance at a time
             batch, _, masses = self.single(0)
             how = f"one instance at a time (the adapter says: {exc})"
-        key = adapter.text_config_key
+        key = adapter.language_key
         try:
             adapter.model.set_attn_implementation(
                 language_model_attention(adapter.model, key, "eager")

@@ -131,6 +131,14 @@ class GenericAdapter(HFAdapter):
     summary = "any AutoModelForImageTextToText with a chat template and an image token"
     split_by_processor_counts = True
 
+    @classmethod
+    def language_config_key(cls, model: Any) -> str | None:
+        """``text_config``, or None where the config holds no text config of its own and is the
+        language model's (Chameleon: a flat config beside its VQ image tokenizer's)."""
+        config = model.config
+        flat = getattr(config, "text_config", None) is None and config.get_text_config() is config
+        return None if flat else cls.text_config_key
+
     def span_tokens(self) -> SpanTokens:
         base = super().span_tokens()
         markers = []

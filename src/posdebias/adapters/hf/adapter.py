@@ -291,8 +291,11 @@ class HFAdapter(Adapter):
         )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
-        install_probe(model, self.text_config_key)
-        key = self.text_config_key
+        #: where this model's language model config is (``text_config_key`` as the family says,
+        #: or as :meth:`language_config_key` finds it on the model)
+        self.language_key = self.language_config_key(model)
+        install_probe(model, self.language_key)
+        key = self.language_key
         self._text_config = model.config if key is None else getattr(model.config, key)
         self._plans: dict[int, tuple[list[str], LabelPlan]] = {}
         self._last_n: int | None = None
@@ -304,6 +307,11 @@ class HFAdapter(Adapter):
         self._gives_cache = False
 
     # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def language_config_key(cls, model: Any) -> str | None:
+        """Where ``model``'s language model config is: the family's ``text_config_key``."""
+        return cls.text_config_key
 
     @classmethod
     def prepare_loaded(cls, model: Any, folder: Path) -> Any:

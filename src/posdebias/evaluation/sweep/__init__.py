@@ -58,7 +58,7 @@ from posdebias.evaluation.sweep.plan import (
     SweepSpec,
     plan_points,
 )
-from posdebias.evaluation.sweep.point import run_point
+from posdebias.evaluation.sweep.point import point_instances, run_point
 from posdebias.evaluation.sweep.store import (
     GENERATIONS_FILE,
     OBSERVATIONS_FILE,
@@ -143,6 +143,9 @@ def run_sweep(
             point.config = resolve_preset(point.config).config
             build_calibrators(point.config)  # unknown names or options: refused before any work
             build_decoders(point.config)
+            # data the model would misread (its special tokens): refused before the directory
+            calibration, test = point_instances(point, adapter, study)
+            adapter.check_instances([*calibration, *test])
         directory = SweepDirectory(out)
         directory.prepare(sweep_identity(study, points, adapter), resume=resume)
         try:

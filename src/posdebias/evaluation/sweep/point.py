@@ -51,7 +51,7 @@ def _digest(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-def _instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
+def point_instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
     """(calibration, test) of a point. Transfer: calibration held out of A by seed, test = B
     minus its own held-out calibration, so every pair tests B on the same instances."""
 
@@ -91,7 +91,7 @@ def run_point(
     if config.protocol != "default":
         config = apply_specs(protocol, config, adapter.num_layers)
     calibrators = build_calibrators(config)
-    calibration, test = _instances(point, adapter, study)
+    calibration, test = point_instances(point, adapter, study)
     if not test:
         raise InputError(f"point {point.label}: no test instances")
     n = test[0].n
