@@ -52,7 +52,7 @@ docs: $(STAMP)
 # Regenerate the golden metrics of the seeded default runs (tests/goldens/) after a deliberate
 # change of the numbers; commit them with the change.
 goldens: $(STAMP)
-	$(BIN)/python -m tests.golden --regenerate
+	$(BIN)/python tests/golden.py --regenerate  # a path: an installed package named `tests` would shadow -m
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

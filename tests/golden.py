@@ -4,7 +4,7 @@ Seeded runs are byte-reproducible, so their metrics are pinned exactly instead o
 against threshold bands. After a deliberate change of the numbers (a retrained organism, a new
 order sampling, a fixed bug), regenerate the files and commit them with the change:
 
-    make goldens          # = python -m tests.golden --regenerate (from the repository root)
+    make goldens          # = python tests/golden.py --regenerate (from the repository root)
 
 Each file holds, per calibrator, Acc (mean and std over the orders), RStd, Cons. and the
 selection-rate matrix of the run named in it, and the run's statistics: the 95% bootstrap
@@ -83,7 +83,7 @@ def regenerate(names: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.golden", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python tests/golden.py", description=__doc__)
     parser.add_argument("--regenerate", action="store_true", help="rewrite the golden files")
     parser.add_argument(
         "names", nargs="*", help=f"runs to regenerate (default: all of {list(RUNS)})"
