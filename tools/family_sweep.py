@@ -43,6 +43,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from posdebias.testing.tiny.common import build_tokenizer
+from posdebias.testing.tiny.gemma4 import GEMMA4_TOKENS
+
 CACHE = Path("/tmp/posdebias-family-sweep")
 VERSION = 3  # bump to rebuild every cached model after changing the builders
 
@@ -50,43 +53,19 @@ PASS, REFUSED, FAIL, NOT_BUILT = "PASS", "refused", "FAIL", "could not build"
 
 # -- the toy tokenizer ---------------------------------------------------------------------------
 
-CORPUS = (
-    "Given 4 images indexed from 1 to 4, identify the image that best matches the provided "
-    "caption. Respond with the index number only and nothing else.",
-    "Caption: a photo of a red square on a blue background. Answer: Which shape is shown",
-    "user assistant system USER ASSISTANT image label question option answer passage",
-    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth",
-    "A B C D E F G H I J K L M N O P Q R S T U V W X Y Z I II III IV V VI VII VIII IX X",
-    "two blue circles, side by side none it depends. the largest one a yellow star (small)",
-)
 ROLES = ("<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|pad|>", "<s>", "</s>")
 
 
 def toy_tokenizer(specials: list[str], template: str, named: dict[str, str] | None = None) -> Any:
-    """A BPE tokenizer trained on a fixed corpus (digits one per token) with ``specials``;
+    """The test models' BPE tokenizer (digits one per token) with the roles and ``specials``;
     ``named``: tokenizer attributes (``image_token`` and its ``image_token_id``)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.BPE(unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
-    )
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<unk>", *dict.fromkeys([*ROLES, *specials])],
-        initial_alphabet=[chr(code) for code in range(32, 127)],
-        show_progress=False,
-    )
-    backend.train_from_iterator(CORPUS, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        unk_token="<unk>",
-        bos_token="<s>",
+    return build_tokenizer(
+        list(dict.fromkeys([*ROLES, *specials])),
+        chat_template=template,
         eos_token="<|end|>",
         pad_token="<|pad|>",
-        extra_special_tokens=named or {},
-        chat_template=template,
+        bos_token="<s>",
+        named_tokens=named,
     )
 
 
@@ -192,14 +171,7 @@ _VQ = {  # a VQ-GAN of 32 channels (GroupNorm's 32 groups), 64 px images, 16 cod
     "num_res_blocks": 1,
 }
 
-_GEMMA4_TOKENS = {
-    "image_token": "<|image|>",
-    "boi_token": "<|image>",
-    "eoi_token": "<image|>",
-    "audio_token": "<|audio|>",
-    "boa_token": "<|audio>",
-    "eoa_token": "<audio|>",
-}
+_GEMMA4_TOKENS = GEMMA4_TOKENS
 
 RECIPES: dict[str, Recipe] = {
     # 56 px tiles of 14 px patches, pixel-shuffled 2 x 2: 4 tokens per tile

@@ -21,6 +21,15 @@ _TEMPLATE = (
     "<turn|>\n{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
 )
 
+#: Gemma 4's named special tokens (tokenizer attributes, as the checkpoints' extra_special_tokens)
+GEMMA4_TOKENS = {
+    "image_token": "<|image|>",
+    "boi_token": "<|image>",
+    "eoi_token": "<image|>",
+    "audio_token": "<|audio|>",
+    "boa_token": "<|audio>",
+    "eoa_token": "<audio|>",
+}
 #: The tiny model's layers: sliding-window (S) and global (F), the last two reuse the keys and
 #: values of the last non-shared layer of their kind (KV sharing, as Gemma 4 E2B / E4B).
 TINY_LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention"] * 2
@@ -39,14 +48,7 @@ def _tiny_model() -> tuple[Any, Any]:
         Gemma4VideoProcessor,
     )
 
-    named = {
-        "image_token": "<|image|>",
-        "boi_token": "<|image>",
-        "eoi_token": "<image|>",
-        "audio_token": "<|audio|>",
-        "boa_token": "<|audio>",
-        "eoa_token": "<audio|>",
-    }
+    named = dict(GEMMA4_TOKENS)
     tokenizer = build_tokenizer(
         ["<bos>", "<eos>", "<pad>", "<|turn>", "<turn|>", *named.values()],
         chat_template=_TEMPLATE,
