@@ -266,6 +266,30 @@ def test_a_huge_answer_is_cut_without_reading_it(monkeypatch):
         assert time.monotonic() - started < 30
 
 
+def test_an_answer_cut_off_mid_body_is_retried_not_read_as_malformed():
+    # a server killed mid-answer closed the connection after part of its declared length: that
+    # was "answered with no JSON" (not retried); it is a transport failure, retried like one
+    answers = iter([b'{"prompt_lo', None])
+
+    def dying_then_honest(path, body):
+        part = next(answers, None)
+        if part is not None:
+            return 200, {"Content-Length": "400"}, [part], 0.0
+        return json_reply(prompt_scores(body))
+
+    observation = observe_with(dying_then_honest, retries=1)
+    assert observation.label_logprobs.tolist() == pytest.approx([-1.0986123] * 3)
+
+    def always_dying(path, body):
+        return 200, {"Content-Length": "400"}, [b'{"prompt_lo'], 0.0
+
+    with pytest.raises(AdapterError) as caught:
+        observe_with(always_dying, retries=1)
+    assert "did not answer after 2 attempts (the answer was cut off after 11 of 400 bytes)" in str(
+        caught.value
+    )
+
+
 def test_a_trickling_answer_times_out_as_a_whole():
     # one byte every 0.2 s never trips a socket timeout; the request's timeout is for the answer
     def trickle(path, body):

@@ -219,6 +219,11 @@ class _Slow(Exception):
     """The answer took longer than the request's timeout (a retryable failure)."""
 
 
+class _CutShort(Exception):
+    """The connection closed before the answer's declared length arrived (a server that stopped
+    or restarted mid-answer: a retryable failure, not a malformed answer)."""
+
+
 def _api_key(variable: str) -> str:
     """The key in the environment variable ``variable``: set, and a header can hold it."""
     key = os.environ.get(variable)
@@ -279,6 +284,9 @@ class ServerClient:
             except _Slow:
                 problem = f"no complete answer within the timeout of {self.timeout:g} s"
                 continue
+            except _CutShort as exc:
+                problem = str(exc)
+                continue
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
                 problem = excerpt(str(getattr(exc, "reason", exc)), 200)
                 continue
@@ -306,6 +314,8 @@ class ServerClient:
             if time.monotonic() > deadline:
                 raise _Slow
             chunks.append(chunk)
+        if declared is not None and declared.isdigit() and size < int(declared):
+            raise _CutShort(f"the answer was cut off after {size} of {declared} bytes")
         return b"".join(chunks)
 
 
