@@ -160,6 +160,19 @@ def test_a_server_adapter_with_a_tokenizer_refuses_them_before_any_request(tmp_p
         )
 
 
+def build_questions(folder, *, row: int, field: str, value: object) -> None:
+    """A benchmark ``folder/b`` of four questions, ``field`` of question ``row`` set to ``value``
+    (the special tokens go through ``build``: it checks files, not tokenizers)."""
+    rows = [
+        {"id": f"q{i}", "question": f"Question {i}?", "options": ["a", "b", "c"], "answer": 1}
+        for i in range(4)
+    ]
+    rows[row][field] = value
+    data = folder / "questions.jsonl"
+    data.write_text("".join(json.dumps(record) + "\n" for record in rows))
+    assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(folder / "b")]) == 0
+
+
 @pytest.mark.parametrize(
     ("family", "field", "value", "expected"),
     [
@@ -173,16 +186,7 @@ def test_the_command_line_stops_before_the_run_directory(
     tmp_path, capsys, family, field, value, expected
 ):
     model = save_tiny_model(family, tmp_path / "model")
-    rows = [
-        {"id": f"q{i}", "question": f"Question {i}?", "options": ["a", "b", "c"], "answer": 1}
-        for i in range(4)
-    ]
-    rows[2][field] = value
-    data = tmp_path / "questions.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert (
-        main(["build", "--source", "mcq", "--data", str(data), "--out", str(tmp_path / "b")]) == 0
-    )
+    build_questions(tmp_path, row=2, field=field, value=value)
     capsys.readouterr()
     code = main(
         [
@@ -200,16 +204,7 @@ def test_the_command_line_stops_before_the_run_directory(
 
 def test_a_sweep_stops_before_its_directory(tmp_path, capsys):
     model = save_tiny_model("qwen3", tmp_path / "model")
-    rows = [
-        {"id": f"q{i}", "question": f"Question {i}?", "options": ["a", "b", "c"], "answer": 1}
-        for i in range(4)
-    ]
-    rows[3]["question"] = "Which <|endoftext|> one?"
-    data = tmp_path / "questions.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert (
-        main(["build", "--source", "mcq", "--data", str(data), "--out", str(tmp_path / "b")]) == 0
-    )
+    build_questions(tmp_path, row=3, field="question", value="Which <|endoftext|> one?")
     capsys.readouterr()
     code = main(
         [

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,24 @@ def build_organism_benchmark(out: Path, *, count: int, seed: int = 0) -> Path:
         )
     )
     return out / "bench"
+
+
+def write_task_module(benchmark: Path, out: Path, name: str, *flags: str) -> Any:
+    """``posdebias lmms-eval-task`` for ``benchmark`` into ``out`` as task ``name``, then its
+    written module imported as lmms-eval imports it (its folder on the path)."""
+    from posdebias.cli import main
+
+    args = ["lmms-eval-task", "--benchmark", str(benchmark), "--out", str(out), "--name", name]
+    assert main([*args, *flags]) == 0
+    spec = importlib.util.spec_from_file_location(f"{name}_posdebias", out / f"{name}_posdebias.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(out))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(out))
+    return module
 
 
 def offline_env(tmp: Path) -> dict[str, str]:

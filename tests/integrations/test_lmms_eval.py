@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness_helpers import require_lmms_eval
+from harness_helpers import require_lmms_eval, write_task_module
 
 import posdebias
 from posdebias.errors import ConfigError, InputError
@@ -243,24 +243,14 @@ def test_a_calibration_split_edited_after_the_tasks_were_written_is_refused(
     """The written module records a digest of the calibration split beside the items' own;
     each rotated document carries it, and the model refuses the split (as lmms-eval loads it:
     the json dataset loader) once its ids, candidates or truths changed."""
-    import importlib.util
     import json
-    import sys
 
     import datasets
 
-    from posdebias.cli import main
-
     out = tmp_path / "tasks"
-    args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
-    assert main([*args, "--name", "cal", "--count", "4", "--calibration-count", "5"]) == 0
-    spec = importlib.util.spec_from_file_location("cal_posdebias", out / "cal_posdebias.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(out))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(out))
+    module = write_task_module(
+        organism_benchmark, out, "cal", "--count", "4", "--calibration-count", "5"
+    )
     calibration = out / "cal_calibration.jsonl"
     written = calibration.read_text()
 

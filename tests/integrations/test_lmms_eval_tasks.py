@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from harness_helpers import require_lmms_eval
+from harness_helpers import require_lmms_eval, write_task_module
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -223,21 +223,12 @@ def test_an_items_file_edited_to_move_a_truth_is_refused(
     """The tasks' metrics come from the benchmark's truth: the written module names a digest
     of the items, and its transform refuses items whose truth (or candidates) changed since,
     as lmms-eval loads them (the json dataset loader)."""
-    import importlib.util
-    import sys
-
     import datasets
 
     out = tmp_path / "tasks"
-    args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
-    assert main([*args, "--name", "edit", "--count", "6", "--calibrators", "vanilla"]) == 0
-    spec = importlib.util.spec_from_file_location("edit_posdebias", out / "edit_posdebias.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(out))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(out))
+    module = write_task_module(
+        organism_benchmark, out, "edit", "--count", "6", "--calibrators", "vanilla"
+    )
     items = out / "edit_items.jsonl"
 
     def load():
