@@ -22,6 +22,10 @@ Usage (slow on a shared CPU: about a minute per family; built models are cached)
     python tools/family_sweep.py --record    # into src/posdebias/data/family_sweep.json, then
     posdebias plugins --families --markdown  # the coverage table of the Adapters page
 
+``--record`` writes the families of the cache's results and keeps the recorded verdicts of the
+others (for the same transformers), so a few families swept into a cache of their own
+(``--families X,Y --cache DIR``, then ``--record --cache DIR``) replace only their own records.
+
 Models, logs and one result per family (``results/``) go under ``--cache`` (default
 /tmp/posdebias-family-sweep).
 The recipes are best-effort miniatures: a family whose real chat template writes more around
@@ -257,7 +261,33 @@ RECIPES: dict[str, Recipe] = {
     "gemma4": Recipe(named_tokens=_GEMMA4_TOKENS),
     # its vision tower is optional in the config: the default config has none
     "gemma4_unified": Recipe(named_tokens=_GEMMA4_TOKENS, config={"vision_config": {}}),
-    "deepseek_ocr2": Recipe(set={"text_config.mlp_layer_types": ["dense", "sparse"]}),
+    # every view (the global one and each tile) is 144 learned queries (the model's fixed 12 x 12
+    # for views of up to 144 SAM patches): 48 px views counted as 12 x 12 by the processor; the
+    # SAM neck's last width is the query encoder's
+    "deepseek_ocr2": Recipe(
+        set={
+            "text_config.mlp_layer_types": ["dense", "sparse"],
+            "text_config.num_experts_per_tok": 2,  # None by default
+            "vision_config.sam_config.downsample_channels": [32, WIDTH],
+        },
+        sub_processors={"image_processor": {"size": {"height": 48, "width": 48}, "tile_size": 48}},
+        processor_kwargs={"patch_size": 4, "downsample_ratio": 1},
+    ),
+    # 112 px global views and 56 px tiles (a wide or large image is tiled), both in 14 px
+    # patches downsampled 4 x: 4 tokens per view, 1 per tile; the model builds a sliding-window
+    # mask whatever its layer types, so the window must be set; the vision MLP's width is
+    # recomputed from mlp_ratio when the saved config loads
+    "step3p7": Recipe(
+        set={
+            "text_config.sliding_window": 512,
+            "text_config.num_sliding_attention_heads": HEADS,
+            "vision_config.mlp_ratio": FFN / WIDTH,
+        },
+        sub_processors={
+            "image_processor": {"size": {"height": 112, "width": 112}, "patch_size": 56}
+        },
+        tokens=("<patch_start>", "<patch_end>", "<patch_newline>", "<im_start>", "<im_end>"),
+    ),
     "fuyu": Recipe(tokens=("|SPEAKER|", "|NEWLINE|")),
     # a 128 px base view in 32 px patches (4 x 4), halved by the window Q-Former; one grid
     "granite4_vision": Recipe(
@@ -683,9 +713,12 @@ def small_images(image_processor: Any, config: Any, recipe: Recipe) -> int:
             patch = sub.patch_size
             break
     side = 4 * patch
+    given = recipe.sub_processors.get("image_processor", {})
     if image_processor is not None:  # the processor's patching is the vision tower's
         for ours, theirs in (("patch_size", "patch_size"), ("merge_size", "spatial_merge_size"),
                              ("temporal_patch_size", "temporal_patch_size")):  # fmt: skip
+            if ours in given:  # the recipe's (Step 3.7's patch_size is its tiles' side)
+                continue
             wanted = next((vars(sub)[theirs] for _, sub in sub_configs(config)
                            if isinstance(vars(sub).get(theirs), int)), None)  # fmt: skip
             if isinstance(getattr(image_processor, ours, None), int) and wanted is not None:
@@ -1011,13 +1044,23 @@ RECORD = Path(__file__).parents[1] / "src" / "posdebias" / "data" / "family_swee
 
 def record(results: list[dict[str, Any]], cache: Path) -> None:
     """Write the verdicts of the families the generic adapter takes where the coverage table
-    reads them (for the installed transformers)."""
+    reads them (for the installed transformers). The families swept into this cache replace
+    their records; the other families' records of the same transformers are kept, so a sweep of
+    a few families (``--families X --cache DIR``) records them alone."""
     import transformers
 
     from posdebias.registry import get_registry
 
     registry = get_registry()
-    families: dict[str, dict[str, str]] = {}
+    records: dict[str, dict[str, str]] = {}
+    if RECORD.exists():
+        kept = json.loads(RECORD.read_text(encoding="utf-8"))
+        if kept.get("transformers") == transformers.__version__:
+            current = set(families())
+            records = {k: v for k, v in kept["families"].items() if k in current}
+    swept = {row["model_type"] for row in results}
+    for name in swept:
+        records.pop(name, None)
     for row in results:
         adapter = registry.adapter_for_model_type(row["model_type"])
         if (adapter is not None and adapter.name != "generic") or config_refusal(row["model_type"]):
@@ -1025,10 +1068,11 @@ def record(results: list[dict[str, Any]], cache: Path) -> None:
         detail = str(row.get("detail", ""))
         detail = detail.replace(str(cache / "models" / row["model_type"]), "the model folder")
         detail = detail.split(". Known adapter families")[0]  # the loader's advice
-        families[row["model_type"]] = {"verdict": row["verdict"], "detail": detail}
-    text = json.dumps({"transformers": transformers.__version__, "families": families}, indent=1)
+        records[row["model_type"]] = {"verdict": row["verdict"], "detail": detail}
+    records = dict(sorted(records.items()))
+    text = json.dumps({"transformers": transformers.__version__, "families": records}, indent=1)
     RECORD.write_text(text + "\n", encoding="utf-8")
-    print(f"recorded {len(families)} families in {RECORD}")
+    print(f"recorded {len(records)} families in {RECORD} ({len(swept)} from {cache})")
 
 
 def main() -> int:
