@@ -227,3 +227,39 @@ def tiny_chameleon() -> tuple:
         pad_token_id=vocabulary["<pad>"],
     )
     return AutoModelForImageTextToText.from_config(config).eval(), processor
+
+
+def tiny_step3p7() -> tuple:
+    """A tiny Step 3.7 from its real classes: each image a 112 px global view (4 tokens) after
+    its tiles (56 px, 1 token each), which the processor cuts from a large or wide image and
+    writes as ``<patch_start><im_patch><patch_end>``, a ``<patch_newline>`` after each row of
+    tiles, then ``<im_start>`` + the view's tokens + ``<im_end>``."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.step3p7 import Step3p7ImageProcessor, Step3p7Processor
+
+    from posdebias.testing import build_tokenizer
+    from posdebias.testing.tiny.common import LLAVA_TEMPLATE, text_config
+
+    markers = ["<patch_start>", "<patch_end>", "<patch_newline>", "<im_start>", "<im_end>"]
+    template = LLAVA_TEMPLATE.replace("<image>", "<im_patch>")
+    tokenizer = build_tokenizer(
+        ["<s>", "</s>", "<pad>", "<im_patch>", *markers],
+        chat_template=template,
+        eos_token="</s>",
+        pad_token="<pad>",
+        bos_token="<s>",
+    )
+    image_processor = Step3p7ImageProcessor(size={"height": 112, "width": 112}, patch_size=56)
+    processor = Step3p7Processor(image_processor, tokenizer, chat_template=template)
+    ids = tokenizer.convert_tokens_to_ids
+    text = text_config(len(tokenizer), num_hidden_layers=2, head_dim=16, sliding_window=512,
+                       mlp_layer_types=["dense", "dense"], pad_token_id=ids("<pad>"),
+                       eos_token_id=ids("</s>"))  # fmt: skip
+    config = AutoConfig.for_model(
+        "step3p7",
+        text_config=text,
+        vision_config={"hidden_size": 32, "mlp_ratio": 2.0, "num_hidden_layers": 2,
+                       "num_attention_heads": 4, "image_size": 56, "patch_size": 14},
+        image_token_id=ids("<im_patch>"),
+    )  # fmt: skip
+    return AutoModelForImageTextToText.from_config(config).eval(), processor

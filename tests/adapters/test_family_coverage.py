@@ -84,6 +84,11 @@ def test_the_recorded_sweep_speaks_for_every_generic_family(coverage):
             assert row.detail.startswith(("checked", "not checked")), row
     # a language model that keeps no cache of its own (the adapter hands it one)
     assert verdicts["granite4_vision"].detail.startswith("checked")
+    # tiles and the global view in one run of image tokens per image: the image's span
+    assert verdicts["deepseek_ocr2"].detail.startswith("checked")
+    # text between an image's tiles: refused by the processor dry run
+    assert verdicts["step3p7"].verdict == REFUSED
+    assert "at load: its processor splits images into tiles" in verdicts["step3p7"].detail
 
 
 def test_a_sweep_recorded_on_another_transformers_is_not_used(monkeypatch):
@@ -150,6 +155,34 @@ def test_the_generic_adapter_refuses_the_built_in_families_it_cannot_read(family
         get_adapter(model, processor, adapter="generic").verify(
             check_instances(3, multi_token_n=None)[0]
         )
+    assert calls[0] == 0
+
+
+def test_a_processor_that_writes_text_between_an_images_tiles_is_refused_before_any_forward():
+    """Step 3.7 cuts a large or wide image into tiles, each its image tokens between
+    <patch_start> and <patch_end>, before the global view: the model itself reads the tiled
+    prompt, but the generic adapter cannot tell which runs belong to which image, so it stops at
+    load (the processor dry run) with the reason; an image small enough for no tiles is one run."""
+    import torch
+    from adapter_reference import tiny_step3p7
+    from PIL import Image
+
+    model, processor = tiny_step3p7()
+    images = [Image.new("RGB", size, colour) for size, colour in
+              (((56, 56), (200, 30, 30)), ((224, 112), (30, 30, 200)))]  # fmt: skip
+    text = "USER: <im_patch><im_patch>Which? ASSISTANT:"
+    inputs = processor(text=[text], images=[images], return_tensors="pt")
+    assert inputs["num_local_patches"].tolist() == [0, 8]  # the wide image: 4 x 2 tiles
+    ids = inputs["input_ids"][0]
+    assert int((ids == model.config.image_token_id).sum()) == 4 + 8 + 4
+    with torch.inference_mode():
+        model(**inputs)  # the premise: its own forward reads the tiles
+    calls = [0]
+    model.register_forward_pre_hook(lambda *a, **k: calls.__setitem__(0, calls[0] + 1))
+    adapter = get_adapter(model, processor)
+    assert adapter.name == "generic"
+    with pytest.raises(AdapterError, match=r"splits images into tiles with text between them"):
+        adapter.verify(check_instances(3, multi_token_n=None)[0])
     assert calls[0] == 0
 
 
