@@ -54,8 +54,7 @@ from posdebias.adapters.hf.prompt import (
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
-    instance_messages,
-    variant_prompts,
+    posed_messages,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
@@ -539,21 +538,7 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        check_control_tokens(instance, self.control_tokens, self.options.model)
-        chosen, default, templates = (
-            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
-            if variant is None
-            else variant_prompts(
-                variant, self.label_set, self.base_prompt, self.base_task_templates
-            )
-        )
-        raw = instance_messages(
-            instance,
-            get_label_set(self.label_set),
-            prompt=chosen,
-            default=default,
-            templates=templates,
-        )
+        raw = posed_messages(self, instance, self.options.model, prompt=prompt, variant=variant)
         shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []

@@ -46,8 +46,7 @@ from posdebias.adapters.hf.prompt import (
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
-    instance_messages,
-    variant_prompts,
+    posed_messages,
 )
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -538,21 +537,9 @@ class HFAdapter(Adapter):
         a generated baseline's ``cot``) poses either kind's configured template under it,
         instead of ``prompt`` and the adapter's own variant (``sentinels``: see
         :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
-        check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
-        chosen, default, templates = (
-            (prompt or self.prompt, self.prompt, self.task_templates.__getitem__)
-            if variant is None
-            else variant_prompts(
-                variant, self.label_set, self.base_prompt, self.base_task_templates
-            )
-        )
-        messages = instance_messages(
-            instance,
-            get_label_set(self.label_set),
-            prompt=chosen,
-            default=default,
-            templates=templates,
-            sentinels=sentinels,
+        model = self.model_id or self.name
+        messages = posed_messages(
+            self, instance, model, prompt=prompt, variant=variant, sentinels=sentinels
         )
         return text_only_messages(messages) if self.text_only else messages
 

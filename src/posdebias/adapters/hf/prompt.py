@@ -20,12 +20,12 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
-from posdebias.core.labels import LabelSet
+from posdebias.core.labels import LabelSet, get_label_set
 from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
@@ -293,6 +293,49 @@ def instance_messages(
             "posed with its task template (task_prompt)"
         )
     return templates(instance.task).messages(instance, label_set, sentinels=sentinels)
+
+
+class PosesInstances(Protocol):
+    """What :func:`posed_messages` reads of an adapter: its label set, its templates as
+    configured (``base_*``) and under its prompt variant, and its model's special tokens."""
+
+    label_set: str
+    prompt: PromptTemplate
+    base_prompt: PromptTemplate
+    task_templates: dict[str, TaskTemplate]
+    base_task_templates: dict[str, TaskTemplate]
+    control_tokens: re.Pattern[str] | None
+
+
+def posed_messages(
+    adapter: PosesInstances,
+    instance: Instance,
+    model: str,
+    *,
+    prompt: PromptTemplate | None = None,
+    variant: str | None = None,
+    sentinels: bool = False,
+) -> list[dict]:
+    """The chat messages an adapter poses ``instance`` with (every adapter the same way): its
+    data checked for ``model``'s special tokens, then the retrieval template (or ``prompt``)
+    or its task's template; ``variant`` (a generated baseline's prompt variant) poses the
+    configured templates under it instead of ``prompt`` and the adapter's own variant."""
+    check_control_tokens(instance, adapter.control_tokens, model)
+    chosen, default, templates = (
+        (prompt or adapter.prompt, adapter.prompt, adapter.task_templates.__getitem__)
+        if variant is None
+        else variant_prompts(
+            variant, adapter.label_set, adapter.base_prompt, adapter.base_task_templates
+        )
+    )
+    return instance_messages(
+        instance,
+        get_label_set(adapter.label_set),
+        prompt=chosen,
+        default=default,
+        templates=templates,
+        sentinels=sentinels,
+    )
 
 
 #: Attributes of a processor that name a placeholder it expands (an image, a video, audio).
