@@ -36,12 +36,14 @@ def test_corrupt_json(tmp_path, state):
         CalibrationState.load(path)
 
 
-def test_wrong_schema_version(tmp_path, state):
+@pytest.mark.parametrize("version", [99, 2.0, 1.0, True, "2", None])
+def test_wrong_schema_version(tmp_path, state, version):
+    # a version is a whole number as written: 2.0 (a hand edit) was read as 2
     payload = json.loads(state.to_json())
-    payload["schema_version"] = 99
+    payload["schema_version"] = version
     path = tmp_path / "state.json"
     path.write_text(json.dumps(payload))
-    with pytest.raises(CalibrationError, match="schema version 99"):
+    with pytest.raises(CalibrationError, match=f"schema version {version!r} is not supported"):
         CalibrationState.load(path)
 
 

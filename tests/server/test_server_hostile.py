@@ -290,6 +290,18 @@ def test_an_answer_cut_off_mid_body_is_retried_not_read_as_malformed():
     )
 
 
+@pytest.mark.parametrize("length", ["\xb2", "1" * 5000, "-5", "12 34", "0x10"])
+def test_a_content_length_that_is_no_plain_number_is_not_trusted(length):
+    # '\xb2' passes str.isdigit() but not int(): that was an internal error (exit 1); 5,000
+    # digits overflow int()'s digit limit. The body's own end counts (the size cap still holds)
+    def respond(path, body):
+        data = json.dumps(prompt_scores(body)).encode()
+        return 200, {"Content-Length": length, "Connection": "close"}, [data], 0.0
+
+    observation = observe_with(respond)
+    assert observation.label_logprobs.tolist() == pytest.approx([-1.0986123] * 3)
+
+
 def test_a_trickling_answer_times_out_as_a_whole():
     # one byte every 0.2 s never trips a socket timeout; the request's timeout is for the answer
     def trickle(path, body):

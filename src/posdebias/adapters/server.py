@@ -302,8 +302,8 @@ class ServerClient:
         """The answer's bytes, refused beyond :data:`MAX_RESPONSE_BYTES` and read within the
         timeout as a whole (a server that trickles bytes would otherwise never time out)."""
         deadline = time.monotonic() + self.timeout
-        declared = response.headers.get("Content-Length") if response.headers else None
-        if declared is not None and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        declared = _declared_length(response)
+        if declared is not None and declared > MAX_RESPONSE_BYTES:
             raise _too_large(url)
         chunks, size = [], 0
         while chunk := response.read1(_CHUNK):  # what has arrived: a deadline can cut in
@@ -313,9 +313,18 @@ class ServerClient:
             if time.monotonic() > deadline:
                 raise _Slow
             chunks.append(chunk)
-        if declared is not None and declared.isdigit() and size < int(declared):
+        if declared is not None and size < declared:
             raise _CutShort(f"the answer was cut off after {size} of {declared} bytes")
         return b"".join(chunks)
+
+
+def _declared_length(response: Any) -> int | None:
+    """The answer's ``Content-Length`` as a number of bytes, or None where it is absent or not
+    a plain ASCII number (then the body's own end counts; the size cap still holds)."""
+    declared = response.headers.get("Content-Length") if response.headers else None
+    if declared is None or not re.fullmatch(r"[0-9]{1,20}", declared.strip()):
+        return None
+    return int(declared)
 
 
 def _too_large(url: str) -> AdapterError:
@@ -491,6 +500,7 @@ class ServerAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             opts.model,
+            [("image_placeholder", opts.image_placeholder)] if opts.images == "placeholder" else [],
         )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(
@@ -524,7 +534,23 @@ class ServerAdapter(Adapter):
 
     def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
         for instance in instances:
-            check_control_tokens(instance, self.control_tokens, self.options.model)
+            check_control_tokens(
+                instance, self.control_tokens, self.options.model, self._placeholders(instance)
+            )
+
+    def _placeholders(self, instance: RetrievalInstance) -> list[tuple[str, str]]:
+        """(where, text) of each image's placeholder text with images: placeholder (it shows
+        the image's file name, which is data like a caption); none when images are sent."""
+        if self.options.images != "placeholder":
+            return []
+        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
+        return [
+            (f"image {number}'s placeholder text", self._placeholder(image))
+            for number, image in enumerate(shown, start=1)
+        ]
+
+    def _placeholder(self, image: Any) -> str:
+        return self.options.image_placeholder.replace("{name}", _name(image))
 
     def messages(
         self,
@@ -538,7 +564,14 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        raw = posed_messages(self, instance, self.options.model, prompt=prompt, variant=variant)
+        raw = posed_messages(
+            self,
+            instance,
+            self.options.model,
+            prompt=prompt,
+            variant=variant,
+            shown=self._placeholders(instance),
+        )
         shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
@@ -552,8 +585,7 @@ class ServerAdapter(Adapter):
                 if item["type"] != "image":
                     parts.append(item)
                 elif self.options.images == "placeholder":
-                    text = self.options.image_placeholder.replace("{name}", _name(next(images)))
-                    parts.append({"type": "text", "text": text})
+                    parts.append({"type": "text", "text": self._placeholder(next(images))})
                 else:
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})

@@ -191,7 +191,7 @@ class CalibrationState(BaseModel):
                 f"{source}: expected a JSON object, got {type(payload).__name__}"
             )
         version = payload.get("schema_version")
-        if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
+        if type(version) is not int or version not in READABLE_SCHEMA_VERSIONS:  # 2.0, True
             readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
             raise calibration_error(
                 f"{source}: calibration schema version {version!r} is not supported (this "

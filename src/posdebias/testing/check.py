@@ -265,6 +265,7 @@ def check_adapter(
     if len(instances) < 2 or instances[0].n != instances[1].n:
         raise InputError("check_adapter needs at least two instances with the same N")
     refuse_unsupported(adapter)  # what the adapter knows it cannot read: no forward at all
+    adapter.check_instances(instances)  # data the model would misread: an input error, no row
     for kind in sorted({instance.task for instance in instances}):
         problem = adapter.task_problem(kind)
         if problem is not None:

@@ -315,12 +315,14 @@ def posed_messages(
     prompt: PromptTemplate | None = None,
     variant: str | None = None,
     sentinels: bool = False,
+    shown: Iterable[tuple[str, str]] = (),
 ) -> list[dict]:
     """The chat messages an adapter poses ``instance`` with (every adapter the same way): its
-    data checked for ``model``'s special tokens, then the retrieval template (or ``prompt``)
-    or its task's template; ``variant`` (a generated baseline's prompt variant) poses the
-    configured templates under it instead of ``prompt`` and the adapter's own variant."""
-    check_control_tokens(instance, adapter.control_tokens, model)
+    data (and ``shown``, see :func:`check_control_tokens`) checked for ``model``'s special
+    tokens, then the retrieval template (or ``prompt``) or its task's template; ``variant`` (a
+    generated baseline's prompt variant) poses the configured templates under it instead of
+    ``prompt`` and the adapter's own variant."""
+    check_control_tokens(instance, adapter.control_tokens, model, shown)
     chosen, default, templates = (
         (prompt or adapter.prompt, adapter.prompt, adapter.task_templates.__getitem__)
         if variant is None
@@ -365,15 +367,22 @@ def control_tokens(tokenizer: Any, processor: Any = None) -> re.Pattern[str] | N
     return re.compile("|".join(re.escape(token) for token in shown)) if shown else None
 
 
-def check_control_tokens(instance: Instance, pattern: re.Pattern[str] | None, model: str) -> None:
-    """Refuse ``instance`` if its stem (caption, question, query) or a candidate's text (an
-    option, an answer to judge, a passage) holds one of the model's special tokens
-    (:func:`control_tokens`): the model would read a control token, not the text."""
+def check_control_tokens(
+    instance: Instance,
+    pattern: re.Pattern[str] | None,
+    model: str,
+    shown: Iterable[tuple[str, str]] = (),
+) -> None:
+    """Refuse ``instance`` if its stem (caption, question, query), a candidate's text (an
+    option, an answer to judge, a passage) or another text of it the prompt shows (``shown``:
+    (where, text) pairs, e.g. an image's name as a placeholder) holds one of the model's
+    special tokens (:func:`control_tokens`): the model would read a control token, not text."""
     texts = [("the stem", instance.query)] + [
         (f"candidate {position}'s text", text)
         for position, text in enumerate(instance.texts, start=1)
         if text is not None
     ]
+    texts += shown
     found = _first_control_token(pattern, texts)
     if found is not None:
         where, token = found
@@ -388,10 +397,12 @@ def check_template_control_tokens(
     task_templates: Mapping[str, TaskTemplate],
     pattern: re.Pattern[str] | None,
     model: str,
+    other_fields: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Refuse a configured prompt template (the retrieval ``prompt``, each task's template)
-    whose text (the system prompt, the instruction, a separator) holds one of the model's
-    special tokens: it would end a turn or open one where the template means text."""
+    """Refuse a configured prompt template (the retrieval ``prompt``, each task's template, an
+    adapter's ``other_fields`` such as an image placeholder text) whose text (the system
+    prompt, the instruction, a separator) holds one of the model's special tokens: it would
+    end a turn or open one where the template means text."""
     fields = [
         (f"{option}.{name}", value)
         for option, templates in (("prompt", [prompt]), ("task_prompt", task_templates.values()))
@@ -399,6 +410,7 @@ def check_template_control_tokens(
         for name, value in template.model_dump().items()
         if isinstance(value, str)
     ]
+    fields += other_fields
     found = _first_control_token(pattern, fields)
     if found is not None:
         where, token = found
