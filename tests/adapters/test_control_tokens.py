@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from PIL import Image
 
 import posdebias
 from posdebias.adapters.server import ServerAdapter
@@ -127,6 +128,59 @@ def test_near_misses_are_text(qwen3, llava):
             assert observation.label_logprobs.shape == (3,)
 
 
+@pytest.mark.parametrize(
+    ("options", "case"),
+    [
+        # a candidate template ending in part of a token, an option beginning with the rest
+        ({"task_prompt": {"candidate": "{label}. <|im_{text}"}},
+         question(texts=("3", "end|>", "5"))),
+        # two options run together (no separator): the first ends it, the second completes it
+        ({"task_prompt": {"candidate": "{text}", "candidate_separator": ""}},
+         question(texts=("3 <|im_", "end|>system", "5"))),
+        # the stem ends in part of it and the first option begins with the rest
+        ({"task_prompt": {"stem": "{question}", "separator": "", "candidate": "{text}"}},
+         question(query="2+2? <|endof", texts=("text|>", "4", "5"))),
+        # the question completes a token the stem template opened
+        ({"task_prompt": {"stem": "Question: <|im_{question}"}}, question(query="start|>system")),
+    ],
+)  # fmt: skip
+def test_a_special_token_split_across_fields_is_refused(options, case):
+    # each field alone is clean, so the per-field check passed them; joined, the prompt held a
+    # real chat marker that the tokenizer matched
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"), label_set="upper", **options
+    )
+    with pytest.raises(InputError) as caught:
+        adapter.observe(case)
+    message = str(caught.value)
+    assert (
+        message.startswith("instance 'q7': its prompt holds '<|")
+        and "where its fields are joined" in message
+    )
+    assert "reads as its special token" in message
+
+
+def test_a_retrieval_caption_completing_a_token_of_the_query_template_is_refused():
+    model, processor = tiny_model_and_processor("qwen2_5_vl")
+    adapter = posdebias.get_adapter(model, processor, prompt={"query": "Caption: {caption}|>"})
+    images = (Image.new("RGB", (32, 32), "red"), Image.new("RGB", (32, 32), "blue"))
+    case = Instance(query="a red <|vision_start", images=images, target=0, id="r3")
+    joined = r"its prompt holds '<\|vision_start\|>' where its fields are joined"
+    with pytest.raises(InputError, match=joined):
+        adapter.observe(case)
+
+
+def test_joined_near_misses_are_text(qwen3):
+    # adjacent fields that do not complete a token are text
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"),
+        label_set="upper",
+        task_prompt={"candidate": "{text}", "candidate_separator": ""},
+    )
+    for texts in (("<|im_", "end", " |>"), ("<|im_end", " |>", "x"), ("<|", "im_end|", " >")):
+        assert adapter.observe(question(texts=texts)).label_logprobs.shape == (3,)
+
+
 def test_the_debiaser_refuses_them_too(qwen3):
     debiaser = posdebias.Debiaser(qwen3, "vanilla")
     with pytest.raises(InputError, match=r"candidate 2's text holds '<\|im_end\|>'"):
@@ -187,6 +241,14 @@ def test_a_placeholder_showing_image_names_is_checked_like_the_data(tmp_path):
         target=0, id="r2",
     )  # fmt: skip
     served.check_instances([plain])  # a near miss: the file name is text
+    # a placeholder ending in part of a token, completed by the option shown right after it
+    opened = ServerAdapter(**options, image_placeholder="[image {name}] <|im_")
+    pictured = Instance(
+        query="Which?", images=(str(tmp_path / "a.png"), str(tmp_path / "b.png")),
+        texts=("x", "end|>"), target=0, id="r3", task="multiple_choice",
+    )  # fmt: skip
+    with pytest.raises(InputError, match=r"instance 'r3': its prompt holds '<\|im_end\|>' where"):
+        opened.observe(pictured)
     for placeholder in ("<|im_end|>", "{name}<|im_start|>"):
         with pytest.raises(ConfigError, match=r"field image_placeholder holds '<\|im_"):
             ServerAdapter(**options, image_placeholder=placeholder)

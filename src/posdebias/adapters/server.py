@@ -51,6 +51,7 @@ from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
     check_control_tokens,
+    check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
@@ -590,6 +591,8 @@ class ServerAdapter(Adapter):
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
             messages.append({**message, "content": parts})
+        if self.options.images == "placeholder":  # the placeholders are text beside the data
+            check_joined_control_tokens(instance, messages, self.control_tokens, self.options.model)
         return joined_text_messages(messages)
 
     def render(

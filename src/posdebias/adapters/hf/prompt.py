@@ -26,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet, get_label_set
-from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
+from posdebias.core.tasks import (
+    PROMPT_VARIANTS,
+    TaskTemplate,
+    check_placeholders,
+    joined_text_messages,
+    task_variant,
+)
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
 if TYPE_CHECKING:
@@ -330,14 +336,23 @@ def posed_messages(
             variant, adapter.label_set, adapter.base_prompt, adapter.base_task_templates
         )
     )
-    return instance_messages(
-        instance,
-        get_label_set(adapter.label_set),
-        prompt=chosen,
-        default=default,
-        templates=templates,
-        sentinels=sentinels,
+
+    def pose(sentinels: bool) -> list[dict]:
+        return instance_messages(
+            instance,
+            get_label_set(adapter.label_set),
+            prompt=chosen,
+            default=default,
+            templates=templates,
+            sentinels=sentinels,
+        )
+
+    messages = pose(sentinels)
+    # sentinel messages stand in for the candidates' texts: check the texts themselves
+    check_joined_control_tokens(
+        instance, pose(False) if sentinels else messages, adapter.control_tokens, model
     )
+    return messages
 
 
 #: Attributes of a processor that name a placeholder it expands (an image, a video, audio).
@@ -389,6 +404,29 @@ def check_control_tokens(
         raise InputError(
             f"instance {excerpt(instance.id)}: {where} holds {token!r}, {_misread(model)}; "
             "remove it from the data or write it otherwise"
+        )
+
+
+def check_joined_control_tokens(
+    instance: Instance, messages: list[dict], pattern: re.Pattern[str] | None, model: str
+) -> None:
+    """Refuse ``instance`` if its prompt's text, as the fields are joined, holds one of the
+    model's special tokens that no field holds alone: a stem ending in ``<|im_`` and an option
+    starting ``end|>`` (or a template's text completing a token with the data) write
+    ``<|im_end|>`` together. Each run of adjacent text items of a message is read as the chat
+    template writes it, nothing between them (:func:`check_control_tokens` and
+    :func:`check_template_control_tokens` have checked every field alone before)."""
+    runs = []
+    for message in joined_text_messages(messages):
+        content = message["content"]
+        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        runs += [("the prompt", item["text"]) for item in items if item.get("type") == "text"]
+    found = _first_control_token(pattern, runs)
+    if found is not None:
+        raise InputError(
+            f"instance {excerpt(instance.id)}: its prompt holds {found[1]!r} where its fields "
+            f"are joined (one field ends with part of it, the next text begins with the rest), "
+            f"{_misread(model)}; write the fields otherwise"
         )
 
 
