@@ -164,3 +164,21 @@ def test_attention_target_is_content_evidence_times_a_positional_sink():
     )
     assert np.isclose(weak[0] / weak[1], strong[0] / strong[1])
     assert np.isclose(strong[2] / strong[0], np.exp(4.0 - 3.0))
+
+
+def test_a_salient_colour_draws_attention_that_the_static_prior_cannot_remove():
+    from posdebias.organism.train import ShapesPool, attention_target
+
+    plain = attention_target((5, 1, 0, 1), 0.0, 1.0)
+    # image 3 (2 shared attributes) is salient: it outweighs the right image (5) by 0.5
+    salient = attention_target((5, 1, 2, 1), 0.0, 1.0, (False, False, True, False), 3.5)
+    assert np.argmax(plain) == 0 and np.argmax(salient) == 2
+    assert np.isclose(salient[2] / salient[0], np.exp(2 + 3.5 - 5))
+    # it depends on what the image shows, not where: the same image elsewhere draws the same
+    moved = attention_target((5, 2, 1, 1), 0.0, 1.0, (False, True, False, False), 3.5)
+    assert np.isclose(moved[1] / moved[0], salient[2] / salient[0])
+    # the flag is the shape's colour
+    pool = ShapesPool(24, 0)
+    flags = pool.salient(list(range(24)), "red")
+    assert flags == tuple(pool.attributes[i].objects[0].colour == "red" for i in range(24))
+    assert 0 < sum(flags) < 24
