@@ -4,6 +4,7 @@ results files still report; two run directories compare on what they share."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -60,7 +61,13 @@ def test_default_run_report_shows_intervals_and_paired_tests(default_run):
     rows = [c.row for c in stats.comparisons]
     assert rows == [label for label in results.calibrators if label != "vanilla"]
     guided = next(c for c in stats.comparisons if c.row == "attention_guided")
-    assert guided.difference.low > 0 and guided.p_value < 1e-6  # the organism is biased
+    assert guided.difference.low > 0 and guided.p_value < 1e-5  # the organism is biased
+    # McNemar's exact test: two-sided binomial tail of the discordant decisions at one half
+    discordant = guided.row_only + guided.baseline_only
+    tail = sum(
+        math.comb(discordant, k) for k in range(min(guided.row_only, guided.baseline_only) + 1)
+    )
+    assert guided.p_value == pytest.approx(min(1.0, 2 * tail / 2**discordant), rel=1e-9)
     assert guided.decisions == 120 and guided.instances == 60
     for name, _title, _draw in REPORT_FIGURES:
         for fmt in FORMATS:

@@ -78,7 +78,7 @@ def test_default_run_reproduces_logit_attention_divergence(cache_dir, tmp_path, 
     for layer in (1, 2):
         entry = layers[layer]
         assert entry["selected"] > 0.9 and entry["prior_peak"] == 2  # the second to last
-        assert entry["raw_truth"] > 0.5 and entry["raw_positional"] > 0.4
+        assert entry["raw_truth"] > 0.5 and entry["raw_positional"] > 0.3
         assert entry["purified_truth"] > entry["raw_truth"] + 0.1
         assert entry["purified_positional"] < entry["raw_positional"] - 0.2
     assert "posdebias/organism" in capsys.readouterr().out
