@@ -170,6 +170,20 @@ def test_a_retrieval_caption_completing_a_token_of_the_query_template_is_refused
         adapter.observe(case)
 
 
+def test_a_variants_own_special_token_passes_and_one_the_data_completes_does_not():
+    # the chain-of-thought variant ends its prompt with the model's <think> token on purpose;
+    # counted against the same prompt with neutral data, it is the template's, not the data's
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"),
+        label_set="upper",
+        task_prompt={"candidate": "{text}", "candidate_separator": ""},
+    )
+    shown = str(adapter.messages_for(question(), variant="cot"))
+    assert "<think>" in shown
+    with pytest.raises(InputError, match=r"its prompt holds '<think>' where its fields are"):
+        adapter.messages_for(question(texts=("3 <thi", "nk>", "5")), variant="cot")
+
+
 def test_joined_near_misses_are_text(qwen3):
     # adjacent fields that do not complete a token are text
     adapter = posdebias.get_adapter(

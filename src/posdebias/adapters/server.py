@@ -55,6 +55,7 @@ from posdebias.adapters.hf.prompt import (
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
+    neutral_instance,
     posed_messages,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
@@ -565,14 +566,32 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        raw = posed_messages(
-            self,
-            instance,
-            self.options.model,
-            prompt=prompt,
-            variant=variant,
-            shown=self._placeholders(instance),
-        )
+
+        def posed(posed_instance: RetrievalInstance, names: bool) -> list[dict]:
+            raw = posed_messages(
+                self,
+                posed_instance,
+                self.options.model,
+                prompt=prompt,
+                variant=variant,
+                shown=self._placeholders(posed_instance),
+            )
+            return self._with_images(raw, posed_instance, names)
+
+        messages = posed(instance, names=True)
+        if self.options.images == "placeholder":  # the placeholders are text beside the data
+            check_joined_control_tokens(
+                instance,
+                messages,
+                posed(neutral_instance(instance), names=False),
+                self.control_tokens,
+                self.options.model,
+            )
+        return joined_text_messages(messages)
+
+    def _with_images(self, raw: list[dict], instance: RetrievalInstance, names: bool) -> list:
+        """``raw`` with each image item as a base64 PNG ``image_url`` part, or the placeholder
+        text (showing the image's file name, or ``x`` without ``names``)."""
         shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
@@ -586,14 +605,14 @@ class ServerAdapter(Adapter):
                 if item["type"] != "image":
                     parts.append(item)
                 elif self.options.images == "placeholder":
-                    parts.append({"type": "text", "text": self._placeholder(next(images))})
+                    image = next(images)
+                    text = self._placeholder(image if names else "x")
+                    parts.append({"type": "text", "text": text})
                 else:
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
             messages.append({**message, "content": parts})
-        if self.options.images == "placeholder":  # the placeholders are text beside the data
-            check_joined_control_tokens(instance, messages, self.control_tokens, self.options.model)
-        return joined_text_messages(messages)
+        return messages
 
     def render(
         self,

@@ -15,9 +15,11 @@ A model directory may ship its trained prompt as ``posdebias_prompt.json`` (a se
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -337,9 +339,9 @@ def posed_messages(
         )
     )
 
-    def pose(sentinels: bool) -> list[dict]:
+    def pose(posed: Instance, sentinels: bool = False) -> list[dict]:
         return instance_messages(
-            instance,
+            posed,
             get_label_set(adapter.label_set),
             prompt=chosen,
             default=default,
@@ -347,11 +349,16 @@ def posed_messages(
             sentinels=sentinels,
         )
 
-    messages = pose(sentinels)
-    # sentinel messages stand in for the candidates' texts: check the texts themselves
-    check_joined_control_tokens(
-        instance, pose(False) if sentinels else messages, adapter.control_tokens, model
-    )
+    messages = pose(instance, sentinels)
+    if adapter.control_tokens is not None:
+        # sentinel messages stand in for the candidates' texts: check the texts themselves
+        check_joined_control_tokens(
+            instance,
+            pose(instance) if sentinels else messages,
+            pose(neutral_instance(instance)),
+            adapter.control_tokens,
+            model,
+        )
     return messages
 
 
@@ -407,27 +414,47 @@ def check_control_tokens(
         )
 
 
+def neutral_instance(instance: Instance) -> Instance:
+    """``instance`` with its stem and every candidate text replaced by ``x``: the prompt the
+    templates alone write (see :func:`check_joined_control_tokens`)."""
+    texts = tuple(None if text is None else "x" for text in instance.texts)
+    return dataclasses.replace(instance, query="x", texts=texts)
+
+
 def check_joined_control_tokens(
-    instance: Instance, messages: list[dict], pattern: re.Pattern[str] | None, model: str
+    instance: Instance,
+    messages: list[dict],
+    neutral: list[dict],
+    pattern: re.Pattern[str] | None,
+    model: str,
 ) -> None:
-    """Refuse ``instance`` if its prompt's text, as the fields are joined, holds one of the
-    model's special tokens that no field holds alone: a stem ending in ``<|im_`` and an option
-    starting ``end|>`` (or a template's text completing a token with the data) write
-    ``<|im_end|>`` together. Each run of adjacent text items of a message is read as the chat
-    template writes it, nothing between them (:func:`check_control_tokens` and
-    :func:`check_template_control_tokens` have checked every field alone before)."""
-    runs = []
-    for message in joined_text_messages(messages):
-        content = message["content"]
-        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        runs += [("the prompt", item["text"]) for item in items if item.get("type") == "text"]
-    found = _first_control_token(pattern, runs)
-    if found is not None:
+    """Refuse ``instance`` if its prompt holds one of the model's special tokens more often than
+    the same prompt with neutral data (``neutral``, from :func:`neutral_instance`): a token no
+    field holds alone, written where a field meets the next (a stem ending in ``<|im_`` and an
+    option starting ``end|>``, a template's text completed by the data). The templates' own
+    tokens (a chain-of-thought prompt's ``<think>``) are in both and pass. Adjacent text items
+    are read joined, as the chat template writes them."""
+    if pattern is None:
+        return
+    extra = _control_token_counts(pattern, messages) - _control_token_counts(pattern, neutral)
+    if extra:
+        token = next(iter(extra))
         raise InputError(
-            f"instance {excerpt(instance.id)}: its prompt holds {found[1]!r} where its fields "
+            f"instance {excerpt(instance.id)}: its prompt holds {token!r} where its fields "
             f"are joined (one field ends with part of it, the next text begins with the rest), "
             f"{_misread(model)}; write the fields otherwise"
         )
+
+
+def _control_token_counts(pattern: re.Pattern[str], messages: list[dict]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for message in joined_text_messages(messages):
+        content = message["content"]
+        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for item in items:
+            if item.get("type") == "text":
+                counts.update(pattern.findall(item["text"]))
+    return counts
 
 
 def check_template_control_tokens(
