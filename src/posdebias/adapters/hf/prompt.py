@@ -386,7 +386,40 @@ def control_tokens(tokenizer: Any, processor: Any = None) -> re.Pattern[str] | N
         if isinstance(value, str):
             tokens.add(value)
     shown = sorted((token for token in tokens if token.strip()), key=lambda t: (-len(t), t))
-    return re.compile("|".join(re.escape(token) for token in shown)) if shown else None
+    if not shown:
+        return None
+    pattern = re.compile("|".join(re.escape(token) for token in shown))
+    _AFFIXES[pattern.pattern] = _affixes(shown)
+    return pattern
+
+
+#: Per pattern of :func:`control_tokens`: the proper prefixes, proper suffixes and tokens of
+#: its special tokens (:func:`could_complete_a_token`).
+_AFFIXES: dict[str, tuple[frozenset[str], frozenset[str], tuple[str, ...]]] = {}
+
+
+def _affixes(tokens: list[str]) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    prefixes = frozenset(token[:k] for token in tokens for k in range(1, len(token)))
+    suffixes = frozenset(token[k:] for token in tokens for k in range(1, len(token)))
+    return prefixes, suffixes, tuple(tokens)
+
+
+def could_complete_a_token(pattern: re.Pattern[str], texts: Iterable[str]) -> bool:
+    """Whether a text of ``texts`` could be part of a special token written across fields: it
+    ends with the beginning of one, begins with the end of one, or lies inside one. Data that
+    holds none of these cannot complete a token in any order it is shown in."""
+    known = _AFFIXES.get(pattern.pattern)
+    if known is None:  # a pattern not made by control_tokens: assume it could
+        return True
+    prefixes, suffixes, tokens = known
+    longest = max(map(len, tokens))
+    for text in texts:
+        ends = range(1, min(len(text), longest) + 1)
+        if any(text[-k:] in prefixes or text[:k] in suffixes for k in ends):
+            return True
+        if len(text) < longest and any(text in token for token in tokens):
+            return True
+    return False
 
 
 def check_control_tokens(
@@ -419,6 +452,36 @@ def neutral_instance(instance: Instance) -> Instance:
     templates alone write (see :func:`check_joined_control_tokens`)."""
     texts = tuple(None if text is None else "x" for text in instance.texts)
     return dataclasses.replace(instance, query="x", texts=texts)
+
+
+def check_instance_prompts(
+    adapter: PosesInstances,
+    instance: Instance,
+    model: str,
+    pose: Callable[[Instance], Any],
+    shown: Iterable[tuple[str, str]] = (),
+) -> None:
+    """Refuse ``instance`` before a run if its data hold a special token (:func:`
+    check_control_tokens`) or, in ANY order of its candidates, complete one where two fields
+    meet (``pose`` poses one order and checks it, e.g. the adapter's ``messages``). Orders
+    matter only for data that could complete a token (:func:`could_complete_a_token`, rare):
+    those are posed with every ordered pair of candidates side by side."""
+    shown = list(shown)
+    pattern = adapter.control_tokens
+    check_control_tokens(instance, pattern, model, shown)
+    if pattern is None:
+        return
+    pose(instance)
+    texts = [instance.query, *(t for t in instance.texts if t is not None)]
+    texts += [text for _, text in shown]
+    if not could_complete_a_token(pattern, texts):
+        return
+    n = instance.n
+    for first in range(n):
+        for second in range(n):
+            if first != second:
+                rest = [k for k in range(n) if k not in (first, second)]
+                pose(instance.permuted([first, second, *rest]))
 
 
 def check_joined_control_tokens(
