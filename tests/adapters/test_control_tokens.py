@@ -170,6 +170,41 @@ def test_a_retrieval_caption_completing_a_token_of_the_query_template_is_refused
         adapter.observe(case)
 
 
+def test_a_variants_own_special_token_passes_and_one_the_data_completes_does_not():
+    # the chain-of-thought variant ends its prompt with the model's <think> token on purpose;
+    # counted against the same prompt with neutral data, it is the template's, not the data's
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"),
+        label_set="upper",
+        task_prompt={"candidate": "{text}", "candidate_separator": ""},
+    )
+    shown = str(adapter.messages_for(question(), variant="cot"))
+    assert "<think>" in shown
+    with pytest.raises(InputError, match=r"its prompt holds '<think>' where its fields are"):
+        adapter.messages_for(question(texts=("3 <thi", "nk>", "5")), variant="cot")
+
+
+def test_options_that_complete_a_token_only_in_another_order_are_refused_before_a_run(tmp_path):
+    # shown as given, "<|im_" (option 3) is never right before "end|>" (option 1); a run shows
+    # the options in other orders too, so the pre-run check poses every pair side by side
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    joined = {"candidate": "{text}", "candidate_separator": ""}
+    adapter = posdebias.get_adapter(model, tokenizer, label_set="upper", task_prompt=joined)
+    case = question(texts=("end|> a", "b", "c <|im_"))
+    assert adapter.messages_for(case)  # this order is clean
+    with pytest.raises(InputError, match=r"its prompt holds '<\|im_end\|>' where its fields"):
+        adapter.check_instances([question(), case])
+    tokenizer.save_pretrained(tmp_path / "tok")
+    served = ServerAdapter(
+        base_url="http://127.0.0.1:9/v1", model="m", tokenizer=str(tmp_path / "tok"),
+        label_set="upper", retries=0, task_prompt=joined,
+    )  # fmt: skip
+    with pytest.raises(InputError, match=r"its prompt holds '<\|im_end\|>' where its fields"):
+        served.check_instances([case])
+    # data that cannot complete a token pass in every order without posing them all
+    adapter.check_instances([question(texts=("end a", "b", "c <im_"))])
+
+
 def test_joined_near_misses_are_text(qwen3):
     # adjacent fields that do not complete a token are text
     adapter = posdebias.get_adapter(

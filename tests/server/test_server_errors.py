@@ -160,6 +160,23 @@ def test_messages_hold_the_prompt_the_hf_adapters_render(tmp_path, qwen3):
     assert parts[2]["text"] == placeholder.removeprefix("<image_000.png><image_001.png>")
 
 
+def test_task_prompt_replaces_fields_as_for_the_hf_adapters(qwen3):
+    # one field, as the Hugging Face adapters take it (a whole template was required: a user
+    # writing only candidate got "instruction: Field required")
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    fields = {"candidate": "({label}) {text}", "candidate_separator": " "}
+    server = adapter("http://127.0.0.1:9/v1", label_set="upper", task_prompt=fields)
+    local = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"), label_set="upper", task_prompt=fields
+    )
+    assert server.messages(question()) == local.messages_for(question())
+    assert "(A) 3 (B) 4 (C) 5" in server.messages(question())[0]["content"]
+    with pytest.raises(ConfigError, match="never shows the candidate"):
+        adapter("http://127.0.0.1:9/v1", task_prompt={"candidate": "{label}"})
+
+
 def test_a_prompt_variant_of_a_task_instance_is_posed_as_by_the_hf_adapters(qwen3):
     # The generated baselines' variants rewrite every task's template (in its own words); the
     # server is sent exactly the messages the Hugging Face adapters pose, and the answer is

@@ -50,11 +50,12 @@ from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
-    check_control_tokens,
+    check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
+    neutral_instance,
     posed_messages,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
@@ -63,7 +64,6 @@ from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
-    TaskTemplate,
     joined_text_messages,
     task_template,
     task_variant,
@@ -116,11 +116,20 @@ class ServerOptions(AdapterOptions):
     prompt: PromptTemplate | None = Field(
         default=None, description="retrieval prompt template fields (default: the method's)"
     )
-    task_prompt: TaskTemplate | None = Field(
+    task_prompt: dict[str, Any] | None = Field(
         default=None,
-        description="template fields of the other tasks (multiple_choice, pairwise_judge, "
-        "rerank); default: each task's own",
+        description="fields of the candidate tasks' prompt template (multiple_choice, "
+        "pairwise_judge, rerank), each replacing that field of the task's own template",
     )
+
+    @field_validator("task_prompt")
+    @classmethod
+    def _known_task_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            for task in DEFAULT_TEMPLATES:
+                task_template(task, value)  # a ConfigError (a ValueError) names the field
+        return value
+
     prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
     answer_prefix: str = Field(default="", description="text before the label in the answer")
     end_token: str | None = Field(
@@ -535,9 +544,17 @@ class ServerAdapter(Adapter):
 
     def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
         for instance in instances:
-            check_control_tokens(
-                instance, self.control_tokens, self.options.model, self._placeholders(instance)
+            check_instance_prompts(
+                self,
+                instance,
+                self.options.model,
+                self._pose_text,
+                self._placeholders(instance),
             )
+
+    def _pose_text(self, instance: RetrievalInstance) -> None:
+        """Pose ``instance``'s text (its checks refuse misread data; images are not read)."""
+        self._posed(instance, encode=False)
 
     def _placeholders(self, instance: RetrievalInstance) -> list[tuple[str, str]]:
         """(where, text) of each image's placeholder text with images: placeholder (it shows
@@ -565,14 +582,47 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        raw = posed_messages(
-            self,
-            instance,
-            self.options.model,
-            prompt=prompt,
-            variant=variant,
-            shown=self._placeholders(instance),
-        )
+        return joined_text_messages(self._posed(instance, prompt, variant))
+
+    def _posed(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        variant: str | None = None,
+        *,
+        encode: bool = True,
+    ) -> list:
+        """The messages before joining, their text checked for special tokens (also where a
+        placeholder meets the data); ``encode=False`` leaves images sent as content unread."""
+
+        def posed(shown: RetrievalInstance, names: bool) -> list[dict]:
+            raw = posed_messages(
+                self,
+                shown,
+                self.options.model,
+                prompt=prompt,
+                variant=variant,
+                shown=self._placeholders(shown),
+            )
+            return self._with_images(raw, shown, names=names, encode=encode)
+
+        messages = posed(instance, names=True)
+        if self.options.images == "placeholder":  # the placeholders are text beside the data
+            check_joined_control_tokens(
+                instance,
+                messages,
+                posed(neutral_instance(instance), names=False),
+                self.control_tokens,
+                self.options.model,
+            )
+        return messages
+
+    def _with_images(
+        self, raw: list[dict], instance: RetrievalInstance, *, names: bool, encode: bool
+    ) -> list:
+        """``raw`` with each image item as a base64 PNG ``image_url`` part (left as it is
+        without ``encode``), or the placeholder text (showing the image's file name, or ``x``
+        without ``names``)."""
         shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         images = iter(shown)
         messages = []
@@ -586,14 +636,16 @@ class ServerAdapter(Adapter):
                 if item["type"] != "image":
                     parts.append(item)
                 elif self.options.images == "placeholder":
-                    parts.append({"type": "text", "text": self._placeholder(next(images))})
-                else:
+                    image = next(images)
+                    text = self._placeholder(image if names else "x")
+                    parts.append({"type": "text", "text": text})
+                elif encode:
                     url = _data_url(next(images), instance.id)
                     parts.append({"type": "image_url", "image_url": {"url": url}})
+                else:
+                    parts.append(item)
             messages.append({**message, "content": parts})
-        if self.options.images == "placeholder":  # the placeholders are text beside the data
-            check_joined_control_tokens(instance, messages, self.control_tokens, self.options.model)
-        return joined_text_messages(messages)
+        return messages
 
     def render(
         self,

@@ -42,7 +42,7 @@ from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_gr
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
-    check_control_tokens,
+    check_instance_prompts,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
@@ -522,7 +522,11 @@ class HFAdapter(Adapter):
 
     def check_instances(self, instances: Sequence[Instance]) -> None:
         for instance in instances:
-            check_control_tokens(instance, self.control_tokens, self.model_id or self.name)
+            check_instance_prompts(self, instance, self.model_id or self.name, self._pose_text)
+
+    def _pose_text(self, instance: Instance) -> None:
+        """Pose ``instance``'s text (its checks refuse misread data; images are not read)."""
+        posed_messages(self, instance, self.model_id or self.name)
 
     def messages_for(
         self,

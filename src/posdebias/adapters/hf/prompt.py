@@ -15,9 +15,11 @@ A model directory may ship its trained prompt as ``posdebias_prompt.json`` (a se
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -337,9 +339,9 @@ def posed_messages(
         )
     )
 
-    def pose(sentinels: bool) -> list[dict]:
+    def pose(posed: Instance, sentinels: bool = False) -> list[dict]:
         return instance_messages(
-            instance,
+            posed,
             get_label_set(adapter.label_set),
             prompt=chosen,
             default=default,
@@ -347,11 +349,16 @@ def posed_messages(
             sentinels=sentinels,
         )
 
-    messages = pose(sentinels)
-    # sentinel messages stand in for the candidates' texts: check the texts themselves
-    check_joined_control_tokens(
-        instance, pose(False) if sentinels else messages, adapter.control_tokens, model
-    )
+    messages = pose(instance, sentinels)
+    if adapter.control_tokens is not None:
+        # sentinel messages stand in for the candidates' texts: check the texts themselves
+        check_joined_control_tokens(
+            instance,
+            pose(instance) if sentinels else messages,
+            pose(neutral_instance(instance)),
+            adapter.control_tokens,
+            model,
+        )
     return messages
 
 
@@ -379,7 +386,40 @@ def control_tokens(tokenizer: Any, processor: Any = None) -> re.Pattern[str] | N
         if isinstance(value, str):
             tokens.add(value)
     shown = sorted((token for token in tokens if token.strip()), key=lambda t: (-len(t), t))
-    return re.compile("|".join(re.escape(token) for token in shown)) if shown else None
+    if not shown:
+        return None
+    pattern = re.compile("|".join(re.escape(token) for token in shown))
+    _AFFIXES[pattern.pattern] = _affixes(shown)
+    return pattern
+
+
+#: Per pattern of :func:`control_tokens`: the proper prefixes, proper suffixes and tokens of
+#: its special tokens (:func:`could_complete_a_token`).
+_AFFIXES: dict[str, tuple[frozenset[str], frozenset[str], tuple[str, ...]]] = {}
+
+
+def _affixes(tokens: list[str]) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    prefixes = frozenset(token[:k] for token in tokens for k in range(1, len(token)))
+    suffixes = frozenset(token[k:] for token in tokens for k in range(1, len(token)))
+    return prefixes, suffixes, tuple(tokens)
+
+
+def could_complete_a_token(pattern: re.Pattern[str], texts: Iterable[str]) -> bool:
+    """Whether a text of ``texts`` could be part of a special token written across fields: it
+    ends with the beginning of one, begins with the end of one, or lies inside one. Data that
+    holds none of these cannot complete a token in any order it is shown in."""
+    known = _AFFIXES.get(pattern.pattern)
+    if known is None:  # a pattern not made by control_tokens: assume it could
+        return True
+    prefixes, suffixes, tokens = known
+    longest = max(map(len, tokens))
+    for text in texts:
+        ends = range(1, min(len(text), longest) + 1)
+        if any(text[-k:] in prefixes or text[:k] in suffixes for k in ends):
+            return True
+        if len(text) < longest and any(text in token for token in tokens):
+            return True
+    return False
 
 
 def check_control_tokens(
@@ -407,27 +447,77 @@ def check_control_tokens(
         )
 
 
-def check_joined_control_tokens(
-    instance: Instance, messages: list[dict], pattern: re.Pattern[str] | None, model: str
+def neutral_instance(instance: Instance) -> Instance:
+    """``instance`` with its stem and every candidate text replaced by ``x``: the prompt the
+    templates alone write (see :func:`check_joined_control_tokens`)."""
+    texts = tuple(None if text is None else "x" for text in instance.texts)
+    return dataclasses.replace(instance, query="x", texts=texts)
+
+
+def check_instance_prompts(
+    adapter: PosesInstances,
+    instance: Instance,
+    model: str,
+    pose: Callable[[Instance], Any],
+    shown: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Refuse ``instance`` if its prompt's text, as the fields are joined, holds one of the
-    model's special tokens that no field holds alone: a stem ending in ``<|im_`` and an option
-    starting ``end|>`` (or a template's text completing a token with the data) write
-    ``<|im_end|>`` together. Each run of adjacent text items of a message is read as the chat
-    template writes it, nothing between them (:func:`check_control_tokens` and
-    :func:`check_template_control_tokens` have checked every field alone before)."""
-    runs = []
-    for message in joined_text_messages(messages):
-        content = message["content"]
-        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        runs += [("the prompt", item["text"]) for item in items if item.get("type") == "text"]
-    found = _first_control_token(pattern, runs)
-    if found is not None:
+    """Refuse ``instance`` before a run if its data hold a special token (:func:`
+    check_control_tokens`) or, in ANY order of its candidates, complete one where two fields
+    meet (``pose`` poses one order and checks it, e.g. the adapter's ``messages``). Orders
+    matter only for data that could complete a token (:func:`could_complete_a_token`, rare):
+    those are posed with every ordered pair of candidates side by side."""
+    shown = list(shown)
+    pattern = adapter.control_tokens
+    check_control_tokens(instance, pattern, model, shown)
+    if pattern is None:
+        return
+    pose(instance)
+    texts = [instance.query, *(t for t in instance.texts if t is not None)]
+    texts += [text for _, text in shown]
+    if not could_complete_a_token(pattern, texts):
+        return
+    n = instance.n
+    for first in range(n):
+        for second in range(n):
+            if first != second:
+                rest = [k for k in range(n) if k not in (first, second)]
+                pose(instance.permuted([first, second, *rest]))
+
+
+def check_joined_control_tokens(
+    instance: Instance,
+    messages: list[dict],
+    neutral: list[dict],
+    pattern: re.Pattern[str] | None,
+    model: str,
+) -> None:
+    """Refuse ``instance`` if its prompt holds one of the model's special tokens more often than
+    the same prompt with neutral data (``neutral``, from :func:`neutral_instance`): a token no
+    field holds alone, written where a field meets the next (a stem ending in ``<|im_`` and an
+    option starting ``end|>``, a template's text completed by the data). The templates' own
+    tokens (a chain-of-thought prompt's ``<think>``) are in both and pass. Adjacent text items
+    are read joined, as the chat template writes them."""
+    if pattern is None:
+        return
+    extra = _control_token_counts(pattern, messages) - _control_token_counts(pattern, neutral)
+    if extra:
+        token = next(iter(extra))
         raise InputError(
-            f"instance {excerpt(instance.id)}: its prompt holds {found[1]!r} where its fields "
+            f"instance {excerpt(instance.id)}: its prompt holds {token!r} where its fields "
             f"are joined (one field ends with part of it, the next text begins with the rest), "
             f"{_misread(model)}; write the fields otherwise"
         )
+
+
+def _control_token_counts(pattern: re.Pattern[str], messages: list[dict]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for message in joined_text_messages(messages):
+        content = message["content"]
+        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for item in items:
+            if item.get("type") == "text":
+                counts.update(pattern.findall(item["text"]))
+    return counts
 
 
 def check_template_control_tokens(
