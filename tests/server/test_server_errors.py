@@ -175,6 +175,17 @@ def test_task_prompt_replaces_fields_as_for_the_hf_adapters(qwen3):
     assert "(A) 3 (B) 4 (C) 5" in server.messages(question())[0]["content"]
     with pytest.raises(ConfigError, match="never shows the candidate"):
         adapter("http://127.0.0.1:9/v1", task_prompt={"candidate": "{label}"})
+    # a misspelt field reads the same from either adapter, without pydantic's own wording
+    for make in (
+        lambda: adapter("http://127.0.0.1:9/v1", task_prompt={"candidat": "x"}),
+        lambda: posdebias.get_adapter(
+            *tiny_model_and_processor("qwen3"), task_prompt={"candidat": "x"}
+        ),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            make()
+        assert "task_prompt for multiple_choice: unknown field 'candidat'" in str(caught.value)
+        assert "validation error" not in str(caught.value)
 
 
 def test_a_prompt_variant_of_a_task_instance_is_posed_as_by_the_hf_adapters(qwen3):

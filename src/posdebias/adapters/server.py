@@ -64,6 +64,8 @@ from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
+    TASK_PROMPT_HELP,
+    TaskTemplateFields,
     joined_text_messages,
     task_template,
     task_variant,
@@ -116,19 +118,7 @@ class ServerOptions(AdapterOptions):
     prompt: PromptTemplate | None = Field(
         default=None, description="retrieval prompt template fields (default: the method's)"
     )
-    task_prompt: dict[str, Any] | None = Field(
-        default=None,
-        description="fields of the candidate tasks' prompt template (multiple_choice, "
-        "pairwise_judge, rerank), each replacing that field of the task's own template",
-    )
-
-    @field_validator("task_prompt")
-    @classmethod
-    def _known_task_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            for task in DEFAULT_TEMPLATES:
-                task_template(task, value)  # a ConfigError (a ValueError) names the field
-        return value
+    task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
 
     prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
     answer_prefix: str = Field(default="", description="text before the label in the answer")

@@ -24,14 +24,14 @@ import hashlib
 import json
 import re
 import string
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import excerpt
 from posdebias.core.instance import TASK_KINDS, Instance
 from posdebias.core.labels import LabelSet
-from posdebias.errors import ConfigError
+from posdebias.errors import ConfigError, validation_problems
 
 #: The label set each task prompts with unless the adapter names one (``label_set``).
 TASK_LABEL_SETS = {
@@ -314,8 +314,29 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
         return override
     try:
         return TaskTemplate.model_validate({**base.model_dump(), **override})
-    except ValueError as exc:
-        raise ConfigError(f"task_prompt for {task}: {str(exc)[:400]}") from None
+    except ValidationError as exc:
+        problems = "; ".join(validation_problems(exc, unknown="field"))
+        raise ConfigError(f"task_prompt for {task}: {problems[:400]}") from None
+
+
+def check_task_fields(fields: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``fields`` if they make a valid template of every candidate task (:func:`task_template`
+    raises a :class:`ConfigError`, a ValueError, naming the field that does not)."""
+    if fields is not None:
+        for task in DEFAULT_TEMPLATES:
+            task_template(task, fields)
+    return fields
+
+
+#: An adapter option holding task-template fields (``task_prompt``): each replaces that field
+#: of every candidate task's own template; checked when the options are read.
+TaskTemplateFields = Annotated[dict[str, Any] | None, AfterValidator(check_task_fields)]
+
+#: The help text of every adapter's ``task_prompt`` option.
+TASK_PROMPT_HELP = (
+    "fields of the candidate tasks' prompt template (multiple_choice, pairwise_judge, rerank), "
+    "each replacing that field of the task's own template (the Tasks page)"
+)
 
 
 def text_only_messages(messages: list[dict]) -> list[dict]:

@@ -68,6 +68,8 @@ from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
+    TASK_PROMPT_HELP,
+    TaskTemplateFields,
     candidate_char_spans,
     task_template,
     task_variant,
@@ -133,19 +135,7 @@ class HFAdapterOptions(AdapterOptions):
         default=False, description="run the checkpoint's own Python code (only if you trust it)"
     )
     revision: str | None = Field(default=None, description="hub branch, tag or commit")
-    task_prompt: dict[str, Any] | None = Field(
-        default=None,
-        description="fields of the candidate tasks' prompt template (multiple_choice, "
-        "pairwise_judge, rerank; the Tasks page)",
-    )
-
-    @field_validator("task_prompt")
-    @classmethod
-    def _known_task_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            for task in DEFAULT_TEMPLATES:
-                task_template(task, value)  # a ConfigError (a ValueError) names the field
-        return value
+    task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
 
     @field_validator("label_set")
     @classmethod
