@@ -178,10 +178,9 @@ def test_a_variants_own_special_token_passes_and_one_the_data_completes_does_not
         label_set="upper",
         task_prompt={"candidate": "{text}", "candidate_separator": ""},
     )
-    shown = str(adapter.messages_for(question(), variant="cot"))
-    assert "<think>" in shown
+    assert "<think>" in adapter.render(question(), variant="cot")
     with pytest.raises(InputError, match=r"its prompt holds '<think>' where its fields are"):
-        adapter.messages_for(question(texts=("3 <thi", "nk>", "5")), variant="cot")
+        adapter.render(question(texts=("3 <thi", "nk>", "5")), variant="cot")
 
 
 def test_options_that_complete_a_token_only_in_another_order_are_refused_before_a_run(tmp_path):
@@ -191,7 +190,7 @@ def test_options_that_complete_a_token_only_in_another_order_are_refused_before_
     joined = {"candidate": "{text}", "candidate_separator": ""}
     adapter = posdebias.get_adapter(model, tokenizer, label_set="upper", task_prompt=joined)
     case = question(texts=("end|> a", "b", "c <|im_"))
-    assert adapter.messages_for(case)  # this order is clean
+    assert adapter.render(case)  # this order is clean
     with pytest.raises(InputError, match=r"its prompt holds '<\|im_end\|>' where its fields"):
         adapter.check_instances([question(), case])
     tokenizer.save_pretrained(tmp_path / "tok")
@@ -203,6 +202,64 @@ def test_options_that_complete_a_token_only_in_another_order_are_refused_before_
         served.check_instances([case])
     # data that cannot complete a token pass in every order without posing them all
     adapter.check_instances([question(texts=("end a", "b", "c <im_"))])
+
+
+JOINED = {"candidate": "{text}", "candidate_separator": ""}
+
+
+@pytest.mark.parametrize(
+    ("options", "texts"),
+    [
+        # a candidate that must stand LAST to meet the query template's end of the token
+        ({**JOINED, "stem": "{question}", "separator": "", "query": "d|>Answer:"},
+         ("<|im_en", "4", "5", "6")),
+        # three pieces that join only in the reverse order
+        ({**JOINED, "stem": "{question}", "separator": ""}, ("zzz", "end|>", "m_", "<|i")),
+    ],
+)  # fmt: skip
+def test_pieces_that_join_only_in_some_order_are_refused_before_a_run(options, texts):
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("qwen3"), label_set="upper", task_prompt=options
+    )
+    case = question(texts=texts)
+    assert adapter.render(case)  # the order given is clean
+    with pytest.raises(InputError, match=r"its prompt holds '<\|im_end\|>' where its fields"):
+        adapter.check_instances([case])
+
+
+def test_a_token_across_two_messages_is_refused():
+    # PaliGemma's prompt format writes the system prompt and the user's turn with nothing
+    # between them: the system prompt's "<eo" and the first option's "s>" are its <eos>
+    model, processor = tiny_model_and_processor("paligemma")
+    options = {**JOINED, "system": "Be fair <eo", "layout": "candidates_first"}
+    adapter = posdebias.get_adapter(model, processor, label_set="upper", task_prompt=options)
+    with pytest.raises(InputError, match=r"its prompt holds '<eos>' where its fields are"):
+        adapter.check_instances([question(texts=("s> 3", "4", "5"))])
+
+
+def test_fields_the_chat_template_keeps_apart_are_not_refused():
+    # LLaVA-OneVision's real template writes a newline between content items, so "<|im_" and
+    # "end|>" in two options never meet: the prompt holds no <|im_end|> of theirs
+    model, processor = tiny_model_and_processor("llava_onevision", real_vocabulary=True)
+    adapter = posdebias.get_adapter(model, processor, label_set="upper", task_prompt=JOINED)
+    case = question(texts=("3 <|im_", "end|>", "5"))
+    adapter.check_instances([case])
+    assert "<|im_\nend|>" in adapter.render(case)
+
+
+def test_only_data_that_could_complete_a_token_are_shown_in_other_orders():
+    # Llama 3 has 250 reserved tokens such as <|reserved_special_token_42|>: an option "42"
+    # lies inside one, but no template field begins or ends one, so it cannot complete it
+    from posdebias.adapters.hf.prompt import control_tokens, could_complete_a_token
+
+    _, tokenizer = tiny_model_and_processor("llama")
+    reserved = [f"<|reserved_special_token_{k}|>" for k in range(250)]
+    tokenizer.add_special_tokens({"additional_special_tokens": reserved})
+    pattern = control_tokens(tokenizer)
+    assert not could_complete_a_token(pattern, ["7", "42", "What is 6 x 7?"], ["{label}. {text}"])
+    assert could_complete_a_token(pattern, ["7", "42"], ["{label}. <|reserved_special_token_"])
+    assert could_complete_a_token(pattern, ["x <|reserved_special", "42"], ["{label}. {text}"])
+    assert could_complete_a_token(pattern, ["token_42|> is it"], ["{label}. {text}"])
 
 
 def test_joined_near_misses_are_text(qwen3):

@@ -184,7 +184,7 @@ def test_task_prompt_replaces_fields_as_for_the_hf_adapters(qwen3):
     ):
         with pytest.raises(ConfigError) as caught:
             make()
-        assert "task_prompt for multiple_choice: unknown field 'candidat'" in str(caught.value)
+        assert "task_prompt: unknown field 'candidat'; the fields: instruction" in str(caught.value)
         assert "validation error" not in str(caught.value)
 
 

@@ -57,6 +57,7 @@ from posdebias.adapters.hf.prompt import (
     control_tokens,
     neutral_instance,
     posed_messages,
+    template_fields,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
 from posdebias.core.instance import RetrievalInstance
@@ -533,18 +534,18 @@ class ServerAdapter(Adapter):
     # -- prompts ---------------------------------------------------------------------------
 
     def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+        templates = [text for _, text in template_fields(self.prompt, self.task_templates)]
+        if self.options.images == "placeholder":
+            templates.append(self.options.image_placeholder)
         for instance in instances:
             check_instance_prompts(
                 self,
                 instance,
                 self.options.model,
-                self._pose_text,
+                self._checked_text,
                 self._placeholders(instance),
+                template_texts=templates,
             )
-
-    def _pose_text(self, instance: RetrievalInstance) -> None:
-        """Pose ``instance``'s text (its checks refuse misread data; images are not read)."""
-        self._posed(instance, encode=False)
 
     def _placeholders(self, instance: RetrievalInstance) -> list[tuple[str, str]]:
         """(where, text) of each image's placeholder text with images: placeholder (it shows
@@ -572,7 +573,10 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        return joined_text_messages(self._posed(instance, prompt, variant))
+        messages = joined_text_messages(self._posed(instance, prompt, variant))
+        if self.control_tokens is not None:
+            self._checked_text(instance, prompt, variant)
+        return messages
 
     def _posed(
         self,
@@ -581,31 +585,62 @@ class ServerAdapter(Adapter):
         variant: str | None = None,
         *,
         encode: bool = True,
+        names: bool = True,
     ) -> list:
-        """The messages before joining, their text checked for special tokens (also where a
-        placeholder meets the data); ``encode=False`` leaves images sent as content unread."""
+        """The messages before joining, each field checked for special tokens; ``encode=False``
+        leaves images sent as content unread, ``names=False`` shows ``x`` for file names."""
+        raw = posed_messages(
+            self,
+            instance,
+            self.options.model,
+            prompt=prompt,
+            variant=variant,
+            shown=self._placeholders(instance),
+        )
+        return self._with_images(raw, instance, names=names, encode=encode)
 
-        def posed(shown: RetrievalInstance, names: bool) -> list[dict]:
-            raw = posed_messages(
-                self,
-                shown,
-                self.options.model,
-                prompt=prompt,
-                variant=variant,
-                shown=self._placeholders(shown),
-            )
-            return self._with_images(raw, shown, names=names, encode=encode)
+    def _checked_text(
+        self,
+        instance: RetrievalInstance,
+        prompt: PromptTemplate | None = None,
+        variant: str | None = None,
+    ) -> str:
+        """The prompt's text as the local tokenizer's chat template writes it (images as the
+        template's image items, or the placeholder text), refused if the data complete one of
+        the model's special tokens where fields meet (:func:`check_joined_control_tokens`,
+        against the same prompt with neutral data and file names)."""
 
-        messages = posed(instance, names=True)
-        if self.options.images == "placeholder":  # the placeholders are text beside the data
-            check_joined_control_tokens(
-                instance,
-                messages,
-                posed(neutral_instance(instance), names=False),
-                self.control_tokens,
-                self.options.model,
+        tokenizer = self.tokenizer
+        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+            return ""
+
+        def text(shown: RetrievalInstance, names: bool) -> str:
+            messages = joined_text_messages(
+                self._posed(shown, prompt, variant, encode=False, names=names)
             )
-        return messages
+            try:
+                return str(
+                    tokenizer.apply_chat_template(
+                        messages, add_generation_prompt=True, tokenize=False
+                    )
+                )
+            except Exception:  # a template that cannot show image items: the items, joined
+                return "".join(
+                    str(item.get("text", "")) if isinstance(item, dict) else str(item)
+                    for message in messages
+                    for item in (
+                        message["content"]
+                        if isinstance(message["content"], list)
+                        else [message["content"]]
+                    )
+                )
+
+        rendered = text(instance, names=True)
+        neutral = text(neutral_instance(instance), names=False)
+        check_joined_control_tokens(
+            instance, rendered, neutral, self.control_tokens, self.options.model
+        )
+        return rendered
 
     def _with_images(
         self, raw: list[dict], instance: RetrievalInstance, *, names: bool, encode: bool

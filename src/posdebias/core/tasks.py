@@ -26,7 +26,14 @@ import re
 import string
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    model_validator,
+)
 
 from posdebias._inputs import excerpt
 from posdebias.core.instance import TASK_KINDS, Instance
@@ -323,14 +330,27 @@ def check_task_fields(fields: dict[str, Any] | None) -> dict[str, Any] | None:
     """``fields`` if they make a valid template of every candidate task (:func:`task_template`
     raises a :class:`ConfigError`, a ValueError, naming the field that does not)."""
     if fields is not None:
+        unknown = [name for name in fields if name not in TaskTemplate.model_fields]
+        if unknown:
+            known = ", ".join(TaskTemplate.model_fields)
+            raise ValueError(f"unknown field {unknown[0]!r}; the fields: {known}")
         for task in DEFAULT_TEMPLATES:
             task_template(task, fields)
     return fields
 
 
-#: An adapter option holding task-template fields (``task_prompt``): each replaces that field
-#: of every candidate task's own template; checked when the options are read.
-TaskTemplateFields = Annotated[dict[str, Any] | None, AfterValidator(check_task_fields)]
+def _template_as_fields(value: Any) -> Any:
+    return value.model_dump() if isinstance(value, TaskTemplate) else value
+
+
+#: An adapter option holding task-template fields (``task_prompt``, a mapping or a whole
+#: :class:`TaskTemplate`): each replaces that field of every candidate task's own template;
+#: checked when the options are read.
+TaskTemplateFields = Annotated[
+    dict[str, Any] | None,
+    BeforeValidator(_template_as_fields),
+    AfterValidator(check_task_fields),
+]
 
 #: The help text of every adapter's ``task_prompt`` option.
 TASK_PROMPT_HELP = (

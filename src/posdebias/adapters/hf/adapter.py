@@ -43,10 +43,13 @@ from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
     check_instance_prompts,
+    check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
+    neutral_instance,
     posed_messages,
+    template_fields,
 )
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
 from posdebias.adapters.hf.spans import (
@@ -511,12 +514,11 @@ class HFAdapter(Adapter):
         return next(self.model.parameters()).device
 
     def check_instances(self, instances: Sequence[Instance]) -> None:
+        templates = [text for _, text in template_fields(self.prompt, self.task_templates)]
         for instance in instances:
-            check_instance_prompts(self, instance, self.model_id or self.name, self._pose_text)
-
-    def _pose_text(self, instance: Instance) -> None:
-        """Pose ``instance``'s text (its checks refuse misread data; images are not read)."""
-        posed_messages(self, instance, self.model_id or self.name)
+            check_instance_prompts(
+                self, instance, self.model_id or self.name, self.render, template_texts=templates
+            )
 
     def messages_for(
         self,
@@ -557,8 +559,19 @@ class HFAdapter(Adapter):
         variant: str | None = None,
     ) -> str:
         """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
-        ``variant``: see :meth:`messages_for`)."""
-        return self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
+        ``variant``: see :meth:`messages_for`), refused if the data complete one of the
+        model's special tokens where fields meet (:func:`check_joined_control_tokens`)."""
+        text = self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
+        if self.control_tokens is not None:
+            neutral = neutral_instance(instance)
+            check_joined_control_tokens(
+                instance,
+                text,
+                self._apply_chat_template(self.messages_for(neutral, prompt, variant=variant)),
+                self.control_tokens,
+                self.model_id or self.name,
+            )
+        return text
 
     def render_with_spans(
         self,

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +33,6 @@ from posdebias.core.tasks import (
     PROMPT_VARIANTS,
     TaskTemplate,
     check_placeholders,
-    joined_text_messages,
     task_variant,
 )
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
@@ -339,27 +339,14 @@ def posed_messages(
         )
     )
 
-    def pose(posed: Instance, sentinels: bool = False) -> list[dict]:
-        return instance_messages(
-            posed,
-            get_label_set(adapter.label_set),
-            prompt=chosen,
-            default=default,
-            templates=templates,
-            sentinels=sentinels,
-        )
-
-    messages = pose(instance, sentinels)
-    if adapter.control_tokens is not None:
-        # sentinel messages stand in for the candidates' texts: check the texts themselves
-        check_joined_control_tokens(
-            instance,
-            pose(instance) if sentinels else messages,
-            pose(neutral_instance(instance)),
-            adapter.control_tokens,
-            model,
-        )
-    return messages
+    return instance_messages(
+        instance,
+        get_label_set(adapter.label_set),
+        prompt=chosen,
+        default=default,
+        templates=templates,
+        sentinels=sentinels,
+    )
 
 
 #: Attributes of a processor that name a placeholder it expands (an image, a video, audio).
@@ -404,22 +391,30 @@ def _affixes(tokens: list[str]) -> tuple[frozenset[str], frozenset[str], tuple[s
     return prefixes, suffixes, tuple(tokens)
 
 
-def could_complete_a_token(pattern: re.Pattern[str], texts: Iterable[str]) -> bool:
-    """Whether a text of ``texts`` could be part of a special token written across fields: it
-    ends with the beginning of one, begins with the end of one, or lies inside one. Data that
-    holds none of these cannot complete a token in any order it is shown in."""
+def could_complete_a_token(
+    pattern: re.Pattern[str], texts: Iterable[str], template_texts: Iterable[str] = ()
+) -> bool:
+    """Whether data ``texts`` could be part of a special token written across fields, shown
+    between the prompt's ``template_texts``: a text ends with the beginning of a token or
+    begins with the end of one, or (when a template text does either) lies inside one. A
+    token across fields needs a beginning and an end; data with neither edge, between
+    templates with neither, cannot complete one in any order it is shown in."""
     known = _AFFIXES.get(pattern.pattern)
     if known is None:  # a pattern not made by control_tokens: assume it could
         return True
     prefixes, suffixes, tokens = known
     longest = max(map(len, tokens))
-    for text in texts:
+
+    def has_edge(text: str) -> bool:
         ends = range(1, min(len(text), longest) + 1)
-        if any(text[-k:] in prefixes or text[:k] in suffixes for k in ends):
-            return True
-        if len(text) < longest and any(text in token for token in tokens):
-            return True
-    return False
+        return any(text[-k:] in prefixes or text[:k] in suffixes for k in ends)
+
+    texts = list(texts)
+    if any(has_edge(text) for text in texts):
+        return True
+    if not any(has_edge(text) for text in template_texts):
+        return False
+    return any(len(text) < longest and any(text in token for token in tokens) for text in texts)
 
 
 def check_control_tokens(
@@ -447,6 +442,46 @@ def check_control_tokens(
         )
 
 
+def check_instance_prompts(
+    adapter: PosesInstances,
+    instance: Instance,
+    model: str,
+    render: Callable[[Instance], str],
+    shown: Iterable[tuple[str, str]] = (),
+    template_texts: Iterable[str] = (),
+) -> None:
+    """Refuse ``instance`` before a run if its data hold a special token (:func:`
+    check_control_tokens`) or complete one where fields meet in an order a run may show
+    (``render`` renders one order as the model reads it and checks it, e.g. the adapter's
+    ``render``). Orders matter only for data that could complete a token
+    (:func:`could_complete_a_token`, rare): those are rendered in every order up to N = 6
+    candidates, and beyond in every rotation of every order that puts one candidate right
+    before another."""
+    shown = list(shown)
+    pattern = adapter.control_tokens
+    check_control_tokens(instance, pattern, model, shown)
+    if pattern is None:
+        return
+    render(instance)
+    texts = [instance.query, *(t for t in instance.texts if t is not None)]
+    texts += [text for _, text in shown]
+    if not could_complete_a_token(pattern, texts, template_texts):
+        return
+    for order in _orders_to_check(instance.n):
+        render(instance.permuted(order))
+
+
+def _orders_to_check(n: int) -> Iterator[list[int]]:
+    if n <= 6:
+        yield from (list(order) for order in itertools.permutations(range(n)))
+        return
+    for first in range(n):
+        for second in range(n):
+            if first != second:
+                base = [first, second, *(k for k in range(n) if k not in (first, second))]
+                yield from (base[shift:] + base[:shift] for shift in range(n))
+
+
 def neutral_instance(instance: Instance) -> Instance:
     """``instance`` with its stem and every candidate text replaced by ``x``: the prompt the
     templates alone write (see :func:`check_joined_control_tokens`)."""
@@ -454,52 +489,20 @@ def neutral_instance(instance: Instance) -> Instance:
     return dataclasses.replace(instance, query="x", texts=texts)
 
 
-def check_instance_prompts(
-    adapter: PosesInstances,
-    instance: Instance,
-    model: str,
-    pose: Callable[[Instance], Any],
-    shown: Iterable[tuple[str, str]] = (),
-) -> None:
-    """Refuse ``instance`` before a run if its data hold a special token (:func:`
-    check_control_tokens`) or, in ANY order of its candidates, complete one where two fields
-    meet (``pose`` poses one order and checks it, e.g. the adapter's ``messages``). Orders
-    matter only for data that could complete a token (:func:`could_complete_a_token`, rare):
-    those are posed with every ordered pair of candidates side by side."""
-    shown = list(shown)
-    pattern = adapter.control_tokens
-    check_control_tokens(instance, pattern, model, shown)
-    if pattern is None:
-        return
-    pose(instance)
-    texts = [instance.query, *(t for t in instance.texts if t is not None)]
-    texts += [text for _, text in shown]
-    if not could_complete_a_token(pattern, texts):
-        return
-    n = instance.n
-    for first in range(n):
-        for second in range(n):
-            if first != second:
-                rest = [k for k in range(n) if k not in (first, second)]
-                pose(instance.permuted([first, second, *rest]))
-
-
 def check_joined_control_tokens(
-    instance: Instance,
-    messages: list[dict],
-    neutral: list[dict],
-    pattern: re.Pattern[str] | None,
-    model: str,
+    instance: Instance, rendered: str, neutral: str, pattern: re.Pattern[str] | None, model: str
 ) -> None:
-    """Refuse ``instance`` if its prompt holds one of the model's special tokens more often than
-    the same prompt with neutral data (``neutral``, from :func:`neutral_instance`): a token no
-    field holds alone, written where a field meets the next (a stem ending in ``<|im_`` and an
-    option starting ``end|>``, a template's text completed by the data). The templates' own
-    tokens (a chain-of-thought prompt's ``<think>``) are in both and pass. Adjacent text items
-    are read joined, as the chat template writes them."""
+    """Refuse ``instance`` if its ``rendered`` prompt (as the model reads it: the chat
+    template's output) holds one of the model's special tokens more often than ``neutral``,
+    the same prompt with neutral data (:func:`neutral_instance`): a token no field holds
+    alone, written where a field meets the next (a stem ending in ``<|im_`` and an option
+    starting ``end|>``, a template's text completed by the data, a system prompt completed
+    by the user's turn). The templates' own tokens (a chain-of-thought prompt's ``<think>``)
+    are in both and pass; a separator the chat template writes between two fields keeps them
+    apart, as it does for the tokenizer."""
     if pattern is None:
         return
-    extra = _control_token_counts(pattern, messages) - _control_token_counts(pattern, neutral)
+    extra = Counter(pattern.findall(rendered)) - Counter(pattern.findall(neutral))
     if extra:
         token = next(iter(extra))
         raise InputError(
@@ -507,17 +510,6 @@ def check_joined_control_tokens(
             f"are joined (one field ends with part of it, the next text begins with the rest), "
             f"{_misread(model)}; write the fields otherwise"
         )
-
-
-def _control_token_counts(pattern: re.Pattern[str], messages: list[dict]) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for message in joined_text_messages(messages):
-        content = message["content"]
-        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        for item in items:
-            if item.get("type") == "text":
-                counts.update(pattern.findall(item["text"]))
-    return counts
 
 
 def check_template_control_tokens(
@@ -531,14 +523,7 @@ def check_template_control_tokens(
     adapter's ``other_fields`` such as an image placeholder text) whose text (the system
     prompt, the instruction, a separator) holds one of the model's special tokens: it would
     end a turn or open one where the template means text."""
-    fields = [
-        (f"{option}.{name}", value)
-        for option, templates in (("prompt", [prompt]), ("task_prompt", task_templates.values()))
-        for template in templates
-        for name, value in template.model_dump().items()
-        if isinstance(value, str)
-    ]
-    fields += other_fields
+    fields = template_fields(prompt, task_templates) + list(other_fields)
     found = _first_control_token(pattern, fields)
     if found is not None:
         where, token = found
@@ -546,6 +531,20 @@ def check_template_control_tokens(
             f"the prompt template's field {where} holds {token!r}, {_misread(model)}; the chat "
             "template writes the turns and the processor the media, so remove it from the field"
         )
+
+
+def template_fields(
+    prompt: PromptTemplate, task_templates: Mapping[str, TaskTemplate]
+) -> list[tuple[str, str]]:
+    """(``option.field``, text) of every text field of the retrieval prompt and the tasks'
+    templates (the system prompt, the instruction, the separators, ...)."""
+    return [
+        (f"{option}.{name}", value)
+        for option, templates in (("prompt", [prompt]), ("task_prompt", task_templates.values()))
+        for template in templates
+        for name, value in template.model_dump().items()
+        if isinstance(value, str)
+    ]
 
 
 def _first_control_token(
