@@ -225,5 +225,17 @@ def test_cache_keys_of_text_candidates_follow_the_texts_and_the_task():
 
 def test_texts_holding_the_sentinel_characters_are_refused():
     instance = Instance(query="q \ue0001\ue001", texts=("a", "b"), id="i", task="rerank")
-    with pytest.raises(ConfigError, match="private-use characters"):
+    with pytest.raises(InputError, match="private-use characters"):
         task_template("rerank").messages(instance, get_label_set("digits"), sentinels=True)
+
+
+def test_the_sentinel_characters_are_refused_before_a_run():
+    # they were refused (as a config error) only when the instance was scored, mid-run
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    adapter = posdebias.get_adapter(*tiny_model_and_processor("qwen3"))
+    clean = Instance(query="q", texts=("a", "b"), id="i", task="rerank")
+    marked = Instance(query="q", texts=("a", "b \ue001"), id="j", task="rerank")
+    with pytest.raises(InputError, match="instance 'j' holds the private-use characters"):
+        adapter.check_instances([clean, marked])

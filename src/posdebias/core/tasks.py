@@ -38,7 +38,7 @@ from pydantic import (
 from posdebias._inputs import excerpt
 from posdebias.core.instance import TASK_KINDS, Instance
 from posdebias.core.labels import LabelSet
-from posdebias.errors import ConfigError, validation_problems
+from posdebias.errors import ConfigError, InputError, validation_problems
 
 #: The label set each task prompts with unless the adapter names one (``label_set``).
 TASK_LABEL_SETS = {
@@ -142,14 +142,8 @@ class TaskTemplate(BaseModel):
         in the rendered prompt (adapters do; see :func:`candidate_char_spans`).
         """
         n = instance.n
-        if sentinels and any(
-            SENTINEL_OPEN in text or SENTINEL_CLOSE in text
-            for text in (instance.query, *(t for t in instance.texts if t is not None))
-        ):
-            raise ConfigError(
-                f"instance {excerpt(instance.id)} holds the private-use characters U+E000 / "
-                "U+E001, which posdebias uses to place the candidates' spans; remove them"
-            )
+        if sentinels:
+            check_sentinel_free(instance)
         labels = label_set.labels(n)
         values: dict[str, Any] = {
             "n": n,
@@ -196,6 +190,20 @@ class TaskTemplate(BaseModel):
                 0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
             )
         return messages
+
+
+def check_sentinel_free(instance: Instance) -> None:
+    """Refuse ``instance`` if a text of it holds :data:`SENTINEL_OPEN` or
+    :data:`SENTINEL_CLOSE`, the characters that place the candidates' spans in the prompt
+    (adapters call it before a run, so that no run stops at such an instance)."""
+    if any(
+        SENTINEL_OPEN in text or SENTINEL_CLOSE in text
+        for text in (instance.query, *(t for t in instance.texts if t is not None))
+    ):
+        raise InputError(
+            f"instance {excerpt(instance.id)} holds the private-use characters U+E000 / "
+            "U+E001, which posdebias uses to place the candidates' spans; remove them"
+        )
 
 
 def _add_text(content: list[dict], text: str) -> None:

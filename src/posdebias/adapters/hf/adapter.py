@@ -74,6 +74,7 @@ from posdebias.core.tasks import (
     TASK_PROMPT_HELP,
     TaskTemplateFields,
     candidate_char_spans,
+    check_sentinel_free,
     task_template,
     task_variant,
     text_only_messages,
@@ -516,6 +517,8 @@ class HFAdapter(Adapter):
     def check_instances(self, instances: Sequence[Instance]) -> None:
         templates = [text for _, text in template_fields(self.prompt, self.task_templates)]
         for instance in instances:
+            if instance.has_texts:
+                check_sentinel_free(instance)  # the spans of its texts are placed with them
             check_instance_prompts(
                 self, instance, self.model_id or self.name, self.render, template_texts=templates
             )
