@@ -1,4 +1,5 @@
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from posdebias import RetrievalInstance, cyclic_rotations, symmetrized_calibration_set
-from posdebias.core.instance import random_orders
+from posdebias.core.instance import Instance, random_orders
 from posdebias.errors import InputError
 
 
@@ -110,3 +111,19 @@ def test_rotating_the_base_instances_does_not_change_the_fitted_state(shifts, n)
         for field in ("bias_matrix", "attention_prior", "logit_prior", "gamma"):
             if getattr(a, field) is not None:
                 assert np.allclose(getattr(a, field), getattr(b, field), atol=1e-12), field
+
+
+@pytest.mark.parametrize(
+    ("fields", "where", "code"),
+    [
+        ({"query": "Which?\ud800"}, "the stem", "U+D800"),
+        ({"texts": ("a", "b\udfff")}, "candidate 2's text", "U+DFFF"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_when_the_instance_is_made(fields, where, code):
+    # it reached the tokenizer, which raised a TypeError mid-run
+    values = {"query": "Which?", "texts": ("a", "b"), "id": "i", "task": "multiple_choice"}
+    message = re.escape(f"instance 'i': {where} holds {code}, half of a surrogate pair")
+    with pytest.raises(InputError, match=message):
+        Instance(**{**values, **fields})
+    assert Instance(**{**values, "query": "Which? é ✓ 😀"}).query.endswith("😀")

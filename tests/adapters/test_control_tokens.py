@@ -257,9 +257,14 @@ def test_only_data_that_could_complete_a_token_are_shown_in_other_orders():
     tokenizer.add_special_tokens({"additional_special_tokens": reserved})
     pattern = control_tokens(tokenizer)
     assert not could_complete_a_token(pattern, ["7", "42", "What is 6 x 7?"], ["{label}. {text}"])
-    assert could_complete_a_token(pattern, ["7", "42"], ["{label}. <|reserved_special_token_"])
-    assert could_complete_a_token(pattern, ["x <|reserved_special", "42"], ["{label}. {text}"])
-    assert could_complete_a_token(pattern, ["token_42|> is it"], ["{label}. {text}"])
+    around = ["{label}. <|reserved_special_token_", "|> {text}"]  # a template opening one
+    assert could_complete_a_token(pattern, ["7", "42"], around)
+    assert could_complete_a_token(pattern, ["x <|reserved_special", "_token_4|> ok"], ["{text}"])
+    assert could_complete_a_token(pattern, ["token_42|> is it", "x <|reserved"], ["{text}"])
+    # a token needs a field ending like its start AND one beginning like its end
+    assert not could_complete_a_token(pattern, ["token_42|> is it"], ["{label}. {text}"])
+    assert not could_complete_a_token(pattern, ["> 5 years", "> 10 years"], ["{label}. {text}"])
+    assert not could_complete_a_token(pattern, ["x <", "y <|"], ["{label}. {text}"])
 
 
 def test_joined_near_misses_are_text(qwen3):

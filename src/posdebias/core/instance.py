@@ -60,6 +60,21 @@ class Candidate:
         return "image" if self.image is not None else "text"
 
 
+def _check_encodable(label: str, where: str, text: str) -> None:
+    """Refuse a text that is no valid Unicode (a lone surrogate such as U+D800, which JSON's
+    ``\\ud800`` escape yields): no tokenizer can encode it."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        raise InputError(
+            f"{label}: {where} holds U+{code:04X}, half of a surrogate pair, which is no "
+            "character and no tokenizer can encode; fix the text's encoding"
+        ) from None
+
+
 @dataclass(frozen=True, eq=False)
 class Instance:
     """A stem and N candidates, at most one of which (``target``) is the right one.
@@ -93,6 +108,7 @@ class Instance:
         label = f"instance {self.id!r}"
         if not isinstance(self.query, str) or not self.query.strip():
             raise InputError(f"{label}: the stem (caption, question or query) is empty")
+        _check_encodable(label, "the stem", self.query)
         if self.task not in TASK_KINDS:
             raise InputError(f"{label}: unknown task {self.task!r}; choose one of {TASK_KINDS}")
         images = tuple(self.images)
@@ -108,6 +124,8 @@ class Instance:
         for position, (image, text) in enumerate(zip(images, texts, strict=True), start=1):
             if text is not None and (not isinstance(text, str) or not text.strip()):
                 raise InputError(f"{label}: candidate {position}'s text is empty")
+            if text is not None:
+                _check_encodable(label, f"candidate {position}'s text", text)
             if image is None and text is None:
                 raise InputError(f"{label}: candidate {position} has neither an image nor a text")
         self._check_task(label, images, texts)

@@ -395,25 +395,29 @@ def could_complete_a_token(
     pattern: re.Pattern[str], texts: Iterable[str], template_texts: Iterable[str] = ()
 ) -> bool:
     """Whether data ``texts`` could be part of a special token written across fields, shown
-    between the prompt's ``template_texts``: a text ends with the beginning of a token or
-    begins with the end of one, or (when a template text does either) lies inside one. A
-    token across fields needs a beginning and an end; data with neither edge, between
-    templates with neither, cannot complete one in any order it is shown in."""
+    between the prompt's ``template_texts``. A token across fields needs a field that ends
+    with its beginning and a field that begins with its end, data or template; and the data
+    must take part: a text with such an edge, or one lying inside a token. Data for which
+    this is False cannot complete a token in any order it is shown in (an option such as
+    "> 5 years" begins like the end of a token, but no field ends like the start of one)."""
     known = _AFFIXES.get(pattern.pattern)
     if known is None:  # a pattern not made by control_tokens: assume it could
         return True
     prefixes, suffixes, tokens = known
     longest = max(map(len, tokens))
 
-    def has_edge(text: str) -> bool:
-        ends = range(1, min(len(text), longest) + 1)
-        return any(text[-k:] in prefixes or text[:k] in suffixes for k in ends)
+    def ends_with_a_start(text: str) -> bool:
+        return any(text[-k:] in prefixes for k in range(1, min(len(text), longest) + 1))
 
-    texts = list(texts)
-    if any(has_edge(text) for text in texts):
-        return True
-    if not any(has_edge(text) for text in template_texts):
+    def begins_with_an_end(text: str) -> bool:
+        return any(text[:k] in suffixes for k in range(1, min(len(text), longest) + 1))
+
+    texts, template_texts = list(texts), list(template_texts)
+    fields = texts + template_texts
+    if not (any(map(ends_with_a_start, fields)) and any(map(begins_with_an_end, fields))):
         return False
+    if any(ends_with_a_start(text) or begins_with_an_end(text) for text in texts):
+        return True
     return any(len(text) < longest and any(text in token for token in tokens) for text in texts)
 
 
@@ -454,9 +458,10 @@ def check_instance_prompts(
     check_control_tokens`) or complete one where fields meet in an order a run may show
     (``render`` renders one order as the model reads it and checks it, e.g. the adapter's
     ``render``). Orders matter only for data that could complete a token
-    (:func:`could_complete_a_token`, rare): those are rendered in every order up to N = 6
+    (:func:`could_complete_a_token`, rare): those are rendered in every order up to N = 7
     candidates, and beyond in every rotation of every order that puts one candidate right
-    before another."""
+    before another (a token spread over three or more candidates in one particular order is
+    then refused when that order is rendered, during the run)."""
     shown = list(shown)
     pattern = adapter.control_tokens
     check_control_tokens(instance, pattern, model, shown)
@@ -472,7 +477,7 @@ def check_instance_prompts(
 
 
 def _orders_to_check(n: int) -> Iterator[list[int]]:
-    if n <= 6:
+    if n <= 7:
         yield from (list(order) for order in itertools.permutations(range(n)))
         return
     for first in range(n):
