@@ -573,10 +573,9 @@ class ServerAdapter(Adapter):
         texts joined, a text-only content as one string (the prompt the Hugging Face adapters
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
-        messages = joined_text_messages(self._posed(instance, prompt, variant))
-        if self.control_tokens is not None:
+        if self.control_tokens is not None:  # before any image is read and encoded
             self._checked_text(instance, prompt, variant)
-        return messages
+        return joined_text_messages(self._posed(instance, prompt, variant))
 
     def _posed(
         self,

@@ -29,12 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet, get_label_set
-from posdebias.core.tasks import (
-    PROMPT_VARIANTS,
-    TaskTemplate,
-    check_placeholders,
-    task_variant,
-)
+from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
 if TYPE_CHECKING:
@@ -338,7 +333,6 @@ def posed_messages(
             variant, adapter.label_set, adapter.base_prompt, adapter.base_task_templates
         )
     )
-
     return instance_messages(
         instance,
         get_label_set(adapter.label_set),
