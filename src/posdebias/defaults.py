@@ -17,6 +17,10 @@ CANDIDATES = 4
 #: K: layers with the most image attention used per instance (inference step 1).
 TOP_K = 2
 
+#: How a candidate's attention mass is read by the layer-selecting calibrators: ``mean`` per
+#: token (measured on real models: see docs/real-models.md) or ``sum`` (the paper).
+SPAN_MASS = "mean"
+
 #: tau: temperature of the visual posterior pi = softmax(tau * log pi~) (inference step 3).
 TAU = 5.0
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from posdebias._inputs import excerpt
 from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
@@ -71,6 +73,67 @@ def known_families() -> str:
         types = getattr(registry.adapter_class(name), "model_types", ())
         parts.append(f"{name} ({', '.join(types)})" if types else name)
     return "; ".join(parts)
+
+
+GGUF_MAGIC = b"GGUF"
+#: What a GGUF file's quantised tensors become: transformers dequantises them on load, so the
+#: model runs in float32 unless ``dtype`` asks for another (``auto`` means float32 here).
+GGUF_DEFAULT_DTYPE = "float32"
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """A single-file GGUF model: transformers reads ``file`` inside ``folder``."""
+
+    folder: Path
+    file: str
+
+
+def gguf_source(model_id_or_path: str | os.PathLike[str]) -> GGUFSource | None:
+    """The GGUF file ``model_id_or_path`` names, or None when it names no file.
+
+    A file that is not a GGUF file (by its magic bytes) is refused: the only single-file models
+    posdebias loads are GGUF files; everything else is a model folder or a hub id."""
+    path = Path(os.fspath(model_id_or_path)).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise InputError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise InputError(
+            f"model path {path} is a file but not a GGUF file (it does not start with "
+            "'GGUF'); pass a GGUF file, a Hugging Face model directory or a hub id"
+        )
+    return GGUFSource(path.parent, path.name)
+
+
+def gguf_architecture(source: GGUFSource) -> str:
+    """The ``general.architecture`` of a GGUF file, refused unless transformers can load it."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise InputError("loading a GGUF file needs the gguf package: pip install gguf") from None
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    try:
+        field = GGUFReader(source.folder / source.file).fields["general.architecture"]
+        architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
+    except (KeyError, IndexError, ValueError, OSError) as exc:
+        raise InputError(
+            f"GGUF file {source.folder / source.file} is damaged or incomplete "
+            f"({type(exc).__name__}: {str(exc)[:200]}); download or assemble it again"
+        ) from None
+    supported = [name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in ("general",)]
+    if architecture not in supported:
+        raise InputError(
+            f"GGUF file {source.file} holds a {excerpt(architecture)} model, which the installed "
+            f"transformers cannot load from GGUF (it loads: {', '.join(sorted(supported))}); "
+            "convert the checkpoint to a Hugging Face folder or use another build of it"
+        )
+    return architecture
 
 
 def _offline() -> bool:
@@ -180,15 +243,15 @@ def _refuse_remote_code(source: str) -> None:
         )
 
 
-def _load_config(source: str, revision: str | None, trust_remote_code: bool) -> Any:
+def _load_config(source: str, revision: str | None, trust_remote_code: bool, **file: Any) -> Any:
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
-    if not trust_remote_code:
+    if not trust_remote_code and not file:
         _refuse_remote_code(source)
     try:
         return AutoConfig.from_pretrained(
-            source, revision=revision, trust_remote_code=trust_remote_code
+            source, revision=revision, trust_remote_code=trust_remote_code, **file
         )
     except StrictDataclassError as exc:  # a config that breaks its own family's rules
         raise InputError(
@@ -237,8 +300,9 @@ def load_adapter(
     """Load model + processor with ``from_pretrained`` and wrap them in the right adapter.
 
     Args:
-        model_id_or_path: a local model directory or a Hugging Face hub id (hub ids need the
-            network or the local cache).
+        model_id_or_path: a local model directory, a GGUF file (a language model; its
+            quantised tensors are dequantised, so ``dtype="auto"`` means float32) or a Hugging
+            Face hub id (hub ids need the network or the local cache).
         adapter: force an adapter by registry name (default: by ``config.model_type``).
         dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16``, ``float16``.
         device: where to put the model (default: ``cuda`` when available, else ``cpu``);
@@ -255,8 +319,16 @@ def load_adapter(
         raise InputError(
             f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
         )
-    source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
-    check_safetensors_only(_local_folder(source, revision))  # before anything is opened
+    gguf = gguf_source(model_id_or_path)
+    #: keywords naming the file inside ``source`` that transformers reads (a GGUF file)
+    file: dict[str, Any] = {}
+    if gguf is not None:  # one file, not pickled: no folder of weights to check
+        gguf_architecture(gguf)
+        source, file = str(gguf.folder), {"gguf_file": gguf.file}
+        dtype = GGUF_DEFAULT_DTYPE if dtype == "auto" else dtype
+    else:
+        source = _resolve_source(model_id_or_path, revision)  # fails fast, before heavy imports
+        check_safetensors_only(_local_folder(source, revision))  # before anything is opened
     import torch
     from transformers import (
         AutoModelForCausalLM,
@@ -265,21 +337,28 @@ def load_adapter(
         AutoTokenizer,
     )
 
-    config = _load_config(source, revision, trust_remote_code)
+    config = _load_config(source, revision, trust_remote_code, **file)
     cls = _adapter_class(config.model_type, adapter)
     cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
+    if gguf is not None and not cls.text_only:
+        raise InputError(
+            f"GGUF file {gguf.file} holds a {config.model_type!r} model, which adapter "
+            f"{cls.name!r} reads as an image-text model; posdebias loads GGUF files of language "
+            "models only (a vision model needs its Hugging Face folder)"
+        )
     # a prompt file that is there but not a regular file is refused, never silently skipped
-    if prompt is None and os.path.lexists(Path(source, PROMPT_FILE)):
+    if prompt is None and gguf is None and os.path.lexists(Path(source, PROMPT_FILE)):
         prompt = load_prompt_file(Path(source, PROMPT_FILE))
     if device_map is None and device is not None:
         check_device(device)
     kwargs: dict[str, Any] = {
-        # never unpickle weights from user data: .bin checkpoints can run code on load
-        "use_safetensors": True,
         "revision": revision,
         "trust_remote_code": trust_remote_code,
         "dtype": _torch_dtype(dtype),
+        **file,
     }
+    if not file:  # never unpickle weights from user data: .bin checkpoints can run code on load
+        kwargs["use_safetensors"] = True
     if device_map is not None:
         kwargs["device_map"] = device_map
     if max_memory is not None:
@@ -295,7 +374,7 @@ def load_adapter(
         causal = cls.text_only or cls.loads_as_causal_lm
         model_class = AutoModelForCausalLM if causal else AutoModelForImageTextToText
         processor = processor_class.from_pretrained(
-            source, revision=revision, trust_remote_code=trust_remote_code
+            source, revision=revision, trust_remote_code=trust_remote_code, **file
         )
         model = model_class.from_pretrained(source, **kwargs)
     except OSError as exc:
@@ -366,6 +445,7 @@ def get_adapter(
         max_patches=parsed.max_patches,
         prompt_variant=parsed.prompt_variant,
         task_prompt=parsed.task_prompt,
+        chat_template=parsed.chat_template,
     )
 
 

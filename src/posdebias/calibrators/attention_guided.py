@@ -16,7 +16,7 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
-from posdebias.core.observation import Evidence, Observation, Prediction
+from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
 from posdebias.core.stages import BiasProfiler, PriorEstimator
 from posdebias.core.state import CalibrationState
 
@@ -36,6 +36,11 @@ class AttentionGuidedOptions(PosteriorOptions):
         description="divide by the static attention prior (false: the paper's ablation "
         "'dynamic selection without the attention prior', posterior from raw attention)",
     )
+    fallback: bool = Field(
+        default=True,
+        description="when evidence selection finds no informative layer, correct with the "
+        "answer's own static prior (PriDe) instead of a posterior from noise",
+    )
 
 
 class AttentionGuided(Calibrator):
@@ -52,7 +57,9 @@ class AttentionGuided(Calibrator):
             "observed_profile": profile.tolist(),
             "gamma": gamma,
             "bias_matrix": bias.tolist(),
-            "attention_prior": PriorEstimator().attention_prior(observations).tolist(),
+            "attention_prior": self.options.static_prior(observations).tolist(),
+            "logit_prior": PriorEstimator().logit_prior(observations).tolist(),
+            **self.options.fit_layers(observations),
         }
 
     def _predict(
@@ -61,12 +68,20 @@ class AttentionGuided(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
+        choice = state.layer_choice
+        if self.options.fallback and choice is not None and not choice.informative:
+            # no layer beat chance on the calibration set: the answer's own calibration
+            prior = state.fitted("logit_prior")
+            return Prediction(
+                scores=log_softmax(observation.label_logprobs - prior),
+                evidence=Evidence(expected_bias=prior),
+            )
+        layers = self.options.rows_for(observation, state)
         corrector = self.options.corrector(self.options.mixture)
         prior = state.fitted("attention_prior")
         if not self.options.attention_prior:
             prior = np.ones_like(prior)  # log 1 = 0: the posterior reads the raw attention
-        purified = corrector.purified_log_attention(observation.attention_matrix, prior, layers)
+        purified = corrector.purified_log_attention(self.options.masses(observation), prior, layers)
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.fitted("bias_matrix"))
         return Prediction(

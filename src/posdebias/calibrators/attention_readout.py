@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import LayerSelectionOptions
-from posdebias.core.observation import Observation, Prediction
+from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import EPSILON, mean_attention
 from posdebias.core.state import CalibrationState
 
@@ -19,7 +20,11 @@ class AttentionReadout(Calibrator):
     Options = LayerSelectionOptions
     options: LayerSelectionOptions
     needs_attention = True
-    summary = "argmax of the raw attention of the top-K layers"
+    needs_fit = True  # the layers are chosen on the calibration set (layer_selection)
+    summary = "argmax of the raw attention of the chosen layers"
+
+    def _fit(self, observations: list[Observation]) -> dict[str, Any]:
+        return self.options.fit_layers(observations)
 
     def _predict(
         self,
@@ -27,9 +32,12 @@ class AttentionReadout(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
-        readout = mean_attention(observation.attention_matrix, layers)
-        return Prediction(scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON))
+        layers = self.options.rows_for(observation, state)
+        readout = mean_attention(self.options.masses(observation), layers)
+        return Prediction(
+            scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON),
+            evidence=Evidence(layers=tuple(layers)),
+        )
 
 
 @hookimpl

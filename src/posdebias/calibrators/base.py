@@ -7,6 +7,7 @@ the order of :meth:`Calibrator.permutations` (default: the N cyclic rotations).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -30,7 +31,15 @@ from posdebias.errors import (
 
 #: The fitted fields every calibration state has (the built-in stages' results).
 STATE_FIELDS = frozenset(
-    {"observed_profile", "bias_matrix", "gamma", "attention_prior", "logit_prior", "diagnostics"}
+    {
+        "observed_profile",
+        "bias_matrix",
+        "gamma",
+        "attention_prior",
+        "logit_prior",
+        "layer_choice",
+        "diagnostics",
+    }
 )
 
 
@@ -133,12 +142,7 @@ class Calibrator(ABC):
         if self.needs_fit and not observations:
             raise InputError(f"calibrator {self.name!r} needs calibration observations")
         if not self.needs_targets:  # a label-free fit cannot peek at the truth
-            observations = [
-                Observation(
-                    label_logprobs=obs.label_logprobs, attention=obs.attention, layers=obs.layers
-                )
-                for obs in observations
-            ]
+            observations = [dataclasses.replace(obs, target=None) for obs in observations]
         fitted = self._split_fitted(self._fit(observations) if self.needs_fit else {})
         return CalibrationState(
             calibrator=self.name,

@@ -11,7 +11,6 @@ from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
-from posdebias.core.stages import PriorEstimator
 from posdebias.core.state import CalibrationState
 
 
@@ -21,11 +20,13 @@ class PurifiedAttention(Calibrator):
     options: PosteriorOptions
     needs_attention = True
     needs_fit = True
-    needs_targets = False  # the static attention prior is a mean over all observations
     summary = "argmax of the attention posterior pi (static attention prior removed)"
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
-        return {"attention_prior": PriorEstimator().attention_prior(observations).tolist()}
+        return {
+            "attention_prior": self.options.static_prior(observations).tolist(),
+            **self.options.fit_layers(observations),
+        }
 
     def _predict(
         self,
@@ -33,10 +34,10 @@ class PurifiedAttention(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        layers = self.options.selector().select(observation.attention_matrix, observation.layers)
+        layers = self.options.rows_for(observation, state)
         corrector = self.options.corrector()
         purified = corrector.purified_log_attention(
-            observation.attention_matrix, state.fitted("attention_prior"), layers
+            self.options.masses(observation), state.fitted("attention_prior"), layers
         )
         scores = log_softmax(corrector.tau * purified)
         return Prediction(

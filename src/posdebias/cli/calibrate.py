@@ -7,7 +7,7 @@ from pathlib import Path
 
 from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments
+from posdebias.cli.evaluate import add_model_arguments, with_model_options
 from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         registry = get_registry()
         fitting = [n for n in DEFAULT_CALIBRATORS if registry.calibrator_class(n).needs_fit]
         config = load_config(args.config, **{**_overrides(args), "calibrators": fitting})
+    config = with_model_options(config, args)
     single_file = args.out.suffix == ".json"
     if single_file and len(config.calibrators) != 1:
         raise InputError(

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         trust_remote_code=args.trust_remote_code,
         label_set=args.label_set or TASK_LABEL_SETS[args.task],
+        **({} if args.chat_template is None else {"chat_template": args.chat_template}),
     )
     if args.benchmark is None and args.task == "retrieval" and adapter.text_only:
         raise InputError(

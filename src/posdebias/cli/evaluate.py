@@ -10,7 +10,7 @@ from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
 from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
-from posdebias.evaluation.config import load_config
+from posdebias.evaluation.config import EvaluateConfig, load_config
 from posdebias.evaluation.job import run_evaluation
 from posdebias.evaluation.progress import RunProgress
 from posdebias.evaluation.report import write_report
@@ -52,9 +52,33 @@ def add_ci_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model / --adapter, shared by every command that needs a model."""
-    parser.add_argument("--model", help="Hugging Face model id or local path")
+    """--model / --adapter / --chat-template, shared by every command that needs a model."""
+    parser.add_argument(
+        "--model", help="Hugging Face model id, local model folder or GGUF file (a language model)"
+    )
     parser.add_argument("--adapter", help="adapter name (see `posdebias plugins`)")
+    parser.add_argument(
+        "--chat-template",
+        dest="chat_template",
+        help="chat template for a model without one: a Jinja template, a file holding one, or "
+        "'raw' (the prompt's text as it is); adapter option chat_template",
+    )
+
+
+def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> EvaluateConfig:
+    """``config`` with the model flags that are adapter options (--chat-template,
+    --trust-remote-code) merged into ``adapter.options``."""
+    flags = {
+        "chat_template": getattr(args, "chat_template", None),
+        "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None,
+    }
+    given = {key: value for key, value in flags.items() if value is not None}
+    if not given:
+        return config
+    options = {**config.adapter.options, **given}
+    return config.model_copy(
+        update={"adapter": config.adapter.model_copy(update={"options": options})}
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -153,11 +177,7 @@ def run(args: argparse.Namespace) -> int:
         gpus_per_process=args.gpus_per_process,
         out=args.out,
     )
-    if args.trust_remote_code:
-        options = {**config.adapter.options, "trust_remote_code": True}
-        config = config.model_copy(
-            update={"adapter": config.adapter.model_copy(update={"options": options})}
-        )
+    config = with_model_options(config, args)
     if args.base_url is not None:
         options = {**config.adapter.options, "base_url": args.base_url}
         config = config.model_copy(

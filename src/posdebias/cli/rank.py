@@ -10,7 +10,7 @@ from rich.table import Table
 from posdebias._inputs import excerpt, load_yaml
 from posdebias.api import Debiaser
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments
+from posdebias.cli.evaluate import add_model_arguments, with_model_options
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import build_adapter
@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
             )
         options[key] = load_yaml(value, f"--adapter-option {key}")
     config = load_config(None, model=args.model, adapter={"name": args.adapter, "options": options})
+    config = with_model_options(config, args)
     debiaser = Debiaser.load(
         args.calibration,
         build_adapter(resolve_preset(config).config),

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments, add_row_arguments
+from posdebias.cli.evaluate import add_model_arguments, add_row_arguments, with_model_options
 from posdebias.errors import InputError
 from posdebias.evaluation.config import config_error, config_from_data, read_config_file
 from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         resamples=args.resamples,
         **overrides,
     )
+    config = with_model_options(config, args)
     console = make_console()
 
     def progress(point: Point, payload: dict[str, Any]) -> None:

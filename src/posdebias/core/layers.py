@@ -129,3 +129,114 @@ def _as_index(value: Any) -> int:
     if value < 0:
         raise ObservationError(f"attention layer indices must be non-negative, got {value}")
     return int(value)
+
+
+# -- layer choice from calibration evidence ------------------------------------------------
+
+SPAN_MASS = ("sum", "mean")
+"""How a candidate's attention mass is read: ``sum`` over its tokens (the paper), or ``mean``
+per token (longer candidates are not favoured for their length)."""
+
+CHANCE_ALPHA = 0.05
+"""Family-wise level of the test that the chosen layer beats chance (Bonferroni over the
+candidate layers): below it, no layer is called informative."""
+
+_EPSILON = 1e-20
+
+
+def span_masses(
+    attention: np.ndarray, span_lengths: np.ndarray | None, span_mass: str
+) -> np.ndarray:
+    """Attention rows as ``span_mass`` reads them: summed masses as observed, or divided by each
+    candidate's token count (``mean``; observations without lengths are read as summed)."""
+    if span_mass == "sum" or span_lengths is None:
+        return attention
+    return attention / span_lengths
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """Layers chosen from calibration evidence, and whether any of them is informative.
+
+    Attributes:
+        rows: attention-row positions chosen (ascending), the top K by accuracy.
+        accuracy: per candidate row, the cross-validated share of calibration views whose
+            purified attention points at the truth (NaN for rows that are not candidates).
+        p_value: probability of the best row's count of right views or more under chance
+            (1/N per view), times the number of candidate rows (Bonferroni), at most 1.
+        informative: whether ``p_value`` is below :data:`CHANCE_ALPHA`.
+        views: number of calibration views scored.
+    """
+
+    rows: tuple[int, ...]
+    accuracy: tuple[float, ...]
+    p_value: float
+    informative: bool
+    views: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": list(self.rows),
+            "accuracy": [None if np.isnan(a) else round(float(a), 6) for a in self.accuracy],
+            "p_value": float(self.p_value),
+            "informative": self.informative,
+            "views": self.views,
+        }
+
+
+def choose_layers(
+    masses: np.ndarray,
+    targets: np.ndarray,
+    groups: np.ndarray,
+    candidates: np.ndarray,
+    top_k: int,
+) -> LayerChoice:
+    """The K candidate rows whose purified attention most often points at the truth.
+
+    ``masses`` [V, L, N] are the calibration views' attention masses (as :func:`span_masses`
+    reads them), ``targets`` [V] where the truth is, ``groups`` [V] which instance each view
+    shows. Each view is scored against the static prior of the OTHER instances' views (leave one
+    instance out), so an instance does not vouch for itself; ties go to the row whose posterior
+    (tau 1) gives the truth more mass, then to the lower row.
+    """
+    views, rows, n = masses.shape
+    log_masses = np.log(masses + _EPSILON)
+    right = np.zeros(rows)
+    truth_mass = np.zeros(rows)
+    total = masses.sum(axis=0)
+    for group in np.unique(groups):
+        inside = groups == group
+        outside = views - int(inside.sum())
+        prior = (total - masses[inside].sum(axis=0)) / outside if outside else total / views
+        purified = log_masses[inside] - np.log(prior + _EPSILON)  # [v, L, N]
+        truth = targets[inside]
+        right += (purified.argmax(axis=2) == truth[:, None]).sum(axis=0)
+        shifted = purified - purified.max(axis=2, keepdims=True)
+        posterior = np.exp(shifted) / np.exp(shifted).sum(axis=2, keepdims=True)
+        truth_mass += posterior[np.arange(truth.size), :, truth].sum(axis=0)
+    order = sorted(candidates.tolist(), key=lambda row: (-right[row], -truth_mass[row], row))
+    chosen = tuple(sorted(order[: min(top_k, len(order))]))
+    accuracy = np.full(rows, np.nan)
+    accuracy[candidates] = right[candidates] / views
+    p_value = min(1.0, _binomial_tail(int(right[order[0]]), views, 1.0 / n) * len(order))
+    return LayerChoice(
+        rows=chosen,
+        accuracy=tuple(float(a) for a in accuracy),
+        p_value=p_value,
+        informative=p_value < CHANCE_ALPHA,
+        views=views,
+    )
+
+
+def _binomial_tail(successes: int, trials: int, chance: float) -> float:
+    """P(X >= successes) for X ~ Binomial(trials, chance), exactly (in log space)."""
+    if successes <= 0:
+        return 1.0
+    from math import comb, exp, log
+
+    terms = [
+        log(comb(trials, k)) + k * log(chance) + (trials - k) * log(1.0 - chance)
+        for k in range(successes, trials + 1)
+    ]
+    top = max(terms)
+    return float(min(1.0, exp(top) * sum(exp(t - top) for t in terms)))

@@ -74,12 +74,16 @@ class Observation:
         target: 0-based position of the true image in THIS order, or None at inference.
         layers: the model layers (indices and kinds) of the attention rows; None with attention
             means a dense model, rows = layers 0..L-1, all global.
+        span_lengths: [N] number of prompt tokens of each candidate's span (what each
+            attention mass is summed over), or None where the adapter does not say; lets layer
+            selection compare candidates of different lengths per token.
     """
 
     label_logprobs: np.ndarray
     attention: np.ndarray | None = None
     target: int | None = None
     layers: LayerSet | None = None
+    span_lengths: np.ndarray | None = None
     _n: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +120,14 @@ class Observation:
             object.__setattr__(self, "layers", layers)
         elif self.layers is not None:
             raise ObservationError("layers were given without attention rows")
+        if self.span_lengths is not None:
+            lengths = _as_float_array("span_lengths", self.span_lengths, 1)
+            if lengths.shape != (n,) or np.any(lengths < 1) or np.any(lengths != np.round(lengths)):
+                raise ObservationError(
+                    f"span_lengths must be {n} whole token counts of at least 1, got "
+                    f"{lengths.tolist()[:12]}"
+                )
+            object.__setattr__(self, "span_lengths", lengths.astype(np.int64))
         if self.target is not None:
             if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
                 raise ObservationError(f"target must be an int position, got {self.target!r}")
@@ -155,6 +167,7 @@ class Observation:
             attention=None if self.attention is None else self.attention[:, index],
             target=None if self.target is None else (self.target - shift) % self.n,
             layers=self.layers,
+            span_lengths=None if self.span_lengths is None else self.span_lengths[index],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,6 +180,8 @@ class Observation:
         }
         if self.layers is not None and not self.layers.is_dense:
             record.update(self.layers.to_dict())
+        if self.span_lengths is not None:
+            record["span_lengths"] = self.span_lengths.tolist()
         return record
 
     @classmethod
@@ -184,6 +199,7 @@ class Observation:
                 attention=attention,
                 target=payload.get("target"),
                 layers=layers,
+                span_lengths=payload.get("span_lengths"),
             )
         except KeyError as exc:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc

@@ -39,6 +39,18 @@ def calibration_error(message: str, advice: tuple[str, str]) -> CalibrationError
     return CalibrationError(f"{message}{advice[0]}", cli_advice=advice)
 
 
+class LayerChoiceRecord(BaseModel):
+    """The layers a calibrator chose from its calibration data (core/layers.py), as saved."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    rows: list[Annotated[int, Field(ge=0, le=defaults.MAX_LAYERS)]] = Field(min_length=1)
+    accuracy: list[Annotated[float, Field(ge=0, le=1)] | None]
+    p_value: float = Field(ge=0, le=1)
+    informative: bool
+    views: int = Field(ge=1, le=10**12)
+
+
 class CalibrationState(BaseModel):
     """Everything a calibrator fitted plus where it came from.
 
@@ -75,6 +87,9 @@ class CalibrationState(BaseModel):
     gamma: float | None = None
     attention_prior: Matrix | None = Field(default=None, description="a_prior [L, N]")
     logit_prior: list[float] | None = Field(default=None, description="p_prior [N]")
+    layer_choice: LayerChoiceRecord | None = Field(
+        default=None, description="attention rows chosen from the calibration evidence"
+    )
     diagnostics: dict[str, Any] = Field(
         default_factory=dict,
         description="what the fit found out about its data (e.g. uninformative attention)",
@@ -91,6 +106,13 @@ class CalibrationState(BaseModel):
             value = getattr(self, name)
             if value is not None and np.asarray(value).shape != (n, n):
                 raise ValueError(f"{name} must be {n}x{n}, got shape {np.asarray(value).shape}")
+        if self.layer_choice is not None:
+            rows = self.num_layers or 0
+            if len(self.layer_choice.accuracy) != rows or max(self.layer_choice.rows) >= rows:
+                raise ValueError(
+                    f"layer_choice must name rows of the {rows} attention rows read, with one "
+                    "accuracy per row"
+                )
         if self.logit_prior is not None and len(self.logit_prior) != n:
             raise ValueError(f"logit_prior must have {n} entries, got {len(self.logit_prior)}")
         if self.attention_prior is not None:

@@ -185,8 +185,12 @@ def calibrator_specs(
     updated = []
     for spec in specs:
         fields = registry.calibrator_class(spec.name).Options.model_fields
-        if "layer_range" in fields and "layer_range" not in spec.options:
-            spec = spec.model_copy(update={"options": {**spec.options, "layer_range": layers}})
+        # the authors' selection: per instance by attention mass, summed over each span, over
+        # layers 21..35
+        reference = {"layer_range": layers, "layer_selection": "mass", "span_mass": "sum"}
+        missing = {k: v for k, v in reference.items() if k in fields and k not in spec.options}
+        if missing:
+            spec = spec.model_copy(update={"options": {**spec.options, **missing}})
         updated.append(spec)
     return updated
 

@@ -8,6 +8,7 @@ never sees a calibrator.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -175,9 +176,7 @@ def observe_cached(
 def _with_target(observation: Observation, target: int | None) -> Observation:
     if observation.target == target:
         return observation
-    return Observation(
-        label_logprobs=observation.label_logprobs, attention=observation.attention, target=target
-    )
+    return dataclasses.replace(observation, target=target)  # layers and spans kept
 
 
 def _observe(

@@ -22,6 +22,7 @@ image span (:meth:`HFAdapter.span_tokens`, or every token of each image given di
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ from posdebias.adapters.hf.prompt import (
     control_tokens,
     neutral_instance,
     posed_messages,
+    resolve_chat_template,
     template_fields,
 )
 from posdebias.adapters.hf.scoring import plan_labels, score_labels
@@ -140,6 +142,12 @@ class HFAdapterOptions(AdapterOptions):
     )
     revision: str | None = Field(default=None, description="hub branch, tag or commit")
     task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
+    chat_template: str | None = Field(
+        default=None,
+        description="the chat template to render prompts with, for a model without one (a base "
+        "model) or to replace its own: a Jinja template, a file holding one, or 'raw' (the "
+        "prompt's text as it is, after the tokenizer's BOS)",
+    )
 
     @field_validator("label_set")
     @classmethod
@@ -228,6 +236,7 @@ class HFAdapter(Adapter):
         prompt_variant: str = "plain",
         task_prompt: dict[str, Any] | None = None,
         max_patches: int | str | None = None,
+        chat_template: str | None = None,
     ) -> None:
 
         self.model = model
@@ -240,15 +249,23 @@ class HFAdapter(Adapter):
         self.tokenizer: Any = tokenizer
         # the processor's chat template, else the family's own format (PaliGemma), else the
         # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
-        self.chat_template_override = (
-            None
-            if getattr(processor, "chat_template", None)
-            else self.default_chat_template or getattr(tokenizer, "chat_template", None)
-        )
+        self.chat_template = chat_template
+        if chat_template is not None:
+            self.chat_template_override: str | None = resolve_chat_template(
+                chat_template, tokenizer
+            )
+        else:
+            self.chat_template_override = (
+                None
+                if getattr(processor, "chat_template", None)
+                else self.default_chat_template or getattr(tokenizer, "chat_template", None)
+            )
         if not getattr(processor, "chat_template", None) and not self.chat_template_override:
-            raise AdapterError(
-                f"the processor of {model_id or type(model).__name__} has no chat template; "
-                "posdebias renders prompts with it (set processor.chat_template)"
+            raise InputError(
+                f"{model_id or type(model).__name__} has no chat template (a base model?); "
+                "posdebias renders prompts with one: give it with --chat-template FILE or TEXT "
+                "(adapter option chat_template), or --chat-template raw for the prompt's text "
+                "as it is"
             )
         self.label_set = get_label_set(label_set).name
         self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
@@ -837,6 +854,7 @@ class HFAdapter(Adapter):
                 attention=attention_np[row],
                 target=instance.target,
                 layers=layers,
+                span_lengths=[len(span) for span in batch.spans[row]],
             )
             for row, instance in enumerate(instances)
         ]
@@ -932,6 +950,10 @@ class HFAdapter(Adapter):
             else self.tokenizer.convert_ids_to_tokens(self.end_token_id),
             "answer_prefix": self.answer_prefix,
             "prompt_variant": self.prompt_variant,
+            # a chat template given as an option changes every prompt: its digest is recorded
+            "chat_template_sha256": None
+            if self.chat_template is None or self.chat_template_override is None
+            else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
 

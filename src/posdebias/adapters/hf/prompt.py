@@ -564,3 +564,37 @@ def _misread(model: str) -> str:
         f"which model {excerpt(model)} reads as its special token (a chat-turn marker or a "
         "media placeholder), not as text"
     )
+
+
+RAW_CHAT_TEMPLATE = "raw"
+"""The ``chat_template`` value for a base model posed as plain text (no roles, no turns): the
+prompt's text after the tokenizer's BOS, as lm-evaluation-harness poses it without a chat
+template."""
+
+
+def resolve_chat_template(value: str, tokenizer: Any) -> str:
+    """The Jinja chat template a ``chat_template`` option means: ``raw``, a template (it holds
+    ``{{`` or ``{%``), or the path of a file holding one."""
+    if value == RAW_CHAT_TEMPLATE:
+        bos = getattr(tokenizer, "bos_token", None)
+        ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+        writes_bos = bos is not None and bool(ids) and ids[0] == tokenizer.bos_token_id
+        return ("{{ bos_token }}" if writes_bos else "") + (
+            "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+        )
+    if "{{" in value or "{%" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise InputError(
+            f"chat_template {excerpt(value)} is not a Jinja template (no '{{{{' or '{{%'), not "
+            f"{RAW_CHAT_TEMPLATE!r} and not a file that exists; give a template, a file holding "
+            "one, or 'raw'"
+        )
+    text = read_input_text(path, "chat template", limit=CONFIG_LIMIT)
+    if "{{" not in text and "{%" not in text:
+        raise InputError(
+            f"chat template file {path} holds no Jinja template (no '{{{{' or '{{%'); it would "
+            "render every prompt as the same text"
+        )
+    return text
