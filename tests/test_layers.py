@@ -166,11 +166,18 @@ def test_layer_kinds_option_is_checked_and_used():
         get_calibrator("attention_readout", layer_kinds=["linear"])
     rng = np.random.default_rng(4)
     observation = hybrid_observation(rng, GEMMA, 4, None)
-    default = get_calibrator("attention_readout").predict(
-        observation, get_calibrator("attention_readout").fit([], n=4)
+    calibration = [hybrid_observation(rng, GEMMA, 4, i % 4) for i in range(8)]
+    mass = get_calibrator("attention_readout", layer_selection="mass")
+    default = mass.predict(observation, mass.fit(calibration))
+    windowed = get_calibrator(
+        "attention_readout", layer_selection="mass", layer_kinds=["global", "sliding"]
     )
-    windowed = get_calibrator("attention_readout", layer_kinds=["global", "sliding"])
-    tempted = windowed.predict(observation, windowed.fit([], n=4))
+    tempted = windowed.predict(observation, windowed.fit(calibration))
     assert tempted.choice == 3  # the sliding rows only see the last image
     readout = observation.attention[[5, 11]].mean(axis=0)
     assert default.choice == int(np.argmax(readout))
+    # evidence selection never chooses a row whose window cuts a candidate off
+    evidence = get_calibrator("attention_readout", layer_kinds=["global", "sliding"])
+    state = evidence.fit(calibration)
+    assert state.layer_choice is not None
+    assert {GEMMA.kinds[row] for row in state.layer_choice.rows} == {G}
