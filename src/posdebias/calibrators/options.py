@@ -139,7 +139,7 @@ def calibration_groups(observations: Sequence[Observation]) -> np.ndarray:
     """Which calibration instance each view shows: the symmetrised set is instance-major, N
     cyclic rotations each (core/symmetry.py); any other set is scored view by view."""
     n, count = observations[0].n, len(observations)
-    targets = [obs.target for obs in observations]
+    targets = [-1 if obs.target is None else obs.target for obs in observations]
     blocks = count % n == 0 and all(
         sorted(targets[start : start + n]) == list(range(n)) for start in range(0, count, n)
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from math import comb, exp, log
 from typing import Any
 
 import numpy as np
@@ -159,7 +160,8 @@ class LayerChoice:
     """Layers chosen from calibration evidence, and whether any of them is informative.
 
     Attributes:
-        rows: attention-row positions chosen (ascending), the top K by accuracy.
+        rows: attention-row positions chosen (ascending): of the top K by accuracy, those that
+            beat chance on their own (at least the best one).
         accuracy: per candidate row, the cross-validated share of calibration views whose
             purified attention points at the truth (NaN for rows that are not candidates).
         p_value: probability of the best row's count of right views or more under chance
@@ -191,7 +193,7 @@ def choose_layers(
     candidates: np.ndarray,
     top_k: int,
 ) -> LayerChoice:
-    """The K candidate rows whose purified attention most often points at the truth.
+    """At most K candidate rows whose purified attention most often points at the truth.
 
     ``masses`` [V, L, N] are the calibration views' attention masses (as :func:`span_masses`
     reads them), ``targets`` [V] where the truth is, ``groups`` [V] which instance each view
@@ -215,10 +217,17 @@ def choose_layers(
         posterior = np.exp(shifted) / np.exp(shifted).sum(axis=2, keepdims=True)
         truth_mass += posterior[np.arange(truth.size), :, truth].sum(axis=0)
     order = sorted(candidates.tolist(), key=lambda row: (-right[row], -truth_mass[row], row))
-    chosen = tuple(sorted(order[: min(top_k, len(order))]))
+
+    def corrected(row: int) -> float:  # Bonferroni over the candidate rows
+        return min(1.0, _binomial_tail(int(right[row]), views, 1.0 / n) * len(order))
+
+    # of the top K, those that beat chance themselves (a weak second layer only dilutes the
+    # first); at least the best, which the fallback judges
+    passing = [row for row in order[:top_k] if corrected(row) < CHANCE_ALPHA]
+    chosen = tuple(sorted(passing or order[:1]))
     accuracy = np.full(rows, np.nan)
     accuracy[candidates] = right[candidates] / views
-    p_value = min(1.0, _binomial_tail(int(right[order[0]]), views, 1.0 / n) * len(order))
+    p_value = corrected(order[0])
     return LayerChoice(
         rows=chosen,
         accuracy=tuple(float(a) for a in accuracy),
@@ -232,8 +241,6 @@ def _binomial_tail(successes: int, trials: int, chance: float) -> float:
     """P(X >= successes) for X ~ Binomial(trials, chance), exactly (in log space)."""
     if successes <= 0:
         return 1.0
-    from math import comb, exp, log
-
     terms = [
         log(comb(trials, k)) + k * log(chance) + (trials - k) * log(1.0 - chance)
         for k in range(successes, trials + 1)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 import posdebias.defaults as defaults
@@ -854,7 +855,7 @@ class HFAdapter(Adapter):
                 attention=attention_np[row],
                 target=instance.target,
                 layers=layers,
-                span_lengths=[len(span) for span in batch.spans[row]],
+                span_lengths=np.array([len(span) for span in batch.spans[row]]),
             )
             for row, instance in enumerate(instances)
         ]

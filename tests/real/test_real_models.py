@@ -1,0 +1,112 @@
+"""Real pretrained weights: SmolLM2-135M-Instruct and Gemma 3 270M from GGUF files of the
+package index, on real WordNet questions (tests/real_models.py).
+
+The tiny random-weight models prove the plumbing of every family; these prove that posdebias
+reads real weights exactly (``check``), that a GGUF file and the same weights as a folder give
+the same scores, and (tests/goldens/real_*.json, ``make goldens``) what the defaults do.
+One xdist worker runs them all, so each model is loaded once per session.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from real_models import gemma3_gguf, smollm2_gguf, wordnet_questions
+
+pytestmark = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]
+
+MODELS = ("smollm2", "gemma3")
+
+
+@pytest.fixture(scope="session")
+def gguf_files(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("gguf")
+    return {"smollm2": str(smollm2_gguf()), "gemma3": str(gemma3_gguf(folder))}
+
+
+@pytest.fixture(scope="session")
+def adapters(gguf_files):
+    """Each real model loaded once, from its GGUF file, as a user would."""
+    import torch
+
+    from posdebias.loading import load_adapter
+
+    torch.set_num_threads(1)
+    return {
+        "smollm2": load_adapter(gguf_files["smollm2"], label_set="upper", device="cpu"),
+        # a base model: no chat template of its own, posed as plain text
+        "gemma3": load_adapter(
+            gguf_files["gemma3"], label_set="upper", device="cpu", chat_template="raw"
+        ),
+    }
+
+
+@pytest.fixture(scope="session")
+def capitals(tmp_path_factory):
+    from posdebias.core.instance import Instance
+
+    path = wordnet_questions("capitals", 6, 4, 11, tmp_path_factory.mktemp("q") / "q.jsonl")
+    import json
+
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [
+        Instance(
+            query=row["question"],
+            texts=tuple(row["options"]),
+            target=row["answer"] - 1,
+            id=row["id"],
+            task="multiple_choice",
+        )
+        for row in rows
+    ]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_check_passes_every_row_on_the_real_model(name, adapters):
+    from posdebias.testing.check import FAIL, check_adapter, check_instances
+
+    adapter = adapters[name]
+    report = check_adapter(adapter, check_instances(4, task="multiple_choice", with_images=False))
+    failed = [f"{r.name}: {r.figure} ({r.cause})" for r in report.results if r.status == FAIL]
+    assert not failed
+    assert len(report.results) >= 5
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gguf_types_and_layers_are_read_as_the_model_has_them(name, adapters):
+    adapter = adapters[name]
+    layers = adapter.attention_layers
+    assert adapter.model.dtype.__repr__() == "torch.float32"  # GGUF is dequantised
+    if name == "gemma3":  # 18 layers, every sixth global, the others a 512-token window
+        assert len(layers) == 18
+        assert [
+            i for i, kind in zip(layers.indices, layers.kinds, strict=True) if kind == "global"
+        ] == [
+            5,
+            11,
+            17,
+        ]
+    else:
+        assert len(layers) == 30 and set(layers.kinds) == {"global"}
+
+
+def test_gguf_and_the_same_weights_as_a_folder_give_the_same_scores(adapters, capitals, tmp_path):
+    """The dequantised GGUF saved as a safetensors folder loads to the same observations."""
+    from posdebias.loading import load_adapter
+
+    adapter = adapters["smollm2"]
+    folder = tmp_path / "smollm2"
+    model = adapter.model
+    model.hf_quantizer = None  # the weights are plain float32 tensors once dequantised
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(folder)
+    adapter.tokenizer.save_pretrained(folder)
+    again = load_adapter(str(folder), label_set="upper", device="cpu", dtype="float32")
+    for first, second in zip(
+        adapter.observe_many(capitals[:3]), again.observe_many(capitals[:3]), strict=True
+    ):
+        np.testing.assert_allclose(first.label_logprobs, second.label_logprobs, atol=1e-6)
+        np.testing.assert_allclose(first.attention, second.attention, atol=1e-7)
+        assert first.span_lengths.tolist() == second.span_lengths.tolist()

