@@ -3,7 +3,8 @@
 Each fenced block is one of:
 
 * ``python``: executed (in a fresh folder, its imports are public: tests/test_public_imports.py);
-  ``fragment``: a method or signature out of its class, compiled only;
+  ``fragment``: a method or signature out of its class, compiled only; ``service``: a web
+  application, served by uvicorn and asked over HTTP by tests/test_serving.py;
 * ``yaml`` / ``json`` / ``toml``: read by the loader that reads such a file (an evaluation or
   sweep config by default; ``build config``, ``benchmark line``, ``lmms-eval task``);
 * ``bash`` / ``console``: must say how it runs: ``run`` (each ``posdebias`` command is run, with
@@ -52,7 +53,16 @@ _BLOCK = re.compile(
     r"^(?:<!-- example: (?P<marker>[^\n]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<body>.*?)^```[ \t]*$",
     re.S | re.M,
 )
-_KINDS = ("run", "skip:", "fragment", "plugin", "build config", "benchmark line", "lmms-eval task")
+_KINDS = (
+    "run",
+    "skip:",
+    "fragment",
+    "service",
+    "plugin",
+    "build config",
+    "benchmark line",
+    "lmms-eval task",
+)
 _COMMAND = re.compile(r"^\$?\s*(posdebias|python|pip|make|accelerate|lmms-eval|vllm)( |$)")
 
 
@@ -304,7 +314,7 @@ EXPECTED: dict[tuple[str, str], Callable[[dict[str, Any], str, Path], None]] = {
 @pytest.mark.parametrize("example", of("python"))
 def test_python_example_runs(example, request, capsys):
     skip_if_marked(example)
-    if example.marker == "fragment":
+    if example.marker in ("fragment", "service"):  # a service runs in tests/test_serving.py
         compile(textwrap.dedent(example.body), example.id, "exec")
         return
     assert example.marker == "", f"{example.id}: unknown marker {example.marker!r}"

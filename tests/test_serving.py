@@ -383,3 +383,93 @@ def test_ranking_from_threads_equals_sequential_on_a_real_model():
     with ThreadPoolExecutor(8) as pool:
         concurrent = list(pool.map(rank, test))
     assert concurrent == sequential
+
+
+# -- the web service of docs/api.md, under a real server -------------------------------------
+
+
+def _service_example() -> str:
+    from test_doc_examples import EXAMPLES
+
+    (example,) = [e for e in EXAMPLES if e.marker == "service"]
+    assert example.page == "docs/api.md"
+    return example.body
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_fastapi_example_answers_concurrent_requests_as_sequential_ones(tmp_path):
+    """docs/api.md's service under uvicorn on 127.0.0.1, asked by a real HTTP client: 16
+    concurrent requests get the answers of 16 sequential ones; a refused query is a 400 with
+    the reason; the server is stopped by the test."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    from posdebias.benchmarks import load_benchmark
+    from posdebias.organism import bundled_benchmark
+
+    (tmp_path / "app.py").write_text(_service_example(), encoding="utf-8")
+    port = _free_port()
+    source = str(Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": source, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    items = load_benchmark(bundled_benchmark(4)).instances[5:21]
+    bodies = [{"query": i.query, "images": [str(p) for p in i.images]} for i in items]
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                if httpx.get(f"{base}/health", timeout=2).json() == {"ok": True}:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+        with httpx.Client(base_url=base, timeout=60) as client:
+            sequential = [client.post("/rank", json=body).json() for body in bodies]
+
+        async def concurrently():
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                answers = await asyncio.gather(*(client.post("/rank", json=b) for b in bodies))
+                return [answer.json() for answer in answers]
+
+        together = asyncio.run(concurrently())
+        with httpx.Client(base_url=base, timeout=60) as client:
+            refused = client.post("/rank", json={"query": "q", "images": ["a.png", "b.png"]})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+    assert len(together) == len(sequential) == 16
+    for alone, batched, item in zip(sequential, together, bodies, strict=True):
+        assert batched["images"] == alone["images"] == item["images"]
+        for key in ("id", "query", "calibrator", "choice", "order", "texts", "target"):
+            assert batched[key] == alone[key], key
+        for label, prediction in alone["predictions"].items():
+            other = batched["predictions"][label]
+            assert other["choice"] == prediction["choice"]
+            assert other["ranking"] == prediction["ranking"]
+            assert np.allclose(other["scores"], prediction["scores"], rtol=0, atol=1e-5)
+        assert Ranking.from_dict(batched).to_dict() == batched
+    assert refused.status_code == 400
+    assert "fitted for N=4 candidates, but this query has N=2" in refused.json()["error"]
+    assert server.returncode is not None

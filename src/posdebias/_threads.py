@@ -1,12 +1,12 @@
 """torch's CPU threads: one default for a shared machine, one scope that sets and restores them.
 
 torch starts with one intra-op thread per core. On a machine other processes also use, that is
-the slowest setting there is: on a busy 2-core machine each forward of a small model took 5.5
-times longer with torch's 2 threads than with 1 (264 ms instead of 4.4 ms), because the threads
-wait for each other on cores that are not free. Too few threads costs at most the share of the
-cores left idle; too many costs far more. So the default is half the CPUs this process may use
-(``OMP_NUM_THREADS`` when set), and a count chosen by the user (``--threads``,
-``Debiaser(threads=...)``) holds over a preset's or the default.
+the slowest setting there is: on a busy 2-core machine a query of the bundled organism took
+1,021 ms with torch's 2 threads and 54 ms with 1 (``benchmarks/serving.py``), because the
+threads wait for each other on cores that are not free. Too few threads costs at most the
+share of the cores left idle; too many costs far more. So the default is half the CPUs this
+process may use (``OMP_NUM_THREADS`` when set), and a count chosen by the user
+(``--threads``, ``Debiaser(threads=...)``) holds over a preset's or the default.
 
 torch is imported only where a model runs: :func:`torch_threads` records the count and
 :func:`apply_threads` (called when a model is loaded and before each forward) sets it once torch
