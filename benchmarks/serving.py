@@ -35,7 +35,7 @@ def main() -> None:
     common.add_common_arguments(parser, default_out="serving.json")
     parser.add_argument("--model", choices=("organism", "text-organism"), default="organism")
     parser.add_argument("--requests", type=int, default=64, help="concurrent requests")
-    parser.add_argument("--max-batch", type=int, nargs="+", default=[16])
+    parser.add_argument("--max-batch", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--max-wait", type=float, default=0.005, help="seconds")
     parser.add_argument("--single", type=int, default=20, help="queries timed per thread count")
     parser.set_defaults(repeats=3, dtype="float32")

@@ -10,6 +10,7 @@ Each fenced block is one of:
 * ``bash`` / ``console``: must say how it runs: ``run`` (each ``posdebias`` command is run, with
   ``with ARGS`` appended to ``evaluate`` commands to keep them small), or ``skip: needs ...``
   (a hub model, a GPU, a data set, minutes): those are skipped here and listed by name;
+  ``lmms-eval run: TEST``: a page's lmms-eval walk-through, run as written by TEST;
 * ``text`` or no language: output (tables, errors, layouts), never a command;
 * ``plugin``: the blocks of a page's plugin walkthrough, run together (the ``toml`` names the
   distribution and its entry point, the ``python`` block is its module, the commands and the
@@ -62,6 +63,7 @@ _KINDS = (
     "build config",
     "benchmark line",
     "lmms-eval task",
+    "lmms-eval run",
 )
 _COMMAND = re.compile(r"^\$?\s*(posdebias|python|pip|make|accelerate|lmms-eval|vllm)( |$)")
 
@@ -328,11 +330,13 @@ def test_python_example_runs(example, request, capsys):
 
 @pytest.mark.parametrize("example", of("bash", "console", "sh"))
 def test_command_example_runs_or_says_what_it_needs(example, request):
-    assert example.marker.startswith(("run", "skip: needs ")), (
+    assert example.marker.startswith(("run", "skip: needs ", "lmms-eval run: tests/")), (
         f"{example.id}: a command block says how it runs: <!-- example: run --> or "
         "<!-- example: skip: needs ... -->"
     )
     skip_if_marked(example)
+    if example.marker.startswith("lmms-eval run:"):  # minutes: a test of its own runs it
+        pytest.skip(f"{example.id}: {example.marker.partition(':')[2].strip()}")
     folder = request.getfixturevalue("sandbox")
     run_commands(example, folder, request.getfixturevalue("stand_ins") / "models")
 
