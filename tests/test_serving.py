@@ -101,6 +101,7 @@ def test_text_candidates_and_in_memory_images_serialise():
         (lambda r: r.update(calibrator="pride"), "'pride' has no entry in its predictions"),
         (lambda r: r.update(target="2"), "target must be an int"),
         (lambda r: r["images"].pop(), "differ in length"),
+        (lambda r: r.update(images="abcd"), "images must be a list, got str"),
         (lambda r: r["predictions"]["vanilla"].pop("scores"), r"misses field\(s\) \['scores'\]"),
         (lambda r: r["predictions"]["vanilla"].update(extra=1), r"unknown field\(s\) \['extra'\]"),
         (lambda r: r["predictions"]["vanilla"].update(choice=9), "choice 9 is out of range"),
@@ -255,6 +256,22 @@ def test_the_debiaser_runs_torch_on_its_threads_and_restores_them():
     with torch_threads(1, user=True):  # a count the user chose holds over the default
         Debiaser(adapter, "vanilla").rank("q", ["a", "b", "c", "d"])
     assert adapter.threads[-1] == 1 and torch.get_num_threads() == before
+
+
+def test_a_count_the_user_chose_holds_over_a_presets_and_the_default():
+    from posdebias._threads import available_cpus
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.preset import Preset, ResolvedConfig
+
+    preset = ResolvedConfig(EvaluateConfig(), Preset(model="m", threads=1))
+    with preset.threads() as count:
+        assert count == 1
+    with ResolvedConfig(EvaluateConfig()).threads() as count:
+        assert count == default_threads()
+    for chosen in {1, available_cpus()}:
+        plain = ResolvedConfig(EvaluateConfig())
+        with torch_threads(chosen, user=True), preset.threads() as count, plain.threads() as other:
+            assert count == other == chosen
 
 
 def test_default_threads_leave_room_on_a_shared_machine(monkeypatch):

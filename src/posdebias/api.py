@@ -186,6 +186,11 @@ class Ranking:
         missing = sorted(_RANKING_FIELDS - set(payload))
         if missing:
             raise ObservationError(f"ranking record misses field(s) {missing}")
+        for name in ("images", "texts"):
+            if not isinstance(payload[name], list):
+                raise ObservationError(
+                    f"ranking record: {name} must be a list, got {type(payload[name]).__name__}"
+                )
         predictions = payload["predictions"]
         if not isinstance(predictions, dict) or payload["calibrator"] not in predictions:
             raise ObservationError(
@@ -602,7 +607,9 @@ class Debiaser:
         return list(await asyncio.gather(*(self._submit(i, explain) for i in instances)))
 
     async def _submit(self, instance: Instance, explain: bool) -> Ranking:
-        self._states(instance.n, self._fitted)  # an unusable calibration: this caller's error
+        fitted = self._fitted
+        if instance.n not in fitted and any(c.needs_fit for c in self.calibrators.values()):
+            self._states(instance.n, fitted)  # no calibration for this N: this caller's error
         loop = asyncio.get_running_loop()
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
