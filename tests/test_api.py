@@ -44,7 +44,11 @@ def test_rank_needs_calibration_and_matching_n():
     with pytest.raises(CalibrationError, match="not calibrated"):
         debiaser.rank("q", ["a", "b", "c", "d"])
     debiaser.calibrate(synthetic_instances(2, 4))
-    with pytest.raises(CalibrationError, match="N=4 images, not N=3"):
+    with pytest.raises(
+        CalibrationError,
+        match=r"'attention_guided' was fitted for N=4 candidates, but this query has N=3: .* "
+        r"Calibrate with instances of N=3 as well: Debiaser.calibrate\(instances\)",
+    ):
         debiaser.rank("q", ["a", "b", "c"])
 
 

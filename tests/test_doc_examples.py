@@ -3,12 +3,14 @@
 Each fenced block is one of:
 
 * ``python``: executed (in a fresh folder, its imports are public: tests/test_public_imports.py);
-  ``fragment``: a method or signature out of its class, compiled only;
+  ``fragment``: a method or signature out of its class, compiled only; ``service``: a web
+  application, served by uvicorn and asked over HTTP by tests/test_serving.py;
 * ``yaml`` / ``json`` / ``toml``: read by the loader that reads such a file (an evaluation or
   sweep config by default; ``build config``, ``benchmark line``, ``lmms-eval task``);
 * ``bash`` / ``console``: must say how it runs: ``run`` (each ``posdebias`` command is run, with
   ``with ARGS`` appended to ``evaluate`` commands to keep them small), or ``skip: needs ...``
   (a hub model, a GPU, a data set, minutes): those are skipped here and listed by name;
+  ``lmms-eval run: TEST``: a page's lmms-eval walk-through, run as written by TEST;
 * ``text`` or no language: output (tables, errors, layouts), never a command;
 * ``plugin``: the blocks of a page's plugin walkthrough, run together (the ``toml`` names the
   distribution and its entry point, the ``python`` block is its module, the commands and the
@@ -52,7 +54,17 @@ _BLOCK = re.compile(
     r"^(?:<!-- example: (?P<marker>[^\n]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<body>.*?)^```[ \t]*$",
     re.S | re.M,
 )
-_KINDS = ("run", "skip:", "fragment", "plugin", "build config", "benchmark line", "lmms-eval task")
+_KINDS = (
+    "run",
+    "skip:",
+    "fragment",
+    "service",
+    "plugin",
+    "build config",
+    "benchmark line",
+    "lmms-eval task",
+    "lmms-eval run",
+)
 _COMMAND = re.compile(r"^\$?\s*(posdebias|python|pip|make|accelerate|lmms-eval|vllm)( |$)")
 
 
@@ -304,7 +316,7 @@ EXPECTED: dict[tuple[str, str], Callable[[dict[str, Any], str, Path], None]] = {
 @pytest.mark.parametrize("example", of("python"))
 def test_python_example_runs(example, request, capsys):
     skip_if_marked(example)
-    if example.marker == "fragment":
+    if example.marker in ("fragment", "service"):  # a service runs in tests/test_serving.py
         compile(textwrap.dedent(example.body), example.id, "exec")
         return
     assert example.marker == "", f"{example.id}: unknown marker {example.marker!r}"
@@ -318,11 +330,13 @@ def test_python_example_runs(example, request, capsys):
 
 @pytest.mark.parametrize("example", of("bash", "console", "sh"))
 def test_command_example_runs_or_says_what_it_needs(example, request):
-    assert example.marker.startswith(("run", "skip: needs ")), (
+    assert example.marker.startswith(("run", "skip: needs ", "lmms-eval run: tests/")), (
         f"{example.id}: a command block says how it runs: <!-- example: run --> or "
         "<!-- example: skip: needs ... -->"
     )
     skip_if_marked(example)
+    if example.marker.startswith("lmms-eval run:"):  # minutes: a test of its own runs it
+        pytest.skip(f"{example.id}: {example.marker.partition(':')[2].strip()}")
     folder = request.getfixturevalue("sandbox")
     run_commands(example, folder, request.getfixturevalue("stand_ins") / "models")
 

@@ -5,28 +5,34 @@ no fit (vanilla, attention_readout, permutation_average) work at once; the other
 with :meth:`Debiaser.calibrate` (with labelled instances, or unlabelled ones for label_free) or
 loaded with :meth:`Debiaser.load`. Every query is observed ONCE per candidate order and that
 observation feeds every calibrator; :meth:`Debiaser.rank_many` streams many queries through the
-adapter's batches.
+adapter's batches. In a service, :meth:`Debiaser.arank` answers from ``async`` code: the
+forward runs off the event loop, and concurrent requests are micro-batched into one forward.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
 
-from posdebias._inputs import check_setting
+from posdebias._inputs import check_setting, excerpt
+from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, Instance, RetrievalInstance, image_key
 from posdebias.core.observation import Evidence, Prediction
-from posdebias.core.state import CalibrationState
-from posdebias.errors import CalibrationError, InputError
+from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
+from posdebias.errors import CalibrationError, InputError, ObservationError
 from posdebias.evaluation.job import load_states
 from posdebias.evaluation.runner import (
     ObservationCache,
@@ -146,6 +152,78 @@ class Ranking:
         asked for with ``explain=True``; per position of ``images``."""
         return self.prediction.evidence
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of plain Python types (what a web service returns).
+
+        ``images`` are written as text: a path as its text, an in-memory image as its key
+        (``<Image@7f...>``: JSON holds no pixels). ``choice``, ``order`` and ``probabilities``
+        are the answer of ``calibrator``, for readers; ``predictions`` hold every calibrator's
+        (:meth:`Prediction.to_dict`). :meth:`from_dict` reads it back.
+        """
+        return {
+            "id": self.id,
+            "query": self.query,
+            "images": [None if image is None else image_key(image) for image in self.images],
+            "texts": list(self.texts),
+            "target": self.target,
+            "calibrator": self.calibrator,
+            "choice": self.choice,
+            "order": self.order,
+            "probabilities": self.probabilities.tolist(),
+            "predictions": {
+                label: prediction.to_dict() for label, prediction in self.predictions.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> Ranking:
+        """The ranking :meth:`to_dict` wrote (images come back as the text it wrote);
+        an ObservationError names what a damaged record lacks."""
+        if not isinstance(payload, dict):
+            raise ObservationError(
+                f"a ranking record must be a JSON object, got {type(payload).__name__}"
+            )
+        missing = sorted(_RANKING_FIELDS - set(payload))
+        if missing:
+            raise ObservationError(f"ranking record misses field(s) {missing}")
+        for name in ("images", "texts"):
+            if not isinstance(payload[name], list):
+                raise ObservationError(
+                    f"ranking record: {name} must be a list, got {type(payload[name]).__name__}"
+                )
+        predictions = payload["predictions"]
+        if not isinstance(predictions, dict) or payload["calibrator"] not in predictions:
+            raise ObservationError(
+                f"ranking record: calibrator {excerpt(payload['calibrator'])} has no entry in "
+                "its predictions"
+            )
+        target = payload["target"]
+        if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
+            raise ObservationError(f"ranking record: target must be an int, got {excerpt(target)}")
+        ranking = cls(
+            query=str(payload["query"]),
+            images=tuple(payload["images"]),
+            predictions={
+                str(label): Prediction.from_dict(value) for label, value in predictions.items()
+            },
+            calibrator=str(payload["calibrator"]),
+            id=str(payload["id"]),
+            target=target,
+            texts=tuple(payload["texts"]),
+        )
+        sizes = {len(ranking.scores), len(ranking.images)} | (
+            {len(ranking.texts)} if ranking.texts else set()
+        )
+        if len(sizes) != 1:
+            raise ObservationError(
+                "ranking record: its images, texts and scores differ in length "
+                f"({len(ranking.images)}, {len(ranking.texts)}, {len(ranking.scores)})"
+            )
+        return ranking
+
+
+_RANKING_FIELDS = {"id", "query", "images", "texts", "target", "calibrator", "predictions"}
+
 
 def _as_instance(query: Any) -> Instance:
     if isinstance(query, Instance):
@@ -177,6 +255,17 @@ class Debiaser:
     ``calibrator`` is a registry name or a :class:`Calibrator` (``**options`` go to a named
     one), a list of them, or a mapping from labels to them. With several, the first is the one
     whose answer :class:`Ranking`'s properties give; :meth:`Ranking.of` gives the others.
+
+    ``threads``: torch CPU threads while it runs the model (None: a count the caller chose with
+    ``--threads``, else half the CPUs or ``OMP_NUM_THREADS``; torch's own setting is restored
+    after each call). ``max_batch`` and ``max_wait`` bound the micro-batches of :meth:`arank`:
+    at most ``max_batch`` queries per forward, a query waiting at most ``max_wait`` seconds for
+    others to join it.
+
+    Thread safety: every ranking method may be called from several threads (and tasks) at
+    once. Calibration states are replaced whole by :meth:`calibrate`, never changed in place,
+    and each call reads them once, so a call running while another calibrates answers with the
+    old calibration or the new one, never a mix.
     """
 
     def __init__(
@@ -187,10 +276,25 @@ class Debiaser:
         ),
         *,
         batch_size: int = 1,
+        threads: int | None = None,
+        max_batch: int = 16,
+        max_wait: float = 0.005,
         **options: Any,
     ) -> None:
         self.adapter = adapter
         self.batch_size = check_setting("batch_size", batch_size)
+        self.threads = None if threads is None else check_threads(threads)
+        self.max_batch = check_setting("batch_size", max_batch)
+        if (
+            isinstance(max_wait, bool)
+            or not isinstance(max_wait, (int, float))
+            or not 0 <= max_wait <= MAX_WAIT
+        ):
+            raise InputError(
+                f"max_wait must be a number of seconds from 0 to {MAX_WAIT}, got "
+                f"{excerpt(max_wait)}"
+            )
+        self.max_wait = float(max_wait)
         if isinstance(calibrator, (str, Calibrator)):
             specs: dict[str, CalibratorSpec] = {_label(calibrator): calibrator}
         elif isinstance(calibrator, Mapping):
@@ -219,7 +323,12 @@ class Debiaser:
             else registry.create_calibrator(spec, **options)
             for label, spec in specs.items()
         }
-        self.states: dict[str, CalibrationState] = {}
+        # N -> label -> state; replaced whole, never changed in place (see thread safety)
+        self._fitted: dict[int, dict[str, CalibrationState]] = {}
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _MicroBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._batchers_lock = threading.Lock()
 
     # -- the calibrators -------------------------------------------------------------------
 
@@ -234,23 +343,50 @@ class Debiaser:
         return next(iter(self.calibrators))
 
     @property
+    def states(self) -> dict[str, CalibrationState]:
+        """label -> state for the first N calibrated (:meth:`states_for` gives another N's)."""
+        return next(iter(self._fitted.values()), {})
+
+    @states.setter
+    def states(self, states: Mapping[str, CalibrationState]) -> None:
+        fitted: dict[int, dict[str, CalibrationState]] = {}
+        for label, state in states.items():
+            fitted.setdefault(state.n, {})[label] = state
+        self._fitted = fitted
+
+    @property
+    def calibrated_n(self) -> list[int]:
+        """The numbers of candidates N the debiaser holds fitted states for."""
+        return sorted(self._fitted)
+
+    def states_for(self, n: int) -> dict[str, CalibrationState]:
+        """label -> state fitted for N = ``n`` (empty when none is)."""
+        return dict(self._fitted.get(n, {}))
+
+    @property
     def state(self) -> CalibrationState | None:
         """The first calibrator's state (None before calibration)."""
         return self.states.get(self.primary)
 
-    def calibrate(self, instances: Sequence[RetrievalInstance]) -> CalibrationState:
+    def calibrate(self, instances: Sequence[Instance]) -> CalibrationState:
         """Fit every calibrator that needs it on the N cyclic rotations of ``instances``.
 
         Calibrators that fit from labels (attention_guided, pride) need each instance's
         ``target``; label-free ones (label_free, purified_attention) use instances without
         targets too. The rotations are observed once and shared; when no calibrator needs a fit
-        nothing is observed. Returns the first calibrator's state (all are in ``states``).
+        nothing is observed. A fitted state serves one N (a bias matrix is N x N): instances of
+        several N fit one state per N, and queries of each N are then answered. Returns the
+        first calibrator's state for the first instance's N (all are in :meth:`states_for`).
         """
 
         instances = list(instances)
         if not instances:
             raise InputError("calibrate needs at least one instance")
-        check_calibration_size(len(instances))
+        groups: dict[int, list[Instance]] = {}
+        for instance in instances:
+            groups.setdefault(instance.n, []).append(instance)
+        for group in groups.values():
+            check_calibration_size(len(group))
         fitting = {label: c for label, c in self.calibrators.items() if c.needs_fit}
         labelled = [label for label, c in fitting.items() if c.needs_targets]
         unknown = [instance.id for instance in instances if instance.target is None]
@@ -262,22 +398,28 @@ class Debiaser:
             )
         described = self.adapter.describe()
         metadata = {k: described.get(k) for k in ("model_id", "prompt_hash")}
-        states = (
-            fit_calibrators(
-                self.adapter, fitting, instances, batch_size=self.batch_size, metadata=metadata
-            )
-            if fitting
-            else {}
-        )
-        n = instances[0].n
-        for label, calibrator in self.calibrators.items():
-            if label not in states:
-                states[label] = self._trivial_state(calibrator, n, metadata)
-            warning = states[label].diagnostics.get("warning")
-            if warning:
-                warnings.warn(f"{label}: {warning}", CalibrationWarning, stacklevel=2)
-        self.states = states
-        return states[self.primary]
+        fitted: dict[int, dict[str, CalibrationState]] = {}
+        with self._threads():
+            for n, group in groups.items():
+                states = (
+                    fit_calibrators(
+                        self.adapter, fitting, group, batch_size=self.batch_size, metadata=metadata
+                    )
+                    if fitting
+                    else {}
+                )
+                for label, calibrator in self.calibrators.items():
+                    if label not in states:
+                        states[label] = self._trivial_state(calibrator, n, metadata)
+                fitted[n] = {label: states[label] for label in self.calibrators}
+        for n, states in fitted.items():
+            for label, state in states.items():
+                warning = state.diagnostics.get("warning")
+                if warning:
+                    where = f" (N={n})" if len(fitted) > 1 else ""
+                    warnings.warn(f"{label}{where}: {warning}", CalibrationWarning, stacklevel=2)
+        self._fitted = fitted
+        return fitted[instances[0].n][self.primary]
 
     def _trivial_state(
         self, calibrator: Calibrator, n: int, metadata: Mapping[str, Any] | None = None
@@ -294,33 +436,68 @@ class Debiaser:
             **metadata,
         )
 
-    def _state(self, label: str, n: int) -> CalibrationState:
-        state = self.states.get(label)
-        calibrator = self.calibrators[label]
-        if not calibrator.needs_fit and (state is None or state.n != n):
-            return self._trivial_state(calibrator, n)
-        if state is None:
-            raise CalibrationError(
-                f"calibrator {label!r} is not calibrated: call .calibrate(instances) or "
-                "Debiaser.load(path, adapter) first"
+    def _states(
+        self, n: int, fitted: Mapping[int, Mapping[str, CalibrationState]]
+    ) -> dict[str, CalibrationState]:
+        """The state of every calibrator for a query of N = ``n``, checked for this use; a
+        calibrator fitted for other N only is refused, naming the N it was fitted for."""
+        needs_attention = any(c.needs_attention for c in self.calibrators.values())
+        states = {}
+        for label, calibrator in self.calibrators.items():
+            state = fitted.get(n, {}).get(label)
+            if state is None and not calibrator.needs_fit:
+                state = self._trivial_state(calibrator, n)
+            if state is None:
+                fitted_for = [k for k, by_label in sorted(fitted.items()) if label in by_label]
+                if not fitted_for:
+                    raise CalibrationError(
+                        f"calibrator {label!r} is not calibrated: call .calibrate(instances) "
+                        "or Debiaser.load(path, adapter) first"
+                    )
+                shown = ", ".join(f"N={k}" for k in fitted_for)
+                raise calibration_error(
+                    f"calibrator {label!r} was fitted for {shown} candidates, but this query "
+                    f"has N={n}: a fitted calibration serves the N it was fitted for. ",
+                    (
+                        f"Calibrate with instances of N={n} as well: "
+                        "Debiaser.calibrate(instances) takes instances of several N at once.",
+                        RECALIBRATE[1],
+                    ),
+                )
+            state.check_compatible(
+                n=n,
+                layers=self.adapter.attention_layers if needs_attention else None,
+                label_set=self.adapter.labels_for(n),
             )
-        return state
+            states[label] = state
+        return states
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[int]:
+        with torch_threads(self.threads, user=self.threads is not None) as count:
+            yield count
 
     # -- persistence -----------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Save the calibration: one JSON file for one calibrator, else a directory holding
-        ``<label>.json`` per calibrator. Returns the path written."""
-        missing = [label for label in self.calibrators if label not in self.states]
+        """Save the calibration: one JSON file for one calibrator and one N, else a directory
+        holding ``<label>.json`` per calibrator (``<label>.n<N>.json`` when several N are
+        calibrated). Returns the path written."""
+        fitted = self._fitted
+        missing = [
+            label for label in self.calibrators if not any(label in s for s in fitted.values())
+        ]
         if missing:
             raise CalibrationError(
                 f"calibrators {missing} are not calibrated: call .calibrate(instances) first"
             )
-        if len(self.states) == 1:
-            return self.states[self.primary].save(path)
+        if len(fitted) == 1 and len(self.calibrators) == 1:
+            return next(iter(fitted.values()))[self.primary].save(path)
         folder = Path(path)
-        for label, state in self.states.items():
-            state.save(folder / f"{label}.json")
+        for n, states in fitted.items():
+            for label, state in states.items():
+                name = f"{label}.n{n}.json" if len(fitted) > 1 else f"{label}.json"
+                state.save(folder / name)
         return folder
 
     @classmethod
@@ -331,6 +508,7 @@ class Debiaser:
         *,
         batch_size: int = 1,
         transfer: bool = False,
+        threads: int | None = None,
     ) -> Debiaser:
         """A debiaser from what :meth:`save` wrote (a file, or a directory of files in name
         order); refused if made with another adapter or prompt, or on another model unless
@@ -338,16 +516,25 @@ class Debiaser:
         states = load_states(Path(path))
         described = adapter.describe()
         registry = get_registry()
-        calibrators = {}
-        for label, state in states.items():
+        calibrators: dict[str, Calibrator] = {}
+        fitted: dict[int, dict[str, CalibrationState]] = {}
+        for stem, state in states.items():
             state.check_compatible(
                 adapter=adapter.name,
                 prompt_hash=described.get("prompt_hash"),
                 model_id=None if transfer else described.get("model_id"),
             )
-            calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
-        debiaser = cls(adapter, calibrators, batch_size=batch_size)
-        debiaser.states = dict(states)
+            label = stem.removesuffix(f".n{state.n}")
+            if label in calibrators:  # the same calibrator fitted for another N
+                state.check_compatible(
+                    calibrator=calibrators[label].name,
+                    options=calibrators[label].options.model_dump(mode="json"),
+                )
+            else:
+                calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
+            fitted.setdefault(state.n, {})[label] = state
+        debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
+        debiaser._fitted = fitted
         return debiaser
 
     # -- ranking ---------------------------------------------------------------------------
@@ -368,24 +555,8 @@ class Debiaser:
         posed as ``multiple_choice`` unless ``task`` names another kind; both for images with a
         text. ``stem_images``: images of the question itself.
         """
-        if texts is None and not stem_images and task in (None, "retrieval"):
-            instance = _as_instance((query, images))
-        else:
-            texts = tuple(texts or ())
-            keys = "\x1f".join(
-                [image_key(image) for image in (*stem_images, *images) if image is not None]
-                + [text or "" for text in texts]
-            )
-            ident = "query-" + hashlib.sha1(f"{query}\x1e{keys}".encode()).hexdigest()[:12]
-            instance = Instance(
-                query=query,
-                images=tuple(images),
-                texts=texts,
-                stem_images=tuple(stem_images),
-                id=ident,
-                task=task or "multiple_choice",
-            )
-        return self._rank_chunk([instance], self.batch_size, explain)[0]
+        instance = _query_instance(query, images, texts, stem_images, task)
+        return self._rank_chunk([instance], self.batch_size, [explain])[0]
 
     def rank_many(
         self,
@@ -407,31 +578,61 @@ class Debiaser:
             chunk = [_as_instance(query) for query in islice(iterator, size)]
             if not chunk:
                 return
-            yield from self._rank_chunk(chunk, size, explain)
+            yield from self._rank_chunk(chunk, size, [explain] * len(chunk))
+
+    async def arank(
+        self,
+        query: str,
+        images: Sequence[ImageRef | None] = (),
+        *,
+        texts: Sequence[str | None] | None = None,
+        stem_images: Sequence[ImageRef] = (),
+        task: str | None = None,
+        explain: bool = False,
+    ) -> Ranking:
+        """:meth:`rank` for ``async`` code: the model runs in a worker thread, so the event loop
+        keeps serving; the queries of concurrent calls are answered together, in one forward of
+        up to ``max_batch`` queries (a query waits at most ``max_wait`` seconds for others).
+
+        The answer is :meth:`rank`'s for the same query (equal up to float rounding: a batch's
+        arithmetic may differ in the last bits). A bad query fails its own call only.
+        """
+        instance = _query_instance(query, images, texts, stem_images, task)
+        return await self._submit(instance, explain)
+
+    async def arank_many(self, queries: Iterable[Query], *, explain: bool = False) -> list[Ranking]:
+        """:meth:`rank_many` for ``async`` code: every query through :meth:`arank`'s
+        micro-batches (with those of concurrent calls), the rankings in the order given."""
+        instances = [_as_instance(query) for query in queries]
+        return list(await asyncio.gather(*(self._submit(i, explain) for i in instances)))
+
+    async def _submit(self, instance: Instance, explain: bool) -> Ranking:
+        fitted = self._fitted
+        if instance.n not in fitted and any(c.needs_fit for c in self.calibrators.values()):
+            self._states(instance.n, fitted)  # no calibration for this N: this caller's error
+        loop = asyncio.get_running_loop()
+        with self._batchers_lock:
+            batcher = self._batchers.get(loop)
+            if batcher is None:
+                batcher = self._batchers[loop] = _MicroBatcher(
+                    self._rank_batch, self.max_batch, self.max_wait
+                )
+        return await batcher.submit(instance, explain)
+
+    def _rank_batch(self, instances: list[Instance], explain: list[bool]) -> list[Ranking]:
+        return self._rank_chunk(instances, self.max_batch, explain)
 
     def _rank_chunk(
-        self, instances: list[RetrievalInstance], batch_size: int, explain: bool
+        self, instances: list[Instance], batch_size: int, explain: Sequence[bool]
     ) -> list[Ranking]:
-        needs_attention = any(c.needs_attention for c in self.calibrators.values())
-        states_by_n: dict[int, dict[str, CalibrationState]] = {}
-        for instance in instances:
-            n = instance.n
-            if n in states_by_n:
-                continue
-            states = {label: self._state(label, n) for label in self.calibrators}
-            for state in states.values():
-                state.check_compatible(
-                    n=n,
-                    layers=self.adapter.attention_layers if needs_attention else None,
-                    label_set=self.adapter.labels_for(n),
-                )
-            states_by_n[n] = states
+        fitted = self._fitted  # one snapshot for the whole call (see thread safety)
+        states_by_n = {n: self._states(n, fitted) for n in dict.fromkeys(i.n for i in instances)}
         # every view once: the query as given, plus the orders a calibrator needs (its
         # permutations; the N cyclic rotations for permutation_average by default)
-        views: list[RetrievalInstance] = []
+        views: list[Instance] = []
         index: dict[tuple[str, tuple[str, ...]], int] = {}
 
-        def view_index(view: RetrievalInstance) -> int:
+        def view_index(view: Instance) -> int:
             key = (view.id, view.image_ids)
             if key not in index:
                 index[key] = len(views)
@@ -450,9 +651,12 @@ class Debiaser:
             for instance in instances
         ]
         # through the runner's plugin contract: a broken plugin adapter is named, not a crash
-        observed = observe_cached(self.adapter, views, ObservationCache(), batch_size=batch_size)
+        with self._threads():
+            observed = observe_cached(
+                self.adapter, views, ObservationCache(), batch_size=batch_size
+            )
         rankings = []
-        for instance, (own, others) in zip(instances, wanted, strict=True):
+        for instance, (own, others), explained in zip(instances, wanted, explain, strict=True):
             states = states_by_n[instance.n]
             predictions = {
                 label: calibrator.predict(
@@ -460,7 +664,7 @@ class Debiaser:
                     states[label],
                     rotations=[observed[i] for i in others[label]] if label in others else None,
                     orders=calibrator.permutations_for(instance) if label in others else None,
-                    explain=explain,
+                    explain=explained,
                 )
                 for label, calibrator in self.calibrators.items()
             }
@@ -476,6 +680,112 @@ class Debiaser:
                 )
             )
         return rankings
+
+
+#: The longest a query of :meth:`Debiaser.arank` may be held for others to join its batch (s).
+MAX_WAIT = 1.0
+
+
+@dataclass
+class _Request:
+    instance: Instance
+    explain: bool
+    future: asyncio.Future[Ranking]
+    arrived: float
+
+
+@dataclass
+class _MicroBatcher:
+    """The queries of one event loop's concurrent :meth:`Debiaser.arank` calls, answered in
+    forward batches by a worker thread, one batch at a time.
+
+    A batch closes when it holds ``max_batch`` queries or its first query has waited
+    ``max_wait`` seconds; while the model runs one batch the next one fills (a busy service
+    batches more, an idle one answers at once after ``max_wait``). A batch that fails is
+    answered query by query, so one bad query fails only its own call.
+    """
+
+    run: Callable[[list[Instance], list[bool]], list[Ranking]]
+    max_batch: int
+    max_wait: float
+    pending: list[_Request] = field(default_factory=list)
+    full: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    async def submit(self, instance: Instance, explain: bool) -> Ranking:
+        loop = asyncio.get_running_loop()
+        request = _Request(instance, explain, loop.create_future(), loop.time())
+        self.pending.append(request)
+        if len(self.pending) >= self.max_batch:
+            self.full.set()
+        if self.task is None or self.task.done():
+            self.task = loop.create_task(self._drain())
+        return await request.future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        batch: list[_Request] = []
+        try:
+            while self.pending:
+                left = self.pending[0].arrived + self.max_wait - loop.time()
+                if len(self.pending) < self.max_batch and left > 0:
+                    self.full.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.full.wait(), left)
+                batch = self.pending[: self.max_batch]
+                del self.pending[: self.max_batch]
+                await self._answer([r for r in batch if not r.future.done()])
+                batch = []
+        except BaseException:  # cancelled with the loop: no caller waits forever
+            for request in [*batch, *self.pending]:
+                request.future.cancel()
+            self.pending.clear()
+            raise
+
+    async def _answer(self, batch: list[_Request]) -> None:
+        if not batch:
+            return
+        try:
+            rankings = await asyncio.to_thread(
+                self.run, [r.instance for r in batch], [r.explain for r in batch]
+            )
+        except Exception as exc:
+            if len(batch) == 1:
+                if not batch[0].future.done():
+                    batch[0].future.set_exception(exc)
+                return
+            for request in batch:  # alone: the bad query fails only itself
+                await self._answer([request])
+            return
+        for request, ranking in zip(batch, rankings, strict=True):
+            if not request.future.done():
+                request.future.set_result(ranking)
+
+
+def _query_instance(
+    query: str,
+    images: Sequence[ImageRef | None],
+    texts: Sequence[str | None] | None,
+    stem_images: Sequence[ImageRef],
+    task: str | None,
+) -> Instance:
+    """The instance of a :meth:`Debiaser.rank` call's arguments (its id hashes them)."""
+    if texts is None and not stem_images and task in (None, "retrieval"):
+        return _as_instance((query, images))
+    texts = tuple(texts or ())
+    keys = "\x1f".join(
+        [image_key(image) for image in (*stem_images, *images) if image is not None]
+        + [text or "" for text in texts]
+    )
+    ident = "query-" + hashlib.sha1(f"{query}\x1e{keys}".encode()).hexdigest()[:12]
+    return Instance(
+        query=query,
+        images=tuple(images),
+        texts=texts,
+        stem_images=tuple(stem_images),
+        id=ident,
+        task=task or "multiple_choice",
+    )
 
 
 def _label(spec: CalibratorSpec) -> str:

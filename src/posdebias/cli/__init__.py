@@ -21,6 +21,7 @@ from rich.console import Console
 
 from posdebias._inputs import excerpt, path_name_problem
 from posdebias._text import SafeConsole, printable
+from posdebias._threads import check_threads, torch_threads
 from posdebias._version import __version__
 from posdebias.errors import InputError, PosdebiasError, PosdebiasPluginWarning
 
@@ -147,7 +148,12 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.print_help()
             return 2
         check_path_arguments(args)
-        return int(args.handler(args) or 0)
+        if not hasattr(args, "threads"):  # a command that runs no model
+            return int(args.handler(args) or 0)
+        if args.threads is not None:
+            check_threads(args.threads, "--threads")
+        with torch_threads(args.threads, user=args.threads is not None):
+            return int(args.handler(args) or 0)
     except PosdebiasError as exc:
         if debug:
             raise

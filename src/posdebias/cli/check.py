@@ -15,6 +15,7 @@ from rich.table import Table
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
 from posdebias._text import safe_text
+from posdebias._threads import apply_threads
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         instances = check_instances(
             args.n, images=args.images, task=args.task, with_images=not adapter.text_only
         )
+    apply_threads()  # --threads (or the default) now that torch is loaded
     report = check_adapter(adapter, instances)
     console = make_console()
     table = Table(

@@ -52,7 +52,8 @@ def add_ci_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model / --adapter / --chat-template, shared by every command that needs a model."""
+    """--model / --adapter / --chat-template / --threads, shared by every command that runs a
+    model."""
     parser.add_argument(
         "--model", help="Hugging Face model id, local model folder or GGUF file (a language model)"
     )
@@ -62,6 +63,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         dest="chat_template",
         help="chat template for a model without one: a Jinja template, a file holding one, or "
         "'raw' (the prompt's text as it is); adapter option chat_template",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: the bundled model's, else half the CPUs or "
+        "OMP_NUM_THREADS; 1 to the CPUs of this machine)",
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.integrations.harness import parse_names
-from posdebias.integrations.lmms_eval_tasks import write_rotated_tasks
+from posdebias.integrations.lmms_eval_tasks import rotated_tasks_command, write_rotated_tasks
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,9 +66,13 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     for path in paths:
         console.print(str(path))
-    console.print(
-        f"run: lmms-eval --model posdebias --model_args pretrained=MODEL,calibrators="
-        f"{'+'.join(parse_names(args.calibrators))},calibration=... --tasks {args.name} "
-        f"--include_path {args.out}"
+    command = rotated_tasks_command(
+        args.benchmark,
+        args.out,
+        name=args.name,
+        calibrators=parse_names(args.calibrators),
+        calibration_count=args.calibration_count,
+        label_set=args.label_set,
     )
+    console.print(f"run: {command}", soft_wrap=True)  # one line: a command to copy
     return 0

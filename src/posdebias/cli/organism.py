@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
+from posdebias._threads import available_cpus
 from posdebias.organism.text.train import TextTrainingPlan, train_text_organism
 from posdebias.organism.train import TrainingPlan, train_organism
 
@@ -96,8 +96,8 @@ MAX_STEPS = 1_000_000
 
 
 def max_threads() -> int:
-    """Most ``--threads``: the CPUs of this machine."""
-    return os.cpu_count() or 1
+    """Most ``--threads``: the CPUs this process may use."""
+    return available_cpus()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -205,6 +205,24 @@ class Observation:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc
 
 
+def _record_fields(kind: str, payload: Any, known: set[str], required: set[str]) -> dict[str, Any]:
+    """The fields of a record read back from JSON: a mapping with every ``required`` key and
+    none outside ``known`` (an ObservationError naming what is wrong)."""
+    if not isinstance(payload, dict):
+        raise ObservationError(
+            f"a {kind} record must be a JSON object, got {type(payload).__name__}"
+        )
+    missing = sorted(required - set(payload))
+    if missing:
+        raise ObservationError(f"{kind} record misses field(s) {missing}")
+    unknown = sorted(str(key) for key in set(payload) - known)
+    if unknown:
+        raise ObservationError(
+            f"{kind} record has unknown field(s) {unknown}; known: {sorted(known)}"
+        )
+    return dict(payload)
+
+
 @dataclass(frozen=True, eq=False)
 class Evidence:
     """Why a calibrator chose what it chose, per position of the observation's order.
@@ -246,11 +264,24 @@ class Evidence:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (arrays as lists, absent fields as None)."""
+        """JSON-ready dict (arrays as lists of floats, layers as a list, absent fields as
+        None); :meth:`from_dict` reads it back."""
         return {
-            name: (value.tolist() if isinstance(value, np.ndarray) else value)
+            name: (
+                value.tolist()
+                if isinstance(value, np.ndarray)
+                else list(value)
+                if isinstance(value, tuple)
+                else value
+            )
             for name, value in ((name, getattr(self, name)) for name in self.__dataclass_fields__)
         }
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> Evidence:
+        """The evidence :meth:`to_dict` wrote (absent fields are None)."""
+        fields = _record_fields("evidence", payload, set(cls.__dataclass_fields__), set())
+        return cls(**fields)
 
 
 @dataclass(frozen=True, eq=False)
@@ -277,6 +308,36 @@ class Prediction:
     @property
     def probabilities(self) -> np.ndarray:
         return softmax(self.scores)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of plain Python types: ``scores``, ``choice``, ``evidence`` (None
+        unless asked for) and, for readers, ``probabilities`` and ``ranking`` (derived:
+        :meth:`from_dict` recomputes them)."""
+        return {
+            "scores": self.scores.tolist(),
+            "choice": self.choice,
+            "probabilities": self.probabilities.tolist(),
+            "ranking": self.ranking,
+            "evidence": None if self.evidence is None else self.evidence.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Any) -> Prediction:
+        """The prediction :meth:`to_dict` wrote."""
+        fields = _record_fields(
+            "prediction",
+            payload,
+            {"scores", "choice", "evidence", "probabilities", "ranking"},
+            {"scores", "choice"},
+        )
+        evidence = fields.get("evidence")
+        if not isinstance(fields["choice"], int) or isinstance(fields["choice"], bool):
+            raise ObservationError(f"prediction choice must be an int, got {fields['choice']!r}")
+        return cls(
+            scores=fields["scores"],
+            choice=fields["choice"],
+            evidence=None if evidence is None else Evidence.from_dict(evidence),
+        )
 
     @property
     def ranking(self) -> list[int]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posdebias._io import JsonlAppender, read_jsonl_records
+from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
@@ -106,6 +107,7 @@ def decide_cached(
             missing[key] = view  # two orders of an instance may coincide: decide once
     if missing:
         todo = list(missing.values())
+        apply_threads()  # in this thread: the count of the enclosing torch_threads scope
         decided = decoder.decide(
             adapter, todo, batch_size=batch_size, seeds=[view_seed(seed, v) for v in todo]
         )

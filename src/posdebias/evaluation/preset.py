@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from posdebias._threads import torch_threads
 from posdebias.errors import InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.registry import BundledModel, get_registry
@@ -31,7 +32,7 @@ class Preset:
         batch_size: forward batch when no batch size is given (None: the config's default).
         batch_size_per_view: instead, one forward batch holds a test instance's views: orders
             x N.
-        threads: torch CPU threads for the run (None: torch's own setting).
+        threads: torch CPU threads for the run (None: the default for a shared machine).
     """
 
     model: str
@@ -75,19 +76,12 @@ class ResolvedConfig:
         return None if self.preset is None else self.preset.benchmark
 
     @contextlib.contextmanager
-    def threads(self) -> Iterator[None]:
-        """Run with the preset's torch thread count (the caller's setting is restored after)."""
-        if self.preset is None or self.preset.threads is None:
-            yield
-            return
-        import torch
-
-        before = torch.get_num_threads()
-        torch.set_num_threads(self.preset.threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
+    def threads(self) -> Iterator[int]:
+        """Run with the preset's torch thread count (none: the default for a shared machine,
+        :func:`posdebias._threads.default_threads`); a count the user chose (``--threads``)
+        holds over both, and torch's setting is restored after."""
+        with torch_threads(None if self.preset is None else self.preset.threads) as count:
+            yield count
 
 
 def registry_preset(config: EvaluateConfig) -> Preset | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_setting, excerpt
+from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
@@ -184,6 +185,7 @@ def _observe(
 ) -> list[Observation]:
     """``adapter.observe_many``; a plugin adapter's own failure becomes a PluginError naming it
     (our errors, with their messages for the user, pass through)."""
+    apply_threads()  # in this thread: the count of the enclosing torch_threads scope
     try:
         observed = adapter.observe_many(instances, batch_size=batch_size)
     except PosdebiasError:

@@ -49,7 +49,10 @@ from posdebias.integrations.harness import (
     TaskMappingError,
     doc_instance,
 )
-from posdebias.integrations.lmms_eval_tasks import check_calibration_items
+from posdebias.integrations.lmms_eval_tasks import (
+    check_calibration_items,
+    refusals_stop_the_command,
+)
 
 #: What lmms-eval passes to every model besides ``--model_args`` (None values are dropped).
 _HARNESS_ARGUMENTS = ("max_batch_size",)
@@ -143,6 +146,10 @@ class PosdebiasLMM(lmms):
 
     def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         """The calibrated label of each request's document."""
+        with refusals_stop_the_command():
+            return self._generate_until(requests)
+
+    def _generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         answers = []
         for ranking, label, _ in self._answer(requests):
             prediction = ranking.predictions[label]
@@ -154,6 +161,10 @@ class PosdebiasLMM(lmms):
     def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
+        with refusals_stop_the_command():
+            return self._loglikelihood(requests)
+
+    def _loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         results = []
         for request, (ranking, label, _) in zip(requests, self._answer(requests), strict=True):
             continuation = str(request.args[1]).strip()
@@ -172,6 +183,7 @@ class PosdebiasLMM(lmms):
         return results
 
     def generate_until_multi_round(self, requests: list[Request]) -> list[str]:
-        raise TaskMappingError(
-            "posdebias answers one question per document; multi-round tasks are not supported"
-        )
+        with refusals_stop_the_command():
+            raise TaskMappingError(
+                "posdebias answers one question per document; multi-round tasks are not supported"
+            )

@@ -19,11 +19,14 @@ exactly what ``posdebias evaluate`` reports for the same items and orders:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import shlex
+import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,12 +36,13 @@ import posdebias.defaults as defaults
 from posdebias._images import open_image
 from posdebias._inputs import check_whole_number
 from posdebias._io import write_files_together
+from posdebias._text import printable
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.labels import LABEL_SETS, get_label_set
 from posdebias.core.tasks import TASK_LABEL_SETS, task_template
-from posdebias.errors import InputError
+from posdebias.errors import InputError, PosdebiasError
 from posdebias.evaluation.config import SAFE_LABEL
 from posdebias.evaluation.job import split_held_out
 from posdebias.evaluation.metrics import compute_metrics
@@ -50,6 +54,7 @@ from posdebias.integrations.harness import (
     LABELS,
     ORDER,
     ROTATION,
+    HarnessConfig,
     answer_position,
     current_provenance,
     doc_instance,
@@ -58,6 +63,38 @@ from posdebias.integrations.harness import (
 OutputType = Literal["generate_until", "multiple_choice"]
 METRICS = ("acc", "rstd", "cons", "circular")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
+
+# -- refusals under lmms-eval's command line ---------------------------------------------------
+
+
+def _in_lmms_eval_command() -> bool:
+    """Whether this process is lmms-eval's command line (``lmms-eval``, ``python -m
+    lmms_eval``, each process of ``accelerate launch -m lmms_eval``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name in ("lmms_eval", "lmms_eval.__main__"):
+        return True
+    return bool(sys.argv) and Path(sys.argv[0]).name in ("lmms-eval", "lmms_eval")
+
+
+@contextlib.contextmanager
+def refusals_stop_the_command() -> Iterator[None]:
+    """A refusal of posdebias (a document it cannot rotate, a task it cannot answer) stops
+    lmms-eval's command line with exit status 2 and ``error: <message>`` on stderr.
+
+    lmms-eval 0.7.3's command line logs any error raised while it loads tasks or evaluates
+    (one raised while loading a task arrives wrapped in a tenacity ``RetryError``, after five
+    attempts) and exits 0 with no results, so a script would go on as if the run had worked.
+    A ``SystemExit`` passes both. Called from Python (``simple_evaluate``, a test), the error
+    is raised as usual.
+    """
+    try:
+        yield
+    except PosdebiasError as error:
+        if not _in_lmms_eval_command():
+            raise
+        print(f"error: {printable(error.cli_message())}", file=sys.stderr, flush=True)
+        raise SystemExit(error.exit_code) from error
+
 
 # -- the task transform ---------------------------------------------------------------------
 
@@ -71,25 +108,46 @@ def candidate_count(doc: Mapping[str, Any]) -> int:
     return max(len(doc.get(field) or ()) for field in CANDIDATE_FIELDS)
 
 
-def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
+#: Fields a task's documents may name their item by, looked for in this order; a document
+#: with none of them is named by its position in the task (``item-<index>``).
+ID_FIELDS = ("id", "question_id", "idx", "index", "sample_id")
+
+
+def item_id(doc: Mapping[str, Any], index: int | None = None) -> str:
+    """The identity of ``doc``'s item, shared by its rotations (the metrics group by it): the
+    first of :data:`ID_FIELDS` it has, else its position ``index`` in the task."""
+    if doc.get(ITEM) is not None:
+        return str(doc[ITEM])
+    for field in ID_FIELDS:
+        if doc.get(field) is not None:
+            return str(doc[field])
+    if index is None:
+        raise InputError(
+            f"a document has none of the fields {list(ID_FIELDS)} to name its item; give each "
+            "document an 'id'"
+        )
+    return f"item-{index}"
+
+
+def rotate_doc(doc: Mapping[str, Any], rotation: int, index: int | None = None) -> dict[str, Any]:
     """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order).
 
     The truth is ``target`` (a 0-based position); a document with only an ``answer`` (a letter
     or a 1-based index, a foreign layout) gets its ``target`` too, and its ``answer`` is moved
-    in its own format, so the task's own scoring still reads it.
+    in its own format, so the task's own scoring still reads it. ``index``: the document's
+    position in its task, its item's name when it has no id field (:func:`item_id`).
     """
+    ident = item_id(doc, index)
     n = candidate_count(doc)
     if n < 2:
-        raise InputError(
-            f"item {doc.get('id')!r}: no candidates to rotate (fields {CANDIDATE_FIELDS})"
-        )
+        raise InputError(f"item {ident!r}: no candidates to rotate (fields {CANDIDATE_FIELDS})")
     order = rotation_order(n, rotation).tolist()
     rotated = dict(doc)
     for field in CANDIDATE_FIELDS:
         values = doc.get(field)
         if values:
             rotated[field] = [values[k] for k in order]
-    rotated[ITEM] = str(doc.get(ITEM, doc["id"]))
+    rotated[ITEM] = ident
     rotated[ROTATION] = rotation
     rotated[ORDER] = order
     target = doc.get("target")
@@ -97,7 +155,7 @@ def rotate_doc(doc: Mapping[str, Any], rotation: int) -> dict[str, Any]:
     if target is None and answer is not None:
         target = answer_position(answer, n)
         if target is None:
-            raise InputError(f"item {doc.get('id')!r}: answer {answer!r} names no candidate")
+            raise InputError(f"item {item_id(doc, index)!r}: answer {answer!r} names no candidate")
     if target is not None:
         rotated["target"] = order.index(int(target))
         if answer is not None:
@@ -143,6 +201,10 @@ def rotation_transform(
     (:func:`check_calibration_items`)."""
 
     def process_docs(dataset: Any) -> Any:
+        with refusals_stop_the_command():
+            return _rotated(dataset)
+
+    def _rotated(dataset: Any) -> Any:
         import datasets
 
         if items is not None and items_digest(dataset) != items:
@@ -151,13 +213,13 @@ def rotation_transform(
                 "the benchmark (the items file was edited): write the tasks again"
             )
         rows = []
-        for doc in dataset:
+        for index, doc in enumerate(dataset):
             n = candidate_count(doc)
             count = n if rotations is None else rotations
             if not 1 <= count <= n:
                 raise InputError(f"rotations must be 1..{n} for {n} candidates, got {count}")
             for rotation in range(count):
-                row = rotate_doc(doc, rotation)
+                row = rotate_doc(doc, rotation, index)
                 row[CALIBRATOR] = calibrator
                 if calibration is not None:
                     row[CALIBRATION_ITEMS] = calibration
@@ -406,8 +468,7 @@ def write_rotated_tasks(
     n = test[0].n
     if rotations is not None:
         check_whole_number(f"rotations of {n} candidates", rotations, 1, n)
-    kind = test[0].task
-    labels = get_label_set(label_set or TASK_LABEL_SETS.get(kind, "digits")).labels(n)
+    labels = get_label_set(answer_label_set(test[0].task, label_set)).labels(n)
     out = Path(out)
     module = f"{name}_posdebias"
     test_docs = [_base_doc(instance, labels) for instance in test]
@@ -457,6 +518,53 @@ def write_rotated_tasks(
             f"{out} already holds {existing[0]}; choose an empty folder or another --name"
         )
     return write_files_together(out, files)
+
+
+def answer_label_set(task: str, label_set: str | None = None) -> str:
+    """The label set a rotated task's answers use: ``label_set``, else the task's (``upper``
+    for multiple choice, ``digits`` for retrieval)."""
+    return label_set or TASK_LABEL_SETS.get(task, "digits")
+
+
+def rotated_tasks_command(
+    benchmark: str | Path,
+    out: str | Path,
+    *,
+    name: str,
+    calibrators: Sequence[str],
+    calibration_count: int = 0,
+    label_set: str | None = None,
+) -> str:
+    """The lmms-eval command that runs the tasks :func:`write_rotated_tasks` wrote, with every
+    model argument they need: the calibrators, the calibration (``task`` when a split was held
+    out, with its size unless it is the model's default), and the label set when it is not the
+    model's default (``label_set=upper`` for a multiple-choice benchmark). ``MODEL`` (and
+    without a held-out split ``CALIBRATION``) are for the user to fill in."""
+    fields = HarnessConfig.model_fields
+    task = load_benchmark(benchmark).instances[0].task
+    arguments = ["pretrained=MODEL", f"calibrators={'+'.join(calibrators)}"]
+    if calibration_count:
+        arguments.append("calibration=task")
+        if calibration_count != fields["calibration_count"].default:
+            arguments.append(f"calibration_count={calibration_count}")
+    else:
+        arguments.append("calibration=CALIBRATION")
+    labels = answer_label_set(task, label_set)
+    if labels != fields["label_set"].default:
+        arguments.append(f"label_set={labels}")
+    return shlex.join(
+        [
+            "lmms-eval",
+            "--model",
+            "posdebias",
+            "--model_args",
+            ",".join(arguments),
+            "--tasks",
+            name,
+            "--include_path",
+            str(out),
+        ]
+    )
 
 
 def _task_yaml(

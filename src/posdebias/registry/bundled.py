@@ -22,7 +22,7 @@ class BundledModel:
         benchmark: ``benchmark(n) -> folder`` of the benchmark it runs on when none is given.
         benchmark_size: instances in that benchmark (calibration and test together).
         batch_size: forward batch used when none is given.
-        threads: torch CPU threads to run it with (None: torch's own setting).
+        threads: torch CPU threads to run it with (None: the default for a shared machine).
     """
 
     name: str
