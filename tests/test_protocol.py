@@ -133,9 +133,12 @@ def test_reference_fills_the_authors_row_choices_where_the_user_set_none():
             "calibrators": ["vanilla", "permutation_average"],
             "decoders": [
                 "generated",
+                "instruction",
+                "chain_of_thought",
                 "sofa",
                 "self_consistency",
                 {"name": "generated", "label": "mine", "options": {"max_new_tokens": 5}},
+                {"name": "chain_of_thought", "label": "cot_first", "options": {"parse": "last"}},
             ],
         }
     )
@@ -149,7 +152,12 @@ def test_reference_fills_the_authors_row_choices_where_the_user_set_none():
         "max_new_tokens": 2,
         "parse": "last_number",
     }
-    assert options["self_consistency"] == {"fallback": "first"}
+    # the authors answer the instruction prompt like their vanilla
+    assert options["instruction"] == {"max_new_tokens": 2, "parse": "last_number"}
+    # their chain of thought: the last digit run in 1..N, also inside a word
+    assert options["chain_of_thought"] == {"parse": "last_number"}
+    assert options["cot_first"] == {"parse": "last"}  # the user's wins
+    assert options["self_consistency"] == {"fallback": "first", "sampling": "generation_config"}
     assert options["mine"] == {"max_new_tokens": 5, "parse": "last_number"}  # the user's wins
     calibrators = {spec.key: spec.options for spec in reference.calibrators}
     assert calibrators == {

@@ -371,12 +371,15 @@ class Debiaser:
     def calibrate(self, instances: Sequence[Instance]) -> CalibrationState:
         """Fit every calibrator that needs it on the N cyclic rotations of ``instances``.
 
-        Calibrators that fit from labels (attention_guided, pride) need each instance's
-        ``target``; label-free ones (label_free, purified_attention) use instances without
-        targets too. The rotations are observed once and shared; when no calibrator needs a fit
-        nothing is observed. A fitted state serves one N (a bias matrix is N x N): instances of
-        several N fit one state per N, and queries of each N are then answered. Returns the
-        first calibrator's state for the first instance's N (all are in :meth:`states_for`).
+        Calibrators that fit from labels (attention_guided) need each instance's ``target``;
+        label-free ones (label_free, purified_attention, pride, contextual, batch) use instances
+        without targets too. ``pride`` with ``workflow: test`` is PriDe's own workflow: calibrate
+        on the instances you will rank; a share ``alpha`` of them is then answered by
+        permutation averaging and their prior debiases the rest. The rotations are observed
+        once and shared; when no calibrator needs a fit nothing is observed. A fitted state
+        serves one N (a bias matrix is N x N): instances of several N fit one state per N, and
+        queries of each N are then answered. Returns the first calibrator's state for the first
+        instance's N (all are in :meth:`states_for`).
         """
 
         instances = list(instances)
@@ -639,16 +642,24 @@ class Debiaser:
                 views.append(view)
             return index[key]
 
+        # per query and calibrator: the orders it predicts from (None: the query alone)
+        orders_of = [
+            {
+                label: calibrator.orders_for(instance, states_by_n[instance.n][label])
+                for label, calibrator in self.calibrators.items()
+            }
+            for instance in instances
+        ]
         wanted = [
             (
                 view_index(instance),
                 {
-                    label: [view_index(v) for v in calibrator.views_of(instance)]
-                    for label, calibrator in self.calibrators.items()
-                    if calibrator.needs_rotations
+                    label: [view_index(instance.permuted(order)) for order in group]
+                    for label, group in orders.items()
+                    if group is not None
                 },
             )
-            for instance in instances
+            for instance, orders in zip(instances, orders_of, strict=True)
         ]
         # through the runner's plugin contract: a broken plugin adapter is named, not a crash
         with self._threads():
@@ -656,14 +667,16 @@ class Debiaser:
                 self.adapter, views, ObservationCache(), batch_size=batch_size
             )
         rankings = []
-        for instance, (own, others), explained in zip(instances, wanted, explain, strict=True):
+        for instance, (own, others), orders, explained in zip(
+            instances, wanted, orders_of, explain, strict=True
+        ):
             states = states_by_n[instance.n]
             predictions = {
                 label: calibrator.predict(
                     observed[own],
                     states[label],
                     rotations=[observed[i] for i in others[label]] if label in others else None,
-                    orders=calibrator.permutations_for(instance) if label in others else None,
+                    orders=orders[label],
                     explain=explained,
                 )
                 for label, calibrator in self.calibrators.items()

@@ -88,6 +88,37 @@ def test_sampling_is_seeded_and_independent_of_the_batch(family, make_instances)
     assert len({tuple(t) for t in one[0].tokens}) > 1
 
 
+def test_sampling_can_inherit_the_checkpoints_generation_config(make_instances):
+    """As the authors' generate(do_sample=True, temperature=0.7, top_k=40): the checkpoint's
+    other sampling settings apply too. Qwen2.5-VL checkpoints set top_p 0.001, which keeps
+    only the most likely token, so every sample is the greedy text."""
+    from posdebias.adapters.hf.generation import generation_config_warpers
+
+    adapter = adapter_for("llava")
+    adapter.model.generation_config.top_p = 0.001
+    instances = make_instances(2, 3)
+    own = GenerationSettings(
+        max_new_tokens=4, do_sample=True, temperature=1.5, num_samples=6, stop_at_eos=False
+    )
+    inherited = GenerationSettings(**{**own.__dict__, "sampling_config": "generation_config"})
+    greedy = adapter.generate_many(
+        instances, GenerationSettings(max_new_tokens=4, stop_at_eos=False)
+    )
+    sampled = adapter.generate_many(instances, own, seeds=[3, 4])
+    kept = adapter.generate_many(instances, inherited, seeds=[3, 4])
+    for plain, free, narrow in zip(greedy, sampled, kept, strict=True):
+        assert narrow.tokens == plain.tokens * 6  # top_p 0.001: only the top token survives
+        assert len({tuple(t) for t in free.tokens}) > 1  # own settings ignore top_p
+    warpers = generation_config_warpers(
+        adapter.model, GenerationSettings(do_sample=True, temperature=0.7, top_k=40)
+    )
+    names = [type(w).__name__ for w in warpers]
+    assert names == ["TemperatureLogitsWarper", "TopKLogitsWarper", "TopPLogitsWarper"]
+    assert warpers[0].temperature == 0.7 and warpers[1].top_k == 40 and warpers[2].top_p == 0.001
+    with pytest.raises(ConfigError, match="sampling_config"):
+        GenerationSettings(sampling_config="mine")  # type: ignore[arg-type]
+
+
 def test_samples_share_one_prefill(make_instances):
     """num_samples expands the KV cache after ONE prompt pass of the instances."""
     adapter = adapter_for("llava")

@@ -10,7 +10,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -59,6 +59,10 @@ class GenerationSettings:
         sofa: run the prompt pass under SoFA (:class:`SofaSettings`).
         share_prefix: decode samples over one copy of the prompt's keys and values (False:
             repeat the cache per sample, the plain way; same distribution, more cost).
+        sampling_config: ``own``: sample with ``temperature`` and ``top_k`` only;
+            ``generation_config``: also every other sampling setting of the checkpoint's
+            generation config (top_p, min_p, typical_p, ...), as ``generate(do_sample=True,
+            temperature=..., top_k=...)`` inherits them (Hugging Face adapters).
     """
 
     max_new_tokens: int = 8
@@ -71,6 +75,7 @@ class GenerationSettings:
     prompt_variant: str | None = None
     sofa: SofaSettings | None = None
     share_prefix: bool = True
+    sampling_config: Literal["own", "generation_config"] = "own"
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -81,6 +86,10 @@ class GenerationSettings:
             raise ConfigError(f"temperature must be above 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ConfigError(f"top_k must be at least 1, got {self.top_k}")
+        if self.sampling_config not in ("own", "generation_config"):
+            raise ConfigError(
+                f"sampling_config must be own or generation_config, got {self.sampling_config!r}"
+            )
         if self.num_samples > 1 and not self.do_sample:
             raise ConfigError("num_samples > 1 needs do_sample (greedy samples are identical)")
 

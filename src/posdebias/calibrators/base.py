@@ -89,6 +89,11 @@ class Calibrator(ABC):
         """Model forward passes per test instance and candidate order."""
         return len(self.permutations(n)) if self.needs_rotations else 1
 
+    def passes_with(self, n: int, state: CalibrationState) -> float:
+        """Mean forward passes per test instance and order under this fitted state (default
+        :meth:`forward_passes`; PriDe's test workflow answers a share of the items from N)."""
+        return self.forward_passes(n)
+
     def permutations(self, n: int) -> list[np.ndarray]:
         """The candidate orders whose observations ``predict`` receives as ``rotations``
         (``view.permuted(p)``: new position k shows the view's position p[k])."""
@@ -109,6 +114,16 @@ class Calibrator(ABC):
         """The candidate orders of :meth:`permutations` for this instance (a calibrator that
         draws its orders per instance overrides this; default: the same for every instance)."""
         return self.permutations(instance.n)
+
+    def orders_for(
+        self, view: RetrievalInstance, state: CalibrationState
+    ) -> list[np.ndarray] | None:
+        """The candidate orders whose observations :meth:`predict` receives (as ``rotations``,
+        with these ``orders``) for this shown view under this fitted state, or None for none.
+        Default: :meth:`permutations_for` for a calibrator with ``needs_rotations``. A
+        calibrator that answers only some instances from other orders (PriDe's estimation
+        items) overrides this; the runner and ``Debiaser`` observe what it asks for."""
+        return self.permutations_for(view) if self.needs_rotations else None
 
     def views_of(self, instance: RetrievalInstance) -> list[RetrievalInstance]:
         """The instance in every order of :meth:`permutations_for` (what the runner observes;

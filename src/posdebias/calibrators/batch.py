@@ -1,43 +1,64 @@
 """batch: batch calibration (Zhou et al., ICLR 2024, "Batch Calibration").
 
-The contextual bias is estimated from the test inputs themselves: p_bc[j] = the mean over the
-batch of the label distributions p_i(j), divided out in log space: the calibrated score of
-label j is s_j - log p_bc[j] (renormalised; the prediction is argmax_j p(j | x) / p_bc[j]).
+The contextual bias is estimated from the test inputs themselves and removed from every
+prediction. Zhou et al. (their Eqs. 1-2): the bias of label j is the batch mean of the model's
+score for j, p^(y_j | C) = (1/M) sum_i p(y_j | x_i, C), and the calibrated prediction is
+argmax_j [p(y_j | x_i, C) - p^(y_j | C)], each score shifted by its batch mean, the scores
+being log-probabilities.
+
+``average: log`` (default, the paper's): b_j = mean over the batch of s_j = log p(j | x), and
+the calibrated score is s_j - b_j. ``average: prob`` (earlier posdebias versions): b_j =
+log of the batch mean of the probabilities p(j | x), i.e. the mean label distribution divided
+out. Both are renormalised with a log-softmax (no argmax changes).
 
 Which batch: in ``posdebias evaluate`` and ``posdebias sweep``, the WHOLE test set of the run,
 every test instance in each of its T candidate orders (the views every row scores), observed
 before any instance is evaluated. So the estimate, and every prediction, depends on neither the
 forward batch size, nor the data-parallel shard, nor resumption, and is stored in the
 calibration state like any fit. Given no test set (``Debiaser.calibrate``, ``posdebias
-calibrate``), the batch is the
-instances you calibrate on, each in its N cyclic rotations: calibrate it on (unlabelled)
-instances like those you rank. No labels and no attention are needed.
+calibrate``), the batch is the instances you calibrate on, each in its N cyclic rotations:
+calibrate it on (unlabelled) instances like those you rank. No labels and no attention are
+needed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator
+from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
 
 
-def batch_prior(label_logprobs: np.ndarray) -> np.ndarray:
-    """log p_bc: the log of the mean label distribution over the batch ([B, N] -> [N])."""
+class BatchOptions(CalibratorOptions):
+    average: Literal["log", "prob"] = Field(
+        default="log",
+        description="the batch mean of the log-scores, subtracted (log: Zhou et al.'s Eqs. 1-2) "
+        "or of the probabilities, divided out (prob)",
+    )
+
+
+def batch_prior(label_logprobs: np.ndarray, average: Literal["log", "prob"] = "log") -> np.ndarray:
+    """The bias b of a batch ([B, N] log-scores -> [N]): the mean log-score (``log``, the
+    paper's), or the log of the mean label distribution (``prob``)."""
+    if average == "log":
+        return np.asarray(label_logprobs.mean(axis=0))
     return log_mean_exp(label_logprobs, axis=0)
 
 
 class Batch(Calibrator):
     name = "batch"
+    Options = BatchOptions
+    options: BatchOptions
     needs_fit = True
     needs_targets = False
-    summary = "divide out the mean label distribution of the test set (Zhou et al. 2024)"
+    summary = "subtract the mean label log-score of the test set (Zhou et al. 2024)"
 
     def fit_views(
         self,
@@ -49,7 +70,7 @@ class Batch(Calibrator):
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         scores = np.stack([obs.label_logprobs for obs in observations])
         return {
-            "logit_prior": batch_prior(scores).tolist(),
+            "logit_prior": batch_prior(scores, self.options.average).tolist(),
             "diagnostics": {"batch_views": len(observations)},
         }
 

@@ -8,7 +8,9 @@ classification; argmax q = argmax p_j / p_cf[j]).
 
 Content-free inputs are formed from the calibration instances with what any adapter observes:
 each calibration instance in its N cyclic rotations (the symmetrised set), its stem text (the
-caption, question or query) replaced by each content-free text (default ``N/A``, the paper's),
+caption, question or query) replaced by each content-free text (default ``"N/A"``, ``""`` and
+``"[MASK]"``, the ensemble Zhao et al.'s released code averages; p_cf is the mean of their label
+distributions),
 its candidates (images, texts) and any stem images kept, no target. With no stem there is
 nothing that singles out a candidate, so the label distribution is what the prompt and the
 positions alone make the model say. The candidates are still shown: the label distribution of a
@@ -34,25 +36,46 @@ from posdebias.core.state import CalibrationState
 
 CONTENT_FREE_ID = "#content-free:"
 
+#: Zhao et al.'s content-free inputs, averaged (their released code; the paper's text names
+#: "N/A" as the example).
+ZHAO_CONTENT_FREE = ("N/A", "", "[MASK]")
+
 
 class ContextualOptions(CalibratorOptions):
     texts: list[str] = Field(
-        default_factory=lambda: ["N/A"],
-        description="content-free captions; p_cf averages over all of them (Zhao et al.: N/A)",
+        default_factory=lambda: list(ZHAO_CONTENT_FREE),
+        description=(
+            'content-free stems; p_cf averages over all of them (Zhao et al.\'s code: "N/A", '
+            '"" and "[MASK]"; the empty string is allowed)'
+        ),
     )
 
     @field_validator("texts")
     @classmethod
-    def _not_empty(cls, value: list[str]) -> list[str]:
-        if not value or any(not text.strip() for text in value):
-            raise ValueError("give at least one content-free text, none of them blank")
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("give at least one content-free text")
+        blank = [text for text in value if text and not text.strip()]
+        if blank:
+            raise ValueError(
+                f'content-free text {blank[0]!r} is only whitespace; use the empty string "" '
+                "for an empty stem"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError("content-free texts repeat; give each once")
         return value
 
 
 def content_free(instance: RetrievalInstance, text: str) -> RetrievalInstance:
-    """``instance`` with its caption replaced by ``text``, its candidates as they are, no
-    target (its own id, so its observation is cached apart from the instance's)."""
-    return replace(instance, query=text, target=None, id=f"{instance.id}{CONTENT_FREE_ID}{text}")
+    """``instance`` with its caption replaced by ``text`` (may be empty), its candidates as they
+    are, no target (its own id, so its observation is cached apart from the instance's)."""
+    return replace(
+        instance,
+        query=text,
+        target=None,
+        id=f"{instance.id}{CONTENT_FREE_ID}{text}",
+        content_free=True,
+    )
 
 
 def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) -> np.ndarray:

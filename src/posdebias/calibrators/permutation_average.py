@@ -132,18 +132,26 @@ class PermutationAverage(Calibrator):
                 )
             orders = self.permutations(observation.n)
         assert rotations is not None  # predict() checks there is one observation per order
-        # the view's image k sits at position argsort(order)[k] of the permuted order
-        per_order = np.stack(
-            [
-                observed.label_logprobs[np.argsort(order)]
-                for order, observed in zip(orders, rotations, strict=True)
-            ]
-        )
-        if self.options.average == "log":
-            averaged = per_order.mean(axis=0)
-        else:
-            averaged = log_mean_exp(per_order, axis=0)
-        return Prediction(scores=log_softmax(averaged))
+        return Prediction(scores=averaged_over_orders(rotations, orders, self.options.average))
+
+
+def averaged_over_orders(
+    rotations: Sequence[Observation],
+    orders: Sequence[np.ndarray],
+    average: Literal["log", "prob"] = "log",
+) -> np.ndarray:
+    """Each order's label scores mapped back to the view's positions and averaged (log-scores,
+    or probabilities), renormalised: permutation averaging (also PriDe's permutation-based
+    debiasing of its estimation items)."""
+    # the view's image k sits at position argsort(order)[k] of the permuted order
+    per_order = np.stack(
+        [
+            observed.label_logprobs[np.argsort(order)]
+            for order, observed in zip(orders, rotations, strict=True)
+        ]
+    )
+    averaged = per_order.mean(axis=0) if average == "log" else log_mean_exp(per_order, axis=0)
+    return log_softmax(averaged)
 
 
 @hookimpl

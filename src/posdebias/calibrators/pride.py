@@ -1,28 +1,156 @@
-"""pride: subtract a static (position-only) prior estimated on the calibration set.
+"""pride: PriDe (Zheng et al., ICLR 2024, "Large Language Models Are Not Robust Multiple Choice
+Selectors"): remove a static prior over the option positions.
 
-PriDe (Zheng et al., ICLR 2024) on the same budget as the paper's method: p_prior is the mean
-label log-score over all M*N symmetrised observations (docs/method.md, Calibration step 5).
+PriDe models the observed label distribution as a prior over positions times a debiased
+distribution over the contents. Averaging the log-probabilities of an instance over its N
+cyclic permutations cancels the contents (each visits every position once), so the prior is the
+mean label log-score over those observations: p_prior[j] = mean of s_j(x) (up to a constant, no
+argmax changes); a prediction is argmax (s - p_prior). The fit reads no target: PriDe is
+label-free.
+
+Two workflows (option ``workflow``):
+
+* ``calibration`` (default; docs/method.md, Calibration step 5): the prior is estimated on the
+  run's calibration set in its N cyclic rotations, the same budget as the paper's method, and
+  every test item is answered by s - p_prior.
+* ``test`` (PriDe's own): a fraction ``alpha`` (default 0.05, the paper's) of the TEST items,
+  ceil(alpha x K) of K chosen by ``seed``, is answered by permutation-based debiasing (the mean
+  over the N cyclic permutations of the log-scores, mapped back to the options: N forward passes
+  each); their observations give the prior, which debiases the other items (one pass each).
+  Accuracy counts every item, the estimation items included, as the paper does. In ``posdebias
+  evaluate`` the test items are the run's test instances, each in its T orders; with
+  ``Debiaser.calibrate(instances)`` they are the instances given (then rank those).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
+from pydantic import BaseModel, Field, model_validator
+
+import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator
+from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.calibrators.permutation_average import averaged_over_orders
+from posdebias.core.instance import RetrievalInstance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
 from posdebias.core.state import CalibrationState
 
 
+class PriDeOptions(CalibratorOptions):
+    workflow: Literal["calibration", "test"] = Field(
+        default="calibration",
+        description="estimate the prior on the calibration set (calibration), or on a fraction "
+        "alpha of the test items answered by permutation averaging (test: PriDe's own)",
+    )
+    alpha: float = Field(
+        default=0.05, gt=0, le=1, description="share of the test items that estimate the prior"
+    )
+    seed: int = Field(
+        default=0, ge=0, le=defaults.MAX_SEED, description="seed of the estimation items' choice"
+    )
+
+    @model_validator(mode="after")
+    def _test_only(self) -> PriDeOptions:
+        defaults = type(self).model_fields
+        given = [
+            name for name in ("alpha", "seed") if getattr(self, name) != defaults[name].default
+        ]
+        if self.workflow == "calibration" and given:
+            raise ValueError(
+                f"{' and '.join(given)} choose(s) the estimation items of workflow: test; set "
+                "workflow: test, or drop them"
+            )
+        return self
+
+
+class PriDeFitted(BaseModel):
+    #: the test items answered by permutation averaging (workflow: test)
+    estimation_ids: list[str] = Field(default_factory=list)
+
+
+def estimation_ids(ids: Sequence[str], alpha: float, seed: int) -> list[str]:
+    """The ceil(alpha x K) of the K distinct ``ids`` PriDe estimates its prior on, chosen by
+    ``seed`` (a hash of seed and id, so neither the order nor the shard matters)."""
+    distinct = list(dict.fromkeys(ids))
+    count = max(1, math.ceil(alpha * len(distinct) - 1e-9))
+
+    def rank(item: str) -> bytes:
+        return hashlib.sha256(f"{seed}\x1f{item}".encode("utf-8", "surrogatepass")).digest()
+
+    return sorted(distinct, key=rank)[:count]
+
+
 class PriDe(Calibrator):
     name = "pride"
+    Options = PriDeOptions
+    options: PriDeOptions
+    Fitted = PriDeFitted
     needs_fit = True
+    needs_targets = False
     summary = "subtract a static logit prior (PriDe)"
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._chosen: tuple[list[str], int] | None = None
+
+    def fit_views(
+        self,
+        calibration: Sequence[RetrievalInstance],
+        test: Sequence[RetrievalInstance] | None = None,
+    ) -> list[RetrievalInstance] | None:
+        if self.options.workflow == "calibration":
+            return None
+        if test is None:  # Debiaser.calibrate: the instances given, as shown (rotation 0)
+            first: dict[str, RetrievalInstance] = {}
+            for view in calibration:
+                first.setdefault(view.id, view)
+            test = list(first.values())
+        chosen = estimation_ids([view.id for view in test], self.options.alpha, self.options.seed)
+        self._chosen = (chosen, len({view.id for view in test}))
+        keep = set(chosen)
+        return [
+            view.permuted(rotation_order(view.n, shift))
+            for view in test
+            if view.id in keep
+            for shift in range(view.n)
+        ]
+
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
-        return {"logit_prior": PriorEstimator().logit_prior(observations).tolist()}
+        fitted: dict[str, Any] = {
+            "logit_prior": PriorEstimator().logit_prior(observations).tolist()
+        }
+        if self.options.workflow == "test" and self._chosen is not None:
+            chosen, total = self._chosen
+            self._chosen = None
+            fitted["estimation_ids"] = chosen
+            fitted["diagnostics"] = {
+                "estimation_items": len(chosen),
+                "test_items": total,
+                "estimation_views": len(observations),
+            }
+        return fitted
+
+    def passes_with(self, n: int, state: CalibrationState) -> float:
+        """1 per item, N for the share of estimation items (workflow: test)."""
+        total = state.diagnostics.get("test_items")
+        if self.options.workflow != "test" or not total:
+            return 1
+        share = len(self.fitted(state).estimation_ids) / float(total)
+        return 1.0 + share * (n - 1)
+
+    def orders_for(
+        self, view: RetrievalInstance, state: CalibrationState
+    ) -> list[np.ndarray] | None:
+        """The N cyclic permutations for an estimation item (workflow: test), else none."""
+        if self.options.workflow == "test" and view.id in self.fitted(state).estimation_ids:
+            return [rotation_order(view.n, shift) for shift in range(view.n)]
+        return None
 
     def _predict(
         self,
@@ -30,6 +158,19 @@ class PriDe(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
+        return self._predict_in_orders(observation, state, rotations, None)
+
+    def _predict_in_orders(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+        orders: Sequence[np.ndarray] | None,
+    ) -> Prediction:
+        if rotations is not None:  # an estimation item: permutation-based debiasing
+            if orders is None:
+                orders = [rotation_order(observation.n, s) for s in range(observation.n)]
+            return Prediction(scores=averaged_over_orders(rotations, orders, "log"))
         return Prediction(
             scores=log_softmax(observation.label_logprobs - state.fitted("logit_prior"))
         )

@@ -92,6 +92,8 @@ class Instance:
         texts: per candidate, its text or None; may be left empty for image-only candidates.
         stem_images: images shown with the stem (a multi-image question), never candidates.
         task: the task kind (:data:`TASK_KINDS`), which selects the prompt template.
+        content_free: a content-free view made by contextual calibration; only such a view may
+            have an empty stem (Zhao et al.'s content-free inputs include the empty string).
     """
 
     query: str
@@ -103,10 +105,11 @@ class Instance:
     texts: tuple[str | None, ...] = ()
     stem_images: tuple[ImageRef, ...] = ()
     task: str = "retrieval"
+    content_free: bool = False
 
     def __post_init__(self) -> None:
         label = f"instance {self.id!r}"
-        if not isinstance(self.query, str) or not self.query.strip():
+        if not isinstance(self.query, str) or not (self.query.strip() or self.content_free):
             raise InputError(f"{label}: the stem (caption, question or query) is empty")
         _check_encodable(label, "the stem", self.query)
         if self.task not in TASK_KINDS:
@@ -214,6 +217,7 @@ class Instance:
             texts=tuple(self.texts[k] for k in checked),
             stem_images=self.stem_images,
             task=self.task,
+            content_free=self.content_free,
         )
 
     def rotated(self, shift: int) -> Instance:

@@ -10,7 +10,9 @@ Each row's prompt is the paper's (posdebias.adapters.hf.prompt, its Table 9 word
 * ``self_consistency``: the paper's ``self_consistency`` prompt ("The answer is <index>"), 10
   samples at temperature 0.7 with top-k 40, up to 512 new tokens, from one shared prefill; each
   sample's answer is its first "The answer is K" (a K outside 1..N casts no vote; no such
-  phrase: the last number in 1..N); majority vote. A tie goes to the tied answer that the
+  phrase: the last number in 1..N); majority vote. ``sampling: generation_config`` also applies
+  the checkpoint's other generation-config sampling settings (top_p, ...), as the authors'
+  ``generate`` does. A tie goes to the tied answer that the
   earliest sample produced; when no sample votes there is no answer (counted as wrong), or,
   with ``fallback: first``, position 1 (the authors' rule).
 
@@ -87,6 +89,11 @@ class SelfConsistencyOptions(CotOptions):
     )
     fallback: Literal["none", "first"] = Field(
         default="none", description="when no chain parses: no answer, or position 1"
+    )
+    sampling: Literal["own", "generation_config"] = Field(
+        default="own",
+        description="sample with temperature and top_k only (own), or also with the "
+        "checkpoint's generation-config settings (top_p, min_p, ...) as the authors' generate",
     )
 
 
@@ -174,6 +181,7 @@ class SelfConsistency(Generated):
             "num_samples": self.options.samples,
             "temperature": self.options.temperature,
             "top_k": self.options.top_k,
+            "sampling_config": self.options.sampling,
         }
 
     def vote(self, answers: list[int | None]) -> int | None:

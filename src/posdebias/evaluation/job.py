@@ -753,7 +753,10 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
                 name=calibrator.name,
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
-                cost=Cost(forward_passes_per_instance=config.orders * calibrator.forward_passes(n)),
+                cost=Cost(
+                    forward_passes_per_instance=config.orders
+                    * calibrator.passes_with(n, states[label])
+                ),
                 calibration=state_provenance(
                     states[label], label in prepared.provided, config.calibration_transfer
                 ),

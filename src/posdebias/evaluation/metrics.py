@@ -7,7 +7,9 @@ Inputs are arrays of shape [I, T] (I instances, T orders):
 * Acc: accuracy (%) of each order t over the I instances; reported as mean and sample std
   (ddof=1; 0 for T=1) over the T orders.
 * recall_i: % of the (instance, order) pairs with truth at position i whose choice is i, pooled
-  over orders. RStd: sample std (ddof=1) of the N recalls, in percentage points.
+  over orders. RStd: sample std (ddof=1) of the N recalls, in percentage points (the LAD
+  authors' code); ``rstd_population`` is the population std (ddof=0), as PriDe's code (Zheng et
+  al.) computes its RStd: sqrt((N-1)/N) times RStd, so compare figures of one kind only.
 * Cons.: % of instances whose chosen IMAGE is the same under all T orders.
 * confusion[i, j]: % of the pairs with truth at i that chose j (rows sum to 100).
 * selection_rate[j]: % of all pairs that chose position j.
@@ -40,6 +42,8 @@ class Metrics(BaseModel):
     num_instances: int
     num_orders: int
     no_answer: float = 0.0
+    #: RStd with ddof 0 (PriDe's code); ``rstd`` has ddof 1
+    rstd_population: float = 0.0
 
 
 def compute_metrics(
@@ -73,6 +77,7 @@ def compute_metrics(
             recall[i] = confusion[i, i]
     seen = recall[~np.isnan(recall)]
     rstd = float(np.std(seen, ddof=1)) if seen.size > 1 else 0.0
+    rstd_population = float(np.std(seen, ddof=0)) if seen.size > 1 else 0.0
     same = np.all(chosen_images == chosen_images[:, :1], axis=1) & np.all(choices >= 0, axis=1)
     consistency = 100.0 * float(np.mean(same))
     answered = choices.ravel()[choices.ravel() >= 0]
@@ -93,4 +98,5 @@ def compute_metrics(
         num_instances=instances,
         num_orders=orders,
         no_answer=100.0 * float(np.mean(choices < 0)),
+        rstd_population=rstd_population,
     )

@@ -22,10 +22,13 @@ default"):
    generation-config logits processors, so a repetition penalty (1.05 in Qwen2/2.5-VL
    checkpoints) lowers labels that occur in the prompt;
 7. the rows' own choices of the authors' code (:data:`REFERENCE_DECODERS`,
-   :data:`REFERENCE_CALIBRATORS`): the generated vanilla reads at most 2 new tokens and takes the
-   last number in 1..N; SoFA answers by generation, under the mask that also opens the later
-   tokens of the same image; self-consistency answers position 1 when no sample votes;
-   permutation averaging uses min(16, N!) random permutations drawn afresh per instance.
+   :data:`REFERENCE_CALIBRATORS`): the generated vanilla and the instruction row read at most 2
+   new tokens and take the last number in 1..N (also inside a word); chain-of-thought takes the
+   last number in 1..N, also inside a word; SoFA answers by generation, under the mask that also
+   opens the later tokens of the same image; self-consistency samples with the checkpoint's
+   generation-config sampling settings besides temperature 0.7 and top-k 40, and answers
+   position 1 when no sample votes; permutation averaging uses min(16, N!) random permutations
+   drawn afresh per instance.
 
 A setting the user gives explicitly (an adapter option, a calibrator's or decoder's option)
 wins over the preset. On a model shallower than 36 layers, a layer mapping that leaves out
@@ -82,13 +85,19 @@ PROTOCOLS: dict[str, Protocol] = {"default": DEFAULT, "reference": REFERENCE}
 #: Decoder options of the authors' code where they differ from our defaults (by decoder name).
 REFERENCE_DECODERS: dict[str, dict[str, Any]] = {
     "generated": {"max_new_tokens": 2, "parse": "last_number"},
+    # the authors answer the instruction prompt like their vanilla
+    "instruction": {"max_new_tokens": 2, "parse": "last_number"},
+    # their chain of thought takes the last digit run, also inside a word ("image2", "2nd")
+    "chain_of_thought": {"parse": "last_number"},
     "sofa": {
         "answer": "generated",
         "within_image": True,
         "max_new_tokens": 2,
         "parse": "last_number",
     },
-    "self_consistency": {"fallback": "first"},
+    # their generate inherits the checkpoint's sampling settings (top_p, ...) besides the
+    # temperature and top-k it passes
+    "self_consistency": {"fallback": "first", "sampling": "generation_config"},
 }
 #: Calibrator options of the authors' code where they differ from our defaults.
 REFERENCE_CALIBRATORS: dict[str, dict[str, Any]] = {

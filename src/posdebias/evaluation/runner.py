@@ -274,7 +274,7 @@ def fit_calibrators(
         raise InputError(
             f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
             "labelled instances; give the targets, or calibrate a label-free calibrator "
-            "(label_free, purified_attention) on them"
+            "(label_free, purified_attention, pride, contextual, batch) on them"
         )
     observations: list[Observation] = []
     cache = cache if cache is not None else ObservationCache()
@@ -448,12 +448,21 @@ class Evaluator:
             instance, self.orders, self.seed, shared=self.shared_orders, cyclic=self.cyclic_orders
         )
         shown = [instance.permuted(order) for order in orders]
-        rotations = {
-            label: [calibrator.views_of(view) for view in shown]
+        # per calibrator and shown view: the orders whose observations it predicts from, if any
+        view_orders = {
+            label: [calibrator.orders_for(view, self.states[label]) for view in shown]
             for label, calibrator in self.calibrators.items()
-            if calibrator.needs_rotations
         }
-        wanted = shown + [v for groups in rotations.values() for group in groups for v in group]
+        rotations = {
+            label: [
+                None if group is None else [view.permuted(order) for order in group]
+                for view, group in zip(shown, groups, strict=True)
+            ]
+            for label, groups in view_orders.items()
+        }
+        wanted = shown + [
+            v for groups in rotations.values() for group in groups if group for v in group
+        ]
         observations = dict(
             zip(
                 (observation_key(v) for v in wanted),
@@ -481,16 +490,15 @@ class Evaluator:
                     started = time.perf_counter()
                     group = None
                     used = [view]
-                    view_orders = None
-                    if calibrator.needs_rotations:
-                        used = rotations[label][t]
+                    rotated = rotations[label][t]
+                    if rotated is not None:
+                        used = rotated
                         group = [observations[observation_key(r)] for r in used]
-                        view_orders = calibrator.permutations_for(view)
                     prediction = calibrator.predict(
                         observations[observation_key(view)],
                         state,
                         rotations=group,
-                        orders=view_orders,
+                        orders=view_orders[label][t],
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)

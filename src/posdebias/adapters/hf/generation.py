@@ -18,7 +18,10 @@ A row stops at an end-of-sequence token (the model's eos ids and the adapter's e
 at a stop string (the text is cut before it), or after ``max_new_tokens``. With the adapter
 option ``logits_processors: generation_config`` (the reference protocol) every step's logits pass
 through the checkpoint's generation-config logits processors first (e.g. a repetition penalty),
-as ``generate`` would apply them; temperature and top-k stay this module's own.
+as ``generate`` would apply them. Sampling uses the settings' temperature and top-k; with
+``sampling_config: generation_config`` (the reference protocol's self-consistency) also every
+other sampling warper of the checkpoint's generation config (top_p, min_p, typical_p, ...), as
+``generate(do_sample=True, temperature=..., top_k=...)`` inherits them.
 """
 
 from __future__ import annotations
@@ -73,6 +76,37 @@ def generation_config_processors(model: Any, prompt_ids: Any, mask: Any) -> Any:
         device=prompt_ids.device,
         model_kwargs={"attention_mask": mask},
     )
+
+
+def generation_config_warpers(model: Any, settings: GenerationSettings) -> Any:
+    """The sampling warpers ``generate(do_sample=True, temperature=T, top_k=K)`` builds from
+    the checkpoint's generation config: temperature and top-k from ``settings``, every other
+    sampling setting (top_p, min_p, typical_p, ...) the checkpoint's; penalties left out (the
+    adapter option ``logits_processors`` decides those). Called as ``warpers(ids, logits)``."""
+    from transformers import GenerationConfig
+    from transformers.generation.logits_process import LogitsProcessorList
+
+    base = getattr(model, "generation_config", None) or GenerationConfig()
+    config = base.__class__.from_dict(
+        {
+            **base.to_dict(),
+            "do_sample": True,
+            "num_beams": 1,
+            "temperature": settings.temperature,
+            "top_k": settings.top_k if settings.top_k is not None else 0,
+        }
+    )
+    processors = model._get_logits_processor(generation_config=config, device="cpu")
+    return LogitsProcessorList(
+        [proc for proc in processors if type(proc).__name__.endswith("LogitsWarper")]
+    )
+
+
+def _inherited_warpers(adapter: ModelAdapter, settings: GenerationSettings) -> Any:
+    """The generation config's sampling warpers when the settings ask for them, else None."""
+    if settings.do_sample and settings.sampling_config == "generation_config":
+        return generation_config_warpers(adapter.model, settings)
+    return None
 
 
 def _stop_ids(adapter: ModelAdapter) -> set[int]:
@@ -159,6 +193,7 @@ def _generate_batch(
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
             extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
+        warpers = _inherited_warpers(adapter, settings)
         processors = None
         if getattr(adapter, "logits_processors", "none") != "none":
             prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
@@ -167,7 +202,7 @@ def _generate_batch(
         for step in range(1, settings.max_new_tokens + 1):
             if processors is not None:
                 logits = processors(history, logits.float())
-            chosen = _choose(logits, settings, generators)
+            chosen = _choose(logits, settings, generators, warpers)
             for row, token in enumerate(chosen):
                 if finished[row]:
                     continue
@@ -219,13 +254,23 @@ def _generate_batch(
     return results
 
 
-def _choose(logits: Any, settings: GenerationSettings, generators: list[Any]) -> list[int]:
-    """Greedy argmax, or one draw per row from softmax(logits / T) over the top-k tokens."""
+def _choose(
+    logits: Any, settings: GenerationSettings, generators: list[Any], warpers: Any = None
+) -> list[int]:
+    """Greedy argmax, or one draw per row from softmax(logits / T) over the top-k tokens (or
+    from softmax of the ``warpers``' output: the generation config's sampling settings)."""
     import torch
 
     logits = logits.to(torch.float32)
     if not settings.do_sample:
         return logits.argmax(dim=-1).tolist()
+    if warpers is not None:
+        ids = torch.zeros((logits.shape[0], 1), dtype=torch.long, device=logits.device)
+        warped = torch.softmax(warpers(ids, logits), dim=-1).cpu()
+        return [
+            int(torch.multinomial(warped[row], 1, generator=generator).item())
+            for row, generator in enumerate(generators)
+        ]
     logits = logits / settings.temperature
     if settings.top_k is not None and settings.top_k < logits.shape[-1]:
         values, indices = torch.topk(logits, settings.top_k, dim=-1)

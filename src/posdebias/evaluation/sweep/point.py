@@ -117,7 +117,7 @@ def run_point(
     )
     records = [evaluator.evaluate_instance(instance) for instance in test]
     passes: dict[str, float] = {
-        label: config.orders * c.forward_passes(n) for label, c in calibrators.items()
+        label: config.orders * c.passes_with(n, states[label]) for label, c in calibrators.items()
     }
     decoders = build_decoders(config)
     if decoders:
