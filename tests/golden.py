@@ -34,18 +34,50 @@ RUNS: dict[str, list[str]] = {
     "organism_n2": ["-N", "2", "--count", "60", "--orders", "2"],
     "organism_n12": ["-N", "12", "--count", "40", "--orders", "2"],
     "text_organism_default": ["--task", "multiple_choice", "--count", "60", "--orders", "2"],
-}
+    # real pretrained weights from GGUF files of the package index (tests/real_models.py) on 30
+    # WordNet capitals questions (5 of them calibrate) x 2 orders
+    "real_smollm2": ["--model", "{smollm2}", "--benchmark", "{capitals}", "--orders", "2"],
+    "real_gemma3": [
+        "--model", "{gemma3}", "--chat-template", "raw", "--benchmark", "{capitals}",
+        "--orders", "2",
+    ],
+}  # fmt: skip
+
+#: Placeholders of the real runs, made in a scratch folder by :func:`real_inputs`.
+REAL_INPUTS = ("{smollm2}", "{gemma3}", "{capitals}")
 
 
-def run_metrics(args: list[str]) -> dict[str, Any]:
-    """The metrics of one CLI run, as the golden files store them."""
+def real_inputs(args: list[str], scratch: Path) -> list[str]:
+    """``args`` with the real runs' placeholders replaced by the GGUF files and a benchmark of
+    WordNet questions (built once per scratch folder)."""
+    if not any(arg in REAL_INPUTS for arg in args):
+        return args
+    from real_models import gemma3_gguf, smollm2_gguf, wordnet_benchmark
+
+    paths = {"{smollm2}": lambda: smollm2_gguf(), "{gemma3}": lambda: gemma3_gguf(scratch)}
+    capitals = scratch / "capitals"
+    if not capitals.exists():
+        wordnet_benchmark("capitals", 30, 4, 0, capitals)
+    paths["{capitals}"] = lambda: capitals
+    return [str(paths[arg]()) if arg in paths else arg for arg in args]
+
+
+def run_metrics(args: list[str], scratch: Path | None = None) -> dict[str, Any]:
+    """The metrics of one CLI run, as the golden files store them (``scratch``: where the real
+    runs' inputs are made; the run is recorded with its placeholders)."""
     from posdebias.evaluation.config import load_config
     from posdebias.evaluation.job import run_evaluation
 
-    flags = dict(zip(args[::2], args[1::2], strict=True))
+    resolved = args if scratch is None else real_inputs(args, scratch)
+    flags = dict(zip(resolved[::2], resolved[1::2], strict=True))
+    options = {"chat_template": flags["--chat-template"]} if "--chat-template" in flags else {}
     config = load_config(
         None,
-        adapter=flags.get("--adapter"),
+        adapter={"name": flags.get("--adapter"), "options": options}
+        if options
+        else flags.get("--adapter"),
+        model=flags.get("--model"),
+        benchmark=flags.get("--benchmark"),
         task=flags.get("--task"),
         n=int(flags["-N"]) if "-N" in flags else None,
         count=int(flags["--count"]) if "--count" in flags else None,
@@ -77,7 +109,7 @@ def regenerate(names: list[str]) -> None:
         os.environ.setdefault("POSDEBIAS_CACHE_DIR", cache)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         for name in names:
-            data = run_metrics(RUNS[name])
+            data = run_metrics(RUNS[name], Path(cache))
             path_of(name).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
             print(f"wrote {path_of(name)}")
 

@@ -25,12 +25,19 @@ def flat(value, prefix=""):
     return {prefix.rstrip("."): value}
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+#: The real models' runs load a GGUF file each: one worker runs them with the other real tests.
+REAL = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=REAL if name.startswith("real_") else []) for name in RUNS],
+)
 def test_default_run_matches_its_golden_metrics(name, tmp_path, monkeypatch):
     monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     expected = json.loads(path_of(name).read_text())
-    got = json.loads(json.dumps(run_metrics(RUNS[name])))
+    got = json.loads(json.dumps(run_metrics(RUNS[name], tmp_path)))
     assert got["run"] == expected["run"]
     assert (got["n"], got["orders"], got["num_instances"]) == (
         expected["n"], expected["orders"], expected["num_instances"],
