@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, read_input_bytes
+from posdebias._inputs import DATA_LIMIT, loads_json, read_input_bytes
 from posdebias.errors import OutputError, ResumeError
 
 try:
@@ -352,7 +352,7 @@ def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, 
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = loads_json(line)
         except RecursionError:
             raise ResumeError(
                 f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "

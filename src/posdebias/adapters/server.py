@@ -44,7 +44,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._images import open_image
-from posdebias._inputs import MiB, excerpt
+from posdebias._inputs import MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
 from posdebias.adapters.hf.prompt import (
@@ -338,11 +338,16 @@ def _too_large(url: str) -> AdapterError:
 
 def _json_object(raw: bytes, url: str) -> dict[str, Any]:
     try:
-        payload = json.loads(raw.decode("utf-8"))
+        payload = loads_json(raw.decode("utf-8"))
     except RecursionError:
         raise AdapterError(f"server {excerpt(url)} answered with JSON nested too deeply") from None
-    except ValueError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise AdapterError(f"server {excerpt(url)} answered with no JSON") from None
+    except ValueError as exc:  # NaN, Infinity, 1e999, an integer of 5,000 digits
+        raise AdapterError(
+            f"server {excerpt(url)} answered with JSON posdebias cannot use: "
+            f"{excerpt(str(exc), 120)}"
+        ) from None
     if not isinstance(payload, dict):
         raise AdapterError(f"server {excerpt(url)} answered {excerpt(payload)}, no object")
     return payload
