@@ -637,7 +637,13 @@ class ServerAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             opts.model,
-            [("image_placeholder", opts.image_placeholder)] if opts.images == "placeholder" else [],
+            [("answer_prefix", opts.answer_prefix)]
+            + (
+                [("image_placeholder", opts.image_placeholder)]
+                if opts.images == "placeholder"
+                else []
+            ),
+            opts.label_set,
         )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(

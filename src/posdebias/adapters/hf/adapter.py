@@ -305,6 +305,8 @@ class HFAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             self.model_id or self.name,
+            [("answer_prefix", self.answer_prefix)],
+            self.label_set,
         )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
