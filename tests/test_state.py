@@ -100,8 +100,9 @@ def test_fitted_numbers_beyond_the_finite_range_are_refused(tmp_path, state, fie
         payload[field][0][0] = value
     path = tmp_path / "state.json"
     path.write_text(json.dumps(payload))
-    with pytest.raises(CalibrationError, match=f"{field} holds .* beyond"):
+    with pytest.raises(CalibrationError, match=f"{field} holds .* beyond") as caught:
         CalibrationState.load(path)
+    assert "fitted log-probabilities and attention masses are never that large" in str(caught.value)
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e999"])

@@ -42,6 +42,8 @@ def test_an_mcq_answer_that_is_no_plain_number_names_file_line_and_field(tmp_pat
     data = jsonl(tmp_path / "mcq.jsonl", rows)
     err = build(tmp_path, capsys, "mcq", data)
     assert f"{data}: 1 problem" in err and "line 2: answer" in err
+    assert "is not a whole number (digits only, at most 18 digits, no decimal point)" in err
+    assert "write a 1-based index or a letter" in err
     assert "Exceeds the limit" not in err and "invalid literal" not in err
 
 
@@ -95,6 +97,7 @@ def test_a_beir_relevance_that_is_no_finite_number_is_named(tmp_path, capsys, sc
     for seed in ("0", "2"):
         err = build(tmp_path, capsys, "beir", folder, "-N", "3", "--seed", seed)
         assert "test.tsv: 1 problem" in err and "line 2: score" in err
+        assert "is not a finite number" in err or "is out of range" in err
 
 
 def test_plain_beir_relevances_still_build(tmp_path, capsys):
@@ -115,6 +118,8 @@ def test_json_constants_no_json_allows_are_refused_in_every_jsonl_source(
     data.write_text(text)
     err = build(tmp_path, capsys, "mcq", data)
     assert "line 1: not usable JSON" in err
+    if constant != "1e999":
+        assert "is no number JSON allows" in err
     with pytest.raises(ValueError):
         loads_json(f"[{constant}]")
 
