@@ -557,7 +557,9 @@ def _message_texts(messages: list[dict]) -> list[str]:
         if isinstance(content, str):
             texts.append(content)
         else:
-            texts.append("".join(p.get("text", "") for p in content if p.get("type") == "text"))
+            texts.append(
+                "".join(p.get("text", "") for p in content or () if p.get("type") == "text")
+            )
     return texts
 
 
