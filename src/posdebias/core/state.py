@@ -136,6 +136,17 @@ class CalibrationState(BaseModel):
                 raise ValueError(str(exc)) from None
         if self.label_set is not None and len(self.label_set) != n:
             raise ValueError(f"label_set has {len(self.label_set)} labels for N={n}")
+        self._check_fitted_values()
+        prior = self.attention_prior
+        if prior is not None and np.any(np.asarray(prior, dtype=float) < 0):
+            raise ValueError(
+                "attention_prior holds negative values; it is a mean of attention masses, "
+                "which are never negative"
+            )
+        return self
+
+    def _check_fitted_values(self) -> None:
+        """Every fitted number is finite and within +-:data:`MAX_FITTED`."""
         for name in ("observed_profile", "bias_matrix", "attention_prior", "logit_prior", "gamma"):
             value = getattr(self, name)
             if value is None:
@@ -149,13 +160,6 @@ class CalibrationState(BaseModel):
                     f"+-{MAX_FITTED:g}; fitted log-probabilities and attention masses are never "
                     "that large, and the correction's arithmetic would not stay finite"
                 )
-        prior = self.attention_prior
-        if prior is not None and np.any(np.asarray(prior, dtype=float) < 0):
-            raise ValueError(
-                "attention_prior holds negative values; it is a mean of attention masses, "
-                "which are never negative"
-            )
-        return self
 
     @staticmethod
     def _array(value: Any) -> np.ndarray | None:
