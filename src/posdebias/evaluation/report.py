@@ -190,8 +190,9 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
     text = file_text("\n".join(lines)) + "\n"
     figures = root / FIGURES
-    if figures.is_symlink():
-        raise OutputError(f"{figures} is a symbolic link; posdebias does not write through links")
+    for ours in (figures, root / "report.md"):
+        if ours.is_symlink():  # a rename would replace the user's link
+            raise OutputError(f"{ours} is a symbolic link; posdebias does not write through links")
     remove_stale(figures)
     _remove_outdated(figures, set(rendered))
     write_files_together(figures, rendered)
