@@ -985,3 +985,17 @@ def test_a_disk_that_fills_while_the_trained_model_is_written_is_exit_2(tmp_path
             train_organism(small / "model", plan, log=lambda line: None)
         assert [p.name for p in (small / "model").iterdir()] == [".posdebias.lock"]
         assert [p.name for p in small.iterdir()] == ["model"]
+
+
+@pytest.mark.parametrize("name", ["report.md", "figures"])
+def test_report_never_replaces_a_link_where_it_writes(tmp_path, capsys, name):
+    run = tmp_path / "run"
+    assert cli(capsys, *SIM, "--count", "5", "--orders", "2", "--out", run)[0] == 0
+    target = tmp_path / "theirs"
+    target.write_text("theirs\n")
+    path = run / name
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.symlink_to(target)
+    code, err = cli(capsys, "report", run)
+    assert code == 2 and "is a symbolic link; posdebias does not write through links" in err
+    assert path.is_symlink() and target.read_text() == "theirs\n"

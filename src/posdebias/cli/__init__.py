@@ -120,11 +120,13 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    """Plugin warnings as one line in the CLI's style; any other warning as Python shows it."""
+    """Plugin warnings as one line in the CLI's style; any other warning as Python shows it,
+    its text sanitised (matplotlib's "Glyph 27 missing" quotes the ESC of a label)."""
     if issubclass(category, PosdebiasPluginWarning):
         print(f"warning: {printable(str(message))}", file=file or sys.stderr)
         return
-    _python_show_warning(message, category, filename, lineno, file, line)
+    shown = printable(str(message))
+    _python_show_warning(shown, category, printable(filename), lineno, file, line)
 
 
 _python_show_warning = warnings.showwarning

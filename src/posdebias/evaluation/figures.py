@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._text import file_text
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval
 
@@ -96,7 +97,10 @@ def line_style(index: int) -> dict[str, Any]:
 def render(figure: Any) -> dict[str, bytes]:
     """The figure in every format (``{"png": ..., "pdf": ..., "svg": ...}``); closes it."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
+    for artist in figure.findobj(Text):  # titles, labels, legends, cells: no ESC in a file
+        artist.set_text(file_text(artist.get_text()))
     out = {}
     for fmt in FORMATS:
         buffer = io.BytesIO()
@@ -109,7 +113,7 @@ def render(figure: Any) -> dict[str, bytes]:
 def plain(text: str) -> str:
     """``text`` shown as written by matplotlib: ``$`` would start math mode (and a bad formula
     fails the whole figure), a leading ``_`` would hide a legend entry."""
-    text = str(text).replace("$", r"\$")
+    text = file_text(text).replace("$", r"\$")
     return "\u200b" + text if text.startswith("_") else text
 
 

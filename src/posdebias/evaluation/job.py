@@ -361,7 +361,11 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     Calibrators are not part of it: each record names its calibrators by fingerprint, so a
     changed calibrator has its choices predicted again from the cached observations.
     """
-    described = {k: v for k, v in describe_adapter(adapter, n).items() if k not in ("device",)}
+    described = {
+        k: v
+        for k, v in describe_adapter(adapter, n).items()
+        if k not in ("device", "served_models")
+    }
     # the benchmark is identified by its content hash: a moved folder still resumes
     source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
     return {

@@ -7,6 +7,7 @@ import contextlib
 from pathlib import Path
 
 from posdebias._io import atomic_write_text, remove_stale, write_files_together
+from posdebias._text import file_text
 from posdebias.errors import OutputError
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
@@ -187,10 +188,11 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     for title, name in written:
         vector = ", ".join(f"[{fmt.upper()}]({FIGURES}/{name}.{fmt})" for fmt in FORMATS[1:])
         lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
-    text = "\n".join(lines) + "\n"
+    text = file_text("\n".join(lines)) + "\n"
     figures = root / FIGURES
-    if figures.is_symlink():
-        raise OutputError(f"{figures} is a symbolic link; posdebias does not write through links")
+    for ours in (figures, root / "report.md"):
+        if ours.is_symlink():  # a rename would replace the user's link
+            raise OutputError(f"{ours} is a symbolic link; posdebias does not write through links")
     remove_stale(figures)
     _remove_outdated(figures, set(rendered))
     write_files_together(figures, rendered)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shlex
 import sys
@@ -35,7 +36,7 @@ import numpy as np
 import posdebias.defaults as defaults
 from posdebias._images import open_image
 from posdebias._inputs import check_whole_number
-from posdebias._io import write_files_together
+from posdebias._rundir import RunFolder
 from posdebias._text import printable
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -512,12 +513,17 @@ def write_rotated_tasks(
     group = [f"group: {name}", "task:"] + [f"  - {task}" for task in task_names]
     group += ["metadata:", "  version: 1", ""]
     files[f"{name}.yaml"] = "\n".join(group).encode()
-    existing = [file for file in files if (out / file).exists()]
+    # lexists: a dangling link of the user's stands there too (exists() said no, and the
+    # rename replaced it); the write itself places each file only where nothing is
+    existing = [file for file in files if os.path.lexists(out / file)]
     if existing:
         raise InputError(
             f"{out} already holds {existing[0]}; choose an empty folder or another --name"
         )
-    return write_files_together(out, files)
+    folder = RunFolder(
+        out, marker=None, own=re.compile(re.escape(name) + r"(_\w+)?\.(yaml|jsonl|py)")
+    )
+    return folder.write_files(files, new=True)
 
 
 def answer_label_set(task: str, label_set: str | None = None) -> str:
