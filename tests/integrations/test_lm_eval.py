@@ -226,3 +226,114 @@ def _module(path: Path):
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def test_rotating_an_mmlu_layout_moves_the_choices_and_the_zero_based_answer():
+    """lm-eval's MMLU documents: `choices` and an `answer` that is an index from 0; no id (the
+    item is a digest of the question and choices, the same in every rotation)."""
+    from posdebias.integrations import lm_eval_tasks as tasks
+    from posdebias.integrations.lmms_eval_tasks import rotate_doc
+
+    doc = {"question": "Which?", "subject": "s", "choices": ["w", "x", "y", "z"], "answer": 0}
+    rotated = [rotate_doc(doc, r, fields=tasks.LM_EVAL_FIELDS, answer_base=0) for r in range(4)]
+    assert [r["choices"][r["answer"]] for r in rotated] == ["w"] * 4
+    assert [r["answer"] for r in rotated] == [r["target"] for r in rotated] == [0, 3, 2, 1]
+    assert len({r["posdebias_item"] for r in rotated}) == 1
+    assert rotated[0]["posdebias_item"].startswith("item-")
+    letter = rotate_doc({**doc, "answer": "B"}, 1, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
+    assert letter["answer"] == "A" and letter["choices"][0] == "x"
+    for bad, message in (({**doc, "answer": 4}, "names no candidate"),
+                         ({**doc, "choices": {"text": ["a", "b"]}}, "not a list")):  # fmt: skip
+        with pytest.raises(InputError, match=message):
+            rotate_doc(bad, 1, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
+    # lm-eval picks the largest log-likelihood; lmms-eval the smallest loss
+    record = tasks.process_results(
+        rotated[1], [(-3.0, False), (-1.0, True), (-2.0, False), (-4.0, False)]
+    )
+    assert record["acc"]["choice"] == 1 and record["acc"]["chosen"] == 2
+
+
+def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_path):
+    """An lm-eval task you have (lm-eval's own MMLU template over local questions), rotated by
+    `rotated_docs` in its own YAML: the model posdebias (a tiny Llama posing lm-eval's prompt,
+    attention_guided calibrated from a saved state) gives lm-eval's table the Acc / RStd /
+    Cons. / CircularEval that posdebias computes from the same rankings."""
+    require_lm_eval()
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    from wordnet_mmlu import DESCRIPTION, mmlu_docs, write_mmlu_task
+
+    from posdebias.evaluation.metrics import compute_metrics
+    from posdebias.evaluation.states import save_states
+    from posdebias.integrations.lm_eval import PosdebiasLM, lm_eval_prompt
+    from posdebias.testing import tiny_model_and_processor
+
+    folder = write_mmlu_task(tmp_path / "task", "words", 6)
+    (folder / "words_rotated.yaml").write_text(
+        "include: words.yaml\n"
+        "task: words_rotated\n"
+        "process_docs: !function posdebias.integrations.lm_eval_tasks.rotated_docs\n"
+        "process_results: !function posdebias.integrations.lm_eval_tasks.process_results\n"
+        "metric_list:\n"
+        + "".join(
+            f"  - {{metric: {metric}, aggregation: !function "
+            f"posdebias.integrations.lm_eval_tasks.{function}, higher_is_better: {better}}}\n"
+            for metric, function, better in (
+                ("acc", "accuracy", "true"),
+                ("rstd", "rstd", "false"),
+                ("cons", "consistency", "true"),
+                ("circular", "circular", "true"),
+            )
+        )
+    )
+    adapter = posdebias.get_adapter(
+        *tiny_model_and_processor("llama"), **lm_eval_prompt(DESCRIPTION)
+    )
+    docs = mmlu_docs(11)
+    dev = [
+        posdebias.Instance(
+            query=d["question"],
+            texts=tuple(d["choices"]),
+            target=d["answer"],
+            id=f"dev{k}",
+            task="multiple_choice",
+        )
+        for k, d in enumerate(docs[6:])
+    ]
+    fitting = posdebias.Debiaser(adapter, ["attention_guided"])
+    fitting.calibrate(dev)
+    save_states(fitting.states, tmp_path / "states")
+    lm = PosdebiasLM(
+        adapter=adapter,
+        calibrators="attention_guided+vanilla",
+        calibration=str(tmp_path / "states"),
+    )
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["words_rotated"],
+        task_manager=TaskManager(include_path=str(folder)),
+        num_fewshot=0,
+        verbosity="WARNING",
+    )
+    row = results["results"]["words_rotated"]
+    assert lm.provenance["source"] == "saved"
+    # posdebias's own numbers from the same rankings of the 6 questions in their 4 rotations
+    targets, choices, chosen = np.zeros((6, 4), int), np.zeros((6, 4), int), np.zeros((6, 4), int)
+    for i, doc in enumerate(docs[:6]):
+        base = posdebias.Instance(
+            query=doc["question"],
+            texts=tuple(doc["choices"]),
+            target=doc["answer"],
+            id=f"q{i}",
+            task="multiple_choice",
+        )
+        for r in range(4):
+            view = base.rotated(r)
+            choice = next(fitting.rank_many([view])).of("attention_guided").choice
+            order = [(k + r) % 4 for k in range(4)]
+            targets[i, r], choices[i, r], chosen[i, r] = view.target, choice, order[choice]
+    ours = compute_metrics(targets, choices, chosen, 4)
+    assert row["acc,none"] == pytest.approx(ours.accuracy_mean)
+    assert row["rstd,none"] == pytest.approx(ours.rstd)
+    assert row["cons,none"] == pytest.approx(ours.consistency)
+    assert row["circular,none"] == pytest.approx(100 * np.mean(np.all(targets == choices, axis=1)))
