@@ -4,6 +4,7 @@ registered (lm-eval 0.4 reads no entry point, so a plain ``lm-eval`` cannot find
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 
 from posdebias.errors import ConfigError
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "lm-evaluation-harness is not installed: pip install 'posdebias[lm-eval]'"
         )
-    from posdebias.integrations.lm_eval import main
-
-    main(args.passed_on)
+    # the integration subclasses lm-eval's model class: importable only with the extra
+    integration = importlib.import_module("posdebias.integrations.lm_eval")
+    integration.main(args.passed_on)
     return 0

@@ -26,6 +26,7 @@ prompt is the adapter's template for the task (``adapter_options``: a JSON file,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,8 @@ from posdebias.integrations.harness import (
 )
 from posdebias.integrations.lm_eval_tasks import doc_choices
 from posdebias.integrations.lmms_eval_tasks import check_calibration_items
+
+__all__ = ["LM_EVAL_MMLU_TEMPLATE", "PosdebiasLM", "harness_settings", "lm_eval_prompt", "main"]
 
 #: What lm-eval passes to every model besides ``--model_args`` (None values are dropped).
 _HARNESS_ARGUMENTS = ("max_batch_size",)
@@ -260,8 +263,6 @@ def _usable(device: str) -> bool:
 def main(argv: Sequence[str]) -> None:
     """lm-eval's own command line (``argv``: its arguments) with ``--model posdebias``
     registered; ``posdebias lm-eval`` runs it."""
-    import sys
-
     from lm_eval.__main__ import cli_evaluate
 
     sys.argv = ["lm-eval", *argv]
