@@ -491,11 +491,6 @@ class ServerAdapter(Adapter):
             task: task_variant(task, template, opts.prompt_variant)
             for task, template in self.base_task_templates.items()
         }
-        if opts.task_prompt and opts.task_prompt.get("chat_template") is False:
-            raise InputError(
-                "task_prompt chat_template: false (a prompt without the chat template) is for "
-                "Hugging Face models loaded by posdebias; a server renders its chat template"
-            )
         self.client = ServerClient(opts)
         self.tokenizer = _local_tokenizer(opts.tokenizer) if opts.tokenizer else None
         #: the model's special tokens, which no question or option may hold (known from the

@@ -79,10 +79,6 @@ class TaskTemplate(BaseModel):
     of the retrieval prompt, whose images come first). ``candidate`` is rendered once per
     candidate with ``candidate_separator`` between them (``candidates_first``: after each);
     ``separator`` joins the other parts.
-
-    ``chat_template``: False poses the prompt as its text alone, without the model's chat
-    template or generation prompt (the prompts of lm-evaluation-harness and of base models,
-    ``"{question}\nA. ...\nAnswer:"``); text models only, the system text first when given.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -95,7 +91,6 @@ class TaskTemplate(BaseModel):
     separator: str = "\n"
     layout: Literal["stem_first", "candidates_first"] = "stem_first"
     system: str | None = None
-    chat_template: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> TaskTemplate:
@@ -133,13 +128,8 @@ class TaskTemplate(BaseModel):
         return self
 
     def digest(self) -> str:
-        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``); a chat
-        prompt's digest leaves ``chat_template`` out, as before the field existed, so states
-        saved then still fit."""
-        fields = self.model_dump(mode="json")
-        if fields["chat_template"]:
-            del fields["chat_template"]
-        canonical = json.dumps(fields, sort_keys=True)
+        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``)."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def messages(

@@ -431,7 +431,7 @@ def read_adapter_options(path: str | None) -> dict[str, Any]:
     return options
 
 
-_EXAMPLE = '{"answer_prefix": " ", "task_prompt": {"chat_template": false}}'
+_EXAMPLE = '{"answer_prefix": " ", "chat_template": "raw"}'
 
 
 def _is_benchmark(path: Path) -> bool:

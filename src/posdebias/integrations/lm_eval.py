@@ -15,8 +15,8 @@ arguments, the same printed table) with it registered (:func:`main`), and from P
 Requests are answered from their document, as in lmms-eval (:mod:`posdebias.integrations.
 lmms_eval`): the stem and the candidates come from
 :func:`~posdebias.integrations.harness.doc_instance` (``choices``, MMLU's list, included), the
-prompt is the adapter's template for the task (``adapter_options``: a JSON file, e.g. a
-``task_prompt`` with ``chat_template: false`` that writes lm-eval's own MMLU prompt,
+prompt is the adapter's template for the task (``adapter_options``: a JSON file, e.g. the
+``task_prompt`` and ``chat_template: raw`` that write lm-eval's own MMLU prompt,
 :func:`lm_eval_prompt`), and every answer is the calibrated one:
 
 * ``loglikelihood`` (multiple-choice tasks, one request per label): the calibrated
@@ -37,6 +37,7 @@ from lm_eval.api.registry import register_model
 
 from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
 from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.prompt import RAW_CHAT_TEMPLATE
 from posdebias.core.instance import Instance
 from posdebias.errors import ConfigError, InputError
 from posdebias.integrations import LM_EVAL_MODEL
@@ -58,7 +59,8 @@ _HARNESS_ARGUMENTS = ("max_batch_size",)
 
 #: lm-eval's MMLU prompt (``lm_eval/tasks/mmlu/default``), zero-shot, as a posdebias task
 #: template: the subject's description, the question, ``A. choice`` lines, ``Answer:``; the
-#: label follows after a space (the adapter option ``answer_prefix``).
+#: label follows after a space (the adapter option ``answer_prefix``), and the prompt is its
+#: text as is (the adapter option ``chat_template: raw``).
 LM_EVAL_MMLU_TEMPLATE: dict[str, Any] = {
     "instruction": "",
     "stem": "{question}\n",
@@ -66,7 +68,6 @@ LM_EVAL_MMLU_TEMPLATE: dict[str, Any] = {
     "candidate_separator": "\n",
     "query": "\nAnswer:",
     "separator": "",
-    "chat_template": False,
 }
 
 
@@ -78,6 +79,7 @@ def lm_eval_prompt(description: str = "") -> dict[str, Any]:
     return {
         "label_set": "upper",
         "answer_prefix": " ",
+        "chat_template": RAW_CHAT_TEMPLATE,
         "task_prompt": {**LM_EVAL_MMLU_TEMPLATE, "instruction": description},
     }
 

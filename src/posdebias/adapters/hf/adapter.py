@@ -560,14 +560,6 @@ class HFAdapter(Adapter):
         )
         return text_only_messages(messages) if self.text_only else messages
 
-    def _posed_text(self, instance: Instance, messages: list[dict]) -> str:
-        """The prompt text of ``instance``'s messages: the chat template's rendering, or for a
-        task template with ``chat_template: false`` the messages' text as is, after the BOS
-        the tokenizer itself writes before a text (:func:`raw_prompt`)."""
-        if instance.task != "retrieval" and not self.task_templates[instance.task].chat_template:
-            return raw_prompt(self, messages)
-        return self._apply_chat_template(messages)
-
     def _apply_chat_template(self, messages: list[dict]) -> str:
         override = self.chat_template_override
         template = {} if override is None else {"chat_template": override}
@@ -590,13 +582,13 @@ class HFAdapter(Adapter):
         """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
         ``variant``: see :meth:`messages_for`), refused if the data complete one of the
         model's special tokens where fields meet (:func:`check_joined_control_tokens`)."""
-        text = self._posed_text(instance, self.messages_for(instance, prompt, variant=variant))
+        text = self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
         if self.control_tokens is not None:
             neutral = neutral_instance(instance)
             check_joined_control_tokens(
                 instance,
                 text,
-                self._posed_text(neutral, self.messages_for(neutral, prompt, variant=variant)),
+                self._apply_chat_template(self.messages_for(neutral, prompt, variant=variant)),
                 self.control_tokens,
                 self.model_id or self.name,
             )
@@ -616,8 +608,8 @@ class HFAdapter(Adapter):
         text = self.render(instance, prompt, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self._posed_text(
-            instance, self.messages_for(instance, prompt, sentinels=True, variant=variant)
+        marked = self._apply_chat_template(
+            self.messages_for(instance, prompt, sentinels=True, variant=variant)
         )
         try:
             rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
@@ -965,38 +957,6 @@ class HFAdapter(Adapter):
             else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
-
-
-def raw_prompt(adapter: HFAdapter, messages: list[dict]) -> str:
-    """The messages' text as is, in order (a task template with ``chat_template: false``),
-    after the tokens the tokenizer writes before any text when the adapter tokenises without
-    them (a text model's BOS: a chat template would have written it); images are refused."""
-    pieces = []
-    for message in messages:
-        content = message["content"]
-        items = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        if any(item.get("type") != "text" for item in items):
-            raise AdapterError(
-                f"{adapter.model_id or adapter.name}: a prompt without the chat template "
-                "(task_prompt chat_template: false) holds text only, and this instance has "
-                "images; pose it with the chat template"
-            )
-        pieces += [item["text"] for item in items]
-    return tokenizer_prefix(adapter.tokenizer, adapter.prompt_special_tokens) + "".join(pieces)
-
-
-def tokenizer_prefix(tokenizer: Any, adds_special_tokens: bool) -> str:
-    """The special tokens (as text) the tokenizer writes before a text of its own accord (a
-    BOS), which a raw prompt starts with when tokenised without them; '' when it writes none
-    or the tokenisation adds them anyway (``adds_special_tokens``)."""
-    if adds_special_tokens:
-        return ""
-    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
-    full = list(tokenizer("a", add_special_tokens=True)["input_ids"])
-    cut = len(full) - len(plain)
-    if cut <= 0 or full[cut:] != plain:
-        return ""
-    return "".join(tokenizer.convert_ids_to_tokens(full[:cut]))
 
 
 def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
