@@ -171,11 +171,20 @@ def require_lm_eval() -> None:
     pytest.skip(message)
 
 
-def run_lm_eval(tmp: Path, model_args: str, tasks: str, include: Path, *extra: str) -> dict:
-    """``posdebias lm-eval --model posdebias`` as a user runs it (lm-eval's own command line);
-    returns the results JSON, the sample records per task and the printed output."""
+def run_lm_eval(
+    tmp: Path, model_args: str, tasks: str, include: Path, *extra: str, processes: int = 1
+) -> dict:
+    """``posdebias lm-eval --model posdebias`` as a user runs it (lm-eval's own command line;
+    several processes: ``accelerate launch -m posdebias lm-eval``); returns the results JSON,
+    the sample records per task and the printed output."""
     out = tmp / "out"
-    command = [str(Path(sys.executable).parent / "posdebias"), "lm-eval", "--model", "posdebias"]
+    command = [str(Path(sys.executable).parent / "posdebias")]
+    if processes > 1:
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu"]
+        command += ["--num_processes", str(processes), "--num_machines", "1"]
+        command += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+        command += ["--main_process_port", str(free_port()), "-m", "posdebias"]
+    command += ["lm-eval", "--model", "posdebias"]
     command += ["--model_args", model_args, "--tasks", tasks, "--include_path", str(include)]
     command += ["--output_path", str(out), "--log_samples", *extra]
     done = subprocess.run(

@@ -97,3 +97,22 @@ def test_circular_eval_and_the_records_of_every_rotation(one_run, own_evaluate):
             assert len(by_item) == 40 and all(len(v) == 4 for v in by_item.values())
             expected = 100.0 * sum(all(v) for v in by_item.values()) / 40
             assert one_run["results"][task]["circular,none"] == expected
+
+
+def test_two_processes_equal_one_process(rotated_tasks, one_run, tmp_path_factory):
+    """`accelerate launch --num_processes 2 -m posdebias lm-eval` (CPU): rank 0 calibrates and
+    writes, rank 1 waits and reads the same states; every number equals the one-process run."""
+    two = run_lm_eval(
+        tmp_path_factory.mktemp("lm-eval-run-2"),
+        ORGANISM_ARGS,
+        ",".join(GROUPS),
+        rotated_tasks,
+        processes=2,
+    )
+    for task, row in one_run["results"].items():
+        for metric in ("acc,none", "rstd,none", "cons,none", "circular,none"):
+            if metric in row:
+                assert two["results"][task][metric] == row[metric], (task, metric)
+    samples = two["samples_by_task"]["shapes_mc_attention_guided"]
+    assert len(samples) == 160
+    assert {s["acc"]["calibration"]["shared_by_rank"] for s in samples} == {0}
