@@ -230,22 +230,22 @@ def _module(path: Path):
 
 def test_rotating_an_mmlu_layout_moves_the_choices_and_the_zero_based_answer():
     """lm-eval's MMLU documents: `choices` and an `answer` that is an index from 0; no id (the
-    item is a digest of the question and choices, the same in every rotation)."""
+    item is named by its position in the task, the same in every rotation)."""
     from posdebias.integrations import lm_eval_tasks as tasks
     from posdebias.integrations.lmms_eval_tasks import rotate_doc
 
     doc = {"question": "Which?", "subject": "s", "choices": ["w", "x", "y", "z"], "answer": 0}
-    rotated = [rotate_doc(doc, r, fields=tasks.LM_EVAL_FIELDS, answer_base=0) for r in range(4)]
+    rotated = [rotate_doc(doc, r, 7, fields=tasks.LM_EVAL_FIELDS, answer_base=0) for r in range(4)]
     assert [r["choices"][r["answer"]] for r in rotated] == ["w"] * 4
     assert [r["answer"] for r in rotated] == [r["target"] for r in rotated] == [0, 3, 2, 1]
     assert len({r["posdebias_item"] for r in rotated}) == 1
-    assert rotated[0]["posdebias_item"].startswith("item-")
-    letter = rotate_doc({**doc, "answer": "B"}, 1, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
+    assert rotated[0]["posdebias_item"] == "item-7"  # no id: its position in the task
+    letter = rotate_doc({**doc, "answer": "B"}, 1, 0, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
     assert letter["answer"] == "A" and letter["choices"][0] == "x"
     for bad, message in (({**doc, "answer": 4}, "names no candidate"),
                          ({**doc, "choices": {"text": ["a", "b"]}}, "not a list")):  # fmt: skip
         with pytest.raises(InputError, match=message):
-            rotate_doc(bad, 1, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
+            rotate_doc(bad, 1, 0, fields=tasks.LM_EVAL_FIELDS, answer_base=0)
     # lm-eval picks the largest log-likelihood; lmms-eval the smallest loss
     record = tasks.process_results(
         rotated[1], [(-3.0, False), (-1.0, True), (-2.0, False), (-4.0, False)]

@@ -70,8 +70,9 @@ def load_smollm2() -> tuple[Any, Any]:
     ``tests/real_models.py``), in float32: (model, tokenizer), as a user loads them for
     lm-eval's ``hf`` model and wraps them with ``posdebias.get_adapter``."""
     import torch
-    from real_models import smollm2_gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from real_models import smollm2_gguf
 
     path = smollm2_gguf()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

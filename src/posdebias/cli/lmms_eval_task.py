@@ -95,4 +95,3 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"run: {command}", soft_wrap=True)  # one line: a command to copy
     return 0
-
