@@ -13,6 +13,9 @@ import pytest
 from harness_helpers import require_lm_eval
 from wordnet_mmlu import DESCRIPTION, load_smollm2, write_mmlu_task
 
+#: a real model: left out by `-m 'not slow'`, as tests/real are
+pytestmark = pytest.mark.slow
+
 ITEMS = 12
 TASK = "wordnet_mmlu"
 
