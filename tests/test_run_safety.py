@@ -931,6 +931,7 @@ def _writing_commands(tmp_path: Path, capsys, out: Path) -> dict[str, list]:
         "calibrate": [*CAL, "--out", out / "c"],
         "calibrate one file": [*CAL, "--calibrators", "pride", "--out", out / "c.json"],
         "lmms-eval-task": ["lmms-eval-task", "--benchmark", bench, "--name", "t", "--out", tasks],
+        "lm-eval-task": ["lm-eval-task", "--benchmark", bench, "--name", "t", "--out", out / "m"],
         "organism train": ["organism", "train", "--out", out / "o", "--steps", "1", "1", "1", "1"],
     }
 

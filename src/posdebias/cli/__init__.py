@@ -32,6 +32,8 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "fit calibrators and save their calibration states",
     "check": "verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
     "evaluate": "evaluate calibrators (no arguments: the bundled default run)",
+    "lm-eval": "run lm-evaluation-harness with the model posdebias (lm-eval's own arguments)",
+    "lm-eval-task": "write lm-eval tasks showing a benchmark in its N cyclic rotations",
     "lmms-eval-task": "write lmms-eval tasks showing a benchmark in its N cyclic rotations",
     "organism": "the bundled model organism (train it from a seed)",
     "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
@@ -145,7 +147,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if any("\x00" in arg for arg in args_list):  # only possible in-process, never from a shell
             raise InputError("an argument contains a NUL character; no path or name can")
         parser = build_parser(args_list)
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if getattr(args, "passed_on", None) is not None:  # a harness's own arguments
+            args.passed_on = [*args.passed_on, *extra]
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None:
             parser.print_help()
             return 2
