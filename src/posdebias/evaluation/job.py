@@ -484,9 +484,18 @@ class Evaluated:
 
 
 def prepare(
-    resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | None = None
+    resolved: ResolvedConfig,
+    *,
+    resume: bool = False,
+    shard: Shard | None = None,
+    adapter: Adapter | None = None,
+    source: InstanceSource | None = None,
 ) -> Prepared:
-    """Phase 1: build and check everything, then open the run directory (if ``out``)."""
+    """Phase 1: build and check everything, then open the run directory (if ``out``).
+
+    A sweep hands its shared ``adapter`` and a point's ``source``; every other check is the
+    same as for ``posdebias evaluate``.
+    """
     config = resolved.config
     shard = shard or current_shard()
     if shard.distributed and config.out is None:
@@ -496,24 +505,16 @@ def prepare(
         )
     calibrators = build_calibrators(config)
     decoders = build_decoders(config)
-    adapter = build_adapter(config, shard)
+    if adapter is None:
+        adapter = build_adapter(config, shard)
     if config.protocol != "default":
         config = apply_specs(get_protocol(config.protocol), config, adapter.num_layers)
         calibrators = build_calibrators(config)
         decoders = build_decoders(config)
-    check_attention(adapter, calibrators)
-    source = load_instances(config, adapter, resolved.benchmark_factory())
-    if not source.test:
-        raise InputError("no test instances to evaluate")
-    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
-    adapter.check_instances([*source.calibration, *source.test])  # data it would misread
-    n = source.test[0].n
-    check_order_count(n, config.orders)  # before any forward pass
-    if config.order_kind == "cyclic" and config.orders > n:
-        raise InputError(
-            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
-            f"only {n} rotations; use orders {n} or fewer"
-        )
+    if source is None:
+        check_attention(adapter, calibrators)  # before the instances are read
+        source = load_instances(config, adapter, resolved.benchmark_factory())
+    n = check_run(config, adapter, calibrators, source)
     prepared = Prepared(
         config,
         shard,
@@ -528,6 +529,30 @@ def prepare(
     if config.out is None:
         return prepared
     return open_run_directory(prepared, config.out, resume=resume)
+
+
+def check_run(
+    config: EvaluateConfig,
+    adapter: Adapter,
+    calibrators: Mapping[str, Calibrator],
+    source: InstanceSource,
+) -> int:
+    """Every check of a run that needs no forward pass and writes no file: attention the
+    calibrators need, the adapter's scores (``verify``), data it would misread, the number of
+    orders. Returns N. ``posdebias evaluate``, ``calibrate`` and every sweep point run it."""
+    check_attention(adapter, dict(calibrators))
+    if not source.test:
+        raise InputError("no test instances to evaluate")
+    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
+    adapter.check_instances([*source.calibration, *source.test])  # data it would misread
+    n = source.test[0].n
+    check_order_count(n, config.orders)  # before any forward pass
+    if config.order_kind == "cyclic" and config.orders > n:
+        raise InputError(
+            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"only {n} rotations; use orders {n} or fewer"
+        )
+    return n
 
 
 def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepared:
