@@ -43,9 +43,8 @@ from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_in
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
-from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
@@ -81,10 +80,16 @@ from posdebias.evaluation.runner import (
     scored_views,
     summarize,
 )
-from posdebias.evaluation.states import save_states
+from posdebias.evaluation.states import (
+    check_state,
+    load_states,
+    pick_state,
+    save_states,
+    state_metadata,
+)
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, open_adapter, served
+from posdebias.loading import create_adapter, default_label_set, open_adapter, served
 from posdebias.registry import get_registry
 
 
@@ -93,10 +98,9 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    if config.model is not None:
-        task = config_task(config)
-        if task != "retrieval" and "label_set" not in options:
-            options["label_set"] = TASK_LABEL_SETS[task]  # letters for multiple choice
+    if config.model is not None and "label_set" not in options:
+        task = config_task(config) if config.task or config.benchmark else None
+        options["label_set"] = default_label_set(task, config.model)  # as at every door
     if config.model is not None and served(config.adapter.name):
         adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.model is not None:
@@ -233,56 +237,23 @@ def load_instances(
     return InstanceSource(calibration, test[: config.count], description)
 
 
-def load_states(path: Path) -> dict[str, CalibrationState]:
-    """Calibration states from a file or a directory of ``<label>.json`` files."""
-    if path.is_dir():
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise CalibrationError(f"{path} holds no calibration state (*.json)")
-        return {file.stem: CalibrationState.load(file) for file in files}
-    state = CalibrationState.load(path)
-    return {state.calibrator: state}
-
-
-def task_prompt_hash(adapter: Adapter, described: dict[str, Any], task: str) -> str | None:
-    """The prompt hash a calibration state records for ``task``: the adapter's (retrieval)
-    prompt hash, or the digest of its template for a candidate task, so that a state fitted
-    on one task's prompt is refused for another's."""
-    templates = getattr(adapter, "task_templates", None)
-    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
-        return described.get("prompt_hash")
-    return str(templates[task].digest())
-
-
 def saved_states(
     config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
 ) -> dict[str, CalibrationState]:
-    """The states ``--calibration`` gives, by label, each checked against this use: the
-    calibrator, N, layers, labels, adapter, options, prompt and (unless the config says the
-    transfer is intended) the model."""
+    """The states ``--calibration`` gives, by label, each checked against this use by the
+    one gate (:func:`check_state`; the model unless the config says the transfer is
+    intended)."""
     if config.calibration is None:
         return {}
     saved = load_states(config.calibration)
-    described = describe_adapter(adapter, n)
+    task = config_task(config)
     provided: dict[str, CalibrationState] = {}
     for label, calibrator in calibrators.items():
-        state = saved.get(label) or next(
-            (s for s in saved.values() if s.calibrator == calibrator.name), None
-        )
-        if state is None:
-            continue
-        use = StateUse(
-            calibrator=calibrator.name,
-            n=n,
-            layers=adapter.attention_layers if calibrator.needs_attention else None,
-            label_set=adapter.labels_for(n),
-            adapter=adapter.name,
-            options=calibrator.options.model_dump(mode="json"),
-            prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
-            model_id=None if config.calibration_transfer else described.get("model_id"),
-        )
-        state.check_compatible(use)
-        provided[label] = state
+        state = pick_state(saved, label, calibrator)
+        if state is not None:
+            provided[label] = check_state(
+                state, adapter, calibrator, n, task, transfer=config.calibration_transfer
+            )
     if not provided and not config.calibration.is_dir():
         # one state file that no calibrator of the run uses is a mistake, not a default
         (state,) = saved.values()
@@ -311,7 +282,6 @@ def resolve_states(
     calibrator that fits on the test views, e.g. batch calibration)."""
     if provided is None:
         provided = saved_states(config, adapter, calibrators, n)
-    metadata = describe_adapter(adapter, n)
     missing = {label: c for label, c in calibrators.items() if label not in provided}
     fitted = (
         fit_calibrators(
@@ -320,12 +290,9 @@ def resolve_states(
             calibration,
             batch_size=config.batch_size,
             cache=cache,
-            metadata={
-                "model_id": metadata.get("model_id"),
-                "prompt_hash": task_prompt_hash(
-                    adapter, metadata, calibration[0].task if calibration else config_task(config)
-                ),
-            },
+            metadata=state_metadata(
+                adapter, calibration[0].task if calibration else config_task(config), n
+            ),
             test_views=None
             if test is None
             else scored_views(
