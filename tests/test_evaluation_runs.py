@@ -82,7 +82,7 @@ def test_calibration_for_another_n_is_refused(tmp_path, capsys):
     code = evaluate("--calibration", states, "--count", "5")
     assert code == 2
     err = capsys.readouterr().err
-    assert "made for N=5 images, not N=4" in err and "posdebias calibrate" in err
+    assert "made for N=5 candidates, not N=4" in err and "posdebias calibrate" in err
 
 
 def test_same_seed_gives_byte_identical_results_apart_from_timing(tmp_path):

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--calibrators", help="comma-separated names (default: the config's, or those that fit)"
     )
-    parser.add_argument("-N", dest="n", type=int, help="images per instance (simulated model)")
+    parser.add_argument("-N", dest="n", type=int, help="candidates per instance (simulated model)")
     parser.add_argument("--seed", type=int, help="seed of the held-out split")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument(

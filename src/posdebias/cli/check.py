@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="n",
         type=int,
         default=defaults.CANDIDATES,
-        help=f"images per instance ({defaults.CANDIDATES})",
+        help=f"candidates per instance ({defaults.CANDIDATES})",
     )
     parser.add_argument(
         "--label-set", dest="label_set", help="label set (default: the task's: digits, upper)"

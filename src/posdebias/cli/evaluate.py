@@ -127,7 +127,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="calibration instances M (5)",
     )
     parser.add_argument(
-        "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
+        "-N",
+        dest="n",
+        type=int,
+        help="candidates per instance (simulated model or bundled benchmark)",
     )
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument(

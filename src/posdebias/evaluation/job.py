@@ -731,7 +731,10 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
     }
     generated_costs = decoder_costs(dict(prepared.decoders), views, evaluated.decisions)
     results = EvaluationResults(
-        settings=RunSettings.model_validate(config.model_dump(mode="json", exclude={"out"})),
+        settings=RunSettings.model_validate(
+            # the task the run posed, also when the benchmark chose it (the report's nouns)
+            config.model_dump(mode="json", exclude={"out"}) | {"task": source.test[0].task}
+        ),
         adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
         source=SourceDescription.model_validate(source.description),
         n=n,
