@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._deprecation import warn_moved
 from posdebias.errors import InputError
 
 ImageRef = Any  # a path (str / Path) or a PIL.Image.Image
@@ -185,8 +184,7 @@ class Instance:
 
     @property
     def candidate_ids(self) -> tuple[str, ...]:
-        """Deprecated: :attr:`image_ids` (the candidates' identities) is the same tuple."""
-        warn_moved("Instance.candidate_ids", "Instance.image_ids")
+        """The candidates' identities, in order (the same tuple as :attr:`image_ids`)."""
         return self.image_ids
 
     @property
