@@ -9,7 +9,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv real-models
+.PHONY: demo test lint typecheck docs goldens clean vllm-venv real-models
 
 # The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
 # only filelock is held below 4), so its tests run in every `make test` and never skip in CI.

@@ -217,14 +217,14 @@ def test_the_private_read_rule_is_not_vacuous():
     ]
 
 
-BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+PERF = Path(__file__).parents[1] / "perf"
 
 
 def benchmark_imports() -> list[tuple[str, str, str]]:
     """``(script:line, module, name)`` of every ``from posdebias... import name`` in the
-    benchmark scripts, which import inside functions and run on request only."""
+    perf scripts, which import inside functions and run on request only."""
     found = []
-    for path in sorted(BENCHMARKS.glob("*.py")):
+    for path in sorted(PERF.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posdebias"):
                 where = f"{path.name}:{node.lineno}"
