@@ -501,21 +501,6 @@ def open_adapter(model: str, *, adapter: str | None = None, **options: Any) -> A
     return load_adapter(model, adapter=adapter, **options)
 
 
-def create_adapter(name: str | None, **options: Any) -> Adapter:
-    """The adapter ``name`` from options, as a config names it.
-
-    With a ``model`` option (or without a name) the model is loaded with :func:`load_adapter`;
-    otherwise the adapter builds itself from its options (``Adapter.create``, e.g. the simulated
-    model).
-    """
-    model = options.pop("model", None)
-    if model is not None:
-        return open_adapter(model, adapter=name, **options)
-    if name is None:
-        raise InputError("name an adapter or a model")
-    return get_registry().create_adapter(name, **options)
-
-
 def check_device(device: str) -> None:
     """Refuse a ``--device`` torch cannot parse or this machine does not have, before the
     model is loaded (``cuda:99`` on a machine with one GPU, ``npu:0``, ``cpu:abc``)."""

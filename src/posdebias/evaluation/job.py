@@ -89,31 +89,32 @@ from posdebias.evaluation.states import (
 )
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, default_label_set, open_adapter, served
+from posdebias.loading import default_label_set, open_adapter, served
 from posdebias.registry import get_registry
 
 
 def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter:
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
-    unless an adapter name is given). Resolve a preset first for the bundled default."""
+    unless an adapter name is given; the adapter's options may name it too). Resolve a preset
+    first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    if config.model is not None and "label_set" not in options:
+    model = config.model if config.model is not None else options.pop("model", None)
+    adapter: Adapter
+    if model is not None:
         task = config_task(config) if config.task or config.benchmark else None
-        options["label_set"] = default_label_set(task, config.model)  # as at every door
-    if config.model is not None and served(config.adapter.name):
-        adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
-    elif config.model is not None:
-        options = placement(options, shard or Shard(), config.gpus_per_process)
-        options = protocol_adapter_options(protocol, options)
-        adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
+        options.setdefault("label_set", default_label_set(task, model))  # as at every door
+        if not served(config.adapter.name):
+            options = placement(options, shard or Shard(), config.gpus_per_process)
+            options = protocol_adapter_options(protocol, options)
+        adapter = open_adapter(model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
             "(the command line's default run uses the bundled model)"
         )
     else:
-        adapter = create_adapter(config.adapter.name, **options)
+        adapter = get_registry().create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)
     return adapter
 
