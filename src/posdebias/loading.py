@@ -11,6 +11,7 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import socket
@@ -459,19 +460,17 @@ def get_adapter(
             f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
         )
     model.eval()
+    # the prompt options, from the options model (their one declaration): every field the
+    # adapter's constructor takes as a keyword
+    keywords = inspect.signature(HFAdapter.__init__).parameters
     return cls(
         model,
         processor,
-        label_set=parsed.label_set,
-        prompt=parsed.prompt,
-        end_token=parsed.end_token,
-        answer_prefix=parsed.answer_prefix,
-        image_size=parsed.image_size,
-        logits_processors=parsed.logits_processors,
-        max_patches=parsed.max_patches,
-        prompt_variant=parsed.prompt_variant,
-        task_prompt=parsed.task_prompt,
-        chat_template=parsed.chat_template,
+        **{
+            name: getattr(parsed, name)
+            for name in type(parsed).model_fields
+            if name in keywords and keywords[name].kind is inspect.Parameter.KEYWORD_ONLY
+        },
     )
 
 

@@ -78,7 +78,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 #: :class:`EvaluateConfig` by the tests, so a flag and its field cannot drift apart).
 RUN_FLAGS = frozenset(
     {"command", "debug", "handler", "config", "resume", "ci", "base_url", "trust_remote_code"}
-    | {"chat_template"}
+    | {"chat_template", "threads"}
 )
 
 

@@ -136,7 +136,7 @@ def run_point(
                 "consistency_low": round(ci.consistency.low, 4),
                 "consistency_high": round(ci.consistency.high, 4),
                 "forward_passes_per_instance": int(passes)
-                if row.kind == "calibrator"
+                if float(passes).is_integer()
                 else round(passes, 4),
             }
         )
