@@ -9,7 +9,7 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv real-models
+.PHONY: demo test lint typecheck docs goldens clean vllm-venv real-models
 
 # The [lmms-eval] and [lm-eval] extras share this venv (lmms-eval 0.7.3 and lm-eval 0.4.13 keep
 # our torch and transformers; only filelock is held below 4), so their tests run in every

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import build_shapes_benchmark, run_cli_with_file_size_limit
+from helpers import build_shapes_benchmark, line_count, run_cli_with_file_size_limit, running_cli
 from helpers import cli_run as cli
 from posdebias.core.state import CalibrationState
 from posdebias.evaluation.results import EvaluationResults
@@ -128,24 +128,13 @@ def _slow_run(tmp_path: Path, run: Path) -> subprocess.Popen:
     config.write_text(
         "adapter: {name: synthetic, options: {latency: 0.01}}\ncount: 200\norders: 3\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "posdebias", "evaluate", "--config", str(config), "--out", str(run)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    return running_cli(
+        ["evaluate", "--config", config, "--out", run],
+        lambda: line_count(run / "records.jsonl") >= 2,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        records = run / "records.jsonl"
-        if records.exists() and records.read_text().count("\n") >= 2:
-            return process
-        if process.poll() is not None:
-            pytest.fail(f"the first run ended early: {process.stderr.read()}")
-        time.sleep(0.05)
-    process.kill()
-    pytest.fail("the first run wrote no record in time")
 
 
+@pytest.mark.slow
 def test_a_second_process_on_a_run_directory_is_refused_with_the_holders_pid(tmp_path, capsys):
     run = tmp_path / "run"
     process = _slow_run(tmp_path, run)
@@ -385,6 +374,7 @@ def test_the_same_image_twice_through_a_path_alias_is_refused(tmp_path, capsys, 
 # -- 2. a run killed after its last record resumes to the uninterrupted files --------------
 
 
+@pytest.mark.slow
 def test_a_run_stopped_after_its_last_record_resumes_to_the_same_files(tmp_path, capsys):
     """The state of a run killed after its last record (every record written, no results):
     resumed in a fresh process, results.json equals an uninterrupted run's, labels included."""
@@ -648,6 +638,7 @@ def test_calibrate_on_a_full_disk_leaves_no_state_file(tmp_path, capsys):
     assert [p.name for p in out.iterdir() if not p.name.startswith(".posdebias")] == []
 
 
+@pytest.mark.figures
 def test_report_on_a_corrupt_results_file_writes_nothing(tmp_path, capsys):
     run = tmp_path / "run"
     assert cli(capsys, *SIM, "--count", "5", "--orders", "2", "--out", run)[0] == 0
@@ -969,6 +960,7 @@ def test_a_file_size_limit_of_zero_before_the_lock_is_exit_2(tmp_path, capsys):
     assert tree(tmp_path / "inputs") == inputs
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_while_the_trained_model_is_written_is_exit_2(tmp_path):
     """safetensors reports a full disk as its own error, not an OSError: still exit 2, and the
     half-written model is gone (the staging folder inside --out)."""

@@ -59,7 +59,7 @@ def test_wrong_shapes_name_the_field(tmp_path, state):
 @pytest.mark.parametrize(
     ("use", "message"),
     [
-        ({"n": 5}, "N=4 images, not N=5"),
+        ({"n": 5}, "N=4 candidates, not N=5"),
         ({"num_layers": 7}, "3 layers but the model has 7"),
         ({"calibrator": "pride"}, "'attention_guided', not 'pride'"),
         ({"label_set": ["A", "B", "C", "D"]}, "labels"),

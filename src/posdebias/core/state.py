@@ -326,7 +326,7 @@ class StateUse:
     def _n(self, state: CalibrationState) -> str | None:
         if self.n is None or self.n == state.n:
             return None
-        return f"it was made for N={state.n} images, not N={self.n}"
+        return f"it was made for N={state.n} candidates, not N={self.n}"
 
     def _num_layers(self, state: CalibrationState) -> str | None:
         if self.num_layers is None or state.num_layers in (None, self.num_layers):

@@ -101,7 +101,7 @@ class EvaluateConfig(_Strict):
         default=defaults.CANDIDATES,
         ge=defaults.MIN_CANDIDATES,
         le=defaults.MAX_CANDIDATES,
-        description="images per instance (no benchmark given)",
+        description="candidates per instance (no benchmark given)",
     )
     orders: int = Field(
         default=5, ge=1, le=defaults.MAX_ORDERS, description="candidate orders T per test instance"

@@ -29,8 +29,7 @@ from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.core.instance import Instance
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
-from posdebias.evaluation.job import load_states
-from posdebias.evaluation.states import save_states
+from posdebias.evaluation.states import load_states, pick_state, save_states
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
 
@@ -320,12 +319,9 @@ class HarnessDebiaser:
 
     def _load_saved(self, path: Path) -> None:
         saved = load_states(path)
-        described = self.adapter.describe()
         states: dict[str, CalibrationState] = {}
         for label, calibrator in self.debiaser.calibrators.items():
-            state = saved.get(label) or next(
-                (s for s in saved.values() if s.calibrator == calibrator.name), None
-            )
+            state = pick_state(saved, label, calibrator)
             if state is None:
                 if calibrator.needs_fit:
                     raise CalibrationError(
@@ -333,13 +329,8 @@ class HarnessDebiaser:
                         f"{sorted(saved)}); calibrate it with `posdebias calibrate`"
                     )
                 continue
-            state.check_compatible(
-                adapter=self.adapter.name,
-                prompt_hash=described.get("prompt_hash"),
-                model_id=None if self.config.calibration_transfer else described.get("model_id"),
-            )
             states[label] = state
-        self.debiaser.states = states
+        self.debiaser.use_states(states, transfer=self.config.calibration_transfer)
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
             {

@@ -4,8 +4,8 @@ The symmetrised calibration set (METHOD.md "Calibration") is observed with batch
 batch size N (the N rotations of an instance share the prompt length, so no padding), the two
 alternating; the observations are compared.
 
-    python benchmarks/calibration.py                       # M = 5, N = 4
-    python benchmarks/calibration.py --device cuda --n 12 --tokens-per-image 1024
+    python perf/calibration.py                       # M = 5, N = 4
+    python perf/calibration.py --device cuda --n 12 --tokens-per-image 1024
 """
 
 from __future__ import annotations

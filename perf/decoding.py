@@ -11,8 +11,8 @@
 Methods alternate inside each repetition, all in one process, on the benchmark model of
 ``_common`` (a Qwen2.5-VL layout with realistic sequence lengths).
 
-    python benchmarks/decoding.py                          # CPU, N = 4, 8, 256 tokens/image
-    python benchmarks/decoding.py --device cuda --tokens-per-image 1024 --new-tokens 256
+    python perf/decoding.py                          # CPU, N = 4, 8, 256 tokens/image
+    python perf/decoding.py --device cuda --tokens-per-image 1024 --new-tokens 256
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ unbatched answers and whether every choice is the same. The threads table times 
 query, its forward alone) with 1 torch thread and with torch's default (one per core),
 alternating.
 
-    python benchmarks/serving.py                        # ~1 min (organism, one thread)
-    python benchmarks/serving.py --model text-organism --max-batch 8 16 32
+    python perf/serving.py                        # ~1 min (organism, one thread)
+    python perf/serving.py --model text-organism --max-batch 8 16 32
 """
 
 from __future__ import annotations

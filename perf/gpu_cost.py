@@ -16,8 +16,8 @@ and prints the time and peak-memory ratios next to the paper's Table 2 (attentio
 vanilla: 1.18x time and 1.03x memory at N = 4, 1.44x and 1.20x at N = 12). Methods alternate
 inside each repetition. About 5 minutes on one H200 (three 7-8B models, built on the GPU).
 
-    python benchmarks/gpu_cost.py --device cuda                  # real sizes, one GPU
-    python benchmarks/gpu_cost.py --small --device cpu --repeats 2   # shrunk configs, CPU
+    python perf/gpu_cost.py --device cuda                  # real sizes, one GPU
+    python perf/gpu_cost.py --small --device cpu --repeats 2   # shrunk configs, CPU
 """
 
 from __future__ import annotations

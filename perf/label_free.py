@@ -8,8 +8,8 @@ does. Models: the bundled organism on its default benchmark (N = 4), the simulat
 and 8, and (synthetic-4-weak) the simulated model with weak attention evidence, where the
 label-free fit is expected to find the attention uninformative and fall back to PriDe.
 
-    python benchmarks/label_free.py                 # ~2 min on one CPU thread
-    python benchmarks/label_free.py --draws 10 --count 500
+    python perf/label_free.py                 # ~2 min on one CPU thread
+    python perf/label_free.py --draws 10 --count 500
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ task of real WordNet questions (national capitals) under lm-eval's own MMLU temp
 Each row gives the median wall time; the ratio is posdebias / lm-eval's hf (the goal: at most
 1). Every run also checks that the vanilla letters equal lm-eval's, item for item. Usage:
 
-    PYTHONPATH=src python benchmarks/lm_eval_agreement.py            # 40 items, 1 thread
-    PYTHONPATH=src python benchmarks/lm_eval_agreement.py --items 100 --threads 2
+    PYTHONPATH=src python perf/lm_eval_agreement.py            # 40 items, 1 thread
+    PYTHONPATH=src python perf/lm_eval_agreement.py --items 100 --threads 2
 """
 
 from __future__ import annotations

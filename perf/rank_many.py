@@ -7,8 +7,8 @@ calibrators, Ranking objects) against the seconds of the adapter's own
 ``observe_many(instances, batch_size=B)`` for the same queries, which is the ceiling; the two
 alternate over the repetitions. The rankings at every batch size are compared with batch 1.
 
-    python benchmarks/rank_many.py                          # ~2 min (float32, one thread)
-    python benchmarks/rank_many.py --device cuda --dtype bfloat16 --queries 64
+    python perf/rank_many.py                          # ~2 min (float32, one thread)
+    python perf/rank_many.py --device cuda --dtype bfloat16 --queries 64
 """
 
 from __future__ import annotations

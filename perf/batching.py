@@ -4,8 +4,8 @@ The same instances (queries of different lengths, so batches are left padded) ar
 through ``adapter.observe_many(..., batch_size=B)``; batch sizes alternate across repetitions.
 Every batch size's label scores and attention masses are compared with batch size 1.
 
-    python benchmarks/batching.py                          # float32: differences ~1e-6
-    python benchmarks/batching.py --device cuda --dtype bfloat16
+    python perf/batching.py                          # float32: differences ~1e-6
+    python perf/batching.py --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ transformers and the evaluation machinery only when a command needs them. This p
 with the median, and whether torch or transformers was imported. Target: ``posdebias --help``
 under 0.5 s on a 2-core machine.
 
-    python benchmarks/import_time.py
-    python benchmarks/import_time.py --repeats 20
+    python perf/import_time.py
+    python perf/import_time.py --repeats 20
 """
 
 from __future__ import annotations

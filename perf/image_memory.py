@@ -11,8 +11,8 @@ seen it); the figure is the child's peak resident memory above its start.
 * ``open_image``: raster allow-list, pixel cap, and shrinking to ``--min-side`` while opening
   (twice the 336 px a LLaVA-1.5 processor resizes to): only one image is ever full size.
 
-    python benchmarks/image_memory.py                       # 20 images of 6000 x 4500
-    python benchmarks/image_memory.py --width 10000 --height 9500 --images 20   # the report
+    python perf/image_memory.py                       # 20 images of 6000 x 4500
+    python perf/image_memory.py --width 10000 --height 9500 --images 20   # the report
 """
 
 from __future__ import annotations

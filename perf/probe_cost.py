@@ -13,9 +13,9 @@ memory of one forward above the memory before it. Modes:
 Processes run ``--repeats`` times per (T, mode), configurations alternating, and the tables give
 the median over processes with the min-max range. Usage:
 
-    python benchmarks/probe_cost.py                      # CPU, T = 1k, 2k, 4k, 8k
-    python benchmarks/probe_cost.py --device cuda --layers 28 --hidden 3584 --heads 28 --kv-heads 4
-    python benchmarks/probe_cost.py --language-model qwen3_5 --layers 8   # hybrid: 2 of 8 read
+    python perf/probe_cost.py                      # CPU, T = 1k, 2k, 4k, 8k
+    python perf/probe_cost.py --device cuda --layers 28 --hidden 3584 --heads 28 --kv-heads 4
+    python perf/probe_cost.py --language-model qwen3_5 --layers 8   # hybrid: 2 of 8 read
 """
 
 from __future__ import annotations

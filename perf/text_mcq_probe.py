@@ -8,8 +8,8 @@ batch runs through ``adapter.run_batch`` with the probe recording the options' s
 label scores only pays), alternating, ``--inner`` times each; the table gives the median time of
 each and the median of the paired ratios (target: at most 1.03). Usage:
 
-    python benchmarks/text_mcq_probe.py                       # CPU, T = 1k, 4k
-    python benchmarks/text_mcq_probe.py --device cuda --layers 28 --hidden 3584 --heads 28
+    python perf/text_mcq_probe.py                       # CPU, T = 1k, 4k
+    python perf/text_mcq_probe.py --device cuda --layers 28 --hidden 3584 --heads 28
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ SDPA); ``attention_guided`` needs the attention probe in the same forward; ``per
 observes the N cyclic rotations (N forwards). Methods alternate inside each repetition (the
 order rotates), all in one process, so the ratios against vanilla share the machine's state.
 
-    python benchmarks/end_to_end.py                        # CPU, N = 4, 8, 12, 256 tokens/image
-    python benchmarks/end_to_end.py --device cuda --tokens-per-image 1024
+    python perf/end_to_end.py                        # CPU, N = 4, 8, 12, 256 tokens/image
+    python perf/end_to_end.py --device cuda --tokens-per-image 1024
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Three calls on the same model, alternating, in one process:
 Each is paid once per model load; the printed share is that cost over a whole default-sized run
 (``--run-prompts``: 200 test instances x 5 orders + 5 x N calibration prompts).
 
-    python benchmarks/verification.py
-    python benchmarks/verification.py --device cuda --tokens-per-image 1024
+    python perf/verification.py
+    python perf/verification.py --device cuda --tokens-per-image 1024
 """
 
 from __future__ import annotations

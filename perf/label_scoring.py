@@ -13,8 +13,8 @@ Three ways to observe the SAME 12-image prompt, alternating, in one process:
 All three run the attention probe (the attention-guided method's observation). The cached and
 re-forward scores are compared (they must agree to the dtype's rounding).
 
-    python benchmarks/label_scoring.py
-    python benchmarks/label_scoring.py --device cuda --tokens-per-image 1024
+    python perf/label_scoring.py
+    python perf/label_scoring.py --device cuda --tokens-per-image 1024
 """
 
 from __future__ import annotations
