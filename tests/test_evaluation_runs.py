@@ -35,7 +35,12 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
     states = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "--out", str(states)]) == 0
     saved = sorted(p.name for p in states.glob("*.json"))
-    assert saved == ["attention_guided.json", "pride.json", "purified_attention.json"]
+    assert saved == [
+        "attention_guided.json",
+        "attention_readout.json",
+        "pride.json",
+        "purified_attention.json",
+    ]
     state = CalibrationState.load(states / "attention_guided.json")
     assert state.num_observations == 5 * 4 and len(state.calibration_ids) == 5
     assert state.adapter == "synthetic" and state.label_set == ["1", "2", "3", "4"]
