@@ -112,6 +112,37 @@ class Generation:
     tokens: list[list[int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ReplyRequest:
+    """One text to score as the model's whole reply to one user message (cloze scoring).
+
+    Attributes:
+        message: the user's message (the question alone: no options, no labels).
+        reply: the text scored as the assistant's answer to it.
+        source: the instance it comes from (named in errors).
+    """
+
+    message: str
+    reply: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ReplyScore:
+    """log P(reply | message) over the full vocabulary, with the reply's length.
+
+    Attributes:
+        logprob: the sum of the log-probabilities of the reply's tokens, each given the
+            message (as the chat template poses it) and the reply's earlier tokens.
+        tokens: how many tokens the reply is (the per-token mean divides by it).
+        characters: how many characters the reply is (lm-evaluation-harness's acc_norm).
+    """
+
+    logprob: float
+    tokens: int
+    characters: int
+
+
 def sample_seed(seed: int, sample: int) -> int:
     """The generator seed of one sample of one instance."""
     return int(np.random.SeedSequence([seed & 0xFFFFFFFF, sample]).generate_state(1)[0])
@@ -236,6 +267,22 @@ class Adapter(ABC):
             f"adapter {self.name!r} cannot generate text; the generated baselines need an "
             "adapter that implements generate_many (the Hugging Face adapters do)"
         )
+
+    def reply_problem(self) -> str | None:
+        """Why this adapter cannot score a text as the model's reply (:meth:`score_replies`),
+        or None (it can); checked before a run that needs it writes anything."""
+        return (
+            f"adapter {self.name!r} cannot score a text as the model's reply; cloze scoring "
+            "needs an adapter that implements score_replies (the Hugging Face text-model "
+            "adapters do)"
+        )
+
+    def score_replies(
+        self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
+    ) -> list[ReplyScore]:
+        """log P(reply | message) of each request (:class:`ReplyRequest`), in order, over the
+        full vocabulary; results must not depend on ``batch_size``."""
+        raise AdapterError(self.reply_problem() or f"adapter {self.name!r} scores no replies")
 
     def describe(self, n: int | None = None) -> dict[str, Any]:
         """Metadata recorded in calibration states and reports (adapter, model id, ...).

@@ -64,11 +64,16 @@ class Decoder(ABC):
     Class attributes:
         name: the registry name (``--decoders NAME``).
         Options: a :class:`DecoderOptions` subclass; its fields are the options.
+        order_independent: whether the choice cannot depend on the candidates' order.
     """
 
     name: ClassVar[str]
     Options: ClassVar[type[DecoderOptions]] = DecoderOptions
     summary: ClassVar[str] = ""
+    #: Whether the choice is the same candidate under every order by construction (cloze
+    #: scores each option without the others): the row's Cons. and RStd then measure nothing
+    #: about position, and the tables say so instead of showing them.
+    order_independent: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -86,6 +91,12 @@ class Decoder(ABC):
             sort_keys=True,
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def check(self, adapter: Adapter, instances: Sequence[RetrievalInstance]) -> None:
+        """Raise a :class:`~posdebias.errors.PosdebiasError` if this decoder cannot run with
+        ``adapter`` on ``instances`` (the test instances); the runner calls it before a run
+        writes anything. Nothing to check by default."""
+        return None
 
     @abstractmethod
     def decide(

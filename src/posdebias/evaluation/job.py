@@ -487,6 +487,8 @@ def prepare(
         check_attention(adapter, calibrators)  # before the instances are read
         source = load_instances(config, adapter, resolved.benchmark_factory())
     n = check_run(config, adapter, calibrators, source)
+    for decoder in decoders.values():
+        decoder.check(adapter, source.test)  # an adapter or data the decoder cannot run on
     prepared = Prepared(
         config,
         shard,
@@ -773,6 +775,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
                 metrics=metrics[label],
                 cost=Cost.model_validate(generated_costs[label].as_dict()),
                 kind="decoder",
+                order_independent=decoder.order_independent,
             )
             for label, decoder in prepared.decoders.items()
         },

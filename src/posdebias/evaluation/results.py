@@ -163,6 +163,11 @@ class CalibratorResult(BaseModel):
         default=None, description="calibrators: fitted in the run, or saved (model, transfer)"
     )
     kind: Literal["calibrator", "decoder"] = Field(default="calibrator")
+    order_independent: bool = Field(
+        default=False,
+        description="the same candidate is chosen under every order by construction (cloze): "
+        "Cons. and RStd measure nothing about position and the tables do not show them",
+    )
 
 
 class PluginVersion(BaseModel):
@@ -302,6 +307,10 @@ class EvaluationResults(BaseModel):
     def generated_rows(self) -> list[str]:
         """Labels of the decoder rows (they carry a parse-failure rate)."""
         return [label for label, result in self.calibrators.items() if result.kind == "decoder"]
+
+    def order_independent_rows(self) -> list[str]:
+        """Labels of the rows whose choice cannot depend on the order (cloze)."""
+        return [label for label, result in self.calibrators.items() if result.order_independent]
 
     def metrics(self) -> dict[str, Metrics]:
         return {label: result.metrics for label, result in self.calibrators.items()}

@@ -90,6 +90,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.batch",
     "posdebias.decoders.generated",
     "posdebias.decoders.sofa",
+    "posdebias.decoders.cloze",
     "posdebias.organism",
     "posdebias.organism.text",
 )

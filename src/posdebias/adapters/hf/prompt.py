@@ -497,15 +497,25 @@ def check_joined_control_tokens(
     by the user's turn). The templates' own tokens (a chain-of-thought prompt's ``<think>``)
     are in both and pass; a separator the chat template writes between two fields keeps them
     apart, as it does for the tokenizer."""
+    refuse_joined_control_tokens(
+        f"instance {excerpt(instance.id)}", rendered, neutral, pattern, model
+    )
+
+
+def refuse_joined_control_tokens(
+    where: str, rendered: str, neutral: str, pattern: re.Pattern[str] | None, model: str
+) -> None:
+    """:func:`check_joined_control_tokens` for any prompt: ``where`` names what it poses
+    (an instance, a cloze question) in the error."""
     if pattern is None:
         return
     extra = Counter(pattern.findall(rendered)) - Counter(pattern.findall(neutral))
     if extra:
         token = next(iter(extra))
         raise InputError(
-            f"instance {excerpt(instance.id)}: its prompt holds {token!r} where its fields "
-            f"are joined (one field ends with part of it, the next text begins with the rest), "
-            f"{_misread(model)}; write the fields otherwise"
+            f"{where}: its prompt holds {token!r} where its fields are joined (one field ends "
+            f"with part of it, the next text begins with the rest), {_misread(model)}; write "
+            "the fields otherwise"
         )
 
 

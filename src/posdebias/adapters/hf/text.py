@@ -5,13 +5,18 @@ each span found from the tokenizer's offset mapping of the rendered prompt
 (:meth:`HFAdapter.text_spans`). The chat template renders the message content as one string
 (text chat templates expect a string), and the prompt is tokenised without adding special
 tokens: the template writes the BOS itself, as ``apply_chat_template(tokenize=True)`` does.
+
+A text model also scores a text as its whole reply to a question (cloze, replies.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from posdebias.adapters.base import ReplyRequest, ReplyScore
 from posdebias.adapters.hf.adapter import HFAdapter
+from posdebias.adapters.hf.replies import score_replies
 from posdebias.errors import AdapterError
 
 
@@ -33,3 +38,11 @@ class HFTextAdapter(HFAdapter):
             return_tensors="pt",
             add_special_tokens=self.prompt_special_tokens,
         )
+
+    def reply_problem(self) -> str | None:
+        return None
+
+    def score_replies(
+        self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
+    ) -> list[ReplyScore]:
+        return score_replies(self, requests, batch_size=batch_size)
