@@ -13,6 +13,7 @@ from posdebias.cli import make_console
 from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
 from posdebias.evaluation.config import EvaluateConfig, load_config
+from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.job import run_evaluation
 from posdebias.evaluation.progress import RunProgress
 from posdebias.evaluation.report import write_report
@@ -227,7 +228,10 @@ def run(args: argparse.Namespace) -> int:
         console=console,
         generated=results.generated_rows(),
         statistics=results.statistics if args.ci else None,
+        order_independent=results.order_independent_rows(),
     )
+    for note in run_notes(results):
+        console.print(note, markup=False)
     for label, result in results.calibrators.items():
         if result.diagnostics.get("warning"):
             make_console(stderr=True).print(

@@ -16,6 +16,7 @@ from posdebias.cli.evaluate import add_ci_argument
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.compare import RunComparison, compare_runs
+from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.report import p_value_text, write_report
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import check_resamples
@@ -69,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
         console=console,
         generated=results.generated_rows(),
         statistics=results.statistics if args.ci else None,
+        order_independent=results.order_independent_rows(),
     )
+    for note in run_notes(results):
+        console.print(note, markup=False)
     with DirectoryLock(args.run_dir):
         report = write_report(results, args.run_dir)
     console.print(f"report: {report}")

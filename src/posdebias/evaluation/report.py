@@ -10,6 +10,7 @@ from posdebias._io import atomic_write_text, remove_stale, write_files_together
 from posdebias._text import file_text
 from posdebias.core.tasks import candidate_noun
 from posdebias.errors import OutputError
+from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval, PairedComparison, RunStatistics
@@ -145,12 +146,16 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         f"{results.orders} orders, seed {results.seed}",
         f"- calibration instances: {len(results.calibration_ids)}",
         "",
-        plain_results_table(results.metrics(), results.generated_rows(), stats),
+        plain_results_table(
+            results.metrics(), results.generated_rows(), stats, results.order_independent_rows()
+        ),
         "",
         "Acc: accuracy per order, mean ± std over orders. RStd: std of the recall per truth "
         "position (lower is better). Cons.: % of instances with the same "
         f"{candidate_noun(results.settings.task, plural=False)} chosen under every order.",
     ]
+    for note in run_notes(results):
+        lines += ["", note]
     if stats is None:
         lines += [
             "",

@@ -2,6 +2,10 @@
 RStd, Cons.; with generated rows also the parse-failure rate (% of orders without a valid
 answer; "-" for scored rows, which always answer).
 
+An order-independent row (cloze: the same candidate under every order by construction) shows
+"-" for RStd and Cons.: they would measure nothing about position (Cons. is 100% and RStd
+only where the orders put the truth), so they are not shown as if they did.
+
 With the run's statistics each metric also shows its 95% instance-bootstrap interval,
 ``[low, high]``: always in markdown (report.md, what a paper cites), on request (``--ci``) in
 the terminal, where the paper's table stays within 80 columns without them.
@@ -28,7 +32,13 @@ def interval_text(interval: Interval | None) -> str:
     return "-" if interval is None else f"[{interval.low:.1f}, {interval.high:.1f}]"
 
 
-def _cells(label: str, row: Metrics, statistics: RunStatistics | None, padded: bool) -> list[str]:
+def _cells(
+    label: str,
+    row: Metrics,
+    statistics: RunStatistics | None,
+    padded: bool,
+    order_independent: bool = False,
+) -> list[str]:
     if padded:  # aligned in a terminal
         cells = [
             f"{row.accuracy_mean:6.2f} ± {row.accuracy_std:5.2f}",
@@ -42,10 +52,12 @@ def _cells(label: str, row: Metrics, statistics: RunStatistics | None, padded: b
             f"{row.consistency:.2f}",
         ]
     found = None if statistics is None else statistics.rows.get(label)
-    if found is None:
-        return cells
-    intervals = (found.accuracy, found.rstd, found.consistency)
-    return [f"{cell} {interval_text(ci)}" for cell, ci in zip(cells, intervals, strict=True)]
+    if found is not None:
+        intervals = (found.accuracy, found.rstd, found.consistency)
+        cells = [f"{cell} {interval_text(ci)}" for cell, ci in zip(cells, intervals, strict=True)]
+    if order_independent:
+        cells[1:] = ["-", "-"]
+    return cells
 
 
 def results_table(
@@ -53,6 +65,7 @@ def results_table(
     title: str | None = None,
     generated: Collection[str] = (),
     statistics: RunStatistics | None = None,
+    order_independent: Collection[str] = (),
 ) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("calibrator", style="bold")
@@ -62,7 +75,7 @@ def results_table(
     if generated:
         table.add_column("Parse fail. % ↓", justify="right")
     for label, row in metrics.items():
-        cells = [label, *_cells(label, row, statistics, padded=True)]
+        cells = [label, *_cells(label, row, statistics, True, label in order_independent)]
         if generated:
             cells.append(_parse_failures(label, row, generated))
         table.add_row(*cells)
@@ -83,14 +96,17 @@ def print_results_table(
     console: Console | None = None,
     generated: Collection[str] = (),
     statistics: RunStatistics | None = None,
+    order_independent: Collection[str] = (),
 ) -> None:
-    (console or SafeConsole()).print(results_table(metrics, title, generated, statistics))
+    table = results_table(metrics, title, generated, statistics, order_independent)
+    (console or SafeConsole()).print(table)
 
 
 def plain_results_table(
     metrics: Mapping[str, Metrics],
     generated: Collection[str] = (),
     statistics: RunStatistics | None = None,
+    order_independent: Collection[str] = (),
 ) -> str:
     """The same table as markdown (summaries, logs); with ``statistics`` every metric carries
     its 95% interval."""
@@ -102,7 +118,8 @@ def plain_results_table(
         rule += "---:|"
     lines = [header, rule]
     for label, row in metrics.items():
-        line = f"| {label} | " + " | ".join(_cells(label, row, statistics, padded=False)) + " |"
+        cells = _cells(label, row, statistics, False, label in order_independent)
+        line = f"| {label} | " + " | ".join(cells) + " |"
         if generated:
             line += f" {_parse_failures(label, row, generated).strip()} |"
         lines.append(line)
