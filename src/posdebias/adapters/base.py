@@ -277,6 +277,12 @@ class Adapter(ABC):
             "adapters do)"
         )
 
+    def check_replies(self, requests: Sequence[ReplyRequest]) -> None:
+        """Raise :class:`~posdebias.errors.InputError` if a request would be misread (its joined
+        text forms one of the model's special tokens); called before a run writes anything.
+        Nothing to check by default."""
+        return None
+
     def score_replies(
         self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
     ) -> list[ReplyScore]:

@@ -98,8 +98,13 @@ class Cloze(Decoder):
         problem = adapter.reply_problem()
         if problem is not None:
             raise AdapterError(f"decoder {self.name!r}: {problem}")
-        for instance in instances:
-            check_text_candidates(instance, self.name)
+        adapter.check_replies(
+            [
+                ReplyRequest(message=self.message(instance), reply=text, source=instance.id)
+                for instance in instances
+                for text in check_text_candidates(instance, self.name)
+            ]
+        )
 
     def decide(
         self,

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from posdebias.adapters.base import ReplyRequest, ReplyScore
 from posdebias.adapters.hf.adapter import HFAdapter
-from posdebias.adapters.hf.replies import score_replies
+from posdebias.adapters.hf.replies import reply_tokens, score_replies
 from posdebias.errors import AdapterError
 
 
@@ -41,6 +41,10 @@ class HFTextAdapter(HFAdapter):
 
     def reply_problem(self) -> str | None:
         return None
+
+    def check_replies(self, requests: Sequence[ReplyRequest]) -> None:
+        for request in requests:
+            reply_tokens(self, request)
 
     def score_replies(
         self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
