@@ -27,7 +27,7 @@ FOLDER = Path(__file__).resolve().parent / "goldens"
 #: the organism's default run on its first 60 test instances x 2 orders (the full one takes
 #: minutes on a busy CI machine; same model, benchmark, calibration and seed), the organism
 #: at N = 2 and N = 12, the ends of the scaling study, and the text organism's default run
-#: (`--task multiple_choice`) on 60 questions x 2 orders.
+#: (`--task multiple_choice`) on 60 questions x 2 orders, and with the cloze rows.
 RUNS: dict[str, list[str]] = {
     "simulated_default": ["--adapter", "synthetic"],
     "organism_default": ["--count", "60", "--orders", "2"],
@@ -41,6 +41,9 @@ RUNS: dict[str, list[str]] = {
         "--model", "{gemma3}", "--chat-template", "raw", "--benchmark", "{capitals}",
         "--orders", "2",
     ],
+    "text_organism_cloze": ["--task", "multiple_choice", "--count", "60", "--orders", "2",
+                            "--calibrators", "vanilla,permutation_average",
+                            "--decoders", "cloze,cloze_mean"],
 }  # fmt: skip
 
 #: Placeholders of the real runs, made in a scratch folder by :func:`real_inputs`.
@@ -82,6 +85,8 @@ def run_metrics(args: list[str], scratch: Path | None = None) -> dict[str, Any]:
         n=int(flags["-N"]) if "-N" in flags else None,
         count=int(flags["--count"]) if "--count" in flags else None,
         orders=int(flags["--orders"]) if "--orders" in flags else None,
+        calibrators=flags.get("--calibrators"),
+        decoders=flags.get("--decoders"),
     )
     results = run_evaluation(config)  # a bundled model's thread count is applied inside
     assert results is not None
