@@ -2,7 +2,8 @@
 compared with posdebias' own ``qwen3`` adapter (Hugging Face) on the same weights.
 
 Equalities checked: label scores through the server = the qwen3 adapter's (float32, 1e-4; text
-multiple choice at N = 3, 4 and 12, where labels "10".."12" are two tokens; both endpoints); the
+multiple choice at N = 3, 4 and 12, where labels "10".."12" are two tokens; both endpoints), and
+so are the cloze scores of every option (each option's text as the reply to the question); the
 retrieval prompt with images as placeholder text = the transformers forward; ``posdebias evaluate
 --adapter openai --base-url URL --model NAME`` on an MMLU-format benchmark = ``posdebias evaluate
 --model FOLDER`` (the same choice of every calibrator and of the greedy generated baseline for
@@ -110,6 +111,24 @@ def max_gap(got, want) -> float:
         float(np.max(np.abs(g.label_logprobs - w.label_logprobs)))
         for g, w in zip(got, want, strict=True)
     )
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_cloze_scores_equal_the_hf_adapter(vllm_server, hf_adapters, questions, endpoint):
+    from posdebias.adapters.base import ReplyRequest
+
+    server = served(vllm_server, endpoint=endpoint, tokenizer=str(vllm_server.model))
+    requests = [
+        ReplyRequest(message=q.query, reply=text, source=q.id)
+        for q in questions
+        for text in q.texts
+        if text is not None
+    ]
+    got = server.score_replies(requests)
+    want = hf_adapters("upper").score_replies(requests, batch_size=4)
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+    gap = max(abs(g.logprob - w.logprob) for g, w in zip(got, want, strict=True))
+    assert gap < TOLERANCE, gap
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])

@@ -50,7 +50,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from posdebias._images import open_image
 from posdebias._inputs import MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
+from posdebias.adapters.base import (
+    Adapter,
+    AdapterOptions,
+    Generation,
+    ReplyRequest,
+    ReplyScore,
+    sample_seed,
+)
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
@@ -61,6 +68,7 @@ from posdebias.adapters.hf.prompt import (
     control_tokens,
     neutral_instance,
     posed_messages,
+    refuse_joined_control_tokens,
     template_fields,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
@@ -1046,6 +1054,85 @@ class ServerAdapter(Adapter):
                 "labels of several tokens always need scoring echo"
             )
         return log_softmax(np.array([top[label] for label in labels], dtype=np.float64))
+
+    # -- cloze: a text scored as the reply -------------------------------------------------
+
+    def reply_problem(self) -> str | None:
+        if self.options.scoring == "echo":
+            return None
+        return (
+            "adapter 'openai' with scoring top_logprobs cannot score a text as the model's reply "
+            "(it reads the first answer token's top k only); use scoring echo on a server that "
+            "scores prompts (vLLM)"
+        )
+
+    def _reply_context(self, message: str) -> Any:
+        """The request context of a user message alone: the messages, or the local chat
+        template's prompt (endpoint completions)."""
+        messages = [{"role": "user", "content": message}]
+        if self.options.endpoint == "chat":
+            return messages
+        assert self.tokenizer is not None  # endpoint completions needs it (checked at start)
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False
+                )
+            )
+        except Exception as exc:  # jinja errors come in many types
+            raise AdapterError(f"the local chat template cannot render the prompt: {exc}") from exc
+
+    def check_replies(self, requests: Sequence[ReplyRequest]) -> None:
+        tokenizer = self.tokenizer
+        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+            return
+
+        def text(message: str, reply: str) -> str:
+            prompt = tokenizer.apply_chat_template(
+                [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
+            )
+            return str(prompt) + self.options.answer_prefix + reply
+
+        neutral = text("x", "x")
+        for request in requests:
+            refuse_joined_control_tokens(
+                f"instance {excerpt(request.source)} (cloze)",
+                text(request.message, request.reply),
+                neutral,
+                self.control_tokens,
+                self.options.model,
+            )
+
+    def score_replies(
+        self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
+    ) -> list[ReplyScore]:
+        """Each reply's tokens as the server appends them to the message's prompt (scoring
+        echo), their log-probabilities summed; one request per distinct message, one per
+        reply, all in one bounded pool (``batch_size`` changes nothing)."""
+        problem = self.reply_problem()
+        if problem is not None:
+            raise AdapterError(problem)
+        self.check_replies(requests)
+        messages = list(dict.fromkeys(request.message for request in requests))
+        contexts = {message: self._reply_context(message) for message in messages}
+        with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
+            prompts = list(pool.map(lambda m: self._score_prompt(contexts[m]), messages))
+            bases = dict(zip(messages, prompts, strict=True))
+
+            def appended(request: ReplyRequest) -> TokenScores:
+                answer = self.options.answer_prefix + request.reply
+                context = contexts[request.message]
+                return self._continuation(context, bases[request.message], answer)
+
+            scored = list(pool.map(appended, requests))
+        return [
+            ReplyScore(
+                logprob=float(sum(value for _, value in tokens)),
+                tokens=len(tokens),
+                characters=len(request.reply),
+            )
+            for request, tokens in zip(requests, scored, strict=True)
+        ]
 
     # -- generation ------------------------------------------------------------------------
 
