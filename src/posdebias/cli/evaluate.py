@@ -26,7 +26,8 @@ def add_row_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--decoders",
         help="comma-separated decoder names: generated, instruction, chain_of_thought, "
-        "self_consistency, sofa (rows that run the model themselves; none by default)",
+        "self_consistency, sofa, cloze, cloze_mean (rows that run the model themselves; none "
+        "by default)",
     )
 
 
