@@ -249,6 +249,14 @@ def test_an_unknown_decoder_is_refused_before_any_work(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_decoder_the_adapter_cannot_run_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert sweep("tau", out, "--decoders", "cloze") == 2  # the simulated model scores no text
+    err = capsys.readouterr().err
+    assert "cannot score a text as the model's reply" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def _finished_decoder_study(tmp_path: Path) -> tuple[Path, list[str]]:
     out = tmp_path / "study"
     args = ["--values", "1", "--count", "4", "--orders", "2", "--decoders", "generated"]
