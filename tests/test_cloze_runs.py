@@ -141,3 +141,23 @@ def test_no_diagnosis_without_what_it_rests_on(cloze_run, tmp_path, at_chance, e
     run = tmp_path / "edited"
     edited_run(cloze_run, run, edited)
     assert content_diagnosis(EvaluationResults.load(run / "results.json")) is None
+
+
+def test_a_sweep_leaves_rstd_and_cons_of_a_cloze_row_empty(tmp_path):
+    import csv
+
+    out, config = tmp_path / "study", tmp_path / "text.yaml"
+    config.write_text(
+        "task: multiple_choice\ncalibrators: [vanilla, attention_guided]\ndecoders: [cloze]\n"
+    )
+    args = ["--values", "1,5", "--count", "4", "--orders", "2", "--out", str(out)]
+    assert main(["sweep", "tau", "--config", str(config), *args]) == 0
+    with open(out / "results.csv", encoding="utf-8", newline="") as handle:
+        rows = {(row["point"], row["calibrator"]): row for row in csv.DictReader(handle)}
+    for point in ("tau=1", "tau=5"):
+        cloze, vanilla = rows[(point, "cloze")], rows[(point, "vanilla")]
+        assert cloze["rstd"] == cloze["consistency"] == cloze["rstd_low"] == ""
+        assert float(cloze["accuracy"]) >= 0 and vanilla["rstd"] != ""
+    report = (out / "report.md").read_text()
+    assert "an order-independent row (cloze)" in report
+    assert (out / "figure.png").stat().st_size > 0

@@ -440,6 +440,8 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
                     next(r for r in rows if r["point"] == p and r["calibrator"] == label)
                     for p in points
                 ]
+                if any(r[metric] in (None, "") for r in mine):
+                    continue  # an order-independent row (cloze) has no RStd or Cons.
                 values = [float(r[metric]) for r in mine]
                 bands = [
                     None if band is None else Interval(value=v, low=band[0], high=band[1])
@@ -467,6 +469,8 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
         for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
             for k, label in enumerate(labels):
                 mine = [row for row in rows if row["calibrator"] == label]
+                if any(r[metric] in (None, "") for r in mine):
+                    continue  # an order-independent row (cloze) has no RStd or Cons.
                 xs = [float(r["value"]) for r in mine]
                 style = line_style(k)
                 axis.plot(

@@ -107,6 +107,12 @@ def write_sweep_report(
         "shaded bands or error bars.",
         "",
     ]
+    if any(row["rstd"] in (None, "") for row in rows):
+        lines += [
+            "RStd and Cons. `-`: an order-independent row (cloze), which chooses the same "
+            "option under every order by construction, so it has no position bias to measure.",
+            "",
+        ]
     for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
         lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
         lines.append("|---" * (len(labels) + 1) + "|")
@@ -115,6 +121,9 @@ def write_sweep_report(
             cells = []
             for label in labels:
                 value = mine[label][metric]
+                if value in (None, ""):
+                    cells.append("-")  # an order-independent row (cloze): not measured
+                    continue
                 cell = (
                     f"{value:.2f} +- {mine[label]['accuracy_std']:.2f}"
                     if metric == "accuracy"

@@ -44,6 +44,17 @@ class _KeyRecorder(ObservationCache):
         self.inner.put(key, observation)
 
 
+#: The columns an order-independent row (cloze) leaves empty (see posdebias.evaluation.table).
+ORDER_METRICS = (
+    "rstd",
+    "rstd_low",
+    "rstd_high",
+    "consistency",
+    "consistency_low",
+    "consistency_high",
+)
+
+
 def _digest(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
@@ -113,31 +124,32 @@ def run_point(
         m = row.metrics
         passes = row.cost.forward_passes_per_instance
         ci = statistics.rows[label]
-        rows.append(
-            {
-                "study": study,
-                "point": point.label,
-                "value": point.value,
-                "calibration_benchmark": point.calibration_benchmark,
-                "benchmark": point.benchmark,
-                "n": results.n,
-                "orders": results.orders,
-                "instances": results.num_instances,
-                "calibration_instances": len(results.calibration_ids),
-                "calibrator": label,
-                "accuracy": round(m.accuracy_mean, 4),
-                "accuracy_std": round(m.accuracy_std, 4),
-                "accuracy_low": round(ci.accuracy.low, 4),
-                "accuracy_high": round(ci.accuracy.high, 4),
-                "rstd": round(m.rstd, 4),
-                "rstd_low": round(ci.rstd.low, 4),
-                "rstd_high": round(ci.rstd.high, 4),
-                "consistency": round(m.consistency, 4),
-                "consistency_low": round(ci.consistency.low, 4),
-                "consistency_high": round(ci.consistency.high, 4),
-                "forward_passes_per_instance": int(passes)
-                if float(passes).is_integer()
-                else round(passes, 4),
-            }
-        )
+        entry: dict[str, Any] = {
+            "study": study,
+            "point": point.label,
+            "value": point.value,
+            "calibration_benchmark": point.calibration_benchmark,
+            "benchmark": point.benchmark,
+            "n": results.n,
+            "orders": results.orders,
+            "instances": results.num_instances,
+            "calibration_instances": len(results.calibration_ids),
+            "calibrator": label,
+            "accuracy": round(m.accuracy_mean, 4),
+            "accuracy_std": round(m.accuracy_std, 4),
+            "accuracy_low": round(ci.accuracy.low, 4),
+            "accuracy_high": round(ci.accuracy.high, 4),
+            "rstd": round(m.rstd, 4),
+            "rstd_low": round(ci.rstd.low, 4),
+            "rstd_high": round(ci.rstd.high, 4),
+            "consistency": round(m.consistency, 4),
+            "consistency_low": round(ci.consistency.low, 4),
+            "consistency_high": round(ci.consistency.high, 4),
+            "forward_passes_per_instance": int(passes)
+            if float(passes).is_integer()
+            else round(passes, 4),
+        }
+        if row.order_independent:  # the same choice in every order: no position bias to measure
+            entry.update(dict.fromkeys(ORDER_METRICS))
+        rows.append(entry)
     return rows, sorted(_digest(key) for key in recorder.keys), recorder.made

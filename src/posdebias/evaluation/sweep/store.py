@@ -67,8 +67,9 @@ class PointRow(_Saved):
     calibrator: str
     accuracy: Percent
     accuracy_std: Spread
-    rstd: Spread
-    consistency: Percent
+    # None for an order-independent row (cloze): no position bias to measure
+    rstd: Spread | None
+    consistency: Percent | None
     # 95% bootstrap intervals; absent in points an older version wrote
     accuracy_low: Percent | None = None
     accuracy_high: Percent | None = None
