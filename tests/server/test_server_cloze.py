@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_server_errors import Server, adapter
 
-from posdebias.adapters.base import ReplyRequest
+from posdebias.adapters import ReplyRequest
 from posdebias.core.instance import Instance
 from posdebias.decoders.cloze import Cloze, ClozeMean
 from posdebias.errors import AdapterError

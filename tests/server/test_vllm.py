@@ -115,7 +115,7 @@ def max_gap(got, want) -> float:
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_cloze_scores_equal_the_hf_adapter(vllm_server, hf_adapters, questions, endpoint):
-    from posdebias.adapters.base import ReplyRequest
+    from posdebias.adapters import ReplyRequest
 
     server = served(vllm_server, endpoint=endpoint, tokenizer=str(vllm_server.model))
     requests = [

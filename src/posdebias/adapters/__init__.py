@@ -12,7 +12,17 @@ from posdebias.adapters.base import (
     AdapterOptions,
     Generation,
     GenerationSettings,
+    ReplyRequest,
+    ReplyScore,
     SofaSettings,
 )
 
-__all__ = ["Adapter", "AdapterOptions", "Generation", "GenerationSettings", "SofaSettings"]
+__all__ = [
+    "Adapter",
+    "AdapterOptions",
+    "Generation",
+    "GenerationSettings",
+    "ReplyRequest",
+    "ReplyScore",
+    "SofaSettings",
+]
