@@ -12,7 +12,12 @@ from posdebias.core.tasks import candidate_noun
 from posdebias.errors import OutputError
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
-from posdebias.evaluation.statistics import Interval, PairedComparison, RunStatistics
+from posdebias.evaluation.statistics import (
+    INTERVAL_METHOD,
+    Interval,
+    PairedComparison,
+    RunStatistics,
+)
 from posdebias.evaluation.table import interval_text, plain_results_table
 
 FIGURES = "figures"
@@ -53,10 +58,15 @@ def comparison_lines(comparisons: list[PairedComparison]) -> list[str]:
 def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[str]:
     n = results.n
     boot = stats.bootstrap
+    method = (
+        "percentiles moved by the bootstrap's median bias, so each holds its estimate"
+        if boot.method == INTERVAL_METHOD
+        else f"{boot.method} method"
+    )
     lines = [
         "",
-        f"[low, high]: 95% percentile bootstrap interval over the test instances ({boot.resamples} "
-        f"resamples, seed {boot.seed}; all orders of an instance resampled together).",
+        f"[low, high]: 95% bootstrap interval over the test instances ({boot.resamples} "
+        f"resamples, seed {boot.seed}; all orders of an instance resampled together; {method}).",
     ]
     if stats.comparisons:
         lines += [
