@@ -100,3 +100,47 @@ def test_an_interval_at_the_edge_of_its_range_stays_in_it(value):
 def test_a_degenerate_bootstrap_gives_the_point():
     ci = bootstrap_interval(80.0, np.full(100, 80.0))
     assert (ci.low, ci.value, ci.high) == (80.0, 80.0, 80.0)
+
+
+# ---------------------------------------------------------------------- one cost model
+
+
+def _run(tmp_path, name, calibrators):
+    config = load_config(
+        None,
+        adapter="synthetic",
+        count=20,
+        orders=3,
+        calibrators=[{"name": c} for c in calibrators],
+        out=str(tmp_path / name),
+    )
+    results = run_evaluation(config)
+    assert results is not None
+    return results
+
+
+def _logged_observations(run) -> int:
+    return sum(len(path.read_text().splitlines()) for path in run.glob("**/observations*.jsonl"))
+
+
+def test_a_vanilla_run_spends_no_forward_pass_on_calibration(tmp_path):
+    results = _run(tmp_path, "vanilla", ["vanilla"])
+    # 20 instances x 3 orders and nothing else: the calibration set is never observed
+    assert _logged_observations(tmp_path / "vanilla") == 20 * 3
+    assert results.calibrators["vanilla"].cost.forward_passes_per_instance == 3
+    fitted = _run(tmp_path, "pride", ["vanilla", "pride"])
+    assert _logged_observations(tmp_path / "pride") > 20 * 3  # PriDe fits: it observes more
+    assert fitted.calibrators["vanilla"].cost.forward_passes_per_instance == 3
+
+
+@pytest.mark.parametrize("rows", [["vanilla"], ["batch", "vanilla"], ["vanilla", "pride"]])
+def test_seconds_follow_one_cost_model_whatever_observed_first(tmp_path, rows):
+    """Batch calibration observes every test view while fitting, so vanilla's passes are all
+    cached when it decides: its seconds still count them at the run's cost of a pass."""
+    results = _run(tmp_path, "run", rows)
+    timing = results.timing
+    per_pass = timing.seconds_per_forward_pass
+    assert per_pass is not None and per_pass > 0
+    for label, row in results.calibrators.items():
+        passes = row.cost.forward_passes_per_instance
+        assert timing.seconds_per_instance[label] >= passes * per_pass

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -140,8 +141,9 @@ def check_resamples(resamples: int) -> int:
     return resamples
 
 
-def resample_weights(instances: int, resamples: int, seed: int) -> np.ndarray:
-    """[B, I] multiplicities: how often each instance appears in each bootstrap resample."""
+def resample_weights(instances: int, resamples: int, seed: int | list[int]) -> np.ndarray:
+    """[B, I] multiplicities: how often each instance appears in each bootstrap resample
+    (``seed``: an int, or a list such as ``[seed, group]`` for a stratum of its own)."""
     check_resamples(resamples)
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, instances, size=(resamples, instances))
@@ -228,6 +230,32 @@ def cyclic_orders(orders: np.ndarray) -> bool:
     return True
 
 
+#: The headline measures (the paper's table) and the range each lives in.
+HEADLINE = {"accuracy": PERCENT, "rstd": SPREAD, "consistency": PERCENT}
+
+
+def headline_samples(
+    outcome: Outcomes, n: int, weights: np.ndarray
+) -> dict[str, tuple[Any, np.ndarray]]:
+    """Acc, RStd and Cons. of one row: (the estimate, its [B] bootstrap values) each, on the
+    resamples ``weights`` ([B, I]); and the recalls by position with theirs ("recall")."""
+    targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
+    instances = targets.shape[0]
+    correct = targets == choices
+    per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
+    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
+    positions = np.arange(n)
+    counts = (targets[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
+    hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
+    recall, recall_samples = _pooled(weights, hits, counts, hits)
+    return {
+        "accuracy": (100.0 * per_instance.mean(), 100.0 * (weights @ per_instance) / instances),
+        "consistency": (100.0 * same.mean(), 100.0 * (weights @ same.astype(float)) / instances),
+        "rstd": (float(_rstd(recall)[0]), _rstd(recall_samples)),
+        "recall": (recall, recall_samples),
+    }
+
+
 def row_statistics(
     outcome: Outcomes, n: int, weights: np.ndarray, circular: bool, level: float = LEVEL
 ) -> RowStatistics:
@@ -235,19 +263,12 @@ def row_statistics(
     targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
     instances, orders = targets.shape
     correct = targets == choices
-    per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
-    accuracy = bootstrap_interval(
-        100.0 * per_instance.mean(), 100.0 * (weights @ per_instance) / instances, level, PERCENT
-    )
-    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
-    consistency = bootstrap_interval(
-        100.0 * same.mean(), 100.0 * (weights @ same.astype(float)) / instances, level, PERCENT
+    found = headline_samples(outcome, n, weights)
+    accuracy, rstd, consistency = (
+        bootstrap_interval(*found[name], level, bounds) for name, bounds in HEADLINE.items()
     )
     positions = np.arange(n)
-    counts = (targets[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
-    hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
-    recall, recall_samples = _pooled(weights, hits, counts, hits)
-    rstd = bootstrap_interval(float(_rstd(recall)[0]), _rstd(recall_samples), level, SPREAD)
+    recall, recall_samples = found["recall"]
     by_position: list[Interval | None] = []
     for position in range(n):
         column = recall_samples[:, position]
