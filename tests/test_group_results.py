@@ -133,3 +133,54 @@ def test_report_format_refuses_an_unknown_format(mmlu_run, capsys):
         main(["report", str(mmlu_run), "--format", "xlsx"])
     assert exit_info.value.code == 2
     assert "xlsx" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section", ["groups", "ranking"])
+def test_a_section_naming_another_row_is_refused_before_writing(mmlu_run, tmp_path, capsys,
+                                                                 section):  # fmt: skip
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    payload = json.loads((mmlu_run / "results.json").read_text())
+    payload[section]["rows"]["ghost"] = payload[section]["rows"].pop("pride")
+    (edited / "results.json").write_text(json.dumps(payload))
+    capsys.readouterr()
+    assert main(["report", str(edited), "--format", "csv"]) == 2
+    assert f"{section}.rows names ['ghost']" in capsys.readouterr().err
+    assert sorted(p.name for p in edited.iterdir()) == ["results.json"]
+
+
+@pytest.mark.parametrize(
+    ("source", "row", "group"),
+    [
+        (
+            "blink",
+            {
+                "idx": "b1",
+                "sub_task": "Jigsaw",
+                "question": "q?",
+                "choices": ["x", "y"],
+                "answer": "(A)",
+            },
+            "Jigsaw",
+        ),
+        (
+            "muirbench",
+            {
+                "idx": "m1",
+                "task": "Counting",
+                "question": "q?",
+                "options": ["x", "y"],
+                "answer": "A",
+                "image_list": [],
+            },
+            "Counting",
+        ),
+    ],
+)
+def test_builds_mark_the_group_of_blink_and_muirbench(tmp_path, source, row, group):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "bench"
+    assert main(["build", "--source", source, "--data", str(data), "--out", str(out)]) == 0
+    line = json.loads((out / "benchmark.jsonl").read_text())
+    assert line["meta"]["group"] == group
