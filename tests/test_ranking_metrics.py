@@ -125,7 +125,7 @@ def _record(rankings):
         "orders": [[0, 1, 2]],
         "targets": [0],
         "choices": {"v": [1]},
-        "chosen_images": {"v": [1]},
+        "chosen": {"v": [1]},
         "rankings": rankings,
     }
 
