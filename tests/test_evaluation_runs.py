@@ -114,9 +114,13 @@ def test_adding_a_calibrator_to_a_finished_run_reuses_observations(tmp_path):
         )
         == 0
     )
-    assert (run / "observations.jsonl").read_text().count("\n") == lines_before  # no forward
+    lines = (run / "observations.jsonl").read_text().splitlines()
     results = EvaluationResults.load(run / "results.json")
     assert set(results.calibrators) == {"vanilla", "attention_guided", "pride"}
+    # no test view is observed again; only the calibration set, which vanilla alone never
+    # needed (a calibrator that needs no fit costs no forward pass)
+    added = {json.loads(line)["key"].split("#")[0] for line in lines[lines_before:]}
+    assert added and added <= set(results.calibration_ids)
 
 
 def test_existing_run_directory_needs_resume_and_same_configuration(tmp_path, capsys):

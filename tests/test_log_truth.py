@@ -51,6 +51,11 @@ def other_orders(row: dict) -> None:
     ]
     for label, choices in row["choices"].items():
         row["chosen"][label] = [order[c] for order, c in zip(row["orders"], choices, strict=True)]
+    for label, ranked in row.get("rankings", {}).items():  # the chosen candidate first
+        row["rankings"][label] = [
+            [image, *(k for k in ranking if k != image)]
+            for ranking, image in zip(ranked, row["chosen"][label], strict=True)
+        ]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,11 @@ Sources (``posdebias build --task KIND --source S --data PATH``):
   ``qrels/<split>.tsv``): per query its most relevant passage plus N-1 negatives, drawn at
   random (setting ``random``, seeded) or the passages BM25 ranks highest for the query among
   those the qrels do not mark relevant (setting ``adversarial``); the right passage's position
-  is drawn with the seed.
+  is drawn with the seed. Each line keeps the qrels grades of its candidates
+  (``meta.relevance``, for nDCG) and the folder's name as its group (``meta.group``).
+
+Groups: MMLU's subject, BLINK's ``sub_task`` and MuirBench's ``task`` become ``meta.group``,
+which a run's results break down by.
 
 Where questions have different numbers of options, ``-N`` keeps those with N (default: the
 most common N); the others are counted in the manifest (``counts.skipped_other_n``).
@@ -297,7 +301,7 @@ def read_mmlu(path: Path) -> _Read:
                         texts=list(texts),
                         images=[None] * len(texts),
                         target=target,
-                        meta={"subject": subject},
+                        meta={"subject": subject, "group": subject},
                     )
                 )
         except csv.Error as exc:
@@ -360,11 +364,22 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
                 images=[None] * len(texts),
                 target=target,
                 stem_images=[s for s in stems if s is not None],
-                meta=dict(list(meta.items())[:16]),
+                meta=_grouped(dict(list(meta.items())[:16]), ("sub_task", "task")),
             )
         )
     problems.raise_any("Fix the file.")
     return _Read(items=items, files=[path], root=root)
+
+
+def _grouped(
+    meta: dict[str, str | int | float | bool], keys: tuple[str, ...]
+) -> dict[str, str | int | float | bool]:
+    """``meta`` with ``group`` set to the first of ``keys`` it has (BLINK's ``sub_task``,
+    MuirBench's ``task``): the per-group rows of a run's results read it."""
+    for key in keys:
+        if isinstance(meta.get(key), str) and "group" not in meta:
+            return {**meta, "group": meta[key]}
+    return meta
 
 
 # -------------------------------------------------------------------------- pairwise judge
@@ -616,7 +631,11 @@ def read_beir(
                 texts=[corpus[doc] for doc in chosen],
                 images=[None] * n,
                 target=target,
-                meta={"passages": ",".join(chosen)[:2000]},
+                meta={
+                    "passages": ",".join(chosen)[:2000],
+                    "relevance": ",".join(f"{max(judged.get(doc, 0.0), 0.0):g}" for doc in chosen),
+                    "group": folder.resolve().name[:200],
+                },
             )
         )
     return _Read(items=items, files=[corpus_file, queries_file, qrels_file], root=folder)

@@ -8,6 +8,7 @@ from posdebias.calibrators.batch import Batch
 from posdebias.calibrators.contextual import Contextual
 from posdebias.calibrators.label_free import LabelFree
 from posdebias.calibrators.permutation_average import PermutationAverage
+from posdebias.calibrators.permutation_self_consistency import PermutationSelfConsistency
 from posdebias.calibrators.pride import PriDe
 from posdebias.calibrators.purified_attention import PurifiedAttention
 from posdebias.calibrators.vanilla import Vanilla
@@ -21,6 +22,7 @@ __all__ = [
     "Contextual",
     "LabelFree",
     "PermutationAverage",
+    "PermutationSelfConsistency",
     "PriDe",
     "PurifiedAttention",
     "Vanilla",

@@ -35,10 +35,9 @@ from posdebias.errors import ConfigError, InputError
 DEFAULT_RANDOM_COUNT = 16
 
 
-class PermutationAverageOptions(CalibratorOptions):
-    average: Literal["log", "prob"] = Field(
-        default="log", description="average log-scores (log) or probabilities (prob) over orders"
-    )
+class OrderOptions(CalibratorOptions):
+    """Which candidate orders a calibrator that combines several orders observes."""
+
     permutations: Literal["cyclic", "random"] = Field(
         default="cyclic", description="the N cyclic shifts, or random distinct permutations"
     )
@@ -55,6 +54,12 @@ class PermutationAverageOptions(CalibratorOptions):
         default="shared",
         description="random permutations drawn once for every instance, or afresh per "
         "instance and order (the authors' code)",
+    )
+
+
+class PermutationAverageOptions(OrderOptions):
+    average: Literal["log", "prob"] = Field(
+        default="log", description="average log-scores (log) or probabilities (prob) over orders"
     )
 
 
@@ -82,12 +87,13 @@ def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
     return chosen
 
 
-class PermutationAverage(Calibrator):
-    name = "permutation_average"
-    Options = PermutationAverageOptions
-    options: PermutationAverageOptions
+class OrderCombiner(Calibrator):
+    """Base of the calibrators that combine the observations of several candidate orders of
+    an instance (one forward pass each): which orders (:class:`OrderOptions`) and the label
+    scores of each, by candidate."""
+
+    options: OrderOptions
     needs_rotations = True
-    summary = "average label scores over several candidate orders (one forward pass each)"
 
     def permutations(self, n: int, seed: int | None = None) -> list[np.ndarray]:
         count = self.options.count
@@ -99,7 +105,7 @@ class PermutationAverage(Calibrator):
             )
         if count is not None and count > n:
             raise ConfigError(
-                f"permutation_average: count {count} exceeds the N={n} cyclic shifts; use "
+                f"{self.name}: count {count} exceeds the N={n} cyclic shifts; use "
                 "permutations: random for more orders"
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
@@ -108,6 +114,31 @@ class PermutationAverage(Calibrator):
         if self.options.permutations == "random" and self.options.draw == "per_instance":
             return self.permutations(instance.n, instance_seed(self.options.seed, instance))
         return self.permutations(instance.n)
+
+    def _scores_by_candidate(
+        self,
+        observation: Observation,
+        rotations: Sequence[Observation] | None,
+        orders: Sequence[np.ndarray] | None,
+    ) -> np.ndarray:
+        """[orders, N] label scores of every observed order, by the view's candidate position
+        (the view's candidate k sits at position argsort(order)[k] of the permuted order)."""
+        if orders is None:
+            if self.options.permutations == "random" and self.options.draw == "per_instance":
+                raise InputError(
+                    f"{self.name} with draw: per_instance needs the orders of the instance "
+                    "(predict(..., orders=calibrator.permutations_for(instance)))"
+                )
+            orders = self.permutations(observation.n)
+        assert rotations is not None  # predict() checks there is one observation per order
+        return scores_by_candidate(rotations, orders)
+
+
+class PermutationAverage(OrderCombiner):
+    name = "permutation_average"
+    Options = PermutationAverageOptions
+    options: PermutationAverageOptions
+    summary = "average label scores over several candidate orders (one forward pass each)"
 
     def _predict(
         self,
@@ -124,15 +155,27 @@ class PermutationAverage(Calibrator):
         rotations: Sequence[Observation] | None,
         orders: Sequence[np.ndarray] | None,
     ) -> Prediction:
-        if orders is None:
-            if self.options.permutations == "random" and self.options.draw == "per_instance":
-                raise InputError(
-                    "permutation_average with draw: per_instance needs the orders of the "
-                    "instance (predict(..., orders=calibrator.permutations_for(instance)))"
-                )
-            orders = self.permutations(observation.n)
-        assert rotations is not None  # predict() checks there is one observation per order
-        return Prediction(scores=averaged_over_orders(rotations, orders, self.options.average))
+        per_order = self._scores_by_candidate(observation, rotations, orders)
+        return Prediction(scores=averaged_scores(per_order, self.options.average))
+
+
+def scores_by_candidate(
+    rotations: Sequence[Observation], orders: Sequence[np.ndarray]
+) -> np.ndarray:
+    """[orders, N] label scores of every observed order, mapped back to the view's positions
+    (the view's candidate k sits at position argsort(order)[k] of the permuted order)."""
+    return np.stack(
+        [
+            observed.label_logprobs[np.argsort(order)]
+            for order, observed in zip(orders, rotations, strict=True)
+        ]
+    )
+
+
+def averaged_scores(per_order: np.ndarray, average: Literal["log", "prob"] = "log") -> np.ndarray:
+    """[orders, N] scores by candidate averaged (log-scores, or probabilities), renormalised."""
+    averaged = per_order.mean(axis=0) if average == "log" else log_mean_exp(per_order, axis=0)
+    return log_softmax(averaged)
 
 
 def averaged_over_orders(
@@ -143,15 +186,7 @@ def averaged_over_orders(
     """Each order's label scores mapped back to the view's positions and averaged (log-scores,
     or probabilities), renormalised: permutation averaging (also PriDe's permutation-based
     debiasing of its estimation items)."""
-    # the view's image k sits at position argsort(order)[k] of the permuted order
-    per_order = np.stack(
-        [
-            observed.label_logprobs[np.argsort(order)]
-            for order, observed in zip(orders, rotations, strict=True)
-        ]
-    )
-    averaged = per_order.mean(axis=0) if average == "log" else log_mean_exp(per_order, axis=0)
-    return log_softmax(averaged)
+    return averaged_scores(scores_by_candidate(rotations, orders), average)
 
 
 @hookimpl

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.table import Table
@@ -17,6 +18,8 @@ from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.compare import RunComparison, compare_runs
 from posdebias.evaluation.diagnosis import run_notes
+from posdebias.evaluation.export import FORMATS as EXPORT_FORMATS
+from posdebias.evaluation.export import export
 from posdebias.evaluation.report import p_value_text, write_report
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import check_resamples
@@ -47,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="--compare: seed of the bootstrap resamples (0)"
     )
+    parser.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default=None,
+        help="print the run's tables as csv, latex or markdown for pasting (nothing is written)",
+    )
     add_ci_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -64,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     if args.run_dir is None:
         raise InputError("name a run directory (RUN_DIR) or two with --compare RUN_A RUN_B")
     results = EvaluationResults.load(args.run_dir / "results.json")  # validated before writing
+    if args.format is not None:
+        sys.stdout.write(export(results, args.format))  # every cell escaped for its format
+        return 0
     console = make_console()
     print_results_table(
         results.metrics(),

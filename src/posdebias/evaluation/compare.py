@@ -26,10 +26,13 @@ from posdebias.evaluation.protocol import get_protocol
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.runner import InstanceRecord, check_logged_truth
 from posdebias.evaluation.statistics import (
+    DIFFERENCE,
+    LEVEL,
+    PERCENT,
     BootstrapSettings,
     Interval,
+    bootstrap_interval,
     mcnemar_exact,
-    percentile_interval,
     resample_weights,
 )
 from posdebias.evaluation.store import RunDirectory
@@ -166,9 +169,9 @@ def compare_runs(
         per_a = np.bincount(owner, weights=right_a, minlength=len(instances))
         per_b = np.bincount(owner, weights=right_b, minlength=len(instances))
 
-        def interval(per: np.ndarray) -> Interval:
-            return percentile_interval(
-                100.0 * per.sum() / counts.sum(), 100.0 * (weights @ per) / totals
+        def interval(per: np.ndarray, bounds: tuple[float, float] = PERCENT) -> Interval:
+            return bootstrap_interval(
+                100.0 * per.sum() / counts.sum(), 100.0 * (weights @ per) / totals, LEVEL, bounds
             )
 
         a_only = int(np.sum((right_a == 1) & (right_b == 0)))
@@ -178,7 +181,7 @@ def compare_runs(
                 row=label,
                 accuracy_a=interval(per_a),
                 accuracy_b=interval(per_b),
-                difference=interval(per_b - per_a),
+                difference=interval(per_b - per_a, DIFFERENCE),
                 a_only=a_only,
                 b_only=b_only,
                 p_value=mcnemar_exact(a_only, b_only),

@@ -129,6 +129,31 @@ def legend_below(figure: Any, axis: Any, entries: int) -> Any:
     )
 
 
+#: Most tick labels an axis of a page-wide figure shows (more overlap at 7 pt).
+MAX_TICKS = 16
+
+
+def tick_positions(count: int, most: int = MAX_TICKS) -> list[int]:
+    """Indices of at most ``most`` evenly spaced ticks of ``count`` categories, always the
+    first and last (every one when they fit)."""
+    if count <= most:
+        return list(range(count))
+    step = -(-(count - 1) // (most - 1))
+    shown = list(range(0, count, step))
+    if shown[-1] != count - 1:
+        shown[-1] = count - 1  # the last category is labelled; its neighbour gives way
+    return shown
+
+
+def panel_title(label: str, detail: str, width: int = 24) -> str:
+    """A heat-map panel's title that fits its panel: the label cut to ``width`` characters
+    (an ellipsis marks the cut), the detail on its own line."""
+    text = plain(label)
+    if len(text) > width:
+        text = text[: width - 1] + "\u2026"
+    return f"{text}\n{detail}"
+
+
 def _errors(intervals: Sequence[Interval | None], values: Sequence[float]) -> np.ndarray:
     """[2, K] error-bar lengths below and above each value (0 where no interval)."""
     pairs = list(zip(values, intervals, strict=True))
@@ -212,19 +237,23 @@ def heat_maps(
         n = matrix.shape[0]
         image = axis.imshow(matrix, cmap="viridis", vmin=0, vmax=scale)
         axis.set_title(name, fontsize=8)
-        axis.set_xticks(range(n), [str(i + 1) for i in range(n)])
-        axis.set_yticks(range(n), [str(i + 1) for i in range(n)])
+        ticks = tick_positions(n, 12)
+        axis.set_xticks(ticks, [str(i + 1) for i in ticks])
+        axis.set_yticks(ticks, [str(i + 1) for i in ticks])
+        axis.tick_params(labelsize=7 if n <= 9 else 5.5, length=2)  # "10 11 12" stay apart
         axis.set_xlabel(xlabel)
         axis.set_ylabel(ylabel)
         axis.spines[:].set_visible(False)
         if n <= 12:
-            size = 8 if n <= 5 else 6 if n <= 8 else 5
+            size = 8 if n <= 5 else 6 if n <= 8 else 5 if n <= 10 else 4.5
             for i in range(n):
                 for j in range(n):
                     value = matrix[i, j]
                     if np.isnan(value):
                         continue
                     text = f"{value:.0f}" if scale > 1 else f"{value:.2f}"
+                    if scale <= 1 and n > 6:  # three characters fit a cell of N = 12
+                        text = text[1:] if text.startswith("0") else f"{value:.1f}"
                     ink = "black" if value > 0.55 * scale else "white"  # viridis: light top
                     axis.text(j, i, text, ha="center", va="center", fontsize=size, color=ink)
     for axis in list(axes.flat)[count:]:
@@ -243,7 +272,7 @@ def confusion_figure(results: EvaluationResults) -> Any:
     for label, result in results.calibrators.items():
         metrics = result.metrics
         matrix = np.array([[np.nan if v is None else v for v in row] for row in metrics.confusion])
-        panels.append((f"{plain(label)} (Acc {metrics.accuracy_mean:.1f}%)", matrix))
+        panels.append((panel_title(label, f"Acc {metrics.accuracy_mean:.1f}%"), matrix))
     return heat_maps(
         panels,
         scale=100.0,
@@ -371,8 +400,10 @@ def layers_figure(results: EvaluationResults) -> Any:
     )
     axes = np.atleast_1d(axes)
     xs = np.arange(len(layers))
-    names = [f"{entry.layer}\n{100 * entry.selected:.0f}%" for entry in layers]
+    shown = tick_positions(len(layers), MAX_TICKS if len(panels) > 1 else MAX_TICKS - 2)
     series = ("right candidate", "prior's favourite position (right candidate elsewhere)")
+    selected = [100.0 * entry.selected for entry in layers]
+    twins = []
     for axis, (title, truth, positional) in zip(axes, panels, strict=True):
         for index, field in enumerate((truth, positional)):
             heights = [getattr(entry, field) for entry in layers]
@@ -387,13 +418,26 @@ def layers_figure(results: EvaluationResults) -> Any:
                 linewidth=0.3,
             )
         axis.axhline(1 / results.n, color="black", linestyle=":", linewidth=0.8, label="chance")
-        axis.set_xticks(xs, names)
-        axis.set_xlabel("layer (selected in % of observations)")
+        axis.set_xticks(shown, [str(layers[k].layer) for k in shown])
+        axis.set_xlim(-0.7, len(layers) - 0.3)
+        axis.set_xlabel("layer")
         axis.set_title(title)
         axis.set_ylim(0, 1)
+        twin = axis.twinx()  # how often the layer is selected: a line, not a crowded label
+        twin.plot(xs, selected, color="black", linewidth=0.8, marker=".", markersize=2.5,
+                  label="layer selected (% of observations, right axis)")  # fmt: skip
+        twin.set_ylim(0, 100)
+        twin.spines["right"].set_visible(True)
+        twins.append(twin)
+    for twin in twins[:-1]:  # one right axis, on the last panel
+        twin.tick_params(right=False, labelright=False)
+        twin.spines["right"].set_visible(False)
+    twins[-1].set_ylabel("selected (%)")
     axes[0].set_ylabel("mean share of the attention on the candidates")
     handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False)
+    more_handles, more_labels = twins[0].get_legend_handles_labels()
+    handles, labels = handles + more_handles, labels + more_labels
+    figure.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
     figure.suptitle(f"Attention per layer ({plain(profile.calibrator)} prior)")
     return figure
 

@@ -51,6 +51,7 @@ from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
+from posdebias.evaluation.groups import group_statistics
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
@@ -59,6 +60,7 @@ from posdebias.evaluation.protocol import (
     get_protocol,
     warn_left_out_layers,
 )
+from posdebias.evaluation.ranking_metrics import check_relevance, ranking_statistics
 from posdebias.evaluation.results import (
     AdapterDescription,
     CalibrationSource,
@@ -519,6 +521,7 @@ def check_run(
         raise InputError("no test instances to evaluate")
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     adapter.check_instances([*source.calibration, *source.test])  # data it would misread
+    check_relevance(source.test)  # graded relevance that cannot be read: before any pass
     n = source.test[0].n
     check_order_count(n, config.orders)  # before any forward pass
     if config.order_kind == "cyclic" and config.orders > n:
@@ -659,10 +662,7 @@ def evaluate_shard(
         cache=prepared.cache,
         decisions=prepared.decisions,
         failures=dict(evaluator.failures),
-        seconds_per_instance={
-            label: cost.per_instance()["seconds_per_instance"]
-            for label, cost in evaluator.costs.items()
-        },
+        seconds_per_instance=evaluator.seconds_per_instance(),
         evaluated_here=len(todo),
         finished=time.perf_counter(),
     )
@@ -785,6 +785,17 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
             calibrators, states, source.test, records, evaluated.cache, config.seed
         ),
         statistics=statistics,
+        ranking=ranking_statistics(
+            records,
+            source.test,
+            labels,
+            baselines=statistics.baselines,
+            resamples=config.resamples,
+            seed=config.seed,
+        ),
+        groups=group_statistics(
+            outcomes, source.test, n, resamples=config.resamples, seed=config.seed
+        ),
         timing=Timing.model_validate(
             {
                 "calibration_seconds": calibrated.fitted - prepared.started,
@@ -792,6 +803,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
                 "total_seconds": time.perf_counter() - prepared.started,
                 "seconds_per_instance": dict(evaluated.seconds_per_instance)
                 | {label: cost.seconds for label, cost in generated_costs.items()},
+                "seconds_per_forward_pass": prepared.cache.seconds_per_pass(),
                 "instances_evaluated_in_this_process": evaluated.evaluated_here,
                 "world_size": prepared.shard.world,
                 **peak_memory(),

@@ -77,6 +77,25 @@ def check_record_row(row: Any) -> None:
         ]
         if shown != expected:
             raise _corrupt(f"{chosen} of {excerpt(label, 40)} disagree with its choices")
+    _check_rankings(row, len(orders), n, chosen)
+
+
+def _check_rankings(row: Mapping[str, Any], orders: int, n: int, chosen: str) -> None:
+    """Optional ``rankings``: per row label with choices, T permutations of the N candidates
+    whose first is the chosen candidate."""
+    rankings = row.get("rankings")
+    if rankings is None:
+        return
+    if not isinstance(rankings, Mapping):
+        raise _corrupt("rankings must be an object of calibrator labels")
+    for label, ranked in rankings.items():
+        images = row[chosen].get(label)
+        if images is None or not isinstance(ranked, list) or len(ranked) != orders:
+            raise _corrupt(f"rankings of {excerpt(label, 40)} do not fit its choices")
+        for ranking, image in zip(ranked, images, strict=True):
+            ranking = _int_list(ranking, f"a ranking of {excerpt(label, 40)}")
+            if sorted(ranking) != list(range(n)) or ranking[0] != image:
+                raise _corrupt(f"a ranking of {excerpt(label, 40)} is no ranking of its choice")
 
 
 def truth_problem(

@@ -11,9 +11,15 @@ from posdebias._text import file_text
 from posdebias.core.tasks import candidate_noun
 from posdebias.errors import OutputError
 from posdebias.evaluation.diagnosis import run_notes
+from posdebias.evaluation.export import markdown_tables, markdown_text
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
-from posdebias.evaluation.statistics import Interval, PairedComparison, RunStatistics
+from posdebias.evaluation.statistics import (
+    INTERVAL_METHOD,
+    Interval,
+    PairedComparison,
+    RunStatistics,
+)
 from posdebias.evaluation.table import interval_text, plain_results_table
 
 FIGURES = "figures"
@@ -54,10 +60,15 @@ def comparison_lines(comparisons: list[PairedComparison]) -> list[str]:
 def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[str]:
     n = results.n
     boot = stats.bootstrap
+    method = (
+        "percentiles moved by the bootstrap's median bias, so each holds its estimate"
+        if boot.method == INTERVAL_METHOD
+        else f"{boot.method} method"
+    )
     lines = [
         "",
-        f"[low, high]: 95% percentile bootstrap interval over the test instances ({boot.resamples} "
-        f"resamples, seed {boot.seed}; all orders of an instance resampled together).",
+        f"[low, high]: 95% bootstrap interval over the test instances ({boot.resamples} "
+        f"resamples, seed {boot.seed}; all orders of an instance resampled together; {method}).",
     ]
     if stats.comparisons:
         lines += [
@@ -118,6 +129,59 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
     return lines
 
 
+def _ranking_lines(results: EvaluationResults) -> list[str]:
+    ranking = results.ranking
+    if ranking is None:
+        return []
+    relevance = (
+        "graded relevance from the benchmark"
+        if ranking.graded
+        else "relevance 1 for the right candidate, 0 for the others"
+    )
+    lines = [
+        "",
+        "## Ranking",
+        "",
+        f"Every row's full ranking of the N candidates in each order, scored with {relevance}: "
+        "nDCG@k (linear gain, normalised by the ideal order of the N candidates), MRR (1 / rank "
+        "of the first relevant candidate) and Recall@k, in %, averaged over orders and "
+        "instances, with 95% intervals from the same instance bootstrap.",
+        "",
+        *markdown_tables(results, keep=lambda title: title.startswith("Ranking")),
+    ]
+    if ranking.comparisons:
+        lines += [
+            "Paired differences (points) against the baseline with their bootstrap interval, "
+            f"and p from a {ranking.test}:",
+            "",
+            "| row | baseline | measure | Δ [95% CI] | p |",
+            "|---|---|---|---:|---:|",
+        ]
+        for c in ranking.comparisons:
+            d = c.difference
+            lines.append(
+                f"| {markdown_text(c.row)} | {markdown_text(c.baseline)} | {c.measure} "
+                f"| {d.value:+.2f} [{d.low:+.1f}, {d.high:+.1f}] | {p_value_text(c.p_value)} |"
+            )
+    return lines
+
+
+def _group_lines(results: EvaluationResults) -> list[str]:
+    groups = results.groups
+    if groups is None:
+        return []
+    return [
+        "",
+        "## Groups",
+        "",
+        f"Per group of the benchmark (`meta.{markdown_text(groups.key)}`): accuracy on the "
+        "group's instances, and the macro average (the unweighted mean over groups) of Acc, "
+        "RStd and Cons.; 95% intervals resample instances within each group.",
+        "",
+        *markdown_tables(results, keep=lambda title: "group" in title.lower()),
+    ]
+
+
 def write_report(results: EvaluationResults, out: str | Path) -> Path:
     """Render every figure (PNG, PDF, SVG) and ``report.md`` into the run directory; returns
     the report path.
@@ -165,6 +229,7 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         ]
     else:
         lines += _statistics_lines(results, stats)
+    lines += _ranking_lines(results) + _group_lines(results)
     lines += [
         "",
         "## Cost",

@@ -32,7 +32,9 @@ from posdebias.decoders.base import Decoder
 from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.divergence import DivergenceProfile
+from posdebias.evaluation.groups import GroupStatistics
 from posdebias.evaluation.metrics import Metrics
+from posdebias.evaluation.ranking_metrics import RankingStatistics
 from posdebias.evaluation.statistics import RunStatistics
 from posdebias.registry import get_registry
 
@@ -112,7 +114,14 @@ class Timing(BaseModel):
     evaluation_seconds: float | None = Field(default=None, description="test instances, s")
     total_seconds: float | None = Field(default=None, description="the whole run, s")
     seconds_per_instance: dict[str, float] = Field(
-        default_factory=dict, description="row -> seconds per test instance (all orders)"
+        default_factory=dict,
+        description="row -> seconds per test instance (all orders): its forward passes x "
+        "seconds_per_forward_pass + its own arithmetic (decoders: their measured decoding)",
+    )
+    seconds_per_forward_pass: float | None = Field(
+        default=None,
+        description="mean seconds of one prompt pass run in this process (calibration and "
+        "evaluation); absent when every observation was reused",
     )
     instances_evaluated_in_this_process: int | None = Field(
         default=None, description="0 when every record was reused by --resume"
@@ -241,6 +250,12 @@ class EvaluationResults(BaseModel):
     statistics: RunStatistics | None = Field(
         default=None, description="intervals and paired tests; absent in files of version 1"
     )
+    ranking: RankingStatistics | None = Field(
+        default=None, description="nDCG@k, MRR, Recall@k of the rows that rank (N >= 3)"
+    )
+    groups: GroupStatistics | None = Field(
+        default=None, description="per-group and macro-averaged rows, when groups are named"
+    )
     timing: Timing = Field(default_factory=Timing)
 
     @model_validator(mode="after")
@@ -265,6 +280,15 @@ class EvaluationResults(BaseModel):
                 raise ValueError(f"calibrators.{label}.metrics holds NaN or infinite values")
         if self.statistics is not None:
             self._statistics_fit(n)
+        sections: dict[str, Mapping[str, object]] = {
+            "ranking.rows": self.ranking.rows if self.ranking else {},
+            "groups.rows": self.groups.rows if self.groups else {},
+            "groups.macro": self.groups.macro if self.groups else {},
+        }
+        for name, rows in sections.items():
+            unknown = [label for label in rows if label not in self.calibrators]
+            if unknown:
+                raise ValueError(f"{name} names {unknown[:3]}, not rows of calibrators")
         if self.divergence is not None:
             for name in ("label_probabilities", "raw_attention", "purified_attention"):
                 matrix = getattr(self.divergence, name)

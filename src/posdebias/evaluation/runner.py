@@ -129,10 +129,21 @@ def instance_orders(
 
 
 class ObservationCache:
-    """In-memory observations by :func:`observation_key`; subclasses may persist them."""
+    """In-memory observations by :func:`observation_key`; subclasses may persist them.
+
+    It also keeps the run's one measure of a forward pass's cost: the seconds and the number
+    of the passes :func:`observe_cached` ran in this process (observations read from a log or
+    reused from the cache cost nothing and are not counted).
+    """
 
     def __init__(self) -> None:
         self._store: dict[str, Observation] = {}
+        self.pass_seconds = 0.0
+        self.passes = 0
+
+    def seconds_per_pass(self) -> float | None:
+        """Mean wall seconds of one forward pass run in this process; None before any."""
+        return self.pass_seconds / self.passes if self.passes else None
 
     def get(self, key: str) -> Observation | None:
         return self._store.get(key)
@@ -150,9 +161,9 @@ def observe_cached(
     cache: ObservationCache,
     *,
     batch_size: int = 1,
-    timings: dict[str, float] | None = None,
 ) -> list[Observation]:
-    """Observations of ``instances``, running the model only for keys not in ``cache``."""
+    """Observations of ``instances``, running the model only for keys not in ``cache`` (their
+    seconds are added to the cache's cost of a pass)."""
     keys = [observation_key(instance) for instance in instances]
     missing: dict[str, RetrievalInstance] = {}
     for key, instance in zip(keys, instances, strict=True):
@@ -161,11 +172,10 @@ def observe_cached(
     if missing:
         started = time.perf_counter()
         observed = _observe(adapter, list(missing.values()), batch_size)
-        elapsed = (time.perf_counter() - started) / len(missing)
+        cache.pass_seconds += time.perf_counter() - started
+        cache.passes += len(missing)
         for key, observation in zip(missing, observed, strict=True):
             cache.put(key, observation)
-            if timings is not None:
-                timings[key] = elapsed
     # the key ignores the target, so one cached observation serves a labelled and an
     # unlabelled request: each gets the target of the instance it asked for
     return [
@@ -259,8 +269,8 @@ def fit_calibrators(
     the views its :meth:`~posdebias.calibrators.base.Calibrator.fit_views` asks for
     (``test_views``: every test instance in each of its orders, when the caller knows them).
 
-    The calibration set is observed whenever it is given, even if no calibrator needs it, so a
-    calibrator added to a finished run later finds every observation cached.
+    The calibration set is observed only when a calibrator fits on it: a calibrator that needs
+    no fit (vanilla, permutation_average) costs no forward pass and no second here.
     """
     check_setting("batch_size", batch_size)
     check_calibration_size(len(calibration_instances))
@@ -278,13 +288,18 @@ def fit_calibrators(
         )
     observations: list[Observation] = []
     cache = cache if cache is not None else ObservationCache()
-    if symmetrized:
+    wanted = {
+        label: calibrator.fit_views(symmetrized, test_views)
+        for label, calibrator in calibrators.items()
+        if calibrator.needs_fit
+    }
+    if symmetrized and any(views is None for views in wanted.values()):
         observations = observe_cached(adapter, symmetrized, cache, batch_size=batch_size)
-    own: dict[str, list[Observation]] = {}
-    for label, calibrator in calibrators.items():
-        views = calibrator.fit_views(symmetrized, test_views) if calibrator.needs_fit else None
-        if views is not None:
-            own[label] = observe_cached(adapter, views, cache, batch_size=batch_size)
+    own = {
+        label: observe_cached(adapter, views, cache, batch_size=batch_size)
+        for label, views in wanted.items()
+        if views is not None
+    }
     info = {
         "adapter": adapter.name,
         "calibration_ids": [instance.id for instance in calibration_instances],
@@ -313,7 +328,9 @@ class InstanceRecord:
     ``orders[t]`` is the permutation shown in order t; ``targets[t]`` the truth position there;
     ``choices[label][t]`` the chosen position and ``chosen[label][t]`` the chosen candidate as
     its position in the base (file) order (``chosen_images`` in logs of 0.2).
-    ``fingerprints[label]`` identifies the calibrator that chose (class, options, fitted
+    ``rankings[label][t]`` is a calibrator's whole ranking in order t, candidates as base
+    positions, best first (decoders answer one label and have none; records of older versions
+    neither). ``fingerprints[label]`` identifies the calibrator that chose (class, options, fitted
     state), so a resumed run never reuses a choice of a calibrator that has changed since.
     """
 
@@ -323,6 +340,7 @@ class InstanceRecord:
     choices: dict[str, list[int]] = field(default_factory=dict)
     chosen: dict[str, list[int]] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    rankings: dict[str, list[list[int]]] = field(default_factory=dict)
     #: where a record read from a log came from (``FILE:LINE``), for messages
     logged_at: str = field(default="", compare=False, repr=False)
 
@@ -334,6 +352,7 @@ class InstanceRecord:
             "choices": self.choices,
             "chosen": self.chosen,
             "fingerprints": self.fingerprints,
+            **({"rankings": self.rankings} if self.rankings else {}),
         }
 
     @classmethod
@@ -346,6 +365,7 @@ class InstanceRecord:
             choices=dict(payload["choices"]),
             chosen=dict(payload[chosen_key(payload)]),
             fingerprints=dict(payload.get("fingerprints") or {}),
+            rankings=dict(payload.get("rankings") or {}),
             logged_at=logged_at,
         )
 
@@ -387,18 +407,25 @@ def check_logged_truth(
 
 @dataclass
 class CostAccount:
-    """Per calibrator: forward passes per instance and seconds spent (model + calibrator)."""
+    """Per calibrator: the forward passes its decisions use and the seconds of its own
+    arithmetic (``predict``), over the instances it decided."""
 
     forward_passes: int = 0
     seconds: float = 0.0
     instances: int = 0
 
-    def per_instance(self) -> dict[str, float]:
+    def per_instance(self, seconds_per_pass: float | None) -> dict[str, float]:
+        """Passes and seconds per test instance (all orders). The seconds follow one cost
+        model in every run: ``passes x seconds_per_pass + the calibrator's own seconds``, with
+        the run's mean cost of a pass, however many of the passes were cached or shared with
+        another row. Without a measured pass (all reused) the seconds are left out."""
         count = max(self.instances, 1)
-        return {
-            "forward_passes_per_instance": self.forward_passes / count,
-            "seconds_per_instance": self.seconds / count,
-        }
+        cost = {"forward_passes_per_instance": self.forward_passes / count}
+        if seconds_per_pass is not None:
+            own = self.seconds / count
+            cost["seconds_per_instance"] = cost["forward_passes_per_instance"] * seconds_per_pass
+            cost["seconds_per_instance"] += own
+        return cost
 
 
 class Evaluator:
@@ -435,7 +462,6 @@ class Evaluator:
         self.costs = {label: CostAccount() for label in self.calibrators}
         #: label -> message, for third-party calibrators that raised (dropped from the run)
         self.failures: dict[str, str] = {}
-        self._timings: dict[str, float] = {}
 
     @property
     def needs_rotations(self) -> bool:
@@ -466,13 +492,7 @@ class Evaluator:
         observations = dict(
             zip(
                 (observation_key(v) for v in wanted),
-                observe_cached(
-                    self.adapter,
-                    wanted,
-                    self.cache,
-                    batch_size=self.batch_size,
-                    timings=self._timings,
-                ),
+                observe_cached(self.adapter, wanted, self.cache, batch_size=self.batch_size),
                 strict=True,
             )
         )
@@ -483,7 +503,7 @@ class Evaluator:
         )
         for label, calibrator in list(self.calibrators.items()):
             state = self.states[label]
-            choices, images = [], []
+            choices, images, rankings = [], [], []
             cost = self.costs[label]
             try:
                 for t, view in enumerate(shown):
@@ -501,10 +521,10 @@ class Evaluator:
                         orders=view_orders[label][t],
                     )
                     cost.seconds += time.perf_counter() - started
-                    cost.seconds += sum(self._timings.get(observation_key(v), 0.0) for v in used)
                     cost.forward_passes += len(used)
                     choices.append(prediction.choice)
                     images.append(int(orders[t][prediction.choice]))
+                    rankings.append([int(orders[t][k]) for k in prediction.ranking])
             except Exception as exc:
                 origin = third_party_origin("calibrator", calibrator)
                 if origin is None:
@@ -519,7 +539,19 @@ class Evaluator:
             cost.instances += 1
             record.choices[label] = choices
             record.chosen[label] = images
+            record.rankings[label] = rankings
         return record
+
+    def seconds_per_instance(self) -> dict[str, float]:
+        """Row -> seconds per test instance by :meth:`CostAccount.per_instance`'s one cost
+        model (empty when no forward pass ran in this process to measure a pass by)."""
+        per_pass = self.cache.seconds_per_pass()
+        costs = {label: cost.per_instance(per_pass) for label, cost in self.costs.items()}
+        return {
+            label: cost["seconds_per_instance"]
+            for label, cost in costs.items()
+            if "seconds_per_instance" in cost
+        }
 
     def _drop(self, label: str, message: str) -> None:
         """Stop running a failed third-party calibrator; the others carry on."""

@@ -4,8 +4,11 @@ Inputs are the [I, T] arrays of :mod:`posdebias.evaluation.metrics` (I instances
 
 * **Instance bootstrap**: resample the I instances with replacement (all T orders of an
   instance travel together, so the correlation between the orders of one instance is kept) and
-  recompute each metric; the 95% interval is the 2.5th and 97.5th percentile of the resampled
-  values (percentile bootstrap). The resample draws come from ``numpy.random.default_rng(seed)``
+  recompute each metric. The 95% interval is the median-bias-corrected percentile interval
+  (:func:`bootstrap_interval`): the 2.5th and 97.5th percentiles of the resampled values, moved
+  by the bootstrap's median bias so that the interval always holds its own estimate (RStd, a
+  standard deviation of noisy recalls, is biased upwards in every resample; a plain percentile
+  interval could exclude it). The resample draws come from ``numpy.random.default_rng(seed)``
   and are the same for every row of a run, so two rows' intervals and their paired difference
   come from the same resampled instance sets.
 * **Paired comparison** of a row against a baseline row on the same decisions: the difference
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import comb
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +34,12 @@ from posdebias.errors import InputError
 from posdebias.evaluation.runner import InstanceRecord
 
 LEVEL = 0.95
+#: How every interval of a results file is computed (:func:`bootstrap_interval`).
+INTERVAL_METHOD = "median_bias_corrected_percentile"
+#: The range of a percentage and of a difference of two percentages.
+PERCENT = (0.0, 100.0)
+SPREAD = (0.0, float("inf"))
+DIFFERENCE = (-100.0, 100.0)
 
 
 class Interval(BaseModel):
@@ -38,8 +48,8 @@ class Interval(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     value: float = Field(description="the estimate on all instances")
-    low: float = Field(description="2.5th percentile of the bootstrap distribution")
-    high: float = Field(description="97.5th percentile of the bootstrap distribution")
+    low: float = Field(description="lower end of the 95% interval (<= value)")
+    high: float = Field(description="upper end of the 95% interval (>= value)")
 
 
 class BootstrapSettings(BaseModel):
@@ -50,7 +60,11 @@ class BootstrapSettings(BaseModel):
     resamples: int = Field(description="bootstrap resamples of the test instances")
     seed: int = Field(description="seed of numpy.random.default_rng drawing the resamples")
     level: float = Field(default=LEVEL, description="coverage of each interval")
-    method: str = Field(default="percentile", description="percentile bootstrap")
+    method: str = Field(
+        default=INTERVAL_METHOD,
+        description="median_bias_corrected_percentile: percentiles moved by median(resampled) "
+        "- estimate, clipped to the metric's range; 'percentile' in older files",
+    )
     unit: str = Field(default="instance", description="what is resampled (all its orders kept)")
 
 
@@ -127,8 +141,9 @@ def check_resamples(resamples: int) -> int:
     return resamples
 
 
-def resample_weights(instances: int, resamples: int, seed: int) -> np.ndarray:
-    """[B, I] multiplicities: how often each instance appears in each bootstrap resample."""
+def resample_weights(instances: int, resamples: int, seed: int | list[int]) -> np.ndarray:
+    """[B, I] multiplicities: how often each instance appears in each bootstrap resample
+    (``seed``: an int, or a list such as ``[seed, group]`` for a stratum of its own)."""
     check_resamples(resamples)
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, instances, size=(resamples, instances))
@@ -137,11 +152,31 @@ def resample_weights(instances: int, resamples: int, seed: int) -> np.ndarray:
     return weights
 
 
-def percentile_interval(value: float, samples: np.ndarray, level: float = LEVEL) -> Interval:
-    """The percentile interval of ``samples`` around the estimate ``value``."""
+def bootstrap_interval(
+    value: float,
+    samples: np.ndarray,
+    level: float = LEVEL,
+    bounds: tuple[float, float] = (-float("inf"), float("inf")),
+) -> Interval:
+    """The 95% interval of the estimate ``value`` from its bootstrap ``samples``: the
+    percentile interval moved by the median bias, ``[q_lo - d, q_hi - d]`` with
+    ``d = median(samples) - value``, then clipped to ``bounds`` (the metric's range).
+
+    Why: a statistic that is biased in resamples (RStd, the spread of N noisy recalls) has a
+    percentile interval that can miss its own estimate; moving the percentiles by the median
+    bias (the location form of Efron's bias correction, which measures bias by where the
+    estimate falls among the resamples) keeps the interval's width and shape and always holds
+    the estimate, since ``q_lo <= median <= q_hi``. For an unbiased statistic (an accuracy)
+    ``d`` is close to 0 and the interval is the percentile interval.
+    """
     tail = 100.0 * (1.0 - level) / 2.0
-    low, high = np.percentile(samples, [tail, 100.0 - tail])
-    return Interval(value=float(value), low=float(low), high=float(high))
+    low, middle, high = np.percentile(samples, [tail, 50.0, 100.0 - tail])
+    shift = float(middle) - float(value)
+    low, high = float(low) - shift, float(high) - shift
+    floor, ceiling = bounds
+    low = min(max(low, floor), float(value))  # exact: no rounding may push value outside
+    high = max(min(high, ceiling), float(value))
+    return Interval(value=float(value), low=low, high=high)
 
 
 def mcnemar_exact(row_only: int, baseline_only: int) -> float:
@@ -195,6 +230,32 @@ def cyclic_orders(orders: np.ndarray) -> bool:
     return True
 
 
+#: The headline measures (the paper's table) and the range each lives in.
+HEADLINE = {"accuracy": PERCENT, "rstd": SPREAD, "consistency": PERCENT}
+
+
+def headline_samples(
+    outcome: Outcomes, n: int, weights: np.ndarray
+) -> dict[str, tuple[Any, np.ndarray]]:
+    """Acc, RStd and Cons. of one row: (the estimate, its [B] bootstrap values) each, on the
+    resamples ``weights`` ([B, I]); and the recalls by position with theirs ("recall")."""
+    targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
+    instances = targets.shape[0]
+    correct = targets == choices
+    per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
+    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
+    positions = np.arange(n)
+    counts = (targets[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
+    hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
+    recall, recall_samples = _pooled(weights, hits, counts, hits)
+    return {
+        "accuracy": (100.0 * per_instance.mean(), 100.0 * (weights @ per_instance) / instances),
+        "consistency": (100.0 * same.mean(), 100.0 * (weights @ same.astype(float)) / instances),
+        "rstd": (float(_rstd(recall)[0]), _rstd(recall_samples)),
+        "recall": (recall, recall_samples),
+    }
+
+
 def row_statistics(
     outcome: Outcomes, n: int, weights: np.ndarray, circular: bool, level: float = LEVEL
 ) -> RowStatistics:
@@ -202,19 +263,12 @@ def row_statistics(
     targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
     instances, orders = targets.shape
     correct = targets == choices
-    per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
-    accuracy = percentile_interval(
-        100.0 * per_instance.mean(), 100.0 * (weights @ per_instance) / instances, level
-    )
-    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
-    consistency = percentile_interval(
-        100.0 * same.mean(), 100.0 * (weights @ same.astype(float)) / instances, level
+    found = headline_samples(outcome, n, weights)
+    accuracy, rstd, consistency = (
+        bootstrap_interval(*found[name], level, bounds) for name, bounds in HEADLINE.items()
     )
     positions = np.arange(n)
-    counts = (targets[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
-    hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
-    recall, recall_samples = _pooled(weights, hits, counts, hits)
-    rstd = percentile_interval(float(_rstd(recall)[0]), _rstd(recall_samples), level)
+    recall, recall_samples = found["recall"]
     by_position: list[Interval | None] = []
     for position in range(n):
         column = recall_samples[:, position]
@@ -222,25 +276,28 @@ def row_statistics(
             by_position.append(None)
             continue
         # a resample without the position carries no recall for it: left out of its interval
-        by_position.append(percentile_interval(recall[position], column[~np.isnan(column)], level))
+        kept = column[~np.isnan(column)]
+        by_position.append(bootstrap_interval(recall[position], kept, level, PERCENT))
     picked = (choices[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
     total = np.full_like(picked, float(orders))
     chosen_share, chosen_samples = _pooled(weights, picked, total, picked)
-    choice = [percentile_interval(chosen_share[p], chosen_samples[:, p], level) for p in range(n)]
+    choice = [
+        bootstrap_interval(chosen_share[p], chosen_samples[:, p], level, PERCENT) for p in range(n)
+    ]
     flip: Interval | None = None
     if orders > 1:
         first, second = np.triu_indices(orders, k=1)
         answered = (choices[:, first] >= 0) & (choices[:, second] >= 0)
         changed = (chosen[:, first] != chosen[:, second]) | ~answered
         share = changed.mean(axis=1)
-        flip = percentile_interval(
-            100.0 * share.mean(), 100.0 * (weights @ share) / instances, level
+        flip = bootstrap_interval(
+            100.0 * share.mean(), 100.0 * (weights @ share) / instances, level, PERCENT
         )
     rotations: Interval | None = None
     if circular:
         all_right = correct.all(axis=1).astype(float)
-        rotations = percentile_interval(
-            100.0 * all_right.mean(), 100.0 * (weights @ all_right) / instances, level
+        rotations = bootstrap_interval(
+            100.0 * all_right.mean(), 100.0 * (weights @ all_right) / instances, level, PERCENT
         )
     return RowStatistics(
         accuracy=accuracy,
@@ -269,7 +326,9 @@ def paired_comparison(
         )
     instances, orders = correct_row.shape
     gap = correct_row.astype(float).mean(axis=1) - correct_baseline.astype(float).mean(axis=1)
-    difference = percentile_interval(100.0 * gap.mean(), 100.0 * (weights @ gap) / instances, level)
+    difference = bootstrap_interval(
+        100.0 * gap.mean(), 100.0 * (weights @ gap) / instances, level, DIFFERENCE
+    )
     row_only = int(np.sum(correct_row & ~correct_baseline))
     baseline_only = int(np.sum(~correct_row & correct_baseline))
     return PairedComparison(

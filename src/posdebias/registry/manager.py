@@ -85,6 +85,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.calibrators.purified_attention",
     "posdebias.calibrators.attention_guided",
     "posdebias.calibrators.permutation_average",
+    "posdebias.calibrators.permutation_self_consistency",
     "posdebias.calibrators.label_free",
     "posdebias.calibrators.contextual",
     "posdebias.calibrators.batch",
