@@ -163,8 +163,9 @@ def _state_payload() -> dict:
         ({"attention_prior": [[-0.3, 0.2], [0.25, 0.25]]}, "attention_prior holds negative"),
         ({"attention_prior": [[0.3, -1e-9], [0.25, 0.25]]}, "attention_prior holds negative"),
         ({"attention_prior": [[0.3, 0.2]]}, "attention_prior has 1 layers but num_layers is 2"),
-        ({"bias_matrix": [[-0.6, "NaN"], [-1.9, -0.7]]}, "bias_matrix"),
-        ({"gamma": "Infinity"}, "gamma: Input should be a finite number"),
+        # JSON has no NaN / Infinity: refused as the file is read, before any field
+        ({"bias_matrix": [[-0.6, "NaN"], [-1.9, -0.7]]}, "NaN is no number JSON allows"),
+        ({"gamma": "Infinity"}, "Infinity is no number JSON allows"),
         (
             {"n": 27, "observed_profile": None, "bias_matrix": None, "attention_prior": None},
             "n: Input should be less than or equal to 26",

@@ -6,7 +6,8 @@ Each fenced block is one of:
   ``fragment``: a method or signature out of its class, compiled only; ``service``: a web
   application, served by uvicorn and asked over HTTP by tests/test_serving.py;
 * ``yaml`` / ``json`` / ``toml``: read by the loader that reads such a file (an evaluation or
-  sweep config by default; ``build config``, ``benchmark line``, ``lmms-eval task``);
+  sweep config by default; ``build config``, ``benchmark line``, ``lmms-eval task``,
+  ``lm-eval task``);
 * ``bash`` / ``console``: must say how it runs: ``run`` (each ``posdebias`` command is run, with
   ``with ARGS`` appended to ``evaluate`` commands to keep them small), or ``skip: needs ...``
   (a hub model, a GPU, a data set, minutes): those are skipped here and listed by name;
@@ -63,6 +64,7 @@ _KINDS = (
     "build config",
     "benchmark line",
     "lmms-eval task",
+    "lm-eval task",
     "lmms-eval run",
 )
 _COMMAND = re.compile(r"^\$?\s*(posdebias|python|pip|make|accelerate|lmms-eval|vllm)( |$)")
@@ -341,8 +343,8 @@ def test_command_example_runs_or_says_what_it_needs(example, request):
     run_commands(example, folder, request.getfixturevalue("stand_ins") / "models")
 
 
-def _lmms_eval_task(example: Example) -> None:
-    """An lmms-eval task file: YAML whose ``!function`` tags name functions that exist."""
+def _harness_task(example: Example) -> None:
+    """An lmms-eval or lm-eval task file: YAML whose ``!function`` tags name existing functions."""
     import importlib
 
     functions = []
@@ -381,8 +383,8 @@ def check_config(example: Example, folder: Path) -> None:
         else:
             json.loads(text)
         return
-    if example.marker == "lmms-eval task":
-        _lmms_eval_task(example)
+    if example.marker in ("lmms-eval task", "lm-eval task"):
+        _harness_task(example)
         return
     data = yaml.safe_load(example.body)
     if example.marker == "build config":

@@ -54,8 +54,10 @@ def test_reference_preset_on_the_simulated_model(tmp_path):
     for before, after in zip(*changed["calibrators"], strict=True):
         assert before["name"] == after["name"]
         if before["name"] in ATTENTION_CALIBRATORS:
-            # the simulated model has 8 layers: the reference's top fraction, layers 5..7
-            assert after["options"] == {**before["options"], "layer_range": [5, 8]}
+            # the simulated model has 8 layers: the reference's top fraction, layers 5..7,
+            # chosen per query by summed attention mass as the authors' code does
+            authors = {"layer_range": [5, 8], "layer_selection": "mass", "span_mass": "sum"}
+            assert after["options"] == {**before["options"], **authors}
         elif before["name"] == "permutation_average":  # the authors' random permutations
             extra = {"permutations": "random", "draw": "per_instance"}
             assert after["options"] == {**before["options"], **extra}

@@ -481,13 +481,15 @@ def test_labels_in_figures_are_drawn_as_written(finished_run, tmp_path, capsys, 
     shutil.copytree(finished_run, out)
     results = json.loads((out / "results.json").read_text())
     first = sorted(results["calibrators"])[0]
-    results["calibrators"][label] = results["calibrators"].pop(first)
-    statistics = results["statistics"]  # the label renamed everywhere it appears
-    statistics["rows"][label] = statistics["rows"].pop(first)
-    for comparison in statistics["comparisons"]:
-        for end in ("row", "baseline"):
-            comparison[end] = label if comparison[end] == first else comparison[end]
-    (out / "results.json").write_text(json.dumps(results))
+
+    def renamed(value):  # the label renamed everywhere it appears, as a key or as a value
+        if isinstance(value, dict):
+            return {(label if k == first else k): renamed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [renamed(v) for v in value]
+        return label if value == first else value
+
+    (out / "results.json").write_text(json.dumps(renamed(results)))
     for figure in (out / "figures").glob("*.png"):
         figure.unlink()
     code, _, err = run(["report", out], capsys)

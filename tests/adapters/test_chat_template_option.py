@@ -33,16 +33,22 @@ def test_a_model_without_a_template_is_refused_naming_the_option(base_model):
         get_adapter(*base_model, label_set="upper")
 
 
-def test_raw_poses_the_prompt_text_after_the_bos(base_model):
-    adapter = get_adapter(*base_model, label_set="upper", chat_template="raw")
+@pytest.mark.parametrize("adds_bos", [True, False])
+def test_raw_poses_the_prompt_text_after_the_bos(adds_bos):
+    """``raw`` writes the BOS exactly when the tokenizer itself would add one (lm-eval's prompt
+    of a base model), never two and never one the model was not trained with."""
+    model, tokenizer = tiny_model("llama")
+    tokenizer.chat_template = None
+    tokenizer.add_bos_token = adds_bos
+    adapter = get_adapter(model, tokenizer, label_set="upper", chat_template="raw")
     text, _ = adapter.render_with_spans(QUESTION, None)
-    bos = adapter.tokenizer.bos_token
-    assert text.startswith(bos) if bos else True
+    bos = tokenizer.bos_token
+    assert text.startswith(bos) is adds_bos and text.count(bos) == int(adds_bos)
     assert "Which of these is a fruit?" in text and "apple" in text
-    assert "<|" not in text.replace(bos or "", "")  # no role markers
+    assert "<|" not in text.replace(bos, "")  # no role markers
     assert adapter.describe()["chat_template_sha256"] is not None
     observation = adapter.observe_many([QUESTION])[0]
-    assert np.isclose(np.logaddexp.reduce(observation.label_logprobs), 0.0)
+    assert np.isclose(np.logaddexp.reduce(observation.label_logprobs), 0.0, atol=1e-6)  # float32
 
 
 def test_a_template_from_a_file_equals_the_same_template_inline(base_model, tmp_path):

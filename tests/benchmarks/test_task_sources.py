@@ -113,7 +113,7 @@ def test_mmlu_csv_folder(tmp_path):
     assert [i.id for i in instances] == ["anatomy-00001", "anatomy-00002", "astronomy-00001"]
     assert instances[0].texts == ("Skin", "Liver", "Heart, mostly", "Lung")
     assert [i.target for i in instances] == [0, 3, 0]
-    assert instances[0].metadata["meta"] == {"subject": "anatomy"}
+    assert instances[0].metadata["meta"] == {"subject": "anatomy", "group": "anatomy"}
     (folder / "bad_test.csv").write_text("Q?,a,b,c,d,E\nonly,two\n")
     with pytest.raises(BenchmarkError) as caught:
         build_task_benchmark("multiple_choice", "mmlu", folder, tmp_path / "c")

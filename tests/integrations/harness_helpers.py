@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +18,17 @@ import pytest
 #: `make test` installs the [lmms-eval] extra: in CI a missing lmms-eval is a failure, not a skip.
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 HAS_LMMS_EVAL = importlib.util.find_spec("lmms_eval") is not None
+HARNESSES_PAGE = Path(__file__).parents[2] / "docs" / "harnesses.md"
+
+
+def page_blocks(page: Path = HARNESSES_PAGE) -> list[tuple[str, str, str]]:
+    """(marker, language, body) of every fenced block of ``page``, so tests run what it shows."""
+    pattern = re.compile(
+        r"^(?:<!-- example: (?P<marker>[^\n]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<body>.*?)^```",
+        re.S | re.M,
+    )
+    text = page.read_text(encoding="utf-8")
+    return [(m["marker"] or "", m["lang"], m["body"]) for m in pattern.finditer(text)]
 
 
 def require_lmms_eval() -> None:

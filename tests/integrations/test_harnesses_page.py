@@ -11,24 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness_helpers import offline_env, require_lmms_eval
+from harness_helpers import offline_env, page_blocks, require_lmms_eval
 
 from posdebias.cli import main
 from posdebias.integrations import lmms_eval_tasks as tasks
 from posdebias.integrations.harness import HarnessConfig
-
-ROOT = Path(__file__).parents[2]
-PAGE = ROOT / "docs" / "harnesses.md"
-
-
-def _page_blocks() -> list[tuple[str, str, str]]:
-    """(marker, language, body) of every fenced block of the page."""
-    pattern = re.compile(
-        r"^(?:<!-- example: (?P<marker>[^\n]*?) -->\n)?```(?P<lang>[\w-]*)\n(?P<body>.*?)^```",
-        re.S | re.M,
-    )
-    text = PAGE.read_text(encoding="utf-8")
-    return [(m["marker"] or "", m["lang"], m["body"]) for m in pattern.finditer(text)]
 
 
 def _run(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -48,7 +35,7 @@ def _run(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_lmms_eval_walkthrough_runs_as_written_and_prints_the_pages_table(tmp_path):
     require_lmms_eval()
-    blocks = _page_blocks()
+    blocks = page_blocks()
     (index,) = [k for k, b in enumerate(blocks) if b[0].startswith("lmms-eval run:")]
     marker, lang, script = blocks[index]
     assert "test_harnesses_page.py" in marker and lang == "bash"
@@ -97,7 +84,7 @@ QUESTIONS = [
 def _foreign_task(folder: Path, questions: list[dict]) -> Path:
     """The page's rotated-task YAML, verbatim, over a local task named like the page's
     (documents without any id field)."""
-    ((yaml_text,),) = [(b[2],) for b in _page_blocks() if b[0] == "lmms-eval task"]
+    ((yaml_text,),) = [(b[2],) for b in page_blocks() if b[0] == "lmms-eval task"]
     include = folder / "tasks"
     include.mkdir(parents=True)
     data = folder / "questions.jsonl"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from harness_helpers import require_lm_eval
+from harness_helpers import page_blocks, require_lm_eval
 
 import posdebias
 from posdebias.errors import ConfigError, InputError
@@ -269,23 +269,10 @@ def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_pat
     from posdebias.testing import tiny_model_and_processor
 
     folder = write_mmlu_task(tmp_path / "task", "words", 6)
-    (folder / "words_rotated.yaml").write_text(
-        "include: words.yaml\n"
-        "task: words_rotated\n"
-        "process_docs: !function posdebias.integrations.lm_eval_tasks.rotated_docs\n"
-        "process_results: !function posdebias.integrations.lm_eval_tasks.process_results\n"
-        "metric_list:\n"
-        + "".join(
-            f"  - {{metric: {metric}, aggregation: !function "
-            f"posdebias.integrations.lm_eval_tasks.{function}, higher_is_better: {better}}}\n"
-            for metric, function, better in (
-                ("acc", "accuracy", "true"),
-                ("rstd", "rstd", "false"),
-                ("cons", "consistency", "true"),
-                ("circular", "circular", "true"),
-            )
-        )
-    )
+    # the Harnesses page's YAML, verbatim but for the name of the task it includes
+    ((page_yaml,),) = [(b[2],) for b in page_blocks() if b[0] == "lm-eval task"]
+    assert "mmlu_anatomy" in page_yaml
+    (folder / "words_rotated.yaml").write_text(page_yaml.replace("mmlu_anatomy", "words"))
     adapter = posdebias.get_adapter(
         *tiny_model_and_processor("llama"), **lm_eval_prompt(DESCRIPTION)
     )

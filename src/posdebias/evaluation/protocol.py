@@ -16,7 +16,8 @@ default"):
    scored prompt and in every decoder's prompt variant (the chain-of-thought prompt ends
    ``"Answer: <think>"`` under both protocols);
 4. candidate layers 21..35 for the layer-selecting calibrators (:func:`reference_layer_range`
-   says how this maps to other depths);
+   says how this maps to other depths), chosen per query by attention mass (``layer_selection:
+   mass``) with each span's mass summed over its tokens (``span_mass: sum``);
 5. the M calibration instances are the first M of the evaluated file, and are also tested;
 6. label scores, and every generated token of the decoder rows, read after the checkpoint's
    generation-config logits processors, so a repetition penalty (1.05 in Qwen2/2.5-VL

@@ -37,11 +37,11 @@ class Molmo2Adapter(HFAdapter):
     def span_tokens(self) -> SpanTokens:
         return SpanTokens(image=int(self.model.config.image_patch_id))
 
-    def _apply_chat_template(self, messages: list[dict]) -> str:
+    def chat_text(self, messages: list[dict]) -> str:
         # The checkpoints' templates write no BOS and the processor prepends it (its BOS, or
         # its EOS) to the text; written here, the processor's replacement offsets refer to the
         # prompt as rendered, which the candidate tasks' text spans need.
-        text = super()._apply_chat_template(messages)
+        text = super().chat_text(messages)
         bos = self.tokenizer.bos_token or self.tokenizer.eos_token
         return text if not bos or text.startswith(bos) else bos + text
 

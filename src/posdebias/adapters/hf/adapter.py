@@ -598,7 +598,9 @@ class HFAdapter(Adapter):
         )
         return text_only_messages(messages) if self.text_only else messages
 
-    def _apply_chat_template(self, messages: list[dict]) -> str:
+    def chat_text(self, messages: list[dict]) -> str:
+        """The prompt text of ``messages``: the chat template (the override when given) with its
+        generation prompt; one place, so label prompts and reply prompts agree."""
         override = self.chat_template_override
         template = {} if override is None else {"chat_template": override}
         try:
@@ -620,13 +622,13 @@ class HFAdapter(Adapter):
         """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
         ``variant``: see :meth:`messages_for`), refused if the data complete one of the
         model's special tokens where fields meet (:func:`check_joined_control_tokens`)."""
-        text = self._apply_chat_template(self.messages_for(instance, prompt, variant=variant))
+        text = self.chat_text(self.messages_for(instance, prompt, variant=variant))
         if self.control_tokens is not None:
             neutral = neutral_instance(instance)
             check_joined_control_tokens(
                 instance,
                 text,
-                self._apply_chat_template(self.messages_for(neutral, prompt, variant=variant)),
+                self.chat_text(self.messages_for(neutral, prompt, variant=variant)),
                 self.control_tokens,
                 self.model_id or self.name,
             )
@@ -646,7 +648,7 @@ class HFAdapter(Adapter):
         text = self.render(instance, prompt, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self._apply_chat_template(
+        marked = self.chat_text(
             self.messages_for(instance, prompt, sentinels=True, variant=variant)
         )
         try:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def reply_prompt(adapter: HFAdapter, message: str) -> str:
     """The prompt of one user message: the chat template's text with its generation prompt."""
-    return adapter._apply_chat_template([{"role": "user", "content": message}])
+    return adapter.chat_text([{"role": "user", "content": message}])
 
 
 def reply_tokens(adapter: HFAdapter, request: ReplyRequest) -> tuple[list[int], list[int]]:
