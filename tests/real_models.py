@@ -12,6 +12,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,6 +33,18 @@ def gemma3_gguf(folder: Path) -> Path:
 
     target = folder / gemma.MODEL_NAME
     return Path(gemma.assemble(target))
+
+
+def save_dequantised(adapter: Any, folder: Path) -> Path:
+    """A GGUF adapter's weights (plain float32 tensors once transformers has dequantised them)
+    and tokenizer, saved as a safetensors folder (transformers refuses to save a GGUF model)."""
+    model = adapter.model
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(folder)
+    adapter.tokenizer.save_pretrained(folder)
+    return folder
 
 
 def wordnet_questions(relation: str, count: int, options: int, seed: int, out: Path) -> Path:

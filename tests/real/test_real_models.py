@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from real_models import gemma3_gguf, smollm2_gguf, wordnet_questions
+from real_models import gemma3_gguf, save_dequantised, smollm2_gguf, wordnet_questions
 
 pytestmark = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]
 
@@ -96,13 +96,7 @@ def test_gguf_and_the_same_weights_as_a_folder_give_the_same_scores(adapters, ca
     from posdebias.loading import load_adapter
 
     adapter = adapters["smollm2"]
-    folder = tmp_path / "smollm2"
-    model = adapter.model
-    model.hf_quantizer = None  # the weights are plain float32 tensors once dequantised
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(folder)
-    adapter.tokenizer.save_pretrained(folder)
+    folder = save_dequantised(adapter, tmp_path / "smollm2")
     again = load_adapter(str(folder), label_set="upper", device="cpu", dtype="float32")
     for first, second in zip(
         adapter.observe_many(capitals[:3]), again.observe_many(capitals[:3]), strict=True

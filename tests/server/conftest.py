@@ -139,3 +139,21 @@ def vllm_server(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def start_vllm():
+    """Start a vLLM server on another model folder than the session's (stopped after the
+    module): ``start_vllm(folder, log)``."""
+    servers: list[VllmServer] = []
+
+    def start(model: Path, log: Path) -> VllmServer:
+        servers.append(VllmServer(python=vllm_python(), model=model, log=log))
+        started = time.perf_counter()
+        servers[-1].start()
+        print(f"vLLM on {model.name} started in {time.perf_counter() - started:.1f} s")
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
