@@ -101,6 +101,8 @@ def test_gguf_and_the_same_weights_as_a_folder_give_the_same_scores(adapters, ca
     for first, second in zip(
         adapter.observe_many(capitals[:3]), again.observe_many(capitals[:3]), strict=True
     ):
-        np.testing.assert_allclose(first.label_logprobs, second.label_logprobs, atol=1e-6)
+        # the same float32 weights; measured 3.3e-6 apart on log-probabilities near -10, a
+        # few float32 ulps of 30 layers' sums (the attention masses agree within 1e-7)
+        np.testing.assert_allclose(first.label_logprobs, second.label_logprobs, atol=1e-5)
         np.testing.assert_allclose(first.attention, second.attention, atol=1e-7)
         assert first.span_lengths.tolist() == second.span_lengths.tolist()
