@@ -29,7 +29,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.labels import LabelSet, get_label_set
-from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
+from posdebias.core.tasks import (
+    PROMPT_VARIANTS,
+    TaskTemplate,
+    check_placeholders,
+    task_label_set,
+    task_variant,
+)
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
 if TYPE_CHECKING:
@@ -302,7 +308,7 @@ class PosesInstances(Protocol):
     """What :func:`posed_messages` reads of an adapter: its label set, its templates as
     configured (``base_*``) and under its prompt variant, and its model's special tokens."""
 
-    label_set: str
+    label_set: str | None
     prompt: PromptTemplate
     base_prompt: PromptTemplate
     task_templates: dict[str, TaskTemplate]
@@ -330,12 +336,15 @@ def posed_messages(
         (prompt or adapter.prompt, adapter.prompt, adapter.task_templates.__getitem__)
         if variant is None
         else variant_prompts(
-            variant, adapter.label_set, adapter.base_prompt, adapter.base_task_templates
+            variant,
+            task_label_set("retrieval", adapter.label_set),
+            adapter.base_prompt,
+            adapter.base_task_templates,
         )
     )
     return instance_messages(
         instance,
-        get_label_set(adapter.label_set),
+        get_label_set(task_label_set(instance.task, adapter.label_set)),
         prompt=chosen,
         default=default,
         templates=templates,
