@@ -30,7 +30,7 @@ from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import ImageRef, Instance, RetrievalInstance, image_key
-from posdebias.core.observation import Evidence, Prediction
+from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
 from posdebias.errors import CalibrationError, InputError, ObservationError
 from posdebias.evaluation.job import load_states
@@ -413,7 +413,7 @@ class Debiaser:
                 )
                 for label, calibrator in self.calibrators.items():
                     if label not in states:
-                        states[label] = self._trivial_state(calibrator, n, metadata)
+                        states[label] = self._trivial_state(calibrator, n, metadata, group[0].task)
                 fitted[n] = {label: states[label] for label in self.calibrators}
         for n, states in fitted.items():
             for label, state in states.items():
@@ -425,7 +425,11 @@ class Debiaser:
         return fitted[instances[0].n][self.primary]
 
     def _trivial_state(
-        self, calibrator: Calibrator, n: int, metadata: Mapping[str, Any] | None = None
+        self,
+        calibrator: Calibrator,
+        n: int,
+        metadata: Mapping[str, Any] | None = None,
+        task: str | None = None,
     ) -> CalibrationState:
         """The state of a calibrator that needs no fit (no forward pass)."""
         if metadata is None:
@@ -435,12 +439,15 @@ class Debiaser:
             [],
             n=n,
             adapter=self.adapter.name,
-            label_set=self.adapter.labels_for(n),
+            label_set=self.adapter.labels_for(n, task),
             **metadata,
         )
 
     def _states(
-        self, n: int, fitted: Mapping[int, Mapping[str, CalibrationState]]
+        self,
+        n: int,
+        fitted: Mapping[int, Mapping[str, CalibrationState]],
+        task: str | None = None,
     ) -> dict[str, CalibrationState]:
         """The state of every calibrator for a query of N = ``n``, checked for this use; a
         calibrator fitted for other N only is refused, naming the N it was fitted for."""
@@ -449,7 +456,7 @@ class Debiaser:
         for label, calibrator in self.calibrators.items():
             state = fitted.get(n, {}).get(label)
             if state is None and not calibrator.needs_fit:
-                state = self._trivial_state(calibrator, n)
+                state = self._trivial_state(calibrator, n, task=task)
             if state is None:
                 fitted_for = [k for k, by_label in sorted(fitted.items()) if label in by_label]
                 if not fitted_for:
@@ -470,7 +477,7 @@ class Debiaser:
             state.check_compatible(
                 n=n,
                 layers=self.adapter.attention_layers if needs_attention else None,
-                label_set=self.adapter.labels_for(n),
+                label_set=self.adapter.labels_for(n, task),
             )
             states[label] = state
         return states
@@ -612,7 +619,9 @@ class Debiaser:
     async def _submit(self, instance: Instance, explain: bool) -> Ranking:
         fitted = self._fitted
         if instance.n not in fitted and any(c.needs_fit for c in self.calibrators.values()):
-            self._states(instance.n, fitted)  # no calibration for this N: this caller's error
+            self._states(
+                instance.n, fitted, instance.task
+            )  # no calibration for this N: this caller's error
         loop = asyncio.get_running_loop()
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
@@ -629,7 +638,10 @@ class Debiaser:
         self, instances: list[Instance], batch_size: int, explain: Sequence[bool]
     ) -> list[Ranking]:
         fitted = self._fitted  # one snapshot for the whole call (see thread safety)
-        states_by_n = {n: self._states(n, fitted) for n in dict.fromkeys(i.n for i in instances)}
+        states_by_kind = {
+            (n, task): self._states(n, fitted, task)
+            for n, task in dict.fromkeys((i.n, i.task) for i in instances)
+        }
         # every view once: the query as given, plus the orders a calibrator needs (its
         # permutations; the N cyclic rotations for permutation_average by default)
         views: list[Instance] = []
@@ -645,7 +657,9 @@ class Debiaser:
         # per query and calibrator: the orders it predicts from (None: the query alone)
         orders_of = [
             {
-                label: calibrator.orders_for(instance, states_by_n[instance.n][label])
+                label: calibrator.orders_for(
+                    instance, states_by_kind[(instance.n, instance.task)][label]
+                )
                 for label, calibrator in self.calibrators.items()
             }
             for instance in instances
@@ -670,14 +684,17 @@ class Debiaser:
         for instance, (own, others), orders, explained in zip(
             instances, wanted, orders_of, explain, strict=True
         ):
-            states = states_by_n[instance.n]
+            states = states_by_kind[(instance.n, instance.task)]
             predictions = {
-                label: calibrator.predict(
-                    observed[own],
-                    states[label],
-                    rotations=[observed[i] for i in others[label]] if label in others else None,
-                    orders=orders[label],
-                    explain=explained,
+                label: tie_broken(
+                    calibrator.predict(
+                        observed[own],
+                        states[label],
+                        rotations=[observed[i] for i in others[label]] if label in others else None,
+                        orders=orders[label],
+                        explain=explained,
+                    ),
+                    instance.image_ids,
                 )
                 for label, calibrator in self.calibrators.items()
             }

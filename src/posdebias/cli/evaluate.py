@@ -14,7 +14,7 @@ from posdebias.evaluation.config import EvaluateConfig, load_config
 from posdebias.evaluation.job import run_evaluation
 from posdebias.evaluation.progress import RunProgress
 from posdebias.evaluation.report import write_report
-from posdebias.evaluation.table import print_results_table
+from posdebias.evaluation.table import judge_table, print_results_table
 
 
 def add_row_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +118,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use --calibration states fitted on another model (recorded in results.json)",
     )
     add_row_arguments(parser)
-    parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        help="candidate orders T per instance (5, or every order where fewer exist: a pair's two)",
+    )
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(
         "--calibration-count",
@@ -216,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         generated=results.generated_rows(),
         statistics=results.statistics if args.ci else None,
     )
+    if results.judge:
+        console.print(judge_table(results.judge))
     for label, result in results.calibrators.items():
         if result.diagnostics.get("warning"):
             make_console(stderr=True).print(

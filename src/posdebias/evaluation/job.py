@@ -45,13 +45,14 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState, StateUse
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.core.tasks import TASK_LABEL_SETS
+from posdebias.core.tasks import task_label_set
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
-from posdebias.evaluation.config import EvaluateConfig, checked_config
+from posdebias.evaluation.config import EvaluateConfig, checked_config, orders_of
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
+from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
@@ -93,10 +94,10 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     unless an adapter name is given). Resolve a preset first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    if config.model is not None:
-        task = config_task(config)
-        if task != "retrieval" and "label_set" not in options:
-            options["label_set"] = TASK_LABEL_SETS[task]  # letters for multiple choice
+    if "label_set" not in options and _takes_label_set(config):
+        # the task's own labels, named in run.json / results.json (the adapter would pose
+        # them unasked: task_label_set is the one rule)
+        options["label_set"] = task_label_set(config_task(config))
     if config.model is not None and served(config.adapter.name):
         adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
     elif config.model is not None:
@@ -112,6 +113,18 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         adapter = create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)
     return adapter
+
+
+def _takes_label_set(config: EvaluateConfig) -> bool:
+    """Whether the run's adapter has a ``label_set`` option (every built-in adapter; a
+    plugin's may not)."""
+    if config.adapter.name is None:
+        return config.model is not None
+    try:
+        options = get_registry().adapter_class(config.adapter.name).Options
+    except InputError:
+        return False  # an unknown name is reported where the adapter is made
+    return "label_set" in options.model_fields
 
 
 def config_task(config: EvaluateConfig) -> str:
@@ -275,7 +288,7 @@ def saved_states(
             calibrator=calibrator.name,
             n=n,
             layers=adapter.attention_layers if calibrator.needs_attention else None,
-            label_set=adapter.labels_for(n),
+            label_set=adapter.labels_for(n, config_task(config)),
             adapter=adapter.name,
             options=calibrator.options.model_dump(mode="json"),
             prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
@@ -330,7 +343,7 @@ def resolve_states(
             if test is None
             else scored_views(
                 test,
-                config.orders,
+                orders_of(config, n),
                 config.seed,
                 shared=get_protocol(config.protocol).shared_orders,
                 cyclic=config.order_kind == "cyclic",
@@ -369,7 +382,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "source": source_identity,
         "seed": config.seed,
         "protocol": config.protocol,
-        "orders": config.orders,
+        "orders": orders_of(config, n),
         **({"order_kind": config.order_kind} if config.order_kind != "random" else {}),
         "count": config.count,
         "calibration_count": config.calibration_count,
@@ -508,12 +521,14 @@ def prepare(
     adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
     adapter.check_instances([*source.calibration, *source.test])  # data it would misread
     n = source.test[0].n
-    check_order_count(n, config.orders)  # before any forward pass
-    if config.order_kind == "cyclic" and config.orders > n:
+    orders = orders_of(config, n)
+    check_order_count(n, orders)  # before any forward pass
+    if config.order_kind == "cyclic" and orders > n:
         raise InputError(
-            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"order_kind cyclic: {orders} orders requested, but {n} candidates have "
             f"only {n} rotations; use orders {n} or fewer"
         )
+    config = config.model_copy(update={"orders": orders})  # results record the T run
     prepared = Prepared(
         config,
         shard,
@@ -606,7 +621,7 @@ def evaluate_shard(
         prepared.adapter,
         prepared.calibrators,
         calibrated.states,
-        orders=config.orders,
+        orders=orders_of(config, prepared.n),
         seed=config.seed,
         batch_size=config.batch_size,
         cache=prepared.cache,
@@ -697,7 +712,7 @@ def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, Ins
     check_logged_truth(
         records,
         prepared.source.test,
-        orders=config.orders,
+        orders=orders_of(config, prepared.n),
         seed=config.seed,
         shared=get_protocol(config.protocol).shared_orders,
         cyclic=config.order_kind == "cyclic",
@@ -743,7 +758,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
         adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
         source=SourceDescription.model_validate(source.description),
         n=n,
-        orders=config.orders,
+        orders=orders_of(config, n),
         seed=config.seed,
         num_instances=len(records),
         calibration_ids=[instance.id for instance in source.calibration],
@@ -754,7 +769,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
                 cost=Cost(
-                    forward_passes_per_instance=config.orders
+                    forward_passes_per_instance=orders_of(config, n)
                     * calibrator.passes_with(n, states[label])
                 ),
                 calibration=state_provenance(
@@ -781,6 +796,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
         divergence=divergence_profiles(
             calibrators, states, source.test, records, evaluated.cache, config.seed
         ),
+        judge=judge_metrics(records, source.test, labels),
         statistics=statistics,
         timing=Timing.model_validate(
             {

@@ -11,7 +11,12 @@ from posdebias.errors import OutputError
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval, PairedComparison, RunStatistics
-from posdebias.evaluation.table import interval_text, plain_results_table
+from posdebias.evaluation.table import (
+    JUDGE_LEGEND,
+    interval_text,
+    plain_judge_table,
+    plain_results_table,
+)
 
 FIGURES = "figures"
 
@@ -157,6 +162,8 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         ]
     else:
         lines += _statistics_lines(results, stats)
+    if results.judge:
+        lines += ["", "## Pairwise judge", "", plain_judge_table(results.judge), "", JUDGE_LEGEND]
     lines += [
         "",
         "## Cost",

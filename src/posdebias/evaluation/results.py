@@ -32,6 +32,7 @@ from posdebias.decoders.base import Decoder
 from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.divergence import DivergenceProfile
+from posdebias.evaluation.judging import JudgeMetrics
 from posdebias.evaluation.metrics import Metrics
 from posdebias.evaluation.statistics import RunStatistics
 from posdebias.registry import get_registry
@@ -233,6 +234,11 @@ class EvaluationResults(BaseModel):
     )
     plugins: list[PluginVersion] = Field(default_factory=list)
     divergence: DivergenceProfile | None = None
+    judge: dict[str, JudgeMetrics] | None = Field(
+        default=None,
+        description="pairwise judge runs: per row, position consistency, the position an "
+        "inconsistent verdict favours, agreement with the human votes",
+    )
     statistics: RunStatistics | None = Field(
         default=None, description="intervals and paired tests; absent in files of version 1"
     )

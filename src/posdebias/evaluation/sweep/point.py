@@ -9,6 +9,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import check_order_count
 from posdebias.core.observation import Observation
 from posdebias.errors import InputError
+from posdebias.evaluation.config import orders_of
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.job import (
     build_calibrators,
@@ -95,7 +96,8 @@ def run_point(
     if not test:
         raise InputError(f"point {point.label}: no test instances")
     n = test[0].n
-    check_order_count(n, config.orders)
+    orders = orders_of(config, n)
+    check_order_count(n, orders)
     recorder = _KeyRecorder(cache)
     states = fit_calibrators(
         adapter,
@@ -103,13 +105,13 @@ def run_point(
         calibration,
         batch_size=config.batch_size,
         cache=recorder,
-        test_views=scored_views(test, config.orders, config.seed, shared=protocol.shared_orders),
+        test_views=scored_views(test, orders, config.seed, shared=protocol.shared_orders),
     )
     evaluator = Evaluator(
         adapter,
         calibrators,
         states,
-        orders=config.orders,
+        orders=orders,
         seed=config.seed,
         batch_size=config.batch_size,
         cache=recorder,
@@ -117,7 +119,7 @@ def run_point(
     )
     records = [evaluator.evaluate_instance(instance) for instance in test]
     passes: dict[str, float] = {
-        label: config.orders * c.passes_with(n, states[label]) for label, c in calibrators.items()
+        label: orders * c.passes_with(n, states[label]) for label, c in calibrators.items()
     }
     decoders = build_decoders(config)
     if decoders:
@@ -149,7 +151,7 @@ def run_point(
                 "calibration_benchmark": point.calibration_benchmark,
                 "benchmark": point.benchmark,
                 "n": n,
-                "orders": config.orders,
+                "orders": orders,
                 "instances": len(test),
                 "calibration_instances": len(calibration),
                 "calibrator": label,
