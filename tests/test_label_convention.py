@@ -5,6 +5,7 @@ label set; decided by core.tasks.task_label_set alone."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import posdebias
 from posdebias.adapters.families.synthetic import SyntheticAdapter
@@ -79,3 +80,20 @@ def test_every_door_of_the_cli_names_the_task_labels():
     assert adapter.describe(2)["labels"] == ["A", "B"]
     config = config_from_data({"adapter": {"name": "synthetic"}, "task": "rerank"}, "test")
     assert build_adapter(config).label_set == "digits"
+
+
+def test_the_debiaser_calibrates_and_ranks_a_judge_with_its_letters():
+    adapter = posdebias.get_adapter(*tiny_model_and_processor("qwen3"))
+    debiaser = posdebias.Debiaser(adapter, ["vanilla", "pride"])
+    debiaser.calibrate([pair(k) for k in range(3)])
+    assert {label: state.label_set for label, state in debiaser.states.items()} == {
+        "vanilla": ["A", "B"], "pride": ["A", "B"],
+    }  # fmt: skip
+    rankings = list(debiaser.rank_many([pair(7), pair(8)]))
+    assert [len(r.probabilities) for r in rankings] == [2, 2]
+    # a state made for another label set is refused, not silently used
+    digits = posdebias.get_adapter(*tiny_model_and_processor("qwen3"), label_set="digits")
+    other = posdebias.Debiaser(digits, "pride")
+    other.states = dict(debiaser.states)
+    with pytest.raises(posdebias.errors.PosdebiasError, match="label"):
+        list(other.rank_many([pair(7)]))
