@@ -293,7 +293,7 @@ def load_adapter(
     max_memory: dict[int | str, int | str] | None = None,
     trust_remote_code: bool = False,
     revision: str | None = None,
-    label_set: str = "digits",
+    label_set: str | None = None,
     prompt: PromptTemplate | dict | str | Path | None = None,
     **options: Any,
 ) -> HFAdapter:
@@ -309,7 +309,8 @@ def load_adapter(
             ignored when ``device_map`` is given (accelerate placement).
         max_memory: with ``device_map``, the devices accelerate may use and how much of each
             (``{0: "70GiB", 1: "70GiB"}``); data-parallel ranks get their own GPU group.
-        label_set: the label set the prompt names (``digits``, ``upper``, ...).
+        label_set: the label set the prompt names (``digits``, ``upper``, ...; default:
+            each task's own, :func:`posdebias.core.tasks.task_label_set`).
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).

@@ -20,7 +20,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.instance import TASK_KINDS
-from posdebias.core.tasks import TASK_LABEL_SETS
+from posdebias.core.tasks import task_label_set
 from posdebias.errors import InputError
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         trust_remote_code=args.trust_remote_code,
-        label_set=args.label_set or TASK_LABEL_SETS[args.task],
+        label_set=task_label_set(args.task, args.label_set),
         **({} if args.chat_template is None else {"chat_template": args.chat_template}),
     )
     if args.benchmark is None and args.task == "retrieval" and adapter.text_only:
