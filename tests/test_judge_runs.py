@@ -15,6 +15,9 @@ from posdebias.core.tasks import default_orders
 from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.runner import InstanceRecord
 
+#: pairs the text organism answers alike in both orders (of 35; seeded run)
+PINNED_CONSISTENT = 27
+
 
 def mt_rows():
     """MT-Bench human judgements: 6 question ids x turns 1 and 2, two or three votes each."""
@@ -199,3 +202,36 @@ def test_exact_ties_go_to_the_same_candidate_in_every_order_not_to_position_1():
     # untied scores, and a choice a calibrator made itself, are kept
     assert tie_broken(Prediction(np.log([0.3, 0.7])), ("a", "b")).choice == 1
     assert tie_broken(Prediction(np.log([0.5, 0.5]), choice=0), ("b0", "a0")).choice == 0
+
+
+def test_the_bundled_text_organism_judges_with_a_first_position_bias(tmp_path, monkeypatch):
+    """A real trained model (the text organism, whose bias toward the first letter was trained
+    in) as a pairwise judge: default both orders and letters; every inconsistent pair goes to
+    answer A, and averaging over both orders removes it. Numbers pinned (seeded run)."""
+    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fruits = ["apple", "banana", "cherry", "grape", "lemon", "mango", "pear", "plum"]
+    others = ["stone", "car", "cloud", "chair", "river", "shoe", "hammer", "brick"]
+    rows = []
+    for k in range(40):
+        pair = [fruits[k % 8], others[(3 * k) % 8]]
+        rows.append({"id": f"p{k}", "question": "Which of these is a fruit?",
+                     "answers": pair if k % 2 == 0 else pair[::-1],
+                     "preferred": 1 if k % 2 == 0 else 2})  # fmt: skip
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    bench, out = tmp_path / "bench", tmp_path / "run"
+    assert main(["build", "--task", "pairwise_judge", "--source", "pairwise", "--data",
+                 str(data), "--out", str(bench)]) == 0  # fmt: skip
+    args = ["evaluate", "--model", "posdebias/text-organism", "--benchmark", str(bench),
+            "--calibrators", "vanilla,permutation_average", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert (results["orders"], results["num_instances"]) == (2, 35)
+    assert results["adapter"]["labels"] == ["A", "B"]
+    vanilla, averaged = results["judge"]["vanilla"], results["judge"]["permutation_average"]
+    assert vanilla["first_position"] > 0 and vanilla["second_position"] == 0.0
+    assert vanilla["first_preference"] == 100.0
+    assert vanilla["consistency"] == pytest.approx(100.0 * PINNED_CONSISTENT / 35)
+    assert vanilla["agreement_with_ties"] == pytest.approx(vanilla["consistency"])
+    assert averaged["consistency"] == 100.0 and averaged["first_preference"] is None
