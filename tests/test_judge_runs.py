@@ -235,3 +235,16 @@ def test_the_bundled_text_organism_judges_with_a_first_position_bias(tmp_path, m
     assert vanilla["consistency"] == pytest.approx(100.0 * PINNED_CONSISTENT / 35)
     assert vanilla["agreement_with_ties"] == pytest.approx(vanilla["consistency"])
     assert averaged["consistency"] == 100.0 and averaged["first_preference"] is None
+
+
+def test_a_sweep_over_pairs_shows_both_orders_by_default(judge_run, tmp_path):
+    import csv
+
+    bench, _, model = judge_run
+    out = tmp_path / "sweep"
+    args = ["sweep", "calibration_size", "--values", "1,2", "--model", str(model),
+            "--benchmark", str(bench), "--calibrators", "vanilla", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    with (out / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {row["orders"] for row in rows} == {"2"}

@@ -97,3 +97,25 @@ def test_the_debiaser_calibrates_and_ranks_a_judge_with_its_letters():
     other.states = dict(debiaser.states)
     with pytest.raises(posdebias.errors.PosdebiasError, match="label"):
         list(other.rank_many([pair(7)]))
+
+
+def test_the_bundled_text_model_through_the_api_needs_no_label_set():
+    """It failed ("labels '1' and '2' tokenize identically": its word vocabulary has letters,
+    not digits) unless the user named a label set; now the API asks it with letters, as the
+    CLI does."""
+    adapter = posdebias.load_adapter("posdebias/text-organism", device="cpu")
+    cases = [
+        (("stone", "apple", "car", "cloud"), 1),
+        (("pear", "shoe", "river", "chair"), 0),
+        (("brick", "hammer", "lemon", "car"), 2),
+    ]
+    questions = [
+        Instance("Which of these is a fruit?", texts=texts, target=target, id=f"q{k}",
+                 task="multiple_choice")
+        for k, (texts, target) in enumerate(cases)
+    ]  # fmt: skip
+    debiaser = posdebias.Debiaser(adapter, ["vanilla", "attention_guided"])
+    debiaser.calibrate(questions[:2])
+    assert debiaser.states["vanilla"].label_set == ["A", "B", "C", "D"]
+    answers = [ranking.best_text for ranking in debiaser.rank_many(questions)]
+    assert answers == ["apple", "pear", "lemon"]
