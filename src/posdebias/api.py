@@ -619,9 +619,8 @@ class Debiaser:
     async def _submit(self, instance: Instance, explain: bool) -> Ranking:
         fitted = self._fitted
         if instance.n not in fitted and any(c.needs_fit for c in self.calibrators.values()):
-            self._states(
-                instance.n, fitted, instance.task
-            )  # no calibration for this N: this caller's error
+            # no calibration for this N: this caller's error
+            self._states(instance.n, fitted, instance.task)
         loop = asyncio.get_running_loop()
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
