@@ -9,14 +9,15 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: demo test lint typecheck docs goldens benchmarks clean vllm-venv real-models
+.PHONY: demo test lint typecheck docs goldens clean vllm-venv real-models
 
-# The [lmms-eval] extra shares this venv (lmms-eval 0.7.3 keeps our torch and transformers;
-# only filelock is held below 4), so its tests run in every `make test` and never skip in CI.
+# The [lmms-eval] and [lm-eval] extras share this venv (lmms-eval 0.7.3 and lm-eval 0.4.13 keep
+# our torch and transformers; only filelock is held below 4), so their tests run in every
+# `make test` and never skip in CI.
 $(STAMP): pyproject.toml constraints/test.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints/test.txt -e ".[dev,lmms-eval]"
+	$(BIN)/python -m pip install --quiet -c constraints/test.txt -e ".[dev,lmms-eval,lm-eval]"
 	$(MAKE) real-models
 	touch $(STAMP)
 

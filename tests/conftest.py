@@ -39,6 +39,14 @@ def _fresh_registry():
     reset_registry()
 
 
+@pytest.fixture(autouse=True)
+def _figures_only_where_asked(request, monkeypatch):
+    """A run's report draws its figures (most of a small run's time) only in a test marked
+    ``figures``; elsewhere report.md is written without them. Subprocesses draw them as usual."""
+    if request.node.get_closest_marker("figures") is None:
+        monkeypatch.setattr("posdebias.evaluation.report.REPORT_FIGURES", ())
+
+
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A site-packages folder on sys.path for plugin distributions written by a test."""

@@ -171,3 +171,51 @@ def cli_run(capsys, *args) -> tuple[int, str]:
     err = capsys.readouterr().err
     assert "Traceback" not in err and "internal error" not in err, err
     return code, err
+
+
+def line_count(path) -> int:
+    """Lines of a log file (0 while it does not exist)."""
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+def running_cli(args, until, *, timeout: float = 120):
+    """`posdebias ARGS` in a real subprocess, returned once ``until()`` holds (e.g. a log has
+    grown to some lines); the test fails if the process ends first or the time runs out. The
+    one home of the kill-and-resume tests' start."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "posdebias", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell without job control (CI, `cmd &`) starts children with SIGINT ignored; the
+        # tests are about what the CLI does on an interrupt, so the child gets the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + timeout
+    while not until():
+        if process.poll() is not None:
+            pytest.fail(f"posdebias {args[0]} ended early: {process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            pytest.fail(f"posdebias {args[0]} did not get there in {timeout} s")
+        time.sleep(0.02)
+    return process
+
+
+def interrupted_cli(args, until, sig=None) -> tuple[int, str]:
+    """Run `posdebias ARGS` until ``until()`` holds, then send ``sig`` (default SIGKILL, as a
+    crash would): (its return code, its stderr)."""
+    import signal
+
+    process = running_cli(args, until)
+    process.send_signal(signal.SIGKILL if sig is None else sig)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err

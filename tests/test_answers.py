@@ -154,3 +154,13 @@ def test_answer_is_allows_the_words_that_name_a_label(label_set, text, vote):
 )
 def test_a_short_answer_names_its_label_in_every_set(label_set, text, position):
     assert AnswerParser(label_set, 4, "first").parse(text) == position
+
+
+@pytest.mark.parametrize("which", ["first", "last", "last_number", "answer_is"])
+def test_a_generated_number_of_thousands_of_digits_is_no_label(which):
+    # int() of 5,000 digits raises "Exceeds the limit (4300 digits)": a model can write them
+    parser = AnswerParser("digits", 4, which)
+    long = "9" * 5000
+    assert parser.parse(f"The answer is {long}") is None
+    assert parser.parse(f"{long} or 2") == 1
+    assert parser.parse(f"2 then image{long}") == 1

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from helpers import interrupted_cli, line_count
 from posdebias.cli import main
 from posdebias.decoders.generated import majority_vote
 from posdebias.evaluation.metrics import compute_metrics
@@ -92,21 +90,9 @@ def test_killed_decoder_run_resumes_to_the_uninterrupted_results(tmp_path):
     assert main([*args, "--out", str(reference)]) == 0
 
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "posdebias", *args, "--out", str(run)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     generations = run / "generations.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if generations.exists() and generations.read_text().count("\n") >= 40:
-            break
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert process.returncode != 0
+    code, _ = interrupted_cli([*args, "--out", run], lambda: line_count(generations) >= 40)
+    assert code != 0
     assert not (run / "results.json").exists()
     before = generations.read_text().count("\n")
     assert 40 <= before < 5 * 24 * 2
@@ -170,6 +156,7 @@ def test_majority_vote_rule():
     assert majority_vote([None], fallback="first") == 0
 
 
+@pytest.mark.figures
 def test_the_shipped_config_runs_every_row_on_the_organism(tmp_path):
     """examples/paper_baselines.yaml: every row of the paper's comparison in one run (here on 3
     instances x 2 orders; the shipped count is 40 x 5)."""

@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import build_shapes_benchmark
+from helpers import build_shapes_benchmark, interrupted_cli, line_count
 from posdebias import CalibrationState
 from posdebias.cli import main
 from posdebias.evaluation.results import EvaluationResults
@@ -31,11 +30,17 @@ def results_without_timing(path: Path) -> dict:
     return payload
 
 
+@pytest.mark.figures
 def test_calibrate_evaluate_report(tmp_path, capsys):
     states = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "--out", str(states)]) == 0
     saved = sorted(p.name for p in states.glob("*.json"))
-    assert saved == ["attention_guided.json", "pride.json", "purified_attention.json"]
+    assert saved == [
+        "attention_guided.json",
+        "attention_readout.json",
+        "pride.json",
+        "purified_attention.json",
+    ]
     state = CalibrationState.load(states / "attention_guided.json")
     assert state.num_observations == 5 * 4 and len(state.calibration_ids) == 5
     assert state.adapter == "synthetic" and state.label_set == ["1", "2", "3", "4"]
@@ -82,7 +87,7 @@ def test_calibration_for_another_n_is_refused(tmp_path, capsys):
     code = evaluate("--calibration", states, "--count", "5")
     assert code == 2
     err = capsys.readouterr().err
-    assert "made for N=5 images, not N=4" in err and "posdebias calibrate" in err
+    assert "made for N=5 candidates, not N=4" in err and "posdebias calibrate" in err
 
 
 def test_same_seed_gives_byte_identical_results_apart_from_timing(tmp_path):
@@ -137,25 +142,12 @@ def test_killed_run_resumes_to_the_uninterrupted_report(tmp_path, signal_to_send
     assert main([*args, "--out", str(reference)]) == 0
 
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "posdebias", *args, "--out", str(run)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # a shell without job control (CI, `cmd &`) starts children with SIGINT ignored; this
-        # test is about what the CLI does on an interrupt, so the child gets the default action
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
     records = run / "records.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if records.exists() and records.read_text().count("\n") >= 10:
-            break
-        time.sleep(0.02)
-    process.send_signal(signal_to_send)
-    _, err = process.communicate(timeout=60)
+    code, err = interrupted_cli(
+        [*args, "--out", run], lambda: line_count(records) >= 10, signal_to_send
+    )
     # SIGINT: the CLI's own exit code for an interrupt (128 + 2); SIGKILL: killed by the signal
-    assert process.returncode == (130 if signal_to_send == signal.SIGINT else -signal.SIGKILL)
+    assert code == (130 if signal_to_send == signal.SIGINT else -signal.SIGKILL)
     assert not (run / "results.json").exists()
     done = records.read_text().count("\n")
     assert 10 <= done < 60
@@ -168,6 +160,7 @@ def test_killed_run_resumes_to_the_uninterrupted_report(tmp_path, signal_to_send
     assert len(ids) == len(set(ids)) == 60
 
 
+@pytest.mark.slow
 def test_data_parallel_run_equals_single_process(tmp_path):
     """`accelerate launch` with 2 CPU processes (gloo) merges into the single-process report."""
     single = tmp_path / "single"

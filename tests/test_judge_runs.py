@@ -96,7 +96,7 @@ def test_judge_measures_are_in_results_and_report(judge_run):
         for record in records.values():
             t_file = record["orders"].index([0, 1])
             t_swap = record["orders"].index([1, 0])
-            chosen = record["chosen_images"][label]
+            chosen = record["chosen"][label]
             positions = (record["choices"][label][t_file], record["choices"][label][t_swap])
             meta = instances[record["instance_id"]].metadata["meta"]
             votes = (meta["votes_a"], meta["votes_b"], meta["votes_tie"])
@@ -162,7 +162,7 @@ def test_judge_metrics_by_hand():
             orders=orders,
             targets=[0, 1],
             choices={"judge": list(chosen)},
-            chosen_images={"judge": [orders[t][c] for t, c in enumerate(chosen)]},
+            chosen={"judge": [orders[t][c] for t, c in enumerate(chosen)]},
         )
         for k, chosen in enumerate(positions)
     ]

@@ -146,7 +146,8 @@ def test_the_report_and_the_cli_show_the_diagnostic(tmp_path, capsys):
     assert "warning: label_free: attention is uninformative" in capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert results["calibrators"]["label_free"]["diagnostics"]["attention_informative"] is False
-    assert results["calibrators"]["attention_guided"]["diagnostics"] == {}
+    # the method says only what its own layer choice found (here: no layer beats chance)
+    assert "attention_informative" not in results["calibrators"]["attention_guided"]["diagnostics"]
     report = (out / "report.md").read_text()
     assert "## Calibration warnings" in report and "**label_free**: attention is" in report
 

@@ -50,9 +50,7 @@ def other_orders(row: dict) -> None:
         order.index(truth) for order, truth in zip(row["orders"], truths, strict=True)
     ]
     for label, choices in row["choices"].items():
-        row["chosen_images"][label] = [
-            order[c] for order, c in zip(row["orders"], choices, strict=True)
-        ]
+        row["chosen"][label] = [order[c] for order, c in zip(row["orders"], choices, strict=True)]
 
 
 @pytest.fixture(scope="module")

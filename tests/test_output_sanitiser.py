@@ -87,3 +87,68 @@ def test_build_prints_its_paths_escaped(tmp_path, capsys):
     assert code == 0, captured.err
     _assert_clean(captured.out, captured.err)
     assert Path(out, "benchmark.jsonl").is_file()
+
+
+def _files_clean(folder: Path) -> list[Path]:
+    """Every file people read in ``folder`` (reports, tables, figure texts), checked clean."""
+    checked = []
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".md", ".csv", ".svg") and path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text, path
+            checked.append(path)
+    return checked
+
+
+@pytest.mark.parametrize("hostile", ["b\x1b[2J", "m\x1b]0;pwned\x07", "c\x9b31m"])
+def test_files_for_people_hold_no_escape_sequences_of_a_benchmark_name(tmp_path, capsys, hostile):
+    # a benchmark folder named with ESC sequences put raw ones into report.md and one raw
+    # ESC on stderr (matplotlib's "Glyph 27 missing" warning)
+    bench = build_shapes_benchmark(tmp_path / hostile, count=4, n=3)
+    capsys.readouterr()
+    out = tmp_path / f"run{hostile}"
+    code = main(["evaluate", "--adapter", "synthetic", "--benchmark", str(bench), "--count",
+                 "2", "--calibration-count", "1", "--out", str(out)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    _assert_clean(captured.out, captured.err)
+    checked = _files_clean(out)
+    assert out / "report.md" in checked and any(p.suffix == ".svg" for p in checked)
+
+
+def test_sweep_files_hold_no_escape_sequences(tmp_path, capsys):
+    # the transfer study names its points and rows by the benchmarks' folders
+    one = build_shapes_benchmark(tmp_path / "b\x1b[2J", count=6, n=3)
+    two = build_shapes_benchmark(tmp_path / "c\x1b]0;x\x07", count=6, n=3, seed=1)
+    capsys.readouterr()
+    out = tmp_path / "s\x1b]0;pwned\x07"
+    args = ["sweep", "transfer", "--adapter", "synthetic", "--benchmarks", str(one), str(two)]
+    code = main([*args, "--count", "3", "--orders", "2", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    _assert_clean(captured.out, captured.err)
+    checked = _files_clean(out)
+    assert any(p.name == "results.csv" for p in checked)
+    shown = "".join(p.read_text(encoding="utf-8") for p in checked)
+    assert "\\x1b[2J" in shown  # the name is there, escaped
+
+
+def test_file_text_escapes_like_the_terminal_and_keeps_lines():
+    from posdebias._text import file_text
+
+    assert file_text("a\x1b[2Jb\nc\x07") == "a\\x1b[2Jb\nc\\x07"
+    assert file_text("x\u2028y\tz") == "x\\u2028y\tz"
+    assert file_text("caf\u00e9 \u2192 ok") == "caf\u00e9 \u2192 ok"
+    long = "x" * 5000
+    assert file_text(long) == long  # a file is read in full: nothing cut
+
+
+def test_every_warning_reaches_the_terminal_escaped(monkeypatch):
+    import posdebias.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_python_show_warning", lambda *args: seen.append(args))
+    cli._show_warning(UserWarning("Glyph 27 (\x1b) missing"), UserWarning, "f\x1b.py", 3)
+    ((message, category, filename, lineno, _file, _line),) = seen
+    assert message == "Glyph 27 (\\x1b) missing" and filename == "f\\x1b.py"
+    assert (category, lineno) == (UserWarning, 3)

@@ -25,6 +25,8 @@ from posdebias.evaluation.table import interval_text
 
 matplotlib.use("Agg", force=True)
 
+pytestmark = pytest.mark.figures  # every test here reads the figures of a report
+
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}
 
 

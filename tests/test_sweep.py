@@ -6,14 +6,11 @@ import csv
 import json
 import math
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import build_shapes_benchmark
+from helpers import build_shapes_benchmark, interrupted_cli, line_count
 from posdebias.cli import main
 
 FILES = ("results.csv", "figure.png", "report.md")
@@ -104,10 +101,6 @@ def test_existing_directory_needs_resume_and_the_same_study(tmp_path, capsys):
     assert (out / "results.csv").read_bytes() == before
 
 
-def _line_count(path):
-    return path.read_text().count("\n") if path.exists() else 0
-
-
 def test_killed_sweep_resumes_to_the_uninterrupted_files(tmp_path):
     """SIGKILL a real `posdebias sweep` process mid-study, resume it: the same files as a
     study that was never interrupted, and no observation made twice."""
@@ -121,23 +114,18 @@ def test_killed_sweep_resumes_to_the_uninterrupted_files(tmp_path):
     assert main([*args, "--out", str(reference)]) == 0
 
     run = tmp_path / "run"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "posdebias", *args, "--out", str(run)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
     point = run / "points" / "001.json"
     observations = run / "observations.jsonl"
-    while time.monotonic() < deadline and not point.exists():
-        time.sleep(0.02)
-    two_points = _line_count(observations)
-    while time.monotonic() < deadline and _line_count(observations) <= two_points:
-        time.sleep(0.02)  # until the third point has observed something
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
-    assert process.returncode == -signal.SIGKILL
+    two_points: list[int] = []
+
+    def third_point_observing() -> bool:
+        if not point.exists():
+            return False
+        two_points[:] = two_points or [line_count(observations)]
+        return line_count(observations) > two_points[0]
+
+    code, _ = interrupted_cli([*args, "--out", run], third_point_observing)
+    assert code == -signal.SIGKILL
     assert not (run / "results.csv").exists()
     made_before = (run / "observations.jsonl").read_text().count("\n")
     assert made_before > 0

@@ -336,7 +336,7 @@ def _tamper(record):
     yield "missing key", {k: v for k, v in first.items() if k != "targets"}
     yield "choices not a mapping", {**first, "choices": "x"}
     yield "choice out of range", {**first, "choices": {**first["choices"], label: [99] * 5}}
-    yield "images disagree", {**first, "chosen_images": {**first["chosen_images"], label: [0] * 5}}
+    yield "images disagree", {**first, "chosen": {**first["chosen"], label: [0] * 5}}
     yield "order not a permutation", {**first, "orders": [[0, 0, 1, 2]] * 5}
     yield "target out of range", {**first, "targets": [7] * 5}
     yield "id not a string", {**first, "instance_id": 12}
@@ -472,6 +472,7 @@ def test_nul_characters_are_refused(tmp_path, capsys, name, text):
     assert code == 2 and "contains a NUL character" in capsys.readouterr().err
 
 
+@pytest.mark.figures
 @pytest.mark.parametrize("label", ["$\\frac{", "_hidden", "a$b$c", "$$"])
 def test_labels_in_figures_are_drawn_as_written(finished_run, tmp_path, capsys, label):
     """matplotlib reads `$` as math (a bad formula fails the figure) and hides `_` legend

@@ -38,8 +38,13 @@ def observe(model: str, questions: Path, out: Path, gguf_dir: Path) -> None:
     rows = [json.loads(line) for line in questions.read_text().splitlines()]
     records, start = [], time.perf_counter()
     for row in rows:
-        instance = Instance(query=row["question"], texts=tuple(row["options"]),
-                            target=row["answer"] - 1, id=row["id"], task="multiple_choice")
+        instance = Instance(
+            query=row["question"],
+            texts=tuple(row["options"]),
+            target=row["answer"] - 1,
+            id=row["id"],
+            task="multiple_choice",
+        )
         views = [instance.rotated(shift) for shift in range(instance.n)]
         for obs in adapter.observe_many(views):
             records.append({"id": row["id"], **obs.to_dict()})
@@ -55,8 +60,7 @@ CALIBRATORS = {
     "purified_attention": ("purified_attention", {}),
     "attention_guided": ("attention_guided", {}),
     "attention_guided (mean per token)": ("attention_guided", {"span_mass": "mean"}),
-    "attention_guided (paper's mass selection)": (
-        "attention_guided", {"layer_selection": "mass"}),
+    "attention_guided (paper's mass selection)": ("attention_guided", {"layer_selection": "mass"}),
     "permutation_average": ("permutation_average", {}),
 }
 
@@ -72,8 +76,10 @@ def report(path: Path, draws: int, sizes: list[int], seed: int) -> None:
     ids = list(by_id)
     n = by_id[ids[0]][0].n
     rng = np.random.default_rng(seed)
-    print(f"{data['model']}: {len(ids)} questions x {n} orders, "
-          f"{data['seconds_per_view']:.3f} s per forward")
+    print(
+        f"{data['model']}: {len(ids)} questions x {n} orders, "
+        f"{data['seconds_per_view']:.3f} s per forward"
+    )
     for size in sizes:
         scores: dict[str, list[float]] = {label: [] for label in CALIBRATORS}
         informative = []
@@ -91,19 +97,22 @@ def report(path: Path, draws: int, sizes: list[int], seed: int) -> None:
                     views = by_id[key]
                     for view in views:
                         # rotations in the calibrator's own orders (the N cyclic shifts here)
-                        shift = (views.index(view))
+                        shift = views.index(view)
                         rotations = [views[(shift + r) % n] for r in range(n)]
                         prediction = calibrator.predict(
-                            view, state,
-                            rotations=rotations if calibrator.needs_rotations else None)
+                            view, state, rotations=rotations if calibrator.needs_rotations else None
+                        )
                         right.append(prediction.choice == view.target)
                 scores[label].append(100 * float(np.mean(right)))
-        print(f"\nM = {size} calibration questions, {draws} draws "
-              f"(attention informative in {100 * np.mean(informative):.0f}% of draws)")
+        print(
+            f"\nM = {size} calibration questions, {draws} draws "
+            f"(attention informative in {100 * np.mean(informative):.0f}% of draws)"
+        )
         print("| calibrator | Acc (mean over draws) | min | max |\n|---|---|---|---|")
         for label, values in scores.items():
-            print(f"| {label} | {np.mean(values):.1f} | {np.min(values):.1f} | "
-                  f"{np.max(values):.1f} |")
+            print(
+                f"| {label} | {np.mean(values):.1f} | {np.min(values):.1f} | {np.max(values):.1f} |"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,22 @@ WORDNET = Path("/usr/share/wordnet")
 NATIONAL_CAPITAL = "national_capital"
 CITY = "city"
 #: Everyday categories for ``categories``: broad enough to have many one- or two-word members.
-CATEGORIES = ("fish", "bird", "tree", "fruit", "vegetable", "dog", "insect", "flower",
-              "musical_instrument", "tool", "vehicle", "building", "mineral", "dance")
+CATEGORIES = (
+    "fish",
+    "bird",
+    "tree",
+    "fruit",
+    "vegetable",
+    "dog",
+    "insect",
+    "flower",
+    "musical_instrument",
+    "tool",
+    "vehicle",
+    "building",
+    "mineral",
+    "dance",
+)
 
 
 @dataclass(frozen=True)
@@ -97,11 +111,20 @@ def _located(synsets: dict[str, Synset], kind: str) -> list[tuple[str, str]]:
 
 def _is_country(synsets: dict[str, Synset], synset: Synset) -> bool:
     kinds = {_name(synsets[t].words[0]) for t in _targets(synset, "@i")}
-    return bool(kinds & {"European country", "African country", "Asian country",
-                         "South American country", "country", "European nation",
-                         "African nation", "Asian nation", "island"}) and any(
-        sym == "%p" for sym, _ in synset.pointers
-    )
+    return bool(
+        kinds
+        & {
+            "European country",
+            "African country",
+            "Asian country",
+            "South American country",
+            "country",
+            "European nation",
+            "African nation",
+            "Asian nation",
+            "island",
+        }
+    ) and any(sym == "%p" for sym, _ in synset.pointers)
 
 
 def questions(relation: str, count: int, options: int, seed: int) -> Iterator[dict]:
@@ -123,8 +146,9 @@ def questions(relation: str, count: int, options: int, seed: int) -> Iterator[di
             if relation == "countries":  # a country that holds no such city is no distractor
                 others = [a for a in others if a != country]
             wrong = rng.sample(others, options - 1)
-            yield _item(relation, index, country if relation == "capitals" else place,
-                        right, wrong, rng)
+            yield _item(
+                relation, index, country if relation == "capitals" else place, right, wrong, rng
+            )
         return
     members = {}
     for category in CATEGORIES:
@@ -148,8 +172,9 @@ def questions(relation: str, count: int, options: int, seed: int) -> Iterator[di
         index += 1
 
 
-def _item(relation: str, index: int, subject: str, right: str, wrong: list[str],
-          rng: random.Random) -> dict:
+def _item(
+    relation: str, index: int, subject: str, right: str, wrong: list[str], rng: random.Random
+) -> dict:
     texts = [*wrong, right]
     rng.shuffle(texts)
     question = {
@@ -157,8 +182,12 @@ def _item(relation: str, index: int, subject: str, right: str, wrong: list[str],
         "countries": f"In which country is the city of {subject}?",
         "categories": f"Which of these is a kind of {subject}?",
     }[relation]
-    return {"id": f"{relation}-{index}", "question": question, "options": texts,
-            "answer": texts.index(right) + 1}
+    return {
+        "id": f"{relation}-{index}",
+        "question": question,
+        "options": texts,
+        "answer": texts.index(right) + 1,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

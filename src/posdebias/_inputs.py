@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -145,6 +146,83 @@ def check_whole_number(
     return value
 
 
+#: The most digits a whole number written in an input file may have: ids, counts, answers and
+#: turns need far fewer, and ``int()`` of a long digit string is slow or refused (4,300 digits).
+MAX_NUMBER_DIGITS = 18
+#: The largest magnitude of a decimal number read from an input file (a relevance score, a
+#: fitted log-probability): far beyond every real value, and small enough that sums, products
+#: and differences of such numbers stay finite in float64.
+MAX_FILE_MAGNITUDE = 1e12
+_DIGITS = re.compile(rf"[0-9]{{1,{MAX_NUMBER_DIGITS}}}")
+_DECIMAL = re.compile(
+    r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]{0,18})?|\.[0-9]{1,18})(?:[eE][+-]?[0-9]{1,3})?"
+)
+
+
+def file_whole_number(value: Any, field: str, low: int, high: int, *, text: bool = True) -> int:
+    """``value`` of the input-file field ``field`` as a whole number from ``low`` to ``high``.
+
+    The one reader of a whole number written in a data file: a JSON integer (not ``true``, not
+    ``2.0``) or, where ``text`` allows, a text of ASCII digits only (``"3"``, not ``"\u00b2"``
+    or ``"\u0663"``), at most :data:`MAX_NUMBER_DIGITS` digits. Anything else is an
+    :class:`InputError` naming the field and the value; callers add the file and the line.
+    """
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) < 10**MAX_NUMBER_DIGITS:
+            number = value
+    elif text and isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        number = int(value.strip())
+    if number is None:
+        written = "digits only, " if text else ""
+        raise InputError(
+            f"{field} {excerpt(value)} is not a whole number ({written}at most "
+            f"{MAX_NUMBER_DIGITS} digits, no decimal point)"
+        )
+    if not low <= number <= high:
+        raise InputError(f"{field} {excerpt(value)} is out of range ({low:,} to {high:,})")
+    return number
+
+
+def file_decimal_number(
+    value: Any, field: str, low: float = -MAX_FILE_MAGNITUDE, high: float = MAX_FILE_MAGNITUDE
+) -> float:
+    """``value`` of the input-file field ``field`` as a finite number from ``low`` to ``high``:
+    a JSON number (not a boolean) or a plain decimal text (``2``, ``0.5``, ``1e-3``; not
+    ``nan``, ``inf``, ``1_000`` or ``\u00b2``). Else an :class:`InputError` naming the field."""
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = None
+    elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        number = float(value.strip())
+    if number is None or not math.isfinite(number):
+        raise InputError(f"{field} {excerpt(value)} is not a finite number")
+    if not low <= number <= high:
+        raise InputError(f"{field} {excerpt(value)} is out of range ({low:g} to {high:g})")
+    return number
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` (a field of an input file) cannot be used, or None: a lone surrogate such
+    as U+D800 (which JSON's ``\\ud800`` escape yields) is half of a pair, no character; no
+    file can store it as UTF-8 and no tokenizer can encode it. The one text check of every
+    field of every source, before anything is written or tokenized."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        return (
+            f"holds U+{code:04X}, half of a surrogate pair, which is no character and no file "
+            "or tokenizer can encode; fix the text's encoding"
+        )
+    return None
+
+
 def check_setting(name: str, value: Any) -> int:
     """``value`` if it is a whole number in the range of the run setting ``name``
     (:data:`posdebias.defaults.RANGES`: ``batch_size``, ``seed``, ``orders``, ``count``,
@@ -222,11 +300,29 @@ def jsonl_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:EXCERPT_CHARS]} is too large to be finite")
+    return number
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads`` that refuses what JSON does not allow and Python's reader takes:
+    ``NaN``, ``Infinity`` and numbers that overflow to infinity (``1e999``), with a ValueError.
+    The one JSON reader of files and answers: a number read from one is always finite."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def parse_json(text: str | bytes, what: str, *, error: type[InputError] = InputError) -> Any:
-    """``json.loads`` with every failure (syntax, nesting too deep, a number too long) as
-    ``error``; the message says where, not what the text was."""
+    """:func:`loads_json` with every failure (syntax, nesting too deep, a number too long or
+    not finite) as ``error``; the message says where, not what the text was."""
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError as exc:
         raise error(f"{what}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
     except RecursionError:

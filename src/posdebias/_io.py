@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, read_input_bytes
+from posdebias._inputs import DATA_LIMIT, loads_json, read_input_bytes
 from posdebias.errors import OutputError, ResumeError
 
 try:
@@ -121,12 +121,20 @@ def make_staging_dir(target: Path) -> Path:
 
 
 @contextlib.contextmanager
-def staged_files(folder: str | os.PathLike[str]) -> Iterator[Path]:
+def staged_files(folder: str | os.PathLike[str], *, new: bool = False) -> Iterator[Path]:
     """A staging folder inside ``folder`` to write files into; when the block succeeds they are
     renamed into ``folder`` together (renames need no space, so a full disk fails before any
     file appears), and the staging folder is removed whatever happens (a killed writer's is
     removed by :func:`remove_stale`).
+
+    ``new``: the files must not exist yet, as anything, a dangling link included: each is
+    linked into place (which never replaces an entry), and if one name is taken the ones
+    already placed are removed again, so none appears.
     """
+    if new:
+        with _staged_new(Path(folder)) as staging:
+            yield staging
+        return
     root = Path(folder)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -148,12 +156,49 @@ def staged_files(folder: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_files_together(folder: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
+@contextlib.contextmanager
+def _staged_new(root: Path) -> Iterator[Path]:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = make_staging_dir(root / ".files")
+    except OSError as exc:
+        raise _output_error(root, exc) from exc
+    placed: list[Path] = []
+    try:
+        yield staging
+        entries = sorted(staging.iterdir())
+        for entry in entries:
+            os.chmod(entry, 0o666 & ~_UMASK)
+        try:
+            for entry in entries:
+                os.link(entry, root / entry.name, follow_symlinks=False)
+                placed.append(root / entry.name)
+        except FileExistsError:
+            for path in placed:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise OutputError(
+                f"{root} already holds {root / entry.name} (a file, a folder or a link); "
+                "posdebias never replaces what it did not write: remove it or choose another "
+                "name"
+            ) from None
+        except OSError as exc:
+            for path in placed:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise _output_error(root / entry.name, exc) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_files_together(
+    folder: str | os.PathLike[str], files: Mapping[str, bytes], *, new: bool = False
+) -> list[Path]:
     """Write several files into ``folder`` so that they appear together or not at all (see
-    :func:`staged_files`); every file is fsynced before any is renamed. Returns the final
-    paths."""
+    :func:`staged_files`; ``new``: none of them may exist yet); every file is fsynced before
+    any is renamed. Returns the final paths."""
     root = Path(folder)
-    with staged_files(root) as staging:
+    with staged_files(root, new=new) as staging:
         for name, data in files.items():
             if "/" in name or name in ("", ".", ".."):
                 raise ValueError(f"not a plain file name: {name!r}")
@@ -352,7 +397,7 @@ def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, 
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = loads_json(line)
         except RecursionError:
             raise ResumeError(
                 f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "

@@ -28,7 +28,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_bytes
-from posdebias._io import DirectoryLock, atomic_write_json, remove_stale, staged_files
+from posdebias._io import (
+    DirectoryLock,
+    atomic_write_json,
+    remove_stale,
+    staged_files,
+    write_files_together,
+)
 from posdebias.errors import OutputError, ResumeError, validation_problems
 
 #: Version of the files posdebias keeps in its run directories (run.json, sweep.json, points,
@@ -245,6 +251,19 @@ class RunFolder:
                 f"{what} {self.root / relative} is not one posdebias wrote ({problems}); delete "
                 f"it, or use a new {self.flag}"
             ) from None
+
+    def write_files(self, files: dict[str, bytes], *, new: bool = False) -> list[Path]:
+        """Write plain files into the folder together (all or none), never through a link;
+        ``new``: refuse to replace anything that stands at one of the names (a file of the
+        user's, a dangling link), for folders we share with other files."""
+        for name in files:
+            path = self.path(name)
+            if path.is_symlink() and not new:
+                raise OutputError(
+                    f"{path} is a symbolic link; posdebias does not write through links: "
+                    f"remove it or choose another {self.flag}"
+                )
+        return write_files_together(self.root, files, new=new)
 
     def write_json(self, relative: str, payload: Any) -> Path:
         """Write our JSON file atomically, never through a link (a subfolder is made)."""

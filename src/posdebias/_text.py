@@ -1,4 +1,5 @@
-"""The one output sanitiser: everything posdebias prints goes through :func:`printable`.
+"""The one output sanitiser: everything posdebias prints goes through :func:`printable`, and
+everything it writes for people to read through :func:`file_text` or :func:`one_line`.
 
 Strings from users and files (a config's ``out:``, a benchmark folder's name, an instance id, a
 label, a plugin's message) reach tables, progress lines, paths and reports. A terminal obeys
@@ -36,6 +37,13 @@ def printable(message: str) -> str:
     if len(lines) > MAX_MESSAGE_LINES:
         shown.append(f"... ({len(lines) - MAX_MESSAGE_LINES} more lines)")
     return "\n".join(shown)
+
+
+def file_text(text: str) -> str:
+    """``text`` safe for a file people read (``report.md``, ``results.csv``, a figure's
+    texts): the terminal's rule (every control or invisible character shown as its escape,
+    ``ESC`` as ``\\x1b``), line breaks kept, nothing cut (a report is read in full)."""
+    return "\n".join(_escaped(line) for line in str(text).split("\n"))
 
 
 def one_line(value: Any) -> str:

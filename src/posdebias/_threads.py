@@ -2,7 +2,7 @@
 
 torch starts with one intra-op thread per core. On a machine other processes also use, that is
 the slowest setting there is: on a busy 2-core machine a query of the bundled organism took
-1,451 ms with torch's 2 threads and 94 ms with 1 (``benchmarks/serving.py``), because the
+1,451 ms with torch's 2 threads and 94 ms with 1 (``perf/serving.py``), because the
 threads wait for each other on cores that are not free. Too few threads costs at most the
 share of the cores left idle; too many costs far more. So the default is half the CPUs this
 process may use (``OMP_NUM_THREADS`` when set), and a count chosen by the user

@@ -29,17 +29,17 @@ from posdebias._inputs import check_setting, excerpt
 from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import ImageRef, Instance, RetrievalInstance, image_key
+from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, RetrievalInstance, image_key
 from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
 from posdebias.errors import CalibrationError, InputError, ObservationError
-from posdebias.evaluation.job import load_states
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
     fit_calibrators,
     observe_cached,
 )
+from posdebias.evaluation.states import check_state, load_states, state_metadata
 from posdebias.registry import get_registry
 
 Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
@@ -329,6 +329,8 @@ class Debiaser:
             weakref.WeakKeyDictionary()
         )
         self._batchers_lock = threading.Lock()
+        #: whether loaded states fitted on another model are used on purpose (Debiaser.load)
+        self.transfer = False
 
     # -- the calibrators -------------------------------------------------------------------
 
@@ -399,11 +401,11 @@ class Debiaser:
                 f"{unknown[:3]} have no target; give each instance its target, or calibrate "
                 "without labels with Debiaser(adapter, 'label_free')"
             )
-        described = self.adapter.describe()
-        metadata = {k: described.get(k) for k in ("model_id", "prompt_hash")}
         fitted: dict[int, dict[str, CalibrationState]] = {}
         with self._threads():
             for n, group in groups.items():
+                task = group[0].task
+                metadata = state_metadata(self.adapter, task, n)
                 states = (
                     fit_calibrators(
                         self.adapter, fitting, group, batch_size=self.batch_size, metadata=metadata
@@ -413,7 +415,7 @@ class Debiaser:
                 )
                 for label, calibrator in self.calibrators.items():
                     if label not in states:
-                        states[label] = self._trivial_state(calibrator, n, metadata, group[0].task)
+                        states[label] = self._trivial_state(calibrator, n, task)
                 fitted[n] = {label: states[label] for label in self.calibrators}
         for n, states in fitted.items():
             for label, state in states.items():
@@ -424,39 +426,33 @@ class Debiaser:
         self._fitted = fitted
         return fitted[instances[0].n][self.primary]
 
-    def _trivial_state(
-        self,
-        calibrator: Calibrator,
-        n: int,
-        metadata: Mapping[str, Any] | None = None,
-        task: str | None = None,
-    ) -> CalibrationState:
+    def _trivial_state(self, calibrator: Calibrator, n: int, task: str) -> CalibrationState:
         """The state of a calibrator that needs no fit (no forward pass)."""
-        if metadata is None:
-            described = self.adapter.describe()
-            metadata = {k: described.get(k) for k in ("model_id", "prompt_hash")}
         return calibrator.fit(
             [],
             n=n,
             adapter=self.adapter.name,
             label_set=self.adapter.labels_for(n, task),
-            **metadata,
+            **state_metadata(self.adapter, task, n),
         )
 
+    def _prompt_hash(self, task: str, n: int) -> str | None:
+        hashed = state_metadata(self.adapter, task, n)["prompt_hash"]
+        return None if hashed is None else str(hashed)
+
     def _states(
-        self,
-        n: int,
-        fitted: Mapping[int, Mapping[str, CalibrationState]],
-        task: str | None = None,
+        self, n: int, task: str, fitted: Mapping[int, Mapping[str, CalibrationState]]
     ) -> dict[str, CalibrationState]:
-        """The state of every calibrator for a query of N = ``n``, checked for this use; a
-        calibrator fitted for other N only is refused, naming the N it was fitted for."""
-        needs_attention = any(c.needs_attention for c in self.calibrators.values())
+        """The state of every calibrator for a query of N = ``n`` on ``task``, checked by the
+        one gate of every door (:func:`~posdebias.evaluation.states.check_state`); a calibrator
+        fitted for other N only is refused, naming the N it was fitted for."""
         states = {}
         for label, calibrator in self.calibrators.items():
             state = fitted.get(n, {}).get(label)
-            if state is None and not calibrator.needs_fit:
-                state = self._trivial_state(calibrator, n, task=task)
+            if not calibrator.needs_fit and (
+                state is None or state.prompt_hash != self._prompt_hash(task, n)
+            ):
+                state = self._trivial_state(calibrator, n, task)
             if state is None:
                 fitted_for = [k for k, by_label in sorted(fitted.items()) if label in by_label]
                 if not fitted_for:
@@ -474,12 +470,9 @@ class Debiaser:
                         RECALIBRATE[1],
                     ),
                 )
-            state.check_compatible(
-                n=n,
-                layers=self.adapter.attention_layers if needs_attention else None,
-                label_set=self.adapter.labels_for(n, task),
+            states[label] = check_state(
+                state, self.adapter, calibrator, n, task, transfer=self.transfer
             )
-            states[label] = state
         return states
 
     @contextlib.contextmanager
@@ -524,28 +517,39 @@ class Debiaser:
         order); refused if made with another adapter or prompt, or on another model unless
         ``transfer`` says that is intended."""
         states = load_states(Path(path))
-        described = adapter.describe()
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
+        for stem, state in states.items():
+            label = stem.removesuffix(f".n{state.n}")
+            if label not in calibrators:  # the same calibrator fitted for another N: checked
+                calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
+        debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
+        debiaser.use_states(states, transfer=transfer)
+        return debiaser
+
+    def use_states(self, states: Mapping[str, CalibrationState], *, transfer: bool = False) -> None:
+        """Use saved ``states`` (by calibrator label, ``<label>.n<N>`` for one of several N),
+        each checked by the one gate of every door
+        (:func:`~posdebias.evaluation.states.check_state`) for the task whose prompt it was
+        fitted on; each query is checked again for its own task and N when it is ranked.
+        ``transfer``: states fitted on another model are used on purpose."""
         fitted: dict[int, dict[str, CalibrationState]] = {}
         for stem, state in states.items():
-            state.check_compatible(
-                adapter=adapter.name,
-                prompt_hash=described.get("prompt_hash"),
-                model_id=None if transfer else described.get("model_id"),
-            )
             label = stem.removesuffix(f".n{state.n}")
-            if label in calibrators:  # the same calibrator fitted for another N
-                state.check_compatible(
-                    calibrator=calibrators[label].name,
-                    options=calibrators[label].options.model_dump(mode="json"),
+            calibrator = self.calibrators.get(label)
+            if calibrator is None:
+                raise CalibrationError(
+                    f"a state is given for calibrator {label!r}, but this debiaser runs "
+                    f"{list(self.calibrators)}"
                 )
-            else:
-                calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
+            task = next(
+                (t for t in TASK_KINDS if self._prompt_hash(t, state.n) == state.prompt_hash),
+                "retrieval",
+            )
+            check_state(state, self.adapter, calibrator, state.n, task, transfer=transfer)
             fitted.setdefault(state.n, {})[label] = state
-        debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
-        debiaser._fitted = fitted
-        return debiaser
+        self._fitted = fitted
+        self.transfer = transfer
 
     # -- ranking ---------------------------------------------------------------------------
 
@@ -619,8 +623,7 @@ class Debiaser:
     async def _submit(self, instance: Instance, explain: bool) -> Ranking:
         fitted = self._fitted
         if instance.n not in fitted and any(c.needs_fit for c in self.calibrators.values()):
-            # no calibration for this N: this caller's error
-            self._states(instance.n, fitted, instance.task)
+            self._states(instance.n, instance.task, fitted)  # no calibration: the caller's error
         loop = asyncio.get_running_loop()
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
@@ -637,10 +640,8 @@ class Debiaser:
         self, instances: list[Instance], batch_size: int, explain: Sequence[bool]
     ) -> list[Ranking]:
         fitted = self._fitted  # one snapshot for the whole call (see thread safety)
-        states_by_kind = {
-            (n, task): self._states(n, fitted, task)
-            for n, task in dict.fromkeys((i.n, i.task) for i in instances)
-        }
+        uses = dict.fromkeys((i.n, i.task) for i in instances)
+        states_by_use = {use: self._states(*use, fitted) for use in uses}
         # every view once: the query as given, plus the orders a calibrator needs (its
         # permutations; the N cyclic rotations for permutation_average by default)
         views: list[Instance] = []
@@ -657,7 +658,7 @@ class Debiaser:
         orders_of = [
             {
                 label: calibrator.orders_for(
-                    instance, states_by_kind[(instance.n, instance.task)][label]
+                    instance, states_by_use[(instance.n, instance.task)][label]
                 )
                 for label, calibrator in self.calibrators.items()
             }
@@ -683,7 +684,7 @@ class Debiaser:
         for instance, (own, others), orders, explained in zip(
             instances, wanted, orders_of, explain, strict=True
         ):
-            states = states_by_kind[(instance.n, instance.task)]
+            states = states_by_use[(instance.n, instance.task)]
             predictions = {
                 label: tie_broken(
                     calibrator.predict(

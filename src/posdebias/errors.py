@@ -71,6 +71,12 @@ class AdapterError(PosdebiasError):
     exit_code = 2
 
 
+class ModelCodeError(AdapterError):
+    """The model's own code (its processor, its forward: transformers' or the checkpoint's)
+    raised an error: not a bug of posdebias. The message names the family, the call, the
+    error and what to try; exit code 2."""
+
+
 class PluginError(PosdebiasError):
     """A third-party plugin failed to load or breaks the plugin contract."""
 

@@ -11,6 +11,7 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.adapters.server import ServerAdapter
+from posdebias.core.tasks import TASK_LABEL_SETS, task_label_set
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
@@ -295,6 +297,7 @@ def load_adapter(
     revision: str | None = None,
     label_set: str | None = None,
     prompt: PromptTemplate | dict | str | Path | None = None,
+    task: str | None = None,
     **options: Any,
 ) -> HFAdapter:
     """Load model + processor with ``from_pretrained`` and wrap them in the right adapter.
@@ -309,8 +312,10 @@ def load_adapter(
             ignored when ``device_map`` is given (accelerate placement).
         max_memory: with ``device_map``, the devices accelerate may use and how much of each
             (``{0: "70GiB", 1: "70GiB"}``); data-parallel ranks get their own GPU group.
-        label_set: the label set the prompt names (``digits``, ``upper``, ...; default:
-            each task's own, :func:`posdebias.core.tasks.task_label_set`).
+        label_set: the label set the prompt names (``digits``, ``upper``, ...); default: the
+            task's own (:func:`default_label_set`), as ``posdebias evaluate`` uses.
+        task: the task the adapter will pose (default: a bundled model's own task, else each
+            instance's); it decides the default label set only.
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).
@@ -320,6 +325,7 @@ def load_adapter(
         raise InputError(
             f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
         )
+    label_set = label_set or default_label_set(task, model_id_or_path)
     gguf = gguf_source(model_id_or_path)
     #: keywords naming the file inside ``source`` that transformers reads (a GGUF file)
     file: dict[str, Any] = {}
@@ -416,10 +422,37 @@ def load_adapter(
     )
 
 
+def default_label_set(
+    task: str | None = None, model: str | os.PathLike[str] | None = None
+) -> str | None:
+    """The label set a task prompts with unless one is named, the same at every door (the
+    command line, :func:`load_adapter`, :func:`get_adapter`): the task's own by the one rule,
+    :func:`~posdebias.core.tasks.task_label_set`. Without a task, a bundled model's own task
+    decides; else None: the adapter labels each instance by its task's own set. A task that
+    does not exist is an InputError."""
+    if task is None and model is not None:
+        bundled = get_registry().bundled_model(os.fspath(model))
+        task = None if bundled is None else bundled.task
+    if task is None:
+        return None
+    if task not in TASK_LABEL_SETS:
+        raise InputError(f"unknown task {task!r}; choose one of: {', '.join(TASK_LABEL_SETS)}")
+    return task_label_set(task)
+
+
 def get_adapter(
-    model: Any, processor: Any, *, adapter: str | None = None, **options: Any
+    model: Any,
+    processor: Any,
+    *,
+    adapter: str | None = None,
+    task: str | None = None,
+    **options: Any,
 ) -> HFAdapter:
-    """Wrap an already loaded model + processor (options: label_set, prompt, end_token, ...)."""
+    """Wrap an already loaded model + processor (options: label_set, prompt, end_token, ...;
+    the label set defaults to ``task``'s, else each instance's task's own, see
+    :func:`default_label_set`)."""
+    if "label_set" not in options and task is not None:
+        options["label_set"] = default_label_set(task)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type is None:
         raise InputError(f"{type(model).__name__} is not a Hugging Face model (no config)")
@@ -434,19 +467,17 @@ def get_adapter(
             f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
         )
     model.eval()
+    # the prompt options, from the options model (their one declaration): every field the
+    # adapter's constructor takes as a keyword
+    keywords = inspect.signature(HFAdapter.__init__).parameters
     return cls(
         model,
         processor,
-        label_set=parsed.label_set,
-        prompt=parsed.prompt,
-        end_token=parsed.end_token,
-        answer_prefix=parsed.answer_prefix,
-        image_size=parsed.image_size,
-        logits_processors=parsed.logits_processors,
-        max_patches=parsed.max_patches,
-        prompt_variant=parsed.prompt_variant,
-        task_prompt=parsed.task_prompt,
-        chat_template=parsed.chat_template,
+        **{
+            name: getattr(parsed, name)
+            for name in type(parsed).model_fields
+            if name in keywords and keywords[name].kind is inspect.Parameter.KEYWORD_ONLY
+        },
     )
 
 
@@ -474,21 +505,6 @@ def open_adapter(model: str, *, adapter: str | None = None, **options: Any) -> A
             raise InputError(f"two models given: {model!r} and the option model={named!r}")
         return get_registry().create_adapter(adapter, model=model, **options)
     return load_adapter(model, adapter=adapter, **options)
-
-
-def create_adapter(name: str | None, **options: Any) -> Adapter:
-    """The adapter ``name`` from options, as a config names it.
-
-    With a ``model`` option (or without a name) the model is loaded with :func:`load_adapter`;
-    otherwise the adapter builds itself from its options (``Adapter.create``, e.g. the simulated
-    model).
-    """
-    model = options.pop("model", None)
-    if model is not None:
-        return open_adapter(model, adapter=name, **options)
-    if name is None:
-        raise InputError("name an adapter or a model")
-    return get_registry().create_adapter(name, **options)
 
 
 def check_device(device: str) -> None:

@@ -14,7 +14,9 @@ from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate
 from posdebias.core.instance import RetrievalInstance
 from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
-from posdebias.loading import _adapter_class, create_adapter
+from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.job import build_adapter
+from posdebias.loading import _adapter_class, open_adapter
 from posdebias.testing import FAMILIES, save_tiny_model
 
 EXPECTED = {
@@ -100,12 +102,14 @@ def test_a_config_that_breaks_its_own_rules_is_a_clear_error(saved, tmp_path, ca
 
 
 def test_an_hf_adapter_is_created_by_name(saved):
-    adapter = create_adapter("llava", model=str(saved["llava"]), label_set="upper")
+    """A config's adapter options may name the model: the run loads it like --model."""
+    options = {"model": str(saved["llava"]), "label_set": "upper"}
+    adapter = build_adapter(EvaluateConfig(adapter={"name": "llava", "options": options}))
     assert adapter.name == "llava" and adapter.label_set == "upper"
     with pytest.raises(InputError, match="needs a model"):
-        create_adapter("llava")
+        posdebias.get_registry().create_adapter("llava")
     with pytest.raises(ConfigError, match="nonsense"):
-        create_adapter("llava", model=str(saved["llava"]), nonsense=1)
+        open_adapter(str(saved["llava"]), adapter="llava", nonsense=1)
 
 
 def test_prompt_file_in_the_model_directory_is_the_default(saved, make_instances, tmp_path):
@@ -211,6 +215,7 @@ def test_too_many_candidates_for_the_label_set(image_files):
         adapter.observe(RetrievalInstance("a cat", images, 0, "big"))
 
 
+@pytest.mark.figures
 def test_cli_calibrate_evaluate_report_on_a_saved_tiny_model(saved, tmp_path):
     """`posdebias build` -> `calibrate --model DIR` -> `evaluate --calibration` with every
     calibrator -> `report`, on a real (tiny) Qwen2.5-VL checkpoint on disk."""

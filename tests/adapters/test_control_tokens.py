@@ -11,6 +11,7 @@ instance, the field and the token; near misses are text and pass.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from PIL import Image
@@ -426,3 +427,70 @@ def test_a_sweep_stops_before_its_directory(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "the stem holds '<|endoftext|>', which model" in err, err
     assert not (tmp_path / "sweep").exists()
+
+
+JOINED_FIELDS = [
+    # the candidate's end and the separator: written between every two candidates
+    ({"task_prompt": {"candidate": "{label}. {text} <|im_", "candidate_separator": "end|>\n"}},
+     "task_prompt (multiple_choice)", "<|im_end|>"),
+    ({"task_prompt": {"instruction": "Pick one. <|endof", "separator": "text|>"}},
+     "task_prompt (multiple_choice)", "<|endoftext|>"),
+    ({"task_prompt": {"candidate": "{label}{text}<|im_start", "layout": "candidates_first",
+                      "candidate_separator": "|>"}},
+     "task_prompt (multiple_choice)", "<|im_start|>"),
+    ({"prompt": {"instruction": "Which image? <|im_", "separator": "end|>"}}, "prompt",
+     "<|im_end|>"),
+]  # fmt: skip
+
+
+def _prompt_fields_ok(options) -> bool:
+    from posdebias.adapters.hf.prompt import PromptTemplate
+
+    fields = options.get("prompt")
+    return fields is None or set(fields) <= set(PromptTemplate.model_fields)
+
+
+@pytest.mark.parametrize(("options", "where", "token"), JOINED_FIELDS)
+def test_template_fields_that_write_a_token_where_they_meet_are_refused(options, where, token):
+    # candidate "{label}. {text} </" + candidate_separator "s>\n" wrote </s> three times into
+    # every prompt, exit 0: the neutral prompt held it too, so the data were not blamed
+    if not _prompt_fields_ok(options):
+        pytest.skip("the retrieval prompt has no such fields")
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    with pytest.raises(ConfigError) as caught:
+        posdebias.get_adapter(model, tokenizer, label_set="upper", **options)
+    assert f"the fields of {where} write {token!r} where they meet" in str(caught.value)
+
+
+@pytest.mark.parametrize(("options", "where", "token"), JOINED_FIELDS)
+def test_the_openai_adapter_refuses_joined_template_fields_too(tmp_path, options, where, token):
+    if not _prompt_fields_ok(options):
+        pytest.skip("the retrieval prompt has no such fields")
+    _, tokenizer = tiny_model_and_processor("qwen3")
+    tokenizer.save_pretrained(tmp_path / "tok")
+    with pytest.raises(ConfigError, match=f"the fields of {re.escape(where)} write"):
+        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", tokenizer=str(tmp_path / "tok"),
+                      label_set="upper", retries=0, **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("prefix", ["<|im_end|><|im_start|>", " <|endoftext|>", "<|im_start|>"])
+def test_an_answer_prefix_holding_a_special_token_is_refused_by_every_adapter(tmp_path, prefix):
+    # the openai adapter's answer_prefix "</s><s>" (with tokenizer set) passed
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    with pytest.raises(ConfigError, match="field answer_prefix holds"):
+        posdebias.get_adapter(model, tokenizer, answer_prefix=prefix)
+    tokenizer.save_pretrained(tmp_path / "tok")
+    with pytest.raises(ConfigError, match="field answer_prefix holds"):
+        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", tokenizer=str(tmp_path / "tok"),
+                      answer_prefix=prefix, retries=0)  # fmt: skip
+
+
+def test_fields_that_only_look_alike_pass():
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    for options in (
+        {"task_prompt": {"candidate": "{label}. {text} <|im", "candidate_separator": " end|>\n"}},
+        {"task_prompt": {"instruction": "Pick one <|", "separator": "\n"}},
+        {"answer_prefix": " <|im"},
+    ):
+        adapter = posdebias.get_adapter(model, tokenizer, label_set="upper", **options)
+        assert adapter.observe(question()).label_logprobs.shape == (3,)

@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness_helpers import build_organism_benchmark, require_lmms_eval
+from harness_helpers import build_organism_benchmark, require_lm_eval, require_lmms_eval
 
 
 @pytest.fixture
 def lmms_eval_installed() -> None:
     require_lmms_eval()
+
+
+@pytest.fixture
+def lm_eval_installed() -> None:
+    require_lm_eval()
 
 
 @pytest.fixture(scope="session")

@@ -155,3 +155,48 @@ def run_lmms_eval(
     results["samples_by_task"] = samples
     results["stdout"] = done.stdout
     return results
+
+
+HAS_LM_EVAL = importlib.util.find_spec("lm_eval") is not None
+
+
+def require_lm_eval() -> None:
+    """Skip without lm-eval on a developer machine; fail loudly in CI (`make test` installs
+    the [lm-eval] extra)."""
+    if HAS_LM_EVAL:
+        return
+    message = "lm-eval is not installed: pip install -e '.[lm-eval]' (make test does)"
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def run_lm_eval(
+    tmp: Path, model_args: str, tasks: str, include: Path, *extra: str, processes: int = 1
+) -> dict:
+    """``posdebias lm-eval --model posdebias`` as a user runs it (lm-eval's own command line;
+    several processes: ``accelerate launch -m posdebias lm-eval``); returns the results JSON,
+    the sample records per task and the printed output."""
+    out = tmp / "out"
+    command = [str(Path(sys.executable).parent / "posdebias")]
+    if processes > 1:
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu"]
+        command += ["--num_processes", str(processes), "--num_machines", "1"]
+        command += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+        command += ["--main_process_port", str(free_port()), "-m", "posdebias"]
+    command += ["lm-eval", "--model", "posdebias"]
+    command += ["--model_args", model_args, "--tasks", tasks, "--include_path", str(include)]
+    command += ["--output_path", str(out), "--log_samples", *extra]
+    done = subprocess.run(
+        command, env=offline_env(tmp), capture_output=True, text=True, timeout=900, cwd=tmp
+    )
+    found = list(out.rglob("results_*.json"))
+    assert done.returncode == 0 and len(found) == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    results = json.loads(found[0].read_text())
+    samples = {}
+    for file in out.rglob("samples_*.jsonl"):
+        task = file.stem.removeprefix("samples_").rsplit("_", 1)[0]
+        samples[task] = [json.loads(line) for line in file.read_text().splitlines() if line]
+    results["samples_by_task"] = samples
+    results["stdout"] = done.stdout
+    return results

@@ -4,6 +4,7 @@ and its command (`posdebias lmms-eval-task`)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -247,3 +248,45 @@ def test_an_items_file_edited_to_move_a_truth_is_refused(
             module.docs_0(load())
     items.write_text("\n".join(lines) + "\n")
     assert len(module.docs_0(load())) == 24
+
+
+@pytest.mark.parametrize("taken", ["demo.yaml", "demo_vanilla.yaml", "demo_items.jsonl"])
+@pytest.mark.parametrize("kind", ["dangling link", "link to a file", "folder"])
+def test_a_users_link_or_folder_at_a_task_name_is_never_replaced(
+    organism_benchmark, tmp_path, capsys, taken, kind
+):
+    # a dangling link tasks/d/t.yaml was deleted (exists() said no, the rename replaced it)
+    out = tmp_path / "tasks"
+    out.mkdir()
+    target = tmp_path / "elsewhere.yaml"
+    if kind == "dangling link":
+        (out / taken).symlink_to(tmp_path / "nowhere.yaml")
+    elif kind == "link to a file":
+        target.write_text("theirs\n")
+        (out / taken).symlink_to(target)
+    else:
+        (out / taken).mkdir()
+    args = ["lmms-eval-task", "--benchmark", str(organism_benchmark), "--out", str(out)]
+    assert main([*args, "--name", "demo"]) == 2
+    assert f"already holds {taken}" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == [taken]
+    assert os.path.lexists(out / taken) and (kind == "folder") == (out / taken).is_dir()
+    if kind == "link to a file":
+        assert target.read_text() == "theirs\n"
+
+
+def test_a_name_taken_while_the_files_are_written_leaves_none_of_them(tmp_path):
+    # the check before writing and the write are apart: the write itself never replaces
+    from posdebias._io import write_files_together
+    from posdebias.errors import OutputError
+
+    out = tmp_path / "tasks"
+    out.mkdir()
+    (out / "b.yaml").symlink_to(tmp_path / "nowhere")
+    files = {"a.yaml": b"a", "b.yaml": b"b", "c.yaml": b"c"}
+    with pytest.raises(OutputError, match="already holds .*b.yaml"):
+        write_files_together(out, files, new=True)
+    assert sorted(p.name for p in out.iterdir()) == ["b.yaml"]
+    assert (out / "b.yaml").is_symlink()
+    assert write_files_together(tmp_path / "fresh", files, new=True)
+    assert (tmp_path / "fresh" / "c.yaml").read_bytes() == b"c"

@@ -121,9 +121,10 @@ def test_an_honest_server_gives_the_restricted_softmax():
 @pytest.mark.parametrize(
     ("lie", "message"),
     [
-        ({"last": float("nan")}, "a log-probability must be a finite number <= 0, got nan"),
-        ({"last": float("inf")}, "a log-probability must be a finite number <= 0, got inf"),
-        ({"last": float("-inf")}, "a log-probability must be a finite number <= 0, got -inf"),
+        ({"last": float("nan")}, "cannot use: 'NaN is no number JSON allows'"),
+        ({"last": float("inf")}, "cannot use: 'Infinity is no number JSON allows'"),
+        ({"last": float("-inf")}, "cannot use: '-Infinity is no number JSON allows'"),
+        ({"last": 1e999}, "cannot use: 'Infinity is no number JSON allows'"),
         ({"last": 5.0}, "a log-probability must be a finite number <= 0, got 5.0"),
         ({"last": "abc"}, "logprob: Input should be a valid number"),
         ({"last": None}, "logprob: Input should be a valid number"),
@@ -138,8 +139,10 @@ def test_impossible_prompt_scores_are_refused_naming_the_number(lie, message):
     # one silently) or an internal error; token counts of the wrong type were taken as ints
     with pytest.raises(AdapterError) as caught:
         observe_with(lambda path, body: json_reply(prompt_scores(body, **lie)))
-    assert "sent prompt log-probabilities posdebias cannot use" in str(caught.value) or (
-        "does not describe this prompt" in str(caught.value)
+    assert (
+        "sent prompt log-probabilities posdebias cannot use" in str(caught.value)
+        or "does not describe this prompt" in str(caught.value)
+        or "answered with JSON posdebias cannot use" in str(caught.value)  # NaN: no JSON number
     )
     assert message in str(caught.value)
 
@@ -155,7 +158,10 @@ def test_impossible_prompt_scores_are_refused_naming_the_number(lie, message):
             {"prompt_logprobs": [None, {"7": {"decoded_token": "x"}}], "usage": {}},
             "prompt_logprobs.1.7.logprob: Field required",
         ),
-        (b'{"prompt_logprobs": [null, {"7": {"logprob": NaN}}], "usage": {}}', "got nan"),
+        (
+            b'{"prompt_logprobs": [null, {"7": {"logprob": NaN}}], "usage": {}}',
+            "NaN is no number JSON allows",
+        ),
         ({"prompt_logprobs": [None, {"7": {"logprob": -1.0}}]}, "usage: Field required"),
         ({"prompt_logprobs": "all", "usage": {}}, "prompt_logprobs: Input should be a valid list"),
         (b"[" * 100_000 + b"]" * 100_000, "answered with JSON nested too deeply"),
@@ -174,8 +180,9 @@ def test_answers_of_the_wrong_shape_are_refused_not_crashed_on(payload, message)
 @pytest.mark.parametrize(
     ("top", "message"),
     [
-        ([{"token": "A", "logprob": float("nan")}], "finite number <= 0, got nan"),
-        ([{"token": "A", "logprob": float("-inf")}], "finite number <= 0, got -inf"),
+        ([{"token": "A", "logprob": float("nan")}], "NaN is no number JSON allows"),
+        ([{"token": "A", "logprob": float("-inf")}], "-Infinity is no number JSON allows"),
+        ([{"token": "A", "logprob": -1e400}], "-Infinity is no number JSON allows"),
         ([{"token": "A", "logprob": 0.7}], "finite number <= 0, got 0.7"),
         ([{"tok": "A"}], "top_logprobs.0.token: Field required"),
         ("x", "top_logprobs: Input should be a valid list"),
@@ -187,7 +194,9 @@ def test_impossible_top_logprobs_are_refused(top, message):
             {"choices": [{"index": 0, "logprobs": {"content": [{"top_logprobs": top}]}}]}
         )
 
-    with pytest.raises(AdapterError, match="sent a chat answer posdebias cannot use") as caught:
+    with pytest.raises(
+        AdapterError, match="(sent a chat answer|answered with JSON) posdebias cannot use"
+    ) as caught:
         observe_with(respond, scoring="top_logprobs")
     assert message in str(caught.value)
 

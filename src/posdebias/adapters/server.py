@@ -25,15 +25,19 @@ exponential backoff on connection failures, 429 and 5xx. Nothing is sent anywher
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import io
 import json
 import math
 import os
 import re
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,7 +48,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._images import open_image
-from posdebias._inputs import MiB, excerpt
+from posdebias._inputs import MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
 from posdebias.adapters.hf.prompt import (
@@ -72,7 +76,12 @@ from posdebias.core.tasks import (
     task_template,
     task_variant,
 )
-from posdebias.errors import AdapterError, InputError, validation_problems
+from posdebias.errors import (
+    AdapterError,
+    InputError,
+    PosdebiasPluginWarning,
+    validation_problems,
+)
 
 if TYPE_CHECKING:
     from posdebias.adapters.hf.generation import GenerationSettings
@@ -137,6 +146,11 @@ class ServerOptions(AdapterOptions):
     )
     api_key_env: str | None = Field(
         default=None, description="environment variable holding the API key (Bearer token)"
+    )
+    other_model: Literal["warn", "refuse"] = Field(
+        default="warn",
+        description="an answer that names another model than the one asked for: warn (once "
+        "per name) and record it in results.json (adapter.served_models), or refuse it",
     )
 
     @field_validator("base_url")
@@ -221,6 +235,75 @@ class _Slow(Exception):
     """The answer took longer than the request's timeout (a retryable failure)."""
 
 
+class _Deadline:
+    """One request's whole deadline: connecting, the status line and headers, and the body.
+
+    A socket timeout bounds each wait for a byte, not the request: a server that sends its
+    headers one byte every 0.5 s would never trip a timeout of 3 s. At the deadline a timer
+    shuts the request's sockets down, which ends any read blocked on them.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def handlers(self) -> list[urllib.request.BaseHandler]:
+        """urllib handlers whose connections register their sockets with this deadline."""
+        deadline = self
+
+        def watched(base: type[http.client.HTTPConnection]) -> Any:
+            class Connection(base):  # type: ignore[valid-type, misc]
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    super().__init__(*args, **kwargs)
+                    self._create_connection = lambda *a, **k: deadline.watch(
+                        socket.create_connection(*a, **k)
+                    )
+
+            return Connection
+
+        plain, secure = watched(http.client.HTTPConnection), watched(http.client.HTTPSConnection)
+
+        class Plain(urllib.request.HTTPHandler):
+            def http_open(self, req: Any) -> Any:
+                return self.do_open(plain, req)
+
+        class Secure(urllib.request.HTTPSHandler):
+            def https_open(self, req: Any) -> Any:
+                return self.do_open(secure, req, context=self._context)  # type: ignore[attr-defined]
+
+        return [Plain(), Secure()]
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 class _CutShort(Exception):
     """The connection closed before the answer's declared length arrived (a server that stopped
     or restarted mid-answer: a retryable failure, not a malformed answer)."""
@@ -251,7 +334,11 @@ class ServerClient:
         self.timeout = options.timeout
         self.retries = options.retries
         self.backoff = options.backoff
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+        self.model = options.model
+        self.other_model = options.other_model
+        #: the model names the server's answers gave other than the one asked for
+        self.served_models: set[str] = set()
+        self._served_lock = threading.Lock()
         self._headers = {"Content-Type": "application/json"}
         if options.api_key_env:
             self._headers["Authorization"] = f"Bearer {_api_key(options.api_key_env)}"
@@ -264,47 +351,89 @@ class ServerClient:
         for attempt in range(attempts):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(url, data=data, headers=self._headers, method="POST")
-            try:
-                with self._opener.open(request, timeout=self.timeout) as response:
-                    raw = self._read(response, url)
-            except urllib.error.HTTPError as exc:
-                if 300 <= exc.code < 400:
-                    where = exc.headers.get("Location", "") if exc.headers else ""
-                    raise AdapterError(
-                        f"server {excerpt(url)} redirects (HTTP {exc.code}) to {excerpt(where)}; "
-                        "the redirect is refused (requests go to base_url only): give the final "
-                        "address as base_url"
-                    ) from None
-                detail = _error_detail(exc)
-                problem = f"HTTP {exc.code}: {detail}"
-                if exc.code == 429 or exc.code >= 500:
-                    continue
-                raise AdapterError(
-                    f"server {excerpt(url)} refused the request ({problem})"
-                ) from None
-            except _Slow:
-                problem = f"no complete answer within the timeout of {self.timeout:g} s"
-                continue
-            except _CutShort as exc:
-                problem = str(exc)
-                continue
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-                problem = excerpt(str(getattr(exc, "reason", exc)), 200)
-                continue
-            except http.client.HTTPException as exc:  # a broken status line or headers
-                problem = f"not an HTTP answer ({excerpt(str(exc) or type(exc).__name__)})"
-                continue
-            return _json_object(raw, url)
+            deadline = _Deadline(self.timeout)
+            with deadline:  # the whole attempt: connect, headers, body, an error's body
+                raw, problem = self._attempt(url, data, deadline)
+            if raw is not None:
+                payload = _json_object(raw, url)
+                self._check_model(payload, url)
+                return payload
         raise AdapterError(
             f"server {excerpt(url)} did not answer after {attempts} attempt"
             f"{'s' if attempts > 1 else ''} ({problem}); is it running at that address?"
         )
 
-    def _read(self, response: Any, url: str) -> bytes:
+    def _attempt(self, url: str, data: bytes, deadline: _Deadline) -> tuple[bytes | None, str]:
+        """(the answer's bytes, "") of one attempt, or (None, why it may be retried)."""
+        request = urllib.request.Request(url, data=data, headers=self._headers, method="POST")
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), _NoRedirect(), *deadline.handlers()
+        )
+        slow = f"no complete answer within the timeout of {self.timeout:g} s"
+        try:
+            with opener.open(request, timeout=self.timeout) as response:
+                return self._read(response, url, deadline), ""
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                where = exc.headers.get("Location", "") if exc.headers else ""
+                raise AdapterError(
+                    f"server {excerpt(url)} redirects (HTTP {exc.code}) to {excerpt(where)}; "
+                    "the redirect is refused (requests go to base_url only): give the final "
+                    "address as base_url"
+                ) from None
+            problem = f"HTTP {exc.code}: {_error_detail(exc)}"
+            if deadline.expired:  # the error's body trickled past the deadline
+                return None, slow
+            if exc.code == 429 or exc.code >= 500:
+                return None, problem
+            raise AdapterError(f"server {excerpt(url)} refused the request ({problem})") from None
+        except _Slow:
+            return None, slow
+        except _CutShort as exc:
+            return None, slow if deadline.expired else str(exc)
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+            return None, slow if deadline.expired else excerpt(
+                str(getattr(exc, "reason", exc)), 200
+            )
+        except http.client.HTTPException as exc:  # a broken status line or headers
+            why = excerpt(str(exc) or type(exc).__name__)
+            return None, slow if deadline.expired else f"not an HTTP answer ({why})"
+
+    def _check_model(self, payload: dict[str, Any], url: str) -> None:
+        """An answer naming another model than the one asked for is refused, or warned about
+        once per name and recorded (``served_models``), as the option ``other_model`` says."""
+        served = payload.get("model")
+        if served is None or served == self.model:
+            return
+        if not isinstance(served, str) or not served or len(served) > 1000:
+            raise AdapterError(
+                f"server {excerpt(url)} answered with model {excerpt(served)}, which is no "
+                "model name"
+            )
+        message = (
+            f"server {excerpt(url)} answered as model {excerpt(served)}, not the requested "
+            f"{excerpt(self.model)}"
+        )
+        if self.other_model == "refuse":
+            raise AdapterError(
+                f"{message}; give the served model's name as model (see /v1/models), or set "
+                "the adapter option other_model: warn to accept such answers"
+            )
+        with self._served_lock:
+            new = served not in self.served_models
+            self.served_models.add(served)
+        if new:
+            warnings.warn(
+                f"{message}; its answers are used and results.json records the name "
+                "(adapter.served_models); set other_model: refuse to stop instead",
+                PosdebiasPluginWarning,
+                stacklevel=2,
+            )
+
+    def _read(self, response: Any, url: str, watch: _Deadline) -> bytes:
         """The answer's bytes, refused beyond :data:`MAX_RESPONSE_BYTES` and read within the
-        timeout as a whole (a server that trickles bytes would otherwise never time out)."""
-        deadline = time.monotonic() + self.timeout
+        request's deadline (a server that trickles bytes would otherwise never time out)."""
+        deadline = watch.end
         declared = _declared_length(response)
         if declared is not None and declared > MAX_RESPONSE_BYTES:
             raise _too_large(url)
@@ -316,6 +445,8 @@ class ServerClient:
             if time.monotonic() > deadline:
                 raise _Slow
             chunks.append(chunk)
+        if watch.expired:  # the deadline shut the socket: what arrived is not the answer
+            raise _Slow
         if declared is not None and size < declared:
             raise _CutShort(f"the answer was cut off after {size} of {declared} bytes")
         return b"".join(chunks)
@@ -340,11 +471,16 @@ def _too_large(url: str) -> AdapterError:
 
 def _json_object(raw: bytes, url: str) -> dict[str, Any]:
     try:
-        payload = json.loads(raw.decode("utf-8"))
+        payload = loads_json(raw.decode("utf-8"))
     except RecursionError:
         raise AdapterError(f"server {excerpt(url)} answered with JSON nested too deeply") from None
-    except ValueError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise AdapterError(f"server {excerpt(url)} answered with no JSON") from None
+    except ValueError as exc:  # NaN, Infinity, 1e999, an integer of 5,000 digits
+        raise AdapterError(
+            f"server {excerpt(url)} answered with JSON posdebias cannot use: "
+            f"{excerpt(str(exc), 120)}"
+        ) from None
     if not isinstance(payload, dict):
         raise AdapterError(f"server {excerpt(url)} answered {excerpt(payload)}, no object")
     return payload
@@ -503,7 +639,13 @@ class ServerAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             opts.model,
-            [("image_placeholder", opts.image_placeholder)] if opts.images == "placeholder" else [],
+            [("answer_prefix", opts.answer_prefix)]
+            + (
+                [("image_placeholder", opts.image_placeholder)]
+                if opts.images == "placeholder"
+                else []
+            ),
+            opts.label_set,
         )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(
@@ -1009,6 +1151,11 @@ class ServerAdapter(Adapter):
             "prompt_variant": opts.prompt_variant,
             "answer_prefix": opts.answer_prefix,
             "end_token": self.end_text,
+            **(
+                {"served_models": sorted(self.client.served_models)}
+                if self.client.served_models
+                else {}
+            ),
         }
 
 

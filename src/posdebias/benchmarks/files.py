@@ -34,6 +34,7 @@ from posdebias._inputs import (
     path_name_problem,
     read_input_bytes,
     read_input_text,
+    text_problem,
 )
 from posdebias._io import write_files_together
 from posdebias._rundir import RunFolder
@@ -108,6 +109,29 @@ class InstanceRecord(_Strict):
             if values is not None and len(values) != n:
                 raise ValueError(f"{name} has {len(values)} values for {n} images")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_texts(cls, data: Any) -> Any:
+        """Every text of the line (ids, stem, candidates, paths, metadata keys and values) can
+        be written and tokenized (:func:`text_problem`), named by its field."""
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            values = (
+                value.items()
+                if isinstance(value, dict)
+                else enumerate(value)
+                if isinstance(value, list)
+                else [(None, value)]
+            )
+            for key, item in values:
+                for text in (key, item):
+                    problem = text_problem(text) if isinstance(text, str) else None
+                    if problem is not None:
+                        where = name if key is None else f"{name}[{key!a}]"
+                        raise ValueError(f"{where} {problem}")
+        return data
 
     def _check_retrieval(self) -> None:
         missing = [

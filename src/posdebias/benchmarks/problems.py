@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from posdebias._inputs import jsonl_lines
+from posdebias._inputs import jsonl_lines, loads_json
 from posdebias.errors import BenchmarkError
 
 _MAX_LISTED = 20
@@ -62,11 +62,12 @@ def json_lines(text: str, problems: Problems) -> Iterator[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = loads_json(line)
         except json.JSONDecodeError as exc:
             problems.add(f"not valid JSON ({exc.msg})", line=number)
             continue
-        except (RecursionError, ValueError):
-            problems.add("not usable JSON (nested too deeply or a huge number)", line=number)
+        except (RecursionError, ValueError) as exc:
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:80]
+            problems.add(f"not usable JSON ({why})", line=number)
             continue
         yield number, value

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -391,7 +392,7 @@ def _flickr_token(lines: list[str], problems: Problems) -> dict[str, list[tuple[
             continue
         key, tab, caption = line.partition("\t")
         name, hash_, k = key.strip().rpartition("#")
-        if not tab or not hash_ or not name or not (k.isascii() and k.isdigit()):
+        if not tab or not hash_ or not name or not re.fullmatch(r"[0-9]{1,9}", k):
             problems.add(f"expected 'name.jpg#k<TAB>caption', got {excerpt(line)}", line=number)
         elif not caption.strip():
             problems.add(f"empty caption for {name}", line=number)

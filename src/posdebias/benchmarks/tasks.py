@@ -49,8 +49,12 @@ from posdebias._inputs import (
     DATA_LIMIT,
     check_whole_number,
     excerpt,
+    file_decimal_number,
+    file_whole_number,
     jsonl_lines,
+    loads_json,
     read_input_text,
+    text_problem,
 )
 from posdebias._version import __version__
 from posdebias.benchmarks.files import (
@@ -67,7 +71,7 @@ from posdebias.benchmarks.files import (
 from posdebias.benchmarks.problems import Problems, json_lines
 from posdebias.benchmarks.sources import line_image_path
 from posdebias.core.instance import MAX_TEXT_CHARS
-from posdebias.errors import BenchmarkError, validation_problems
+from posdebias.errors import BenchmarkError, InputError, validation_problems
 
 #: Source kinds of each task.
 TASK_SOURCES: dict[str, tuple[str, ...]] = {
@@ -123,6 +127,10 @@ def _text(value: Any, what: str, problems: Problems, line: int) -> str | None:
             f"{what} has {len(value)} characters, over the limit of {MAX_TEXT_CHARS}", line=line
         )
         return None
+    problem = text_problem(value)
+    if problem is not None:
+        problems.add(f"{what} {problem}", line=line)
+        return None
     return value.strip()
 
 
@@ -139,22 +147,21 @@ def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     return relative
 
 
-def _answer(value: Any, n: int, problems: Problems, line: int) -> int | None:
-    """A 1-based index (int or digits) or a letter (``B``, ``(B)``, ``b``) -> 0-based."""
+def _answer(value: Any, n: int, problems: Problems, line: int, field: str = "answer") -> int | None:
+    """A 1-based index (a JSON integer or ASCII digits, read by :func:`file_whole_number`) or
+    a letter (``B``, ``(B)``, ``b``) -> 0-based."""
     index: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        index = value
-    elif isinstance(value, str):
-        text = value.strip().strip("().").strip()
-        if text.isdigit():
-            index = int(text)
-        elif len(text) == 1 and text.isalpha() and text.isascii():
-            index = ord(text.upper()) - ord("A") + 1
-    if index is None:
-        problems.add(f"answer {excerpt(value)} is neither a 1-based index nor a letter", line=line)
-        return None
+    text = value.strip().strip("().").strip() if isinstance(value, str) else None
+    if text is not None and len(text) == 1 and text.isascii() and text.isalpha():
+        index = ord(text.upper()) - ord("A") + 1
+    else:
+        try:
+            index = file_whole_number(value if text is None else text, field, 0, 10**9)
+        except InputError as exc:
+            problems.add(f"{exc}; write a 1-based index or a letter", line=line)
+            return None
     if not 1 <= index <= n:
-        problems.add(f"answer {excerpt(value)} is out of range for {n} options", line=line)
+        problems.add(f"{field} {excerpt(value)} is out of range for {n} options", line=line)
         return None
     return index - 1
 
@@ -168,7 +175,7 @@ def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int,
     text = _read_data(path, what)
     if text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
+            rows = loads_json(text)
         except (json.JSONDecodeError, RecursionError, ValueError) as exc:
             raise BenchmarkError(f"{path} is not valid JSON ({str(exc)[:120]})") from None
         if not isinstance(rows, list):
@@ -379,7 +386,7 @@ def read_pairwise(path: Path) -> _Read:
             problems.add("'answers' must be a list of two answers", line=line)
             continue
         texts = [_text(a, f"answer {k}", problems, line) for k, a in enumerate(answers, 1)]
-        target = _answer(row.get("preferred"), 2, problems, line)
+        target = _answer(row.get("preferred"), 2, problems, line, "'preferred'")
         if question is None or target is None or None in texts:
             continue
         items.append(
@@ -494,9 +501,10 @@ def read_mtbench(path: Path) -> _Read:
         if not isinstance(winner, str) or winner not in _MT_WINNERS:
             problems.add(f"winner {excerpt(winner)} is not model_a, model_b or tie", line=line)
             continue
-        turn = row.get("turn", 1)
-        if turn not in (1, 2) or isinstance(turn, bool):
-            problems.add(f"turn {excerpt(turn)} is not 1 or 2", line=line)
+        try:  # 2.0, true, "²": no turn
+            turn = file_whole_number(row.get("turn", 1), "turn", 1, 2, text=False)
+        except InputError as exc:
+            problems.add(str(exc), line=line)
             continue
         models = (_row_id(row["model_a"], ""), _row_id(row["model_b"], ""))
         if not all(models) or models[0] == models[1]:
@@ -618,6 +626,10 @@ def _beir_jsonl(path: Path, what: str, text_keys: tuple[str, ...]) -> dict[str, 
             problems.add(f"the text is over {MAX_TEXT_CHARS} characters", line=line)
             continue
         key = str(row["_id"])
+        problem = text_problem(text) or text_problem(key)
+        if problem is not None:
+            problems.add(f"the text or _id {problem}", line=line)
+            continue
         if key in out:
             problems.add(f"duplicate _id {excerpt(key)}", line=line)
             continue
@@ -639,10 +651,10 @@ def _beir_qrels(
         if len(cells) != 3:
             problems.add("expected query-id, corpus-id and score (tab separated)", line=line)
             continue
-        try:
-            score = float(cells[2])
-        except ValueError:
-            problems.add(f"score {excerpt(cells[2])} is not a number", line=line)
+        try:  # nan, inf, 1e999, "²": no relevance
+            score = file_decimal_number(cells[2], "score")
+        except InputError as exc:
+            problems.add(str(exc), line=line)
             continue
         if cells[0] not in queries or cells[1] not in corpus:
             problems.add(

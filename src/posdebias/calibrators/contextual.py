@@ -78,6 +78,10 @@ def content_free(instance: RetrievalInstance, text: str) -> RetrievalInstance:
     )
 
 
+#: exp() of more than this overflows float64.
+_MAX_EXPONENT = 700.0
+
+
 def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) -> np.ndarray:
     """log softmax(W p) with W = diag(p_cf)^-1 (Zhao et al. 2021, b = 0)."""
     return log_softmax(probabilities / content_free_mean)
@@ -111,8 +115,15 @@ class Contextual(Calibrator):
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        mean = np.exp(state.fitted("logit_prior"))
-        return Prediction(scores=contextual_scores(np.exp(observation.label_logprobs), mean))
+        prior = state.fitted("logit_prior")
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            scores = contextual_scores(np.exp(observation.label_logprobs), np.exp(prior))
+        if not np.all(np.isfinite(scores)):
+            # a prior far below zero (exp underflows to 0): the same ratios p / p_cf, taken
+            # in log space and capped where exp would overflow, so the scores stay finite
+            ratios = np.exp(np.minimum(observation.label_logprobs - prior, _MAX_EXPONENT))
+            scores = log_softmax(ratios)
+        return Prediction(scores=scores)
 
 
 @hookimpl

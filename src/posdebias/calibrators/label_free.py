@@ -261,8 +261,8 @@ class LabelFree(AttentionGuided):
                 **facts,
                 warning=(
                     f"attention looks shifted: on {100 * shares[shift]:.0f}% of these {m} "
-                    f"calibration instances the image the attention singles out is {shift} "
-                    f"image(s) after the one the label scores favour over all rotations (they "
+                    f"calibration instances the candidate the attention singles out is {shift} "
+                    f"position(s) after the one the label scores favour over all rotations (they "
                     f"agree on {100 * shares[0]:.0f}%); a bias profile fitted to it would be "
                     "confidently wrong, so the correction falls back to the static logit prior "
                     "(PriDe). Calibrate with labelled instances (attention_guided) instead."

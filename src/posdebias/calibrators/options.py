@@ -102,8 +102,10 @@ class LayerSelectionOptions(CalibratorOptions):
                 "to global or layer_selection to mass"
             )
         targets = np.array([obs.target for obs in observations])
+        # each view against the prior of the others: the fit must not depend on the order
+        # of its observations, so no grouping by position in the list
         choice = choose_layers(
-            masses, targets, calibration_groups(observations), candidates, self.top_k
+            masses, targets, np.arange(len(observations)), candidates, self.top_k
         )
         fields: dict[str, Any] = {"layer_choice": choice.to_dict()}
         if not choice.informative:
@@ -133,17 +135,6 @@ class LayerSelectionOptions(CalibratorOptions):
             if rows.size:
                 return rows
         return self.selector().select(masses, observation.layers)
-
-
-def calibration_groups(observations: Sequence[Observation]) -> np.ndarray:
-    """Which calibration instance each view shows: the symmetrised set is instance-major, N
-    cyclic rotations each (core/symmetry.py); any other set is scored view by view."""
-    n, count = observations[0].n, len(observations)
-    targets = [-1 if obs.target is None else obs.target for obs in observations]
-    blocks = count % n == 0 and all(
-        sorted(targets[start : start + n]) == list(range(n)) for start in range(0, count, n)
-    )
-    return np.arange(count) // n if blocks else np.arange(count)
 
 
 class PosteriorOptions(LayerSelectionOptions):

@@ -32,6 +32,8 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "fit calibrators and save their calibration states",
     "check": "verify an adapter on a model (spans, labels, scores, probe, batching, rotation)",
     "evaluate": "evaluate calibrators (no arguments: the bundled default run)",
+    "lm-eval": "run lm-evaluation-harness with the model posdebias (lm-eval's own arguments)",
+    "lm-eval-task": "write lm-eval tasks showing a benchmark in its N cyclic rotations",
     "lmms-eval-task": "write lmms-eval tasks showing a benchmark in its N cyclic rotations",
     "organism": "the bundled model organism (train it from a seed)",
     "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
@@ -120,11 +122,13 @@ def _show_warning(
     file: TextIO | None = None,
     line: str | None = None,
 ) -> None:
-    """Plugin warnings as one line in the CLI's style; any other warning as Python shows it."""
+    """Plugin warnings as one line in the CLI's style; any other warning as Python shows it,
+    its text sanitised (matplotlib's "Glyph 27 missing" quotes the ESC of a label)."""
     if issubclass(category, PosdebiasPluginWarning):
         print(f"warning: {printable(str(message))}", file=file or sys.stderr)
         return
-    _python_show_warning(message, category, filename, lineno, file, line)
+    shown = printable(str(message))
+    _python_show_warning(shown, category, printable(filename), lineno, file, line)
 
 
 _python_show_warning = warnings.showwarning
@@ -143,7 +147,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if any("\x00" in arg for arg in args_list):  # only possible in-process, never from a shell
             raise InputError("an argument contains a NUL character; no path or name can")
         parser = build_parser(args_list)
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if getattr(args, "passed_on", None) is not None:  # a harness's own arguments
+            args.passed_on = [*args.passed_on, *extra]
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None:
             parser.print_help()
             return 2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments, with_model_options
+from posdebias.cli.evaluate import add_model_arguments, config_flags, with_model_options
 from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--calibrators", help="comma-separated names (default: the config's, or those that fit)"
     )
-    parser.add_argument("-N", dest="n", type=int, help="images per instance (simulated model)")
+    parser.add_argument("-N", dest="n", type=int, help="candidates per instance (simulated model)")
     parser.add_argument("--seed", type=int, help="seed of the held-out split")
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
     parser.add_argument(
@@ -46,13 +46,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    config = load_config(args.config, **_overrides(args), calibrators=args.calibrators)
+    config = load_config(args.config, **config_flags(args, exclude={"out"}))
     if args.calibrators is None and "calibrators" not in config.model_fields_set:
         # neither flag nor config names calibrators: those that fit (the config's are kept
         # as given, options included)
         registry = get_registry()
         fitting = [n for n in DEFAULT_CALIBRATORS if registry.calibrator_class(n).needs_fit]
-        config = load_config(args.config, **{**_overrides(args), "calibrators": fitting})
+        flags = config_flags(args, exclude={"out"})
+        config = load_config(args.config, **{**flags, "calibrators": fitting})
     config = with_model_options(config, args)
     single_file = args.out.suffix == ".json"
     if single_file and len(config.calibrators) != 1:
@@ -88,18 +89,6 @@ def run(args: argparse.Namespace) -> int:
                 f"warning: {label}: {state.diagnostics['warning']}", markup=False
             )
     return 0
-
-
-def _overrides(args: argparse.Namespace) -> dict:
-    return {
-        "adapter": args.adapter,
-        "model": args.model,
-        "benchmark": args.benchmark,
-        "calibration_count": args.calibration_count,
-        "n": args.n,
-        "seed": args.seed,
-        "batch_size": args.batch_size,
-    }
 
 
 def _check_out(out: Path, folder: RunFolder | None) -> None:

@@ -20,7 +20,6 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.instance import TASK_KINDS
-from posdebias.core.tasks import task_label_set
 from posdebias.errors import InputError
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
@@ -44,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="n",
         type=int,
         default=defaults.CANDIDATES,
-        help=f"images per instance ({defaults.CANDIDATES})",
+        help=f"candidates per instance ({defaults.CANDIDATES})",
     )
     parser.add_argument(
         "--label-set", dest="label_set", help="label set (default: the task's: digits, upper)"
@@ -103,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         trust_remote_code=args.trust_remote_code,
-        label_set=task_label_set(args.task, args.label_set),
+        label_set=args.label_set,
+        task=args.task,
         **({} if args.chat_template is None else {"chat_template": args.chat_template}),
     )
     if args.benchmark is None and args.task == "retrieval" and adapter.text_only:

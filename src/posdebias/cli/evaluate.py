@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
@@ -72,6 +74,22 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Flags of `posdebias evaluate` that set no field of the config (the rest are checked against
+#: :class:`EvaluateConfig` by the tests, so a flag and its field cannot drift apart).
+RUN_FLAGS = frozenset(
+    {"command", "debug", "handler", "config", "resume", "ci", "base_url", "trust_remote_code"}
+    | {"chat_template", "threads"}
+)
+
+
+def config_flags(args: argparse.Namespace, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """The flags of a command that set a field of the run's config, by the field's name (the
+    config model is their one declaration); ``exclude``: flags of that name meaning something
+    else to the command (``--out`` of calibrate is where the states go)."""
+    fields = EvaluateConfig.model_fields
+    return {k: v for k, v in vars(args).items() if k in fields and k not in exclude}
+
+
 def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> EvaluateConfig:
     """``config`` with the model flags that are adapter options (--chat-template,
     --trust-remote-code) merged into ``adapter.options``."""
@@ -111,6 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument(
+        "--calibration-benchmark",
+        type=Path,
+        dest="calibration_benchmark",
+        help="benchmark the calibration instances come from (default: held out of --benchmark)",
+    )
+    parser.add_argument(
         "--calibration-transfer",
         action="store_true",
         default=None,
@@ -123,6 +147,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         help="candidate orders T per instance (5, or every order where fewer exist: a pair's two)",
     )
+    parser.add_argument(
+        "--order-kind",
+        choices=("random", "cyclic"),
+        dest="order_kind",
+        help="random orders (default), or the first T cyclic rotations (CircularEval)",
+    )
     parser.add_argument("--count", type=int, help="number of test instances")
     parser.add_argument(
         "--calibration-count",
@@ -131,7 +161,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="calibration instances M (5)",
     )
     parser.add_argument(
-        "-N", dest="n", type=int, help="images per instance (simulated model or bundled benchmark)"
+        "-N",
+        dest="n",
+        type=int,
+        help="candidates per instance (simulated model or bundled benchmark)",
     )
     parser.add_argument("--seed", type=int, help="random seed")
     parser.add_argument(
@@ -166,28 +199,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    config = load_config(
-        args.config,
-        adapter=args.adapter,
-        model=args.model,
-        benchmark=args.benchmark,
-        task=args.task,
-        calibration=args.calibration,
-        calibration_transfer=args.calibration_transfer,
-        calibrators=args.calibrators,
-        decoders=args.decoders,
-        orders=args.orders,
-        count=args.count,
-        calibration_count=args.calibration_count,
-        n=args.n,
-        seed=args.seed,
-        protocol=args.protocol,
-        batch_size=args.batch_size,
-        resamples=args.resamples,
-        baseline=args.baseline,
-        gpus_per_process=args.gpus_per_process,
-        out=args.out,
-    )
+    config = load_config(args.config, **config_flags(args))
     config = with_model_options(config, args)
     if args.base_url is not None:
         options = {**config.adapter.options, "base_url": args.base_url}

@@ -1,4 +1,5 @@
-"""``posdebias lmms-eval-task``: a benchmark's rotated lmms-eval tasks, one per calibrator."""
+"""``posdebias lmms-eval-task``: a benchmark's rotated lmms-eval tasks, one per calibrator
+(``posdebias lm-eval-task`` is the same command for lm-evaluation-harness)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,32 @@ from pathlib import Path
 
 from posdebias.cli import make_console
 from posdebias.integrations.harness import parse_names
-from posdebias.integrations.lmms_eval_tasks import rotated_tasks_command, write_rotated_tasks
+from posdebias.integrations.lmms_eval_tasks import (
+    Harness,
+    rotated_tasks_command,
+    write_rotated_tasks,
+)
+
+#: How each harness runs the written tasks with posdebias (in the command's description).
+RUN_COMMANDS: dict[str, str] = {
+    "lmms-eval": "lmms-eval --model posdebias",
+    "lm-eval": "posdebias lm-eval --model posdebias",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    add_task_parser(subparsers, "lmms-eval")
+
+
+def add_task_parser(subparsers: argparse._SubParsersAction, harness: Harness) -> None:
+    """The ``posdebias HARNESS-task`` command of one harness."""
+    run_command = RUN_COMMANDS[harness]
     parser = subparsers.add_parser(
-        "lmms-eval-task",
-        description="Write lmms-eval task YAML files for a benchmark: every item in its cyclic "
+        f"{harness}-task",
+        description=f"Write {harness} task YAML files for a benchmark: every item in its cyclic "
         "rotations, scored with Acc, RStd, Cons. and CircularEval; one task per calibrator "
-        "and a group NAME that runs them all in one lmms-eval run (`lmms-eval --model "
-        "posdebias --tasks NAME --include_path OUT`).",
+        f"and a group NAME that runs them all in one {harness} run (`{run_command} --tasks "
+        "NAME --include_path OUT`).",
     )
     parser.add_argument("--benchmark", type=Path, required=True, help="benchmark folder")
     parser.add_argument("--out", type=Path, required=True, help="folder for the task files")
@@ -47,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="labels the answers use: digits, upper, ... (default: the task's, upper for "
         "multiple choice, digits for retrieval)",
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, harness=harness)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         calibration_count=args.calibration_count,
         seed=args.seed,
         label_set=args.label_set,
+        harness=args.harness,
     )
     console = make_console()
     for path in paths:
@@ -73,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         calibrators=parse_names(args.calibrators),
         calibration_count=args.calibration_count,
         label_set=args.label_set,
+        harness=args.harness,
     )
     console.print(f"run: {command}", soft_wrap=True)  # one line: a command to copy
     return 0

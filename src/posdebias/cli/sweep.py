@@ -9,7 +9,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments, add_row_arguments, with_model_options
+from posdebias.cli.evaluate import (
+    add_model_arguments,
+    add_row_arguments,
+    config_flags,
+    with_model_options,
+)
 from posdebias.errors import InputError
 from posdebias.evaluation.config import config_error, config_from_data, read_config_file
 from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
@@ -79,27 +84,14 @@ def run(args: argparse.Namespace) -> int:
         spec = SweepSpec.model_validate(section)
     except ValidationError as exc:
         raise config_error(exc, f"{args.config or 'command line'}: sweep") from None
-    overrides = {
-        "orders": args.orders,
-        "count": args.count,
-    }
+    overrides = config_flags(args, exclude={"out"})  # --out: the study's own directory
     if args.study == "n":
         for key, value in N_STUDY_DEFAULTS.items():
-            if overrides[key] is None and key not in data:
+            if overrides.get(key) is None and key not in data:
                 overrides[key] = value
     config = config_from_data(
         data,
         str(args.config) if args.config else "configuration",
-        adapter=args.adapter,
-        model=args.model,
-        benchmark=args.benchmark,
-        calibrators=args.calibrators,
-        decoders=args.decoders,
-        calibration_count=args.calibration_count,
-        seed=args.seed,
-        protocol=args.protocol,
-        batch_size=args.batch_size,
-        resamples=args.resamples,
         **overrides,
     )
     config = with_model_options(config, args)

@@ -58,6 +58,12 @@ _LABEL_LEAD = re.compile(
 )
 
 
+def _label_number(digits: str) -> int:
+    """The value of a run of digits in a generated text, or 0 (no label) when it is too long
+    to be one: ``int()`` of a model's 5,000 digits is refused (or slow)."""
+    return int(digits) if len(digits) <= 18 else 0
+
+
 def _token_pattern(label_set: LabelSet, labels: list[str]) -> re.Pattern[str]:
     if label_set.name == "digits":
         # not part of a word, a decimal or a longer number
@@ -97,7 +103,7 @@ class AnswerParser:
         for match in self._pattern.finditer(text or ""):
             token = match.group(1)
             if name == "digits":
-                value = int(token)
+                value = _label_number(token)
                 if 1 <= value <= self.n:
                     found.append(value - 1)
                 continue
@@ -111,7 +117,7 @@ class AnswerParser:
 
     def numbers(self, text: str) -> list[int]:
         """Every run of digits in ``text`` with a value in 1..N, as 0-based positions."""
-        values = (int(run) for run in _DIGIT_RUN.findall(text or ""))
+        values = (_label_number(run) for run in _DIGIT_RUN.findall(text or ""))
         return [value - 1 for value in values if 1 <= value <= self.n]
 
     def parse(self, text: str) -> int | None:
@@ -119,7 +125,7 @@ class AnswerParser:
         if self.which == "answer_is" and self.label_set == "digits":
             number = _ANSWER_IS_NUMBER.search(text or "")
             if number is not None:
-                value = int(number.group(1))
+                value = _label_number(number.group(1))
                 return value - 1 if 1 <= value <= self.n else None
         elif self.which == "answer_is":
             match = _ANSWER_IS.search(text or "")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._deprecation import warn_moved
+from posdebias._inputs import text_problem
 from posdebias.errors import InputError
 
 ImageRef = Any  # a path (str / Path) or a PIL.Image.Image
@@ -61,18 +61,10 @@ class Candidate:
 
 
 def _check_encodable(label: str, where: str, text: str) -> None:
-    """Refuse a text that is no valid Unicode (a lone surrogate such as U+D800, which JSON's
-    ``\\ud800`` escape yields): no tokenizer can encode it."""
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        code = ord(text[exc.start])
-        raise InputError(
-            f"{label}: {where} holds U+{code:04X}, half of a surrogate pair, which is no "
-            "character and no tokenizer can encode; fix the text's encoding"
-        ) from None
+    """Refuse a text that is no valid Unicode (:func:`posdebias._inputs.text_problem`)."""
+    problem = text_problem(text)
+    if problem is not None:
+        raise InputError(f"{label}: {where} {problem}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,8 +177,7 @@ class Instance:
 
     @property
     def candidate_ids(self) -> tuple[str, ...]:
-        """Deprecated: :attr:`image_ids` (the candidates' identities) is the same tuple."""
-        warn_moved("Instance.candidate_ids", "Instance.image_ids")
+        """The candidates' identities, in order (the same tuple as :attr:`image_ids`)."""
         return self.image_ids
 
     @property

@@ -84,6 +84,6 @@ def check_candidate_count(n: int, label_set: LabelSet | None = None) -> None:
     if n > limit:
         which = f"label set {label_set.name!r}" if label_set else "posdebias"
         raise InputError(
-            f"N={n} candidates, but {which} can name at most {limit}; use fewer images "
+            f"N={n} candidates, but {which} can name at most {limit}; use fewer candidates "
             "per instance or another label set"
         )

@@ -196,10 +196,11 @@ def choose_layers(
     """At most K candidate rows whose purified attention most often points at the truth.
 
     ``masses`` [V, L, N] are the calibration views' attention masses (as :func:`span_masses`
-    reads them), ``targets`` [V] where the truth is, ``groups`` [V] which instance each view
-    shows. Each view is scored against the static prior of the OTHER instances' views (leave one
-    instance out), so an instance does not vouch for itself; ties go to the row whose posterior
-    (tau 1) gives the truth more mass, then to the lower row.
+    reads them), ``targets`` [V] where the truth is, ``groups`` [V] the views scored together:
+    each group is scored against the static prior of the OTHER groups' views, so a view does not
+    vouch for itself (the calibrators score each view alone: a fit must not depend on the order
+    of its observations); ties go to the row whose posterior gives the truth more mass, then to
+    the lower row.
     """
     views, rows, n = masses.shape
     log_masses = np.log(masses + _EPSILON)
@@ -216,7 +217,9 @@ def choose_layers(
         shifted = purified - purified.max(axis=2, keepdims=True)
         posterior = np.exp(shifted) / np.exp(shifted).sum(axis=2, keepdims=True)
         truth_mass += posterior[np.arange(truth.size), :, truth].sum(axis=0)
-    order = sorted(candidates.tolist(), key=lambda row: (-right[row], -truth_mass[row], row))
+    # the posterior mass is rounded so that summation order cannot flip a tie
+    mass = np.round(truth_mass, 9)
+    order = sorted(candidates.tolist(), key=lambda row: (-right[row], -mass[row], row))
 
     def corrected(row: int) -> float:  # Bonferroni over the candidate rows
         return min(1.0, _binomial_tail(int(right[row]), views, 1.0 / n) * len(order))

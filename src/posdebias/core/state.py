@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._inputs import STATE_LIMIT, read_input_text
+from posdebias._inputs import STATE_LIMIT, loads_json, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
 from posdebias.errors import CalibrationError, ObservationError, validation_message
@@ -21,6 +21,10 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 """Version 1 states predate layer sets: their attention rows are layers 0..L-1 (dense)."""
 
 Matrix = list[list[float]]
+#: The largest magnitude of a fitted number (a log-probability, a gap between two, an attention
+#: mass) a state may hold: far beyond any real fit (float32 log-probabilities stop near -1e4),
+#: and small enough that the corrections' sums, products and exponentials stay finite.
+MAX_FITTED = 1e5
 
 #: The advice that ends a calibration error: the method to call in Python, and the command to
 #: run on the command line (:meth:`PosdebiasError.cli_message` swaps them).
@@ -132,10 +136,7 @@ class CalibrationState(BaseModel):
                 raise ValueError(str(exc)) from None
         if self.label_set is not None and len(self.label_set) != n:
             raise ValueError(f"label_set has {len(self.label_set)} labels for N={n}")
-        for name in ("observed_profile", "bias_matrix", "attention_prior", "logit_prior"):
-            value = getattr(self, name)
-            if value is not None and not np.all(np.isfinite(np.asarray(value, dtype=float))):
-                raise ValueError(f"{name} contains NaN or infinite values")
+        self._check_fitted_values()
         prior = self.attention_prior
         if prior is not None and np.any(np.asarray(prior, dtype=float) < 0):
             raise ValueError(
@@ -143,6 +144,22 @@ class CalibrationState(BaseModel):
                 "which are never negative"
             )
         return self
+
+    def _check_fitted_values(self) -> None:
+        """Every fitted number is finite and within +-:data:`MAX_FITTED`."""
+        for name in ("observed_profile", "bias_matrix", "attention_prior", "logit_prior", "gamma"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            array = np.asarray(value, dtype=float)
+            if not np.all(np.isfinite(array)):
+                raise ValueError(f"{name} contains NaN or infinite values")
+            if np.any(np.abs(array) > MAX_FITTED):
+                raise ValueError(
+                    f"{name} holds {float(array.flat[np.argmax(np.abs(array))]):g}, beyond "
+                    f"+-{MAX_FITTED:g}; fitted log-probabilities and attention masses are never "
+                    "that large, and the correction's arithmetic would not stay finite"
+                )
 
     @staticmethod
     def _array(value: Any) -> np.ndarray | None:
@@ -198,9 +215,10 @@ class CalibrationState(BaseModel):
         except CalibrationError as exc:
             raise calibration_error(f"{exc}; ", CREATE) from None
         try:
-            payload = json.loads(text)
+            payload = loads_json(text)
         except (ValueError, RecursionError) as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
+            why = "nested too deeply" if isinstance(exc, RecursionError) else why
             raise calibration_error(
                 f"calibration file {source} is not valid JSON ({why}); ", CREATE
             ) from None
@@ -308,7 +326,7 @@ class StateUse:
     def _n(self, state: CalibrationState) -> str | None:
         if self.n is None or self.n == state.n:
             return None
-        return f"it was made for N={state.n} images, not N={self.n}"
+        return f"it was made for N={state.n} candidates, not N={self.n}"
 
     def _num_layers(self, state: CalibrationState) -> str | None:
         if self.num_layers is None or state.num_layers in (None, self.num_layers):

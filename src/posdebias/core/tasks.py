@@ -248,12 +248,22 @@ ANSWER_ONLY: dict[str, str] = {
     "rerank": "Respond with the passage's label only and nothing else.",
 }
 
-#: What a task's candidates are called in the prompt variants' sentences.
+#: What a task's candidates are called in the prompt variants' sentences and in text meant
+#: for people (messages, reports); code and record keys say "candidate".
 CANDIDATE_NOUNS: dict[str, str] = {
+    "retrieval": "images",
     "multiple_choice": "options",
     "pairwise_judge": "answers",
     "rerank": "passages",
 }
+
+
+def candidate_noun(task: str | None, *, plural: bool = True) -> str:
+    """What ``task`` calls its candidates ("options" for multiple choice); "candidates" when
+    the task is not known."""
+    noun = CANDIDATE_NOUNS.get(task or "", "candidates")
+    return noun if plural else noun[:-1]
+
 
 DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
     "multiple_choice": TaskTemplate(

@@ -102,7 +102,7 @@ class EvaluateConfig(_Strict):
         default=defaults.CANDIDATES,
         ge=defaults.MIN_CANDIDATES,
         le=defaults.MAX_CANDIDATES,
-        description="images per instance (no benchmark given)",
+        description="candidates per instance (no benchmark given)",
     )
     orders: int | None = Field(
         default=None,

@@ -187,7 +187,7 @@ class DecoderRows:
             )
             choices = [NO_ANSWER if d.choice is None else int(d.choice) for d in decisions]
             record.choices[label] = choices
-            record.chosen_images[label] = [
+            record.chosen[label] = [
                 NO_ANSWER if choice == NO_ANSWER else int(order[choice])
                 for choice, order in zip(choices, record.orders, strict=True)
             ]

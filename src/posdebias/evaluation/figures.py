@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._text import file_text
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval
 
@@ -96,7 +97,10 @@ def line_style(index: int) -> dict[str, Any]:
 def render(figure: Any) -> dict[str, bytes]:
     """The figure in every format (``{"png": ..., "pdf": ..., "svg": ...}``); closes it."""
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
+    for artist in figure.findobj(Text):  # titles, labels, legends, cells: no ESC in a file
+        artist.set_text(file_text(artist.get_text()))
     out = {}
     for fmt in FORMATS:
         buffer = io.BytesIO()
@@ -109,7 +113,7 @@ def render(figure: Any) -> dict[str, bytes]:
 def plain(text: str) -> str:
     """``text`` shown as written by matplotlib: ``$`` would start math mode (and a bad formula
     fails the whole figure), a leading ``_`` would hide a legend entry."""
-    text = str(text).replace("$", r"\$")
+    text = file_text(text).replace("$", r"\$")
     return "\u200b" + text if text.startswith("_") else text
 
 
@@ -347,8 +351,8 @@ def divergence_figure(results: EvaluationResults) -> Any:
 
 
 def layers_figure(results: EvaluationResults) -> Any:
-    """Per attention layer, the share of its attention on the right image and on the position
-    its static prior favours (when the right image is elsewhere), raw and purified: where the
+    """Per attention layer, the share of its attention on the right candidate and on the
+    position its static prior favours (when the right one is elsewhere), raw and purified: where the
     evidence is, and what dividing by the prior removes."""
     profile = results.divergence
     if profile is None or not profile.layers:
@@ -368,7 +372,7 @@ def layers_figure(results: EvaluationResults) -> Any:
     axes = np.atleast_1d(axes)
     xs = np.arange(len(layers))
     names = [f"{entry.layer}\n{100 * entry.selected:.0f}%" for entry in layers]
-    series = ("right image", "prior's favourite position (right image elsewhere)")
+    series = ("right candidate", "prior's favourite position (right candidate elsewhere)")
     for axis, (title, truth, positional) in zip(axes, panels, strict=True):
         for index, field in enumerate((truth, positional)):
             heights = [getattr(entry, field) for entry in layers]
@@ -387,7 +391,7 @@ def layers_figure(results: EvaluationResults) -> Any:
         axis.set_xlabel("layer (selected in % of observations)")
         axis.set_title(title)
         axis.set_ylim(0, 1)
-    axes[0].set_ylabel("mean share of the image attention")
+    axes[0].set_ylabel("mean share of the attention on the candidates")
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False)
     figure.suptitle(f"Attention per layer ({plain(profile.calibrator)} prior)")
@@ -401,7 +405,7 @@ REPORT_FIGURES = (
     ("choice", "Choice distribution by position", choice_figure),
     ("comparison", "Paired accuracy differences", comparison_figure),
     ("divergence", "Logit-attention divergence", divergence_figure),
-    ("layers", "Attention per layer: right image vs positional component", layers_figure),
+    ("layers", "Attention per layer: right candidate vs positional component", layers_figure),
 )
 
 

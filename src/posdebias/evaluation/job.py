@@ -43,9 +43,8 @@ from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_in
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
-from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.core.tasks import task_label_set
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
 from posdebias.evaluation.config import EvaluateConfig, checked_config, orders_of
@@ -82,35 +81,44 @@ from posdebias.evaluation.runner import (
     scored_views,
     summarize,
 )
-from posdebias.evaluation.states import save_states
+from posdebias.evaluation.states import (
+    check_state,
+    load_states,
+    pick_state,
+    save_states,
+    state_metadata,
+)
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import create_adapter, open_adapter, served
+from posdebias.loading import default_label_set, open_adapter, served
 from posdebias.registry import get_registry
 
 
 def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter:
     """The adapter named by the config; ``model`` loads a Hugging Face model (by model_type
-    unless an adapter name is given). Resolve a preset first for the bundled default."""
+    unless an adapter name is given; the adapter's options may name it too). Resolve a preset
+    first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    if "label_set" not in options and _takes_label_set(config):
-        # the task's own labels, named in run.json / results.json (the adapter would pose
-        # them unasked: task_label_set is the one rule)
-        options["label_set"] = task_label_set(config_task(config))
-    if config.model is not None and served(config.adapter.name):
-        adapter: Adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
-    elif config.model is not None:
-        options = placement(options, shard or Shard(), config.gpus_per_process)
-        options = protocol_adapter_options(protocol, options)
-        adapter = open_adapter(config.model, adapter=config.adapter.name, **options)
+    model = config.model if config.model is not None else options.pop("model", None)
+    if model is not None or _takes_label_set(config):
+        # the task's own labels, named in run.json / results.json, as at every door
+        task = config_task(config) if config.task or config.benchmark else None
+        chosen = default_label_set(task, model) or default_label_set(config_task(config))
+        options.setdefault("label_set", chosen)
+    adapter: Adapter
+    if model is not None:
+        if not served(config.adapter.name):
+            options = placement(options, shard or Shard(), config.gpus_per_process)
+            options = protocol_adapter_options(protocol, options)
+        adapter = open_adapter(model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
             "(the command line's default run uses the bundled model)"
         )
     else:
-        adapter = create_adapter(config.adapter.name, **options)
+        adapter = get_registry().create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)
     return adapter
 
@@ -246,56 +254,23 @@ def load_instances(
     return InstanceSource(calibration, test[: config.count], description)
 
 
-def load_states(path: Path) -> dict[str, CalibrationState]:
-    """Calibration states from a file or a directory of ``<label>.json`` files."""
-    if path.is_dir():
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise CalibrationError(f"{path} holds no calibration state (*.json)")
-        return {file.stem: CalibrationState.load(file) for file in files}
-    state = CalibrationState.load(path)
-    return {state.calibrator: state}
-
-
-def task_prompt_hash(adapter: Adapter, described: dict[str, Any], task: str) -> str | None:
-    """The prompt hash a calibration state records for ``task``: the adapter's (retrieval)
-    prompt hash, or the digest of its template for a candidate task, so that a state fitted
-    on one task's prompt is refused for another's."""
-    templates = getattr(adapter, "task_templates", None)
-    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
-        return described.get("prompt_hash")
-    return str(templates[task].digest())
-
-
 def saved_states(
     config: EvaluateConfig, adapter: Adapter, calibrators: dict[str, Calibrator], n: int
 ) -> dict[str, CalibrationState]:
-    """The states ``--calibration`` gives, by label, each checked against this use: the
-    calibrator, N, layers, labels, adapter, options, prompt and (unless the config says the
-    transfer is intended) the model."""
+    """The states ``--calibration`` gives, by label, each checked against this use by the
+    one gate (:func:`check_state`; the model unless the config says the transfer is
+    intended)."""
     if config.calibration is None:
         return {}
     saved = load_states(config.calibration)
-    described = describe_adapter(adapter, n)
+    task = config_task(config)
     provided: dict[str, CalibrationState] = {}
     for label, calibrator in calibrators.items():
-        state = saved.get(label) or next(
-            (s for s in saved.values() if s.calibrator == calibrator.name), None
-        )
-        if state is None:
-            continue
-        use = StateUse(
-            calibrator=calibrator.name,
-            n=n,
-            layers=adapter.attention_layers if calibrator.needs_attention else None,
-            label_set=adapter.labels_for(n, config_task(config)),
-            adapter=adapter.name,
-            options=calibrator.options.model_dump(mode="json"),
-            prompt_hash=task_prompt_hash(adapter, described, config_task(config)),
-            model_id=None if config.calibration_transfer else described.get("model_id"),
-        )
-        state.check_compatible(use)
-        provided[label] = state
+        state = pick_state(saved, label, calibrator)
+        if state is not None:
+            provided[label] = check_state(
+                state, adapter, calibrator, n, task, transfer=config.calibration_transfer
+            )
     if not provided and not config.calibration.is_dir():
         # one state file that no calibrator of the run uses is a mistake, not a default
         (state,) = saved.values()
@@ -324,7 +299,6 @@ def resolve_states(
     calibrator that fits on the test views, e.g. batch calibration)."""
     if provided is None:
         provided = saved_states(config, adapter, calibrators, n)
-    metadata = describe_adapter(adapter, n)
     missing = {label: c for label, c in calibrators.items() if label not in provided}
     fitted = (
         fit_calibrators(
@@ -333,12 +307,9 @@ def resolve_states(
             calibration,
             batch_size=config.batch_size,
             cache=cache,
-            metadata={
-                "model_id": metadata.get("model_id"),
-                "prompt_hash": task_prompt_hash(
-                    adapter, metadata, calibration[0].task if calibration else config_task(config)
-                ),
-            },
+            metadata=state_metadata(
+                adapter, calibration[0].task if calibration else config_task(config), n
+            ),
             test_views=None
             if test is None
             else scored_views(
@@ -374,7 +345,11 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     Calibrators are not part of it: each record names its calibrators by fingerprint, so a
     changed calibrator has its choices predicted again from the cached observations.
     """
-    described = {k: v for k, v in describe_adapter(adapter, n).items() if k not in ("device",)}
+    described = {
+        k: v
+        for k, v in describe_adapter(adapter, n).items()
+        if k not in ("device", "served_models")
+    }
     # the benchmark is identified by its content hash: a moved folder still resumes
     source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
     return {
@@ -497,9 +472,18 @@ class Evaluated:
 
 
 def prepare(
-    resolved: ResolvedConfig, *, resume: bool = False, shard: Shard | None = None
+    resolved: ResolvedConfig,
+    *,
+    resume: bool = False,
+    shard: Shard | None = None,
+    adapter: Adapter | None = None,
+    source: InstanceSource | None = None,
 ) -> Prepared:
-    """Phase 1: build and check everything, then open the run directory (if ``out``)."""
+    """Phase 1: build and check everything, then open the run directory (if ``out``).
+
+    A sweep hands its shared ``adapter`` and a point's ``source``; every other check is the
+    same as for ``posdebias evaluate``.
+    """
     config = resolved.config
     shard = shard or current_shard()
     if shard.distributed and config.out is None:
@@ -509,26 +493,17 @@ def prepare(
         )
     calibrators = build_calibrators(config)
     decoders = build_decoders(config)
-    adapter = build_adapter(config, shard)
+    if adapter is None:
+        adapter = build_adapter(config, shard)
     if config.protocol != "default":
         config = apply_specs(get_protocol(config.protocol), config, adapter.num_layers)
         calibrators = build_calibrators(config)
         decoders = build_decoders(config)
-    check_attention(adapter, calibrators)
-    source = load_instances(config, adapter, resolved.benchmark_factory())
-    if not source.test:
-        raise InputError("no test instances to evaluate")
-    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
-    adapter.check_instances([*source.calibration, *source.test])  # data it would misread
-    n = source.test[0].n
-    orders = orders_of(config, n)
-    check_order_count(n, orders)  # before any forward pass
-    if config.order_kind == "cyclic" and orders > n:
-        raise InputError(
-            f"order_kind cyclic: {orders} orders requested, but {n} candidates have "
-            f"only {n} rotations; use orders {n} or fewer"
-        )
-    config = config.model_copy(update={"orders": orders})  # results record the T run
+    if source is None:
+        check_attention(adapter, calibrators)  # before the instances are read
+        source = load_instances(config, adapter, resolved.benchmark_factory())
+    n = check_run(config, adapter, calibrators, source)
+    config = config.model_copy(update={"orders": orders_of(config, n)})  # results record T
     prepared = Prepared(
         config,
         shard,
@@ -543,6 +518,31 @@ def prepare(
     if config.out is None:
         return prepared
     return open_run_directory(prepared, config.out, resume=resume)
+
+
+def check_run(
+    config: EvaluateConfig,
+    adapter: Adapter,
+    calibrators: Mapping[str, Calibrator],
+    source: InstanceSource,
+) -> int:
+    """Every check of a run that needs no forward pass and writes no file: attention the
+    calibrators need, the adapter's scores (``verify``), data it would misread, the number of
+    orders. Returns N. ``posdebias evaluate``, ``calibrate`` and every sweep point run it."""
+    check_attention(adapter, dict(calibrators))
+    if not source.test:
+        raise InputError("no test instances to evaluate")
+    adapter.verify(source.test[0])  # no silent wrong scores; before the run directory exists
+    adapter.check_instances([*source.calibration, *source.test])  # data it would misread
+    n = source.test[0].n
+    orders = orders_of(config, n)  # the one rule (both orders of a pair unless asked)
+    check_order_count(n, orders)  # before any forward pass
+    if config.order_kind == "cyclic" and orders > n:
+        raise InputError(
+            f"order_kind cyclic: {orders} orders requested, but {n} candidates have "
+            f"only {n} rotations; use orders {n} or fewer"
+        )
+    return n
 
 
 def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepared:
@@ -754,7 +754,10 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
     }
     generated_costs = decoder_costs(dict(prepared.decoders), views, evaluated.decisions)
     results = EvaluationResults(
-        settings=RunSettings.model_validate(config.model_dump(mode="json", exclude={"out"})),
+        settings=RunSettings.model_validate(
+            # the task the run posed, also when the benchmark chose it (the report's nouns)
+            config.model_dump(mode="json", exclude={"out"}) | {"task": source.test[0].task}
+        ),
         adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
         source=SourceDescription.model_validate(source.description),
         n=n,

@@ -96,7 +96,7 @@ def judge_metrics(
         agreed = counted = agreed_all = counted_all = 0
         for record, instance, (file_order, swapped) in shown:
             choices = record.choices[label]
-            chosen = record.chosen_images[label]
+            chosen = record.chosen[label]
             positions = (choices[file_order], choices[swapped])
             if min(positions) < 0:
                 missing += 1

@@ -30,12 +30,20 @@ def _int_list(value: Any, name: str) -> list[int]:
     return value
 
 
+def chosen_key(row: Mapping[str, Any]) -> str:
+    """The key of the chosen candidates in a record: ``chosen``, or ``chosen_images`` as the
+    logs of 0.2 wrote it (read, never written)."""
+    return "chosen_images" if "chosen" not in row and "chosen_images" in row else "chosen"
+
+
 def check_record_row(row: Any) -> None:
     """An instance record: id, T orders (permutations of one N), targets and, per calibrator or
-    decoder, T choices in range (a decoder's -1: no valid answer) and the images they show."""
+    decoder, T choices in range (a decoder's -1: no valid answer) and the candidates they
+    show."""
     if not isinstance(row, Mapping):
         raise _corrupt(f"expected an object, got {type(row).__name__}")
-    for key in ("instance_id", "orders", "targets", "choices", "chosen_images"):
+    chosen = chosen_key(row)
+    for key in ("instance_id", "orders", "targets", "choices", chosen):
         if key not in row:
             raise _corrupt(f"missing {key!r}")
     if not isinstance(row["instance_id"], str) or not row["instance_id"]:
@@ -53,7 +61,7 @@ def check_record_row(row: Any) -> None:
     targets = _int_list(row["targets"], "targets")
     if len(targets) != len(orders) or any(not 0 <= t < n for t in targets):
         raise _corrupt(f"targets {excerpt(targets, 40)} do not fit {len(orders)} orders of N={n}")
-    for name in ("choices", "chosen_images"):
+    for name in ("choices", chosen):
         if not isinstance(row[name], Mapping):
             raise _corrupt(f"{name} must be an object of calibrator labels")
     for label, choices in row["choices"].items():
@@ -62,13 +70,13 @@ def check_record_row(row: Any) -> None:
             raise _corrupt(
                 f"choices of {excerpt(label, 40)} do not fit {len(orders)} orders of N={n}"
             )
-        images = row["chosen_images"].get(label)
+        shown = row[chosen].get(label)
         expected = [
             NO_ANSWER if c == NO_ANSWER else order[c]
             for order, c in zip(orders, choices, strict=True)
         ]
-        if images != expected:
-            raise _corrupt(f"chosen_images of {excerpt(label, 40)} disagree with its choices")
+        if shown != expected:
+            raise _corrupt(f"{chosen} of {excerpt(label, 40)} disagree with its choices")
 
 
 def truth_problem(

@@ -2,7 +2,7 @@
 
 Inputs are arrays of shape [I, T] (I instances, T orders):
 ``targets[i, t]`` the truth position in order t, ``choices[i, t]`` the chosen position,
-``chosen_images[i, t]`` the identity (e.g. base index) of the chosen image.
+``chosen[i, t]`` the identity (e.g. base index) of the chosen candidate.
 
 * Acc: accuracy (%) of each order t over the I instances; reported as mean and sample std
   (ddof=1; 0 for T=1) over the T orders.
@@ -10,7 +10,7 @@ Inputs are arrays of shape [I, T] (I instances, T orders):
   over orders. RStd: sample std (ddof=1) of the N recalls, in percentage points (the LAD
   authors' code); ``rstd_population`` is the population std (ddof=0), as PriDe's code (Zheng et
   al.) computes its RStd: sqrt((N-1)/N) times RStd, so compare figures of one kind only.
-* Cons.: % of instances whose chosen IMAGE is the same under all T orders.
+* Cons.: % of instances whose chosen CANDIDATE is the same under all T orders.
 * confusion[i, j]: % of the pairs with truth at i that chose j (rows sum to 100).
 * selection_rate[j]: % of all pairs that chose position j.
 * no_answer: % of pairs without a valid answer (choice -1: a generated text that names no
@@ -47,16 +47,16 @@ class Metrics(BaseModel):
 
 
 def compute_metrics(
-    targets: np.ndarray, choices: np.ndarray, chosen_images: np.ndarray, n: int
+    targets: np.ndarray, choices: np.ndarray, chosen: np.ndarray, n: int
 ) -> Metrics:
     """Metrics of one calibrator from [I, T] arrays (see the module docstring)."""
     targets = np.asarray(targets)
     choices = np.asarray(choices)
-    chosen_images = np.asarray(chosen_images)
-    if targets.ndim != 2 or targets.shape != choices.shape or targets.shape != chosen_images.shape:
+    chosen = np.asarray(chosen)
+    if targets.ndim != 2 or targets.shape != choices.shape or targets.shape != chosen.shape:
         raise InputError(
-            f"targets, choices and chosen_images must be [instances, orders] arrays of one shape, "
-            f"got {targets.shape}, {choices.shape}, {chosen_images.shape}"
+            f"targets, choices and chosen must be [instances, orders] arrays of one shape, "
+            f"got {targets.shape}, {choices.shape}, {chosen.shape}"
         )
     instances, orders = targets.shape
     if instances == 0 or orders == 0:
@@ -78,7 +78,7 @@ def compute_metrics(
     seen = recall[~np.isnan(recall)]
     rstd = float(np.std(seen, ddof=1)) if seen.size > 1 else 0.0
     rstd_population = float(np.std(seen, ddof=0)) if seen.size > 1 else 0.0
-    same = np.all(chosen_images == chosen_images[:, :1], axis=1) & np.all(choices >= 0, axis=1)
+    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
     consistency = 100.0 * float(np.mean(same))
     answered = choices.ravel()[choices.ravel() >= 0]
     selection = 100.0 * np.bincount(answered, minlength=n)[:n] / choices.size

@@ -7,6 +7,8 @@ import contextlib
 from pathlib import Path
 
 from posdebias._io import atomic_write_text, remove_stale, write_files_together
+from posdebias._text import file_text
+from posdebias.core.tasks import candidate_noun
 from posdebias.errors import OutputError
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
@@ -143,15 +145,16 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         "# posdebias results",
         "",
         f"- model: `{adapter.model_id}` (adapter `{adapter.adapter}`)",
-        f"- N = {results.n} images, {results.num_instances} test instances x "
+        f"- N = {results.n} {candidate_noun(results.settings.task)}, "
+        f"{results.num_instances} test instances x "
         f"{results.orders} orders, seed {results.seed}",
         f"- calibration instances: {len(results.calibration_ids)}",
         "",
         plain_results_table(results.metrics(), results.generated_rows(), stats),
         "",
         "Acc: accuracy per order, mean ± std over orders. RStd: std of the recall per truth "
-        "position (lower is better). Cons.: % of instances with the same image chosen under "
-        "every order.",
+        "position (lower is better). Cons.: % of instances with the same "
+        f"{candidate_noun(results.settings.task, plural=False)} chosen under every order.",
     ]
     if stats is None:
         lines += [
@@ -194,10 +197,11 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     for title, name in written:
         vector = ", ".join(f"[{fmt.upper()}]({FIGURES}/{name}.{fmt})" for fmt in FORMATS[1:])
         lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
-    text = "\n".join(lines) + "\n"
+    text = file_text("\n".join(lines)) + "\n"
     figures = root / FIGURES
-    if figures.is_symlink():
-        raise OutputError(f"{figures} is a symbolic link; posdebias does not write through links")
+    for ours in (figures, root / "report.md"):
+        if ours.is_symlink():  # a rename would replace the user's link
+            raise OutputError(f"{ours} is a symbolic link; posdebias does not write through links")
     remove_stale(figures)
     _remove_outdated(figures, set(rendered))
     write_files_together(figures, rendered)

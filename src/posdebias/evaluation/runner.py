@@ -37,7 +37,7 @@ from posdebias.core.observation import Observation, tie_broken
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
-from posdebias.evaluation.logcheck import check_record_row, truth_problem
+from posdebias.evaluation.logcheck import check_record_row, chosen_key, truth_problem
 from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 
@@ -311,17 +311,17 @@ class InstanceRecord:
     """The outcome of one test instance under its T orders, for every calibrator.
 
     ``orders[t]`` is the permutation shown in order t; ``targets[t]`` the truth position there;
-    ``choices[label][t]`` the chosen position and ``chosen_images[label][t]`` the chosen image as
-    its position in the base (file) order. ``fingerprints[label]`` identifies the calibrator
-    that chose (class, options, fitted state), so a resumed run never reuses a choice of a
-    calibrator that has changed since.
+    ``choices[label][t]`` the chosen position and ``chosen[label][t]`` the chosen candidate as
+    its position in the base (file) order (``chosen_images`` in logs of 0.2).
+    ``fingerprints[label]`` identifies the calibrator that chose (class, options, fitted
+    state), so a resumed run never reuses a choice of a calibrator that has changed since.
     """
 
     instance_id: str
     orders: list[list[int]]
     targets: list[int]
     choices: dict[str, list[int]] = field(default_factory=dict)
-    chosen_images: dict[str, list[int]] = field(default_factory=dict)
+    chosen: dict[str, list[int]] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
     #: where a record read from a log came from (``FILE:LINE``), for messages
     logged_at: str = field(default="", compare=False, repr=False)
@@ -332,7 +332,7 @@ class InstanceRecord:
             "orders": self.orders,
             "targets": self.targets,
             "choices": self.choices,
-            "chosen_images": self.chosen_images,
+            "chosen": self.chosen,
             "fingerprints": self.fingerprints,
         }
 
@@ -344,7 +344,7 @@ class InstanceRecord:
             orders=payload["orders"],
             targets=payload["targets"],
             choices=dict(payload["choices"]),
-            chosen_images=dict(payload["chosen_images"]),
+            chosen=dict(payload[chosen_key(payload)]),
             fingerprints=dict(payload.get("fingerprints") or {}),
             logged_at=logged_at,
         )
@@ -521,7 +521,7 @@ class Evaluator:
                 continue
             cost.instances += 1
             record.choices[label] = choices
-            record.chosen_images[label] = images
+            record.chosen[label] = images
         return record
 
     def _drop(self, label: str, message: str) -> None:
@@ -555,6 +555,6 @@ def summarize(
     summary = {}
     for label in labels:
         choices = np.array([record.choices[label] for record in records])
-        images = np.array([record.chosen_images[label] for record in records])
+        images = np.array([record.chosen[label] for record in records])
         summary[label] = compute_metrics(targets, choices, images, n)
     return summary

@@ -1,16 +1,100 @@
-"""Saving a set of calibration states: safe file names, all files at once or none."""
+"""Calibration states of a run: the one gate deciding whether a saved state fits a use, the
+metadata a fitted state records, and saving a set of states (safe names, all files or none).
+
+Every door (``posdebias evaluate``/``calibrate``, :class:`~posdebias.Debiaser`, the lmms-eval
+and lm-eval harnesses) records and checks states through :func:`state_metadata` and
+:func:`check_state`, so a state made by one is accepted by every other for the same use.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from posdebias._io import remove_stale, write_files_together
 from posdebias._rundir import RunFolder
-from posdebias.core.state import CalibrationState
-from posdebias.errors import ConfigError, OutputError
+from posdebias.adapters.base import Adapter, describe_adapter
+from posdebias.calibrators.base import Calibrator
+from posdebias.core.state import CalibrationState, StateUse
+from posdebias.errors import CalibrationError, ConfigError, OutputError
 from posdebias.evaluation.config import SAFE_LABEL
+
+
+def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str | None:
+    """The prompt hash a calibration state records for ``task``: the digest of the adapter's
+    template for that task (its retrieval prompt's for retrieval), so that a state fitted on
+    one task's prompt is refused for another's."""
+    templates = getattr(adapter, "task_templates", None)
+    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
+        described = describe_adapter(adapter, n)
+        hashed = described.get("prompt_hash")
+        return None if hashed is None else str(hashed)
+    return str(templates[task].digest())
+
+
+def state_metadata(adapter: Adapter, task: str, n: int | None = None) -> dict[str, Any]:
+    """What a state fitted through ``adapter`` for ``task`` records beside its numbers."""
+    described = describe_adapter(adapter, n)
+    return {
+        "model_id": described.get("model_id"),
+        "prompt_hash": task_prompt_hash(adapter, task, n),
+    }
+
+
+def state_use(
+    adapter: Adapter, calibrator: Calibrator, n: int, task: str, *, transfer: bool = False
+) -> StateUse:
+    """The use of a state by ``calibrator`` through ``adapter`` on ``task`` with N candidates:
+    the calibrator, N, layers, labels, adapter, options, prompt and (unless ``transfer``) the
+    model must be those the state was made for."""
+    metadata = state_metadata(adapter, task, n)
+    return StateUse(
+        calibrator=calibrator.name,
+        n=n,
+        layers=adapter.attention_layers if calibrator.needs_attention else None,
+        label_set=adapter.labels_for(n, task),
+        adapter=adapter.name,
+        options=calibrator.options.model_dump(mode="json"),
+        prompt_hash=metadata["prompt_hash"],
+        model_id=None if transfer else metadata["model_id"],
+    )
+
+
+def check_state(
+    state: CalibrationState,
+    adapter: Adapter,
+    calibrator: Calibrator,
+    n: int,
+    task: str,
+    *,
+    transfer: bool = False,
+) -> CalibrationState:
+    """``state`` if it fits this use (see :func:`state_use`), else a CalibrationError naming
+    every mismatch. The one gate of every door."""
+    state.check_compatible(state_use(adapter, calibrator, n, task, transfer=transfer))
+    return state
+
+
+def pick_state(
+    saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
+) -> CalibrationState | None:
+    """The saved state of a calibrator: the one under its label, else one its kind fitted."""
+    return saved.get(label) or next(
+        (s for s in saved.values() if s.calibrator == calibrator.name), None
+    )
+
+
+def load_states(path: Path) -> dict[str, CalibrationState]:
+    """Calibration states from a file or a directory of ``<label>.json`` files."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise CalibrationError(f"{path} holds no calibration state (*.json)")
+        return {file.stem: CalibrationState.load(file) for file in files}
+    state = CalibrationState.load(path)
+    return {state.calibrator: state}
 
 
 def check_label(label: str) -> str:

@@ -341,7 +341,7 @@ def record_outcomes(
         label: Outcomes(
             targets=targets,
             choices=np.array([record.choices[label] for record in records]),
-            chosen=np.array([record.chosen_images[label] for record in records]),
+            chosen=np.array([record.chosen[label] for record in records]),
         )
         for label in labels
     }

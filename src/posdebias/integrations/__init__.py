@@ -4,6 +4,9 @@
   through the ``lmms_eval.models`` entry point that :func:`lmms_eval_manifest` answers;
 * :mod:`posdebias.integrations.lmms_eval_tasks`: rotated multiple-choice tasks and the
   position-bias metrics (Acc, RStd, Cons., CircularEval) as lmms-eval metrics;
+* :mod:`posdebias.integrations.lm_eval`: an lm-evaluation-harness model (``posdebias lm-eval
+  --model posdebias``, or ``simple_evaluate`` with :class:`~posdebias.integrations.lm_eval.
+  PosdebiasLM`) and :mod:`posdebias.integrations.lm_eval_tasks`, the same rotated tasks there;
 * :mod:`posdebias.integrations.vlmevalkit`: a VLMEvalKit model class for its Python API;
 * :mod:`posdebias.integrations.harness`: what both share (harness documents to instances,
   calibration once per run, shared across processes, with its provenance).
@@ -18,6 +21,8 @@ from typing import Any
 #: The model name under which lmms-eval finds posdebias (``lmms-eval --model posdebias``).
 LMMS_EVAL_MODEL = "posdebias"
 LMMS_EVAL_CLASS = "posdebias.integrations.lmms_eval.PosdebiasLMM"
+#: The model name under which lm-eval runs posdebias (``posdebias lm-eval --model posdebias``).
+LM_EVAL_MODEL = "posdebias"
 
 
 def lmms_eval_manifest() -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import posdebias.defaults as defaults
+from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
 from posdebias._io import atomic_write_json, cache_root
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
@@ -28,8 +29,7 @@ from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.core.instance import Instance
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
-from posdebias.evaluation.job import load_states
-from posdebias.evaluation.states import save_states
+from posdebias.evaluation.states import load_states, pick_state, save_states
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
 
@@ -49,6 +49,9 @@ CALIBRATION_SPLIT = "calibration"
 #: Document field of a rotated task: the digest of its calibration split as written
 #: (:func:`posdebias.integrations.lmms_eval_tasks.items_digest`), checked when it is read.
 CALIBRATION_ITEMS = "posdebias_calibration_items"
+#: Document field of a rotated lm-eval task: the file of its calibration split (lm-eval hands
+#: a model its requests' documents only, not the task's other splits).
+CALIBRATION_FILE = "posdebias_calibration_file"
 #: ``calibration=task``: calibrate on the task's own held-out items.
 FROM_TASK = "task"
 
@@ -107,6 +110,10 @@ class HarnessConfig(BaseModel):
     )
     adapter: str | None = Field(default=None, description="adapter name (default: by model)")
     label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
+    adapter_options: str | None = Field(
+        default=None,
+        description="a JSON file of further adapter options (task_prompt, answer_prefix, ...)",
+    )
     dtype: str = "auto"
     device: str | None = None
     batch_size: int = Field(
@@ -135,18 +142,19 @@ def _list(value: Any) -> list[Any] | None:
     return list(value) if isinstance(value, (list, tuple)) and value else None
 
 
-def answer_position(answer: Any, n: int) -> int | None:
-    """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or a 1-based index."""
+def answer_position(answer: Any, n: int, *, base: int = 1) -> int | None:
+    """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or an index counted from
+    ``base`` (1 in lmms-eval's layouts; 0 in lm-eval's, whose index names a choice)."""
     if isinstance(answer, bool):
         return None
     if isinstance(answer, int):
-        return answer - 1 if 1 <= answer <= n else None
+        return answer - base if base <= answer < n + base else None
     if isinstance(answer, str):
         letter = answer.strip().strip("()").strip()
         if len(letter) == 1 and letter.isalpha() and ord(letter.upper()) - 65 < n:
             return ord(letter.upper()) - 65
-        if letter.isdigit() and 1 <= int(letter) <= n:
-            return int(letter) - 1
+        if letter.isdigit() and base <= int(letter) < n + base:
+            return int(letter) - base
     return None
 
 
@@ -154,27 +162,29 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
     """The posdebias instance a harness document describes.
 
     Read: the stem (``query``, ``question`` or ``caption``), the N candidates (``images``:
-    their images, paths or PIL images, None for a text-only one; ``texts`` or ``options``:
-    their texts), the images of the stem (``stem_images``), the task kind (``task``; default
-    ``multiple_choice`` with texts, ``retrieval`` with images only) and the truth (``target``,
-    a 0-based position; or ``answer``, a letter or a 1-based index). This is the line layout of
-    a posdebias benchmark file, so the documents of ``posdebias lmms-eval-task`` are read as
-    they are; a document without candidates (a free-form question) is refused naming the task.
+    their images, paths or PIL images, None for a text-only one; ``texts``, ``options`` or
+    ``choices``: their texts), the images of the stem (``stem_images``), the task kind
+    (``task``; default ``multiple_choice`` with texts, ``retrieval`` with images only) and the
+    truth (``target``, a 0-based position; or ``answer``, a letter or a 1-based index). This is
+    the line layout of a posdebias benchmark file, so the documents of ``posdebias
+    lmms-eval-task`` are read as they are; a document without candidates (a free-form
+    question) is refused naming the task.
     """
     query = next(
         (doc[key] for key in ("query", "question", "caption") if isinstance(doc.get(key), str)),
         None,
     )
     images = _list(doc.get("images"))
-    texts = _list(doc.get("texts")) or _list(doc.get("options"))
+    texts = _list(doc.get("texts")) or _list(doc.get("options")) or _list(doc.get("choices"))
     n = len(texts or images or [])
     if query is None or n < 2 or (images and texts and len(images) != len(texts)):
         fields = ", ".join(sorted(str(key) for key in doc)[:20]) or "none"
         raise TaskMappingError(
             f"task {task!r} cannot be answered by posdebias: its documents need a stem "
             "('query', 'question' or 'caption') and at least 2 candidates ('images' and/or "
-            f"'texts' / 'options', one per candidate), but have the fields: {fields}. Write a "
-            "task posdebias can read with `posdebias lmms-eval-task`."
+            f"'texts' / 'options' / 'choices', a list, one per candidate), but have the fields: "
+            f"{fields}. Write a task posdebias can read with `posdebias lmms-eval-task` (or "
+            "`posdebias lm-eval-task`)."
         )
     item = str(doc.get(ITEM, doc.get("id", "")) or hashlib.sha1(query.encode()).hexdigest()[:12])
     order = doc.get(ORDER)
@@ -245,6 +255,7 @@ class HarnessDebiaser:
             dtype=config.dtype,
             device=config.device,
             label_set=config.label_set,
+            **read_adapter_options(config.adapter_options),
         )
         self.debiaser = Debiaser(self.adapter, config.calibrators, batch_size=config.batch_size)
         fitting = [label for label, c in self.debiaser.calibrators.items() if c.needs_fit]
@@ -308,12 +319,9 @@ class HarnessDebiaser:
 
     def _load_saved(self, path: Path) -> None:
         saved = load_states(path)
-        described = self.adapter.describe()
         states: dict[str, CalibrationState] = {}
         for label, calibrator in self.debiaser.calibrators.items():
-            state = saved.get(label) or next(
-                (s for s in saved.values() if s.calibrator == calibrator.name), None
-            )
+            state = pick_state(saved, label, calibrator)
             if state is None:
                 if calibrator.needs_fit:
                     raise CalibrationError(
@@ -321,13 +329,8 @@ class HarnessDebiaser:
                         f"{sorted(saved)}); calibrate it with `posdebias calibrate`"
                     )
                 continue
-            state.check_compatible(
-                adapter=self.adapter.name,
-                prompt_hash=described.get("prompt_hash"),
-                model_id=None if self.config.calibration_transfer else described.get("model_id"),
-            )
             states[label] = state
-        self.debiaser.states = states
+        self.debiaser.use_states(states, transfer=self.config.calibration_transfer)
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
             {
@@ -401,6 +404,25 @@ class HarnessDebiaser:
                 f"calibrators={'+'.join([*self.debiaser.calibrators, requested])})"
             )
         return requested
+
+
+def read_adapter_options(path: str | None) -> dict[str, Any]:
+    """The adapter options of the JSON file ``adapter_options`` names (a harness's arguments
+    are flat text, too flat for a prompt template); load_adapter checks each option."""
+    if path is None:
+        return {}
+    text = read_input_text(path, "adapter options file", limit=CONFIG_LIMIT, error=ConfigError)
+    what = f"adapter_options {path}"
+    options = parse_json(text, what, error=ConfigError)
+    if not isinstance(options, dict):
+        raise ConfigError(f"{what}: write a JSON object of adapter options, e.g. {_EXAMPLE}")
+    reserved = sorted(set(options) & {"model", "adapter", "dtype", "device", "label_set"})
+    if reserved:
+        raise ConfigError(f"{what}: give {reserved} as harness arguments, not in the file")
+    return options
+
+
+_EXAMPLE = '{"answer_prefix": " ", "chat_template": "raw"}'
 
 
 def _is_benchmark(path: Path) -> bool:

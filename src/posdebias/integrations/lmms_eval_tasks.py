@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import shlex
 import sys
@@ -35,7 +36,7 @@ import numpy as np
 import posdebias.defaults as defaults
 from posdebias._images import open_image
 from posdebias._inputs import check_whole_number
-from posdebias._io import write_files_together
+from posdebias._rundir import RunFolder
 from posdebias._text import printable
 from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
@@ -47,6 +48,7 @@ from posdebias.evaluation.config import SAFE_LABEL
 from posdebias.evaluation.job import split_held_out
 from posdebias.evaluation.metrics import compute_metrics
 from posdebias.integrations.harness import (
+    CALIBRATION_FILE,
     CALIBRATION_ITEMS,
     CALIBRATION_SPLIT,
     CALIBRATOR,
@@ -61,6 +63,12 @@ from posdebias.integrations.harness import (
 )
 
 OutputType = Literal["generate_until", "multiple_choice"]
+Harness = Literal["lmms-eval", "lm-eval"]
+#: The module whose functions a harness's written task module imports.
+HARNESS_TASK_MODULES: dict[str, str] = {
+    "lmms-eval": "posdebias.integrations.lmms_eval_tasks",
+    "lm-eval": "posdebias.integrations.lm_eval_tasks",
+}
 METRICS = ("acc", "rstd", "cons", "circular")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
@@ -104,8 +112,8 @@ def refusals_stop_the_command() -> Iterator[None]:
 CANDIDATE_FIELDS = ("images", "texts", "options")
 
 
-def candidate_count(doc: Mapping[str, Any]) -> int:
-    return max(len(doc.get(field) or ()) for field in CANDIDATE_FIELDS)
+def candidate_count(doc: Mapping[str, Any], fields: Sequence[str] = CANDIDATE_FIELDS) -> int:
+    return max(len(doc.get(field) or ()) for field in fields)
 
 
 #: Fields a task's documents may name their item by, looked for in this order; a document
@@ -129,21 +137,36 @@ def item_id(doc: Mapping[str, Any], index: int | None = None) -> str:
     return f"item-{index}"
 
 
-def rotate_doc(doc: Mapping[str, Any], rotation: int, index: int | None = None) -> dict[str, Any]:
+def rotate_doc(
+    doc: Mapping[str, Any],
+    rotation: int,
+    index: int | None = None,
+    *,
+    fields: Sequence[str] = CANDIDATE_FIELDS,
+    answer_base: int = 1,
+) -> dict[str, Any]:
     """One base document shown in cyclic rotation ``rotation`` (candidates, truth, order).
 
-    The truth is ``target`` (a 0-based position); a document with only an ``answer`` (a letter
-    or a 1-based index, a foreign layout) gets its ``target`` too, and its ``answer`` is moved
-    in its own format, so the task's own scoring still reads it. ``index``: the document's
-    position in its task, its item's name when it has no id field (:func:`item_id`).
+    The truth is ``target`` (a 0-based position); a document with only an ``answer`` (a letter,
+    or an index counted from ``answer_base``: 1 in lmms-eval's layouts, 0 in lm-eval's, where
+    an index names a choice) gets its ``target`` too, and its ``answer`` is moved in its own
+    format, so the task's own scoring still reads it. ``index``: the document's position in
+    its task, its item's name when it has no id field (:func:`item_id`). ``fields``: the
+    candidate lists.
     """
     ident = item_id(doc, index)
-    n = candidate_count(doc)
+    for field in fields:
+        if doc.get(field) is not None and not isinstance(doc[field], (list, tuple)):
+            raise InputError(
+                f"item {ident!r}: field {field!r} is a {type(doc[field]).__name__}, not a list "
+                "with one entry per candidate; give the documents a list of candidates"
+            )
+    n = candidate_count(doc, fields)
     if n < 2:
-        raise InputError(f"item {ident!r}: no candidates to rotate (fields {CANDIDATE_FIELDS})")
+        raise InputError(f"item {ident!r}: no candidates to rotate (fields {tuple(fields)})")
     order = rotation_order(n, rotation).tolist()
     rotated = dict(doc)
-    for field in CANDIDATE_FIELDS:
+    for field in fields:
         values = doc.get(field)
         if values:
             rotated[field] = [values[k] for k in order]
@@ -153,26 +176,26 @@ def rotate_doc(doc: Mapping[str, Any], rotation: int, index: int | None = None) 
     target = doc.get("target")
     answer = doc.get("answer")
     if target is None and answer is not None:
-        target = answer_position(answer, n)
+        target = answer_position(answer, n, base=answer_base)
         if target is None:
-            raise InputError(f"item {item_id(doc, index)!r}: answer {answer!r} names no candidate")
+            raise InputError(f"item {ident!r}: answer {answer!r} names no candidate")
     if target is not None:
         rotated["target"] = order.index(int(target))
         if answer is not None:
-            rotated["answer"] = _answer_like(answer, rotated["target"])
+            rotated["answer"] = _answer_like(answer, rotated["target"], answer_base)
     return rotated
 
 
-def _answer_like(answer: Any, position: int) -> Any:
-    """``position`` written as ``answer`` was: a 1-based index, or a letter in its case and
-    brackets (``"(B)"``)."""
+def _answer_like(answer: Any, position: int, base: int = 1) -> Any:
+    """``position`` written as ``answer`` was: an index from ``base``, or a letter in its case
+    and brackets (``"(B)"``)."""
     if isinstance(answer, int):
-        return position + 1
+        return position + base
     text = str(answer)
     letter = chr(ord("A") + position)
     stripped = text.strip().strip("()").strip()
     if stripped.isdigit():
-        return text.replace(stripped, str(position + 1))
+        return text.replace(stripped, str(position + base))
     return text.replace(stripped, letter if stripped.isupper() else letter.lower())
 
 
@@ -191,6 +214,9 @@ def rotation_transform(
     *,
     items: str | None = None,
     calibration: str | None = None,
+    calibration_file: str | None = None,
+    fields: Sequence[str] = CANDIDATE_FIELDS,
+    answer_base: int = 1,
 ) -> Callable:
     """A ``process_docs`` function: every document in its first ``rotations`` cyclic
     rotations (all N by default), item-major, each recording ``calibrator``. ``items``: the
@@ -198,7 +224,9 @@ def rotation_transform(
     to move a truth) are refused, so the metrics come from the benchmark's truth.
     ``calibration``: the digest of the task's calibration split as written, recorded in each
     document, so that the model refuses a calibration file edited since
-    (:func:`check_calibration_items`)."""
+    (:func:`check_calibration_items`); ``calibration_file``: where that split is, recorded too
+    (lm-eval hands a model no other split). ``fields`` and ``answer_base``: the layout of the
+    documents (:func:`rotate_doc`)."""
 
     def process_docs(dataset: Any) -> Any:
         with refusals_stop_the_command():
@@ -214,15 +242,17 @@ def rotation_transform(
             )
         rows = []
         for index, doc in enumerate(dataset):
-            n = candidate_count(doc)
+            n = candidate_count(doc, fields)
             count = n if rotations is None else rotations
             if not 1 <= count <= n:
                 raise InputError(f"rotations must be 1..{n} for {n} candidates, got {count}")
             for rotation in range(count):
-                row = rotate_doc(doc, rotation, index)
+                row = rotate_doc(doc, rotation, index, fields=fields, answer_base=answer_base)
                 row[CALIBRATOR] = calibrator
                 if calibration is not None:
                     row[CALIBRATION_ITEMS] = calibration
+                if calibration_file is not None:
+                    row[CALIBRATION_FILE] = calibration_file
                 rows.append(row)
         return datasets.Dataset.from_list(rows)
 
@@ -326,6 +356,14 @@ def process_results(doc: Mapping[str, Any], results: Sequence[Any]) -> dict[str,
     """One record per document, under every metric (the aggregations read them all)."""
     labels = doc_labels(doc)
     choice = parse_choice(results if not isinstance(results[0], str) else results[0], labels)
+    return choice_records(doc, choice, labels)
+
+
+def choice_records(
+    doc: Mapping[str, Any], choice: int, labels: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The record of one answered document (the chosen position ``choice``, -1 for none)
+    under every metric: what any harness's ``process_results`` returns."""
     order = list(doc.get(ORDER) or range(len(labels)))
     record = {
         "item": str(doc.get(ITEM, doc.get("id"))),
@@ -430,8 +468,10 @@ def write_rotated_tasks(
     calibration_count: int = 0,
     seed: int = 0,
     label_set: str | None = None,
+    harness: Harness = "lmms-eval",
 ) -> list[Path]:
-    """Write the rotated lmms-eval tasks of ``benchmark`` into ``out``; returns the files.
+    """Write the rotated lmms-eval (or lm-eval: ``harness``) tasks of ``benchmark`` into
+    ``out``; returns the files.
 
     Files: ``<name>.yaml`` (the group: every calibrator's task, ONE run), ``<name>_<label>.yaml``
     per calibrator, ``<name>_items.jsonl`` (the base items), ``<name>_calibration.jsonl`` (with
@@ -478,10 +518,11 @@ def write_rotated_tasks(
     if calibration_docs:
         files[f"{name}_calibration.jsonl"] = _jsonl(calibration_docs)
         data_files[CALIBRATION_SPLIT] = str((out / f"{name}_calibration.jsonl").resolve())
+    source = HARNESS_TASK_MODULES[harness]
     functions = [
-        '"""Written by `posdebias lmms-eval-task`: the functions its task YAML files name."""',
+        f'"""Written by `posdebias {harness}-task`: the functions its task YAML files name."""',
         "",
-        "from posdebias.integrations.lmms_eval_tasks import (  # noqa: F401",
+        f"from {source} import (  # noqa: F401",
         "    accuracy, circular, consistency, doc_to_choice, doc_to_target,",
         "    doc_to_target_index, doc_to_text, doc_to_visual, process_results, rstd,",
         "    rotation_transform,",
@@ -497,6 +538,9 @@ def write_rotated_tasks(
             f"CALIBRATION = {items_digest(calibration_docs)!r}",
         ]
         digests += ", calibration=CALIBRATION"
+        if harness == "lm-eval":  # lm-eval hands a model no other split: name the file
+            functions.append(f"CALIBRATION_FILE = {data_files[CALIBRATION_SPLIT]!r}")
+            digests += ", calibration_file=CALIBRATION_FILE"
     functions.append("")
     task_names = []
     for index, label in enumerate(labels_out):
@@ -506,18 +550,23 @@ def write_rotated_tasks(
             f"docs_{index} = rotation_transform({label!r}, {rotations!r}, {digests})  # {task}"
         )
         files[f"{task}.yaml"] = _task_yaml(
-            task, name, module, index, data_files, output_type, label, n, rotations
+            task, name, module, index, data_files, output_type, label, n, rotations, harness
         ).encode()
     files[f"{module}.py"] = ("\n".join(functions) + "\n").encode()
     group = [f"group: {name}", "task:"] + [f"  - {task}" for task in task_names]
     group += ["metadata:", "  version: 1", ""]
     files[f"{name}.yaml"] = "\n".join(group).encode()
-    existing = [file for file in files if (out / file).exists()]
+    # lexists: a dangling link of the user's stands there too (exists() said no, and the
+    # rename replaced it); the write itself places each file only where nothing is
+    existing = [file for file in files if os.path.lexists(out / file)]
     if existing:
         raise InputError(
             f"{out} already holds {existing[0]}; choose an empty folder or another --name"
         )
-    return write_files_together(out, files)
+    folder = RunFolder(
+        out, marker=None, own=re.compile(re.escape(name) + r"(_\w+)?\.(yaml|jsonl|py)")
+    )
+    return folder.write_files(files, new=True)
 
 
 def answer_label_set(task: str, label_set: str | None = None) -> str:
@@ -534,8 +583,10 @@ def rotated_tasks_command(
     calibrators: Sequence[str],
     calibration_count: int = 0,
     label_set: str | None = None,
+    harness: Harness = "lmms-eval",
 ) -> str:
-    """The lmms-eval command that runs the tasks :func:`write_rotated_tasks` wrote, with every
+    """The lmms-eval (or lm-eval: ``harness``, through ``posdebias lm-eval``) command that runs
+    the tasks :func:`write_rotated_tasks` wrote, with every
     model argument they need: the calibrators, the calibration (``task`` when a split was held
     out, with its size unless it is the model's default), and the label set when it is not the
     model's default (``label_set=upper`` for a multiple-choice benchmark). ``MODEL`` (and
@@ -554,7 +605,7 @@ def rotated_tasks_command(
         arguments.append(f"label_set={labels}")
     return shlex.join(
         [
-            "lmms-eval",
+            *(["lmms-eval"] if harness == "lmms-eval" else ["posdebias", "lm-eval"]),
             "--model",
             "posdebias",
             "--model_args",
@@ -577,6 +628,7 @@ def _task_yaml(
     calibrator: str,
     n: int,
     rotations: int | None,
+    harness: Harness = "lmms-eval",
 ) -> str:
     lines = [
         f"task: {task}",
@@ -588,9 +640,10 @@ def _task_yaml(
         "test_split: test",
         f"output_type: {output_type}",
         f"process_docs: !function {module}.docs_{index}",
-        f"doc_to_visual: !function {module}.doc_to_visual",
         f"doc_to_text: !function {module}.doc_to_text",
     ]
+    if harness == "lmms-eval":  # lm-eval's prompts hold no image
+        lines.insert(-1, f"doc_to_visual: !function {module}.doc_to_visual")
     if output_type == "multiple_choice":
         lines += [
             f"doc_to_target: !function {module}.doc_to_target_index",

@@ -431,7 +431,7 @@ class Registry:
 
     def create_adapter(self, name: str, **options: Any) -> Adapter:
         """An adapter built from options alone (``Adapter.create``); models load through
-        :func:`posdebias.loading.create_adapter`."""
+        :func:`posdebias.loading.load_adapter`."""
         return self.adapter_class(name).create(**options)
 
     # -- bundled models ----------------------------------------------------------------------

@@ -55,6 +55,7 @@ from posdebias.adapters.hf.spans import (
 )
 from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
 from posdebias.core.instance import Instance
+from posdebias.core.tasks import candidate_noun
 from posdebias.errors import AdapterError, InputError, PosdebiasError
 
 if TYPE_CHECKING:
@@ -520,6 +521,7 @@ class _Checks:
 
         instance = self.instances[0]
         n = instance.n
+        nouns, noun = candidate_noun(instance.task), candidate_noun(instance.task, plural=False)
         original = self.single(0)[0]
         rotated = self._prepare(instance.rotated(1))
         before, before_spans = self._embeddings(original)
@@ -531,21 +533,21 @@ class _Checks:
             if len(span) != len(moved):
                 return (
                     FAIL,
-                    f"image {k + 1}: {len(span)} tokens after rotation, {len(moved)} before",
-                    "the spans do not follow the images when their order changes",
+                    f"{noun} {k + 1}: {len(span)} tokens after rotation, {len(moved)} before",
+                    f"the spans do not follow the {nouns} when their order changes",
                 )
             difference = torch.abs(after[span.positions()] - before[moved.positions()])
             worst = max(worst, float(difference.max()))
-        figure = "images rotated by 1: span k holds image k + 1's tokens (max |embedding diff| "
-        figure += f"{worst:.2g} over {n} spans)"
+        figure = f"{nouns} rotated by 1: span k holds {noun} k + 1's tokens (max |embedding "
+        figure += f"diff| {worst:.2g} over {n} spans)"
         if worst <= EMBEDDING_TOLERANCE:
             return PASS, figure, ""
         return (
             FAIL,
             figure,
             (
-                "the spans do not follow the images: span k of the rotated prompt does not hold "
-                "image k + 1's tokens"
+                f"the spans do not follow the {nouns}: span k of the rotated prompt does not "
+                f"hold {noun} k + 1's tokens"
             ),
         )
 
@@ -557,7 +559,7 @@ class _Checks:
         adapter = self.adapter
         instance = self.instances[0]
         if not instance.all_images:
-            return PASS, "no image in the prompt (text candidates only)", ""
+            return PASS, "nothing to preprocess: the prompt is text only", ""
         side = min_image_side(adapter.processor)
         changes = []
         for position, reference in enumerate(instance.all_images):

@@ -9,7 +9,6 @@ common layouts), positions or the forward. The modules below (``adapter``, ``spa
 implementation; import from here.
 """
 
-from posdebias._deprecation import moved_attributes
 from posdebias.adapters.hf.adapter import (
     BatchingUnsafe,
     HFAdapter,
@@ -46,7 +45,3 @@ __all__ = [
     "find_marked_spans",
     "span_matrix",
 ]
-
-# Deprecated in 0.2, removed in 0.3: names of the pre-0.2 module posdebias.adapters.hf that are
-# not part of the plugin surface.
-__getattr__ = moved_attributes(globals(), {"load_image": "posdebias.adapters.hf.adapter"})

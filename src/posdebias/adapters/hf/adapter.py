@@ -83,7 +83,13 @@ from posdebias.core.tasks import (
     task_variant,
     text_only_messages,
 )
-from posdebias.errors import AdapterError, ConfigError, InputError
+from posdebias.errors import (
+    AdapterError,
+    ConfigError,
+    InputError,
+    ModelCodeError,
+    PosdebiasError,
+)
 
 if TYPE_CHECKING:
     from posdebias.adapters.attention import CrossAttentionSpans
@@ -301,6 +307,8 @@ class HFAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             self.model_id or self.name,
+            [("answer_prefix", self.answer_prefix)],
+            self.label_set,
         )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
@@ -433,6 +441,30 @@ class HFAdapter(Adapter):
             raise AdapterError(
                 f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
+        except Exception as exc:  # the processor's own code failed (KeyError: 'rows', ...)
+            error = self.model_code_error("processor (the prompt's tokens and images)", exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def model_code_error(self, call: str, exc: BaseException) -> BaseException:
+        """``exc`` raised inside the model's own ``call`` (its processor, its forward) as a
+        :class:`ModelCodeError` naming the family, the call, the error and what to try; our
+        own errors, and exceptions raised in posdebias's code (the attention probe, a hook),
+        are returned as they are: those are ours to report."""
+        if isinstance(exc, (PosdebiasError, MemoryError)) or _raised_in_posdebias(exc):
+            return exc
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's: not the model's fault
+            return exc
+        import transformers
+
+        return ModelCodeError(
+            f"the model's {call} raised {type(exc).__name__}: {str(exc)[:300]} "
+            f"(model {self.model_id}, family {self.name}, transformers {transformers.__version__})"
+            ". This is the model's own code, not posdebias: check that the model's processor and "
+            "config files match this transformers version (try the version its model card "
+            "names), or report it to the model's authors; --debug shows where it was raised"
+        )
 
     def tile_limit(self, n: int) -> int | None:
         """The ``max_patches`` passed to the processor for prompts with n images: None when
@@ -454,7 +486,13 @@ class HFAdapter(Adapter):
     def model_forward(self, **inputs: Any) -> Any:
         """One forward of the model (prompt or decoding step); an output with ``logits`` and the
         cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
-        return self.model(**inputs)
+        try:
+            return self.model(**inputs)
+        except Exception as exc:
+            error = self.model_code_error("forward", exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
         """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
@@ -978,3 +1016,20 @@ def _replacements(offsets: Any, row: int) -> list[str] | None:
     if offsets is None:
         return None
     return [entry["replacement"] for entry in offsets[row] if entry.get("type") == "image"]
+
+
+_PACKAGE = Path(__file__).resolve().parents[2]
+
+
+def _raised_in_posdebias(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is posdebias's own code (then the
+    error is ours, e.g. in the attention probe the model calls, not the model's)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    try:
+        return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
+    except (OSError, ValueError):
+        return False

@@ -23,11 +23,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
+from posdebias.core.instance import Instance
 from posdebias.core.labels import LabelSet, get_label_set
 from posdebias.core.tasks import (
     PROMPT_VARIANTS,
@@ -37,9 +38,6 @@ from posdebias.core.tasks import (
     task_variant,
 )
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
-
-if TYPE_CHECKING:
-    from posdebias.core.instance import Instance
 
 PROMPT_FILE = "posdebias_prompt.json"
 
@@ -526,11 +524,14 @@ def check_template_control_tokens(
     pattern: re.Pattern[str] | None,
     model: str,
     other_fields: Iterable[tuple[str, str]] = (),
+    label_set: str | None = None,
 ) -> None:
     """Refuse a configured prompt template (the retrieval ``prompt``, each task's template, an
-    adapter's ``other_fields`` such as an image placeholder text) whose text (the system
-    prompt, the instruction, a separator) holds one of the model's special tokens: it would
-    end a turn or open one where the template means text."""
+    adapter's ``other_fields`` such as an image placeholder text or the answer prefix) whose
+    text (the system prompt, the instruction, a separator) holds one of the model's special
+    tokens: it would end a turn or open one where the template means text. Tokens the
+    template's fields write only together (a candidate ending in ``</`` and a separator
+    beginning ``s>``) are refused too (:func:`check_template_joins`)."""
     fields = template_fields(prompt, task_templates) + list(other_fields)
     found = _first_control_token(pattern, fields)
     if found is not None:
@@ -539,6 +540,88 @@ def check_template_control_tokens(
             f"the prompt template's field {where} holds {token!r}, {_misread(model)}; the chat "
             "template writes the turns and the processor the media, so remove it from the field"
         )
+    check_template_joins(prompt, task_templates, pattern, model, label_set)
+
+
+#: A character no special token holds, put around each template field to keep fields apart.
+_FIELD_FENCE = "\ue002"
+_Template = TypeVar("_Template", "PromptTemplate", TaskTemplate)
+
+
+def _fenced(template: _Template) -> _Template:
+    update = {
+        name: f"{_FIELD_FENCE}{value}{_FIELD_FENCE}"
+        for name, value in template.model_dump().items()
+        if isinstance(value, str) and value
+    }
+    return template.model_copy(update=update)
+
+
+def _message_texts(messages: list[dict]) -> list[str]:
+    """Each message's text parts joined, as a chat template writes them (text parts next to
+    each other meet)."""
+    texts = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            texts.append(
+                "".join(p.get("text", "") for p in content or () if p.get("type") == "text")
+            )
+    return texts
+
+
+def check_template_joins(
+    prompt: PromptTemplate,
+    task_templates: Mapping[str, TaskTemplate],
+    pattern: re.Pattern[str] | None,
+    model: str,
+    label_set: str | None = None,
+) -> None:
+    """Refuse templates whose fields write one of the model's special tokens where they meet:
+    the prompt with neutral data (every text ``x``) holds the token, the same prompt with
+    each field fenced off (:data:`_FIELD_FENCE`) does not. Checked for the retrieval prompt
+    and every task's template, under every prompt variant, with 2 and 3 candidates, before
+    any instance is read."""
+    if pattern is None:
+        return
+    own = task_label_set("retrieval", label_set)  # None: each task's own labels
+    labels = get_label_set(own)
+    for variant in PROMPT_VARIANTS:
+        varied, _, templates = variant_prompts(variant, own, prompt, dict(task_templates))
+        for n in (2, 3):
+            cases: list[tuple[str, list[dict], list[dict]]] = [
+                (
+                    "prompt",
+                    varied.messages("x", n, labels),
+                    _fenced(varied).messages("x", n, labels),
+                )
+            ]
+            for task in task_templates:
+                if task == "pairwise_judge" and n != 2:
+                    continue  # a judgement has two answers
+                template = templates(task)
+                texts = tuple(f"x{k}" for k in range(n))  # no data joins a field into a token
+                neutral = Instance(query="x", texts=texts, task=task, id="x")
+                task_labels = get_label_set(task_label_set(task, label_set))
+                cases.append(
+                    (
+                        f"task_prompt ({task})",
+                        template.messages(neutral, task_labels),
+                        _fenced(template).messages(neutral, task_labels),
+                    )
+                )
+            for where, joined, apart in cases:
+                found = Counter(pattern.findall("\n".join(_message_texts(joined))))
+                found -= Counter(pattern.findall("\n".join(_message_texts(apart))))
+                if found:
+                    token = next(iter(found))
+                    raise ConfigError(
+                        f"the fields of {where} write {token!r} where they meet (one field ends "
+                        f"with part of it, the next begins with the rest), {_misread(model)}; "
+                        "write the fields otherwise"
+                    )
 
 
 def template_fields(

@@ -40,7 +40,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ResumeError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
-from posdebias.evaluation.job import build_adapter, build_calibrators, build_decoders
+from posdebias.evaluation.job import Prepared, build_adapter
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.evaluation.sweep.outputs import (
@@ -58,7 +58,7 @@ from posdebias.evaluation.sweep.plan import (
     SweepSpec,
     plan_points,
 )
-from posdebias.evaluation.sweep.point import point_instances, run_point
+from posdebias.evaluation.sweep.point import prepare_point, run_point
 from posdebias.evaluation.sweep.store import (
     GENERATIONS_FILE,
     OBSERVATIONS_FILE,
@@ -73,6 +73,7 @@ __all__ = [
     "SweepResult",
     "SweepSpec",
     "plan_points",
+    "prepare_point",
     "read_table",
     "run_point",
     "run_sweep",
@@ -139,17 +140,15 @@ def run_sweep(
     with resolved.threads():
         if adapter is None:
             adapter = build_adapter(resolved.config)
+        prepared = []
         for point in points:
             point.config = resolve_preset(point.config).config
-            build_calibrators(point.config)  # unknown names or options: refused before any work
-            build_decoders(point.config)
-            # data the model would misread (its special tokens): refused before the directory
-            calibration, test = point_instances(point, adapter, study)
-            adapter.check_instances([*calibration, *test])
+            # every check of `posdebias evaluate`, for every point, before the directory
+            prepared.append(prepare_point(point, study, adapter))
         directory = SweepDirectory(out)
         directory.prepare(sweep_identity(study, points, adapter), resume=resume)
         try:
-            done, timing = _run_points(study, points, adapter, directory, config, on_point)
+            done, timing = _run_points(study, points, prepared, directory, config, on_point)
             rows = with_costs(done)
             write_table(rows, directory.output("results.csv"))
             figure = write_figure(study, rows, directory.output("figure.png"))
@@ -188,7 +187,7 @@ def _check_saved_point(
 def _run_points(
     study: str,
     points: list[Point],
-    adapter: Any,
+    prepared: list[Prepared],
     directory: SweepDirectory,
     config: EvaluateConfig,
     on_point: Callable[[Point, dict[str, Any]], None] | None,
@@ -206,10 +205,10 @@ def _run_points(
             decisions.load([directory.log_path(GENERATIONS_FILE)])  # nor its generated answers
         timing = directory.read_timing()
         done: list[dict[str, Any]] = []
-        for point in points:
+        for point, ready in zip(points, prepared, strict=True):
             saved = directory.read_point(point.index, point.label)
             begun = time.perf_counter()
-            rows, keys, made = run_point(point, study, adapter, cache, decisions)
+            rows, keys, made = run_point(point, study, ready, cache, decisions)
             if saved is not None:  # from the cached observations: no forward pass again
                 _check_saved_point(directory, point, saved, rows)
                 done.append(saved)

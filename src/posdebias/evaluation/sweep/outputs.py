@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._io import atomic_write_bytes, atomic_write_text
+from posdebias._text import file_text, one_line
 from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
@@ -61,7 +62,8 @@ def write_table(rows: list[dict[str, Any]], path: Path) -> Path:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: row.get(key, "") for key in COLUMNS})  # no interval: empty
+        cells = {key: row.get(key, "") for key in COLUMNS}  # no interval: empty
+        writer.writerow({k: one_line(v) if isinstance(v, str) else v for k, v in cells.items()})
     return atomic_write_text(path, buffer.getvalue())
 
 
@@ -141,4 +143,4 @@ def write_sweep_report(
             f"{r['point_new_forward_passes']} |"
         )
     lines.append("")
-    return atomic_write_text(path, "\n".join(lines))
+    return atomic_write_text(path, file_text("\n".join(lines)))

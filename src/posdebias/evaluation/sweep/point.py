@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
 from posdebias.benchmarks.files import load_benchmark
-from posdebias.core.instance import check_order_count
 from posdebias.core.observation import Observation
 from posdebias.errors import InputError
-from posdebias.evaluation.config import orders_of
-from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
+from posdebias.evaluation.decoding import DecisionCache
+from posdebias.evaluation.distributed import Shard
 from posdebias.evaluation.job import (
-    build_calibrators,
-    build_decoders,
+    InstanceSource,
+    Prepared,
+    calibrate,
+    evaluate_shard,
+    finish,
     load_instances,
+    prepare,
     split_held_out,
 )
-from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.protocol import apply_specs, get_protocol
-from posdebias.evaluation.runner import (
-    Evaluator,
-    ObservationCache,
-    fit_calibrators,
-    scored_views,
-    summarize,
-)
-from posdebias.evaluation.statistics import record_outcomes, run_statistics
+from posdebias.evaluation.preset import ResolvedConfig, resolve_preset
+from posdebias.evaluation.runner import ObservationCache
 from posdebias.evaluation.sweep.plan import Point
 
 
@@ -73,76 +69,50 @@ def point_instances(point: Point, adapter: Any, study: str) -> tuple[list, list]
     return calibration, test[: config.count]
 
 
+def prepare_point(point: Point, study: str, adapter: Any) -> Prepared:
+    """A point built and checked as ``posdebias evaluate`` checks a run (attention the
+    calibrators need, the adapter's scores, data it would misread, the orders), on the sweep's
+    shared adapter and before the study's directory is touched."""
+    calibration, test = point_instances(point, adapter, study)
+    return prepare(
+        ResolvedConfig(point.config.model_copy(update={"out": None})),
+        shard=Shard(),
+        adapter=adapter,
+        source=InstanceSource(calibration, test),
+    )
+
+
 def run_point(
     point: Point,
     study: str,
-    adapter: Any,
+    prepared: Prepared,
     cache: ObservationCache,
     decisions: DecisionCache | None = None,
 ) -> tuple[list[dict[str, Any]], list[str], int]:
-    """Evaluate one point: (rows, digests of the observation keys used, observations made).
+    """Evaluate one prepared point: (rows, digests of the observation keys used, observations
+    made).
 
-    The config's decoders (generated answers, prompting baselines, SoFA) add one row each on
-    the same T orders; their decisions are cached in ``decisions`` like the observations, so
-    a point re-uses what an earlier point (or an interrupted run) generated.
+    A point runs the phases of ``posdebias evaluate`` (calibrate, evaluate, finish) on the
+    shared observation cache, so its numbers are those of an evaluation with the same settings.
+    The config's decoders (generated answers, prompting baselines, SoFA) add one row each;
+    their decisions are cached in ``decisions`` like the observations, so a point re-uses what
+    an earlier point (or an interrupted run) generated.
     """
-
-    config = point.config
-    protocol = get_protocol(config.protocol)
-    if config.protocol != "default":
-        config = apply_specs(protocol, config, adapter.num_layers)
-    calibrators = build_calibrators(config)
-    calibration, test = point_instances(point, adapter, study)
-    if not test:
-        raise InputError(f"point {point.label}: no test instances")
-    n = test[0].n
-    orders = orders_of(config, n)
-    check_order_count(n, orders)
     recorder = _KeyRecorder(cache)
-    states = fit_calibrators(
-        adapter,
-        calibrators,
-        calibration,
-        batch_size=config.batch_size,
+    prepared = replace(
+        prepared,
         cache=recorder,
-        test_views=scored_views(test, orders, config.seed, shared=protocol.shared_orders),
+        decisions=decisions if decisions is not None else DecisionCache(),
     )
-    evaluator = Evaluator(
-        adapter,
-        calibrators,
-        states,
-        orders=orders,
-        seed=config.seed,
-        batch_size=config.batch_size,
-        cache=recorder,
-        shared_orders=protocol.shared_orders,
-    )
-    records = [evaluator.evaluate_instance(instance) for instance in test]
-    passes: dict[str, float] = {
-        label: orders * c.passes_with(n, states[label]) for label, c in calibrators.items()
-    }
-    decoders = build_decoders(config)
-    if decoders:
-        decisions = decisions if decisions is not None else DecisionCache()
-        adder = DecoderRows(
-            adapter, decoders, decisions, batch_size=config.batch_size, seed=config.seed
-        )
-        records = [adder.add(r, instance) for r, instance in zip(records, test, strict=True)]
-        views = {
-            instance.id: [instance.permuted(order) for order in record.orders]
-            for record, instance in zip(records, test, strict=True)
-        }
-        for label, cost in decoder_costs(decoders, views, decisions).items():
-            passes[label] = round(cost.forward_passes, 4)
-    metrics = summarize(records, [*calibrators, *decoders], n)
-    outcomes, _ = record_outcomes(records, [*calibrators, *decoders])
-    intervals = run_statistics(
-        outcomes, n, baselines=[], resamples=config.resamples, seed=config.seed
-    ).rows
+    calibrated = calibrate(prepared)
+    results = finish(prepared, calibrated, evaluate_shard(prepared, calibrated))
+    statistics = results.statistics
+    assert statistics is not None  # finish computes them for every run
     rows = []
-    for label in [*calibrators, *decoders]:
-        m = metrics[label]
-        ci = intervals[label]
+    for label, row in results.calibrators.items():
+        m = row.metrics
+        passes = row.cost.forward_passes_per_instance
+        ci = statistics.rows[label]
         rows.append(
             {
                 "study": study,
@@ -150,10 +120,10 @@ def run_point(
                 "value": point.value,
                 "calibration_benchmark": point.calibration_benchmark,
                 "benchmark": point.benchmark,
-                "n": n,
-                "orders": orders,
-                "instances": len(test),
-                "calibration_instances": len(calibration),
+                "n": results.n,
+                "orders": results.orders,
+                "instances": results.num_instances,
+                "calibration_instances": len(results.calibration_ids),
                 "calibrator": label,
                 "accuracy": round(m.accuracy_mean, 4),
                 "accuracy_std": round(m.accuracy_std, 4),
@@ -165,7 +135,9 @@ def run_point(
                 "consistency": round(m.consistency, 4),
                 "consistency_low": round(ci.consistency.low, 4),
                 "consistency_high": round(ci.consistency.high, 4),
-                "forward_passes_per_instance": passes[label],
+                "forward_passes_per_instance": int(passes)
+                if float(passes).is_integer()
+                else round(passes, 4),
             }
         )
     return rows, sorted(_digest(key) for key in recorder.keys), recorder.made

@@ -1,0 +1,271 @@
+"""The lm-eval model ``posdebias``: calibrated answers inside lm-evaluation-harness (0.4.13).
+
+    pip install 'posdebias[lm-eval]'
+    posdebias lm-eval --model posdebias \\
+        --model_args pretrained=MODEL,calibrators=vanilla+attention_guided,calibration=STATE \\
+        --tasks TASK --include_path TASKS_FOLDER
+
+lm-eval 0.4.13 knows the models of its own list (``lm_eval.models.MODEL_MAPPING``) and those
+registered with its ``register_model`` decorator in the running process; it reads no entry
+point, so no installed package can add a name to a plain ``lm-eval --model``. Importing this
+module registers ``posdebias``; ``posdebias lm-eval`` is lm-eval's own command line (the same
+arguments, the same printed table) with it registered (:func:`main`), and from Python
+``lm_eval.simple_evaluate(model=PosdebiasLM(...), ...)`` takes the model object.
+
+Requests are answered from their document, as in lmms-eval (:mod:`posdebias.integrations.
+lmms_eval`): the stem and the candidates come from
+:func:`~posdebias.integrations.harness.doc_instance` (``choices``, MMLU's list, included), the
+prompt is the adapter's template for the task (``adapter_options``: a JSON file, e.g. the
+``task_prompt`` and ``chat_template: raw`` that write lm-eval's own MMLU prompt,
+:func:`lm_eval_prompt`), and every answer is the calibrated one:
+
+* ``loglikelihood`` (multiple-choice tasks, one request per label): the calibrated
+  log-probability of that label (lm-eval picks the largest);
+* ``generate_until``: the calibrated label.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from lm_eval.api.instance import Instance as Request
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
+from posdebias.adapters.base import Adapter
+from posdebias.adapters.hf.prompt import RAW_CHAT_TEMPLATE
+from posdebias.core.instance import Instance
+from posdebias.errors import ConfigError, InputError
+from posdebias.integrations import LM_EVAL_MODEL
+from posdebias.integrations.harness import (
+    CALIBRATION_FILE,
+    CALIBRATOR,
+    HarnessConfig,
+    HarnessDebiaser,
+    TaskMappingError,
+    doc_instance,
+)
+from posdebias.integrations.lm_eval_tasks import doc_choices
+from posdebias.integrations.lmms_eval_tasks import check_calibration_items
+
+__all__ = ["LM_EVAL_MMLU_TEMPLATE", "PosdebiasLM", "harness_settings", "lm_eval_prompt", "main"]
+
+#: What lm-eval passes to every model besides ``--model_args`` (None values are dropped).
+_HARNESS_ARGUMENTS = ("max_batch_size",)
+
+#: lm-eval's MMLU prompt (``lm_eval/tasks/mmlu/default``), zero-shot, as a posdebias task
+#: template: the subject's description, the question, ``A. choice`` lines, ``Answer:``; the
+#: label follows after a space (the adapter option ``answer_prefix``), and the prompt is its
+#: text as is (the adapter option ``chat_template: raw``).
+LM_EVAL_MMLU_TEMPLATE: dict[str, Any] = {
+    "instruction": "",
+    "stem": "{question}\n",
+    "candidate": "{label}. {text}",
+    "candidate_separator": "\n",
+    "query": "\nAnswer:",
+    "separator": "",
+}
+
+
+def lm_eval_prompt(description: str = "") -> dict[str, Any]:
+    """Adapter options that pose a multiple-choice instance exactly as lm-eval's MMLU task
+    does with a model without a chat template (``description``: the task's, e.g. "The
+    following are multiple choice questions (with answers) about anatomy.\\n\\n"): write them
+    to the JSON file of ``adapter_options``, or pass them to ``posdebias.load_adapter``."""
+    return {
+        "label_set": "upper",
+        "answer_prefix": " ",
+        "chat_template": RAW_CHAT_TEMPLATE,
+        "task_prompt": {**LM_EVAL_MMLU_TEMPLATE, "instruction": description},
+    }
+
+
+@register_model(LM_EVAL_MODEL)
+class PosdebiasLM(LM):
+    """lm-eval's ``--model posdebias`` (see the module docstring). ``adapter``: an adapter
+    already made (``posdebias.get_adapter`` on a loaded model), instead of ``pretrained``."""
+
+    @classmethod
+    def create_from_arg_string(
+        cls, arg_string: str, additional_config: dict[str, Any] | None = None
+    ) -> PosdebiasLM:
+        """``--model_args`` plus what lm-eval passes every model (:func:`harness_settings`)."""
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(
+        cls, arg_dict: dict[str, Any], additional_config: dict[str, Any] | None = None
+    ) -> PosdebiasLM:
+        return cls(**harness_settings(dict(arg_dict), additional_config or {}))
+
+    def __init__(self, *, adapter: Adapter | None = None, **arguments: Any) -> None:
+        super().__init__()
+        for name in _HARNESS_ARGUMENTS:
+            arguments.pop(name, None)
+        if adapter is not None:
+            if arguments.get("adapter_options") is not None:
+                raise ConfigError(
+                    "adapter_options apply when posdebias loads the model (pretrained=); "
+                    "an adapter given is used as it was made"
+                )
+            arguments.setdefault("pretrained", adapter.describe().get("model_id") or adapter.name)
+        config = HarnessConfig.from_arguments(arguments, "lm-eval --model_args of posdebias")
+        from accelerate import Accelerator
+
+        self.accelerator = Accelerator()
+        self._rank = self.accelerator.process_index
+        self._world_size = self.accelerator.num_processes
+        if self._world_size > 1 and config.device is None:
+            config = config.model_copy(update={"device": str(self.accelerator.device)})
+        self.harness = HarnessDebiaser(
+            config,
+            rank=self._rank,
+            world_size=self._world_size,
+            barrier=self.accelerator.wait_for_everyone,
+            adapter=adapter,
+        )
+        self._device = self.accelerator.device if config.device is None else config.device
+
+    @property
+    def device(self) -> Any:
+        """The torch device lm-eval gathers its per-rank counts on."""
+        import torch
+
+        return torch.device(self._device)
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Where the calibration came from (also in every rotated task's sample records)."""
+        return self.harness.provenance
+
+    # -- lm-eval's distributed primitives (its evaluator calls them with several ranks) ----
+
+    def all_gather(self, tensor: Any) -> Any:
+        return tensor if self._world_size <= 1 else self.accelerator.gather(tensor)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> Any:
+        if self._world_size <= 1:
+            return [obj]
+        import torch.distributed
+
+        result = [None] * self._world_size if self._rank == dst else None
+        torch.distributed.gather_object(obj=obj, object_gather_list=result, dst=dst)
+        return result
+
+    def barrier(self) -> None:
+        if self._world_size > 1:
+            self.accelerator.wait_for_everyone()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _task_items(self, docs: Sequence[dict[str, Any]], tasks: Sequence[str]) -> list[Instance]:
+        """The calibration split a rotated task written by ``posdebias lm-eval-task``
+        records (the file, checked against the digest written beside it)."""
+        for doc, task in sorted(zip(docs, tasks, strict=True), key=lambda pair: pair[1]):
+            path = doc.get(CALIBRATION_FILE)
+            if path:
+                text = read_input_text(path, "calibration split", limit=64 * CONFIG_LIMIT)
+                calibration = [
+                    parse_json(line, f"{path}:{number}")
+                    for number, line in enumerate(text.splitlines(), start=1)
+                    if line.strip()
+                ]
+                check_calibration_items(task, calibration, [doc])
+                return [doc_instance(item, task) for item in calibration]
+        raise InputError(
+            f"calibration=task, but none of the tasks {sorted(set(tasks))} has a calibration "
+            "split; write one with `posdebias lm-eval-task --calibration-count M`, or pass "
+            "calibration=<saved state or benchmark folder>"
+        )
+
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, list[str]]]:
+        """(ranking, calibrator label, the document's labels) per request."""
+        docs = [dict(request.doc) for request in requests]
+        tasks = [str(request.task_name) for request in requests]
+        self.harness.calibrate(lambda: self._task_items(docs, tasks))
+        instances = []
+        for doc, task in zip(docs, tasks, strict=True):
+            # an lm-eval `answer` is the task's truth in the task's own terms (MMLU: an index
+            # from 0); the model needs none, and a rotated document carries its `target`
+            instances.append(doc_instance({k: v for k, v in doc.items() if k != "answer"}, task))
+        answers = []
+        rankings = self.harness.answers(instances)
+        for ranking, doc, task, instance in zip(rankings, docs, tasks, instances, strict=True):
+            labels = self.harness.labels(instance.n)
+            expected = doc_choices(doc)
+            if expected != labels:
+                raise TaskMappingError(
+                    f"task {task!r} expects the labels {expected}, but the model answers with "
+                    f"{labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
+                )
+            label = self.harness.calibrator_label(doc.get(CALIBRATOR), task)
+            answers.append((ranking, label, labels))
+        return answers
+
+    def loglikelihood(self, requests: list[Request]) -> list[tuple[float, bool]]:
+        """Per (document, label) request: (calibrated log-probability, is the argmax)."""
+        results = []
+        for request, (ranking, label, labels) in zip(requests, self._answer(requests), strict=True):
+            continuation = str(request.args[1]).strip()
+            if continuation not in labels:
+                raise TaskMappingError(
+                    f"task {request.task_name!r} asks the log-likelihood of {continuation!r}, "
+                    f"which is not one of the labels {labels}; posdebias scores labels only"
+                )
+            prediction = ranking.predictions[label]
+            position = labels.index(continuation)
+            logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
+            results.append((logprob, bool(position == prediction.choice)))
+        return results
+
+    def generate_until(self, requests: list[Request]) -> list[str]:
+        """The calibrated label of each request's document."""
+        return [
+            labels[ranking.predictions[label].choice]
+            for ranking, label, labels in self._answer(requests)
+        ]
+
+    def loglikelihood_rolling(self, requests: list[Request]) -> list[float]:
+        raise TaskMappingError(
+            "posdebias answers questions with candidates; perplexity tasks "
+            "(loglikelihood_rolling) are not supported"
+        )
+
+
+def harness_settings(arguments: dict[str, Any], harness: dict[str, Any]) -> dict[str, Any]:
+    """The model's arguments with lm-eval's own settings where they apply and the model
+    arguments name none: ``--batch_size`` as a number (not ``auto``), ``--device`` where
+    there is one (lm-eval asks for ``cuda:0`` by default, on any machine; posdebias then
+    picks the best device itself, as without it)."""
+    batch_size = harness.get("batch_size")
+    if "batch_size" not in arguments and str(batch_size or "").isdigit():
+        arguments["batch_size"] = int(str(batch_size))
+    device = harness.get("device")
+    if "device" not in arguments and device and _usable(str(device)):
+        arguments["device"] = str(device)
+    return arguments
+
+
+def _usable(device: str) -> bool:
+    import torch
+
+    if device.startswith("cuda"):
+        return bool(torch.cuda.is_available())
+    if device.startswith("mps"):
+        return bool(torch.backends.mps.is_available())
+    return True
+
+
+def main(argv: Sequence[str]) -> None:
+    """lm-eval's own command line (``argv``: its arguments) with ``--model posdebias``
+    registered; ``posdebias lm-eval`` runs it."""
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = ["lm-eval", *argv]
+    cli_evaluate()

@@ -1,0 +1,103 @@
+"""An exception raised by a model's own code (its processor, its forward) is reported as the
+model's: the family, the call, the error and what to try, exit 2 or a FAIL row in `check`,
+never "internal error ... please report it"."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+from helpers import build_shapes_benchmark
+from posdebias import get_adapter
+from posdebias.cli import main
+from posdebias.errors import ModelCodeError
+from posdebias.testing import check_adapter, save_tiny_model, tiny_model_and_processor
+from posdebias.testing.check import check_instances
+
+
+@pytest.fixture(scope="module")
+def broken_processor(tmp_path_factory):
+    """A tiny Idefics3 (Granite-Docling's family) whose saved image processor lacks a key its
+    own code reads: transformers raises KeyError: 'longest_edge' when it prepares an image."""
+    folder = save_tiny_model("idefics3", tmp_path_factory.mktemp("models") / "idefics3")
+    config = folder / "processor_config.json"
+    payload = json.loads(config.read_text())
+    payload["image_processor"]["max_image_size"] = {"height": 64}
+    config.write_text(json.dumps(payload))
+    return folder
+
+
+def test_check_reports_a_processor_error_as_the_models_in_fail_rows(broken_processor, capsys):
+    assert main(["check", "--model", str(broken_processor), "-N", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "internal error" not in captured.err and "please report" not in captured.err
+    out = " ".join(re.sub("[\u2500-\u257f]", " ", captured.out).split())  # table rules out
+    assert "FAIL" in out and "KeyError" in out and "family idefics3" in out
+    assert "the model's processor" in out and "This is the model's own code" in out
+
+
+def test_evaluate_reports_a_processor_error_as_the_models_exit_2(
+    broken_processor, tmp_path, capsys
+):
+    bench = build_shapes_benchmark(tmp_path / "b", count=4, n=3)
+    capsys.readouterr()
+    out = tmp_path / "run"
+    args = ["evaluate", "--model", str(broken_processor), "--benchmark", str(bench)]
+    code = main([*args, "--count", "2", "--calibration-count", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "internal error" not in err and "please report" not in err
+    assert "the model's processor" in err and "KeyError: 'longest_edge'" in err
+    assert "family idefics3" in err and "transformers" in err
+
+
+class _Failing(Exception):
+    pass
+
+
+@pytest.mark.parametrize("error", [KeyError("rows"), RuntimeError("shape mismatch"), _Failing()])
+def test_a_forward_that_raises_is_the_models_error(error):
+    model, processor = tiny_model_and_processor("qwen2_vl", seed=0)
+
+    def forward(*args, **kwargs):  # a checkpoint's own (remote) code that fails
+        raise error
+
+    model.forward = forward
+    adapter = get_adapter(model, processor)
+    instance = check_instances(2)[0]
+    with pytest.raises(ModelCodeError) as caught:
+        adapter.observe(instance)
+    message = str(caught.value)
+    assert f"the model's forward raised {type(error).__name__}" in message
+    assert "family qwen2_vl" in message and "not posdebias" in message
+    assert caught.value.exit_code == 2
+    report = check_adapter(adapter)
+    failed = [r for r in report.results if r.status == "FAIL"]
+    assert failed and all("the model's forward raised" in r.cause for r in failed), report.summary()
+
+
+def test_errors_of_posdebias_own_code_inside_the_forward_stay_ours():
+    # an exception whose innermost frame is posdebias's (the attention probe, a hook) is not
+    # blamed on the model
+    from posdebias.adapters.hf.adapter import _raised_in_posdebias
+
+    def ours():
+        raise ValueError("ours")
+
+    try:
+        ours()
+    except ValueError as exc:
+        assert not _raised_in_posdebias(exc)  # raised in a test file, outside the package
+    try:
+        torch.zeros(2) @ torch.zeros(3)
+    except RuntimeError as exc:
+        assert not _raised_in_posdebias(exc)
+    from posdebias.core.observation import Observation
+
+    try:
+        Observation(label_logprobs=[float("nan"), 0.0])
+    except Exception as exc:
+        assert _raised_in_posdebias(exc)

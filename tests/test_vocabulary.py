@@ -1,0 +1,94 @@
+"""One vocabulary: a text run says "candidate" or its task's own noun, never "image" (terminal
+output, report.md, figure texts, `check` rows, record keys), and the run directories and states
+written before the rename keep loading."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from posdebias.cli import main
+from posdebias.core.state import CalibrationState
+from posdebias.core.tasks import candidate_noun
+from posdebias.evaluation.figures import REPORT_FIGURES
+from posdebias.evaluation.results import EvaluationResults
+from posdebias.evaluation.runner import InstanceRecord
+
+OLD_RUN = Path(__file__).parent / "fixtures" / "run-0.2"
+
+
+def keys(value: object) -> list[str]:
+    """Every key of a JSON value, nested ones included."""
+    if isinstance(value, dict):
+        return [*value, *(k for v in value.values() for k in keys(v))]
+    if isinstance(value, list):
+        return [k for v in value for k in keys(v)]
+    return []
+
+
+def figure_texts(results: EvaluationResults) -> list[str]:
+    import matplotlib.text
+
+    texts = []
+    for _, title, draw in REPORT_FIGURES:
+        texts.append(title)
+        figure = draw(results)
+        if figure is not None:
+            texts += [t.get_text() for t in figure.findobj(matplotlib.text.Text)]
+    return texts
+
+
+def test_candidate_nouns_are_the_tasks_own():
+    assert candidate_noun("multiple_choice") == "options"
+    assert candidate_noun("pairwise_judge", plural=False) == "answer"
+    assert candidate_noun("rerank") == "passages"
+    assert candidate_noun("retrieval", plural=False) == "image"
+    assert candidate_noun(None) == "candidates"
+
+
+def test_a_text_multiple_choice_run_never_says_image(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["evaluate", "--task", "multiple_choice", "--count", "6", "--orders", "2",
+            "--calibrators", "vanilla,pride,attention_guided,label_free",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "image" not in (captured.out + captured.err).lower()
+    report = (out / "report.md").read_text()
+    assert "N = 4 options" in report and "same option chosen" in report
+    assert "image" not in report.lower()
+    records = [json.loads(line) for line in (out / "records.jsonl").open()]
+    assert records and all("chosen" in record for record in records)
+    assert not [k for k in keys(records) if "image" in k.lower()]
+    results = EvaluationResults.load(out / "results.json")
+    texts = figure_texts(results)
+    assert any("right candidate" in text for text in texts)
+    assert not [text for text in texts if "image" in text.lower()]
+    assert main(["check", "--task", "multiple_choice"]) == 0
+    rows = capsys.readouterr().out
+    assert "options rotated by 1" in rows and "image" not in rows.lower()
+
+
+def test_a_run_directory_written_before_the_rename_resumes(tmp_path):
+    """Records that say ``chosen_images`` (0.2) are read; the resumed run makes no forward
+    pass and gives the numbers the run gave then."""
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    before = json.loads((run / "results.json").read_text())
+    observations = (run / "observations.jsonl").read_bytes()
+    argv = ["evaluate", "--adapter", "synthetic", "--count", "4", "--orders", "2",
+            "--calibration-count", "2", "--calibrators", "vanilla,pride",
+            "--out", str(run), "--resume"]  # fmt: skip
+    assert main(argv) == 0
+    assert (run / "observations.jsonl").read_bytes() == observations  # nothing observed again
+    after = json.loads((run / "results.json").read_text())
+    for label in ("vanilla", "pride"):
+        then, now = before["calibrators"][label]["metrics"], after["calibrators"][label]["metrics"]
+        assert {key: now[key] for key in then} == then  # (a later version may add a metric)
+    line = (OLD_RUN / "records.jsonl").read_text().splitlines()[0]
+    record = InstanceRecord.from_dict(json.loads(line))
+    assert record.chosen == json.loads(line)["chosen_images"]
+    assert "chosen" in record.to_dict() and "chosen_images" not in record.to_dict()
+    for state in (OLD_RUN / "states").glob("*.json"):
+        assert CalibrationState.load(state).n == 4
