@@ -30,7 +30,7 @@ from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, RetrievalInstance, image_key
-from posdebias.core.observation import Evidence, Prediction
+from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
 from posdebias.errors import CalibrationError, InputError, ObservationError
 from posdebias.evaluation.runner import (
@@ -432,7 +432,7 @@ class Debiaser:
             [],
             n=n,
             adapter=self.adapter.name,
-            label_set=self.adapter.labels_for(n),
+            label_set=self.adapter.labels_for(n, task),
             **state_metadata(self.adapter, task, n),
         )
 
@@ -686,12 +686,15 @@ class Debiaser:
         ):
             states = states_by_use[(instance.n, instance.task)]
             predictions = {
-                label: calibrator.predict(
-                    observed[own],
-                    states[label],
-                    rotations=[observed[i] for i in others[label]] if label in others else None,
-                    orders=orders[label],
-                    explain=explained,
+                label: tie_broken(
+                    calibrator.predict(
+                        observed[own],
+                        states[label],
+                        rotations=[observed[i] for i in others[label]] if label in others else None,
+                        orders=orders[label],
+                        explain=explained,
+                    ),
+                    instance.image_ids,
                 )
                 for label, calibrator in self.calibrators.items()
             }

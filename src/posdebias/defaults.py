@@ -65,7 +65,9 @@ MAX_INSTANCES = 1_000_000
 #: calibration sizes holds out its largest M, so this bound also bounds that study.
 MAX_CALIBRATION = 10_000
 
-#: Candidate orders T per test instance (the paper shows 5).
+#: Candidate orders T per test instance (the paper shows 5) unless fewer exist
+#: (:func:`posdebias.core.tasks.default_orders`).
+ORDERS = 5
 MAX_ORDERS = 1_000
 
 #: Forward batch size (and CLIP's encoding batch size).

@@ -27,7 +27,7 @@ from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
 from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
 from posdebias.adapters.server import ServerAdapter
-from posdebias.core.tasks import TASK_LABEL_SETS
+from posdebias.core.tasks import TASK_LABEL_SETS, task_label_set
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
@@ -313,9 +313,9 @@ def load_adapter(
         max_memory: with ``device_map``, the devices accelerate may use and how much of each
             (``{0: "70GiB", 1: "70GiB"}``); data-parallel ranks get their own GPU group.
         label_set: the label set the prompt names (``digits``, ``upper``, ...); default: the
-            task's (:func:`default_label_set`), as ``posdebias evaluate`` uses.
-        task: the task the adapter will pose (default: a bundled model's own task, else
-            retrieval); it decides the default label set only.
+            task's own (:func:`default_label_set`), as ``posdebias evaluate`` uses.
+        task: the task the adapter will pose (default: a bundled model's own task, else each
+            instance's); it decides the default label set only.
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).
@@ -422,17 +422,22 @@ def load_adapter(
     )
 
 
-def default_label_set(task: str | None = None, model: str | os.PathLike[str] | None = None) -> str:
+def default_label_set(
+    task: str | None = None, model: str | os.PathLike[str] | None = None
+) -> str | None:
     """The label set a task prompts with unless one is named, the same at every door (the
-    command line, :func:`load_adapter`, :func:`get_adapter`): letters for multiple choice and
-    pairwise judge, digits for retrieval and rerank. Without a task, a bundled model's own
-    task decides."""
+    command line, :func:`load_adapter`, :func:`get_adapter`): the task's own by the one rule,
+    :func:`~posdebias.core.tasks.task_label_set`. Without a task, a bundled model's own task
+    decides; else None: the adapter labels each instance by its task's own set. A task that
+    does not exist is an InputError."""
     if task is None and model is not None:
         bundled = get_registry().bundled_model(os.fspath(model))
         task = None if bundled is None else bundled.task
-    if task is not None and task not in TASK_LABEL_SETS:
+    if task is None:
+        return None
+    if task not in TASK_LABEL_SETS:
         raise InputError(f"unknown task {task!r}; choose one of: {', '.join(TASK_LABEL_SETS)}")
-    return TASK_LABEL_SETS[task or "retrieval"]
+    return task_label_set(task)
 
 
 def get_adapter(
@@ -444,8 +449,10 @@ def get_adapter(
     **options: Any,
 ) -> HFAdapter:
     """Wrap an already loaded model + processor (options: label_set, prompt, end_token, ...;
-    the label set defaults to ``task``'s, see :func:`default_label_set`)."""
-    options.setdefault("label_set", default_label_set(task))
+    the label set defaults to ``task``'s, else each instance's task's own, see
+    :func:`default_label_set`)."""
+    if "label_set" not in options and task is not None:
+        options["label_set"] = default_label_set(task)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type is None:
         raise InputError(f"{type(model).__name__} is not a Hugging Face model (no config)")

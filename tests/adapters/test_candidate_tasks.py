@@ -97,12 +97,14 @@ def test_text_spans_are_exactly_the_option_tokens(qwen3):
 
 def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, tmp_path):
     """A multiple-choice template laid out as the retrieval prompt gives the same observation
-    as the same images posed as retrieval."""
+    as the same images posed as retrieval (with one label set: by default each task has its
+    own, digits for retrieval and letters for multiple choice)."""
     from posdebias.testing import write_test_images
 
     images = tuple(write_test_images(tmp_path, 3))
     adapter = posdebias.get_adapter(
         *qwen_vl,
+        label_set="digits",
         task_prompt={
             "instruction": PromptTemplate().instruction,
             "stem": "Caption: {question}",

@@ -187,10 +187,117 @@ def test_pairwise_and_mtbench(tmp_path):
     report = build_task_benchmark(
         "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "mt"
     )
-    assert report.manifest.counts["skipped_ties"] == 1
+    assert report.manifest.counts["tie_pairs"] == 1
+    assert report.manifest.counts["votes"] == 2 and report.manifest.counts["pairs"] == 2
     (instance,) = load_benchmark(tmp_path / "mt").instances
     assert instance.texts == ("A1", "B1") and instance.target == 1
     assert instance.id == "81-m1-m2-t1"
+    assert (instance.metadata["meta"]["votes_a"], instance.metadata["meta"]["votes_b"]) == (0, 1)
+
+
+def mt_row(qid, model_a, model_b, winner, judge, turn, answers_a, answers_b):
+    """One MT-Bench human-judgement row (the layout of mt_bench_human_judgments)."""
+    questions = [f"Question {qid} first.", f"Question {qid} follow-up."]
+
+    def conversation(answers):
+        out = []
+        for question, answer in zip(questions, answers, strict=True):
+            out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        return out
+
+    return {
+        "question_id": qid, "model_a": model_a, "model_b": model_b, "winner": winner,
+        "judge": judge, "turn": turn, "conversation_a": conversation(answers_a),
+        "conversation_b": conversation(answers_b), "tstamp": 1687221890.0,
+    }  # fmt: skip
+
+
+GPT = ["Paris is the capital.", "It lies on the Seine."]
+LLAMA = ["I think Lyon.", "On a river."]
+VICUNA = ["The capital is Paris.", "Beside the Seine river."]
+
+
+def test_mtbench_turn_two_keeps_turn_one(tmp_path):
+    rows = [mt_row(81, "gpt-4", "llama-13b", "model_a", "expert_1", 2, GPT, LLAMA)]
+    build_task_benchmark(
+        "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "mt"
+    )
+    (instance,) = load_benchmark(tmp_path / "mt").instances
+    assert instance.query == (
+        "Question 81 first.\n\nFollow-up question (judge the answers to this one): "
+        "Question 81 follow-up."
+    )
+    assert instance.texts == (
+        "Answer to the first question: Paris is the capital.\n\n"
+        "Answer to the follow-up question: It lies on the Seine.",
+        "Answer to the first question: I think Lyon.\n\n"
+        "Answer to the follow-up question: On a river.",
+    )
+    assert instance.target == 0 and instance.id == "81-gpt-4-llama-13b-t2"
+    # the judge's prompt holds turn 1's question and both turn-1 answers
+    from posdebias.core.labels import get_label_set
+    from posdebias.core.tasks import task_template
+
+    messages = task_template("pairwise_judge").messages(instance, get_label_set("upper"))
+    prompt = "".join(item["text"] for item in messages[0]["content"])
+    for text in ("Question 81 first.", "Question 81 follow-up.", "I think Lyon.", "Paris is"):
+        assert text in prompt
+
+
+def test_mtbench_votes_of_several_judges_become_one_instance(tmp_path):
+    rows = [
+        # three experts on (gpt-4, llama): two prefer gpt-4, one (asked in the other order) llama
+        mt_row(81, "gpt-4", "llama-13b", "model_a", "expert_1", 1, GPT, LLAMA),
+        mt_row(81, "llama-13b", "gpt-4", "model_b", "expert_2", 1, LLAMA, GPT),
+        mt_row(81, "gpt-4", "llama-13b", "model_b", "expert_3", 1, GPT, LLAMA),
+        # (gpt-4, vicuna): one vote each way and a tie: no majority, counted as a tie pair
+        mt_row(81, "gpt-4", "vicuna-13b", "model_a", "expert_1", 1, GPT, VICUNA),
+        mt_row(81, "vicuna-13b", "gpt-4", "model_a", "expert_2", 1, VICUNA, GPT),
+        mt_row(81, "gpt-4", "vicuna-13b", "tie (bothbad)", "expert_3", 1, GPT, VICUNA),
+        # (llama, vicuna) turn 2: a tie and two votes for vicuna: vicuna wins
+        mt_row(81, "llama-13b", "vicuna-13b", "tie", "expert_1", 2, LLAMA, VICUNA),
+        mt_row(81, "llama-13b", "vicuna-13b", "model_b", "expert_2", 2, LLAMA, VICUNA),
+        mt_row(81, "vicuna-13b", "llama-13b", "model_a", "expert_3", 2, VICUNA, LLAMA),
+    ]
+    report = build_task_benchmark(
+        "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "mt"
+    )
+    counts = report.manifest.counts
+    assert (counts["votes"], counts["pairs"], counts["tie_pairs"]) == (9, 3, 1)
+    first, second = load_benchmark(tmp_path / "mt").instances
+    assert first.id == "81-gpt-4-llama-13b-t1" and first.target == 0
+    assert first.texts == tuple(GPT[:1] + LLAMA[:1])
+    meta = {k: first.metadata["meta"][k] for k in ("votes_a", "votes_b", "votes_tie", "judges")}
+    assert meta == {"votes_a": 2, "votes_b": 1, "votes_tie": 0,
+                    "judges": "expert_1,expert_2,expert_3"}  # fmt: skip
+    # a tie vote stands against a winner's votes: two for vicuna outweigh one tie
+    assert second.id == "81-llama-13b-vicuna-13b-t2" and second.target == 1
+    assert (second.metadata["meta"]["votes_b"], second.metadata["meta"]["votes_tie"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    ("votes", "expected"),
+    [
+        ([0], 0), ([1, 1, 0], 1), ([0, 1], None), ([None, None, 0], None),
+        ([None, 0], None), ([None, 0, 0], 0), ([None, None, 1, 1, 1], 1),
+    ],
+)  # fmt: skip
+def test_majority_rule(votes, expected):
+    from posdebias.benchmarks.tasks import majority
+
+    assert majority(votes) == expected
+
+
+def test_mtbench_conflicting_conversations_are_refused(tmp_path):
+    rows = [
+        mt_row(81, "gpt-4", "llama-13b", "model_a", "expert_1", 1, GPT, LLAMA),
+        mt_row(81, "gpt-4", "llama-13b", "model_a", "expert_2", 1, VICUNA, LLAMA),
+    ]
+    with pytest.raises(BenchmarkError, match="line 2: another conversation for the pair of line 1"):
+        build_task_benchmark(
+            "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "m"
+        )
+    assert not (tmp_path / "m").exists()
 
 
 def test_bm25_matches_its_formula():

@@ -19,6 +19,7 @@ from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
+from posdebias.core.tasks import task_label_set
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
 
@@ -162,8 +163,10 @@ class Adapter(ABC):
         model_types: Hugging Face ``config.model_type`` values this adapter handles.
         Options: options accepted by :meth:`create` (build the adapter by name from a config).
         provides_attention: whether observations carry ``attention``.
-        label_set: the name of the label set the adapter prompts with (``digits``, ``letters``,
-            ...; an instance attribute where the options choose it).
+        label_set: the name of the label set the adapter prompts with (``digits``, ``upper``,
+            ...; an instance attribute where the options choose it), or None: each task's own
+            (:func:`~posdebias.core.tasks.task_label_set`: letters for multiple choice and
+            judged answers, digits for retrieval and passages).
         priority: claim strength on ``model_types``. A model resolves to the adapter with the
             highest priority among those listing its ``model_type``; at equal priority the
             first registered wins (built-ins register first) and the later one is warned about.
@@ -175,7 +178,7 @@ class Adapter(ABC):
     model_types: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     provides_attention: ClassVar[bool] = True
-    label_set: str = "digits"
+    label_set: str | None = None
     summary: ClassVar[str] = ""
     priority: ClassVar[int] = 0
 
@@ -248,10 +251,15 @@ class Adapter(ABC):
         """The observation of a single instance (one forward pass)."""
         return self.observe_many([instance])[0]
 
-    def labels_for(self, n: int) -> list[str]:
-        """The N label strings this adapter prompts with."""
+    def label_set_for(self, task: str | None = None) -> str:
+        """The name of the label set this adapter prompts ``task`` with (default: retrieval):
+        its ``label_set`` option, else the task's own (one rule for every adapter)."""
+        return task_label_set(task or "retrieval", self.label_set)
 
-        return get_label_set(self.label_set).labels(n)
+    def labels_for(self, n: int, task: str | None = None) -> list[str]:
+        """The N label strings this adapter prompts ``task`` with (default: retrieval)."""
+
+        return get_label_set(self.label_set_for(task)).labels(n)
 
     def generate_many(
         self,

@@ -77,6 +77,7 @@ from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
+    LABEL_SET_HELP,
     TASK_PROMPT_HELP,
     TaskTemplateFields,
     joined_text_messages,
@@ -132,7 +133,7 @@ class ServerOptions(AdapterOptions):
         description="the text of each image with images: placeholder; {name} is the image "
         "file's name (so a text model can tell images apart)",
     )
-    label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
+    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
     prompt: PromptTemplate | None = Field(
         default=None, description="retrieval prompt template fields (default: the method's)"
     )
@@ -188,8 +189,9 @@ class ServerOptions(AdapterOptions):
 
     @field_validator("label_set")
     @classmethod
-    def _known_label_set(cls, value: str) -> str:
-        get_label_set(value)
+    def _known_label_set(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_label_set(value)
         return value
 
     @field_validator("prompt_variant")
@@ -626,7 +628,7 @@ class ServerAdapter(Adapter):
         opts = self.options
         self.label_set = opts.label_set
         self.base_prompt = opts.prompt or PromptTemplate()
-        self.prompt = self.base_prompt.variant(opts.prompt_variant, opts.label_set)
+        self.prompt = self.base_prompt.variant(opts.prompt_variant, self.label_set_for("retrieval"))
         #: each candidate task's template as configured, and under the prompt variant
         self.base_task_templates = {
             task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
@@ -664,6 +666,7 @@ class ServerAdapter(Adapter):
             end = self.tokenizer.eos_token
         self.end_text: str | None = end
         self._last_n: int | None = None
+        self._last_task: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> ServerAdapter:
@@ -679,7 +682,7 @@ class ServerAdapter(Adapter):
 
     @property
     def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n)
+        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -854,14 +857,14 @@ class ServerAdapter(Adapter):
         """Observations in order; every request of every instance shares one bounded pool, so
         ``batch_size`` does not change results (nor, much, the speed)."""
         for instance in instances:
-            check_candidate_count(instance.n, get_label_set(self.label_set))
+            check_candidate_count(instance.n, get_label_set(self.label_set_for(instance.task)))
         with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
             if self.options.scoring == "top_logprobs":
                 rows = list(pool.map(self._top_k_scores, instances))
             else:
                 rows = self._echo_scores_all(instances, pool)
         if instances:
-            self._last_n = instances[-1].n
+            self._last_n, self._last_task = instances[-1].n, instances[-1].task
         return [
             Observation(label_logprobs=row, target=instance.target)
             for row, instance in zip(rows, instances, strict=True)
@@ -900,7 +903,10 @@ class ServerAdapter(Adapter):
 
     def _prepare(self, instance: RetrievalInstance) -> tuple[Any, list[str]]:
         """The request context of one instance (messages or rendered text) and its labels."""
-        labels = [self.options.answer_prefix + label for label in self.labels_for(instance.n)]
+        labels = [
+            self.options.answer_prefix + label
+            for label in self.labels_for(instance.n, instance.task)
+        ]
         if self.options.endpoint == "chat":
             return self.messages(instance), labels
         return self.render(instance), labels
@@ -1011,7 +1017,10 @@ class ServerAdapter(Adapter):
 
     def _top_k_scores(self, instance: RetrievalInstance) -> Any:
         """The restricted softmax over the labels' entries of the first token's top k."""
-        labels = [self.options.answer_prefix + label for label in self.labels_for(instance.n)]
+        labels = [
+            self.options.answer_prefix + label
+            for label in self.labels_for(instance.n, instance.task)
+        ]
         k = self.options.top_logprobs
         url = self.options.base_url
         top: dict[str, float] = {}
@@ -1168,7 +1177,7 @@ class ServerAdapter(Adapter):
         settings: GenerationSettings,
         seed: int,
     ) -> Generation:
-        check_candidate_count(instance.n, get_label_set(self.label_set))
+        check_candidate_count(instance.n, get_label_set(self.label_set_for(instance.task)))
         started = time.perf_counter()
         body: dict[str, Any] = {
             "model": self.options.model,

@@ -15,8 +15,9 @@ Sources (``posdebias build --task KIND --source S --data PATH``):
   ``image_1``..``image_4``); images are files next to the data (or under ``--root``).
 * ``pairwise_judge``: ``pairwise`` (JSONL of ``{id, question, answers: [a, b], preferred}``,
   ``preferred`` 1 / 2 or A / B) and ``mtbench`` (MT-Bench human judgements: ``question_id``,
-  ``model_a``, ``model_b``, ``winner``, ``conversation_a``, ``conversation_b``, ``turn``;
-  ties are skipped and counted).
+  ``model_a``, ``model_b``, ``winner``, ``conversation_a``, ``conversation_b``, ``turn``):
+  the votes on one pair become one instance (their majority, the split in its metadata); turn 2
+  shows turn 1's question and answers; pairs whose majority is a tie are counted).
 * ``rerank``: ``beir`` (a BEIR folder: ``corpus.jsonl``, ``queries.jsonl``,
   ``qrels/<split>.tsv``): per query its most relevant passage plus N-1 negatives, drawn at
   random (setting ``random``, seeded) or the passages BM25 ranks highest for the query among
@@ -424,13 +425,81 @@ def _turn_text(conversation: Any, index: int) -> Any:
     return entry.get("content") if isinstance(entry, dict) else None
 
 
+#: How a turn-2 judgement shows the conversation (MT-Bench's multi-turn judge prompt shows
+#: each assistant's whole conversation and asks about the second answer).
+MT_TURN2_STEM = "{q1}\n\nFollow-up question (judge the answers to this one): {q2}"
+MT_TURN2_ANSWER = "Answer to the first question: {a1}\n\nAnswer to the follow-up question: {a2}"
+
+#: A human vote of the MT-Bench file -> which answer it prefers (None: a tie).
+_MT_WINNERS: dict[str, int | None] = {
+    "model_a": 0,
+    "model_b": 1,
+    "tie": None,
+    "tie (bothbad)": None,
+}
+
+
+@dataclass
+class _Pair:
+    """One judged pair of MT-Bench (question, turn, two models) and its human votes."""
+
+    line: int
+    models: tuple[str, str]
+    question: str
+    texts: list[str]
+    votes: list[int | None] = field(default_factory=list)
+    judges: list[str] = field(default_factory=list)
+
+
+def _mt_turn(row: dict, turn: int, problems: Problems, line: int) -> tuple[str, list[str]] | None:
+    """(stem, the two answers) of ``turn``: turn 2 keeps turn 1's question and each model's
+    first answer (:data:`MT_TURN2_STEM`, :data:`MT_TURN2_ANSWER`)."""
+    keys = ("conversation_a", "conversation_b")
+    at = 2 * (turn - 1)
+    question = _text(_turn_text(row.get(keys[0]), at), "the question", problems, line)
+    answers = [_text(_turn_text(row.get(k), at + 1), f"{k}'s answer", problems, line) for k in keys]
+    other = _turn_text(row.get(keys[1]), at)
+    if question is not None and isinstance(other, str) and other.strip() != question:
+        problems.add(f"conversation_b asks another question in turn {turn}", line=line)
+        return None
+    if question is None or answers[0] is None or answers[1] is None:
+        return None
+    if turn == 1:
+        return question, [answers[0], answers[1]]
+    first = _text(_turn_text(row.get(keys[0]), 0), "the turn-1 question", problems, line)
+    replies = [_text(_turn_text(row.get(k), 1), f"{k}'s turn-1 answer", problems, line)
+               for k in keys]  # fmt: skip
+    if first is None or replies[0] is None or replies[1] is None:
+        return None
+    stem = MT_TURN2_STEM.format(q1=first, q2=question)
+    texts = [
+        MT_TURN2_ANSWER.format(a1=reply, a2=answer)
+        for reply, answer in zip(replies, answers, strict=True)
+    ]
+    if any(len(text) > MAX_TEXT_CHARS for text in (stem, *texts)):
+        problems.add(f"turn 2's conversation is over {MAX_TEXT_CHARS} characters", line=line)
+        return None
+    return stem, texts
+
+
+def majority(votes: list[int | None]) -> int | None:
+    """The answer most votes prefer (0 or 1), or None (a tie): when tie votes are the most
+    common, or both answers have as many votes (the split is recorded beside it)."""
+    count = Counter(votes)
+    first, second, ties = count[0], count[1], count[None]
+    if first == second or ties >= max(first, second):
+        return None
+    return 0 if first > second else 1
+
+
 def read_mtbench(path: Path) -> _Read:
-    """MT-Bench human judgements (one row per judgement; ties skipped and counted). The stem of
-    turn 2 is the second question; the first exchange is not shown."""
+    """MT-Bench human judgements, one row per vote: the votes on one pair (question, turn,
+    models, in either order) become ONE instance whose target is their majority
+    (:func:`majority`), with the split in its metadata (``votes_a``, ``votes_b``,
+    ``votes_tie``); a pair whose majority is a tie has no right answer and is counted
+    (``counts.tie_pairs``), not posed. Turn 2 keeps turn 1 (:func:`_mt_turn`)."""
     problems = Problems(path)
-    items: list[_Item] = []
-    ties = 0
-    seen: Counter[str] = Counter()
+    pairs: dict[tuple[str, int, frozenset[str]], _Pair] = {}
     for line, row in _json_rows(path, "MT-Bench judgement file", problems):
         if not isinstance(row, dict):
             problems.add("expected an object", line=line)
@@ -444,46 +513,77 @@ def read_mtbench(path: Path) -> _Read:
             problems.add(f"missing columns {missing}", line=line)
             continue
         winner = row.get("winner")
-        if winner not in ("model_a", "model_b", "tie", "tie (bothbad)"):
+        if not isinstance(winner, str) or winner not in _MT_WINNERS:
             problems.add(f"winner {excerpt(winner)} is not model_a, model_b or tie", line=line)
-            continue
-        if str(winner).startswith("tie"):
-            ties += 1
             continue
         try:  # 2.0, true, "²": no turn
             turn = file_whole_number(row.get("turn", 1), "turn", 1, 2, text=False)
         except InputError as exc:
             problems.add(str(exc), line=line)
             continue
-        at = 2 * (turn - 1)
-        question = _text(_turn_text(row.get("conversation_a"), at), "the question", problems, line)
-        texts = [
-            _text(_turn_text(row.get(key), at + 1), f"{key}'s answer", problems, line)
-            for key in ("conversation_a", "conversation_b")
-        ]
-        if question is None or None in texts:
+        models = (_row_id(row["model_a"], ""), _row_id(row["model_b"], ""))
+        if not all(models) or models[0] == models[1]:
+            problems.add("model_a and model_b must be two different names", line=line)
             continue
-        base = f"{row['question_id']}-{row['model_a']}-{row['model_b']}-t{turn}"
-        seen[base] += 1
-        ident = base if seen[base] == 1 else f"{base}-{seen[base]}"
-        meta = {
-            key: row[key]
-            for key in ("question_id", "model_a", "model_b", "judge", "turn")
-            if isinstance(row.get(key), (str, int))
+        posed = _mt_turn(row, int(turn), problems, line)
+        if posed is None:
+            continue
+        question, texts = posed
+        vote = _MT_WINNERS[winner]
+        key = (_row_id(row["question_id"], ""), int(turn), frozenset(models))
+        pair = pairs.get(key)
+        if pair is None:
+            pair = pairs[key] = _Pair(line, models, question, texts)
+        flipped = models != pair.models
+        if flipped:
+            texts = texts[::-1]
+            vote = None if vote is None else 1 - vote
+        if (question, texts) != (pair.question, pair.texts):
+            problems.add(
+                f"another conversation for the pair of line {pair.line} (same question, turn "
+                "and models, other texts)",
+                line=line,
+            )
+            continue
+        pair.votes.append(vote)
+        pair.judges.append(_row_id(row.get("judge"), "?"))
+    problems.raise_any("Fix the file.")
+    items: list[_Item] = []
+    tie_pairs = 0
+    for (question_id, turn, _), pair in pairs.items():
+        target = majority(pair.votes)
+        if target is None:
+            tie_pairs += 1
+            continue
+        count = Counter(pair.votes)
+        meta: dict[str, str | int | float | bool] = {
+            "question_id": question_id,
+            "model_a": pair.models[0],
+            "model_b": pair.models[1],
+            "turn": turn,
+            "votes_a": count[0],
+            "votes_b": count[1],
+            "votes_tie": count[None],
+            "judges": ",".join(sorted(set(pair.judges)))[:200],
         }
         items.append(
             _Item(
-                id=ident,
-                line=line,
-                question=question,
-                texts=list(texts),
+                id=f"{question_id}-{pair.models[0]}-{pair.models[1]}-t{turn}",
+                line=pair.line,
+                question=pair.question,
+                texts=list(pair.texts),
                 images=[None, None],
-                target=0 if winner == "model_a" else 1,
+                target=target,
                 meta=meta,
             )
         )
-    problems.raise_any("Fix the file.")
-    return _Read(items=items, files=[path], root=path.parent, skipped={"skipped_ties": ties})
+    votes = sum(len(pair.votes) for pair in pairs.values())
+    return _Read(
+        items=items,
+        files=[path],
+        root=path.parent,
+        skipped={"votes": votes, "pairs": len(pairs), "tie_pairs": tie_pairs},
+    )
 
 
 # ---------------------------------------------------------------------------------- rerank

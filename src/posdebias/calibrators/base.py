@@ -263,12 +263,15 @@ class Calibrator(ABC):
             return (
                 prediction
                 if prediction.evidence is None
-                else Prediction(scores=prediction.scores, choice=prediction.choice)
+                else Prediction(
+                    scores=prediction.scores,
+                    choice=-1 if prediction.by_scores else prediction.choice,
+                )
             )
         own = prediction.evidence or Evidence()
         return Prediction(
             scores=prediction.scores,
-            choice=prediction.choice,
+            choice=-1 if prediction.by_scores else prediction.choice,
             evidence=own.merged(self._generic_evidence(observation)),
         )
 

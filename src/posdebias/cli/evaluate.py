@@ -17,7 +17,7 @@ from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.job import run_evaluation
 from posdebias.evaluation.progress import RunProgress
 from posdebias.evaluation.report import write_report
-from posdebias.evaluation.table import print_results_table
+from posdebias.evaluation.table import judge_table, print_results_table
 
 
 def add_row_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,7 +144,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="use --calibration states fitted on another model (recorded in results.json)",
     )
     add_row_arguments(parser)
-    parser.add_argument("--orders", type=int, help="candidate orders T per instance (5)")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        help="candidate orders T per instance (5, or every order where fewer exist: a pair's two)",
+    )
     parser.add_argument(
         "--order-kind",
         choices=("random", "cyclic"),
@@ -233,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
     )
     for note in run_notes(results):
         console.print(note, markup=False)
+    if results.judge:
+        console.print(judge_table(results.judge))
     for label, result in results.calibrators.items():
         if result.diagnostics.get("warning"):
             make_console(stderr=True).print(

@@ -7,6 +7,8 @@ not three stages later inside a calibrator.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,18 +290,23 @@ class Evidence:
 class Prediction:
     """A calibrator's answer for one observation: calibrated log-scores and the chosen position.
 
-    ``choice`` is the argmax of ``scores`` (first index on exact ties) unless a calibrator sets
-    it; ``probabilities`` is the softmax of ``scores``; ``ranking`` lists the positions best
-    first. ``evidence`` is filled when asked for (``Calibrator.predict(..., explain=True)``).
+    ``choice`` is the argmax of ``scores`` unless a calibrator sets it; an exact tie for the
+    best score is left to :func:`tie_broken` (``tied`` says so), which the runner and the API
+    apply with the candidates' identities; alone, the first tied position stands.
+    ``probabilities`` is the softmax of ``scores``; ``ranking`` lists the positions best first.
+    ``evidence`` is filled when asked for (``Calibrator.predict(..., explain=True)``).
     """
 
     scores: np.ndarray
     choice: int = -1
     evidence: Evidence | None = None
+    #: whether the choice is the argmax of the scores (the calibrator set none)
+    by_scores: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         scores = _as_float_array("scores", self.scores, 1)
         object.__setattr__(self, "scores", scores)
+        object.__setattr__(self, "by_scores", self.choice == -1)
         choice = int(np.argmax(scores)) if self.choice == -1 else int(self.choice)
         if not 0 <= choice < scores.shape[0]:
             raise ObservationError(f"choice {choice} is out of range for N={scores.shape[0]}")
@@ -344,3 +351,27 @@ class Prediction:
         """Positions from best to worst: ``choice`` first, then by score (ties: lower position)."""
         rest = [int(k) for k in np.argsort(-self.scores, kind="stable") if k != self.choice]
         return [self.choice, *rest]
+
+    @property
+    def tied(self) -> bool:
+        """Whether the choice is the argmax of scores that several positions share exactly."""
+        return self.by_scores and int(np.sum(self.scores == self.scores[self.choice])) > 1
+
+
+def tie_key(candidate_id: str) -> bytes:
+    """The rank of a candidate among exactly tied ones (smallest first): a digest of its
+    identity, fixed whatever position it is shown at."""
+    return hashlib.sha256(candidate_id.encode()).digest()
+
+
+def tie_broken(prediction: Prediction, candidate_ids: Sequence[str]) -> Prediction:
+    """``prediction`` with an exact tie for the best score broken by the candidates'
+    identities (:func:`tie_key`), not their positions: the same candidate wins the tie in
+    every order, so a tie never favours position 1 (as ``argmax`` would). Choices a calibrator
+    made itself, and untied ones, are kept."""
+    if not prediction.tied:
+        return prediction
+    best = prediction.scores[prediction.choice]
+    tied = [int(k) for k in np.flatnonzero(prediction.scores == best)]
+    choice = min(tied, key=lambda k: tie_key(candidate_ids[k]))
+    return Prediction(scores=prediction.scores, choice=choice, evidence=prediction.evidence)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import string
 from typing import Annotated, Any, Literal
@@ -35,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
 from posdebias.core.instance import TASK_KINDS, Instance
 from posdebias.core.labels import LabelSet
@@ -47,6 +49,32 @@ TASK_LABEL_SETS = {
     "pairwise_judge": "upper",
     "rerank": "digits",
 }
+
+#: The help text of every adapter's ``label_set`` option.
+LABEL_SET_HELP = (
+    "digits, upper, lower, roman or words; default: each task's own (letters for multiple "
+    "choice and pairwise judgements, digits for retrieval and rerank)"
+)
+
+
+def task_label_set(task: str, chosen: str | None = None) -> str:
+    """The label set a ``task``'s prompt names its candidates with: ``chosen`` (an adapter's
+    ``label_set`` option) or the task's own (:data:`TASK_LABEL_SETS`: letters for multiple
+    choice and judged answers, digits for retrieval and passages). The one place every adapter
+    and door asks, so that one task is labelled alike whatever runs it."""
+    return chosen if chosen is not None else TASK_LABEL_SETS.get(task, "digits")
+
+
+def default_orders(n: int, requested: int | None = None, *, cyclic: bool = False) -> int:
+    """Candidate orders T per test instance: ``requested``, or :data:`defaults.ORDERS` (5)
+    where N candidates have that many orders, else all of them (N! distinct orders; N cyclic
+    rotations with ``cyclic``). A pairwise judgement (N = 2) is thus shown in both orders,
+    which position consistency needs. The one place the CLI, the API and sweeps decide T."""
+    if requested is not None:
+        return requested
+    exist = n if cyclic else math.factorial(n)
+    return min(defaults.ORDERS, exist)
+
 
 #: Private-use characters that bracket a candidate's index in a sentinel rendering.
 SENTINEL_OPEN, SENTINEL_CLOSE = "\ue000", "\ue001"

@@ -33,6 +33,7 @@ from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.core.answers import AnswerParser, Which
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.tasks import task_label_set
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 
 VARIANTS_TEXT = ", ".join(PROMPT_VARIANTS)
@@ -97,8 +98,9 @@ class SelfConsistencyOptions(CotOptions):
     )
 
 
-def label_set_of(adapter: Adapter) -> str:
-    return str(adapter.label_set)
+def label_set_of(adapter: Adapter, task: str = "retrieval") -> str:
+    """The label set ``adapter`` prompts ``task`` with (its option, else the task's own)."""
+    return task_label_set(task, adapter.label_set)
 
 
 class Generated(Decoder):
@@ -138,7 +140,7 @@ class Generated(Decoder):
         )
         decisions: list[Decision] = []
         for view, generation in zip(views, generations, strict=True):
-            parser = AnswerParser(label_set_of(adapter), view.n, self.options.parse)
+            parser = AnswerParser(label_set_of(adapter, view.task), view.n, self.options.parse)
             answers = [parser.parse(text) for text in generation.texts]
             decisions.append(
                 Decision(

@@ -22,6 +22,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import RetrievalInstance
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
+from posdebias.evaluation.config import orders_of
 from posdebias.evaluation.protocol import get_protocol
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.runner import InstanceRecord, check_logged_truth
@@ -86,7 +87,7 @@ def _open(root: Path) -> _Run:
     check_logged_truth(
         records,
         _test_instances(root, results),
-        orders=settings.orders,
+        orders=orders_of(settings, results.n),
         seed=settings.seed,
         shared=get_protocol(settings.protocol).shared_orders,
         cyclic=settings.order_kind == "cyclic",

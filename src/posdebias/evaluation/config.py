@@ -25,6 +25,7 @@ from posdebias._inputs import (
     parse_json,
     read_input_text,
 )
+from posdebias.core.tasks import default_orders
 from posdebias.errors import ConfigError, UnknownNameError, validation_message
 from posdebias.registry import get_registry
 
@@ -103,8 +104,12 @@ class EvaluateConfig(_Strict):
         le=defaults.MAX_CANDIDATES,
         description="candidates per instance (no benchmark given)",
     )
-    orders: int = Field(
-        default=5, ge=1, le=defaults.MAX_ORDERS, description="candidate orders T per test instance"
+    orders: int | None = Field(
+        default=None,
+        ge=1,
+        le=defaults.MAX_ORDERS,
+        description="candidate orders T per test instance (default: 5, or every order where "
+        "fewer exist: both orders of a pair)",
     )
     order_kind: Literal["random", "cyclic"] = Field(
         default="random",
@@ -298,3 +303,9 @@ def _check_options(config: EvaluateConfig, source: str) -> None:
                     validation_message(exc, f"{source}: {kind} {spec.key!r}")
                     + f"; options: {allowed}"
                 ) from None
+
+
+def orders_of(config: EvaluateConfig, n: int) -> int:
+    """T of a run of N candidates: the config's ``orders``, or the default for N and the
+    order kind (:func:`~posdebias.core.tasks.default_orders`; every door asks here)."""
+    return default_orders(n, config.orders, cyclic=config.order_kind == "cyclic")

@@ -47,11 +47,12 @@ from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.decoders.base import Decoder
 from posdebias.errors import CalibrationError, InputError
-from posdebias.evaluation.config import EvaluateConfig, checked_config
+from posdebias.evaluation.config import EvaluateConfig, checked_config, orders_of
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.groups import group_statistics
+from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
@@ -102,10 +103,13 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
     model = config.model if config.model is not None else options.pop("model", None)
+    if model is not None or _takes_label_set(config):
+        # the task's own labels, named in run.json / results.json, as at every door
+        task = config_task(config) if config.task or config.benchmark else None
+        chosen = default_label_set(task, model) or default_label_set(config_task(config))
+        options.setdefault("label_set", chosen)
     adapter: Adapter
     if model is not None:
-        task = config_task(config) if config.task or config.benchmark else None
-        options.setdefault("label_set", default_label_set(task, model))  # as at every door
         if not served(config.adapter.name):
             options = placement(options, shard or Shard(), config.gpus_per_process)
             options = protocol_adapter_options(protocol, options)
@@ -119,6 +123,18 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         adapter = get_registry().create_adapter(config.adapter.name, **options)
     apply_prompt(protocol, adapter)
     return adapter
+
+
+def _takes_label_set(config: EvaluateConfig) -> bool:
+    """Whether the run's adapter has a ``label_set`` option (every built-in adapter; a
+    plugin's may not)."""
+    if config.adapter.name is None:
+        return config.model is not None
+    try:
+        options = get_registry().adapter_class(config.adapter.name).Options
+    except InputError:
+        return False  # an unknown name is reported where the adapter is made
+    return "label_set" in options.model_fields
 
 
 def config_task(config: EvaluateConfig) -> str:
@@ -300,7 +316,7 @@ def resolve_states(
             if test is None
             else scored_views(
                 test,
-                config.orders,
+                orders_of(config, n),
                 config.seed,
                 shared=get_protocol(config.protocol).shared_orders,
                 cyclic=config.order_kind == "cyclic",
@@ -343,7 +359,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "source": source_identity,
         "seed": config.seed,
         "protocol": config.protocol,
-        "orders": config.orders,
+        "orders": orders_of(config, n),
         **({"order_kind": config.order_kind} if config.order_kind != "random" else {}),
         "count": config.count,
         "calibration_count": config.calibration_count,
@@ -491,6 +507,7 @@ def prepare(
     n = check_run(config, adapter, calibrators, source)
     for decoder in decoders.values():
         decoder.check(adapter, source.test)  # an adapter or data the decoder cannot run on
+    config = config.model_copy(update={"orders": orders_of(config, n)})  # results record T
     prepared = Prepared(
         config,
         shard,
@@ -523,10 +540,11 @@ def check_run(
     adapter.check_instances([*source.calibration, *source.test])  # data it would misread
     check_relevance(source.test)  # graded relevance that cannot be read: before any pass
     n = source.test[0].n
-    check_order_count(n, config.orders)  # before any forward pass
-    if config.order_kind == "cyclic" and config.orders > n:
+    orders = orders_of(config, n)  # the one rule (both orders of a pair unless asked)
+    check_order_count(n, orders)  # before any forward pass
+    if config.order_kind == "cyclic" and orders > n:
         raise InputError(
-            f"order_kind cyclic: {config.orders} orders requested, but {n} candidates have "
+            f"order_kind cyclic: {orders} orders requested, but {n} candidates have "
             f"only {n} rotations; use orders {n} or fewer"
         )
     return n
@@ -608,7 +626,7 @@ def evaluate_shard(
         prepared.adapter,
         prepared.calibrators,
         calibrated.states,
-        orders=config.orders,
+        orders=orders_of(config, prepared.n),
         seed=config.seed,
         batch_size=config.batch_size,
         cache=prepared.cache,
@@ -696,7 +714,7 @@ def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, Ins
     check_logged_truth(
         records,
         prepared.source.test,
-        orders=config.orders,
+        orders=orders_of(config, prepared.n),
         seed=config.seed,
         shared=get_protocol(config.protocol).shared_orders,
         cyclic=config.order_kind == "cyclic",
@@ -745,7 +763,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
         adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
         source=SourceDescription.model_validate(source.description),
         n=n,
-        orders=config.orders,
+        orders=orders_of(config, n),
         seed=config.seed,
         num_instances=len(records),
         calibration_ids=[instance.id for instance in source.calibration],
@@ -756,7 +774,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
                 options=calibrator.options.model_dump(mode="json"),
                 metrics=metrics[label],
                 cost=Cost(
-                    forward_passes_per_instance=config.orders
+                    forward_passes_per_instance=orders_of(config, n)
                     * calibrator.passes_with(n, states[label])
                 ),
                 calibration=state_provenance(
@@ -784,6 +802,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
         divergence=divergence_profiles(
             calibrators, states, source.test, records, evaluated.cache, config.seed
         ),
+        judge=judge_metrics(records, source.test, labels),
         statistics=statistics,
         ranking=ranking_statistics(
             records,

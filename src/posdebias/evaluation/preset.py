@@ -16,7 +16,7 @@ from pathlib import Path
 
 from posdebias._threads import torch_threads
 from posdebias.errors import InputError
-from posdebias.evaluation.config import EvaluateConfig
+from posdebias.evaluation.config import EvaluateConfig, orders_of
 from posdebias.registry import BundledModel, get_registry
 
 
@@ -114,7 +114,7 @@ def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> Reso
         return ResolvedConfig(config)
     if "batch_size" not in config.model_fields_set:
         if preset.batch_size_per_view:
-            update["batch_size"] = config.orders * config.n
+            update["batch_size"] = orders_of(config, config.n) * config.n
         elif preset.batch_size is not None:
             update["batch_size"] = preset.batch_size
     resolved = config.model_copy(update=update)

@@ -20,7 +20,12 @@ from posdebias.evaluation.statistics import (
     PairedComparison,
     RunStatistics,
 )
-from posdebias.evaluation.table import interval_text, plain_results_table
+from posdebias.evaluation.table import (
+    JUDGE_LEGEND,
+    interval_text,
+    plain_judge_table,
+    plain_results_table,
+)
 
 FIGURES = "figures"
 
@@ -230,6 +235,8 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     else:
         lines += _statistics_lines(results, stats)
     lines += _ranking_lines(results) + _group_lines(results)
+    if results.judge:
+        lines += ["", "## Pairwise judge", "", plain_judge_table(results.judge), "", JUDGE_LEGEND]
     lines += [
         "",
         "## Cost",

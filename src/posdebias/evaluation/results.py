@@ -33,6 +33,7 @@ from posdebias.errors import InputError, validation_message
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.divergence import DivergenceProfile
 from posdebias.evaluation.groups import GroupStatistics
+from posdebias.evaluation.judging import JudgeMetrics
 from posdebias.evaluation.metrics import Metrics
 from posdebias.evaluation.ranking_metrics import RankingStatistics
 from posdebias.evaluation.statistics import RunStatistics
@@ -247,6 +248,11 @@ class EvaluationResults(BaseModel):
     )
     plugins: list[PluginVersion] = Field(default_factory=list)
     divergence: DivergenceProfile | None = None
+    judge: dict[str, JudgeMetrics] | None = Field(
+        default=None,
+        description="pairwise judge runs: per row, position consistency, the position an "
+        "inconsistent verdict favours, agreement with the human votes",
+    )
     statistics: RunStatistics | None = Field(
         default=None, description="intervals and paired tests; absent in files of version 1"
     )
@@ -284,6 +290,7 @@ class EvaluationResults(BaseModel):
             "ranking.rows": self.ranking.rows if self.ranking else {},
             "groups.rows": self.groups.rows if self.groups else {},
             "groups.macro": self.groups.macro if self.groups else {},
+            "judge": self.judge or {},
         }
         for name, rows in sections.items():
             unknown = [label for label in rows if label not in self.calibrators]

@@ -33,7 +33,7 @@ from posdebias.core.instance import (
     random_orders,
     rotation_order,
 )
-from posdebias.core.observation import Observation
+from posdebias.core.observation import Observation, tie_broken
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
@@ -306,7 +306,7 @@ def fit_calibrators(
         **(metadata or {}),
     }
     if n is not None:
-        info.setdefault("label_set", adapter.labels_for(n))
+        info.setdefault("label_set", adapter.labels_for(n, symmetrized[0].task))
     states = {}
     for label, calibrator in calibrators.items():
         used = own.get(label, observations) if calibrator.needs_fit else []
@@ -514,11 +514,14 @@ class Evaluator:
                     if rotated is not None:
                         used = rotated
                         group = [observations[observation_key(r)] for r in used]
-                    prediction = calibrator.predict(
-                        observations[observation_key(view)],
-                        state,
-                        rotations=group,
-                        orders=view_orders[label][t],
+                    prediction = tie_broken(
+                        calibrator.predict(
+                            observations[observation_key(view)],
+                            state,
+                            rotations=group,
+                            orders=view_orders[label][t],
+                        ),
+                        view.image_ids,
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.forward_passes += len(used)

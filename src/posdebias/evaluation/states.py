@@ -54,7 +54,7 @@ def state_use(
         calibrator=calibrator.name,
         n=n,
         layers=adapter.attention_layers if calibrator.needs_attention else None,
-        label_set=adapter.labels_for(n),
+        label_set=adapter.labels_for(n, task),
         adapter=adapter.name,
         options=calibrator.options.model_dump(mode="json"),
         prompt_hash=metadata["prompt_hash"],

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posdebias._text import SafeConsole
+from posdebias.evaluation.judging import JudgeMetrics
 from posdebias.evaluation.metrics import Metrics
 from posdebias.evaluation.statistics import Interval, RunStatistics
 
@@ -123,4 +124,51 @@ def plain_results_table(
         if generated:
             line += f" {_parse_failures(label, row, generated).strip()} |"
         lines.append(line)
+    return "\n".join(lines)
+
+
+#: The pairwise judge table's columns: header, JudgeMetrics field.
+JUDGE_COLUMNS = (
+    ("Consist. ↑", "consistency"),
+    ("1st both %", "first_position"),
+    ("2nd both %", "second_position"),
+    ("Pref. 1st %", "first_preference"),
+    ("Agree ↑", "agreement"),
+    ("Agree w/ tie ↑", "agreement_with_ties"),
+)
+#: What the pairwise judge table's columns mean (terminal caption and report.md).
+JUDGE_LEGEND = (
+    "Consist.: % of pairs with the same answer in both orders. 1st / 2nd both: % of pairs "
+    "answered by position 1 (2) in both orders. Pref. 1st: % of those position-biased pairs "
+    "that favour position 1 (50: no side). Agree: % of the human votes that prefer the "
+    "verdict (the answer chosen in both orders; an inconsistent pair is a tie), tie votes and "
+    "tie verdicts left out; w/ tie: % of all votes equal to the verdict."
+)
+
+
+def _judge_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def judge_table(judge: Mapping[str, JudgeMetrics]) -> Table:
+    """The pairwise judge measures of a run, one row per calibrator or decoder."""
+    pairs = next(iter(judge.values())).pairs if judge else 0
+    table = Table(title=f"pairwise judge: {pairs} pairs in both orders", title_justify="left")
+    table.add_column("calibrator", style="bold")
+    for header, _ in JUDGE_COLUMNS:
+        table.add_column(header, justify="right")
+    for label, row in judge.items():
+        table.add_row(label, *(_judge_cell(getattr(row, field)) for _, field in JUDGE_COLUMNS))
+    return table
+
+
+def plain_judge_table(judge: Mapping[str, JudgeMetrics]) -> str:
+    """The same as :func:`judge_table`, in markdown."""
+    lines = [
+        "| calibrator | " + " | ".join(header for header, _ in JUDGE_COLUMNS) + " |",
+        "|---|" + "---:|" * len(JUDGE_COLUMNS),
+    ]
+    for label, row in judge.items():
+        cells = " | ".join(_judge_cell(getattr(row, field)) for _, field in JUDGE_COLUMNS)
+        lines.append(f"| {label} | {cells} |")
     return "\n".join(lines)

@@ -78,13 +78,16 @@ class SyntheticOptions(AdapterOptions):
     sink_strength: Scale = Field(
         default=1.0, ge=0, description="scale of each layer's static positional attention sink"
     )
-    label_set: str = Field(default="digits", description="labels the simulated model answers")
+    label_set: str | None = Field(
+        default=None, description="labels the simulated model answers (default: the task's own)"
+    )
     seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="seed of every draw")
     latency: float = Field(default=0.0, ge=0, le=60, description="seconds slept per forward pass")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticOptions:
-        get_label_set(self.label_set)
+        if self.label_set is not None:
+            get_label_set(self.label_set)
         for layer in self.informative_layers or []:
             if not 0 <= layer < self.num_layers:
                 raise ValueError(f"informative layer {layer} outside 0..{self.num_layers - 1}")
@@ -152,7 +155,7 @@ class SyntheticAdapter(Adapter):
 
     def observe_one(self, instance: RetrievalInstance) -> Observation:
         n = instance.n
-        check_candidate_count(n, get_label_set(self.label_set))
+        check_candidate_count(n, get_label_set(self.label_set_for(instance.task)))
         opts = self.options
         target = self.matching_position(instance)
         truth = np.zeros(n)
@@ -207,7 +210,7 @@ class SyntheticAdapter(Adapter):
         for instance, seed in zip(instances, seeds, strict=True):
             started = time.perf_counter()
             scores = self.observe_one(instance).label_logprobs
-            labels = self.labels_for(instance.n)
+            labels = self.labels_for(instance.n, instance.task)
             ranked = np.argsort(-scores, kind="stable")
             texts, counts = [], []
             for sample in range(settings.num_samples):

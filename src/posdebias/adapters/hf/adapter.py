@@ -74,6 +74,7 @@ from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
+    LABEL_SET_HELP,
     TASK_PROMPT_HELP,
     TaskTemplateFields,
     candidate_char_spans,
@@ -106,7 +107,7 @@ class HFAdapterOptions(AdapterOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str | None = Field(default=None, description="model id or local path")
-    label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
+    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
     prompt: PromptTemplate | None = Field(
         default=None,
         description="prompt template fields, or a JSON file (default: the method's prompt)",
@@ -158,8 +159,9 @@ class HFAdapterOptions(AdapterOptions):
 
     @field_validator("label_set")
     @classmethod
-    def _known_label_set(cls, value: str) -> str:
-        get_label_set(value)
+    def _known_label_set(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_label_set(value)
         return value
 
     @field_validator("prompt_variant")
@@ -234,7 +236,7 @@ class HFAdapter(Adapter):
         processor: Any,
         *,
         model_id: str | None = None,
-        label_set: str = "digits",
+        label_set: str | None = None,
         prompt: PromptTemplate | dict | str | Path | None = None,
         end_token: str | None = None,
         answer_prefix: str = "",
@@ -274,10 +276,10 @@ class HFAdapter(Adapter):
                 "(adapter option chat_template), or --chat-template raw for the prompt's text "
                 "as it is"
             )
-        self.label_set = get_label_set(label_set).name
+        self.label_set = None if label_set is None else get_label_set(label_set).name
         self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
         self.prompt_variant = prompt_variant
-        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set)
+        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set_for("retrieval"))
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
@@ -316,8 +318,9 @@ class HFAdapter(Adapter):
         install_probe(model, self.language_key)
         key = self.language_key
         self._text_config = model.config if key is None else getattr(model.config, key)
-        self._plans: dict[int, tuple[list[str], LabelPlan]] = {}
+        self._plans: dict[tuple[int, str], tuple[list[str], LabelPlan]] = {}
         self._last_n: int | None = None
+        self._last_task: str | None = None
         forward = inspect.signature(model.forward).parameters
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
@@ -564,7 +567,7 @@ class HFAdapter(Adapter):
 
     @property
     def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n)
+        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     @property
     def device(self) -> Any:
@@ -662,14 +665,18 @@ class HFAdapter(Adapter):
             )
         return text, spans
 
-    def plan_for(self, n: int, rendered: str) -> tuple[list[str], LabelPlan]:
-        """Label strings and their token trie for N candidates (cached per N)."""
+    def plan_for(
+        self, n: int, rendered: str, task: str | None = None
+    ) -> tuple[list[str], LabelPlan]:
+        """Label strings and their token trie for N candidates of ``task`` (cached per N and
+        label set)."""
 
-        if n not in self._plans:
-            labels = self.labels_for(n)
+        key = (n, self.label_set_for(task))
+        if key not in self._plans:
+            labels = self.labels_for(n, task)
             tokens = [self.label_tokens(rendered, label) for label in labels]
-            self._plans[n] = (labels, plan_labels(tokens, self.end_token_id, labels))
-        return self._plans[n]
+            self._plans[key] = (labels, plan_labels(tokens, self.end_token_id, labels))
+        return self._plans[key]
 
     def label_tokens(self, rendered: str, label: str) -> list[int]:
         """The tokens the model emits for ``label`` right after the generation prompt.
@@ -730,7 +737,7 @@ class HFAdapter(Adapter):
         images = [
             [self._load_image(im, inst.id, side) for im in inst.all_images] for inst in instances
         ]
-        _, plan = self.plan_for(n, texts[0])
+        _, plan = self.plan_for(n, texts[0], instances[0].task)
         inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
         spans, image_spans = [], []
@@ -885,7 +892,7 @@ class HFAdapter(Adapter):
         batch = self.prepare_batch(instances)
         scores, attention = self.run_batch(batch)
         verify_first_batch(self, instances, batch, scores)  # once per model and adapter class
-        self._last_n = instances[0].n
+        self._last_n, self._last_task = instances[0].n, instances[0].task
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
         layers = self.attention_layers

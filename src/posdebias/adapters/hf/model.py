@@ -17,6 +17,7 @@ from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
+from posdebias.core.tasks import task_label_set
 
 if TYPE_CHECKING:
     import torch
@@ -44,18 +45,19 @@ class PreparedBatch:
 
 
 def batch_groups(
-    instances: Sequence[RetrievalInstance], batch_size: int, label_set: str
+    instances: Sequence[RetrievalInstance], batch_size: int, label_set: str | None
 ) -> Iterator[list[int]]:
     """Index chunks (at most ``batch_size`` each) of the instances that can share one padded
-    batch: the same N (one label plan, checked against ``label_set``) and either every prompt
-    with images or none (a batch mixing the two fails in some image processors), ordered by
-    N, then image-free first, then input order."""
-    groups: dict[tuple[int, bool], list[int]] = {}
+    batch: the same N and task (one label plan, checked against ``label_set``, None: the
+    task's own) and either every prompt with images or none (a batch mixing the two fails in
+    some image processors), ordered by N, task, then image-free first, then input order."""
+    groups: dict[tuple[int, str, bool], list[int]] = {}
     for index, instance in enumerate(instances):
-        groups.setdefault((instance.n, bool(instance.all_images)), []).append(index)
-    for n, with_images in sorted(groups):
-        check_candidate_count(n, get_label_set(label_set))
-        indices = groups[(n, with_images)]
+        key = (instance.n, instance.task, bool(instance.all_images))
+        groups.setdefault(key, []).append(index)
+    for n, task, with_images in sorted(groups):
+        check_candidate_count(n, get_label_set(task_label_set(task, label_set)))
+        indices = groups[(n, task, with_images)]
         for start in range(0, len(indices), batch_size):
             yield indices[start : start + batch_size]
 
@@ -85,7 +87,7 @@ class ModelAdapter(Protocol):
     def model_id(self) -> str | None: ...
 
     @property
-    def label_set(self) -> str: ...
+    def label_set(self) -> str | None: ...
 
     @property
     def prompt(self) -> PromptTemplate: ...

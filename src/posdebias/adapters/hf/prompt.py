@@ -30,7 +30,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.instance import Instance
 from posdebias.core.labels import LabelSet, get_label_set
-from posdebias.core.tasks import PROMPT_VARIANTS, TaskTemplate, check_placeholders, task_variant
+from posdebias.core.tasks import (
+    PROMPT_VARIANTS,
+    TaskTemplate,
+    check_placeholders,
+    task_label_set,
+    task_variant,
+)
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
 
 PROMPT_FILE = "posdebias_prompt.json"
@@ -300,7 +306,7 @@ class PosesInstances(Protocol):
     """What :func:`posed_messages` reads of an adapter: its label set, its templates as
     configured (``base_*``) and under its prompt variant, and its model's special tokens."""
 
-    label_set: str
+    label_set: str | None
     prompt: PromptTemplate
     base_prompt: PromptTemplate
     task_templates: dict[str, TaskTemplate]
@@ -328,12 +334,15 @@ def posed_messages(
         (prompt or adapter.prompt, adapter.prompt, adapter.task_templates.__getitem__)
         if variant is None
         else variant_prompts(
-            variant, adapter.label_set, adapter.base_prompt, adapter.base_task_templates
+            variant,
+            task_label_set("retrieval", adapter.label_set),
+            adapter.base_prompt,
+            adapter.base_task_templates,
         )
     )
     return instance_messages(
         instance,
-        get_label_set(adapter.label_set),
+        get_label_set(task_label_set(instance.task, adapter.label_set)),
         prompt=chosen,
         default=default,
         templates=templates,
@@ -525,7 +534,7 @@ def check_template_control_tokens(
     pattern: re.Pattern[str] | None,
     model: str,
     other_fields: Iterable[tuple[str, str]] = (),
-    label_set: str = "digits",
+    label_set: str | None = None,
 ) -> None:
     """Refuse a configured prompt template (the retrieval ``prompt``, each task's template, an
     adapter's ``other_fields`` such as an image placeholder text or the answer prefix) whose
@@ -578,7 +587,7 @@ def check_template_joins(
     task_templates: Mapping[str, TaskTemplate],
     pattern: re.Pattern[str] | None,
     model: str,
-    label_set: str = "digits",
+    label_set: str | None = None,
 ) -> None:
     """Refuse templates whose fields write one of the model's special tokens where they meet:
     the prompt with neutral data (every text ``x``) holds the token, the same prompt with
@@ -587,9 +596,10 @@ def check_template_joins(
     any instance is read."""
     if pattern is None:
         return
-    labels = get_label_set(label_set)
+    own = task_label_set("retrieval", label_set)  # None: each task's own labels
+    labels = get_label_set(own)
     for variant in PROMPT_VARIANTS:
-        varied, _, templates = variant_prompts(variant, label_set, prompt, dict(task_templates))
+        varied, _, templates = variant_prompts(variant, own, prompt, dict(task_templates))
         for n in (2, 3):
             cases: list[tuple[str, list[dict], list[dict]]] = [
                 (
@@ -604,11 +614,12 @@ def check_template_joins(
                 template = templates(task)
                 texts = tuple(f"x{k}" for k in range(n))  # no data joins a field into a token
                 neutral = Instance(query="x", texts=texts, task=task, id="x")
+                task_labels = get_label_set(task_label_set(task, label_set))
                 cases.append(
                     (
                         f"task_prompt ({task})",
-                        template.messages(neutral, labels),
-                        _fenced(template).messages(neutral, labels),
+                        template.messages(neutral, task_labels),
+                        _fenced(template).messages(neutral, task_labels),
                     )
                 )
             for where, joined, apart in cases:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from posdebias._inputs import UsablePath
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import InputError, validation_problems
-from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
+from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_of
 from posdebias.registry import get_registry
 
 STUDIES = ("n", "calibration_size", "top_k", "tau", "transfer")
@@ -98,7 +98,7 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
             n = int(value)
             if n < 2:
                 raise InputError(f"n values must be at least 2, got {n}")
-            update = {"n": n, "orders": min(config.orders, math.factorial(n))}
+            update = {"n": n, "orders": min(orders_of(config, n), math.factorial(n))}
             if config.benchmark is not None:
                 pattern = str(config.benchmark)
                 if "{n}" not in pattern:
