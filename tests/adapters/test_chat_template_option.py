@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from posdebias.core.instance import Instance
-from posdebias.errors import InputError
+from posdebias.errors import AdapterError, InputError
 from posdebias.loading import get_adapter
 from posdebias.testing.tiny.text import tiny_model
 
@@ -29,7 +29,7 @@ def base_model():
 
 
 def test_a_model_without_a_template_is_refused_naming_the_option(base_model):
-    with pytest.raises(InputError, match="no chat template.*--chat-template"):
+    with pytest.raises(AdapterError, match="no chat template.*--chat-template"):
         get_adapter(*base_model, label_set="upper")
 
 

@@ -270,7 +270,7 @@ class HFAdapter(Adapter):
                 else self.default_chat_template or getattr(tokenizer, "chat_template", None)
             )
         if not getattr(processor, "chat_template", None) and not self.chat_template_override:
-            raise InputError(
+            raise AdapterError(
                 f"{model_id or type(model).__name__} has no chat template (a base model?); "
                 "posdebias renders prompts with one: give it with --chat-template FILE or TEXT "
                 "(adapter option chat_template), or --chat-template raw for the prompt's text "
