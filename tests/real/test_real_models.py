@@ -106,3 +106,67 @@ def test_gguf_and_the_same_weights_as_a_folder_give_the_same_scores(adapters, ca
         np.testing.assert_allclose(first.label_logprobs, second.label_logprobs, atol=1e-5)
         np.testing.assert_allclose(first.attention, second.attention, atol=1e-7)
         assert first.span_lengths.tolist() == second.span_lengths.tolist()
+
+
+def _study_tool():
+    """tools/real_models_study.py, the script that rebuilds docs/real-models.md."""
+    import importlib.util
+    import sys
+
+    from real_models import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "real_models_study", ROOT / "tools" / "real_models_study.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_real_models_page_is_rebuilt_from_real_observations(adapters, tmp_path):
+    """The page's script on six real questions: its block holds every calibrator with an
+    interval, the cloze ceiling, the per-layer figure and the time; its vanilla and cloze
+    figures equal a recount from the recorded scores; only the block of the page changes."""
+    import json
+
+    study_tool = _study_tool()
+    path = wordnet_questions("capitals", 6, 4, 3, tmp_path / "q.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    payload = study_tool.observations(adapters["smollm2"], rows)
+    record = {"model": "smollm2", "relation": "capitals", **payload}
+    study_tool.observation_file(tmp_path, "smollm2", "capitals", 4).write_text(json.dumps(record))
+    assert len(payload["views"]) == len(payload["content_free"]) == 24
+    assert all(len(scores) == 4 for scores in payload["cloze"].values())
+
+    figure = tmp_path / "layers.png"
+    block = study_tool.render(
+        tmp_path, 2, 0, figure, sets=(("capitals", 4, 6, 3),), models={"smollm2": "S"}, sizes=(2,)
+    )
+    for row in study_tool.ROWS:
+        assert f"| {row.label} | " in block
+    assert "| cloze (options not shown; sum)" in block and "informative layer found" in block
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "| S | capitals, N = 4 |" in block
+
+    study = study_tool.Study.read(study_tool.observation_file(tmp_path, "smollm2", "capitals", 4))
+    rng, recount = np.random.default_rng(0), []
+    for _ in range(2):
+        test = [study.ids[i] for i in rng.permutation(6)[2:]]
+        views = [view for key in test for view in study.views[key]]
+        recount.append(np.mean([view.label_logprobs.argmax() == view.target for view in views]))
+    vanilla = study_tool.measure(study, 2, 2, 0)["rows"]["vanilla"]
+    assert vanilla[0] == pytest.approx(100 * np.mean(recount)) and vanilla[1] <= vanilla[0]
+    cloze = [np.argmax(np.array(payload["cloze"][row["id"]])[:, 0]) == row["answer"] - 1
+             for row in rows]  # fmt: skip
+    assert study_tool.cloze_accuracy(study, "sum", 0)[0] == pytest.approx(100 * np.mean(cloze))
+
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\nprose\n\n{study_tool.BEGIN}\nold\n{study_tool.END}\n\nafter\n")
+    study_tool.write_page(page, block)
+    text = page.read_text()
+    assert text.startswith("# Title\n\nprose\n\n") and text.endswith("\n\nafter\n")
+    assert "old" not in text and block in text
+    page.write_text("no block here\n")
+    with pytest.raises(SystemExit, match="no generated block"):
+        study_tool.write_page(page, block)
