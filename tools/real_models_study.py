@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("page", "all"):
         command = sub.add_parser(name)
         command.add_argument("--data", type=Path, required=True)
-        command.add_argument("--draws", type=int, default=10)
+        command.add_argument("--draws", type=int, default=20)
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--page", type=Path, default=ROOT / "docs" / "real-models.md")
         command.add_argument("--figure", type=Path, default=FIGURE)
