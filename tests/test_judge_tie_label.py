@@ -217,15 +217,16 @@ def _pairs(tmp_path):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The tiny model judging twelve pairs with the tie label T (which it prefers to A and
-    B on some pairs) and without it; a generated row beside the calibrators."""
+    """The tiny model judging twelve pairs with the tie label G (which its random weights
+    prefer to A and B in about half of the orders) and without it; a generated row beside the
+    calibrators."""
     from posdebias.testing import save_tiny_model
 
     root = tmp_path_factory.mktemp("tie")
     bench = _pairs(root)
     model = save_tiny_model("qwen3", root / "model")
     config = root / "tie.json"
-    config.write_text(json.dumps({"adapter": {"options": {"task_prompt": {"tie_label": "T"}}}}))
+    config.write_text(json.dumps({"adapter": {"options": {"task_prompt": {"tie_label": "G"}}}}))
     out = {}
     for name, extra in (("tie", ["--config", str(config)]), ("plain", [])):
         out[name] = root / name
@@ -258,11 +259,12 @@ def test_a_run_with_the_tie_label_counts_it(runs):
         shares = ("consistency", "first_position", "second_position", "no_verdict", "one_tie")
         assert sum(judge[key] for key in shares) == pytest.approx(100.0)
         assert judge["ties"] >= 10.0 * both
-    # the tiny model prefers the tie label on some pairs, and the report shows the counts
-    assert results["judge"]["vanilla"]["tie_answers"] > 0
+    # the tiny model answers the tie label in some orders only, and the report shows the counts
+    vanilla = results["judge"]["vanilla"]
+    assert 0 < vanilla["tie_answers"] < 100 and vanilla["one_tie"] > 0
     report = (out["tie"] / "report.md").read_text()
     assert "Tie label %" in report and "Tie once %" in report
-    assert results["settings"]["adapter"]["options"]["task_prompt"] == {"tie_label": "T"}
+    assert results["settings"]["adapter"]["options"]["task_prompt"] == {"tie_label": "G"}
 
 
 def test_without_the_option_nothing_of_it_is_written(runs):
@@ -315,3 +317,10 @@ def test_the_text_organism_judges_with_a_tie_label(tmp_path, monkeypatch):
         assert judge["tie_answers"] == pytest.approx(100.0 * sum(flags) / len(flags))
         shares = ("consistency", "first_position", "second_position", "no_verdict", "one_tie")
         assert sum(judge[key] for key in shares) == pytest.approx(100.0)
+    # three label scores per order, logged; the organism (trained to answer with an option's
+    # letter) leaves the tie label little mass: it never wins, and the bias stays as it was
+    logged = [json.loads(line) for line in (out / "observations.jsonl").open()]
+    assert logged and all("tie_logprob" in row["observation"] for row in logged)
+    vanilla = results["judge"]["vanilla"]
+    assert vanilla["tie_answers"] == 0.0 and vanilla["consistency"] == pytest.approx(600 / 7)
+    assert vanilla["first_position"] == pytest.approx(100 / 7)
