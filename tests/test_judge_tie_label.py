@@ -16,7 +16,7 @@ from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.observation import Observation, Prediction, softmax, tie_label_wins
 from posdebias.core.tasks import DEFAULT_TEMPLATES, task_template, task_variant
-from posdebias.errors import ConfigError
+from posdebias.errors import ConfigError, PosdebiasError
 from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.runner import InstanceRecord, tie_verdict
 from posdebias.testing import tiny_model_and_processor
@@ -88,13 +88,14 @@ def qwen3():
     return tiny_model_and_processor("qwen3")
 
 
-def test_three_label_scores_are_read_and_the_tie_label_can_win(qwen3):
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_three_label_scores_are_read_and_the_tie_label_can_win(qwen3, family):
     import torch
 
-    model, processor = qwen3
+    model, processor = qwen3 if family == "qwen3" else tiny_model_and_processor(family)
     tokenizer = processor
     winners = []
-    for tie in ("C", "D", "E", "T", "X", "Z", "3"):
+    for tie in ("C", "D", "E", "G", "T", "X", "Z", "3"):
         adapter = posdebias.get_adapter(model, processor, task_prompt={"tie_label": tie})
         (observation,) = adapter.observe_many([PAIR])
         # by hand: the last prompt position's logits of A, B and the tie label, softmaxed
@@ -196,6 +197,11 @@ def test_judge_metrics_count_tie_verdicts_by_hand():
     (before,) = judge_metrics(plain, pairs, ["judge"]).values()
     assert before.tie_answers is None and "one_tie" not in before.model_dump()
     assert "tie_answers" in row.model_dump(mode="json")
+    # the flags travel with the record, and a damaged log is refused
+    assert InstanceRecord.from_dict(records[1].to_dict()).ties == {"judge": [True, False]}
+    damaged = {**records[1].to_dict(), "ties": {"judge": [True]}}
+    with pytest.raises(PosdebiasError, match="ties must hold"):
+        InstanceRecord.from_dict(damaged)
 
 
 def _pairs(tmp_path):
@@ -226,7 +232,7 @@ def runs(tmp_path_factory):
     bench = _pairs(root)
     model = save_tiny_model("qwen3", root / "model")
     config = root / "tie.json"
-    config.write_text(json.dumps({"adapter": {"options": {"task_prompt": {"tie_label": "G"}}}}))
+    config.write_text(json.dumps({"adapter": {"options": {"task_prompt": {"tie_label": "C"}}}}))
     out = {}
     for name, extra in (("tie", ["--config", str(config)]), ("plain", [])):
         out[name] = root / name
@@ -259,12 +265,26 @@ def test_a_run_with_the_tie_label_counts_it(runs):
         shares = ("consistency", "first_position", "second_position", "no_verdict", "one_tie")
         assert sum(judge[key] for key in shares) == pytest.approx(100.0)
         assert judge["ties"] >= 10.0 * both
+    # a generated answer naming the tie label is a tie in that order, and no answer
+    generated = [json.loads(line)["decision"] for line in (out["tie"] / "generations.jsonl").open()]
+    assert any(d["choice"] == 2 for d in generated)  # "... C ..." parsed as the tie
+    for r in records:
+        for flag, choice in zip(r["ties"]["generated"], r["choices"]["generated"], strict=True):
+            assert not flag or choice == -1
+    assert results["judge"]["generated"]["tie_answers"] > 0
+    # ... which is no parse failure: the failures are the orders with neither answer nor tie
+    failed = sum(
+        choice < 0 and not flag
+        for r in records
+        for flag, choice in zip(r["ties"]["generated"], r["choices"]["generated"], strict=True)
+    )
+    assert results["calibrators"]["generated"]["metrics"]["no_answer"] == pytest.approx(5 * failed)
     # the tiny model answers the tie label in some orders only, and the report shows the counts
     vanilla = results["judge"]["vanilla"]
     assert 0 < vanilla["tie_answers"] < 100 and vanilla["one_tie"] > 0
     report = (out["tie"] / "report.md").read_text()
     assert "Tie label %" in report and "Tie once %" in report
-    assert results["settings"]["adapter"]["options"]["task_prompt"] == {"tie_label": "G"}
+    assert results["settings"]["adapter"]["options"]["task_prompt"] == {"tie_label": "C"}
 
 
 def test_without_the_option_nothing_of_it_is_written(runs):

@@ -609,5 +609,11 @@ def summarize(
     for label in labels:
         choices = np.array([record.choices[label] for record in records])
         images = np.array([record.chosen[label] for record in records])
-        summary[label] = compute_metrics(targets, choices, images, n)
+        metrics = compute_metrics(targets, choices, images, n)
+        tied = np.array([record.ties.get(label) or [False] * len(choices[0]) for record in records])
+        if tied.any():
+            # a generated answer of the tie label has no answer chosen but parsed: no failure
+            failed = float(np.mean((choices < 0) & ~tied))
+            metrics = metrics.model_copy(update={"no_answer": 100.0 * failed})
+        summary[label] = metrics
     return summary
