@@ -197,6 +197,19 @@ def test_judge_metrics_count_tie_verdicts_by_hand():
     (before,) = judge_metrics(plain, pairs, ["judge"]).values()
     assert before.tie_answers is None and "one_tie" not in before.model_dump()
     assert "tie_answers" in row.model_dump(mode="json")
+    # the terminal and report.md tables gain the two columns only with a tie label
+    from rich.console import Console
+
+    from posdebias.evaluation.table import judge_table, plain_judge_table
+
+    console = Console(record=True, width=200)
+    console.print(judge_table({"judge": row}))
+    assert "Tie label %" in console.export_text() and "| 40.00 | 20.00 |" in plain_judge_table(
+        {"judge": row}
+    )
+    console.print(judge_table({"judge": before}))
+    assert console.export_text().count("Tie label %") == 0  # export_text clears the record
+    assert "Tie" not in plain_judge_table({"judge": before})
     # the flags travel with the record, and a damaged log is refused
     assert InstanceRecord.from_dict(records[1].to_dict()).ties == {"judge": [True, False]}
     damaged = {**records[1].to_dict(), "ties": {"judge": [True]}}
