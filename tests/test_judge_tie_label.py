@@ -47,6 +47,9 @@ def test_the_prompt_offers_the_tie_only_with_the_option():
         "pairwise_judge", {"tie_label": "C"}), "instruction")  # fmt: skip
     assert varied.instruction.endswith("or {tie} for a tie, only and nothing else.")
     assert tied_template.tie_label == "C"
+    for variant in ("cot", "self_consistency", "posdebias_cot", "posdebias_instruction"):
+        shown = _text(task_variant("pairwise_judge", tied_template, variant).messages(PAIR, upper))
+        assert "C for a tie" in shown, variant
     # other tasks have no tie answer; an unset tie label leaves every prompt hash as it was
     assert task_template("multiple_choice", {"tie_label": "C"}) == DEFAULT_TEMPLATES[
         "multiple_choice"]  # fmt: skip

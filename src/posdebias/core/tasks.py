@@ -378,7 +378,9 @@ def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
     ``posdebias_instruction`` appends its hint; ``cot``, ``self_consistency`` and
     ``posdebias_cot`` drop the answer-only request and put their request after the task
     sentence (``cot`` on a new line, and ``<think>`` after the query; ``posdebias_cot`` ends
-    the query with "Let's think step by step.").
+    the query with "Let's think step by step."). A judge's request with a tie label
+    (:data:`TIE_ANSWER_ONLY`) is handled alike, and the variants that drop it keep the tie
+    offer (:data:`TIE_OFFER`), so every variant's prompt offers the tie.
     """
     if name == "plain":
         return template
@@ -397,6 +399,8 @@ def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
         update = {"instruction": _joined(instruction, hint)}
     else:
         glue = "\n" if name in ("cot", "self_consistency") else " "
+        if has_answer_only and request == TIE_ANSWER_ONLY:
+            hint = _joined(hint, TIE_OFFER)  # the dropped request offered the tie: keep the offer
         update = {"instruction": sentence + glue + hint if sentence.strip() else hint}
         if name in TASK_QUERY_ENDS:
             update["query"] = template.query.rstrip() + TASK_QUERY_ENDS[name]
