@@ -120,6 +120,29 @@ def test_three_label_scores_are_read_and_the_tie_label_can_win(qwen3, family):
     assert posdebias.get_adapter(model, processor).observe_many([PAIR])[0].tie_logprob is None
 
 
+def test_posdebias_check_verifies_the_three_label_scores(qwen3):
+    """``check_adapter`` on a judge with a tie label: the three scores against the model's own
+    forward, batched and, where the adapter refuses padded batches (Llama 4 with floor_scale
+    within the prompt), one at a time."""
+    from posdebias.testing.check import check_adapter
+
+    report = check_adapter(posdebias.get_adapter(*qwen3, **TIE), n=2, task="pairwise_judge")
+    assert report.passed, report.summary()
+    assert "N=2: 3 distinct" in report["label tokens"].figure
+    model, processor = tiny_model_and_processor("llama4")  # its own copy: the config changes
+    model.config.text_config.attn_temperature_tuning = True
+    model.config.text_config.floor_scale = 16
+    report = check_adapter(
+        posdebias.get_adapter(model, processor, **TIE), n=2, task="pairwise_judge"
+    )
+    assert report.passed, report.summary()
+    assert "batching unsafe here" in report["batch 1 vs 2"].figure
+    # the split observation gives the scores back
+    three = np.log([0.2, 0.3, 0.5])
+    split = Observation(three[:2] - np.logaddexp(*three[:2]), tie_logprob=float(three[2]))
+    np.testing.assert_allclose(split.scored_logprobs, three)
+
+
 @pytest.mark.parametrize(
     ("tie", "message"),
     [

@@ -153,6 +153,16 @@ class Observation:
         return self._n
 
     @property
+    def scored_logprobs(self) -> np.ndarray:
+        """The label scores as the adapter read them: ``label_logprobs`` and, with a tie label,
+        the tie's last, restricted over all N + 1 labels (what the two were split from)."""
+        if self.tie_logprob is None:
+            return self.label_logprobs
+        with np.errstate(divide="ignore"):
+            answers = self.label_logprobs + np.log1p(-np.exp(self.tie_logprob))
+        return np.append(answers, self.tie_logprob)
+
+    @property
     def num_layers(self) -> int | None:
         """Number of attention rows (layers read) in ``attention`` (None without attention)."""
         return None if self.attention is None else int(self.attention.shape[0])
