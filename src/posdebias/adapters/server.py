@@ -86,6 +86,7 @@ from posdebias.core.tasks import (
 )
 from posdebias.errors import (
     AdapterError,
+    ConfigError,
     InputError,
     PosdebiasPluginWarning,
     validation_problems,
@@ -633,6 +634,13 @@ class ServerAdapter(Adapter):
         self.base_task_templates = {
             task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
         }
+        if self.base_task_templates["pairwise_judge"].tie_label is not None:
+            # scoring a third label per request (echo) or finding it in a top-k (top_logprobs)
+            # is not built: refused, never a run that silently ignores the tie answer
+            raise ConfigError(
+                "the openai adapter does not score a tie label (task_prompt.tie_label); "
+                "run the judge with a local model (adapter hf) or leave tie_label unset"
+            )
         self.task_templates = {
             task: task_variant(task, template, opts.prompt_variant)
             for task, template in self.base_task_templates.items()

@@ -30,6 +30,10 @@ Which label of a text is the answer (``which``):
   ``The answer is option B``), else ``last``.
 
 Empty or junk text gives None.
+
+A pairwise judge's tie label (``tie_label``, e.g. ``C``: MT-Bench's ``[[C]]``) is read as a label
+standing alone, wherever the rules above look for labels, and parsed as position N (one past the
+answers): the tie.
 """
 
 from __future__ import annotations
@@ -86,8 +90,11 @@ class AnswerParser:
     label_set: str
     n: int
     which: Which = "last"
+    #: a pairwise judge's tie label, parsed as position ``n`` (module docstring)
+    tie_label: str | None = None
     _labels: list[str] = field(init=False, repr=False, compare=False)
     _pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _tie: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         labels = get_label_set(self.label_set).labels(self.n)
@@ -95,25 +102,31 @@ class AnswerParser:
             raise ValueError(f"which must be one of {', '.join(WHICH)}, got {self.which!r}")
         object.__setattr__(self, "_labels", labels)
         object.__setattr__(self, "_pattern", _token_pattern(get_label_set(self.label_set), labels))
+        tie = self.tie_label
+        pattern = None if tie is None else re.compile(_ALONE_BEFORE + re.escape(tie) + _ALONE_AFTER)
+        object.__setattr__(self, "_tie", pattern)
 
     def candidates(self, text: str) -> list[int]:
-        """Every valid label in ``text``, as 0-based positions, in reading order."""
-        found = []
+        """Every valid label in ``text``, as 0-based positions (the tie label: N), in reading
+        order."""
+        found: list[tuple[int, int]] = []
         name = self.label_set
         for match in self._pattern.finditer(text or ""):
             token = match.group(1)
             if name == "digits":
                 value = _label_number(token)
                 if 1 <= value <= self.n:
-                    found.append(value - 1)
+                    found.append((match.start(), value - 1))
                 continue
             if token in ("A", "a", "I") and _ARTICLE_LIKE.match(text, match.end()):
                 continue  # "A red circle", "I think": a word, not a label
             if name == "words":
                 token = re.sub(r"[-\s]+", "-", token.lower())
             if token in self._labels:
-                found.append(self._labels.index(token))
-        return found
+                found.append((match.start(), self._labels.index(token)))
+        if self._tie is not None:
+            found += [(match.start(), self.n) for match in self._tie.finditer(text or "")]
+        return [position for _, position in sorted(found)]
 
     def numbers(self, text: str) -> list[int]:
         """Every run of digits in ``text`` with a value in 1..N, as 0-based positions."""
@@ -145,7 +158,8 @@ class AnswerParser:
         """Whether the text after "The answer is" starts with a label (after quotes, brackets,
         markup or a word naming what it labels: ``option B``, ``the third``), not with another
         word or an out-of-range number."""
-        match = self._pattern.search(rest)
+        matches = [p.search(rest) for p in (self._pattern, self._tie) if p is not None]
+        match = min((m for m in matches if m is not None), key=lambda m: m.start(), default=None)
         if match is None or not _LABEL_LEAD.fullmatch(rest[: match.start()]):
             return False
         return bool(self.candidates(rest[: match.end()]))

@@ -79,6 +79,10 @@ class Observation:
         span_lengths: [N] number of prompt tokens of each candidate's span (what each
             attention mass is summed over), or None where the adapter does not say; lets layer
             selection compare candidates of different lengths per token.
+        tie_logprob: log P(tie | x) of a pairwise judge's tie label in the distribution
+            restricted to the N answer labels and the tie label (``label_logprobs`` are then
+            the answers' share, renormalised over the N); None without a tie label
+            (docs/evaluation.md, "Tie label").
     """
 
     label_logprobs: np.ndarray
@@ -86,6 +90,7 @@ class Observation:
     target: int | None = None
     layers: LayerSet | None = None
     span_lengths: np.ndarray | None = None
+    tie_logprob: float | None = None
     _n: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -136,11 +141,26 @@ class Observation:
             if not 0 <= int(self.target) < n:
                 raise ObservationError(f"target {self.target} is out of range for N={n}")
             object.__setattr__(self, "target", int(self.target))
+        if self.tie_logprob is not None:
+            tie = float(_as_float_array("tie_logprob", [self.tie_logprob], 1)[0])
+            if tie > LOGSUMEXP_TOLERANCE:
+                raise ObservationError(f"tie_logprob must be a log-probability (<= 0), got {tie}")
+            object.__setattr__(self, "tie_logprob", min(tie, 0.0))
 
     @property
     def n(self) -> int:
         """Number of candidates N."""
         return self._n
+
+    @property
+    def scored_logprobs(self) -> np.ndarray:
+        """The label scores as the adapter read them: ``label_logprobs`` and, with a tie label,
+        the tie's last, restricted over all N + 1 labels (what the two were split from)."""
+        if self.tie_logprob is None:
+            return self.label_logprobs
+        with np.errstate(divide="ignore"):
+            answers = self.label_logprobs + np.log1p(-np.exp(self.tie_logprob))
+        return np.append(answers, self.tie_logprob)
 
     @property
     def num_layers(self) -> int | None:
@@ -170,6 +190,7 @@ class Observation:
             target=None if self.target is None else (self.target - shift) % self.n,
             layers=self.layers,
             span_lengths=None if self.span_lengths is None else self.span_lengths[index],
+            tie_logprob=self.tie_logprob,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +205,8 @@ class Observation:
             record.update(self.layers.to_dict())
         if self.span_lengths is not None:
             record["span_lengths"] = self.span_lengths.tolist()
+        if self.tie_logprob is not None:
+            record["tie_logprob"] = self.tie_logprob
         return record
 
     @classmethod
@@ -202,6 +225,7 @@ class Observation:
                 target=payload.get("target"),
                 layers=layers,
                 span_lengths=payload.get("span_lengths"),
+                tie_logprob=payload.get("tie_logprob"),
             )
         except KeyError as exc:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc
@@ -356,6 +380,17 @@ class Prediction:
     def tied(self) -> bool:
         """Whether the choice is the argmax of scores that several positions share exactly."""
         return self.by_scores and int(np.sum(self.scores == self.scores[self.choice])) > 1
+
+
+def tie_label_wins(tie_probability: float, probabilities: np.ndarray) -> bool:
+    """Whether a pairwise judge's verdict in one order is its tie label (docs/evaluation.md,
+    "Tie label"): the three-way distribution keeps the model's tie mass p_tie and splits the
+    rest as the calibrator's answer probabilities q say, (p_tie, (1 - p_tie) q_1,
+    (1 - p_tie) q_2); the tie wins when its share exceeds each answer's,
+    p_tie > (1 - p_tie) max_j q_j. For the uncalibrated label probabilities that is the
+    model's own three-way argmax; a calibrator moves mass between the two answers (their
+    positions carry the bias), never onto or off the tie label, which no position holds."""
+    return tie_probability > (1.0 - tie_probability) * float(np.max(probabilities))
 
 
 def tie_key(candidate_id: str) -> bytes:

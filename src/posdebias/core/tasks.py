@@ -13,9 +13,9 @@ Each candidate's text is ONE content item of its own, so an adapter can find exa
 characters of that text in the rendered prompt (:func:`TaskTemplate.messages` with
 ``sentinels``); the label and separator text around it are other items.
 
-Placeholders: ``{n}``, ``{range}``, ``{first}``, ``{last}`` everywhere; ``{question}`` (and its
-synonym ``{query}``) in ``stem``; ``{label}``, ``{index}``, ``{text}`` and ``{image}`` in
-``candidate``.
+Placeholders: ``{n}``, ``{range}``, ``{first}``, ``{last}`` everywhere (and ``{tie}``, the tie
+label, where ``tie_label`` is set); ``{question}`` (and its synonym ``{query}``) in ``stem``;
+``{label}``, ``{index}``, ``{text}`` and ``{image}`` in ``candidate``.
 """
 
 from __future__ import annotations
@@ -119,10 +119,24 @@ class TaskTemplate(BaseModel):
     separator: str = "\n"
     layout: Literal["stem_first", "candidates_first"] = "stem_first"
     system: str | None = None
+    #: a pairwise judge's answer for "neither is better" (MT-Bench's ``[[C]]``), offered by the
+    #: prompt and scored beside the answers' labels; None: no tie answer (the default)
+    tie_label: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TaskTemplate:
         sample: dict[str, Any] = {"n": 2, "range": "A to B", "first": "A", "last": "B"}
+        if self.tie_label is not None:
+            if not self.tie_label or self.tie_label != self.tie_label.strip():
+                raise ValueError(
+                    f"tie_label {self.tie_label!r} must be a non-empty label without spaces "
+                    "around it, e.g. C"
+                )
+            if any(char.isspace() or char in "{}" for char in self.tie_label):
+                raise ValueError(
+                    f"tie_label {excerpt(self.tie_label)} must be one word (no spaces or braces)"
+                )
+            sample["tie"] = self.tie_label
         fields = {
             "instruction": (self.instruction, sample),
             "stem": (self.stem, {**sample, "question": "q", "query": "q"}),
@@ -156,8 +170,12 @@ class TaskTemplate(BaseModel):
         return self
 
     def digest(self) -> str:
-        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``); an unset
+        ``tie_label`` is left out, so templates without one hash as before it existed."""
+        fields = self.model_dump(mode="json")
+        if fields["tie_label"] is None:
+            del fields["tie_label"]
+        canonical = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def messages(
@@ -179,6 +197,8 @@ class TaskTemplate(BaseModel):
             "first": labels[0],
             "last": labels[-1],
         }
+        if self.tie_label is not None:
+            values["tie"] = self.tie_label
         head = self.instruction.format(**values)
         stem = self.stem.format(**values, question=instance.query, query=instance.query)
         tail = self.query.format(**values)
@@ -247,6 +267,38 @@ ANSWER_ONLY: dict[str, str] = {
     "pairwise_judge": "Respond with {first} or {last} only and nothing else.",
     "rerank": "Respond with the passage's label only and nothing else.",
 }
+
+#: A pairwise judge's request for the bare label when its template offers a tie answer
+#: (``tie_label``; MT-Bench's judge prompt: "[[C]] for a tie").
+TIE_ANSWER_ONLY = "Respond with {first} or {last}, or {tie} for a tie, only and nothing else."
+
+#: What a judge template with a tie label but neither the default request nor ``{tie}`` gets
+#: appended to its instruction, so that the prompt always offers the tie answer.
+TIE_OFFER = "Respond with {tie} for a tie."
+
+
+def answer_only(task: str, template: TaskTemplate) -> str:
+    """The request for the bare label of ``task`` as ``template`` poses it: the tie variant
+    for a judge with a tie label (:data:`TIE_ANSWER_ONLY`), else :data:`ANSWER_ONLY`."""
+    if task == "pairwise_judge" and template.tie_label is not None:
+        return TIE_ANSWER_ONLY
+    return ANSWER_ONLY[task]
+
+
+def scored_labels(task: str | None, template: TaskTemplate | None, labels: list[str]) -> list[str]:
+    """The labels an adapter scores for an instance of ``task`` whose answers are ``labels``:
+    those, plus the template's tie label for a pairwise judge with one (last). Refuses a tie
+    label that is also an answer's label (a :class:`ConfigError`: exit 2)."""
+    tie = template.tie_label if template is not None and task == "pairwise_judge" else None
+    if tie is None:
+        return labels
+    if tie in labels:
+        raise ConfigError(
+            f"task_prompt.tie_label {tie!r} is also an answer's label ({', '.join(labels)}); "
+            "choose another tie label (e.g. C with letters, 3 with digits)"
+        )
+    return [*labels, tie]
+
 
 #: What a task's candidates are called in the prompt variants' sentences and in text meant
 #: for people (messages, reports); code and record keys say "candidate".
@@ -326,7 +378,9 @@ def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
     ``posdebias_instruction`` appends its hint; ``cot``, ``self_consistency`` and
     ``posdebias_cot`` drop the answer-only request and put their request after the task
     sentence (``cot`` on a new line, and ``<think>`` after the query; ``posdebias_cot`` ends
-    the query with "Let's think step by step.").
+    the query with "Let's think step by step."). A judge's request with a tie label
+    (:data:`TIE_ANSWER_ONLY`) is handled alike, and the variants that drop it keep the tie
+    offer (:data:`TIE_OFFER`), so every variant's prompt offers the tie.
     """
     if name == "plain":
         return template
@@ -335,16 +389,18 @@ def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
             f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
         )
     hint = TASK_HINTS[name].replace("{things}", CANDIDATE_NOUNS[task])
-    answer_only = ANSWER_ONLY[task]
+    request = answer_only(task, template)
     instruction = template.instruction
-    has_answer_only = instruction.endswith(answer_only)
-    sentence = instruction[: -len(answer_only)].rstrip() if has_answer_only else instruction
+    has_answer_only = instruction.endswith(request)
+    sentence = instruction[: -len(request)].rstrip() if has_answer_only else instruction
     if name == "instruction":
-        update = {"instruction": _joined(sentence, hint, answer_only if has_answer_only else "")}
+        update = {"instruction": _joined(sentence, hint, request if has_answer_only else "")}
     elif name == "posdebias_instruction":
         update = {"instruction": _joined(instruction, hint)}
     else:
         glue = "\n" if name in ("cot", "self_consistency") else " "
+        if has_answer_only and request == TIE_ANSWER_ONLY:
+            hint = _joined(hint, TIE_OFFER)  # the dropped request offered the tie: keep the offer
         update = {"instruction": sentence + glue + hint if sentence.strip() else hint}
         if name in TASK_QUERY_ENDS:
             update["query"] = template.query.rstrip() + TASK_QUERY_ENDS[name]
@@ -365,11 +421,29 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
         return base
     if isinstance(override, TaskTemplate):
         return override
+    fields = {**base.model_dump(), **override}
+    if task != "pairwise_judge":
+        fields["tie_label"] = None  # a tie is a judge's answer; other tasks have none
+    elif fields.get("tie_label") is not None:
+        fields["instruction"] = _tie_offered(fields)
     try:
-        return TaskTemplate.model_validate({**base.model_dump(), **override})
+        return TaskTemplate.model_validate(fields)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc, unknown="field"))
         raise ConfigError(f"task_prompt for {task}: {problems[:400]}") from None
+
+
+def _tie_offered(fields: dict[str, Any]) -> str:
+    """A judge instruction that offers the tie answer: as written where it or the query names
+    ``{tie}``; else the default request for the label becomes :data:`TIE_ANSWER_ONLY`, and
+    any other instruction gets :data:`TIE_OFFER` appended."""
+    instruction = str(fields["instruction"])
+    if "{tie}" in instruction or "{tie}" in str(fields.get("query", "")):
+        return instruction
+    default = ANSWER_ONLY["pairwise_judge"]
+    if instruction.endswith(default):
+        return instruction[: -len(default)] + TIE_ANSWER_ONLY
+    return _joined(instruction, TIE_OFFER)
 
 
 def check_task_fields(fields: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -103,6 +103,14 @@ def label_set_of(adapter: Adapter, task: str = "retrieval") -> str:
     return task_label_set(task, adapter.label_set)
 
 
+def tie_label_of(adapter: Adapter, task: str) -> str | None:
+    """The tie label ``adapter`` offers a pairwise judge (``task_prompt.tie_label``), else
+    None: a generated verdict that names it is the tie (position N of the parsed answers)."""
+    templates = getattr(adapter, "task_templates", None) or {}
+    template = templates.get(task) if task == "pairwise_judge" else None
+    return None if template is None else template.tie_label
+
+
 class Generated(Decoder):
     """Greedy generation parsed for the index (the paper's vanilla row)."""
 
@@ -140,7 +148,12 @@ class Generated(Decoder):
         )
         decisions: list[Decision] = []
         for view, generation in zip(views, generations, strict=True):
-            parser = AnswerParser(label_set_of(adapter, view.task), view.n, self.options.parse)
+            parser = AnswerParser(
+                label_set_of(adapter, view.task),
+                view.n,
+                self.options.parse,
+                tie_label_of(adapter, view.task),
+            )
             answers = [parser.parse(text) for text in generation.texts]
             decisions.append(
                 Decision(

@@ -19,6 +19,7 @@ from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import RetrievalInstance
 from posdebias.decoders.base import Decision, Decoder
+from posdebias.decoders.generated import tie_label_of
 from posdebias.errors import OutputError
 from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid answer
 from posdebias.evaluation.runner import InstanceRecord, observation_key
@@ -114,8 +115,10 @@ def decide_cached(
         for key, decision in zip(missing, decided, strict=True):
             cache.put(key, decision)
     found = [cache.get(key) for key in keys]
+    # a judge's tie label is parsed as position N (core/answers.py)
+    tie = int(any(tie_label_of(adapter, view.task) is not None for view in views))
     for view, known in zip(views, found, strict=True):
-        if known is None or (known.choice is not None and known.choice >= view.n):
+        if known is None or (known.choice is not None and known.choice >= view.n + tie):
             raise OutputError(
                 f"the generation log holds an answer outside 1..{view.n} for {decoder.name} on "
                 f"instance {view.id!r} (the log was edited or damaged); delete the run directory "
@@ -185,7 +188,14 @@ class DecoderRows:
             decisions = decide_cached(
                 decoder, self.adapter, views, self.cache, batch_size=self.batch_size, seed=self.seed
             )
-            choices = [NO_ANSWER if d.choice is None else int(d.choice) for d in decisions]
+            # a parsed answer of N is a judge's tie label: no answer chosen, a tie in that order
+            ties = [d.choice == instance.n for d in decisions]
+            choices = [
+                NO_ANSWER if d.choice is None or tie else int(d.choice)
+                for d, tie in zip(decisions, ties, strict=True)
+            ]
+            if tie_label_of(self.adapter, instance.task) is not None:
+                record.ties[label] = ties
             record.choices[label] = choices
             record.chosen[label] = [
                 NO_ANSWER if choice == NO_ANSWER else int(order[choice])

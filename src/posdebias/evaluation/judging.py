@@ -22,6 +22,13 @@ file's (answer 1 first) and the swapped one. Per calibrator or decoder row:
   all human votes equal to the verdict, a tie vote agreeing with a tie verdict (MT-Bench's
   "with tie"). The votes are the instance's ``votes_a`` / ``votes_b`` / ``votes_tie`` (an
   MT-Bench pair judged by several people), else one vote for its target.
+
+With a tie label (``task_prompt.tie_label``, docs/evaluation.md "Tie label") an order's answer
+may be the tie label (``InstanceRecord.ties``): a pair answered with it in both orders is
+consistent and its verdict a tie; a pair answered with it in one order only is inconsistent and
+a tie (``one_tie``, % of pairs, then a fifth share of the 100); ``tie_answers`` is the % of
+answers (two per pair) that are the tie label. Both are None (absent from results.json) in runs
+without a tie label.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from posdebias.core.instance import Instance
 from posdebias.evaluation.runner import InstanceRecord
@@ -51,12 +58,35 @@ class JudgeMetrics(BaseModel):
     first_preference: float | None = Field(
         description="% of the position-biased pairs that favour position 1 (50: no side)"
     )
-    ties: float = Field(description="% of pairs whose verdict is a tie (not alike in both orders)")
+    ties: float = Field(
+        description="% of pairs whose verdict is a tie (not alike in both orders, or the tie "
+        "label in both)"
+    )
     human_votes: int = Field(description="human votes on the pairs")
     agreement: float | None = Field(description="% agreement with the votes, ties left out")
     agreement_with_ties: float | None = Field(
         description="% agreement with every vote, a tie verdict agreeing with a tie vote"
     )
+    tie_answers: float | None = Field(
+        default=None, description="% of the answers (two per pair) that are the tie label"
+    )
+    one_tie: float | None = Field(
+        default=None, description="% of pairs answered with the tie label in one order only"
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_tie_label(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The tie-label counts only in runs with a tie label: other runs' rows read as
+        before it existed."""
+        fields: dict[str, Any] = handler(self)
+        for name in TIE_LABEL_FIELDS:
+            if fields.get(name) is None:
+                fields.pop(name, None)
+        return fields
+
+
+#: The JudgeMetrics fields of a run with a tie label only.
+TIE_LABEL_FIELDS = ("tie_answers", "one_tie")
 
 
 def human_votes(instance: Instance) -> tuple[int, int, int]:
@@ -94,12 +124,24 @@ def judge_metrics(
     for label in labels:
         same = first = second = missing = 0
         agreed = counted = agreed_all = counted_all = 0
+        tie_label = any(label in record.ties for record, _, _ in shown)
+        answered_tie = both_tie = one_tie = 0
         for record, instance, (file_order, swapped) in shown:
             choices = record.choices[label]
             chosen = record.chosen[label]
+            flags = record.ties.get(label) or [False] * len(choices)
+            said_tie = (flags[file_order], flags[swapped])
+            answered_tie += sum(said_tie)
             positions = (choices[file_order], choices[swapped])
-            if min(positions) < 0:
+            if any(p < 0 and not tie for p, tie in zip(positions, said_tie, strict=True)):
                 missing += 1
+                verdict = TIE
+            elif all(said_tie):
+                same += 1
+                both_tie += 1
+                verdict = TIE
+            elif any(said_tie):
+                one_tie += 1
                 verdict = TIE
             elif chosen[file_order] == chosen[swapped]:
                 same += 1
@@ -122,9 +164,11 @@ def judge_metrics(
             second_position=100.0 * second / pairs,
             no_verdict=100.0 * missing / pairs,
             first_preference=100.0 * first / (first + second) if first + second else None,
-            ties=100.0 * (pairs - same) / pairs,
+            ties=100.0 * (pairs - same + both_tie) / pairs,
             human_votes=counted_all,
             agreement=100.0 * agreed / counted if counted else None,
             agreement_with_ties=100.0 * agreed_all / counted_all if counted_all else None,
+            tie_answers=100.0 * answered_tie / (2 * pairs) if tie_label else None,
+            one_tie=100.0 * one_tie / pairs if tie_label else None,
         )
     return out

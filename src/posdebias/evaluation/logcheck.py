@@ -78,6 +78,18 @@ def check_record_row(row: Any) -> None:
         if shown != expected:
             raise _corrupt(f"{chosen} of {excerpt(label, 40)} disagree with its choices")
     _check_rankings(row, len(orders), n, chosen)
+    ties = row.get("ties")
+    if ties is not None and not (
+        isinstance(ties, Mapping)
+        and all(
+            label in row["choices"]
+            and isinstance(flags, list)
+            and len(flags) == len(orders)
+            and all(isinstance(flag, bool) for flag in flags)
+            for label, flags in ties.items()
+        )
+    ):
+        raise _corrupt("ties must hold, per row label with choices, one true/false per order")
 
 
 def _check_rankings(row: Mapping[str, Any], orders: int, n: int, chosen: str) -> None:

@@ -21,8 +21,8 @@ from posdebias.evaluation.statistics import (
     RunStatistics,
 )
 from posdebias.evaluation.table import (
-    JUDGE_LEGEND,
     interval_text,
+    judge_legend,
     plain_judge_table,
     plain_results_table,
 )
@@ -236,7 +236,14 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         lines += _statistics_lines(results, stats)
     lines += _ranking_lines(results) + _group_lines(results)
     if results.judge:
-        lines += ["", "## Pairwise judge", "", plain_judge_table(results.judge), "", JUDGE_LEGEND]
+        lines += [
+            "",
+            "## Pairwise judge",
+            "",
+            plain_judge_table(results.judge),
+            "",
+            judge_legend(results.judge),
+        ]
     lines += [
         "",
         "## Cost",

@@ -33,7 +33,7 @@ from posdebias.core.instance import (
     random_orders,
     rotation_order,
 )
-from posdebias.core.observation import Observation, tie_broken
+from posdebias.core.observation import Observation, Prediction, tie_broken, tie_label_wins
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
@@ -332,6 +332,8 @@ class InstanceRecord:
     positions, best first (decoders answer one label and have none; records of older versions
     neither). ``fingerprints[label]`` identifies the calibrator that chose (class, options, fitted
     state), so a resumed run never reuses a choice of a calibrator that has changed since.
+    ``ties[label][t]``: whether a pairwise judge's verdict in order t is its tie label (only
+    in runs whose judge template has one, ``task_prompt.tie_label``; docs/evaluation.md).
     """
 
     instance_id: str
@@ -341,6 +343,7 @@ class InstanceRecord:
     chosen: dict[str, list[int]] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)
     rankings: dict[str, list[list[int]]] = field(default_factory=dict)
+    ties: dict[str, list[bool]] = field(default_factory=dict)
     #: where a record read from a log came from (``FILE:LINE``), for messages
     logged_at: str = field(default="", compare=False, repr=False)
 
@@ -353,6 +356,7 @@ class InstanceRecord:
             "chosen": self.chosen,
             "fingerprints": self.fingerprints,
             **({"rankings": self.rankings} if self.rankings else {}),
+            **({"ties": self.ties} if self.ties else {}),
         }
 
     @classmethod
@@ -366,6 +370,7 @@ class InstanceRecord:
             chosen=dict(payload[chosen_key(payload)]),
             fingerprints=dict(payload.get("fingerprints") or {}),
             rankings=dict(payload.get("rankings") or {}),
+            ties=dict(payload.get("ties") or {}),
             logged_at=logged_at,
         )
 
@@ -504,6 +509,7 @@ class Evaluator:
         for label, calibrator in list(self.calibrators.items()):
             state = self.states[label]
             choices, images, rankings = [], [], []
+            ties: list[bool] = []
             cost = self.costs[label]
             try:
                 for t, view in enumerate(shown):
@@ -528,6 +534,9 @@ class Evaluator:
                     choices.append(prediction.choice)
                     images.append(int(orders[t][prediction.choice]))
                     rankings.append([int(orders[t][k]) for k in prediction.ranking])
+                    tie = tie_verdict(group or [observations[observation_key(view)]], prediction)
+                    if tie is not None:
+                        ties.append(tie)
             except Exception as exc:
                 origin = third_party_origin("calibrator", calibrator)
                 if origin is None:
@@ -543,6 +552,8 @@ class Evaluator:
             record.choices[label] = choices
             record.chosen[label] = images
             record.rankings[label] = rankings
+            if ties:
+                record.ties[label] = ties
         return record
 
     def seconds_per_instance(self) -> dict[str, float]:
@@ -577,6 +588,16 @@ class Evaluator:
         return records
 
 
+def tie_verdict(observations: Sequence[Observation], prediction: Prediction) -> bool | None:
+    """Whether a judge's tie label wins in one order (:func:`tie_label_wins`), its probability
+    the mean over the observations the calibrator predicted from (one order, or all that
+    ``permutation_average`` averages, as it averages the answers'); None without a tie label."""
+    tied = [o.tie_logprob for o in observations if o.tie_logprob is not None]
+    if not tied:
+        return None
+    return tie_label_wins(float(np.mean(np.exp(tied))), prediction.probabilities)
+
+
 def summarize(
     records: Sequence[InstanceRecord], labels: Iterable[str], n: int
 ) -> dict[str, Metrics]:
@@ -588,5 +609,11 @@ def summarize(
     for label in labels:
         choices = np.array([record.choices[label] for record in records])
         images = np.array([record.chosen[label] for record in records])
-        summary[label] = compute_metrics(targets, choices, images, n)
+        metrics = compute_metrics(targets, choices, images, n)
+        tied = np.array([record.ties.get(label) or [False] * len(choices[0]) for record in records])
+        if tied.any():
+            # a generated answer of the tie label has no answer chosen but parsed: no failure
+            failed = float(np.mean((choices < 0) & ~tied))
+            metrics = metrics.model_copy(update={"no_answer": 100.0 * failed})
+        summary[label] = metrics
     return summary

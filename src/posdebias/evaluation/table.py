@@ -146,6 +146,27 @@ JUDGE_LEGEND = (
 )
 
 
+#: The columns a run with a tie label (``task_prompt.tie_label``) adds, and what they mean.
+TIE_LABEL_COLUMNS = (("Tie label %", "tie_answers"), ("Tie once %", "one_tie"))
+TIE_LABEL_LEGEND = (
+    " Tie label: % of the answers (two per pair) that are the tie label; Tie once: % of pairs "
+    "answered with it in one order only (a tie verdict; with it in both, a consistent tie)."
+)
+
+
+def judge_columns(judge: Mapping[str, JudgeMetrics]) -> tuple[tuple[str, str], ...]:
+    """The judge table's columns: :data:`JUDGE_COLUMNS`, plus the tie-label counts when the
+    run had a tie label."""
+    with_tie = any(row.tie_answers is not None for row in judge.values())
+    return JUDGE_COLUMNS + (TIE_LABEL_COLUMNS if with_tie else ())
+
+
+def judge_legend(judge: Mapping[str, JudgeMetrics]) -> str:
+    """:data:`JUDGE_LEGEND`, and the tie-label columns' meaning when they are shown."""
+    shown = len(judge_columns(judge)) > len(JUDGE_COLUMNS)
+    return JUDGE_LEGEND + (TIE_LABEL_LEGEND if shown else "")
+
+
 def _judge_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -153,22 +174,24 @@ def _judge_cell(value: float | None) -> str:
 def judge_table(judge: Mapping[str, JudgeMetrics]) -> Table:
     """The pairwise judge measures of a run, one row per calibrator or decoder."""
     pairs = next(iter(judge.values())).pairs if judge else 0
+    columns = judge_columns(judge)
     table = Table(title=f"pairwise judge: {pairs} pairs in both orders", title_justify="left")
     table.add_column("calibrator", style="bold")
-    for header, _ in JUDGE_COLUMNS:
+    for header, _ in columns:
         table.add_column(header, justify="right")
     for label, row in judge.items():
-        table.add_row(label, *(_judge_cell(getattr(row, field)) for _, field in JUDGE_COLUMNS))
+        table.add_row(label, *(_judge_cell(getattr(row, field)) for _, field in columns))
     return table
 
 
 def plain_judge_table(judge: Mapping[str, JudgeMetrics]) -> str:
     """The same as :func:`judge_table`, in markdown."""
+    columns = judge_columns(judge)
     lines = [
-        "| calibrator | " + " | ".join(header for header, _ in JUDGE_COLUMNS) + " |",
-        "|---|" + "---:|" * len(JUDGE_COLUMNS),
+        "| calibrator | " + " | ".join(header for header, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
     ]
     for label, row in judge.items():
-        cells = " | ".join(_judge_cell(getattr(row, field)) for _, field in JUDGE_COLUMNS)
+        cells = " | ".join(_judge_cell(getattr(row, field)) for _, field in columns)
         lines.append(f"| {label} | {cells} |")
     return "\n".join(lines)

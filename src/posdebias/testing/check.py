@@ -490,7 +490,7 @@ class _Checks:
             # The adapter refuses this padded batch; what a run gets is observe_many's own
             # fallback (one at a time), which must still equal each instance alone.
             observed = self.adapter.observe_many(self.instances[:2], batch_size=2)
-            scores = torch.tensor(np.stack([o.label_logprobs for o in observed]))
+            scores = torch.tensor(np.stack([o.scored_logprobs for o in observed]))
             masses = torch.tensor(np.stack([np.asarray(o.attention) for o in observed]))
             fallback = f"; batching unsafe here, ran one at a time ({exc})"
         worst_scores = worst_masses = 0.0

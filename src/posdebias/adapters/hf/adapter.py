@@ -71,7 +71,7 @@ from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch,
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
-from posdebias.core.observation import Observation
+from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     DEFAULT_TEMPLATES,
     LABEL_SET_HELP,
@@ -79,6 +79,7 @@ from posdebias.core.tasks import (
     TaskTemplateFields,
     candidate_char_spans,
     check_sentinel_free,
+    scored_labels,
     task_template,
     task_variant,
     text_only_messages,
@@ -319,6 +320,7 @@ class HFAdapter(Adapter):
         key = self.language_key
         self._text_config = model.config if key is None else getattr(model.config, key)
         self._plans: dict[tuple[int, str], tuple[list[str], LabelPlan]] = {}
+        self._check_tie_label()
         self._last_n: int | None = None
         self._last_task: str | None = None
         forward = inspect.signature(model.forward).parameters
@@ -669,14 +671,29 @@ class HFAdapter(Adapter):
         self, n: int, rendered: str, task: str | None = None
     ) -> tuple[list[str], LabelPlan]:
         """Label strings and their token trie for N candidates of ``task`` (cached per N and
-        label set)."""
+        label set); a judge's tie label (``task_prompt.tie_label``) is the trie's last path,
+        after the N answers' labels (:func:`posdebias.core.tasks.scored_labels`)."""
 
-        key = (n, self.label_set_for(task))
+        key = (n, self.label_set_for(task) + ("+tie" if task == "pairwise_judge" else ""))
         if key not in self._plans:
             labels = self.labels_for(n, task)
-            tokens = [self.label_tokens(rendered, label) for label in labels]
-            self._plans[key] = (labels, plan_labels(tokens, self.end_token_id, labels))
+            scored = scored_labels(task, self.task_templates.get(task or ""), labels)
+            tokens = [self.label_tokens(rendered, label) for label in scored]
+            if len(scored) > n and len(tokens[n]) != 1:
+                raise ConfigError(_two_token_tie(scored[n], tokens[n], self.model_id))
+            self._plans[key] = (labels, plan_labels(tokens, self.end_token_id, scored))
         return self._plans[key]
+
+    def _check_tie_label(self) -> None:
+        """Refuse a judge's tie label before any run: one an answer also uses, or one the
+        tokenizer does not write as ONE token (its probability is then read at one step, as
+        a letter's; ConfigError, exit 2)."""
+        template = self.task_templates["pairwise_judge"]
+        scored = scored_labels("pairwise_judge", template, self.labels_for(2, "pairwise_judge"))
+        if len(scored) > 2:
+            tokens = self.tokenizer(self.answer_prefix + scored[2], add_special_tokens=False)
+            if len(tokens["input_ids"]) != 1:
+                raise ConfigError(_two_token_tie(scored[2], tokens["input_ids"], self.model_id))
 
     def label_tokens(self, rendered: str, label: str) -> list[int]:
         """The tokens the model emits for ``label`` right after the generation prompt.
@@ -896,13 +913,22 @@ class HFAdapter(Adapter):
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
         layers = self.attention_layers
+        n = instances[0].n
+        # a judge's tie label is the last score: the answers' N are renormalised without it
+        ties: list[float | None] = (
+            [float(tie) for tie in scores_np[:, n]]
+            if scores_np.shape[1] > n
+            else [None] * len(instances)
+        )
+        answers = log_softmax(scores_np[:, :n])
         return [
             Observation(
-                label_logprobs=scores_np[row],
+                label_logprobs=answers[row] if ties[row] is not None else scores_np[row],
                 attention=attention_np[row],
                 target=instance.target,
                 layers=layers,
                 span_lengths=np.array([len(span) for span in batch.spans[row]]),
+                tie_logprob=ties[row],
             )
             for row, instance in enumerate(instances)
         ]
@@ -1004,6 +1030,13 @@ class HFAdapter(Adapter):
             else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
+
+
+def _two_token_tie(label: str, tokens: Sequence[int], model: str | None) -> str:
+    return (
+        f"task_prompt.tie_label {label!r} is {len(tokens)} tokens for {model or 'the model'}, "
+        "not one; choose a tie label the tokenizer writes as one token (e.g. C)"
+    )
 
 
 def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
