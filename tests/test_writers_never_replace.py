@@ -158,3 +158,26 @@ def test_a_link_planted_at_a_sweep_output_while_it_runs_is_left_and_nothing_is_w
     assert not (tmp_path / "nowhere").exists()
     outputs = {"results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md"}
     assert {p.name for p in out.iterdir()} & outputs == {name}
+
+
+@pytest.mark.figures
+def test_report_never_replaces_a_link_at_a_figure_or_report_md(tmp_path, capsys):
+    """``posdebias report RUN`` writes its figures and report.md through the layer: a
+    dangling link at any figure's name (it was replaced) or at report.md is refused before
+    anything is written."""
+    out = tmp_path / "run"
+    code, err = cli(capsys, *SIM, "--count", "2", "--out", out)
+    assert code == 0, err
+    names = sorted(p.relative_to(out) for p in (out / "figures").iterdir())
+    for relative in [Path("report.md"), *names[:2], names[-1]]:
+        path = out / relative
+        path.unlink()
+        path.symlink_to(tmp_path / "nowhere")
+        others = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p != path}
+        code, err = cli(capsys, "report", out)
+        assert code == 2 and "symbolic link" in err and path.name in err, (relative, err)
+        assert os.readlink(path) == str(tmp_path / "nowhere")
+        assert {p: p.read_bytes() for p in others} == others  # nothing else written
+        path.unlink()
+    code, err = cli(capsys, "report", out)
+    assert code == 0, err
