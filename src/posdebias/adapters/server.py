@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._images import open_image
-from posdebias._inputs import MiB, excerpt, loads_json
+from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import (
     Adapter,
@@ -516,6 +516,11 @@ _ROUNDING = 1e-4
 def _logprob(value: float) -> float:
     if not math.isfinite(value) or value > _ROUNDING:
         raise ValueError(f"a log-probability must be a finite number <= 0, got {value!r}")
+    if value < -MAX_FILE_MAGNITUDE:  # finite, but a reply's sum of such scores is not
+        raise ValueError(
+            f"a log-probability must be at least {-MAX_FILE_MAGNITUDE:g} (sums of scores stay "
+            f"finite), got {value!r}"
+        )
     return min(value, 0.0)
 
 
