@@ -184,7 +184,7 @@ def test_transfer_refuses_benchmarks_of_different_n(tmp_path, capsys):
         ("tau", ["--values", "1,nan"], "finite number"),
         ("tau", ["--values", "1,inf"], "finite number"),
         ("tau", ["--values", "1,1e999"], "finite number"),
-        ("tau", ["--values", "1,1e308"], "less than or equal to 1000000000000"),
+        ("tau", ["--values", "1,1e308"], "Input should be less than or equal to 1000000000000"),
         ("calibration_size", ["--values", "2,-1e308"], "greater than or equal to -100000"),
         ("n", ["--benchmark", "bench-without-pattern"], "pattern with {n}"),
         ("tau", ["--calibrators", "vanilla,pride"], "needs a calibrator with the option"),
