@@ -61,12 +61,14 @@ from posdebias.adapters.base import (
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
     neutral_instance,
+    neutral_prompts,
     posed_messages,
     refuse_joined_control_tokens,
     template_fields,
@@ -660,6 +662,13 @@ class ServerAdapter(Adapter):
             ),
             opts.label_set,
         )
+        if self.control_tokens is not None:  # the prompt's end, the prefix and each label
+            check_answer_joins(
+                neutral_prompts(self.task_templates, self.render, self.labels_for),
+                opts.answer_prefix,
+                self.control_tokens,
+                opts.model,
+            )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(
                 "endpoint completions sends a rendered prompt, so it needs the option tokenizer "
