@@ -313,15 +313,18 @@ class HFAdapter(Adapter):
             self.label_set,
         )
         if self.control_tokens is not None:
+            try:
+                prompts = list(
+                    neutral_prompts(
+                        self.task_templates,
+                        lambda neutral: self.chat_text(self.messages_for(neutral)),
+                        self.labels_for,
+                    )
+                )
+            except (InputError, AdapterError):
+                prompts = []  # no prompt renders (no chat template): that error comes at use
             check_answer_joins(
-                neutral_prompts(
-                    self.task_templates,
-                    lambda neutral: self.chat_text(self.messages_for(neutral)),
-                    self.labels_for,
-                ),
-                self.answer_prefix,
-                self.control_tokens,
-                self.model_id or self.name,
+                prompts, self.answer_prefix, self.control_tokens, self.model_id or self.name
             )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
