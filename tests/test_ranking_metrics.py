@@ -55,7 +55,12 @@ def test_relevance_grades_read_checked_and_defaulted():
     for bad, message in [
         ("2,x,1", "comma-separated numbers"),
         ("2,1", "3 finite grades"),
-        ("2,nan,1", "3 finite grades"),
+        ("2,nan,1", "comma-separated numbers .*'nan' is not a finite number"),
+        ("2,inf,1", "'inf' is not a finite number"),
+        ("1e999,0,0", "'1e999' is not a finite number"),
+        ("1e308,1e308,0", "'1e308' is out of range"),  # finite, but its sum is not
+        ("2,-1e308,1", "'-1e308' is out of range"),
+        ("2,1_0,1", "'1_0' is not a finite number"),
         ("1,2,0", "highest grade"),
         ("0,0,0", "no candidate has a positive grade"),
     ]:
@@ -191,3 +196,40 @@ def test_a_beir_rerank_run_reports_ndcg_mrr_recall_with_intervals(tmp_path, caps
     latex = capsys.readouterr().out
     assert r"\begin{tabular}" in latex and "nDCG@10" in latex
     assert r"permutation\_self\_consistency" in latex
+
+
+@pytest.mark.parametrize("grade", ["nan", "inf", "-1e308", "1e308", "1e999"])
+def test_a_benchmark_line_whose_grades_are_not_finite_or_absurd_stops_the_run(
+    tmp_path, capsys, grade
+):
+    """meta.relevance of a benchmark line goes through the one reader of decimals in files:
+    nan, inf and 1e999 are no finite number, and 1e308 (finite) would make nDCG's sums
+    infinite. Exit 2 naming the instance and the grade, before the run directory is made."""
+    import hashlib
+
+    bench = tmp_path / "bench"
+    data = _beir(tmp_path / "scifact")
+    assert main(["build", "--task", "rerank", "--source", "beir", "--data", str(data),
+                 "-N", "4", "--out", str(bench)]) == 0  # fmt: skip
+    lines = (bench / "benchmark.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    grades = first["meta"]["relevance"].split(",")
+    grades[(first["target"] + 1) % 4] = grade
+    first["meta"]["relevance"] = ",".join(grades)
+    (bench / "benchmark.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    manifest = json.loads((bench / "manifest.json").read_text())
+    manifest["benchmark_sha256"] = hashlib.sha256(
+        (bench / "benchmark.jsonl").read_bytes()
+    ).hexdigest()
+    (bench / "manifest.json").write_text(json.dumps(manifest))
+    model = save_tiny_model("qwen3", tmp_path / "model")
+    capsys.readouterr()
+    out = tmp_path / "run"
+    code = main(["evaluate", "--task", "rerank", "--benchmark", str(bench), "--model", str(model),
+                 "--calibrators", "vanilla", "--count", "4", "--orders", "2",
+                 "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "internal error" not in err and "Traceback" not in err
+    assert f"'{grade}' is " in err and "meta.relevance" in err
+    assert not out.exists()

@@ -181,6 +181,11 @@ def test_transfer_refuses_benchmarks_of_different_n(tmp_path, capsys):
         ("top_k", ["--values", "1.5"], "whole numbers"),
         ("n", ["--values", "1,2"], "at least 2"),
         ("tau", ["--values", "x"], "comma-separated numbers"),
+        ("tau", ["--values", "1,nan"], "finite number"),
+        ("tau", ["--values", "1,inf"], "finite number"),
+        ("tau", ["--values", "1,1e999"], "finite number"),
+        ("tau", ["--values", "1,1e308"], "Input should be less than or equal to 1000000000000"),
+        ("calibration_size", ["--values", "2,-1e308"], "greater than or equal to -100000"),
         ("n", ["--benchmark", "bench-without-pattern"], "pattern with {n}"),
         ("tau", ["--calibrators", "vanilla,pride"], "needs a calibrator with the option"),
     ],
@@ -190,6 +195,20 @@ def test_bad_sweeps_are_clear_errors_before_any_work(tmp_path, capsys, study, ar
     assert sweep(study, out, *args) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1e308", "-1e308", "1e999"])
+def test_a_sweep_config_file_value_that_is_not_finite_or_absurd_is_refused(tmp_path, capsys, value):
+    """A study's values from its config file are finite and bounded like every decimal read
+    from a file (1e308 named its point by 309 digits); exit 2 naming the file, nothing made."""
+    config = tmp_path / "study.yaml"
+    config.write_text(f"adapter: {{name: synthetic}}\ncount: 2\nsweep:\n  values: [1, {value}]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", "tau", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "study.yaml" in err and "values.1" in err and "Traceback" not in err, err
+    assert "finite number" in err or "or equal to" in err, err
     assert not out.exists()
 
 

@@ -256,14 +256,21 @@ class RunFolder:
         """Write plain files into the folder together (all or none), never through a link;
         ``new``: refuse to replace anything that stands at one of the names (a file of the
         user's, a dangling link), for folders we share with other files."""
-        for name in files:
+        if not new:
+            self.refuse_links(files)
+        return write_files_together(self.root, files, new=new)
+
+    def refuse_links(self, names: Iterable[str]) -> None:
+        """Refuse a symbolic link (a dangling one included) at any of ``names``: a rename
+        would replace the user's link, a write through it would change its target. Call it
+        before anything is written, so that a refusal leaves the folder as it was."""
+        for name in names:
             path = self.path(name)
-            if path.is_symlink() and not new:
+            if path.is_symlink():
                 raise OutputError(
                     f"{path} is a symbolic link; posdebias does not write through links: "
                     f"remove it or choose another {self.flag}"
                 )
-        return write_files_together(self.root, files, new=new)
 
     def write_json(self, relative: str, payload: Any) -> Path:
         """Write our JSON file atomically, never through a link (a subfolder is made)."""

@@ -494,3 +494,59 @@ def test_fields_that_only_look_alike_pass():
     ):
         adapter = posdebias.get_adapter(model, tokenizer, label_set="upper", **options)
         assert adapter.observe(question()).label_logprobs.shape == (3,)
+
+
+@pytest.mark.parametrize(
+    ("options", "token"),
+    [
+        # a raw template's last field and the answer prefix
+        ({"chat_template": "raw", "task_prompt": {"query": "Answer: <|im"},
+          "answer_prefix": "_end|>"}, "<|im_end|>"),
+        ({"chat_template": "raw", "task_prompt": {"query": "Answer: <|im_end"},
+          "answer_prefix": "|>"}, "<|im_end|>"),
+        ({"chat_template": "raw", "task_prompt": {"query": "Answer: <|endof"},
+          "answer_prefix": "text|>"}, "<|endoftext|>"),
+        ({"chat_template": "raw", "task_prompt": {"query": "Answer: </th"},
+          "answer_prefix": "ink>"}, "</think>"),
+        # the last field and the label itself, with no prefix between
+        ({"chat_template": "raw", "task_prompt": {"query": "<|im_"}}, None),
+    ],
+)  # fmt: skip
+def test_an_answer_prefix_completing_a_token_at_the_prompts_end_is_refused(
+    tmp_path, options, token
+):
+    # the prompt's end and the answer prefix rendered '<|im_end|>' into the scored text
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    if token is None:  # "<|im_" + "A" is no token: text, scored
+        adapter = posdebias.get_adapter(model, tokenizer, **options)
+        assert adapter.observe(question()).label_logprobs.shape == (3,)
+        return
+    message = f"writes {token!r} where it meets the end of the prompt (multiple_choice)"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        posdebias.get_adapter(model, tokenizer, **options)
+    # a served model whose chat template writes the messages' text as it is (no turns)
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(tmp_path / "tok")
+    plain = AutoTokenizer.from_pretrained(tmp_path / "tok")  # the shared tokenizer stays as is
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    plain.save_pretrained(tmp_path / "tok")
+    served = {"task_prompt": options["task_prompt"], "answer_prefix": options["answer_prefix"]}
+    with pytest.raises(ConfigError, match="where it meets the end of the prompt"):
+        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", tokenizer=str(tmp_path / "tok"),
+                      retries=0, **served)  # fmt: skip
+
+
+def test_an_answer_prefix_that_meets_nothing_is_text():
+    model, tokenizer = tiny_model_and_processor("qwen3")
+    for options in (
+        {
+            "chat_template": "raw",
+            "task_prompt": {"query": "Answer: <|im"},
+            "answer_prefix": " _end|>",
+        },
+        {"answer_prefix": "<|im_"},  # the chat template's generation prompt ends in a newline
+        {"answer_prefix": "_end|>"},
+    ):
+        adapter = posdebias.get_adapter(model, tokenizer, **options)
+        assert adapter.observe(question()).label_logprobs.shape == (3,)

@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._images import open_image
-from posdebias._inputs import MiB, excerpt, loads_json
+from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import (
     Adapter,
@@ -61,12 +61,14 @@ from posdebias.adapters.base import (
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
     neutral_instance,
+    neutral_prompts,
     posed_messages,
     refuse_joined_control_tokens,
     template_fields,
@@ -517,6 +519,11 @@ _ROUNDING = 1e-4
 def _logprob(value: float) -> float:
     if not math.isfinite(value) or value > _ROUNDING:
         raise ValueError(f"a log-probability must be a finite number <= 0, got {value!r}")
+    if value < -MAX_FILE_MAGNITUDE:  # finite, but a reply's sum of such scores is not
+        raise ValueError(
+            f"a log-probability must be at least {-MAX_FILE_MAGNITUDE:g} (sums of scores stay "
+            f"finite), got {value!r}"
+        )
     return min(value, 0.0)
 
 
@@ -663,6 +670,13 @@ class ServerAdapter(Adapter):
             ),
             opts.label_set,
         )
+        if self.control_tokens is not None:  # the prompt's end, the prefix and each label
+            check_answer_joins(
+                neutral_prompts(self.task_templates, self.render, self.labels_for),
+                opts.answer_prefix,
+                self.control_tokens,
+                opts.model,
+            )
         if opts.endpoint == "completions" and self.tokenizer is None:
             raise InputError(
                 "endpoint completions sends a rendered prompt, so it needs the option tokenizer "

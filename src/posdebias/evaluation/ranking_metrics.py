@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from posdebias._inputs import file_decimal_number
 from posdebias.core.instance import Instance
 from posdebias.errors import InputError
 from posdebias.evaluation.runner import InstanceRecord
@@ -81,11 +82,11 @@ def relevance_grades(instance: Instance) -> np.ndarray:
             grades[instance.target] = 1.0
         return grades
     where = f"instance {instance.id[:60]!r}: meta.{RELEVANCE_KEY} {str(given)[:60]!r}"
-    try:
-        grades = np.array([float(v) for v in str(given).split(",")])
-    except ValueError:
-        raise InputError(f"{where} is not comma-separated numbers; give one grade per "
-                         "candidate in file order, e.g. '2,0,1,0'") from None  # fmt: skip
+    try:  # the one reader of decimals in files: nan, inf, 1e308 (a sum overflows), 1_0 refused
+        grades = np.array([file_decimal_number(v, "grade") for v in str(given).split(",")])
+    except InputError as exc:
+        raise InputError(f"{where} is not comma-separated numbers ({exc}); give one finite "
+                         "grade per candidate in file order, e.g. '2,0,1,0'") from None  # fmt: skip
     if grades.size != instance.n or not np.all(np.isfinite(grades)):
         raise InputError(f"{where} must hold {instance.n} finite grades, one per candidate")
     grades = np.maximum(grades, 0.0)  # a judged-irrelevant passage (-1, 0) gains nothing

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
-from posdebias._io import atomic_write_text, remove_stale, write_files_together
+from posdebias._io import remove_stale
+from posdebias._rundir import RunFolder
 from posdebias._text import file_text
 from posdebias.core.tasks import candidate_noun
-from posdebias.errors import OutputError
 from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.export import markdown_tables, markdown_text
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
@@ -276,13 +277,17 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
     text = file_text("\n".join(lines)) + "\n"
     figures = root / FIGURES
-    for ours in (figures, root / "report.md"):
-        if ours.is_symlink():  # a rename would replace the user's link
-            raise OutputError(f"{ours} is a symbolic link; posdebias does not write through links")
+    # through the run-directory layer: a link at any name (a figure's too) is refused before
+    # anything is written, never replaced
+    own = re.compile(r"^[\w.-]+\Z")
+    drawn = RunFolder(figures, marker=None, own=own, flag="RUN_DIR")
+    top = RunFolder(root, marker=None, own=own, flag="RUN_DIR")
+    top.refuse_links([FIGURES, "report.md"])
+    drawn.refuse_links(rendered)
     remove_stale(figures)
     _remove_outdated(figures, set(rendered))
-    write_files_together(figures, rendered)
-    return atomic_write_text(root / "report.md", text)
+    drawn.write_files(rendered)
+    return top.write_files({"report.md": text.encode("utf-8")})[0]
 
 
 def _remove_outdated(figures: Path, keep: set[str]) -> None:

@@ -44,12 +44,14 @@ from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_gr
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
     PromptTemplate,
+    check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
     coerce_prompt,
     control_tokens,
     neutral_instance,
+    neutral_prompts,
     posed_messages,
     resolve_chat_template,
     template_fields,
@@ -311,6 +313,20 @@ class HFAdapter(Adapter):
             [("answer_prefix", self.answer_prefix)],
             self.label_set,
         )
+        if self.control_tokens is not None:
+            try:
+                prompts = list(
+                    neutral_prompts(
+                        self.task_templates,
+                        lambda neutral: self.chat_text(self.messages_for(neutral)),
+                        self.labels_for,
+                    )
+                )
+            except (InputError, AdapterError):
+                prompts = []  # no prompt renders (no chat template): that error comes at use
+            check_answer_joins(
+                prompts, self.answer_prefix, self.control_tokens, self.model_id or self.name
+            )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
         #: where this model's language model config is (``text_config_key`` as the family says,

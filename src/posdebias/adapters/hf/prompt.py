@@ -21,7 +21,7 @@ import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -526,6 +526,48 @@ def refuse_joined_control_tokens(
             f"with part of it, the next text begins with the rest), {_misread(model)}; write "
             "the fields otherwise"
         )
+
+
+def neutral_prompts(
+    tasks: Iterable[str],
+    render: Callable[[Instance], str],
+    labels_for: Callable[[int, str], list[str]],
+) -> Iterator[tuple[str, str, list[str]]]:
+    """(where, rendered prompt, labels) of each task's prompt with neutral data (every text
+    ``x``), 2 and 3 candidates, as ``render`` writes it: what the answer prefix and the
+    labels follow (:func:`check_answer_joins`)."""
+    for task in tasks:
+        for n in (2,) if task == "pairwise_judge" else (2, 3):
+            texts = tuple(f"x{k}" for k in range(n))
+            neutral = Instance(query="x", texts=texts, task=task, id="x")
+            yield f"the prompt ({task})", render(neutral), labels_for(n, task)
+
+
+def check_answer_joins(
+    prompts: Iterable[tuple[str, str, Sequence[str]]],
+    answer_prefix: str,
+    pattern: re.Pattern[str] | None,
+    model: str,
+) -> None:
+    """Refuse an ``answer_prefix`` that writes one of the model's special tokens where it meets
+    the prompt's end (a raw template's last field ``Answer: <|im`` and the prefix ``_end|>``)
+    or a label: ``prompts`` are (where, rendered prompt of neutral data, its labels), and the
+    joined text may hold no token the three pieces do not hold apart. Checked when the
+    adapter is made, before any instance is read."""
+    if pattern is None:
+        return
+    for where, rendered, labels in prompts:
+        for label in labels:
+            joined = rendered + answer_prefix + label
+            apart = _FIELD_FENCE.join((rendered, answer_prefix, label))
+            found = Counter(pattern.findall(joined)) - Counter(pattern.findall(apart))
+            if found:
+                token = next(iter(found))
+                raise ConfigError(
+                    f"the answer_prefix {answer_prefix!r} writes {token!r} where it meets the "
+                    f"end of {where} or the label {label!r}, {_misread(model)}; write the "
+                    "answer_prefix (or the template's last field) otherwise"
+                )
 
 
 def check_template_control_tokens(

@@ -45,11 +45,11 @@ from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.evaluation.sweep.outputs import (
     COLUMNS,
+    figure_files,
     read_table,
+    sweep_report_text,
+    table_text,
     with_costs,
-    write_figure,
-    write_sweep_report,
-    write_table,
 )
 from posdebias.evaluation.sweep.plan import (
     DEFAULT_VALUES,
@@ -78,7 +78,7 @@ __all__ = [
     "run_point",
     "run_sweep",
     "sweep_identity",
-    "write_table",
+    "table_text",
 ]
 
 
@@ -150,9 +150,13 @@ def run_sweep(
         try:
             done, timing = _run_points(study, points, prepared, directory, config, on_point)
             rows = with_costs(done)
-            write_table(rows, directory.output("results.csv"))
-            figure = write_figure(study, rows, directory.output("figure.png"))
-            report = write_sweep_report(study, rows, points, adapter, directory.output("report.md"))
+            files = {
+                "results.csv": table_text(rows).encode("utf-8"),
+                **figure_files(study, rows),
+                "report.md": sweep_report_text(study, rows, points, adapter).encode("utf-8"),
+            }
+            directory.folder.write_files(files)
+            figure, report = directory.out / "figure.png", directory.out / "report.md"
             seconds = time.perf_counter() - started
             timing["total_seconds_last_invocation"] = round(seconds, 3)
             directory.write_timing(timing)

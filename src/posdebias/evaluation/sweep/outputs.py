@@ -1,4 +1,7 @@
-"""A study's outputs: the tidy table, the paper-style figure and the report."""
+"""A study's outputs: the tidy table, the paper-style figure and the report.
+
+Each is rendered to bytes here; :meth:`SweepDirectory.write_outputs` writes them together
+through the run-directory layer (all or none, never through a link)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from posdebias._io import atomic_write_bytes, atomic_write_text
 from posdebias._text import file_text, one_line
 from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
@@ -57,14 +59,15 @@ def with_costs(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- outputs ---------------------------------------------------------------------------------
 
 
-def write_table(rows: list[dict[str, Any]], path: Path) -> Path:
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """results.csv: one line per point and calibrator, every cell on one line."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         cells = {key: row.get(key, "") for key in COLUMNS}  # no interval: empty
         writer.writerow({k: one_line(v) if isinstance(v, str) else v for k, v in cells.items()})
-    return atomic_write_text(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
@@ -80,17 +83,16 @@ _AXIS = {
 }
 
 
-def write_figure(study: str, rows: list[dict[str, Any]], path: Path) -> Path:
-    """The study's figure as PNG at ``path`` and as PDF and SVG beside it."""
+def figure_files(study: str, rows: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The study's figure as figure.png, figure.pdf and figure.svg (name: bytes)."""
     rendered = render(sweep_figure(study, rows, _AXIS.get(study, study)))
-    for fmt, data in rendered.items():
-        atomic_write_bytes(path.with_suffix(f".{fmt}"), data)
-    return path
+    return {f"figure.{fmt}": data for fmt, data in rendered.items()}
 
 
-def write_sweep_report(
-    study: str, rows: list[dict[str, Any]], points: list[Point], adapter: Any, path: Path
-) -> Path:
+def sweep_report_text(
+    study: str, rows: list[dict[str, Any]], points: list[Point], adapter: Any
+) -> str:
+    """report.md: the figure, one table per metric and the cost table."""
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
     described = adapter.describe()
     lines = [
@@ -152,4 +154,4 @@ def write_sweep_report(
             f"{r['point_new_forward_passes']} |"
         )
     lines.append("")
-    return atomic_write_text(path, file_text("\n".join(lines)))
+    return file_text("\n".join(lines))

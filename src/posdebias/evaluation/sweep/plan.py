@@ -6,11 +6,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from posdebias._inputs import UsablePath
+from posdebias._inputs import MAX_FILE_MAGNITUDE, UsablePath
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import InputError, validation_problems
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_of
@@ -33,8 +33,13 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    values: list[float] | None = Field(
-        default=None, max_length=1_000, description="N, |Dcal|, K or tau values (default per study)"
+    # bounded like every decimal read from a file: 1e308 named a point by its 309 digits
+    values: list[Annotated[float, Field(ge=-MAX_FILE_MAGNITUDE, le=MAX_FILE_MAGNITUDE)]] | None = (
+        Field(
+            default=None,
+            max_length=1_000,
+            description="N, |Dcal|, K or tau values (default per study)",
+        )
     )
     benchmarks: list[UsablePath] | None = Field(
         default=None,

@@ -188,13 +188,3 @@ class SweepDirectory:
 
     def write_timing(self, timing: dict[str, Any]) -> None:
         self.folder.write_json(TIMING_FILE, timing)
-
-    def output(self, name: str) -> Path:
-        """Where a final file goes (refused where it is a link)."""
-        path = self.folder.path(name)
-        if path.is_symlink():
-            raise ResumeError(
-                f"{path} is a symbolic link; posdebias does not write through links: remove it "
-                "or choose another --out"
-            )
-        return path
