@@ -23,6 +23,17 @@ def calibration_set(rng: np.random.Generator, n: int, layers: int, m: int) -> li
     return [random_observation(rng, n, layers, index % n) for index in range(m * n)]
 
 
+def prompt_text(messages) -> str:
+    """The text of chat messages, whether their content is a string or a list of parts."""
+    return "".join(
+        item if isinstance(item, str) else item.get("text", "")
+        for message in messages
+        for item in (
+            message["content"] if isinstance(message["content"], list) else [message["content"]]
+        )
+    )
+
+
 def top_two_gap(scores: np.ndarray) -> float:
     ordered = np.sort(scores)
     return float(ordered[-1] - ordered[-2])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import posdebias
+from helpers import prompt_text
 from posdebias.adapters.families.synthetic import SyntheticAdapter
 from posdebias.core.instance import Instance
 from posdebias.core.tasks import TASK_LABEL_SETS, task_label_set
@@ -24,16 +25,6 @@ def pair(k: int = 0) -> Instance:
 def question() -> Instance:
     return Instance(query="Which is a fruit?", texts=("stone", "apple", "car", "cloud"), target=1,
                     id="q", task="multiple_choice")  # fmt: skip
-
-
-def prompt_text(messages) -> str:
-    return "".join(
-        item if isinstance(item, str) else item.get("text", "")
-        for message in messages
-        for item in (
-            message["content"] if isinstance(message["content"], list) else [message["content"]]
-        )
-    )
 
 
 def test_the_one_rule():

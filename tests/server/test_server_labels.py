@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from test_server_errors import Server
 
+from helpers import prompt_text
 from posdebias.adapters.server import ServerAdapter
 from posdebias.core.instance import Instance
 
@@ -13,16 +14,6 @@ from posdebias.core.instance import Instance
 def pair() -> Instance:
     return Instance(query="Which is better?", texts=("Yes.", "No."), target=0, id="p",
                     task="pairwise_judge")  # fmt: skip
-
-
-def prompt_text(messages) -> str:
-    return "".join(
-        item if isinstance(item, str) else item.get("text", "")
-        for message in messages
-        for item in (
-            message["content"] if isinstance(message["content"], list) else [message["content"]]
-        )
-    )
 
 
 def test_the_openai_adapter_asks_a_judge_for_a_or_b():
