@@ -511,16 +511,22 @@ def check_joined_control_tokens(
     )
 
 
+def joined_token(pattern: re.Pattern[str] | None, joined: str, apart: str) -> str | None:
+    """A special token ``joined`` holds more often than ``apart`` (the same pieces kept from
+    meeting): one that only the joining of fields writes; None when there is none."""
+    if pattern is None:
+        return None
+    extra = Counter(pattern.findall(joined)) - Counter(pattern.findall(apart))
+    return next(iter(extra), None)
+
+
 def refuse_joined_control_tokens(
     where: str, rendered: str, neutral: str, pattern: re.Pattern[str] | None, model: str
 ) -> None:
     """:func:`check_joined_control_tokens` for any prompt: ``where`` names what it poses
     (an instance, a cloze question) in the error."""
-    if pattern is None:
-        return
-    extra = Counter(pattern.findall(rendered)) - Counter(pattern.findall(neutral))
-    if extra:
-        token = next(iter(extra))
+    token = joined_token(pattern, rendered, neutral)
+    if token is not None:
         raise InputError(
             f"{where}: its prompt holds {token!r} where its fields are joined (one field ends "
             f"with part of it, the next text begins with the rest), {_misread(model)}; write "
@@ -560,9 +566,8 @@ def check_answer_joins(
         for label in labels:
             joined = rendered + answer_prefix + label
             apart = _FIELD_FENCE.join((rendered, answer_prefix, label))
-            found = Counter(pattern.findall(joined)) - Counter(pattern.findall(apart))
-            if found:
-                token = next(iter(found))
+            token = joined_token(pattern, joined, apart)
+            if token is not None:
                 raise ConfigError(
                     f"the answer_prefix {answer_prefix!r} writes {token!r} where it meets the "
                     f"end of {where} or the label {label!r}, {_misread(model)}; write the "
@@ -665,10 +670,10 @@ def check_template_joins(
                     )
                 )
             for where, joined, apart in cases:
-                found = Counter(pattern.findall("\n".join(_message_texts(joined))))
-                found -= Counter(pattern.findall("\n".join(_message_texts(apart))))
-                if found:
-                    token = next(iter(found))
+                token = joined_token(
+                    pattern, "\n".join(_message_texts(joined)), "\n".join(_message_texts(apart))
+                )
+                if token is not None:
                     raise ConfigError(
                         f"the fields of {where} write {token!r} where they meet (one field ends "
                         f"with part of it, the next begins with the rest), {_misread(model)}; "
