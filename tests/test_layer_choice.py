@@ -94,7 +94,7 @@ def test_each_view_is_scored_against_the_other_instances_prior():
     targets = np.array([0, 1, 2, 3, 0, 1, 2, 3])
     groups = np.repeat([0, 1], 4)
     masses[4 + np.arange(4), 0, targets[4:]] = 5.0
-    choice = choose_layers(masses, targets, groups, np.array([0, 1]), top_k=1)
+    choice = choose_layers(masses, targets, groups, np.array([0, 1]), top_k=1, span_mass="mean")
     # row 0: instance 0's views see instance 1's prior (high everywhere the truth went):
     # position 0's slight pull wins once (target 0); instance 1's four views are right
     assert choice.accuracy[0] == pytest.approx(5 / 8)
@@ -139,3 +139,83 @@ def test_observation_span_lengths_are_checked_and_rotate():
     for bad in ([1, 2], [0, 1, 1], [1.5, 1, 1]):
         with pytest.raises(Exception, match="span_lengths"):
             Observation(label_logprobs=log_softmax(np.zeros(3)), span_lengths=bad)
+
+
+def length_views(rng, truths, *, per_token_truth: bool):
+    """Cyclic views of options 1, 1, 1 and 4 tokens long (content 3 is the long one; it moves
+    with the rotation), one instance per truth. Row 0 puts its attention on the truth: per token
+    when ``per_token_truth`` (so the sum favours the long option over a short truth), else in
+    total (so the mean disfavours a long truth). Row 1 is noise."""
+    out = []
+    n = 4
+    for truth in truths:
+        for shift in range(n):
+            order = [(i + shift) % n for i in range(n)]
+            lengths = np.array([4 if c == 3 else 1 for c in order])
+            target = order.index(truth)
+            per_token = np.full(n, 0.05)
+            per_token[target] = 0.12
+            row0 = per_token * lengths if per_token_truth else per_token.copy()
+            row1 = (rng.random(n) + 0.5) * lengths
+            out.append(
+                Observation(
+                    label_logprobs=log_softmax(np.zeros(n)),
+                    attention=np.stack([row0, row1]),
+                    target=target,
+                    span_lengths=lengths,
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize(("per_token_truth", "reading"), [(True, "mean"), (False, "sum")])
+def test_the_evidence_chooses_how_a_candidates_attention_is_read(per_token_truth, reading):
+    """On calibration views whose truth shows only under one reading, the default finds that
+    reading, the state records it, and predictions read the test views the same way."""
+    rng = np.random.default_rng(11)
+    # the truth is never the long option where the attention is per token: a long truth would
+    # win under both readings there and tell them apart nowhere
+    truths = [0, 1, 2] if per_token_truth else [0, 1, 2, 3]
+    calibration = length_views(rng, truths * 2, per_token_truth=per_token_truth)
+    test = length_views(rng, truths, per_token_truth=per_token_truth)
+    calibrator = get_calibrator("purified_attention", top_k=1)
+    state = calibrator.fit(calibration)
+    choice = state.layer_choice
+    assert choice is not None and choice.span_mass == reading and choice.rows == [0]
+    assert choice.informative
+    assert all(calibrator.predict(obs, state).choice == obs.target for obs in test)
+    # the other fixed reading misses the truth in some test views
+    other = get_calibrator(
+        "purified_attention", top_k=1, span_mass="sum" if reading == "mean" else "mean"
+    )
+    other_state = other.fit(calibration)
+    assert sum(other.predict(obs, other_state).choice == obs.target for obs in test) < len(test)
+
+
+def test_trying_two_readings_doubles_the_chance_correction():
+    rng = np.random.default_rng(5)
+    calibration = views(rng, 3, 4, 6, (2,), bias=0)  # equal lengths: both readings tie
+    fixed = get_calibrator("attention_guided", span_mass="mean").fit(calibration).layer_choice
+    chosen = get_calibrator("attention_guided").fit(calibration).layer_choice
+    assert fixed is not None and chosen is not None
+    assert chosen.span_mass == "mean"  # a tie goes to the per-token reading
+    assert chosen.rows == fixed.rows
+    assert chosen.p_value == pytest.approx(min(1.0, 2 * fixed.p_value), rel=1e-12)
+
+
+@pytest.mark.parametrize("option", ["sum", "mean"])
+def test_a_state_saved_before_the_reading_was_chosen_reads_as_its_option(option):
+    rng = np.random.default_rng(2)
+    calibration = views(rng, 4, 4, 6, (2,), bias=0)
+    calibrator = get_calibrator("attention_guided", span_mass=option)
+    saved = calibrator.fit(calibration).model_dump(mode="json")
+    del saved["layer_choice"]["span_mass"]
+    state = CalibrationState.model_validate(saved)
+    assert state.layer_choice is not None and state.layer_choice.span_mass is None
+    assert calibrator.options.reading(state) == option
+
+
+def test_mass_selection_reads_the_papers_sum_by_default():
+    options = get_calibrator("attention_guided", layer_selection="mass").options
+    assert options.readings() == ("sum",) and options.reading() == "sum"
+    assert get_calibrator("attention_guided").options.readings() == ("mean", "sum")

@@ -128,6 +128,7 @@ ROWS = (
     Row("attention_readout", "attention_readout", {}),
     Row("purified_attention", "purified_attention", {}),
     Row("**attention_guided** (defaults)", "attention_guided", {}),
+    Row("attention_guided, `span_mass: mean`", "attention_guided", {"span_mass": "mean"}),
     Row("attention_guided, `span_mass: sum`", "attention_guided", {"span_mass": "sum"}),
     Row(
         "attention_guided, the paper's mass selection (`--protocol reference`)",
@@ -196,6 +197,7 @@ def measure(study: Study, size: int, draws: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     right: dict[str, list[np.ndarray]] = {row.label: [] for row in ROWS}
     informative = []
+    summed = []
     for _ in range(draws):
         order = rng.permutation(len(study.ids))
         calibration_ids = [study.ids[i] for i in order[:size]]
@@ -210,6 +212,7 @@ def measure(study: Study, size: int, draws: int, seed: int) -> dict[str, Any]:
             state = calibrator.fit(fit_sets[row.fit_on])
             if row.name == "attention_guided" and not row.options:
                 informative.append(bool(state.layer_choice and state.layer_choice.informative))
+                summed.append(bool(state.layer_choice and state.layer_choice.span_mass == "sum"))
             hits = np.zeros((len(test_ids), study.n))
             for q, key in enumerate(test_ids):
                 views = study.views[key]
@@ -230,6 +233,7 @@ def measure(study: Study, size: int, draws: int, seed: int) -> dict[str, Any]:
             for label, hits in right.items()
         },
         "informative": 100 * float(np.mean(informative)),
+        "summed": 100 * float(np.mean(summed)),
     }
 
 
@@ -252,16 +256,17 @@ def cloze_accuracy(study: Study, kind: str, seed: int) -> tuple[float, float, fl
     return 100 * hits_array.mean(), 100 * low, 100 * high
 
 
-def layer_accuracy(study: Study) -> tuple[list[float | None], list[str]]:
-    """Per layer, the cross-validated share of all views whose purified attention (per-token
-    mass, the default) points at the truth: the evidence the layer choice reads."""
+def layer_accuracy(study: Study) -> tuple[list[float | None], list[str], str]:
+    """Per layer, the cross-validated share of all views whose purified attention (under the
+    reading the default chooses on all views) points at the truth: the evidence the layer
+    choice reads."""
     from posdebias import get_calibrator
 
     calibrator = get_calibrator("attention_guided")
     observations = [o for key in study.ids for o in study.views[key]]
-    choice = calibrator.options.fit_layers(observations)["layer_choice"]
+    choice = calibrator.options.fit_attention(observations, prior=False)["layer_choice"]
     layers = observations[0].layers
-    return choice["accuracy"], list(layers.kinds)
+    return choice["accuracy"], list(layers.kinds), choice["span_mass"]
 
 
 # page --------------------------------------------------------------------------------------------
@@ -341,13 +346,22 @@ def render(
                     f"| {label}: needs no calibration | " + " | ".join([cell] * len(sizes)) + " |"
                 )
             shares = " | ".join(f"{results[size]['informative']:.0f}%" for size in sizes)
-            lines += [f"| informative layer found (share of draws) | {shares} |", ""]
+            summed = " | ".join(f"{results[size]['summed']:.0f}%" for size in sizes)
+            lines += [
+                f"| informative layer found (share of draws) | {shares} |",
+                f"| the evidence chose the sum reading (share of draws) | {summed} |",
+                "",
+            ]
             times.append(
                 f"| {name} | {relation}, N = {options} | {study.seconds:.2f} | "
                 f"{study.seconds * study.n:.2f} |"
             )
             if relation == "capitals" and options == 4:
-                curves[f"{name}: capitals, N = 4"] = layer_accuracy(study)
+                accuracy, kinds, reading = layer_accuracy(study)
+                curves[f"{name}: capitals, N = 4 ({reading} of each option's tokens)"] = (
+                    accuracy,
+                    kinds,
+                )
     draw_figure(curves, figure)
     lines += [
         "### Purified attention per layer (capitals, N = 4)",

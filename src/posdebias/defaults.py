@@ -20,10 +20,11 @@ CANDIDATES = 4
 TOP_K = 2
 
 #: How a candidate's attention mass is read by the layer-selecting calibrators: ``mean`` per
-#: token or ``sum`` over its tokens (the paper). Measured on two real models and two question
-#: sets (docs/real-models.md): the mean is ahead on average (39.4 against 35.0 at M = 20), and
-#: the sum gives longer candidates more mass for their length alone.
-SPAN_MASS: Literal["sum", "mean"] = "mean"
+#: token, ``sum`` over its tokens (the paper), or ``evidence``: whichever of the two lets the
+#: chosen layers point at the truth more often on the calibration set. Measured on two real
+#: models and two question sets (docs/real-models.md): neither fixed reading wins everywhere
+#: (the sum lifts Gemma 3's capitals, the mean SmolLM2's countries), the evidence takes each.
+SPAN_MASS: Literal["evidence", "sum", "mean"] = "evidence"
 
 #: tau: temperature of the visual posterior pi = softmax(tau * log pi~) (inference step 3).
 TAU = 5.0

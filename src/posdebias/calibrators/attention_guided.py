@@ -57,9 +57,8 @@ class AttentionGuided(Calibrator):
             "observed_profile": profile.tolist(),
             "gamma": gamma,
             "bias_matrix": bias.tolist(),
-            "attention_prior": self.options.static_prior(observations).tolist(),
             "logit_prior": PriorEstimator().logit_prior(observations).tolist(),
-            **self.options.fit_layers(observations),
+            **self.options.fit_attention(observations),
         }
 
     def _predict(
@@ -81,7 +80,9 @@ class AttentionGuided(Calibrator):
         prior = state.fitted("attention_prior")
         if not self.options.attention_prior:
             prior = np.ones_like(prior)  # log 1 = 0: the posterior reads the raw attention
-        purified = corrector.purified_log_attention(self.options.masses(observation), prior, layers)
+        purified = corrector.purified_log_attention(
+            self.options.masses(observation, state), prior, layers
+        )
         posterior = corrector.visual_posterior(purified)
         bias = corrector.expected_bias(posterior, state.fitted("bias_matrix"))
         return Prediction(

@@ -24,7 +24,7 @@ class AttentionReadout(Calibrator):
     summary = "argmax of the raw attention of the chosen layers"
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
-        return self.options.fit_layers(observations)
+        return self.options.fit_attention(observations, prior=False)
 
     def _predict(
         self,
@@ -33,7 +33,7 @@ class AttentionReadout(Calibrator):
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
         layers = self.options.rows_for(observation, state)
-        readout = mean_attention(self.options.masses(observation), layers)
+        readout = mean_attention(self.options.masses(observation, state), layers)
         return Prediction(
             scores=np.log(readout / max(readout.sum(), EPSILON) + EPSILON),
             evidence=Evidence(layers=tuple(layers)),

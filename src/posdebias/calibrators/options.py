@@ -10,7 +10,14 @@ from pydantic import Field, field_validator
 
 import posdebias.defaults as defaults
 from posdebias.calibrators.base import CalibratorOptions
-from posdebias.core.layers import GLOBAL, LAYER_KINDS, choose_layers, span_masses
+from posdebias.core.layers import (
+    GLOBAL,
+    LAYER_KINDS,
+    SPAN_READINGS,
+    LayerChoice,
+    choose_layers,
+    span_masses,
+)
 from posdebias.core.observation import Observation
 from posdebias.core.stages import Corrector, LayerSelector
 from posdebias.core.state import CalibrationState
@@ -20,6 +27,13 @@ from posdebias.errors import InputError
 LayerIndex = Annotated[int, Field(ge=-defaults.MAX_LAYERS, le=defaults.MAX_LAYERS)]
 
 
+def read_masses(observations: Sequence[Observation], reading: str) -> np.ndarray:
+    """Every observation's attention rows as ``reading`` reads them: [V, L, N]."""
+    return np.stack(
+        [span_masses(obs.attention_matrix, obs.span_lengths, reading) for obs in observations]
+    )
+
+
 class LayerSelectionOptions(CalibratorOptions):
     layer_selection: Literal["evidence", "mass"] = Field(
         default="evidence",
@@ -27,9 +41,11 @@ class LayerSelectionOptions(CalibratorOptions):
         "often on the calibration set (cross-validated; none when no layer beats chance); "
         "mass: per instance, the K layers with the most attention on the candidates (paper)",
     )
-    span_mass: Literal["sum", "mean"] = Field(
+    span_mass: Literal["evidence", "sum", "mean"] = Field(
         default=defaults.SPAN_MASS,
-        description="a candidate's attention: summed over its tokens (paper) or their mean",
+        description="a candidate's attention: summed over its tokens (paper), their mean, or "
+        "evidence: whichever of the two lets the chosen layers point at the truth more often "
+        "on the calibration set (the paper's sum under mass selection, which reads no evidence)",
     )
     top_k: int = Field(
         default=defaults.TOP_K,
@@ -78,21 +94,53 @@ class LayerSelectionOptions(CalibratorOptions):
             top_k=self.top_k, layer_range=self.layer_range, layer_kinds=self.kinds()
         )
 
-    def masses(self, observation: Observation) -> np.ndarray:
-        """The observation's attention rows as ``span_mass`` reads them."""
-        return span_masses(observation.attention_matrix, observation.span_lengths, self.span_mass)
+    def readings(self) -> tuple[str, ...]:
+        """The readings of a candidate's attention the fit may choose from."""
+        if self.span_mass != "evidence":
+            return (self.span_mass,)
+        return SPAN_READINGS if self.layer_selection == "evidence" else ("sum",)
 
-    def fit_layers(self, observations: Sequence[Observation]) -> dict[str, Any]:
-        """State fields of the layer choice (``layer_choice``, a warning when no layer is
-        informative) for evidence selection; nothing for the paper's per-instance selection."""
-        if self.layer_selection != "evidence":
-            return {}
+    def reading(self, state: CalibrationState | None = None) -> str:
+        """The reading a fitted state uses: the one its layer choice was made with, else the
+        option's own (the first it names)."""
+        choice = state.layer_choice if state is not None else None
+        if choice is not None and choice.span_mass is not None:
+            return choice.span_mass
+        return self.readings()[0]
+
+    def masses(self, observation: Observation, state: CalibrationState | None = None) -> np.ndarray:
+        """The observation's attention rows as the state (or, unfitted, the option) reads them."""
+        return span_masses(
+            observation.attention_matrix, observation.span_lengths, self.reading(state)
+        )
+
+    def fit_attention(
+        self, observations: Sequence[Observation], *, prior: bool = True
+    ) -> dict[str, Any]:
+        """State fields of the attention fit: the layer choice (evidence selection; with a
+        warning when no layer is informative) and, with ``prior``, the static attention prior
+        [L, N] under the reading the choice was made with."""
+        fields: dict[str, Any] = {}
+        reading = self.readings()[0]
+        if self.layer_selection == "evidence":
+            choice = self._choose_layers(observations)
+            reading = choice.span_mass
+            fields["layer_choice"] = choice.to_dict()
+            if not choice.informative:
+                fields["diagnostics"] = self._uninformative(observations, choice)
+        if prior:
+            fields["attention_prior"] = read_masses(observations, reading).mean(axis=0).tolist()
+        return fields
+
+    def _choose_layers(self, observations: Sequence[Observation]) -> LayerChoice:
+        """The best layer choice over the readings tried (ties to the first reading)."""
         layers = observations[0].layers
         assert layers is not None  # the caller checked that every observation has attention
-        masses = np.stack([self.masses(obs) for obs in observations])
+        readings = self.readings()
         # a window that leaves a candidate out in some view gives an exact zero: not a candidate
+        raw = np.stack([obs.attention_matrix for obs in observations])
         candidates = np.array(
-            [row for row in self.selector().candidates(layers) if np.all(masses[:, row] > 0)],
+            [row for row in self.selector().candidates(layers) if np.all(raw[:, row] > 0)],
             dtype=int,
         )
         if candidates.size == 0:
@@ -102,33 +150,46 @@ class LayerSelectionOptions(CalibratorOptions):
                 "to global or layer_selection to mass"
             )
         targets = np.array([obs.target for obs in observations])
-        # each view against the prior of the others: the fit must not depend on the order
-        # of its observations, so no grouping by position in the list
-        choice = choose_layers(
-            masses, targets, np.arange(len(observations)), candidates, self.top_k
-        )
-        fields: dict[str, Any] = {"layer_choice": choice.to_dict()}
-        if not choice.informative:
-            best = int(np.nanargmax(np.array(choice.accuracy)))
-            fields["diagnostics"] = {
-                "warning": "no attention layer points at the right candidate reliably more "
-                f"often than chance on the calibration set (best: layer {layers.indices[best]}, "
-                f"{100 * choice.accuracy[best]:.1f}% of {choice.views} views, chance "
-                f"{100 / observations[0].n:.1f}%, p = {choice.p_value:.2g} after correcting for "
-                f"{candidates.size} layers); the attention carries no usable evidence here "
-                "(more calibration instances may find some)",
-                "informative_layers": False,
-            }
-        return fields
+        choices = [
+            choose_layers(
+                read_masses(observations, reading),
+                targets,
+                # each view against the prior of the others: the fit must not depend on the
+                # order of its observations, so no grouping by position in the list
+                np.arange(len(observations)),
+                candidates,
+                self.top_k,
+                span_mass=reading,
+                comparisons=len(readings),
+            )
+            for reading in readings
+        ]
+        return max(choices, key=lambda choice: choice.best_accuracy)  # first of equals
 
-    def static_prior(self, observations: Sequence[Observation]) -> np.ndarray:
-        """The static attention prior of the masses as ``span_mass`` reads them: [L, N]."""
-        return np.mean(np.stack([self.masses(obs) for obs in observations]), axis=0)
+    def _uninformative(
+        self, observations: Sequence[Observation], choice: LayerChoice
+    ) -> dict[str, Any]:
+        layers = observations[0].layers
+        assert layers is not None
+        best = int(np.nanargmax(np.array(choice.accuracy)))
+        tried = len(self.readings())
+        corrected = f"{int(np.sum(~np.isnan(np.array(choice.accuracy))))} layers" + (
+            f" and {tried} readings of a candidate's attention" if tried > 1 else ""
+        )
+        return {
+            "warning": "no attention layer points at the right candidate reliably more often "
+            f"than chance on the calibration set (best: layer {layers.indices[best]}, "
+            f"{100 * choice.accuracy[best]:.1f}% of {choice.views} views, chance "
+            f"{100 / observations[0].n:.1f}%, p = {choice.p_value:.2g} after correcting for "
+            f"{corrected}); the attention carries no usable evidence here (more calibration "
+            "instances may find some)",
+            "informative_layers": False,
+        }
 
     def rows_for(self, observation: Observation, state: CalibrationState) -> np.ndarray:
         """The attention rows read for ``observation``: the state's chosen rows (those that see
         every candidate of this view), else the paper's per-instance choice by mass."""
-        masses = self.masses(observation)
+        masses = self.masses(observation, state)
         choice = state.layer_choice if self.layer_selection == "evidence" else None
         if choice is not None:
             rows = np.array([row for row in choice.rows if np.all(masses[row] > 0)], dtype=int)

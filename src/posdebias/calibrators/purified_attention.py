@@ -23,10 +23,7 @@ class PurifiedAttention(Calibrator):
     summary = "argmax of the attention posterior pi (static attention prior removed)"
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
-        return {
-            "attention_prior": self.options.static_prior(observations).tolist(),
-            **self.options.fit_layers(observations),
-        }
+        return self.options.fit_attention(observations)
 
     def _predict(
         self,
@@ -37,7 +34,7 @@ class PurifiedAttention(Calibrator):
         layers = self.options.rows_for(observation, state)
         corrector = self.options.corrector()
         purified = corrector.purified_log_attention(
-            self.options.masses(observation), state.fitted("attention_prior"), layers
+            self.options.masses(observation, state), state.fitted("attention_prior"), layers
         )
         scores = log_softmax(corrector.tau * purified)
         return Prediction(

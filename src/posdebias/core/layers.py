@@ -134,9 +134,10 @@ def _as_index(value: Any) -> int:
 
 # -- layer choice from calibration evidence ------------------------------------------------
 
-SPAN_MASS = ("sum", "mean")
-"""How a candidate's attention mass is read: ``sum`` over its tokens (the paper), or ``mean``
-per token (longer candidates are not favoured for their length)."""
+SPAN_READINGS = ("mean", "sum")
+"""How a candidate's attention mass can be read: ``mean`` per token (longer candidates are not
+favoured for their length) or ``sum`` over its tokens (the paper). Where the calibration evidence
+chooses between them, a tie goes to the first."""
 
 CHANCE_ALPHA = 0.05
 """Family-wise level of the test that the chosen layer beats chance (Bonferroni over the
@@ -168,6 +169,8 @@ class LayerChoice:
             (1/N per view), times the number of candidate rows (Bonferroni), at most 1.
         informative: whether ``p_value`` is below :data:`CHANCE_ALPHA`.
         views: number of calibration views scored.
+        span_mass: the reading of the candidates' attention (:data:`SPAN_READINGS`) the choice
+            was made with, which prediction must use too.
     """
 
     rows: tuple[int, ...]
@@ -175,6 +178,12 @@ class LayerChoice:
     p_value: float
     informative: bool
     views: int
+    span_mass: str
+
+    @property
+    def best_accuracy(self) -> float:
+        """The best candidate row's share of right calibration views."""
+        return float(np.nanmax(np.array(self.accuracy)))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,6 +192,7 @@ class LayerChoice:
             "p_value": float(self.p_value),
             "informative": self.informative,
             "views": self.views,
+            "span_mass": self.span_mass,
         }
 
 
@@ -192,11 +202,16 @@ def choose_layers(
     groups: np.ndarray,
     candidates: np.ndarray,
     top_k: int,
+    *,
+    span_mass: str,
+    comparisons: int = 1,
 ) -> LayerChoice:
     """At most K candidate rows whose purified attention most often points at the truth.
 
     ``masses`` [V, L, N] are the calibration views' attention masses (as :func:`span_masses`
-    reads them), ``targets`` [V] where the truth is, ``groups`` [V] the views scored together:
+    reads them with ``span_mass``), ``targets`` [V] where the truth is, ``comparisons`` how many
+    such choices the caller makes and keeps the best of (one per reading tried: the chance test
+    corrects for every candidate row of every one), ``groups`` [V] the views scored together:
     each group is scored against the static prior of the OTHER groups' views, so a view does not
     vouch for itself (the calibrators score each view alone: a fit must not depend on the order
     of its observations); ties go to the row whose posterior gives the truth more mass, then to
@@ -221,8 +236,8 @@ def choose_layers(
     mass = np.round(truth_mass, 9)
     order = sorted(candidates.tolist(), key=lambda row: (-right[row], -mass[row], row))
 
-    def corrected(row: int) -> float:  # Bonferroni over the candidate rows
-        return min(1.0, _binomial_tail(int(right[row]), views, 1.0 / n) * len(order))
+    def corrected(row: int) -> float:  # Bonferroni over the candidate rows of every comparison
+        return min(1.0, _binomial_tail(int(right[row]), views, 1.0 / n) * len(order) * comparisons)
 
     # of the top K, those that beat chance themselves (a weak second layer only dilutes the
     # first); at least the best, which the fallback judges
@@ -237,6 +252,7 @@ def choose_layers(
         p_value=p_value,
         informative=p_value < CHANCE_ALPHA,
         views=views,
+        span_mass=span_mass,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -53,6 +53,11 @@ class LayerChoiceRecord(BaseModel):
     p_value: float = Field(ge=0, le=1)
     informative: bool
     views: int = Field(ge=1, le=10**12)
+    span_mass: Literal["sum", "mean"] | None = Field(
+        default=None,
+        description="the reading of a candidate's attention the choice was made with (None in "
+        "states saved before the reading was chosen: the calibrator's span_mass option)",
+    )
 
 
 class CalibrationState(BaseModel):

@@ -12,8 +12,10 @@ from pydantic import BaseModel, Field
 
 import posdebias.defaults as defaults
 from posdebias.calibrators.base import Calibrator
+from posdebias.calibrators.options import LayerSelectionOptions
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.layers import LayerSet
+from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, Corrector, LayerSelector, mean_attention
 from posdebias.core.state import CalibrationState
 from posdebias.evaluation.runner import InstanceRecord, ObservationCache, observation_key
@@ -29,7 +31,7 @@ class LayerShares(BaseModel):
     """
 
     layer: int = Field(description="model layer index")
-    selected: float = Field(description="share of observations whose top-K layers include it")
+    selected: float = Field(description="share of observations whose layers read include it")
     prior_peak: int | None = Field(description="0-based position of the prior's largest value")
     raw_truth: float
     raw_positional: float | None
@@ -72,14 +74,27 @@ def divergence_profiles(
     if label is None:
         return None
     options = calibrators[label].options
-    selector = (
-        options.selector()
-        if hasattr(options, "selector")
-        else LayerSelector(
+    state = states[label]
+    if isinstance(options, LayerSelectionOptions):
+        # the calibrator's own reading and rows: the picture shows what its predictions read
+        def read(observation: Observation) -> np.ndarray:
+            return options.masses(observation, state)
+
+        def rows(observation: Observation) -> np.ndarray:
+            return options.rows_for(observation, state)
+
+    else:
+        selector = LayerSelector(
             top_k=getattr(options, "top_k", defaults.TOP_K),
             layer_range=getattr(options, "layer_range", None),
         )
-    )
+
+        def read(observation: Observation) -> np.ndarray:
+            return observation.attention_matrix
+
+        def rows(observation: Observation) -> np.ndarray:
+            return selector.select(observation.attention_matrix, observation.layers)
+
     corrector = Corrector(
         tau=getattr(options, "tau", defaults.TAU),
         layer_average=getattr(options, "layer_average", "arithmetic"),
@@ -96,15 +111,16 @@ def divergence_profiles(
             observation = cache.get(observation_key(base.permuted(order)))
             if observation is None or observation.attention is None or observation.target is None:
                 continue
-            layers = selector.select(observation.attention, observation.layers)
-            per_layer.add(observation.attention, observation.target, layers, observation.layers)
-            raw = mean_attention(observation.attention, layers)
+            masses = read(observation)
+            layers = rows(observation)
+            per_layer.add(masses, observation.target, layers, observation.layers)
+            raw = mean_attention(masses, layers)
             target = observation.target
             counts[target] += 1
             sums["probs"][target] += np.exp(observation.label_logprobs)
             sums["raw"][target] += raw / max(raw.sum(), EPSILON)
             if prior is not None:
-                purified = corrector.purified_log_attention(observation.attention, prior, layers)
+                purified = corrector.purified_log_attention(masses, prior, layers)
                 sums["purified"][target] += corrector.visual_posterior(purified)
     if not counts.any():
         return None
