@@ -158,22 +158,24 @@ def test_bad_tie_labels_are_refused(qwen3, tie, message):
     assert message in str(caught.value) and caught.value.exit_code == 2
 
 
-def test_the_openai_adapter_refuses_the_tie_label(tmp_path, capsys):
+@pytest.mark.parametrize(("tie", "labels"), [("A", "upper"), ("2", "digits")])
+def test_the_openai_adapter_refuses_a_tie_label_an_answer_uses(tmp_path, capsys, tie, labels):
     from posdebias.adapters.server import ServerAdapter
 
-    with pytest.raises(ConfigError, match="does not score a tie label") as caught:
-        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", **TIE)
+    options = {"task_prompt": {"tie_label": tie}, "label_set": labels}
+    with pytest.raises(ConfigError, match="is also an answer's label") as caught:
+        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", **options)
     assert caught.value.exit_code == 2
-    ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m")  # no tie label: as before
+    ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", **TIE)  # a free label: taken
     # from the command line: exit 2 before any request or run directory
     config = tmp_path / "tie.json"
-    config.write_text(json.dumps({"adapter": {"options": TIE}}))
+    config.write_text(json.dumps({"adapter": {"options": options}}))
     bench = _pairs(tmp_path)
     out = tmp_path / "run"
     args = ["evaluate", "--adapter", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model",
             "m", "--benchmark", str(bench), "--config", str(config), "--out", str(out)]  # fmt: skip
     assert main(args) == 2
-    assert "does not score a tie label" in capsys.readouterr().err and not out.exists()
+    assert "is also an answer's label" in capsys.readouterr().err and not out.exists()
 
 
 def test_generated_answers_parse_the_tie_label():

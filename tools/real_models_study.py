@@ -161,10 +161,13 @@ class Study:
         data = json.loads(path.read_text())
         views: dict[str, list[Any]] = {}
         free: dict[str, list[Any]] = {}
+        # every order knows its question, as in a posdebias run (the layer choice counts questions)
         for record in data["views"]:
-            views.setdefault(record["id"], []).append(Observation.from_dict(record))
+            observation = Observation.from_dict({**record, "instance_id": record["id"]})
+            views.setdefault(record["id"], []).append(observation)
         for record in data["content_free"]:
-            free.setdefault(record["id"], []).append(Observation.from_dict(record))
+            observation = Observation.from_dict({**record, "instance_id": record["id"]})
+            free.setdefault(record["id"], []).append(observation)
         ids = list(views)
         return cls(
             model=data["model"],

@@ -145,6 +145,36 @@ def test_label_scores_equal_the_hf_adapter(vllm_server, hf_adapters, questions, 
         assert abs(np.logaddexp.reduce(observation.label_logprobs)) < 1e-6  # over the N labels
 
 
+@pytest.mark.parametrize(("endpoint", "tie"), [("chat", "C"), ("completions", "T")])
+def test_a_judges_tie_label_scores_as_on_the_hf_adapter(vllm_server, endpoint, tie):
+    """The tie label is scored as a third label through the server: the two answers'
+    log-probabilities and the tie label's three-way log-probability equal the local adapter's."""
+    pairs = [
+        Instance(
+            query="Which reply answers 'What is two plus two?' better?",
+            texts=(first, second),
+            target=target,
+            id=f"pair{k}",
+            task="pairwise_judge",
+        )
+        for k, (first, second, target) in enumerate(
+            [("Four.", "Five.", 0), ("It is 22.", "The sum is 4.", 1)]
+        )
+    ]
+    pairs += [pair.permuted([1, 0]) for pair in pairs]
+    options = {"task_prompt": {"tie_label": tie}}
+    server = served(vllm_server, endpoint=endpoint, tokenizer=str(vllm_server.model), **options)
+    local = posdebias.load_adapter(str(vllm_server.model), label_set="upper", **options)
+    got, want = server.observe_many(pairs), local.observe_many(pairs)
+    assert max_gap(got, want) < TOLERANCE
+    for g, w in zip(got, want, strict=True):
+        assert g.tie_logprob is not None and w.tie_logprob is not None
+        assert abs(g.tie_logprob - w.tie_logprob) < TOLERANCE
+        assert g.tie_logprob < 0 and abs(np.logaddexp.reduce(g.label_logprobs)) < 1e-6
+    # without the option, the same pairs carry no tie score, as before
+    assert all(o.tie_logprob is None for o in served(vllm_server).observe_many(pairs[:1]))
+
+
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_retrieval_with_placeholder_images_equals_the_transformers_forward(
     vllm_server, tmp_path, endpoint

@@ -83,12 +83,12 @@ from posdebias.core.tasks import (
     TASK_PROMPT_HELP,
     TaskTemplateFields,
     joined_text_messages,
+    scored_labels,
     task_template,
     task_variant,
 )
 from posdebias.errors import (
     AdapterError,
-    ConfigError,
     InputError,
     PosdebiasPluginWarning,
     validation_problems,
@@ -641,17 +641,16 @@ class ServerAdapter(Adapter):
         self.base_task_templates = {
             task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
         }
-        if self.base_task_templates["pairwise_judge"].tie_label is not None:
-            # scoring a third label per request (echo) or finding it in a top-k (top_logprobs)
-            # is not built: refused, never a run that silently ignores the tie answer
-            raise ConfigError(
-                "the openai adapter does not score a tie label (task_prompt.tie_label); "
-                "run the judge with a local model (adapter hf) or leave tie_label unset"
-            )
         self.task_templates = {
             task: task_variant(task, template, opts.prompt_variant)
             for task, template in self.base_task_templates.items()
         }
+        # a tie label that is also an answer's label: refused now, not at the first request
+        scored_labels(
+            "pairwise_judge",
+            self.task_templates["pairwise_judge"],
+            self.labels_for(2, "pairwise_judge"),
+        )
         self.client = ServerClient(opts)
         self.tokenizer = _local_tokenizer(opts.tokenizer) if opts.tokenizer else None
         #: the model's special tokens, which no question or option may hold (known from the
@@ -887,10 +886,7 @@ class ServerAdapter(Adapter):
                 rows = self._echo_scores_all(instances, pool)
         if instances:
             self._last_n, self._last_task = instances[-1].n, instances[-1].task
-        return [
-            Observation(label_logprobs=row, target=instance.target)
-            for row, instance in zip(rows, instances, strict=True)
-        ]
+        return [_observation(row, instance) for row, instance in zip(rows, instances, strict=True)]
 
     def _echo_scores_all(self, instances: Sequence[RetrievalInstance], pool: Any) -> list[Any]:
         """Each prompt alone (its token count), then every label after it, then the end token
@@ -923,12 +919,19 @@ class ServerAdapter(Adapter):
             for i, ((_, labels), (plan, vocabulary)) in enumerate(zip(prepared, plans, strict=True))
         ]
 
+    def scored_answers(self, instance: RetrievalInstance) -> list[str]:
+        """The answers scored for ``instance`` as the model writes them (answer prefix + label):
+        its N labels, then a judge's tie label (as the local adapters score it)."""
+        labels = self.labels_for(instance.n, instance.task)
+        template = self.task_templates.get(instance.task or "")
+        return [
+            self.options.answer_prefix + label
+            for label in scored_labels(instance.task, template, labels)
+        ]
+
     def _prepare(self, instance: RetrievalInstance) -> tuple[Any, list[str]]:
         """The request context of one instance (messages or rendered text) and its labels."""
-        labels = [
-            self.options.answer_prefix + label
-            for label in self.labels_for(instance.n, instance.task)
-        ]
+        labels = self.scored_answers(instance)
         if self.options.endpoint == "chat":
             return self.messages(instance), labels
         return self.render(instance), labels
@@ -1039,10 +1042,7 @@ class ServerAdapter(Adapter):
 
     def _top_k_scores(self, instance: RetrievalInstance) -> Any:
         """The restricted softmax over the labels' entries of the first token's top k."""
-        labels = [
-            self.options.answer_prefix + label
-            for label in self.labels_for(instance.n, instance.task)
-        ]
+        labels = self.scored_answers(instance)
         k = self.options.top_logprobs
         url = self.options.base_url
         top: dict[str, float] = {}
@@ -1318,6 +1318,19 @@ def _no_logprobs(base_url: str, endpoint: str) -> str:
         f"server {excerpt(base_url)} returned no log-probabilities for the prompt's tokens; "
         f"exact label scores need {how}. Use another endpoint, or scoring top_logprobs where the "
         "server offers only the top k of the first answer token"
+    )
+
+
+def _observation(scores: np.ndarray, instance: RetrievalInstance) -> Observation:
+    """An instance's observation from its restricted label scores; a judge's tie label is the
+    last score: the N answers are renormalised without it (as the local adapters do)."""
+    n = instance.n
+    if scores.size == n:
+        return Observation(label_logprobs=scores, target=instance.target)
+    return Observation(
+        label_logprobs=log_softmax(scores[:n]),
+        target=instance.target,
+        tie_logprob=float(scores[n]),
     )
 
 

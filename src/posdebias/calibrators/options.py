@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,36 @@ from posdebias.errors import InputError
 
 #: A model layer index; negative counts from the end, as in Python.
 LayerIndex = Annotated[int, Field(ge=-defaults.MAX_LAYERS, le=defaults.MAX_LAYERS)]
+
+
+def instance_groups(observations: Sequence[Observation]) -> np.ndarray:
+    """[V] a number per instance shown (``instance_id``); an order whose instance is not known
+    stands alone. Numbered by id, then by content: the fit does not depend on the order of its
+    observations."""
+
+    def key(obs: Observation) -> tuple[int, str]:
+        if obs.instance_id is not None:
+            return 0, obs.instance_id
+        content = hashlib.sha256(obs.label_logprobs.tobytes())
+        content.update(obs.attention_matrix.tobytes())
+        content.update(str(obs.target).encode())
+        return 1, content.hexdigest()
+
+    keys = [key(obs) for obs in observations]
+    number: dict[tuple[int, str], int] = {}
+    for k in sorted(set(keys)):
+        number[k] = len(number)
+    # identical orders of no known instance stand alone too (each is as good as the other)
+    groups = np.array([number[k] for k in keys])
+    alone = [v for v, k in enumerate(keys) if k[0] == 1]
+    seen: set[int] = set()
+    extra = len(number)
+    for v in alone:
+        if groups[v] in seen:
+            groups[v] = extra
+            extra += 1
+        seen.add(int(groups[v]))
+    return groups
 
 
 def read_masses(observations: Sequence[Observation], reading: str) -> np.ndarray:
@@ -149,22 +180,13 @@ class LayerSelectionOptions(CalibratorOptions):
                 "calibration view (a sliding window or chunk cuts some off); set layer_kinds "
                 "to global or layer_selection to mass"
             )
-        targets = np.array([obs.target for obs in observations])
-        choices = [
-            choose_layers(
-                read_masses(observations, reading),
-                targets,
-                # each view against the prior of the others: the fit must not depend on the
-                # order of its observations, so no grouping by position in the list
-                np.arange(len(observations)),
-                candidates,
-                self.top_k,
-                span_mass=reading,
-                comparisons=len(readings),
-            )
-            for reading in readings
-        ]
-        return max(choices, key=lambda choice: choice.best_accuracy)  # first of equals
+        return choose_layers(
+            {reading: read_masses(observations, reading) for reading in readings},
+            np.array([obs.target for obs in observations]),
+            instance_groups(observations),
+            candidates,
+            self.top_k,
+        )
 
     def _uninformative(
         self, observations: Sequence[Observation], choice: LayerChoice

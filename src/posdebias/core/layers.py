@@ -11,10 +11,9 @@ whose attention can see every image (docs/method.md, "Inference", step 1).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
-from math import comb, exp, log
+from itertools import pairwise, product
 from typing import Any
 
 import numpy as np
@@ -140,10 +139,15 @@ favoured for their length) or ``sum`` over its tokens (the paper). Where the cal
 chooses between them, a tie goes to the first."""
 
 CHANCE_ALPHA = 0.05
-"""Family-wise level of the test that the chosen layer beats chance (Bonferroni over the
-candidate layers): below it, no layer is called informative."""
+"""Family-wise level of the test that a chosen layer beats chance (over every candidate layer
+and reading at once): below it, no layer is called informative."""
+
+RELABELINGS = 2000
+"""Random relabelings of the truth behind the chance test where there are more distinct ones
+(N ** instances); fewer are enumerated exactly."""
 
 _EPSILON = 1e-20
+_CELLS_PER_CHUNK = 20_000_000  # relabelings x views x rows compared at once (bounds memory)
 
 
 def span_masses(
@@ -165,8 +169,8 @@ class LayerChoice:
             beat chance on their own (at least the best one).
         accuracy: per candidate row, the cross-validated share of calibration views whose
             purified attention points at the truth (NaN for rows that are not candidates).
-        p_value: probability of the best row's count of right views or more under chance
-            (1/N per view), times the number of candidate rows (Bonferroni), at most 1.
+        p_value: share of the relabelings of the truth (per instance) in which some candidate
+            row, under some reading tried, is right as often as the best row or more.
         informative: whether ``p_value`` is below :data:`CHANCE_ALPHA`.
         views: number of calibration views scored.
         span_mass: the reading of the candidates' attention (:data:`SPAN_READINGS`) the choice
@@ -197,72 +201,98 @@ class LayerChoice:
 
 
 def choose_layers(
-    masses: np.ndarray,
+    readings: Mapping[str, np.ndarray],
     targets: np.ndarray,
     groups: np.ndarray,
     candidates: np.ndarray,
     top_k: int,
-    *,
-    span_mass: str,
-    comparisons: int = 1,
 ) -> LayerChoice:
-    """At most K candidate rows whose purified attention most often points at the truth.
+    """At most K candidate rows whose purified attention most often points at the truth, under
+    the reading of the candidates' attention that finds the most.
 
-    ``masses`` [V, L, N] are the calibration views' attention masses (as :func:`span_masses`
-    reads them with ``span_mass``), ``targets`` [V] where the truth is, ``comparisons`` how many
-    such choices the caller makes and keeps the best of (one per reading tried: the chance test
-    corrects for every candidate row of every one), ``groups`` [V] the views scored together:
-    each group is scored against the static prior of the OTHER groups' views, so a view does not
-    vouch for itself (the calibrators score each view alone: a fit must not depend on the order
-    of its observations); ties go to the row whose posterior gives the truth more mass, then to
-    the lower row.
+    ``readings`` maps each reading tried (:data:`SPAN_READINGS`) to the calibration views'
+    masses [V, L, N] as :func:`span_masses` reads them (ties between readings go to the first);
+    ``targets`` [V] where the truth is; ``groups`` [V] which instance each view shows: the
+    views of one instance are its cyclic rotations. Each view is scored against the static
+    prior of the OTHER views, so a view does not vouch for itself; ties go to the row whose
+    posterior gives the truth more mass, then to the lower row.
+
+    The chance test counts instances, not views: a layer that follows one option's content
+    (its length, a distractor) is right in all N rotations of an instance or in none, so its
+    views are not independent trials. Under the null hypothesis the attention does not know
+    which option is right, and relabelling the truth of an instance as the option d places
+    further on (the same option in all its rotations, d drawn per instance) leaves the chance
+    of every count unchanged. The p-value of a row is the share of relabelings in which the
+    best count over EVERY candidate row and reading reaches the row's own (the max statistic:
+    corrected for all the layers and readings tried at once; Westfall and Young 1993).
     """
-    views, rows, n = masses.shape
-    log_masses = np.log(masses + _EPSILON)
-    right = np.zeros(rows)
-    truth_mass = np.zeros(rows)
-    total = masses.sum(axis=0)
-    for group in np.unique(groups):
-        inside = groups == group
-        outside = views - int(inside.sum())
-        prior = (total - masses[inside].sum(axis=0)) / outside if outside else total / views
-        purified = log_masses[inside] - np.log(prior + _EPSILON)  # [v, L, N]
-        truth = targets[inside]
-        right += (purified.argmax(axis=2) == truth[:, None]).sum(axis=0)
-        shifted = purified - purified.max(axis=2, keepdims=True)
-        posterior = np.exp(shifted) / np.exp(shifted).sum(axis=2, keepdims=True)
-        truth_mass += posterior[np.arange(truth.size), :, truth].sum(axis=0)
-    # the posterior mass is rounded so that summation order cannot flip a tie
-    mass = np.round(truth_mass, 9)
-    order = sorted(candidates.tolist(), key=lambda row: (-right[row], -mass[row], row))
+    names = list(readings)
+    first = readings[names[0]]
+    rows, n = first.shape[1], first.shape[2]
+    scored = {name: _score_rows(readings[name], targets) for name in names}
+    right = {name: (picks == targets[:, None]).sum(axis=0) for name, (picks, _) in scored.items()}
 
-    def corrected(row: int) -> float:  # Bonferroni over the candidate rows of every comparison
-        return min(1.0, _binomial_tail(int(right[row]), views, 1.0 / n) * len(order) * comparisons)
+    def ranked(name: str) -> list[int]:
+        mass = scored[name][1]
+        return sorted(candidates.tolist(), key=lambda row: (-right[name][row], -mass[row], row))
+
+    reading = max(names, key=lambda name: right[name][ranked(name)[0]])  # first of equals
+    order = ranked(reading)
+    picks = np.concatenate([scored[name][0][:, candidates] for name in names], axis=1)
+    null = _null_best_counts(picks, targets, groups, n)
+
+    def p_value(row: int) -> float:
+        return float(np.mean(null >= right[reading][row]))
 
     # of the top K, those that beat chance themselves (a weak second layer only dilutes the
     # first); at least the best, which the fallback judges
-    passing = [row for row in order[:top_k] if corrected(row) < CHANCE_ALPHA]
-    chosen = tuple(sorted(passing or order[:1]))
+    passing = [row for row in order[:top_k] if p_value(row) < CHANCE_ALPHA]
+    views = targets.size
     accuracy = np.full(rows, np.nan)
-    accuracy[candidates] = right[candidates] / views
-    p_value = corrected(order[0])
+    accuracy[candidates] = right[reading][candidates] / views
+    p_best = p_value(order[0])
     return LayerChoice(
-        rows=chosen,
+        rows=tuple(sorted(passing or order[:1])),
         accuracy=tuple(float(a) for a in accuracy),
-        p_value=p_value,
-        informative=p_value < CHANCE_ALPHA,
+        p_value=p_best,
+        informative=p_best < CHANCE_ALPHA,
         views=views,
-        span_mass=span_mass,
+        span_mass=reading,
     )
 
 
-def _binomial_tail(successes: int, trials: int, chance: float) -> float:
-    """P(X >= successes) for X ~ Binomial(trials, chance), exactly (in log space)."""
-    if successes <= 0:
-        return 1.0
-    terms = [
-        log(comb(trials, k)) + k * log(chance) + (trials - k) * log(1.0 - chance)
-        for k in range(successes, trials + 1)
-    ]
-    top = max(terms)
-    return float(min(1.0, exp(top) * sum(exp(t - top) for t in terms)))
+def _score_rows(masses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per view and row, the position the purified attention points at [V, L], and per row the
+    posterior mass on the truth summed over the views [L] (rounded, so that summation order
+    cannot flip a tie); each view against the static prior of the other views."""
+    views = masses.shape[0]
+    total = masses.sum(axis=0)
+    prior = (total - masses) / (views - 1) if views > 1 else masses
+    purified = np.log(masses + _EPSILON) - np.log(prior + _EPSILON)  # [V, L, N]
+    shifted = np.exp(purified - purified.max(axis=2, keepdims=True))
+    posterior = shifted / shifted.sum(axis=2, keepdims=True)
+    truth_mass = posterior[np.arange(views), :, targets].sum(axis=0)
+    return purified.argmax(axis=2), np.round(truth_mass, 9)
+
+
+def _null_best_counts(
+    picks: np.ndarray, targets: np.ndarray, groups: np.ndarray, n: int
+) -> np.ndarray:
+    """The best right count over all columns of ``picks`` [V, C] under each relabeling of the
+    truth: every one when there are at most :data:`RELABELINGS`, else that many drawn with a
+    fixed seed plus the identity (so a p-value is never 0). The null distribution of
+    :func:`choose_layers`' test."""
+    _, group_of_view = np.unique(groups, return_inverse=True)
+    count = int(group_of_view.max()) + 1
+    if count * np.log(n) <= np.log(RELABELINGS):
+        offsets = np.array(list(product(range(n), repeat=count)), dtype=np.int64)
+    else:
+        drawn = np.random.default_rng(0).integers(0, n, size=(RELABELINGS, count))
+        offsets = np.vstack([np.zeros((1, count), dtype=np.int64), drawn])
+    chunk = max(1, _CELLS_PER_CHUNK // max(1, picks.size))
+    best = np.empty(len(offsets), dtype=np.int64)
+    for start in range(0, len(offsets), chunk):
+        relabelled = (targets[None, :] + offsets[start : start + chunk][:, group_of_view]) % n
+        hits = picks[None, :, :] == relabelled[:, :, None]  # [r, V, C]
+        best[start : start + chunk] = hits.sum(axis=1).max(axis=1)
+    return best

@@ -83,6 +83,9 @@ class Observation:
             restricted to the N answer labels and the tie label (``label_logprobs`` are then
             the answers' share, renormalised over the N); None without a tie label
             (docs/evaluation.md, "Tie label").
+        instance_id: the instance this order shows, where the caller knows it: the orders of
+            one instance share it, so the layer choice counts instances, not orders, as
+            independent evidence (docs/method.md, "Layer choice from calibration evidence").
     """
 
     label_logprobs: np.ndarray
@@ -91,6 +94,7 @@ class Observation:
     layers: LayerSet | None = None
     span_lengths: np.ndarray | None = None
     tie_logprob: float | None = None
+    instance_id: str | None = None
     _n: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -127,6 +131,8 @@ class Observation:
             object.__setattr__(self, "layers", layers)
         elif self.layers is not None:
             raise ObservationError("layers were given without attention rows")
+        if self.instance_id is not None and not isinstance(self.instance_id, str):
+            raise ObservationError(f"instance_id must be a string, got {self.instance_id!r}")
         if self.span_lengths is not None:
             lengths = _as_float_array("span_lengths", self.span_lengths, 1)
             if lengths.shape != (n,) or np.any(lengths < 1) or np.any(lengths != np.round(lengths)):
@@ -191,6 +197,7 @@ class Observation:
             layers=self.layers,
             span_lengths=None if self.span_lengths is None else self.span_lengths[index],
             tie_logprob=self.tie_logprob,
+            instance_id=self.instance_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +214,8 @@ class Observation:
             record["span_lengths"] = self.span_lengths.tolist()
         if self.tie_logprob is not None:
             record["tie_logprob"] = self.tie_logprob
+        if self.instance_id is not None:
+            record["instance_id"] = self.instance_id
         return record
 
     @classmethod
@@ -226,6 +235,7 @@ class Observation:
                 layers=layers,
                 span_lengths=payload.get("span_lengths"),
                 tie_logprob=payload.get("tie_logprob"),
+                instance_id=payload.get("instance_id"),
             )
         except KeyError as exc:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc

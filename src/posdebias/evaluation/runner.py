@@ -255,6 +255,17 @@ def check_calibration_size(count: int) -> None:
         )
 
 
+def _with_instances(
+    observations: Sequence[Observation], views: Sequence[RetrievalInstance]
+) -> list[Observation]:
+    """The observations, each told which instance its view shows (the layer choice counts
+    instances, not orders, as evidence)."""
+    return [
+        dataclasses.replace(observation, instance_id=view.id)
+        for observation, view in zip(observations, views, strict=True)
+    ]
+
+
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
@@ -294,9 +305,11 @@ def fit_calibrators(
         if calibrator.needs_fit
     }
     if symmetrized and any(views is None for views in wanted.values()):
-        observations = observe_cached(adapter, symmetrized, cache, batch_size=batch_size)
+        observations = _with_instances(
+            observe_cached(adapter, symmetrized, cache, batch_size=batch_size), symmetrized
+        )
     own = {
-        label: observe_cached(adapter, views, cache, batch_size=batch_size)
+        label: _with_instances(observe_cached(adapter, views, cache, batch_size=batch_size), views)
         for label, views in wanted.items()
         if views is not None
     }
