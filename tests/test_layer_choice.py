@@ -249,3 +249,18 @@ def test_mass_selection_reads_the_papers_sum_by_default():
     options = get_calibrator("attention_guided", layer_selection="mass").options
     assert options.readings() == ("sum",) and options.reading() == "sum"
     assert get_calibrator("attention_guided").options.readings() == ("mean", "sum")
+
+
+@pytest.mark.parametrize(("option", "divide"), [("evidence", True), ("mean", True), ("sum", False)])
+def test_label_free_fits_its_prior_on_the_reading_it_predicts_with(option, divide):
+    """Without targets no reading can be chosen by evidence: label_free reads the option's first
+    (the per-token mean by default) in its fit and in its predictions alike."""
+    rng = np.random.default_rng(4)
+    views = length_views(rng, [0, 1, 2], per_token_truth=True)
+    calibrator = get_calibrator("label_free", span_mass=option)
+    state = calibrator.fit(views)
+    lengths = np.stack([obs.span_lengths for obs in views])[:, None, :]
+    attention = np.stack([obs.attention_matrix for obs in views])
+    expected = (attention / lengths if divide else attention).mean(axis=0)
+    np.testing.assert_allclose(state.attention_prior_array, expected, rtol=1e-12)
+    assert calibrator.options.reading(state) == ("mean" if divide else "sum")

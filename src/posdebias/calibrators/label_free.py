@@ -34,8 +34,9 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.attention_guided import AttentionGuided, AttentionGuidedOptions
 from posdebias.calibrators.base import Calibrator
+from posdebias.calibrators.options import read_masses
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.stages import EPSILON, BiasProfiler, PriorEstimator
+from posdebias.core.stages import EPSILON, BiasProfiler
 from posdebias.errors import InputError
 
 MIN_VARIANCE = 1e-12
@@ -192,19 +193,18 @@ class LabelFree(AttentionGuided):
                 f"calibration instance, got {len(observations)} observations"
             )
         m = len(observations) // n
-        prior = PriorEstimator().attention_prior(observations)
+        # the candidates' attention as predict reads it: without targets there is no evidence
+        # to choose a reading by, so the option's first (the per-token mean by default)
+        masses = read_masses(observations, self.options.reading())
+        prior = masses.mean(axis=0)
         corrector = self.options.corrector(self.options.mixture)
         selector = self.options.selector()
         # as predict reads it (attention_prior: false divides by 1, the raw attention)
         divisor = prior if self.options.attention_prior else np.ones_like(prior)
         purified = np.stack(
             [
-                corrector.purified_log_attention(
-                    obs.attention_matrix,
-                    divisor,
-                    selector.select(obs.attention_matrix, obs.layers),
-                )
-                for obs in observations
+                corrector.purified_log_attention(view, divisor, selector.select(view, obs.layers))
+                for view, obs in zip(masses, observations, strict=True)
             ]
         ).reshape(m, n, n)
         log_posteriors = log_softmax(corrector.tau * purified)  # [M, r, position]
