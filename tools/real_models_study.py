@@ -286,7 +286,7 @@ def draw_figure(curves: dict[str, tuple[list[float | None], list[str]]], out: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(curves), 1, figsize=(9, 2.6 * len(curves)), squeeze=False)
+    fig, axes = plt.subplots(len(curves), 1, figsize=(10.5, 2.6 * len(curves)), squeeze=False)
     for ax, (title, (accuracy, kinds)) in zip(axes[:, 0], curves.items(), strict=True):
         x = np.arange(len(accuracy))
         y = np.array([np.nan if a is None else 100 * a for a in accuracy])
@@ -302,7 +302,8 @@ def draw_figure(curves: dict[str, tuple[list[float | None], list[str]]], out: Pa
         ax.set_xticklabels([str(i) for i in x], fontsize=7)
         ax.set_ylabel("right (%)")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, loc="upper left")
+        # outside the axes: no point is hidden behind it
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel("layer")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
