@@ -264,3 +264,81 @@ def test_label_free_fits_its_prior_on_the_reading_it_predicts_with(option, divid
     expected = (attention / lengths if divide else attention).mean(axis=0)
     np.testing.assert_allclose(state.attention_prior_array, expected, rtol=1e-12)
     assert calibrator.options.reading(state) == ("mean" if divide else "sum")
+
+
+@pytest.mark.parametrize(("fitted", "used"), [("sum", "mean"), ("mean", "sum")])
+def test_a_state_whose_reading_contradicts_the_options_is_refused(fitted, used):
+    from posdebias.errors import CalibrationError
+
+    rng = np.random.default_rng(8)
+    calibration = length_views(rng, [0, 1, 2], per_token_truth=True)
+    state = get_calibrator("purified_attention", span_mass=fitted).fit(calibration)
+    other = get_calibrator("purified_attention", span_mass=used)
+    with pytest.raises(CalibrationError, match=f"reading span_mass '{fitted}'"):
+        other.predict(calibration[0], state)
+    # the default reads whatever the evidence recorded; a record removed by hand is refused
+    evidence = get_calibrator("purified_attention")
+    assert evidence.options.reading(state) == fitted
+    saved = state.model_dump(mode="json")
+    saved["layer_choice"]["span_mass"] = None
+    with pytest.raises(CalibrationError, match="records no span_mass reading"):
+        evidence.predict(calibration[0], CalibrationState.model_validate(saved))
+
+
+def test_without_span_lengths_the_sum_is_recorded_and_a_mixed_set_is_refused():
+    from dataclasses import replace
+
+    from posdebias.errors import InputError
+
+    rng = np.random.default_rng(9)
+    calibration = length_views(rng, [0, 1, 2], per_token_truth=False)
+    bare = [replace(obs, span_lengths=None) for obs in calibration]
+    state = get_calibrator("attention_guided").fit(bare)
+    assert state.layer_choice is not None and state.layer_choice.span_mass == "sum"
+    mixed = bare[:-1] + calibration[-1:]
+    with pytest.raises(InputError, match="span_lengths and others do not"):
+        get_calibrator("attention_guided").fit(mixed)
+
+
+@pytest.mark.parametrize("ids", ["", "same", "distinct"])
+def test_calibration_instances_without_distinct_ids_still_count_one_by_one(ids):
+    """Instances an API caller leaves without ids (or with one id for all) are told apart by
+    their place, not merged into one instance whose test could never pass."""
+    from dataclasses import replace
+
+    from posdebias import Debiaser
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    instances = synthetic_instances(12, 4, 0, "cal")
+    if ids != "distinct":
+        instances = [replace(instance, id=ids) for instance in instances]
+    debiaser = Debiaser(SyntheticAdapter(), "attention_guided")
+    state = debiaser.calibrate(instances)
+    assert state.layer_choice is not None and state.layer_choice.informative
+    assert state.layer_choice.p_value < 0.01
+
+
+def test_the_choice_does_not_depend_on_the_order_of_the_views_even_at_exact_ties():
+    """Masses on a coarse grid tie exactly: the prior is summed in sorted order, so shuffling
+    the calibration set leaves the whole state unchanged."""
+    rng = np.random.default_rng(12)
+    views = []
+    for k in range(12):
+        for shift in range(4):
+            attention = np.round(rng.random((3, 4)) * 8) / 8 + 0.125 + 0.01 * np.arange(3)[:, None]
+            views.append(
+                Observation(
+                    label_logprobs=log_softmax(np.zeros(4)),
+                    attention=attention,
+                    target=shift,
+                    span_lengths=np.array([1, 2, 1, 3]),
+                    instance_id=f"q{k}",
+                )
+            )
+    calibrator = get_calibrator("attention_guided")
+    first = calibrator.fit(views).model_dump(mode="json")
+    for seed in range(3):
+        order = np.random.default_rng(seed).permutation(len(views))
+        again = calibrator.fit([views[i] for i in order]).model_dump(mode="json")
+        assert again["layer_choice"] == first["layer_choice"]
+        np.testing.assert_allclose(again["attention_prior"], first["attention_prior"], rtol=0)

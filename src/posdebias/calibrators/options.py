@@ -22,7 +22,7 @@ from posdebias.core.layers import (
 from posdebias.core.observation import Observation
 from posdebias.core.stages import Corrector, LayerSelector
 from posdebias.core.state import CalibrationState
-from posdebias.errors import InputError
+from posdebias.errors import CalibrationError, InputError
 
 #: A model layer index; negative counts from the end, as in Python.
 LayerIndex = Annotated[int, Field(ge=-defaults.MAX_LAYERS, le=defaults.MAX_LAYERS)]
@@ -38,6 +38,8 @@ def instance_groups(observations: Sequence[Observation]) -> np.ndarray:
             return 0, obs.instance_id
         content = hashlib.sha256(obs.label_logprobs.tobytes())
         content.update(obs.attention_matrix.tobytes())
+        if obs.span_lengths is not None:
+            content.update(obs.span_lengths.tobytes())
         content.update(str(obs.target).encode())
         return 1, content.hexdigest()
 
@@ -56,6 +58,18 @@ def instance_groups(observations: Sequence[Observation]) -> np.ndarray:
             extra += 1
         seen.add(int(groups[v]))
     return groups
+
+
+def _span_lengths_known(observations: Sequence[Observation]) -> bool:
+    """Whether the observations say their candidates' token counts: all (True) or none (False);
+    a set where only some do is refused (one prior would mix per-token and summed masses)."""
+    known = {obs.span_lengths is not None for obs in observations}
+    if len(known) > 1:
+        raise InputError(
+            "some calibration observations give their candidates' span_lengths and others do "
+            "not; a reading of the attention needs all or none (observe them with one adapter)"
+        )
+    return known == {True}
 
 
 def read_masses(observations: Sequence[Observation], reading: str) -> np.ndarray:
@@ -125,18 +139,40 @@ class LayerSelectionOptions(CalibratorOptions):
             top_k=self.top_k, layer_range=self.layer_range, layer_kinds=self.kinds()
         )
 
-    def readings(self) -> tuple[str, ...]:
-        """The readings of a candidate's attention the fit may choose from."""
+    def readings(self, observations: Sequence[Observation] | None = None) -> tuple[str, ...]:
+        """The readings of a candidate's attention the fit may choose from; given the
+        calibration ``observations``, only the sum where none says its candidates' lengths
+        (both readings are then the sum)."""
         if self.span_mass != "evidence":
             return (self.span_mass,)
-        return SPAN_READINGS if self.layer_selection == "evidence" else ("sum",)
+        if self.layer_selection != "evidence":
+            return ("sum",)
+        if observations is not None and not _span_lengths_known(observations):
+            return ("sum",)
+        return SPAN_READINGS
 
     def reading(self, state: CalibrationState | None = None) -> str:
         """The reading a fitted state uses: the one its layer choice was made with, else the
-        option's own (the first it names)."""
+        option's own (the first it names). A state whose recorded reading contradicts the
+        options, or that records none although the options leave it to the evidence, is
+        refused (a saved state edited by hand, or fitted under other options)."""
         choice = state.layer_choice if state is not None else None
-        if choice is not None and choice.span_mass is not None:
-            return choice.span_mass
+        recorded = choice.span_mass if choice is not None else None
+        if choice is not None and self.layer_selection == "evidence":
+            if recorded is None and self.span_mass == "evidence":
+                raise CalibrationError(
+                    "the calibration state's layer choice records no span_mass reading, but "
+                    "the calibrator's span_mass is 'evidence'; calibrate again, or set "
+                    "span_mass to the reading it was fitted with (mean or sum)"
+                )
+            if recorded is not None and self.span_mass not in ("evidence", recorded):
+                raise CalibrationError(
+                    f"the calibration state's layers were chosen reading span_mass "
+                    f"{recorded!r}, but the calibrator's span_mass is {self.span_mass!r}; "
+                    "calibrate again, or use the options it was fitted with"
+                )
+        if recorded is not None:
+            return recorded
         return self.readings()[0]
 
     def masses(self, observation: Observation, state: CalibrationState | None = None) -> np.ndarray:
@@ -152,7 +188,7 @@ class LayerSelectionOptions(CalibratorOptions):
         warning when no layer is informative) and, with ``prior``, the static attention prior
         [L, N] under the reading the choice was made with."""
         fields: dict[str, Any] = {}
-        reading = self.readings()[0]
+        reading = self.readings(observations)[0]
         if self.layer_selection == "evidence":
             choice = self._choose_layers(observations)
             reading = choice.span_mass
@@ -160,14 +196,16 @@ class LayerSelectionOptions(CalibratorOptions):
             if not choice.informative:
                 fields["diagnostics"] = self._uninformative(observations, choice)
         if prior:
-            fields["attention_prior"] = read_masses(observations, reading).mean(axis=0).tolist()
+            # summed in sorted order: the prior does not depend on the order of the observations
+            masses = np.sort(read_masses(observations, reading), axis=0)
+            fields["attention_prior"] = masses.mean(axis=0).tolist()
         return fields
 
     def _choose_layers(self, observations: Sequence[Observation]) -> LayerChoice:
         """The best layer choice over the readings tried (ties to the first reading)."""
         layers = observations[0].layers
         assert layers is not None  # the caller checked that every observation has attention
-        readings = self.readings()
+        readings = self.readings(observations)
         # a window that leaves a candidate out in some view gives an exact zero: not a candidate
         raw = np.stack([obs.attention_matrix for obs in observations])
         candidates = np.array(
@@ -194,7 +232,7 @@ class LayerSelectionOptions(CalibratorOptions):
         layers = observations[0].layers
         assert layers is not None
         best = int(np.nanargmax(np.array(choice.accuracy)))
-        tried = len(self.readings())
+        tried = len(self.readings(observations))
         corrected = f"{int(np.sum(~np.isnan(np.array(choice.accuracy))))} layers" + (
             f" and {tried} readings of a candidate's attention" if tried > 1 else ""
         )

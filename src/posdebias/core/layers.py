@@ -266,7 +266,7 @@ def _score_rows(masses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np
     posterior mass on the truth summed over the views [L] (rounded, so that summation order
     cannot flip a tie); each view against the static prior of the other views."""
     views = masses.shape[0]
-    total = masses.sum(axis=0)
+    total = np.sort(masses, axis=0).sum(axis=0)  # in sorted order: independent of view order
     prior = (total - masses) / (views - 1) if views > 1 else masses
     purified = np.log(masses + _EPSILON) - np.log(prior + _EPSILON)  # [V, L, N]
     shifted = np.exp(purified - purified.max(axis=2, keepdims=True))

@@ -132,7 +132,10 @@ class Observation:
         elif self.layers is not None:
             raise ObservationError("layers were given without attention rows")
         if self.instance_id is not None and not isinstance(self.instance_id, str):
-            raise ObservationError(f"instance_id must be a string, got {self.instance_id!r}")
+            raise ObservationError(
+                f"instance_id must be a string, got {type(self.instance_id).__name__} "
+                f"{repr(self.instance_id)[:60]}"
+            )
         if self.span_lengths is not None:
             lengths = _as_float_array("span_lengths", self.span_lengths, 1)
             if lengths.shape != (n,) or np.any(lengths < 1) or np.any(lengths != np.round(lengths)):

@@ -256,13 +256,19 @@ def check_calibration_size(count: int) -> None:
 
 
 def _with_instances(
-    observations: Sequence[Observation], views: Sequence[RetrievalInstance]
+    observations: Sequence[Observation], instances: Sequence[RetrievalInstance]
 ) -> list[Observation]:
-    """The observations, each told which instance its view shows (the layer choice counts
-    instances, not orders, as evidence)."""
+    """The symmetrised calibration set's observations (instance-major, N rotations each), each
+    told which instance its view shows: the layer choice counts instances, not orders, as
+    evidence. Instances are told apart by id, or by their place where ids repeat or are empty
+    (an API caller's instances need no ids)."""
+    ids = [instance.id for instance in instances]
+    if not all(ids) or len(set(ids)) < len(ids):
+        ids = [f"{k}:{instance_id}" for k, instance_id in enumerate(ids)]
+    per_instance = len(observations) // max(1, len(instances))
     return [
-        dataclasses.replace(observation, instance_id=view.id)
-        for observation, view in zip(observations, views, strict=True)
+        dataclasses.replace(observation, instance_id=ids[k // per_instance])
+        for k, observation in enumerate(observations)
     ]
 
 
@@ -306,10 +312,11 @@ def fit_calibrators(
     }
     if symmetrized and any(views is None for views in wanted.values()):
         observations = _with_instances(
-            observe_cached(adapter, symmetrized, cache, batch_size=batch_size), symmetrized
+            observe_cached(adapter, symmetrized, cache, batch_size=batch_size),
+            calibration_instances,
         )
     own = {
-        label: _with_instances(observe_cached(adapter, views, cache, batch_size=batch_size), views)
+        label: observe_cached(adapter, views, cache, batch_size=batch_size)
         for label, views in wanted.items()
         if views is not None
     }
