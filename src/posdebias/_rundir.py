@@ -286,3 +286,34 @@ class RunFolder:
                 f"it or choose another {self.flag}"
             )
         return atomic_write_json(path, payload)
+
+
+class CacheFolder(RunFolder):
+    """A folder of posdebias's caches (what :func:`posdebias._io.cache_root` holds: CLIP
+    embeddings, the bundled text questions, harness calibrations) through the one layer: ours
+    when it holds only regular files named as ours (a cache an older posdebias wrote
+    included); never read or written through a link; each file written atomically (one
+    rename). No lock is taken: runs that share a cache never wait on each other, and two that
+    write the same file write the same bytes."""
+
+    def __init__(
+        self, root: str | os.PathLike[str], *, own: re.Pattern[str], kind: str, flag: str
+    ) -> None:
+        super().__init__(root, marker=None, own=own, flag=flag, kind=kind)
+
+    def cached(self, name: str) -> Path | None:
+        """The path of our file ``name`` when it is there (a regular file), else None; a
+        folder we did not make, or a link at one of our names, is refused."""
+        self.check()
+        path = self.path(name)
+        return path if path.is_file() else None
+
+    def store(self, name: str, data: bytes) -> Path:
+        """Write our file ``name`` (the folder is checked and made first; leftovers of killed
+        writers are cleared)."""
+        if not self.own.fullmatch(name):
+            raise ValueError(f"{name!r} is not a file of {self.kind}")
+        self.check()
+        self.create()
+        remove_stale(self.root)
+        return self.write_files({name: data})[0]

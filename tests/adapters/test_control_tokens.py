@@ -550,3 +550,48 @@ def test_an_answer_prefix_that_meets_nothing_is_text():
     ):
         adapter = posdebias.get_adapter(model, tokenizer, **options)
         assert adapter.observe(question()).label_logprobs.shape == (3,)
+
+
+#: A chat template that writes the messages' text and images as they are (no turns, no
+#: generation prompt): the retrieval prompt's last field meets the answer prefix.
+_PLAIN_VL_TEMPLATE = (
+    "{% for m in messages %}{% for p in m['content'] %}{% if p['type'] == 'text' %}"
+    "{{ p['text'] }}{% else %}<|vision_start|><|image_pad|><|vision_end|>{% endif %}"
+    "{% endfor %}{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "prefix", "token"),
+    [
+        ("Caption: {caption}\nAnswer: <|im", "_end|>", "<|im_end|>"),
+        ("Caption: {caption}\nAnswer: <|vision", "_end|>", "<|vision_end|>"),
+        ("Caption: {caption}\nAnswer: <|endof", "text|>", "<|endoftext|>"),
+        ("Caption: {caption}\n<|im_", "", None),  # "<|im_" + "1" is no token: text
+        ("Caption: {caption}\nAnswer: <|im", " _end|>", None),  # the space keeps them apart
+    ],
+)
+def test_the_retrieval_prompts_end_and_the_answer_prefix_are_checked_on_a_vision_model(
+    tmp_path, query, prefix, token
+):
+    # the answer-prefix join check covered the task templates but not the retrieval prompt
+    model, processor = tiny_model_and_processor("qwen2_5_vl")
+    options = {"chat_template": _PLAIN_VL_TEMPLATE, "prompt": {"query": query}}
+    if token is None:
+        adapter = posdebias.get_adapter(model, processor, answer_prefix=prefix, **options)
+        assert adapter.answer_prefix == prefix
+        return
+    message = f"writes {token!r} where it meets the end of the prompt (retrieval)"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        posdebias.get_adapter(model, processor, answer_prefix=prefix, **options)
+    # a served model with images as placeholders renders the same prompt locally
+    processor.tokenizer.save_pretrained(tmp_path / "tok")
+    from transformers import AutoTokenizer
+
+    plain = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    plain.save_pretrained(tmp_path / "tok")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m", tokenizer=str(tmp_path / "tok"),
+                      images="placeholder", prompt={"query": query}, answer_prefix=prefix,
+                      retries=0)  # fmt: skip

@@ -670,8 +670,10 @@ class ServerAdapter(Adapter):
             opts.label_set,
         )
         if self.control_tokens is not None:  # the prompt's end, the prefix and each label
+            # the retrieval prompt's images render locally only as placeholders
+            posed = [*self.task_templates, *(["retrieval"] if opts.images == "placeholder" else [])]
             check_answer_joins(
-                neutral_prompts(self.task_templates, self.render, self.labels_for),
+                neutral_prompts(posed, self.render, self.labels_for),
                 opts.answer_prefix,
                 self.control_tokens,
                 opts.model,

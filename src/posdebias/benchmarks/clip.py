@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import tempfile
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +28,8 @@ import numpy as np
 
 from posdebias._images import open_image
 from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
-from posdebias._io import atomic_write_bytes, cache_root
+from posdebias._io import cache_root
+from posdebias._rundir import CacheFolder
 from posdebias.benchmarks.files import sha256_file
 from posdebias.errors import BenchmarkError
 
@@ -53,6 +54,12 @@ def _sha256_json(payload: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+#: The copies of CLIP model configs open_clip registers, named by their content.
+_CONFIG_COPY = re.compile(r"posdebias-config-[0-9a-f]{16}\.json\Z")
+#: The embedding files of the cache: ``<kind>-<first 40 hex digits of the key>.safetensors``.
+_EMBEDDINGS = re.compile(r"[a-z]+-[0-9a-f]{40}\.safetensors\Z")
+
+
 def _register_config_file(path: Path) -> tuple[str, str]:
     """Register an open_clip model-config JSON under a content-derived name; (name, sha256)."""
     import open_clip
@@ -69,10 +76,13 @@ def _register_config_file(path: Path) -> tuple[str, str]:
     name = f"posdebias-config-{digest[:16]}"
     if name not in open_clip.list_models():
         # open_clip looks configs up by name; a content-named copy cannot shadow a built-in one
-        folder = Path(tempfile.gettempdir()) / "posdebias-open-clip-configs"
-        folder.mkdir(parents=True, exist_ok=True)
-        copy = folder / f"{name}.json"
-        atomic_write_bytes(copy, json.dumps(config, sort_keys=True).encode("utf-8"))
+        folder = CacheFolder(
+            cache_root() / "clip-configs",
+            own=_CONFIG_COPY,
+            kind="posdebias cache of CLIP model configs",
+            flag="cache folder (POSDEBIAS_CACHE_DIR)",
+        )
+        copy = folder.store(f"{name}.json", json.dumps(config, sort_keys=True).encode("utf-8"))
         open_clip.add_model_config(copy)
     return name, digest
 
@@ -217,9 +227,14 @@ class EmbeddingCache:
     def key(kind: str, identity: dict[str, Any], items: Sequence[str]) -> str:
         return _sha256_json({"kind": kind, "encoder": identity, "items": list(items)})
 
-    def _path(self, kind: str, key: str) -> Path:
+    def _cache(self) -> CacheFolder:
         assert self.folder is not None
-        return self.folder / f"{kind}-{key[:40]}.safetensors"
+        return CacheFolder(
+            self.folder,
+            own=_EMBEDDINGS,
+            kind="posdebias cache of CLIP embeddings",
+            flag="CLIP cache folder",
+        )
 
     def get_or_compute(
         self,
@@ -236,8 +251,10 @@ class EmbeddingCache:
             self.misses.append(kind)
             return compute()
         key = self.key(kind, identity, items)
-        path = self._path(kind, key)
-        if path.is_file():
+        cache = self._cache()
+        name = f"{kind}-{key[:40]}.safetensors"
+        path = cache.cached(name)
+        if path is not None:
             try:
                 array = load_file(str(path))["embeddings"]
             except (OSError, KeyError, SafetensorError):
@@ -247,7 +264,7 @@ class EmbeddingCache:
                 return array
         array = np.ascontiguousarray(compute(), dtype=np.float32)
         metadata = {"kind": kind, "key": key, "encoder": json.dumps(identity, sort_keys=True)}
-        atomic_write_bytes(path, save({"embeddings": array}, metadata=metadata))
+        cache.store(name, save({"embeddings": array}, metadata=metadata))
         self.misses.append(kind)
         return array
 

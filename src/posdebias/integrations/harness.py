@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import posdebias.defaults as defaults
 from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
-from posdebias._io import atomic_write_json, cache_root
+from posdebias._io import cache_root
+from posdebias._rundir import RunFolder
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
@@ -59,6 +61,8 @@ FROM_TASK = "task"
 #: The calibration provenance of this process's harness model (one model per harness run):
 #: the rotated tasks' records carry it into the harness's sample logs.
 _PROVENANCE: dict[str, Any] | None = None
+#: What a shared calibration folder of the cache records about its fit (and marks it ours).
+PROVENANCE_FILE = "provenance.json"
 
 
 def current_provenance() -> dict[str, Any] | None:
@@ -362,8 +366,19 @@ class HarnessDebiaser:
         if self.rank == 0:
             self.debiaser.calibrate(items)
             fitted = {label: self.debiaser.states[label] for label in self.fitting}
-            save_states(fitted, folder / "states")
-            atomic_write_json(folder / "provenance.json", {**origin, "states": str(folder)})
+            # provenance.json marks the folder as ours before the states are written into it
+            shared = RunFolder(
+                folder,
+                marker=PROVENANCE_FILE,
+                own=re.compile(re.escape(PROVENANCE_FILE) + r"\Z"),
+                subfolders=("states",),
+                flag="cache_dir",
+                kind="posdebias harness calibration",
+            )
+            shared.check()
+            shared.create()
+            shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder)})
+            save_states(fitted, shared.path("states"))
         if self.world_size > 1:
             self.barrier()
         if self.rank != 0:

@@ -314,16 +314,16 @@ class HFAdapter(Adapter):
             self.label_set,
         )
         if self.control_tokens is not None:
-            try:
-                prompts = list(
-                    neutral_prompts(
-                        self.task_templates,
+            prompts: list[tuple[str, str, list[str]]] = []
+            # the retrieval prompt poses images: only a model that reads them poses it
+            for tasks in ([*self.task_templates], [] if self.text_only else ["retrieval"]):
+                # no prompt renders (no chat template): that error comes where it is used
+                with contextlib.suppress(InputError, AdapterError):
+                    prompts += neutral_prompts(
+                        tasks,
                         lambda neutral: self.chat_text(self.messages_for(neutral)),
                         self.labels_for,
                     )
-                )
-            except (InputError, AdapterError):
-                prompts = []  # no prompt renders (no chat template): that error comes at use
             check_answer_joins(
                 prompts, self.answer_prefix, self.control_tokens, self.model_id or self.name
             )

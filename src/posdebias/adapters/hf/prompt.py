@@ -540,12 +540,17 @@ def neutral_prompts(
     labels_for: Callable[[int, str], list[str]],
 ) -> Iterator[tuple[str, str, list[str]]]:
     """(where, rendered prompt, labels) of each task's prompt with neutral data (every text
-    ``x``), 2 and 3 candidates, as ``render`` writes it: what the answer prefix and the
-    labels follow (:func:`check_answer_joins`)."""
+    ``x``; the retrieval task's candidates are images, named but never opened), 2 and 3
+    candidates, as ``render`` writes it: what the answer prefix and the labels follow
+    (:func:`check_answer_joins`)."""
     for task in tasks:
         for n in (2,) if task == "pairwise_judge" else (2, 3):
-            texts = tuple(f"x{k}" for k in range(n))
-            neutral = Instance(query="x", texts=texts, task=task, id="x")
+            if task == "retrieval":
+                images = tuple(f"x{k}.png" for k in range(n))
+                neutral = Instance(query="x", images=images, task=task, id="x")
+            else:
+                texts = tuple(f"x{k}" for k in range(n))
+                neutral = Instance(query="x", texts=texts, task=task, id="x")
             yield f"the prompt ({task})", render(neutral), labels_for(n, task)
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
-from posdebias._io import atomic_write_text, cache_root
+from posdebias._io import cache_root
+from posdebias._rundir import CacheFolder
 from posdebias.benchmarks.tasks import build_task_benchmark
 from posdebias.organism.benchmark import cached_benchmark
 from posdebias.organism.text.world import draw_questions
@@ -25,6 +27,8 @@ from posdebias.organism.text.world import draw_questions
 BENCHMARK_COUNT = 500
 #: Seed of the question draws (the training draws from the training seed, 0 by default).
 BENCHMARK_SEED = 20260
+#: The question files the benchmarks are built from, one per N.
+_QUESTIONS = re.compile(r"questions-n\d+\.jsonl\Z")
 #: Bump when anything above or the world changes, so stale caches are never reused.
 VERSION = 1
 
@@ -41,11 +45,18 @@ def bundled_text_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None 
 
     def build(out: Path) -> None:
         questions = draw_questions(np.random.default_rng([BENCHMARK_SEED, n]), BENCHMARK_COUNT, n)
-        data = folder / f"questions-n{n}.jsonl"
         lines = (
             json.dumps(q.record(f"text-{n}-{k}"), sort_keys=True) for k, q in enumerate(questions)
         )
-        atomic_write_text(data, "".join(line + "\n" for line in lines))
+        source = CacheFolder(
+            folder / "questions",
+            own=_QUESTIONS,
+            kind="posdebias cache of the bundled questions",
+            flag="cache folder (POSDEBIAS_CACHE_DIR)",
+        )
+        data = source.store(
+            f"questions-n{n}.jsonl", "".join(line + "\n" for line in lines).encode()
+        )
         build_task_benchmark("multiple_choice", "mcq", data, out, n=n)
 
     return cached_benchmark(folder / f"n{n}", build)
