@@ -120,6 +120,59 @@ def make_staging_dir(target: Path) -> Path:
     return staging
 
 
+class StagedFolder:
+    """A whole folder written beside its ``target`` (``folder``, from :func:`make_staging_dir`)
+    and renamed into place by :meth:`commit`, so that a build failing half-way never replaces
+    what the target held (a shapes root other benchmarks are built on). ``staged`` False:
+    the target already holds what was wanted (``folder`` is the target), nothing to swap."""
+
+    def __init__(self, target: Path, folder: Path, *, staged: bool) -> None:
+        self.target, self.folder, self.staged = target, folder, staged
+        self._old: Path | None = None
+
+    def commit(self, *, keep_old: bool = False) -> None:
+        """Rename the staged folder into place. The old folder there is removed, or with
+        ``keep_old`` kept aside until :meth:`discard` (so that :meth:`rollback` restores it)."""
+        if not self.staged or not self.folder.exists():
+            return
+        try:
+            if self.target.exists():
+                old = make_staging_dir(self.target)
+                old.rmdir()
+                os.replace(self.target, old)
+                try:
+                    os.replace(self.folder, self.target)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.replace(old, self.target)
+                    raise
+                if keep_old:
+                    self._old = old
+                else:
+                    shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(self.folder, self.target)
+        except OSError as exc:
+            raise _output_error(self.target, exc) from exc
+
+    def rollback(self) -> None:
+        """Put back the folder :meth:`commit` replaced (a later step failed)."""
+        if self._old is None:
+            return
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.target)
+            os.replace(self._old, self.target)
+        self._old = None
+
+    def discard(self) -> None:
+        """Remove a staged folder that was not committed, and an old one kept aside."""
+        if self.staged and self.folder.exists():
+            shutil.rmtree(self.folder, ignore_errors=True)
+        if self._old is not None:
+            shutil.rmtree(self._old, ignore_errors=True)
+            self._old = None
+
+
 @contextlib.contextmanager
 def staged_files(folder: str | os.PathLike[str], *, new: bool = False) -> Iterator[Path]:
     """A staging folder inside ``folder`` to write files into; when the block succeeds they are

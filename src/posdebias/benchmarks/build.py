@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
+from posdebias._io import StagedFolder
 from posdebias._version import __version__
 from posdebias.benchmarks.clip import (
     DEFAULT_CLIP_MODEL,
@@ -63,7 +64,6 @@ from posdebias.benchmarks.selection import (
 )
 from posdebias.benchmarks.shapes import (
     ShapeSpace,
-    StagedShapes,
     existing_dataset_info,
     stage_shapes_dataset,
 )
@@ -216,7 +216,7 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
 
 def _build(
     config: BuildConfig,
-    staged: StagedShapes | None,
+    staged: StagedFolder | None,
     shapes_info: dict[str, Any] | None,
     shapes_reused: bool | None,
     seconds: dict[str, float],

@@ -20,13 +20,11 @@ names are used in their declaration order, never in set or hash order.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 import os
 import re
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,7 +35,7 @@ from PIL import Image, ImageDraw
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from posdebias._inputs import CONFIG_LIMIT, read_input_text
-from posdebias._io import make_staging_dir, remove_stale
+from posdebias._io import StagedFolder, make_staging_dir, remove_stale
 from posdebias.errors import BenchmarkError, OutputError, validation_message
 
 GENERATOR_NAME = "posdebias.benchmarks.shapes"
@@ -455,58 +453,18 @@ def generate_shapes_dataset(
     return staged.target
 
 
-@dataclass
-class StagedShapes:
-    """A shapes dataset written beside its target (``folder``), swapped in by :meth:`commit`;
-    when the target already holds the same dataset, ``folder`` is the target itself."""
-
-    target: Path
-    folder: Path
-    staged: bool
-
-    def commit(self, *, keep_old: bool = False) -> None:
-        """Rename the staged dataset into place. The old dataset there is removed, or with
-        ``keep_old`` kept aside until :meth:`discard` (so :meth:`rollback` can restore it)."""
-        if not self.staged or not self.folder.exists():
-            return
-        try:
-            self._old = _swap_into_place(self.folder, self.target, keep_old=keep_old)
-        except OSError as exc:
-            raise OutputError(
-                f"cannot write the shapes dataset to {self.target}: {exc.strerror}"
-            ) from exc
-
-    def rollback(self) -> None:
-        """Put back the dataset :meth:`commit` replaced (a later step of the build failed)."""
-        old = getattr(self, "_old", None)
-        if old is None:
-            return
-        with contextlib.suppress(OSError):
-            shutil.rmtree(self.target)
-            os.replace(old, self.target)
-        self._old = None
-
-    def discard(self) -> None:
-        """Remove a staged dataset that was not committed and an old one kept aside."""
-        if self.staged and self.folder.exists():
-            shutil.rmtree(self.folder, ignore_errors=True)
-        old = getattr(self, "_old", None)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-            self._old = None
-
-
 def stage_shapes_dataset(
     out_dir: str | os.PathLike[str],
     count: int,
     seed: int = 0,
     space: ShapeSpace | None = None,
     image_size: int = 64,
-) -> StagedShapes:
+) -> StagedFolder:
     """Check ``out_dir`` (see :func:`generate_shapes_dataset`) and write the dataset into a
-    staging folder beside it, leaving the target as it was until :meth:`StagedShapes.commit`:
-    a build that fails later (CLIP refused, a full disk) never replaces a shared root that
-    other benchmarks are built on. Staging folders a killed build left are removed here."""
+    staging folder beside it, leaving the target as it was until it is committed
+    (:class:`posdebias._io.StagedFolder`): a build that fails later (CLIP refused, a full
+    disk) never replaces a shared root that other benchmarks are built on. Staging folders a
+    killed build left are removed here."""
     space = space or ShapeSpace()
     if count < 1:
         raise BenchmarkError(f"shapes count must be at least 1, got {count}")
@@ -516,7 +474,7 @@ def stage_shapes_dataset(
         remove_stale(target.parent)
     existing = existing_dataset_info(target) if target.exists() else None
     if existing == info:  # the same dataset: nothing to write
-        return StagedShapes(target, target, staged=False)
+        return StagedFolder(target, target, staged=False)
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise BenchmarkError(
             f"{target} is a file or a link; --root must be a folder for --source shapes"
@@ -540,7 +498,7 @@ def stage_shapes_dataset(
         staging = make_staging_dir(target)
     except OSError as exc:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
-    staged = StagedShapes(target, staging, staged=True)
+    staged = StagedFolder(target, staging, staged=True)
     try:
         _write_dataset(staging, attributes, info, space, image_size)
     except OSError as exc:
@@ -634,24 +592,3 @@ def _write_dataset(
         ),
         encoding="utf-8",
     )
-
-
-def _swap_into_place(staging: Path, target: Path, *, keep_old: bool = False) -> Path | None:
-    """Rename ``staging`` to ``target``; an old folder there is moved aside and then deleted
-    (or, with ``keep_old``, returned for the caller to delete or restore)."""
-    if not target.exists():
-        os.replace(staging, target)
-        return None
-    old = make_staging_dir(target)
-    old.rmdir()
-    os.replace(target, old)
-    try:
-        os.replace(staging, target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.replace(old, target)
-        raise
-    if keep_old:
-        return old
-    shutil.rmtree(old, ignore_errors=True)
-    return None
