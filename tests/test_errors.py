@@ -337,6 +337,8 @@ def test_row2_corrupt_image(bench, tmp_path, capsys, tiny_llava):
             bench,
             "--count",
             "3",
+            "--calibration-count",
+            "5",
             "--orders",
             "1",
             "--calibrators",

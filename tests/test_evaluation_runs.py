@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import posdebias.defaults as defaults
 from helpers import build_shapes_benchmark, interrupted_cli, line_count
 from posdebias import CalibrationState
 from posdebias.cli import main
@@ -42,7 +43,8 @@ def test_calibrate_evaluate_report(tmp_path, capsys):
         "purified_attention.json",
     ]
     state = CalibrationState.load(states / "attention_guided.json")
-    assert state.num_observations == 5 * 4 and len(state.calibration_ids) == 5
+    m = defaults.CALIBRATION_COUNT  # M, each instance in its 4 rotations
+    assert state.num_observations == m * 4 and len(state.calibration_ids) == m
     assert state.adapter == "synthetic" and state.label_set == ["1", "2", "3", "4"]
 
     run = tmp_path / "run"
@@ -195,7 +197,8 @@ def test_benchmark_calibration_is_held_out_of_the_test_set(tmp_path):
     run = tmp_path / "run"
     assert evaluate("--benchmark", bench, "--orders", "2", "--out", run) == 0
     results = EvaluationResults.load(run / "results.json")
-    assert len(results.calibration_ids) == 5 and results.num_instances == 25
+    m = defaults.CALIBRATION_COUNT  # the default M is held out
+    assert len(results.calibration_ids) == m and results.num_instances == 30 - m
     assert not set(results.calibration_ids) & set(results.test_ids)
     # `calibrate` holds out the same instances with the same seed
     states = tmp_path / "states"

@@ -133,8 +133,8 @@ def test_judge_measures_are_in_results_and_report(judge_run):
 
 def test_explicit_orders_still_win_and_too_many_are_refused(judge_run, tmp_path, capsys):
     bench, _, model = judge_run
-    args = ["evaluate", "--model", str(model), "--benchmark", str(bench), "--calibrators",
-            "vanilla", "--out", str(tmp_path / "run")]  # fmt: skip
+    args = ["evaluate", "--model", str(model), "--benchmark", str(bench), "--calibration-count",
+            "2", "--calibrators", "vanilla", "--out", str(tmp_path / "run")]  # fmt: skip
     assert main([*args, "--orders", "5"]) == 2
     assert "5 distinct candidate orders requested, but 2 candidates" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
@@ -224,7 +224,8 @@ def test_the_bundled_text_organism_judges_with_a_first_position_bias(tmp_path, m
     assert main(["build", "--task", "pairwise_judge", "--source", "pairwise", "--data",
                  str(data), "--out", str(bench)]) == 0  # fmt: skip
     args = ["evaluate", "--model", "posdebias/text-organism", "--benchmark", str(bench),
-            "--calibrators", "vanilla,permutation_average", "--out", str(out)]  # fmt: skip
+            "--calibration-count", "5", "--calibrators", "vanilla,permutation_average",
+            "--out", str(out)]  # fmt: skip
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     assert (results["orders"], results["num_instances"]) == (2, 35)

@@ -367,8 +367,8 @@ def test_the_text_organism_judges_with_a_tie_label(tmp_path, monkeypatch):
     config.write_text(json.dumps({"adapter": {"options": TIE}}))
     out = tmp_path / "run"
     args = ["evaluate", "--model", "posdebias/text-organism", "--benchmark", str(bench),
-            "--config", str(config), "--calibrators", "vanilla,permutation_average",
-            "--out", str(out)]  # fmt: skip
+            "--config", str(config), "--calibration-count", "5", "--calibrators",
+            "vanilla,permutation_average", "--out", str(out)]  # fmt: skip
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     records = [json.loads(line) for line in (out / "records.jsonl").open()]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import posdebias.defaults as defaults
 from helpers import build_shapes_benchmark
 from posdebias.cli import main
 from posdebias.errors import InputError
@@ -77,7 +78,7 @@ def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
     """A preset for the simulated model: batch = orders x N, its benchmark, its threads."""
     import torch
 
-    bench = build_shapes_benchmark(tmp_path, count=10, n=3)
+    bench = build_shapes_benchmark(tmp_path, count=defaults.CALIBRATION_COUNT + 4, n=3)
     calls = []
 
     def benchmark(n: int, needed: int) -> Path:
@@ -101,7 +102,8 @@ def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
     resolved = ResolvedConfig(load_config(None, adapter="synthetic", n=3), preset)
     with resolved.threads():
         prepared = prepare(resolved, shard=Shard())
-    assert calls == [(3, 200 + 5, 1)] and torch.get_num_threads() == before
+    assert calls == [(3, 200 + defaults.CALIBRATION_COUNT, 1)]
+    assert torch.get_num_threads() == before
     assert prepared.source.description["benchmark_sha256"] and prepared.n == 3
 
 

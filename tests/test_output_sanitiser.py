@@ -124,7 +124,9 @@ def test_sweep_files_hold_no_escape_sequences(tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "s\x1b]0;pwned\x07"
     args = ["sweep", "transfer", "--adapter", "synthetic", "--benchmarks", str(one), str(two)]
-    code = main([*args, "--count", "3", "--orders", "2", "--out", str(out)])
+    code = main(
+        [*args, "--count", "3", "--calibration-count", "2", "--orders", "2", "--out", str(out)]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     _assert_clean(captured.out, captured.err)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import posdebias.defaults as defaults
 from helpers import build_shapes_benchmark
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import main
@@ -42,15 +43,18 @@ def _settings_difference(default: dict, reference: dict) -> dict:
 
 
 def test_reference_preset_on_the_simulated_model(tmp_path):
-    """Orders, calibration source and candidate layers change; the rest is identical."""
-    bench = build_shapes_benchmark(tmp_path, count=14, n=4)
+    """Orders, calibration source and size and candidate layers change; the rest is
+    identical."""
+    bench = build_shapes_benchmark(tmp_path, count=defaults.CALIBRATION_COUNT + 10, n=4)
     args = ["--adapter", "synthetic", "--benchmark", bench, "--orders", "4", "--count", "10"]
     default, default_records = _run(tmp_path, "default", *args)
     reference, records = _run(tmp_path, "reference", *args, "--protocol", "reference")
 
     changed = _settings_difference(default, reference)
-    assert set(changed) == {"protocol", "calibrators"}
+    assert set(changed) == {"protocol", "calibrators", "calibration_count"}
     assert changed["protocol"] == ("default", "reference")
+    # the paper's M = 5 under the reference protocol, unless M is given
+    assert changed["calibration_count"] == (defaults.CALIBRATION_COUNT, 5)
     for before, after in zip(*changed["calibrators"], strict=True):
         assert before["name"] == after["name"]
         if before["name"] in ATTENTION_CALIBRATORS:
@@ -80,6 +84,9 @@ def test_reference_preset_on_the_simulated_model(tmp_path):
     assert reference["calibration_ids"] == file_ids[:5]
     assert reference["test_ids"] == file_ids[:10]
     assert not set(default["calibration_ids"]) & set(default["test_ids"])
+    assert len(default["calibration_ids"]) == defaults.CALIBRATION_COUNT
+    given, _ = _run(tmp_path, "given", *args, "--protocol", "reference", "--calibration-count", "3")
+    assert given["calibration_ids"] == file_ids[:3]
 
 
 def test_reference_preset_on_a_hugging_face_model(tmp_path):

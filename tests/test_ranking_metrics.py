@@ -226,8 +226,8 @@ def test_a_benchmark_line_whose_grades_are_not_finite_or_absurd_stops_the_run(
     capsys.readouterr()
     out = tmp_path / "run"
     code = main(["evaluate", "--task", "rerank", "--benchmark", str(bench), "--model", str(model),
-                 "--calibrators", "vanilla", "--count", "4", "--orders", "2",
-                 "--out", str(out)])  # fmt: skip
+                 "--calibrators", "vanilla", "--count", "4", "--calibration-count", "5",
+                 "--orders", "2", "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2, err
     assert "internal error" not in err and "Traceback" not in err

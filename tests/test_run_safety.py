@@ -526,7 +526,9 @@ def test_rebuilding_shapes_with_other_settings_never_deletes_user_files(tmp_path
             (root / "sub").rmdir()
     # only our files left: regenerated; the first benchmark now says its images changed
     assert cli(capsys, *_shapes(root, tmp_path / "b2", "--shapes-seed", "9"))[0] == 0
-    code, err = cli(capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2")
+    code, err = cli(
+        capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2", "--calibration-count", "2"
+    )
     assert code == 2 and "regenerated with other settings" in err and "seed 0 -> 9" in err, err
     # the same settings again: reused, user files beside it are fine
     (root / "notes.txt").write_text("mine")
@@ -768,7 +770,12 @@ def test_a_failed_build_never_replaces_the_shared_shapes_root(tmp_path, capsys, 
     assert code == 2, err
     assert tree(root) == before and not (tmp_path / "b2").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".R.")] == []
-    assert cli(capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2")[0] == 0
+    assert (
+        cli(
+            capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2", "--calibration-count", "2"
+        )[0]
+        == 0
+    )
 
 
 def test_a_build_that_cannot_write_its_files_restores_the_shapes_root(tmp_path, capsys):
@@ -785,7 +792,12 @@ def test_a_build_that_cannot_write_its_files_restores_the_shapes_root(tmp_path, 
     assert code == 2 and "in use by another posdebias process" in err, err
     assert tree(root) == before and not (tmp_path / "b2" / "benchmark.jsonl").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".R.")] == []
-    assert cli(capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2")[0] == 0
+    assert (
+        cli(
+            capsys, *SIM, "--benchmark", tmp_path / "b1", "--count", "2", "--calibration-count", "2"
+        )[0]
+        == 0
+    )
 
 
 def test_build_out_below_a_file_is_a_clear_error(tmp_path, capsys):

@@ -208,7 +208,8 @@ def test_pickled_weights_through_the_cli_and_trainer_leftovers_are_fine(
     shutil.copytree(tiny_model, model)
     for leftover in ("training_args.bin", "optimizer.pt", "rng_state.pth"):
         (model / leftover).write_bytes(b"trainer state, never loaded")
-    args = ["evaluate", "--model", model, "--benchmark", bench, "--count", "1", "--orders", "1"]
+    args = ["evaluate", "--model", model, "--benchmark", bench, "--count", "1", "--orders", "1",
+            "--calibration-count", "5"]  # fmt: skip
     code, err = run([*args, "--calibrators", "vanilla"], capsys)
     assert code == 0, err
     _pickle_route(model, "index names a .bin")
@@ -271,7 +272,8 @@ def test_an_eps_image_in_a_benchmark_is_refused_through_the_cli(bench, capsys):
     original = victim.read_bytes()
     try:
         victim.write_bytes(NOT_ALLOWED["eps"])
-        args = ["evaluate", "--model", "posdebias/organism", "--benchmark", bench]
+        args = ["evaluate", "--model", "posdebias/organism", "--benchmark", bench,
+                "--calibration-count", "5"]  # fmt: skip
         code, err = run(
             [*args, "--count", "2", "--orders", "1", "--calibrators", "vanilla"], capsys
         )

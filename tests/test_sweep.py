@@ -143,7 +143,8 @@ def test_transfer_pairs_benchmarks_and_tests_b_on_the_same_instances(tmp_path):
     a = build_shapes_benchmark(tmp_path / "a", count=14, n=3, seed=1)
     b = build_shapes_benchmark(tmp_path / "b", count=14, n=3, seed=2)
     out = tmp_path / "transfer"
-    assert sweep("transfer", out, "--benchmarks", a, b, "--orders", "2", "--count", "6") == 0
+    args = ["--benchmarks", a, b, "--orders", "2", "--count", "6", "--calibration-count", "5"]
+    assert sweep("transfer", out, *args) == 0
     points = by_point(rows(out))
     assert len(points) == 4
     pairs = {(g[0]["calibration_benchmark"], g[0]["benchmark"]) for g in points.values()}

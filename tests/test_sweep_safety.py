@@ -171,12 +171,12 @@ def test_a_benchmark_swapped_under_the_same_path_refuses_resume(tmp_path, capsys
     bench = build_shapes_benchmark(tmp_path / "a", count=12, n=3, seed=1)
     other = build_shapes_benchmark(tmp_path / "b", count=12, n=3, seed=2)
     out = tmp_path / "study"
-    assert sweep(out, "--benchmark", bench) == 0
+    assert sweep(out, "--benchmark", bench, "--calibration-count", "5") == 0
     for name in ("benchmark.jsonl", "manifest.json"):
         (bench / name).write_bytes((other / name).read_bytes())
     (out / "points" / "001.json").unlink()
     capsys.readouterr()
-    assert sweep(out, "--benchmark", bench, "--resume") == 2
+    assert sweep(out, "--benchmark", bench, "--calibration-count", "5", "--resume") == 2
     err = capsys.readouterr().err
     assert "different study or configuration (differs in: benchmarks_sha256" in err
 

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+import posdebias.defaults as defaults
 from posdebias import Observation, get_calibrator
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
@@ -186,4 +187,7 @@ def test_selected_in_the_organism_pipeline(tmp_path):
     rows = results["calibrators"]
     assert set(rows) == {"vanilla", "contextual", "batch"}
     assert rows["batch"]["diagnostics"]["batch_views"] == 16
-    assert rows["contextual"]["diagnostics"]["content_free_views"] == 5 * 4 * 3  # 3 texts
+    # M instances x 4 rotations x 3 content-free texts
+    assert rows["contextual"]["diagnostics"]["content_free_views"] == (
+        defaults.CALIBRATION_COUNT * 4 * 3
+    )

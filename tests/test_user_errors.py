@@ -414,7 +414,8 @@ def _register_broken_adapter(behaviour: str) -> None:
 def test_a_broken_plugin_adapter_is_named(tmp_path, capsys, behaviour, message):
     bench = build_shapes_benchmark(tmp_path, count=6)
     _register_broken_adapter(behaviour)
-    args = ["evaluate", "--adapter", "broken", "--benchmark", bench, "--count", "2"]
+    args = ["evaluate", "--adapter", "broken", "--benchmark", bench, "--count", "2",
+            "--calibration-count", "2"]  # fmt: skip
     code, _, err = run(args, capsys)
     # a plugin's failure: exit 1 with the plugin named (the plugin contract), never posdebias's
     # "internal error"; an invalid Observation is the Observation's own input error (exit 2)

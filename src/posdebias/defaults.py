@@ -26,6 +26,13 @@ TOP_K = 2
 #: (the sum lifts Gemma 3's capitals, the mean SmolLM2's countries), the evidence takes each.
 SPAN_MASS: Literal["evidence", "sum", "mean"] = "evidence"
 
+#: M, calibration instances when none are given. The paper calibrates on 5; on real models
+#: the layer choice needs more evidence than 5 questions give (docs/real-models.md: Gemma 3
+#: 270M's informative layer is found in most draws of 20 questions, rarely of 5), so the
+#: default is 20. ``protocol: reference`` keeps the paper's 5.
+CALIBRATION_COUNT = 20
+REFERENCE_CALIBRATION_COUNT = 5
+
 #: tau: temperature of the visual posterior pi = softmax(tau * log pi~) (inference step 3).
 TAU = 5.0
 

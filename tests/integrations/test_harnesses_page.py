@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from harness_helpers import offline_env, page_blocks, require_lmms_eval
 
+import posdebias.defaults as defaults
 from posdebias.cli import main
 from posdebias.integrations import lmms_eval_tasks as tasks
 from posdebias.integrations.harness import HarnessConfig
@@ -184,14 +185,15 @@ def test_the_printed_command_has_every_model_argument_the_tasks_need(
     rows = [
         {"id": f"q{k}", "question": f"Question {k}?", "answer": "ABCD"[k % 4],
          "options": ["alpha", "beta", "gamma", "delta"]}
-        for k in range(12)
+        for k in range(defaults.CALIBRATION_COUNT + 10)
     ]  # fmt: skip
     data = tmp_path / "questions.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     mcq = tmp_path / "mcq"
     assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(mcq)]) == 0
     capsys.readouterr()
-    assert _hint(mcq, tmp_path / "a", "--calibration-count", "5", capsys=capsys) == [
+    held = str(defaults.CALIBRATION_COUNT)  # the model's default size is not repeated
+    assert _hint(mcq, tmp_path / "a", "--calibration-count", held, capsys=capsys) == [
         "calibration=task",
         "calibrators=vanilla+attention_guided",
         "label_set=upper",

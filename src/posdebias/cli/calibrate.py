@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import posdebias.defaults as defaults
 from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments, config_flags, with_model_options
@@ -27,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     parser.add_argument(
-        "--count", type=int, dest="calibration_count", help="calibration instances M (5)"
+        "--count",
+        type=int,
+        dest="calibration_count",
+        help=f"calibration instances M ({defaults.CALIBRATION_COUNT})",
     )
     parser.add_argument(
         "--calibrators", help="comma-separated names (default: the config's, or those that fit)"

@@ -118,7 +118,11 @@ class EvaluateConfig(_Strict):
     )
     count: int = Field(default=200, ge=1, le=defaults.MAX_INSTANCES, description="test instances")
     calibration_count: int = Field(
-        default=5, ge=1, le=defaults.MAX_CALIBRATION, description="calibration instances M"
+        default=defaults.CALIBRATION_COUNT,
+        ge=1,
+        le=defaults.MAX_CALIBRATION,
+        description=f"calibration instances M (default: {defaults.CALIBRATION_COUNT}; "
+        f"{defaults.REFERENCE_CALIBRATION_COUNT} under protocol reference, the paper's)",
     )
     seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="random seed")
     protocol: Literal["default", "reference"] = Field(
@@ -147,6 +151,13 @@ class EvaluateConfig(_Strict):
         "(device_map over GPUs local_rank*G .. local_rank*G+G-1)",
     )
     out: UsablePath | None = None
+
+    @model_validator(mode="after")
+    def _protocol_calibration_count(self) -> EvaluateConfig:
+        """``protocol: reference`` calibrates on the paper's M unless M is given."""
+        if self.protocol == "reference" and "calibration_count" not in self.model_fields_set:
+            self.calibration_count = defaults.REFERENCE_CALIBRATION_COUNT
+        return self
 
     @model_validator(mode="after")
     def _known_baseline(self) -> EvaluateConfig:

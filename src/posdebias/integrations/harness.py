@@ -107,7 +107,10 @@ class HarnessConfig(BaseModel):
         "or 'task' (the task's held-out calibration split)",
     )
     calibration_count: int = Field(
-        default=5, ge=1, le=defaults.MAX_CALIBRATION, description="items M to calibrate on"
+        default=defaults.CALIBRATION_COUNT,
+        ge=1,
+        le=defaults.MAX_CALIBRATION,
+        description="items M to calibrate on",
     )
     calibration_transfer: bool = Field(
         default=False, description="allow a saved state fitted on another model"
