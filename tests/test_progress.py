@@ -93,3 +93,28 @@ def test_evaluate_into_a_file_prints_progress_lines_on_stderr(monkeypatch, capsy
     assert all(re.fullmatch(pattern, line) for line in lines[:-1]), lines
     assert re.fullmatch(r"evaluating: 40/40 instances in .+", lines[-1])
     assert "evaluating" not in captured.out  # the results file stays clean
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_the_progress_total_is_what_the_run_evaluates(tmp_path, monkeypatch, capsys, resume):
+    # a benchmark of 64 with 4 held out has 60 test instances: the line said "/200"
+    from helpers import build_shapes_benchmark, line_count
+
+    monkeypatch.setenv("POSDEBIAS_PROGRESS_SECONDS", "0.1")
+    bench = build_shapes_benchmark(tmp_path, count=64, n=3)
+    out = tmp_path / "run"
+    args = ["evaluate", "--adapter", "synthetic", "--benchmark", str(bench),
+            "--calibration-count", "4", "--orders", "2", "--out", str(out)]  # fmt: skip
+    expected = 60
+    if resume:  # a run cut after 10 records: the resumed one evaluates the other 50
+        assert main(args) == 0
+        records = out / "records.jsonl"
+        records.write_text("".join(records.read_text().splitlines(keepends=True)[:10]))
+        (out / "results.json").unlink()
+        args, expected = [*args, "--resume"], 50
+        assert line_count(records) == 10
+    capsys.readouterr()
+    assert main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(f"/{expected} instances" in line for line in lines), lines
+    assert lines[-1].startswith(f"evaluating: {expected}/{expected} instances in ")

@@ -213,7 +213,9 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     try:
         with RunProgress(console, config.count) as progress:
-            results = run_evaluation(config, resume=args.resume, on_record=progress.update)
+            results = run_evaluation(
+                config, resume=args.resume, on_record=progress.update, on_start=progress.start
+            )
     except KeyboardInterrupt:
         if config.out is not None:
             make_console(stderr=True).print(

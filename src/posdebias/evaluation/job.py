@@ -619,8 +619,10 @@ def evaluate_shard(
     prepared: Prepared,
     calibrated: Calibrated,
     on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Evaluated:
-    """Phase 3: evaluate this process's test instances that have no up-to-date record."""
+    """Phase 3: evaluate this process's test instances that have no up-to-date record
+    (``on_start`` hears how many, before the first: a progress bar's total)."""
     config = prepared.config
     evaluator = Evaluator(
         prepared.adapter,
@@ -650,6 +652,8 @@ def evaluate_shard(
         seed=config.seed,
     )
     by_id = {instance.id: instance for instance in todo}
+    if on_start is not None:
+        on_start(len(todo))
     correct = dict.fromkeys([*prepared.calibrators, *prepared.decoders], 0)
     seen = 0
     with contextlib.ExitStack() as stack:
@@ -849,16 +853,19 @@ def run_evaluation(
     on_record: Callable[[InstanceRecord, dict[str, float]], None] | None = None,
     shard: Shard | None = None,
     preset: Preset | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> EvaluationResults | None:
     """Calibrate, evaluate T orders per test instance, and summarise (the five phases).
 
     With ``config.out`` every observation and instance record is logged as it is made, so
     ``resume=True`` continues an interrupted run. In a data-parallel run every rank returns
     None except rank 0, which returns the merged results. ``preset`` fills what the config
-    leaves open for a default model (see :func:`resolve_preset`).
+    leaves open for a default model (see :func:`resolve_preset`). ``on_start`` hears how many
+    test instances this process evaluates, once they are known (the benchmark may hold fewer
+    than ``count``; a resumed run has some done).
     """
     resolved = resolve_preset(checked_config(config), preset)
     with resolved.threads(), prepare(resolved, resume=resume, shard=shard) as prepared:
         calibrated = calibrate(prepared)
-        evaluated = merge(prepared, evaluate_shard(prepared, calibrated, on_record))
+        evaluated = merge(prepared, evaluate_shard(prepared, calibrated, on_record, on_start))
         return None if evaluated is None else finish(prepared, calibrated, evaluated)

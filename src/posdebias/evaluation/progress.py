@@ -153,6 +153,13 @@ class RunProgress:
             self._lines.__exit__(*exc_info)
         self._progress.__exit__(*exc_info)
 
+    def start(self, total: int) -> None:
+        """The number of instances this run evaluates, once known (``total`` at construction
+        is the requested count: the benchmark may hold fewer, a resumed run has some done)."""
+        self._progress.update(self._task, total=total)
+        if self._lines is not None:
+            self._lines.total = total
+
     def update(self, record: object, accuracy: dict[str, float]) -> None:
         text = "  ".join(f"{one_line(label)} {value:.1f}%" for label, value in accuracy.items())
         self._progress.update(self._task, advance=1, accuracy=text)
