@@ -114,12 +114,19 @@ class RunFolder:
             raise OutputError(
                 f"{self.flag} {self.root} is a file; give a folder (a new one, or one of ours)"
             )
-        entries = sorted(self.root.iterdir())
+        try:
+            entries = sorted(self.root.iterdir())
+        except OSError as exc:  # an unreadable folder: permission denied
+            raise self._cannot_read(exc) from None
         links = [e.name for e in entries if e.is_symlink() and self._ours(e.name)]
         for sub in self.subfolders:
             folder = self.root / sub
             if folder.is_dir() and not folder.is_symlink():
-                links += [f"{sub}/{e.name}" for e in sorted(folder.iterdir()) if e.is_symlink()]
+                try:
+                    inside = sorted(folder.iterdir())
+                except OSError as exc:
+                    raise self._cannot_read(exc) from None
+                links += [f"{sub}/{e.name}" for e in inside if e.is_symlink()]
         if links:
             raise OutputError(
                 f"{self.flag} {self.root} holds symbolic links where posdebias keeps its own "
@@ -158,6 +165,12 @@ class RunFolder:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self._cannot_create(exc) from None
+
+    def _cannot_read(self, exc: OSError) -> OutputError:
+        return OutputError(
+            f"cannot read {self.flag} {self.root}: {exc.strerror or exc}; give a folder "
+            f"posdebias may read and write, or choose another {self.flag}"
+        )
 
     def _cannot_create(self, exc: OSError) -> OutputError:
         """Why the folder cannot be made, naming a file that stands where a folder must be."""
@@ -306,7 +319,10 @@ class CacheFolder(RunFolder):
         folder we did not make, or a link at one of our names, is refused."""
         self.check()
         path = self.path(name)
-        return path if path.is_file() else None
+        try:
+            return path if path.is_file() else None
+        except OSError as exc:  # a folder we may list but not enter
+            raise self._cannot_read(exc) from None
 
     def store(self, name: str, data: bytes) -> Path:
         """Write our file ``name`` (the folder is checked and made first; leftovers of killed
@@ -315,5 +331,8 @@ class CacheFolder(RunFolder):
             raise ValueError(f"{name!r} is not a file of {self.kind}")
         self.check()
         self.create()
-        remove_stale(self.root)
-        return self.write_files({name: data})[0]
+        try:
+            remove_stale(self.root)
+            return self.write_files({name: data})[0]
+        except OSError as exc:  # a folder we may list but not enter
+            raise self._cannot_read(exc) from None

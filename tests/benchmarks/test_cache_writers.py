@@ -132,7 +132,11 @@ def test_a_clip_config_copy_goes_to_the_cache_through_the_layer(
     assert json.loads(copy.read_text()) == config
 
 
-@pytest.mark.parametrize("planted", [None, "dangling link", "foreign file"])
+@pytest.mark.parametrize(
+    "planted",
+    [None, "dangling link", "foreign file", "foreign file in states", "not a state",
+     "interrupted"],
+)  # fmt: skip
 def test_the_harness_shares_its_calibration_through_the_layer(tmp_path, monkeypatch, planted):
     # provenance.json was written with a bare atomic write: over a link, into any folder
     import json
@@ -160,6 +164,21 @@ def test_the_harness_shares_its_calibration_through_the_layer(tmp_path, monkeypa
         again = HarnessDebiaser(config)
         again.calibrate()
         assert again.provenance["states"] == str(states)
+        return
+    provenance = (folder / "provenance.json").read_text()
+    if planted == "interrupted":  # a writer stopped before its provenance: written over
+        (folder / "provenance.json").unlink()
+        again = HarnessDebiaser(config)
+        again.calibrate()
+        assert json.loads((folder / "provenance.json").read_text())["source"] == "benchmark"
+        return
+    if planted in ("foreign file in states", "not a state"):
+        name = "notes.txt" if planted == "foreign file in states" else "pride.json"
+        (states / name).write_text("the user's")
+        with pytest.raises(OutputError, match=r"notes\.txt|not a calibration state"):
+            HarnessDebiaser(config).calibrate()
+        assert (states / name).read_text() == "the user's"
+        assert (folder / "provenance.json").read_text() == provenance  # nothing replaced
         return
     shutil.rmtree(folder)
     folder.mkdir()

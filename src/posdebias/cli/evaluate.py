@@ -8,6 +8,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import posdebias.defaults as defaults
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
 from posdebias.core.instance import TASK_KINDS
@@ -160,7 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--calibration-count",
         type=int,
         dest="calibration_count",
-        help="calibration instances M (5)",
+        help=f"calibration instances M ({defaults.CALIBRATION_COUNT}; "
+        f"{defaults.REFERENCE_CALIBRATION_COUNT} under --protocol reference)",
     )
     parser.add_argument(
         "-N",
@@ -212,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()
     try:
-        with RunProgress(console, config.count) as progress:
+        with RunProgress(console) as progress:  # the run says how many (on_start)
             results = run_evaluation(
                 config, resume=args.resume, on_record=progress.update, on_start=progress.start
             )

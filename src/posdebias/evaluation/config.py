@@ -157,6 +157,9 @@ class EvaluateConfig(_Strict):
         """``protocol: reference`` calibrates on the paper's M unless M is given."""
         if self.protocol == "reference" and "calibration_count" not in self.model_fields_set:
             self.calibration_count = defaults.REFERENCE_CALIBRATION_COUNT
+            # still the protocol's default, not the user's: a config re-checked after its
+            # protocol changed (checked_config) takes the new protocol's M
+            self.model_fields_set.discard("calibration_count")
         return self
 
     @model_validator(mode="after")
@@ -225,7 +228,9 @@ def checked_config(config: EvaluateConfig) -> EvaluateConfig:
     assignment, ``model_copy(update=...)``) meets the same ranges and types as the command
     line, and a ConfigError names what is wrong."""
     try:
-        return EvaluateConfig.model_validate(config.model_dump())
+        # what was given, not the defaults it was filled with: a default that depends on
+        # another field (M on the protocol) follows a change of that field
+        return EvaluateConfig.model_validate(config.model_dump(exclude_unset=True))
     except ValidationError as exc:
         raise config_error(exc, "configuration") from None
 

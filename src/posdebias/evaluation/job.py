@@ -183,7 +183,8 @@ def split_held_out(
     if count >= len(instances):
         raise InputError(
             f"the benchmark has {len(instances)} instances; holding out {count} for calibration "
-            "leaves none to test. Lower --calibration-count or give a separate calibration file."
+            "leaves none to test. Lower the calibration count (evaluate and sweep: "
+            "--calibration-count; calibrate: --count) or give a separate calibration file."
         )
     chosen = set(np.random.default_rng(seed).choice(len(instances), count, replace=False).tolist())
     calibration = [inst for i, inst in enumerate(instances) if i in chosen]

@@ -60,7 +60,7 @@ class ProgressLines:
 
     def __init__(
         self,
-        total: int,
+        total: int | None,
         *,
         stream: TextIO | None = None,
         interval: float | None = None,
@@ -86,7 +86,7 @@ class ProgressLines:
     def __exit__(self, *exc_info: Any) -> None:
         self._stop.set()
         self._thread.join()
-        if self.printed and exc_info[0] is None:
+        if self.printed and exc_info[0] is None and self.total is not None:
             self._print(
                 f"{self.what}: {self.done:,}/{self.total:,} instances in "
                 f"{duration(time.monotonic() - self._started)}"
@@ -103,6 +103,8 @@ class ProgressLines:
         now = time.monotonic() if now is None else now
         with self._lock:
             done, first = self.done, self._first
+        if self.total is None:  # the run has not said how many yet (loading, calibrating)
+            return f"{self.what}: preparing, {duration(now - self._started)} so far"
         text = f"{self.what}: {done:,}/{self.total:,} instances"
         if first is None or done < 2 or now <= first:
             return f"{text}, {duration(now - self._started)} so far"
@@ -128,7 +130,7 @@ class RunProgress:
     to stderr (:class:`ProgressLines`).
     """
 
-    def __init__(self, console: Console, total: int) -> None:
+    def __init__(self, console: Console, total: int | None = None) -> None:
         self._progress = Progress(
             TextColumn("evaluating"),
             BarColumn(),

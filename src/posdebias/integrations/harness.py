@@ -30,8 +30,14 @@ from posdebias.api import Debiaser, Ranking
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.core.instance import Instance
 from posdebias.core.state import CalibrationState
-from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
-from posdebias.evaluation.states import load_states, pick_state, save_states
+from posdebias.errors import (
+    CalibrationError,
+    ConfigError,
+    InputError,
+    OutputError,
+    validation_message,
+)
+from posdebias.evaluation.states import load_states, pick_state, save_states, states_folder
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
 
@@ -234,6 +240,36 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         raise TaskMappingError(f"task {task!r}: {exc}") from None
 
 
+def _shared_calibration_folder(folder: Path) -> RunFolder:
+    """A harness calibration folder of the cache (``provenance.json`` and ``states/``), checked
+    through the run-directory layer before anything is fitted or written: no links, nothing
+    but state files in ``states/``. A folder holding only ``states/`` is one whose writer was
+    stopped before its provenance: ours, written over."""
+    shared = RunFolder(
+        folder,
+        marker=PROVENANCE_FILE,
+        own=re.compile(re.escape(PROVENANCE_FILE) + r"\Z"),
+        subfolders=("states",),
+        flag="cache_dir",
+        kind="posdebias harness calibration",
+    )
+    states = states_folder(folder / "states", flag="cache_dir")
+    try:
+        interrupted = folder.is_dir() and [e.name for e in folder.iterdir()] == ["states"]
+    except OSError:  # unreadable: the check below says so
+        interrupted = False
+    if not interrupted:
+        shared.check()
+    if (folder / "states").is_symlink():
+        raise OutputError(
+            f"{folder / 'states'} is a symbolic link; posdebias does not write through links: "
+            "remove it or choose another cache_dir"
+        )
+    states.check()
+    shared.create()
+    return shared
+
+
 class HarnessDebiaser:
     """One model and its calibrators for a whole harness run.
 
@@ -367,21 +403,12 @@ class HarnessDebiaser:
         base = Path(self.config.cache_dir) if self.config.cache_dir else cache_root() / "harness"
         folder = base / f"calibration-{key}"
         if self.rank == 0:
+            shared = _shared_calibration_folder(folder)  # refused before any fit
             self.debiaser.calibrate(items)
             fitted = {label: self.debiaser.states[label] for label in self.fitting}
-            # provenance.json marks the folder as ours before the states are written into it
-            shared = RunFolder(
-                folder,
-                marker=PROVENANCE_FILE,
-                own=re.compile(re.escape(PROVENANCE_FILE) + r"\Z"),
-                subfolders=("states",),
-                flag="cache_dir",
-                kind="posdebias harness calibration",
-            )
-            shared.check()
-            shared.create()
-            shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder)})
+            # the states first, the provenance that marks the folder complete last
             save_states(fitted, shared.path("states"))
+            shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder)})
         if self.world_size > 1:
             self.barrier()
         if self.rank != 0:
