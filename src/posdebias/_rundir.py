@@ -67,7 +67,7 @@ class RunFolder:
     """A folder one command owns: identified by its ``marker`` file, holding only names that
     match ``own`` (plus our lock and temporary names); ``subfolders`` are ours too. Without a
     marker (a folder of calibration states) a folder is ours when everything in it is a
-    regular file named as ours.
+    regular file named as ours, or one of our subfolders.
 
     ``flag`` is the option that named the folder, for messages (``--out``, ``--root``).
     """
@@ -145,7 +145,7 @@ class RunFolder:
             e.name
             for e in entries
             if not (e.name == DirectoryLock.FILE or _TEMP.fullmatch(e.name))
-            and not (marker is None and self._ours(e.name) and e.is_file())
+            and not (marker is None and self._ours_by_kind(e))
         ]
         if foreign:
             shown = ", ".join(excerpt(name, 40) for name in foreign[:5])
@@ -155,6 +155,13 @@ class RunFolder:
                 f"{shown}); posdebias writes only into a new or empty folder or one of its own: "
                 f"choose another {self.flag}"
             )
+
+    def _ours_by_kind(self, entry: Path) -> bool:
+        """Whether ``entry`` is ours in a folder without a marker: a regular file named as ours,
+        or one of our subfolders (links are refused before this is asked)."""
+        if entry.name in self.subfolders:
+            return entry.is_dir()
+        return bool(self.own.fullmatch(entry.name)) and entry.is_file()
 
     def _ours(self, name: str) -> bool:
         return name == self.marker or name in self.subfolders or bool(self.own.fullmatch(name))

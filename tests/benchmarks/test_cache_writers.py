@@ -135,7 +135,7 @@ def test_a_clip_config_copy_goes_to_the_cache_through_the_layer(
 @pytest.mark.parametrize(
     "planted",
     [None, "dangling link", "foreign file", "foreign file in states", "not a state",
-     "interrupted"],
+     "interrupted", "states a link"],
 )  # fmt: skip
 def test_the_harness_shares_its_calibration_through_the_layer(tmp_path, monkeypatch, planted):
     # provenance.json was written with a bare atomic write: over a link, into any folder
@@ -184,9 +184,15 @@ def test_the_harness_shares_its_calibration_through_the_layer(tmp_path, monkeypa
     folder.mkdir()
     if planted == "dangling link":
         (folder / "provenance.json").symlink_to(tmp_path / "victim.json")
+    elif planted == "states a link":
+        (tmp_path / "elsewhere").mkdir()
+        (folder / "states").symlink_to(tmp_path / "elsewhere")
     else:
         (folder / "notes.txt").write_text("the user's")
     with pytest.raises(OutputError, match="symbolic link|notes.txt"):
         HarnessDebiaser(config).calibrate()
     assert not (tmp_path / "victim.json").exists()
-    assert not (folder / "states").exists()
+    if planted == "states a link":
+        assert (folder / "states").is_symlink() and not any((tmp_path / "elsewhere").iterdir())
+    else:
+        assert not (folder / "states").exists()

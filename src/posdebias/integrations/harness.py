@@ -30,13 +30,7 @@ from posdebias.api import Debiaser, Ranking
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.core.instance import Instance
 from posdebias.core.state import CalibrationState
-from posdebias.errors import (
-    CalibrationError,
-    ConfigError,
-    InputError,
-    OutputError,
-    validation_message,
-)
+from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
 from posdebias.evaluation.states import load_states, pick_state, save_states, states_folder
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
@@ -241,31 +235,20 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
 
 
 def _shared_calibration_folder(folder: Path) -> RunFolder:
-    """A harness calibration folder of the cache (``provenance.json`` and ``states/``), checked
-    through the run-directory layer before anything is fitted or written: no links, nothing
-    but state files in ``states/``. A folder holding only ``states/`` is one whose writer was
-    stopped before its provenance: ours, written over."""
+    """A harness calibration folder of the cache (``states/``, then the ``provenance.json``
+    that says it is complete), checked through the run-directory layer before anything is
+    fitted or written: no links, nothing but state files in ``states/``. A folder holding
+    only ``states/`` (a writer stopped before its provenance) is ours, written over."""
     shared = RunFolder(
         folder,
-        marker=PROVENANCE_FILE,
+        marker=None,
         own=re.compile(re.escape(PROVENANCE_FILE) + r"\Z"),
         subfolders=("states",),
         flag="cache_dir",
         kind="posdebias harness calibration",
     )
-    states = states_folder(folder / "states", flag="cache_dir")
-    try:
-        interrupted = folder.is_dir() and [e.name for e in folder.iterdir()] == ["states"]
-    except OSError:  # unreadable: the check below says so
-        interrupted = False
-    if not interrupted:
-        shared.check()
-    if (folder / "states").is_symlink():
-        raise OutputError(
-            f"{folder / 'states'} is a symbolic link; posdebias does not write through links: "
-            "remove it or choose another cache_dir"
-        )
-    states.check()
+    shared.check()
+    states_folder(shared.path("states"), flag="cache_dir").check()
     shared.create()
     return shared
 
