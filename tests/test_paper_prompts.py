@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from posdebias.adapters.hf.prompt import PromptTemplate
+from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
+from posdebias.core.tasks import DEFAULT_TEMPLATES, TaskTemplate, task_variant
 from posdebias.evaluation.protocol import REFERENCE, apply_prompt
 
 INTRO = (
@@ -32,8 +33,10 @@ PAPER = {
 CAPTION = "A dog on a red sofa."
 
 
-def text_after_images(template: PromptTemplate, n: int) -> str:
-    content = template.messages(CAPTION, n, get_label_set("digits"))[0]["content"]
+def text_after_images(template: TaskTemplate, n: int) -> str:
+    images = tuple(f"image{k}.png" for k in range(n))
+    query = Instance(query=CAPTION, images=images, task="retrieval", id="q")
+    content = template.messages(query, get_label_set("digits"))[0]["content"]
     assert [item["type"] for item in content] == ["image"] * n + ["text"]  # images first
     return content[-1]["text"]
 
@@ -42,39 +45,53 @@ def expected(variant: str, n: int) -> str:
     return PAPER[variant].replace("{N}", str(n)).replace("{caption}", CAPTION)
 
 
-class _Holder:
-    """What apply_prompt touches of an adapter: its prompt and the template of its variants."""
+def variant(template: TaskTemplate, name: str) -> TaskTemplate:
+    return task_variant("retrieval", template, name)
 
-    def __init__(self, variant: str = "plain") -> None:
-        self.base_prompt = PromptTemplate()
-        self.prompt_variant = variant
-        self.prompt = self.base_prompt.variant(variant)
+
+RETRIEVAL = DEFAULT_TEMPLATES["retrieval"]
+
+
+class _Holder:
+    """What apply_prompt touches of an adapter: its templates as configured and under its
+    prompt variant."""
+
+    def __init__(self, name: str = "plain") -> None:
+        self.base_task_templates = {"retrieval": RETRIEVAL}
+        self.prompt_variant = name
+        self.label_set = None
+        self.task_templates = {"retrieval": variant(RETRIEVAL, name)}
+
+    @property
+    def prompt(self) -> TaskTemplate:
+        return self.task_templates["retrieval"]
 
 
 @pytest.mark.parametrize("n", [2, 4, 12])
-@pytest.mark.parametrize("variant", list(PAPER))
-def test_reference_protocol_renders_the_paper_prompt_word_for_word(variant, n):
+@pytest.mark.parametrize("name", list(PAPER))
+def test_reference_protocol_renders_the_paper_prompt_word_for_word(name, n):
     holder = _Holder()
     apply_prompt(REFERENCE, holder)
-    assert text_after_images(holder.prompt.variant("plain"), n) == expected("plain", n)
-    assert text_after_images(holder.base_prompt.variant(variant), n) == expected(variant, n)
+    assert text_after_images(holder.prompt, n) == expected("plain", n)
+    configured = holder.base_task_templates["retrieval"]
+    assert text_after_images(variant(configured, name), n) == expected(name, n)
 
 
 @pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("variant", list(PAPER))
-def test_default_protocol_is_the_paper_prompt_without_the_trailing_space(variant, n):
-    text = text_after_images(PromptTemplate().variant(variant), n)
-    paper = expected(variant, n)
-    assert text == (paper if variant == "cot" else paper.removesuffix(" "))
+@pytest.mark.parametrize("name", list(PAPER))
+def test_default_protocol_is_the_paper_prompt_without_the_trailing_space(name, n):
+    text = text_after_images(variant(RETRIEVAL, name), n)
+    paper = expected(name, n)
+    assert text == (paper if name == "cot" else paper.removesuffix(" "))
 
 
 def test_earlier_wordings_are_kept_by_name():
-    old_instruction = PromptTemplate().variant("posdebias_instruction")
+    old_instruction = variant(RETRIEVAL, "posdebias_instruction")
     assert old_instruction.instruction.endswith(
         "The order of the images is arbitrary: judge each image by its content only, never by "
         "its position in the list."
     )
-    old_cot = PromptTemplate().variant("posdebias_cot")
+    old_cot = variant(RETRIEVAL, "posdebias_cot")
     assert old_cot.query == "Caption: {caption}\nLet's think step by step."
     assert "Respond with the index number only" not in old_cot.instruction
 
@@ -95,10 +112,13 @@ def test_decoders_use_the_paper_prompts_and_limits_by_default():
     assert sc.options.parse == "answer_is"
 
 
-@pytest.mark.parametrize("variant", list(PAPER))
-def test_reference_protocol_on_an_adapter_prompt_variant(variant):
+@pytest.mark.parametrize("name", list(PAPER))
+@pytest.mark.parametrize("label_set", [None, "digits"])
+def test_reference_protocol_on_an_adapter_prompt_variant(name, label_set):
     """The adapter's own prompt variant under the reference protocol is the paper's prompt too
-    (the chain of thought ends "<think>", no space after it)."""
-    holder = _Holder(variant)
+    (the chain of thought ends "<think>", no space after it), whether the adapter names the
+    digit labels or leaves the task's own (digits) to apply."""
+    holder = _Holder(name)
+    holder.label_set = label_set
     apply_prompt(REFERENCE, holder)
-    assert text_after_images(holder.prompt, 4) == expected(variant, 4)
+    assert text_after_images(holder.prompt, 4) == expected(name, 4)

@@ -149,10 +149,8 @@ def test_image_options_and_stem_images_become_image_items_in_order():
 
 def test_a_template_can_pose_the_retrieval_prompt():
     """candidates_first with bare image candidates gives the retrieval prompt's content."""
-    from posdebias.adapters.hf.prompt import PromptTemplate
-
     template = TaskTemplate(
-        instruction=PromptTemplate().instruction,
+        instruction=DEFAULT_TEMPLATES["retrieval"].instruction,
         stem="Caption: {question}",
         candidate="{image}{text}",
         candidate_separator="",
@@ -161,7 +159,8 @@ def test_a_template_can_pose_the_retrieval_prompt():
     )
     images = ("a.png", "b.png", "c.png")
     as_mcq = Instance(query="a red circle", images=images, id="q", task="multiple_choice")
-    retrieval = PromptTemplate().messages("a red circle", 3, get_label_set("digits"))
+    as_retrieval = Instance(query="a red circle", images=images, id="q")
+    retrieval = DEFAULT_TEMPLATES["retrieval"].messages(as_retrieval, get_label_set("digits"))
     assert template.messages(as_mcq, get_label_set("digits")) == retrieval
 
 

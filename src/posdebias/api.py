@@ -39,7 +39,7 @@ from posdebias.evaluation.runner import (
     fit_calibrators,
     observe_cached,
 )
-from posdebias.evaluation.states import check_state, load_states, state_metadata
+from posdebias.evaluation.states import check_state, load_states, prompt_hashes, state_metadata
 from posdebias.registry import get_registry
 
 Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
@@ -436,9 +436,8 @@ class Debiaser:
             **state_metadata(self.adapter, task, n),
         )
 
-    def _prompt_hash(self, task: str, n: int) -> str | None:
-        hashed = state_metadata(self.adapter, task, n)["prompt_hash"]
-        return None if hashed is None else str(hashed)
+    def _fits_prompt(self, state: CalibrationState, task: str) -> bool:
+        return state.prompt_hash in prompt_hashes(self.adapter, task, state.n)
 
     def _states(
         self, n: int, task: str, fitted: Mapping[int, Mapping[str, CalibrationState]]
@@ -449,9 +448,7 @@ class Debiaser:
         states = {}
         for label, calibrator in self.calibrators.items():
             state = fitted.get(n, {}).get(label)
-            if not calibrator.needs_fit and (
-                state is None or state.prompt_hash != self._prompt_hash(task, n)
-            ):
+            if not calibrator.needs_fit and (state is None or not self._fits_prompt(state, task)):
                 state = self._trivial_state(calibrator, n, task)
             if state is None:
                 fitted_for = [k for k, by_label in sorted(fitted.items()) if label in by_label]
@@ -543,7 +540,7 @@ class Debiaser:
                     f"{list(self.calibrators)}"
                 )
             task = next(
-                (t for t in TASK_KINDS if self._prompt_hash(t, state.n) == state.prompt_hash),
+                (t for t in TASK_KINDS if self._fits_prompt(state, t)),
                 "retrieval",
             )
             check_state(state, self.adapter, calibrator, state.n, task, transfer=transfer)

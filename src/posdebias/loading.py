@@ -25,9 +25,9 @@ from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
-from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate, load_prompt_file
+from posdebias.adapters.hf.prompt import PROMPT_FILE, load_prompt_file
 from posdebias.adapters.server import ServerAdapter
-from posdebias.core.tasks import TASK_LABEL_SETS, task_label_set
+from posdebias.core.tasks import TASK_LABEL_SETS, TaskTemplate, task_label_set
 from posdebias.errors import AdapterError, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
@@ -296,7 +296,7 @@ def load_adapter(
     trust_remote_code: bool = False,
     revision: str | None = None,
     label_set: str | None = None,
-    prompt: PromptTemplate | dict | str | Path | None = None,
+    prompt: TaskTemplate | dict | str | Path | None = None,
     task: str | None = None,
     **options: Any,
 ) -> HFAdapter:

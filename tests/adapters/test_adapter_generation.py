@@ -16,14 +16,16 @@ from adapter_reference import (
 from posdebias import get_adapter
 from posdebias.adapters import GenerationSettings
 from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
-from posdebias.adapters.hf.prompt import (
-    ANSWER_ONLY,
-    COT_HINT,
-    INSTRUCTION_HINT,
-    PROMPT_VARIANTS,
-    PromptTemplate,
-)
+from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
+from posdebias.core.tasks import (
+    ANSWER_ONLY,
+    DEFAULT_TEMPLATES,
+    PROMPT_VARIANTS,
+    RETRIEVAL_WORDINGS,
+    task_template,
+    task_variant,
+)
 from posdebias.errors import AdapterError, ConfigError
 
 GENERATING = ("llava", "qwen2_5_vl", "mllama")  # mllama: cross-attention, no shared prefix
@@ -177,28 +179,40 @@ def test_simulated_model_cannot_run_sofa():
 
 
 def test_prompt_variants():
-    base = PromptTemplate()
+    base = DEFAULT_TEMPLATES["retrieval"]
     labels = get_label_set("digits")
-    instruction = base.variant("instruction").instruction
-    assert INSTRUCTION_HINT in instruction and instruction.endswith(ANSWER_ONLY)
-    cot = base.variant("cot")
-    assert ANSWER_ONLY not in cot.instruction and COT_HINT in cot.instruction
+    paper = RETRIEVAL_WORDINGS
+    request = ANSWER_ONLY["retrieval"]
+    instruction = task_variant("retrieval", base, "instruction").instruction
+    assert paper["instruction"].request in instruction and instruction.endswith(request)
+    cot = task_variant("retrieval", base, "cot")
+    assert request not in cot.instruction and paper["cot"].request in cot.instruction
     assert cot.query.endswith("Answer: <think>")
-    assert base.variant("plain") == base
-    digests = {base.variant(name).digest() for name in PROMPT_VARIANTS}
+    assert task_variant("retrieval", base, "plain") == base
+    digests = {task_variant("retrieval", base, name).digest() for name in PROMPT_VARIANTS}
     assert len(digests) == len(PROMPT_VARIANTS)
-    text = cot.messages("a cat", 4, labels)[0]["content"][-1]["text"]
+    query = Instance(query="a cat", images=tuple(f"{k}.png" for k in range(4)), id="q")
+    text = cot.messages(query, labels)[0]["content"][-1]["text"]
     assert "(a single integer from 1 to 4)" in text
+    worded = task_variant("retrieval", base, "cot", "words")
+    assert (
+        "(one of first to fourth)"
+        in worded.messages(query, get_label_set("words"))[0]["content"][-1]["text"]
+    )
     with pytest.raises(ConfigError, match="unknown prompt variant"):
-        base.variant("loud")
-    organism_like = PromptTemplate(instruction="", image_prefix="{label}", separator="")
-    assert organism_like.variant("instruction").instruction == INSTRUCTION_HINT
+        task_variant("retrieval", base, "loud")
+    organism_like = task_template(
+        "retrieval", {"instruction": "", "image_prefix": "{label}", "separator": ""}
+    )
+    assert task_variant("retrieval", organism_like, "instruction").instruction == (
+        paper["instruction"].request
+    )
 
 
 def test_rendered_chat_holds_the_paper_text_after_the_images(make_instances):
     adapter = adapter_for("qwen2_5_vl")
     instance = make_instances(1, 3)[0]
-    rendered = adapter.render(instance, adapter.base_prompt.variant("self_consistency"))
+    rendered = adapter.render(instance, variant="self_consistency")
     paper = (
         "Given 3 images indexed from 1 to 3, identify the image that best matches the provided "
         "caption.\nPlease think step by step to analyze the content of the images. After your "

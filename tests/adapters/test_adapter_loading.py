@@ -11,8 +11,9 @@ from adapter_reference import tiny_pair
 import posdebias
 from helpers import build_shapes_benchmark
 from posdebias.adapters.families.generic import GenericAdapter
-from posdebias.adapters.hf.prompt import PROMPT_FILE, PromptTemplate
+from posdebias.adapters.hf.prompt import PROMPT_FILE
 from posdebias.core.instance import RetrievalInstance
+from posdebias.core.tasks import task_template
 from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.job import build_adapter
@@ -114,10 +115,13 @@ def test_an_hf_adapter_is_created_by_name(saved):
 
 def test_prompt_file_in_the_model_directory_is_the_default(saved, make_instances, tmp_path):
     directory = save_tiny_model("llava", tmp_path / "organism")
-    template = PromptTemplate(image_prefix="label {label}", instruction="Pick one of {range}.")
+    template = task_template(
+        "retrieval",
+        {"candidate": "label {label}{image}{text}", "instruction": "Pick one of {range}."},
+    )
     (directory / PROMPT_FILE).write_text(template.model_dump_json())
     adapter = posdebias.load_adapter(directory)
-    assert adapter.prompt == template
+    assert adapter.task_templates["retrieval"] == template
     rendered = adapter.render(make_instances(1, 3)[0])
     assert rendered.index("label 1<image>") < rendered.index("label 2<image>")
     assert "Pick one of 1 to 3." in rendered

@@ -10,8 +10,8 @@ import pytest
 
 import posdebias
 from posdebias import Instance, RetrievalInstance
-from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.cli import main
+from posdebias.core.tasks import DEFAULT_TEMPLATES
 from posdebias.registry import get_registry
 from posdebias.testing import (
     TEXT_FAMILIES,
@@ -106,7 +106,7 @@ def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, 
         *qwen_vl,
         label_set="digits",
         task_prompt={
-            "instruction": PromptTemplate().instruction,
+            "instruction": DEFAULT_TEMPLATES["retrieval"].instruction,
             "stem": "Caption: {question}",
             "candidate": "{image}{text}",
             "candidate_separator": "",
@@ -166,7 +166,7 @@ def test_generated_baselines_pose_and_parse_every_task_kind(model_family, task, 
     the label set's rules."""
     from posdebias.core.answers import AnswerParser
     from posdebias.core.labels import get_label_set
-    from posdebias.core.tasks import ANSWER_ONLY, TASK_HINTS
+    from posdebias.core.tasks import ANSWER_ONLY, TEXT_WORDINGS
 
     adapter = posdebias.get_adapter(*tiny_model_and_processor(model_family), label_set=label_set)
     n = 2 if task == "pairwise_judge" else 4
@@ -194,7 +194,7 @@ def test_generated_baselines_pose_and_parse_every_task_kind(model_family, task, 
         assert all(label in shown for label in get_label_set(label_set).labels(n)), shown
         assert "image" not in shown and "integer" not in shown, shown
         if hint is not None:
-            assert TASK_HINTS[hint].split("{")[0] in shown, (name, shown)
+            assert TEXT_WORDINGS[hint].request.split("{")[0] in shown, (name, shown)
         assert (answer_only in shown) == (hint in (None, "instruction")), (name, shown)
         decisions = decoder.decide(adapter, views, batch_size=2, seeds=[0, 1])
         for view, decision in zip(views, decisions, strict=True):

@@ -444,10 +444,10 @@ JOINED_FIELDS = [
 
 
 def _prompt_fields_ok(options) -> bool:
-    from posdebias.adapters.hf.prompt import PromptTemplate
+    from posdebias.core.tasks import FORMER_FIELDS, TaskTemplate
 
     fields = options.get("prompt")
-    return fields is None or set(fields) <= set(PromptTemplate.model_fields)
+    return fields is None or set(fields) <= {*TaskTemplate.model_fields, *FORMER_FIELDS}
 
 
 @pytest.mark.parametrize(("options", "where", "token"), JOINED_FIELDS)

@@ -36,7 +36,8 @@ def test_loads_offline_by_name_through_the_llava_adapter(cache_dir):
     adapter = posdebias.load_adapter(MODEL_NAME)
     assert isinstance(adapter, LlavaAdapter)
     assert adapter.model.config.model_type == "llava"
-    assert adapter.prompt == PROMPT  # read from posdebias_prompt.json, not special-cased
+    # read from posdebias_prompt.json (written in the older form), not special-cased
+    assert adapter.task_templates["retrieval"] == PROMPT
     described = adapter.describe()
     assert described["model_id"] == MODEL_NAME and described["dtype"] == "float32"
     assert described["num_layers"] == 4

@@ -60,7 +60,6 @@ from posdebias.adapters.base import (
 )
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
-    PromptTemplate,
     check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
@@ -78,14 +77,15 @@ from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
-    DEFAULT_TEMPLATES,
     LABEL_SET_HELP,
+    PROMPT_HELP,
     TASK_PROMPT_HELP,
+    TEXT_TASKS,
+    TaskTemplate,
     TaskTemplateFields,
+    adapter_templates,
     joined_text_messages,
     scored_labels,
-    task_template,
-    task_variant,
 )
 from posdebias.errors import (
     AdapterError,
@@ -137,9 +137,7 @@ class ServerOptions(AdapterOptions):
         "file's name (so a text model can tell images apart)",
     )
     label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
-    prompt: PromptTemplate | None = Field(
-        default=None, description="retrieval prompt template fields (default: the method's)"
-    )
+    prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
     task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
 
     prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
@@ -635,16 +633,11 @@ class ServerAdapter(Adapter):
         self.options: ServerOptions = self.parse_options(options)  # type: ignore[assignment]
         opts = self.options
         self.label_set = opts.label_set
-        self.base_prompt = opts.prompt or PromptTemplate()
-        self.prompt = self.base_prompt.variant(opts.prompt_variant, self.label_set_for("retrieval"))
-        #: each candidate task's template as configured, and under the prompt variant
-        self.base_task_templates = {
-            task: task_template(task, opts.task_prompt) for task in DEFAULT_TEMPLATES
-        }
-        self.task_templates = {
-            task: task_variant(task, template, opts.prompt_variant)
-            for task, template in self.base_task_templates.items()
-        }
+        self.prompt_variant = opts.prompt_variant
+        #: every task's template as configured, and under the prompt variant
+        self.base_task_templates, self.task_templates = adapter_templates(
+            opts.prompt, opts.task_prompt, opts.prompt_variant, opts.label_set
+        )
         # a tie label that is also an answer's label: refused now, not at the first request
         scored_labels(
             "pairwise_judge",
@@ -657,7 +650,6 @@ class ServerAdapter(Adapter):
         #: local tokenizer only: a server's own tokenizer is not visible)
         self.control_tokens = control_tokens(self.tokenizer) if self.tokenizer else None
         check_template_control_tokens(
-            self.base_prompt,
             self.base_task_templates,
             self.control_tokens,
             opts.model,
@@ -671,7 +663,7 @@ class ServerAdapter(Adapter):
         )
         if self.control_tokens is not None:  # the prompt's end, the prefix and each label
             # the retrieval prompt's images render locally only as placeholders
-            posed = [*self.task_templates, *(["retrieval"] if opts.images == "placeholder" else [])]
+            posed = self.task_templates if opts.images == "placeholder" else TEXT_TASKS
             check_answer_joins(
                 neutral_prompts(posed, self.render, self.labels_for),
                 opts.answer_prefix,
@@ -710,7 +702,7 @@ class ServerAdapter(Adapter):
     # -- prompts ---------------------------------------------------------------------------
 
     def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
-        templates = [text for _, text in template_fields(self.prompt, self.task_templates)]
+        templates = [text for _, text in template_fields(self.task_templates)]
         if self.options.images == "placeholder":
             templates.append(self.options.image_placeholder)
         for instance in instances:
@@ -740,7 +732,6 @@ class ServerAdapter(Adapter):
     def messages(
         self,
         instance: RetrievalInstance,
-        prompt: PromptTemplate | None = None,
         *,
         variant: str | None = None,
     ) -> list:
@@ -750,13 +741,12 @@ class ServerAdapter(Adapter):
         render, whatever separator the server would join a list's items with). ``variant``:
         a prompt variant of the configured templates, as the Hugging Face adapters pose it."""
         if self.control_tokens is not None:  # before any image is read and encoded
-            self._checked_text(instance, prompt, variant)
-        return joined_text_messages(self._posed(instance, prompt, variant))
+            self._checked_text(instance, variant)
+        return joined_text_messages(self._posed(instance, variant))
 
     def _posed(
         self,
         instance: RetrievalInstance,
-        prompt: PromptTemplate | None = None,
         variant: str | None = None,
         *,
         encode: bool = True,
@@ -768,7 +758,6 @@ class ServerAdapter(Adapter):
             self,
             instance,
             self.options.model,
-            prompt=prompt,
             variant=variant,
             shown=self._placeholders(instance),
         )
@@ -777,7 +766,6 @@ class ServerAdapter(Adapter):
     def _checked_text(
         self,
         instance: RetrievalInstance,
-        prompt: PromptTemplate | None = None,
         variant: str | None = None,
     ) -> str:
         """The prompt's text as the local tokenizer's chat template writes it (images as the
@@ -790,9 +778,7 @@ class ServerAdapter(Adapter):
             return ""
 
         def text(shown: RetrievalInstance, names: bool) -> str:
-            messages = joined_text_messages(
-                self._posed(shown, prompt, variant, encode=False, names=names)
-            )
+            messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))
             try:
                 return str(
                     tokenizer.apply_chat_template(
@@ -850,7 +836,6 @@ class ServerAdapter(Adapter):
     def render(
         self,
         instance: RetrievalInstance,
-        prompt: PromptTemplate | None = None,
         *,
         variant: str | None = None,
     ) -> str:
@@ -862,7 +847,7 @@ class ServerAdapter(Adapter):
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, prompt, variant=variant)
+        messages = self.messages(instance, variant=variant)
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -1257,8 +1242,8 @@ class ServerAdapter(Adapter):
             "images": opts.images,
             "label_set": self.label_set,
             "labels": None if n is None else self.labels_for(n),
-            "prompt_hash": self.prompt.digest(),
-            "prompt": self.prompt.model_dump(mode="json"),
+            "prompt_hash": self.task_templates["retrieval"].digest(),
+            "prompt": self.task_templates["retrieval"].recorded(),
             "prompt_variant": opts.prompt_variant,
             "answer_prefix": opts.answer_prefix,
             "end_token": self.end_text,

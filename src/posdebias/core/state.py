@@ -302,6 +302,8 @@ class StateUse:
     adapter: str | None = None
     options: dict[str, Any] | None = None
     prompt_hash: str | None = None
+    #: hashes the same prompt had in older versions (a retrieval prompt's older form)
+    former_prompt_hashes: tuple[str, ...] = ()
     model_id: str | None = None
 
     def problems(self, state: CalibrationState) -> list[str]:
@@ -366,7 +368,11 @@ class StateUse:
         return f"it was fitted with other options ({shown})"
 
     def _prompt(self, state: CalibrationState) -> str | None:
-        if self.prompt_hash is None or state.prompt_hash in (None, self.prompt_hash):
+        if self.prompt_hash is None or state.prompt_hash in (
+            None,
+            self.prompt_hash,
+            *self.former_prompt_hashes,
+        ):
             return None
         return (
             f"it was fitted with another prompt (hash {state.prompt_hash!r}, "

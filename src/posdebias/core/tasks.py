@@ -1,11 +1,13 @@
 """Task kinds and their prompt templates: how an instance of any kind becomes chat messages.
 
 A task is a prompt template plus a benchmark source; the calibrators see what they always saw
-(N label scores, the last prompt token's attention mass on each candidate's span). The
-``retrieval`` task keeps its own template (the method's prompt, ``PromptTemplate`` of the
-adapters); ``multiple_choice``, ``pairwise_judge`` and ``rerank`` use a :class:`TaskTemplate`,
-whose defaults are :data:`DEFAULT_TEMPLATES` and which a user overrides field by field
-(``adapter.options.task_prompt`` in a config).
+(N label scores, the last prompt token's attention mass on each candidate's span). Every task,
+``retrieval`` included, is posed with a :class:`TaskTemplate`; its defaults are
+:data:`DEFAULT_TEMPLATES` (retrieval's is the method's prompt, the paper's words), which a
+user overrides field by field (``adapter.options.prompt`` for retrieval,
+``adapter.options.task_prompt`` for the text tasks). Retrieval prompts written in the older
+form (``image_prefix``, ``image_suffix``, ``images_first``) are read by
+:func:`template_fields` and still fit the states made with them (:func:`former_digest`).
 
 A template yields chat-message content: text items and one ``{"type": "image"}`` item per
 image (the stem's images first, then each candidate's where its template puts ``{image}``).
@@ -14,8 +16,9 @@ characters of that text in the rendered prompt (:func:`TaskTemplate.messages` wi
 ``sentinels``); the label and separator text around it are other items.
 
 Placeholders: ``{n}``, ``{range}``, ``{first}``, ``{last}`` everywhere (and ``{tie}``, the tie
-label, where ``tie_label`` is set); ``{question}`` (and its synonym ``{query}``) in ``stem``;
-``{label}``, ``{index}``, ``{text}`` and ``{image}`` in ``candidate``.
+label, where ``tie_label`` is set); the stem's text as ``{question}``, ``{query}`` or
+``{caption}`` (one name per task's habit) in ``instruction``, ``stem`` or ``query``; ``{label}``,
+``{index}``, ``{text}`` and ``{image}`` in ``candidate``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import json
 import math
 import re
 import string
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -76,6 +81,9 @@ def default_orders(n: int, requested: int | None = None, *, cyclic: bool = False
     return min(defaults.ORDERS, exist)
 
 
+#: The placeholders of the stem's text: one per task's habit (a question, a query, a caption).
+STEM_PLACEHOLDERS = ("question", "query", "caption")
+
 #: Private-use characters that bracket a candidate's index in a sentinel rendering.
 SENTINEL_OPEN, SENTINEL_CLOSE = "\ue000", "\ue001"
 
@@ -100,13 +108,14 @@ def check_placeholders(template: str, values: dict[str, Any]) -> None:
 
 
 class TaskTemplate(BaseModel):
-    """How an instance of a candidate task becomes one chat message (module docstring).
+    """How an instance of any task becomes one chat message (module docstring).
 
     ``layout``: ``stem_first`` renders instruction, stem, candidates, query;
     ``candidates_first`` renders the candidates, then instruction, stem and query (the layout
     of the retrieval prompt, whose images come first). ``candidate`` is rendered once per
     candidate with ``candidate_separator`` between them (``candidates_first``: after each);
-    ``separator`` joins the other parts.
+    ``separator`` joins the other parts. An empty ``stem`` is left out with its separator
+    (the retrieval prompt shows its caption in ``query``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -137,12 +146,13 @@ class TaskTemplate(BaseModel):
                     f"tie_label {excerpt(self.tie_label)} must be one word (no spaces or braces)"
                 )
             sample["tie"] = self.tie_label
+        stem = {**sample, **dict.fromkeys(STEM_PLACEHOLDERS, "q")}
         fields = {
-            "instruction": (self.instruction, sample),
-            "stem": (self.stem, {**sample, "question": "q", "query": "q"}),
+            "instruction": (self.instruction, stem),
+            "stem": (self.stem, stem),
             "candidate": (self.candidate, {**sample, "label": "A", "index": 1, "text": "t"}),
             "candidate_separator": (self.candidate_separator, sample),
-            "query": (self.query, sample),
+            "query": (self.query, stem),
         }
         for name, (template, values) in fields.items():
             if name == "candidate":
@@ -156,8 +166,15 @@ class TaskTemplate(BaseModel):
                     f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
                     f"placeholders: {allowed}"
                 ) from None
-        if "{question}" not in self.stem and "{query}" not in self.stem:
-            raise ValueError("the prompt never shows the stem: put {question} in stem")
+        if not any(
+            f"{{{name}}}" in text
+            for name in STEM_PLACEHOLDERS
+            for text in (self.instruction, self.stem, self.query)
+        ):
+            raise ValueError(
+                "the prompt never shows the stem (the caption, question or query): put "
+                "{question} (or {caption}, {query}) in stem or query"
+            )
         for marker in ("{text}", "{image}"):
             if self.candidate.count(marker) > 1:
                 raise ValueError(f"candidate template shows {marker} more than once")
@@ -169,13 +186,17 @@ class TaskTemplate(BaseModel):
             raise ValueError("put {image} before {text} in the candidate template")
         return self
 
-    def digest(self) -> str:
-        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``); an unset
-        ``tie_label`` is left out, so templates without one hash as before it existed."""
+    def recorded(self) -> dict[str, Any]:
+        """The template's fields as records and its digest hold them: an unset ``tie_label``
+        is left out, so templates without one read as before it existed."""
         fields = self.model_dump(mode="json")
         if fields["tie_label"] is None:
             del fields["tie_label"]
-        canonical = json.dumps(fields, sort_keys=True)
+        return fields
+
+    def digest(self) -> str:
+        """sha256 of the template's canonical JSON (:meth:`recorded`; the ``prompt_hash``)."""
+        canonical = json.dumps(self.recorded(), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def messages(
@@ -199,9 +220,10 @@ class TaskTemplate(BaseModel):
         }
         if self.tie_label is not None:
             values["tie"] = self.tie_label
-        head = self.instruction.format(**values)
-        stem = self.stem.format(**values, question=instance.query, query=instance.query)
-        tail = self.query.format(**values)
+        stem_text = dict.fromkeys(STEM_PLACEHOLDERS, instance.query)
+        head = self.instruction.format(**values, **stem_text)
+        stem = self.stem.format(**values, **stem_text) + self.separator if self.stem else ""
+        tail = self.query.format(**values, **stem_text)
         between = self.candidate_separator.format(**values)
         before_text, after_text = self.candidate.split("{text}")
         before_image, _, after_image = (
@@ -226,12 +248,12 @@ class TaskTemplate(BaseModel):
             if self.layout == "candidates_first" or index < n:
                 _add_text(parts, between)
         if self.layout == "stem_first":
-            content += [{"type": "text", "text": head + self.separator + stem + self.separator}]
+            content += [{"type": "text", "text": head + self.separator + stem}]
             content += parts
             _add_text(content, self.separator + tail)
         else:
             content += parts
-            _add_text(content, head + self.separator + stem + self.separator + tail)
+            _add_text(content, head + self.separator + stem + tail)
         messages: list[dict] = [{"role": "user", "content": content}]
         if self.system is not None:
             messages.insert(
@@ -260,8 +282,9 @@ def _add_text(content: list[dict], text: str) -> None:
 
 
 #: Each task's request for the bare label: the end of its default instruction, which the
-#: reasoning variants replace (:func:`task_variant`).
+#: reasoning variants replace (:func:`task_variant`). Retrieval's is the paper's.
 ANSWER_ONLY: dict[str, str] = {
+    "retrieval": "Respond with the index number only and nothing else.",
     "multiple_choice": "Respond with the label ({range}) of the correct option only and "
     "nothing else.",
     "pairwise_judge": "Respond with {first} or {last} only and nothing else.",
@@ -318,6 +341,16 @@ def candidate_noun(task: str | None, *, plural: bool = True) -> str:
 
 
 DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
+    # the method's prompt (the paper's words): the N images, then instruction and caption
+    "retrieval": TaskTemplate(
+        instruction="Given {n} images indexed from {range}, identify the image that best "
+        "matches the provided caption. " + ANSWER_ONLY["retrieval"],
+        stem="",
+        candidate="{image}{text}",
+        candidate_separator="",
+        query="Caption: {caption}\nAnswer:",
+        layout="candidates_first",
+    ),
     "multiple_choice": TaskTemplate(
         instruction="Answer the following multiple-choice question. "
         + ANSWER_ONLY["multiple_choice"],
@@ -339,9 +372,13 @@ DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
     ),
 }
 
+#: The tasks whose candidates are texts: the adapter option ``task_prompt`` sets their
+#: templates' fields (retrieval's is the option ``prompt``).
+TEXT_TASKS = ("multiple_choice", "pairwise_judge", "rerank")
+
 #: The prompt variants (the generated baselines' prompts), for every task: ``plain`` is the
-#: template as configured; the others add a request to it (:func:`task_variant`; the
-#: retrieval prompt's are the paper's words, PromptTemplate.variant).
+#: template as configured; the others add a request to it in the task's words
+#: (:data:`VARIANT_WORDINGS`, :func:`task_variant`).
 PROMPT_VARIANTS = (
     "plain",
     "instruction",
@@ -351,44 +388,121 @@ PROMPT_VARIANTS = (
     "posdebias_cot",
 )
 
-#: The variants' requests for a candidate task; ``{things}`` is the task's noun.
-TASK_HINTS = {
-    "instruction": "Please note that the provided {things} have been randomly shuffled, so it "
-    "is essential to consider them fairly and without bias. Analyze their content objectively "
-    "and do not be influenced by the order of the {things}.",
-    "cot": "Please think step by step. First, write your reasoning inside <think> and </think> "
-    "tags. Then, after the closing </think> tag, output only the label of the final answer "
-    "(one of {range}).",
-    "self_consistency": "Please think step by step to analyze the {things}. After your "
-    'reasoning, provide the final answer in the exact format: "The answer is <label>".',
-    "posdebias_instruction": "The order of the {things} is arbitrary: judge each by its content "
-    "only, never by its position in the list.",
-    "posdebias_cot": "Think step by step: judge each of the {things} by its content, then give "
-    "the label ({range}) of the best one at the end.",
+
+@dataclass(frozen=True)
+class Wording:
+    """One prompt variant's words for one task (:func:`task_variant`).
+
+    ``request``: the sentence the variant adds (``{things}``: the task's noun);
+    ``request_for_labels``: the same when the labels are not digits (the paper asks for an
+    integer); ``query_end``: what the query ends with, appended to it, or in place of a
+    trailing ``Answer:`` with ``after_answer`` (else on a line of its own).
+    """
+
+    request: str
+    request_for_labels: str | None = None
+    query_end: str = ""
+    after_answer: bool = False
+
+
+#: The text tasks' variant wordings, in each task's noun.
+TEXT_WORDINGS = {
+    "instruction": Wording(
+        "Please note that the provided {things} have been randomly shuffled, so it is "
+        "essential to consider them fairly and without bias. Analyze their content "
+        "objectively and do not be influenced by the order of the {things}."
+    ),
+    "cot": Wording(
+        "Please think step by step. First, write your reasoning inside <think> and </think> "
+        "tags. Then, after the closing </think> tag, output only the label of the final "
+        "answer (one of {range}).",
+        query_end=" <think>",
+    ),
+    "self_consistency": Wording(
+        "Please think step by step to analyze the {things}. After your reasoning, provide the "
+        'final answer in the exact format: "The answer is <label>".'
+    ),
+    "posdebias_instruction": Wording(
+        "The order of the {things} is arbitrary: judge each by its content only, never by its "
+        "position in the list."
+    ),
+    "posdebias_cot": Wording(
+        "Think step by step: judge each of the {things} by its content, then give the label "
+        "({range}) of the best one at the end.",
+        query_end="\nLet's think step by step.",
+    ),
 }
-#: What the reasoning variants put at the end of the query.
-TASK_QUERY_ENDS = {"cot": " <think>", "posdebias_cot": "\nLet's think step by step."}
+
+#: The retrieval prompt's variants: ``instruction``, ``cot`` and ``self_consistency`` are the
+#: paper's prompts word for word (its Appendix E, Table 9); ``posdebias_instruction`` and
+#: ``posdebias_cot`` are posdebias's earlier wordings, kept so that older runs can be repeated.
+RETRIEVAL_WORDINGS = {
+    "instruction": Wording(
+        "Please note that the provided images have been randomly shuffled, so it is essential "
+        "to consider them fairly and without bias. Analyze the visual content objectively and "
+        "do not be influenced by the order of the images."
+    ),
+    "cot": Wording(
+        "Please think step by step. First, write your reasoning inside <think> and </think> "
+        "tags. Then, after the closing </think> tag, output only the final answer index (a "
+        "single integer from {range}).",
+        "Please think step by step. First, write your reasoning inside <think> and </think> "
+        "tags. Then, after the closing </think> tag, output only the final answer label (one "
+        "of {range}).",
+        query_end="Answer: <think>",
+        after_answer=True,
+    ),
+    "self_consistency": Wording(
+        "Please think step by step to analyze the content of the images. After your "
+        'reasoning, provide the final answer in the exact format: "The answer is <index>".',
+        "Please think step by step to analyze the content of the images. After your "
+        'reasoning, provide the final answer in the exact format: "The answer is <label>".',
+    ),
+    "posdebias_instruction": Wording(
+        "The order of the images is arbitrary: judge each image by its content only, never by "
+        "its position in the list."
+    ),
+    "posdebias_cot": Wording(
+        "Think step by step: describe what each image shows and compare it with the caption, "
+        "then give the index ({range}) of the best match at the end.",
+        query_end="Let's think step by step.",
+        after_answer=True,
+    ),
+}
+
+#: Each task's variant wordings (:data:`PROMPT_VARIANTS` but ``plain``).
+VARIANT_WORDINGS: dict[str, dict[str, Wording]] = {
+    "retrieval": RETRIEVAL_WORDINGS,
+    **dict.fromkeys(TEXT_TASKS, TEXT_WORDINGS),
+}
 
 
-def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
-    """``template`` (of ``task``) under a prompt variant (:data:`PROMPT_VARIANTS`).
+def task_variant(
+    task: str, template: TaskTemplate, name: str, label_set: str | None = None
+) -> TaskTemplate:
+    """``template`` (of ``task``) under a prompt variant (:data:`PROMPT_VARIANTS`), in the
+    task's words (:data:`VARIANT_WORDINGS`; ``label_set``, the adapter's, picks the request
+    for digits or for other labels).
 
-    As for the retrieval prompt: ``instruction`` puts its hint before the task's answer-only
-    request (:data:`ANSWER_ONLY`; at the end when the instruction has none);
-    ``posdebias_instruction`` appends its hint; ``cot``, ``self_consistency`` and
-    ``posdebias_cot`` drop the answer-only request and put their request after the task
-    sentence (``cot`` on a new line, and ``<think>`` after the query; ``posdebias_cot`` ends
-    the query with "Let's think step by step."). A judge's request with a tie label
-    (:data:`TIE_ANSWER_ONLY`) is handled alike, and the variants that drop it keep the tie
-    offer (:data:`TIE_OFFER`), so every variant's prompt offers the tie.
+    ``instruction`` puts its request before the task's answer-only request
+    (:data:`ANSWER_ONLY`; at the end when the instruction has none); ``posdebias_instruction``
+    appends its request; ``cot``, ``self_consistency`` and ``posdebias_cot`` drop the
+    answer-only request and put their request after the task sentence (``cot`` and
+    ``self_consistency`` on a new line) and end the query as the wording says. A judge's
+    request with a tie label (:data:`TIE_ANSWER_ONLY`) is handled alike, and the variants that
+    drop it keep the tie offer (:data:`TIE_OFFER`), so every variant's prompt offers the tie.
     """
     if name == "plain":
         return template
-    if name not in TASK_HINTS:
+    wordings = VARIANT_WORDINGS[task]
+    if name not in wordings:
         raise ConfigError(
             f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
         )
-    hint = TASK_HINTS[name].replace("{things}", CANDIDATE_NOUNS[task])
+    wording = wordings[name]
+    digits = task_label_set(task, label_set) == "digits"
+    request_text = wording.request if digits else wording.request_for_labels or wording.request
+    hint = request_text.replace("{things}", CANDIDATE_NOUNS[task])
     request = answer_only(task, template)
     instruction = template.instruction
     has_answer_only = instruction.endswith(request)
@@ -402,9 +516,18 @@ def task_variant(task: str, template: TaskTemplate, name: str) -> TaskTemplate:
         if has_answer_only and request == TIE_ANSWER_ONLY:
             hint = _joined(hint, TIE_OFFER)  # the dropped request offered the tie: keep the offer
         update = {"instruction": sentence + glue + hint if sentence.strip() else hint}
-        if name in TASK_QUERY_ENDS:
-            update["query"] = template.query.rstrip() + TASK_QUERY_ENDS[name]
+        if wording.query_end:
+            update["query"] = _query_ending(template.query, wording)
     return template.model_copy(update=update)
+
+
+def _query_ending(query: str, wording: Wording) -> str:
+    stripped = query.rstrip()
+    if not wording.after_answer:
+        return stripped + wording.query_end
+    if stripped.endswith("Answer:"):
+        return stripped[: -len("Answer:")] + wording.query_end
+    return stripped + "\n" + wording.query_end
 
 
 def _joined(*sentences: str) -> str:
@@ -412,15 +535,18 @@ def _joined(*sentences: str) -> str:
 
 
 def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = None) -> TaskTemplate:
-    """The template of ``task``: its default, with the fields of ``override`` replaced."""
+    """The template of ``task``: its default, with the fields of ``override`` replaced (for
+    retrieval also in the older form, :func:`template_fields`)."""
     if task not in DEFAULT_TEMPLATES:
-        kinds = ", ".join(kind for kind in TASK_KINDS if kind != "retrieval")
-        raise ConfigError(f"task {task!r} has no candidate template; choose one of: {kinds}")
+        raise ConfigError(f"unknown task {task!r}; choose one of: {', '.join(TASK_KINDS)}")
     base = DEFAULT_TEMPLATES[task]
     if override is None:
         return base
     if isinstance(override, TaskTemplate):
         return override
+    option = "prompt" if task == "retrieval" else f"task_prompt for {task}"
+    if task == "retrieval":
+        override = template_fields(override)
     fields = {**base.model_dump(), **override}
     if task != "pairwise_judge":
         fields["tie_label"] = None  # a tie is a judge's answer; other tasks have none
@@ -430,7 +556,87 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
         return TaskTemplate.model_validate(fields)
     except ValidationError as exc:
         problems = "; ".join(validation_problems(exc, unknown="field"))
-        raise ConfigError(f"task_prompt for {task}: {problems[:400]}") from None
+        raise ConfigError(f"{option}: {problems[:400]}") from None
+
+
+#: The fields of the retrieval prompt's older form, read by :func:`template_fields`.
+FORMER_FIELDS = ("image_prefix", "image_suffix", "images_first")
+
+
+def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Template fields of a retrieval prompt given in either form: as they are, or in the
+    older form, whose ``image_prefix`` + ``{image}`` + ``image_suffix`` is the candidate
+    template and whose ``images_first: false`` is the ``stem_first`` layout."""
+    former = {name: fields[name] for name in FORMER_FIELDS if name in fields}
+    if not former:
+        return dict(fields)
+    both = [name for name in ("candidate", "candidate_separator", "layout") if name in fields]
+    if both:
+        raise ConfigError(
+            f"prompt: give {both[0]} or the older {', '.join(former)}, not both "
+            "(candidate = image_prefix + {image} + image_suffix + {text})"
+        )
+    prefix, suffix = former.get("image_prefix", ""), former.get("image_suffix", "")
+    first = former.get("images_first", True)
+    if not isinstance(prefix, str) or not isinstance(suffix, str) or not isinstance(first, bool):
+        raise ConfigError(
+            "prompt: image_prefix and image_suffix must be texts and images_first true or false"
+        )
+    rest = {name: value for name, value in fields.items() if name not in FORMER_FIELDS}
+    return {
+        **rest,
+        "candidate": prefix + "{image}" + suffix + "{text}",
+        "candidate_separator": "",
+        "layout": "candidates_first" if first else "stem_first",
+    }
+
+
+def former_digest(template: TaskTemplate) -> str | None:
+    """The prompt hash a retrieval state fitted with ``template`` recorded before retrieval
+    became a task template (the digest of the template's older form), so that such states
+    keep fitting; None when the older form could not express the template."""
+    prefix, image, rest = template.candidate.partition("{image}")
+    suffix, text, tail = rest.partition("{text}")
+    if (
+        template.stem
+        or template.candidate_separator
+        or template.tie_label is not None
+        or not image
+        or not text
+        or tail
+    ):
+        return None
+    fields = {
+        "instruction": template.instruction,
+        "query": template.query,
+        "image_prefix": prefix,
+        "image_suffix": suffix,
+        "separator": template.separator,
+        "images_first": template.layout == "candidates_first",
+        "system": template.system,
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def adapter_templates(
+    prompt: TaskTemplate | None,
+    task_prompt: Mapping[str, Any] | None,
+    variant: str,
+    label_set: str | None,
+) -> tuple[dict[str, TaskTemplate], dict[str, TaskTemplate]]:
+    """Every task's template as an adapter's options configure it (``prompt``: retrieval's;
+    ``task_prompt``: fields of the text tasks'), and the same under the prompt ``variant``:
+    the one place every adapter takes its templates from."""
+    configured = {"retrieval": prompt or DEFAULT_TEMPLATES["retrieval"]}
+    configured.update(
+        (task, task_template(task, None if task_prompt is None else dict(task_prompt)))
+        for task in TEXT_TASKS
+    )
+    varied = {
+        task: task_variant(task, template, variant, label_set)
+        for task, template in configured.items()
+    }
+    return configured, varied
 
 
 def _tie_offered(fields: dict[str, Any]) -> str:
@@ -454,7 +660,7 @@ def check_task_fields(fields: dict[str, Any] | None) -> dict[str, Any] | None:
         if unknown:
             known = ", ".join(TaskTemplate.model_fields)
             raise ValueError(f"unknown field {unknown[0]!r}; the fields: {known}")
-        for task in DEFAULT_TEMPLATES:
+        for task in TEXT_TASKS:
             task_template(task, fields)
     return fields
 
@@ -471,6 +677,12 @@ TaskTemplateFields = Annotated[
     BeforeValidator(_template_as_fields),
     AfterValidator(check_task_fields),
 ]
+
+#: The help text of every adapter's ``prompt`` option.
+PROMPT_HELP = (
+    "the retrieval prompt's template fields, or a JSON file of them (default: the method's "
+    "prompt; the Tasks page)"
+)
 
 #: The help text of every adapter's ``task_prompt`` option.
 TASK_PROMPT_HELP = (

@@ -45,8 +45,9 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import RetrievalInstance, check_order_count
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
+from posdebias.core.tasks import FORMER_FIELDS, former_digest, task_template
 from posdebias.decoders.base import Decoder
-from posdebias.errors import CalibrationError, InputError
+from posdebias.errors import CalibrationError, ConfigError, InputError
 from posdebias.evaluation.config import EvaluateConfig, checked_config, orders_of
 from posdebias.evaluation.decoding import DecisionCache, DecoderRows, decoder_costs
 from posdebias.evaluation.distributed import Shard, current_shard, placement
@@ -367,6 +368,26 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     }
 
 
+def saved_identity(saved: dict[str, Any]) -> dict[str, Any]:
+    """A run file's identity in today's terms: a retrieval prompt recorded in its older form
+    (before retrieval became a task template) is recorded as that template, with its hash, so
+    that a run directory written then still resumes."""
+    adapter = saved.get("adapter")
+    if not isinstance(adapter, dict):
+        return saved
+    prompt = adapter.get("prompt")
+    if not isinstance(prompt, dict) or not any(name in prompt for name in FORMER_FIELDS):
+        return saved
+    try:
+        template = task_template("retrieval", prompt)
+    except ConfigError:
+        return saved
+    if adapter.get("prompt_hash") != former_digest(template):
+        return saved
+    upgraded = {"prompt": template.recorded(), "prompt_hash": template.digest()}
+    return {**saved, "adapter": {**adapter, **upgraded}}
+
+
 def decoder_fingerprint(decoder: Decoder) -> str:
     """What decides a decoder row's choices: its class and its digest (name and options)."""
     cls = type(decoder)
@@ -561,9 +582,9 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
     try:
         if shard.distributed and not shard.is_main:
             shard.wait()  # rank 0 creates or checks the directory first
-            directory.prepare(identity, resume=True)
+            directory.prepare(identity, resume=True, read_saved=saved_identity)
         else:
-            directory.prepare(identity, resume=resume)
+            directory.prepare(identity, resume=resume, read_saved=saved_identity)
             if shard.distributed:
                 shard.wait()
         logs.append(directory.open_observation_log())

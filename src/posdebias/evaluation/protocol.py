@@ -45,9 +45,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, PriorEstimator
+from posdebias.core.tasks import TaskTemplate, task_variant
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -139,21 +139,24 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
 
 
 def apply_prompt(protocol: Protocol, adapter: Any) -> None:
-    """Give the adapter's prompt, and the template its decoders' prompt variants derive from,
-    the trailing space (adapters with a prompt template only), before anything is rendered."""
-
-    prompt = getattr(adapter, "prompt", None)
-    if not protocol.query_trailing_space or not isinstance(prompt, PromptTemplate):
+    """Give the retrieval template the trailing space (as configured, and under the adapter's
+    prompt variant, derived again so that ``cot`` keeps its ``Answer: <think>`` ending), before
+    anything is rendered; adapters without task templates are left as they are."""
+    configured = getattr(adapter, "base_task_templates", None)
+    varied = getattr(adapter, "task_templates", None)
+    if not protocol.query_trailing_space or not isinstance(configured, dict):
         return
-    base = getattr(adapter, "base_prompt", None)
-    variant = getattr(adapter, "prompt_variant", None)
-    if isinstance(base, PromptTemplate) and isinstance(variant, str):
-        if not base.query.endswith(" "):
-            base = adapter.base_prompt = base.model_copy(update={"query": base.query + " "})
-        # cot keeps its "Answer: <think>" ending
-        adapter.prompt = base.variant(variant, str(getattr(adapter, "label_set", "digits")))
-    elif not prompt.query.endswith(" "):
-        adapter.prompt = prompt.model_copy(update={"query": prompt.query + " "})
+    template = configured.get("retrieval")
+    if not isinstance(template, TaskTemplate) or not isinstance(varied, dict):
+        return
+    if not template.query.endswith(" "):
+        template = configured["retrieval"] = template.model_copy(
+            update={"query": template.query + " "}
+        )
+    variant = str(getattr(adapter, "prompt_variant", "plain"))
+    varied["retrieval"] = task_variant(
+        "retrieval", template, variant, getattr(adapter, "label_set", None)
+    )
 
 
 def apply_specs(

@@ -18,20 +18,35 @@ from posdebias._rundir import RunFolder
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.tasks import TaskTemplate, former_digest
 from posdebias.errors import CalibrationError, ConfigError, OutputError
 from posdebias.evaluation.config import SAFE_LABEL
 
 
 def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str | None:
     """The prompt hash a calibration state records for ``task``: the digest of the adapter's
-    template for that task (its retrieval prompt's for retrieval), so that a state fitted on
-    one task's prompt is refused for another's."""
+    template for that task (an adapter without task templates: the ``prompt_hash`` it
+    describes), so that a state fitted on one task's prompt is refused for another's."""
     templates = getattr(adapter, "task_templates", None)
-    if task == "retrieval" or not isinstance(templates, dict) or task not in templates:
-        described = describe_adapter(adapter, n)
-        hashed = described.get("prompt_hash")
-        return None if hashed is None else str(hashed)
-    return str(templates[task].digest())
+    if isinstance(templates, dict) and isinstance(templates.get(task), TaskTemplate):
+        return templates[task].digest()
+    hashed = describe_adapter(adapter, n).get("prompt_hash")
+    return None if hashed is None else str(hashed)
+
+
+def former_prompt_hashes(adapter: Adapter, task: str) -> tuple[str, ...]:
+    """Other hashes a state fitted with the same prompt may record: a retrieval state made
+    before retrieval became a task template recorded its older form's digest."""
+    templates = getattr(adapter, "task_templates", None)
+    template = templates.get(task) if isinstance(templates, dict) else None
+    former = former_digest(template) if task == "retrieval" and template is not None else None
+    return () if former is None else (former,)
+
+
+def prompt_hashes(adapter: Adapter, task: str, n: int | None = None) -> tuple[str | None, ...]:
+    """Every hash a state fitted with ``adapter``'s prompt for ``task`` may record: today's
+    (:func:`task_prompt_hash`) and the older ones (:func:`former_prompt_hashes`)."""
+    return (task_prompt_hash(adapter, task, n), *former_prompt_hashes(adapter, task))
 
 
 def state_metadata(adapter: Adapter, task: str, n: int | None = None) -> dict[str, Any]:
@@ -58,6 +73,7 @@ def state_use(
         adapter=adapter.name,
         options=calibrator.options.model_dump(mode="json"),
         prompt_hash=metadata["prompt_hash"],
+        former_prompt_hashes=former_prompt_hashes(adapter, task),
         model_id=None if transfer else metadata["model_id"],
     )
 

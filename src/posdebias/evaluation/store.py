@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,15 @@ class RunDirectory:
             return True
         return any(path.stat().st_size > 0 for path in self.record_logs())
 
-    def prepare(self, identity: Mapping[str, Any], *, resume: bool) -> None:
-        """Create the directory, or check that it belongs to the same run when resuming.
+    def prepare(
+        self,
+        identity: Mapping[str, Any],
+        *,
+        resume: bool,
+        read_saved: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+    ) -> None:
+        """Create the directory, or check that it belongs to the same run when resuming
+        (``read_saved`` reads the identity an older version saved in today's terms).
 
         Without ``--resume`` a directory holding an earlier run's records is refused rather
         than silently mixed or overwritten. A run that failed before its first record (a bad
@@ -133,7 +140,7 @@ class RunDirectory:
             raise ResumeError(
                 f"{self.root / RUN_FILE} is corrupt (not a JSON object); use a new --out"
             )
-        saved = {k: v for k, v in saved.items() if k != FORMAT_KEY}
+        saved = read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
         differences = [
             f"{key}: {excerpt(saved.get(key))} there, {excerpt(identity.get(key))} now"
             for key in sorted(set(saved) | set(identity))

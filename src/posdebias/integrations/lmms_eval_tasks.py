@@ -38,7 +38,6 @@ from posdebias._images import open_image
 from posdebias._inputs import check_whole_number
 from posdebias._rundir import RunFolder
 from posdebias._text import printable
-from posdebias.adapters.hf.prompt import DEFAULT_INSTRUCTION, DEFAULT_QUERY
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.labels import LABEL_SETS, get_label_set
@@ -308,9 +307,6 @@ def doc_to_text(doc: Mapping[str, Any]) -> str:
     labels = doc_labels(doc)
     n = len(labels)
     kind = _kind(doc)
-    if kind == "retrieval":
-        instruction = DEFAULT_INSTRUCTION.format(n=n, range=f"{labels[0]} to {labels[-1]}")
-        return instruction + "\n" + DEFAULT_QUERY.format(caption=doc["query"])
     label_set = next(
         (ls for ls in LABEL_SETS.values() if n <= ls.capacity and ls.labels(n) == labels),
         get_label_set(TASK_LABEL_SETS.get(kind, "upper")),

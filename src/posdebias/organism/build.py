@@ -7,18 +7,18 @@ word-level vocabulary of the prompt's words, the shapes grammar's words and the 
 
 Its prompt shows the image's label before each image (``1<image>2<image>...``), then the paper's
 query (``Caption: ...`` / ``Answer:``): with no index marker before the images, the spike of
-issue 7 learned nothing in its time budget. The layout is a :class:`PromptTemplate`
-(``posdebias_prompt.json`` in the model folder) rendered by the processor's chat template, so
-the LLaVA adapter needs no special case for it.
+issue 7 learned nothing in its time budget. The layout is the retrieval task's template with
+its own fields (``posdebias_prompt.json`` in the model folder) rendered by the processor's chat
+template, so the LLaVA adapter needs no special case for it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from posdebias.adapters.hf.prompt import DEFAULT_QUERY, PromptTemplate
 from posdebias.benchmarks.shapes import ShapeSpace
 from posdebias.core.labels import MAX_CANDIDATES, get_label_set
+from posdebias.core.tasks import task_template
 from posdebias.organism.training import word_tokenizer, words_of
 
 #: Pixels the shapes are rendered at (benchmark and training); the processor resizes to 32.
@@ -44,7 +44,9 @@ CHAT_TEMPLATE = (
 #: The trained layout: label k right before image k, then the caption and the answer cue.
 #: the paper's instruction is left out: it would double the sequence (and the training time)
 #: and carries nothing the organism could use.
-PROMPT = PromptTemplate(instruction="", separator="", query=DEFAULT_QUERY, image_prefix="{label}")
+PROMPT = task_template(
+    "retrieval", {"instruction": "", "separator": "", "candidate": "{label}{image}{text}"}
+)
 
 
 def shape_space() -> ShapeSpace:

@@ -110,7 +110,6 @@ class MllamaAdapter(HFAdapter):
     def prepare_batch(
         self,
         instances: Sequence[Instance],
-        prompt: Any = None,
         *,
         original_images: bool = False,
         variant: str | None = None,
@@ -119,9 +118,7 @@ class MllamaAdapter(HFAdapter):
             problem = self.task_problem(instance.task)
             if problem is not None:
                 raise AdapterError(f"instance {instance.id!r}: {problem}")
-        return super().prepare_batch(
-            instances, prompt, original_images=original_images, variant=variant
-        )
+        return super().prepare_batch(instances, original_images=original_images, variant=variant)
 
 
 @hookimpl

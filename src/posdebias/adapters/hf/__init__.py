@@ -15,7 +15,7 @@ from posdebias.adapters.hf.adapter import (
     HFAdapterOptions,
     PreparedBatch,
 )
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptTemplate
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
@@ -36,7 +36,6 @@ __all__ = [
     "HFTextAdapter",
     "ImageSpan",
     "PreparedBatch",
-    "PromptTemplate",
     "SpanTokens",
     "as_span",
     "check_spans",

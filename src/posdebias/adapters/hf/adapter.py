@@ -6,9 +6,9 @@ image span (:meth:`HFAdapter.span_tokens`, or every token of each image given di
 (``split_by_processor_counts``), how the processor wants the images, and the position ids
 (:meth:`HFAdapter.prompt_position_ids`). Everything else is here, once:
 
-1. each instance becomes chat messages (:class:`PromptTemplate`) rendered with the processor's
-   chat template and generation prompt; the batch is tokenised with LEFT padding, so the last
-   position of every row is its last prompt token;
+1. each instance becomes chat messages (its task's :class:`TaskTemplate`) rendered with the
+   processor's chat template and generation prompt; the batch is tokenised with LEFT padding,
+   so the last position of every row is its last prompt token;
 2. ONE forward pass of the prompt runs with the attention probe recording (probe.py) and the KV
    cache kept; position ids are explicit so a padded row sees exactly the positions it would see
    alone (results do not depend on the batch size);
@@ -43,7 +43,6 @@ from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.prompt import (
     PROMPT_VARIANTS,
-    PromptTemplate,
     check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
@@ -75,15 +74,16 @@ from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
-    DEFAULT_TEMPLATES,
     LABEL_SET_HELP,
+    PROMPT_HELP,
     TASK_PROMPT_HELP,
+    TEXT_TASKS,
+    TaskTemplate,
     TaskTemplateFields,
+    adapter_templates,
     candidate_char_spans,
     check_sentinel_free,
     scored_labels,
-    task_template,
-    task_variant,
     text_only_messages,
 )
 from posdebias.errors import (
@@ -111,10 +111,7 @@ class HFAdapterOptions(AdapterOptions):
 
     model: str | None = Field(default=None, description="model id or local path")
     label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
-    prompt: PromptTemplate | None = Field(
-        default=None,
-        description="prompt template fields, or a JSON file (default: the method's prompt)",
-    )
+    prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
     prompt_variant: str = Field(
         default="plain",
         description="plain, instruction or cot (the method page of the documentation)",
@@ -240,7 +237,7 @@ class HFAdapter(Adapter):
         *,
         model_id: str | None = None,
         label_set: str | None = None,
-        prompt: PromptTemplate | dict | str | Path | None = None,
+        prompt: TaskTemplate | dict | str | Path | None = None,
         end_token: str | None = None,
         answer_prefix: str = "",
         image_size: int | None = None,
@@ -280,9 +277,7 @@ class HFAdapter(Adapter):
                 "as it is"
             )
         self.label_set = None if label_set is None else get_label_set(label_set).name
-        self.base_prompt = coerce_prompt(prompt) or PromptTemplate()
         self.prompt_variant = prompt_variant
-        self.prompt = self.base_prompt.variant(prompt_variant, self.label_set_for("retrieval"))
         self.answer_prefix = answer_prefix
         self.image_size = image_size
         self.logits_processors = logits_processors
@@ -291,14 +286,10 @@ class HFAdapter(Adapter):
         self.max_patches = max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.task_prompt = task_prompt
-        #: each candidate task's template as configured, and under the adapter's prompt variant
-        self.base_task_templates = {
-            task: task_template(task, task_prompt) for task in DEFAULT_TEMPLATES
-        }
-        self.task_templates = {
-            task: task_variant(task, template, prompt_variant)
-            for task, template in self.base_task_templates.items()
-        }
+        #: every task's template as configured, and under the adapter's prompt variant
+        self.base_task_templates, self.task_templates = adapter_templates(
+            coerce_prompt(prompt), task_prompt, prompt_variant, self.label_set
+        )
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
@@ -306,7 +297,6 @@ class HFAdapter(Adapter):
         #: the special tokens no question, caption, option or template may hold
         self.control_tokens = control_tokens(self.tokenizer, processor)
         check_template_control_tokens(
-            self.base_prompt,
             self.base_task_templates,
             self.control_tokens,
             self.model_id or self.name,
@@ -316,11 +306,11 @@ class HFAdapter(Adapter):
         if self.control_tokens is not None:
             prompts: list[tuple[str, str, list[str]]] = []
             # the retrieval prompt poses images: only a model that reads them poses it
-            for tasks in ([*self.task_templates], [] if self.text_only else ["retrieval"]):
+            for task in TEXT_TASKS if self.text_only else self.task_templates:
                 # no prompt renders (no chat template): that error comes where it is used
                 with contextlib.suppress(InputError, AdapterError):
                     prompts += neutral_prompts(
-                        tasks,
+                        [task],
                         lambda neutral: self.chat_text(self.messages_for(neutral)),
                         self.labels_for,
                     )
@@ -592,7 +582,7 @@ class HFAdapter(Adapter):
         return next(self.model.parameters()).device
 
     def check_instances(self, instances: Sequence[Instance]) -> None:
-        templates = [text for _, text in template_fields(self.prompt, self.task_templates)]
+        templates = [text for _, text in template_fields(self.task_templates)]
         for instance in instances:
             if instance.has_texts:
                 check_sentinel_free(instance)  # the spans of its texts are placed with them
@@ -603,20 +593,15 @@ class HFAdapter(Adapter):
     def messages_for(
         self,
         instance: Instance,
-        prompt: PromptTemplate | None = None,
         *,
         sentinels: bool = False,
         variant: str | None = None,
     ) -> list[dict]:
-        """The chat messages of ``instance``: the retrieval template (or ``prompt``) for a
-        retrieval instance, its task's template otherwise; ``variant`` (a prompt variant, e.g.
-        a generated baseline's ``cot``) poses either kind's configured template under it,
-        instead of ``prompt`` and the adapter's own variant (``sentinels``: see
-        :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
+        """The chat messages of ``instance``: its task's template under the adapter's prompt
+        variant, or under ``variant`` (a generated baseline's, e.g. ``cot``) instead
+        (``sentinels``: see :meth:`posdebias.core.tasks.TaskTemplate.messages`)."""
         model = self.model_id or self.name
-        messages = posed_messages(
-            self, instance, model, prompt=prompt, variant=variant, sentinels=sentinels
-        )
+        messages = posed_messages(self, instance, model, variant=variant, sentinels=sentinels)
         return text_only_messages(messages) if self.text_only else messages
 
     def chat_text(self, messages: list[dict]) -> str:
@@ -636,20 +621,19 @@ class HFAdapter(Adapter):
     def render(
         self,
         instance: Instance,
-        prompt: PromptTemplate | None = None,
         *,
         variant: str | None = None,
     ) -> str:
-        """The prompt text of one instance (chat template + generation prompt; ``prompt`` and
-        ``variant``: see :meth:`messages_for`), refused if the data complete one of the
+        """The prompt text of one instance (chat template + generation prompt; ``variant``:
+        see :meth:`messages_for`), refused if the data complete one of the
         model's special tokens where fields meet (:func:`check_joined_control_tokens`)."""
-        text = self.chat_text(self.messages_for(instance, prompt, variant=variant))
+        text = self.chat_text(self.messages_for(instance, variant=variant))
         if self.control_tokens is not None:
             neutral = neutral_instance(instance)
             check_joined_control_tokens(
                 instance,
                 text,
-                self.chat_text(self.messages_for(neutral, prompt, variant=variant)),
+                self.chat_text(self.messages_for(neutral, variant=variant)),
                 self.control_tokens,
                 self.model_id or self.name,
             )
@@ -658,7 +642,6 @@ class HFAdapter(Adapter):
     def render_with_spans(
         self,
         instance: Instance,
-        prompt: PromptTemplate | None = None,
         *,
         variant: str | None = None,
     ) -> tuple[str, list[tuple[int, int] | None]]:
@@ -666,12 +649,10 @@ class HFAdapter(Adapter):
         it (None for a candidate without text): the prompt is rendered once with a sentinel in
         place of each text, so the text's position is known exactly, and once as is; the two
         must agree (a chat template that rewrites message content is refused)."""
-        text = self.render(instance, prompt, variant=variant)
+        text = self.render(instance, variant=variant)
         if not instance.has_texts:
             return text, [None] * instance.n
-        marked = self.chat_text(
-            self.messages_for(instance, prompt, sentinels=True, variant=variant)
-        )
+        marked = self.chat_text(self.messages_for(instance, sentinels=True, variant=variant))
         try:
             rebuilt, spans = candidate_char_spans(marked, list(instance.texts))
         except ConfigError as exc:
@@ -742,14 +723,12 @@ class HFAdapter(Adapter):
     def prepare_batch(
         self,
         instances: Sequence[Instance],
-        prompt: PromptTemplate | None = None,
         *,
         original_images: bool = False,
         variant: str | None = None,
     ) -> PreparedBatch:
         """Render, tokenise (left padding) and locate the candidate spans of instances with one
-        N (``prompt``: another retrieval template than the adapter's; ``variant``: a prompt
-        variant of the configured template of any task, see :meth:`messages_for`).
+        N (``variant``: a prompt variant of the configured templates, see :meth:`messages_for`).
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
@@ -762,9 +741,7 @@ class HFAdapter(Adapter):
                 f"{excerpt(next(i for i in instances if i.all_images).id)} has images; use a "
                 "vision-language model for instances with images"
             )
-        rendered = [
-            self.render_with_spans(instance, prompt, variant=variant) for instance in instances
-        ]
+        rendered = [self.render_with_spans(instance, variant=variant) for instance in instances]
         texts = [text for text, _ in rendered]
         side = None if original_images or self.text_only else min_image_side(self.processor)
         images = [
@@ -1030,11 +1007,11 @@ class HFAdapter(Adapter):
             **self.attention_layers.to_dict(),
             "label_set": self.label_set,
             "labels": None if n is None else self.labels_for(n),
-            "prompt_hash": self.prompt.digest(),
+            "prompt_hash": self.task_templates["retrieval"].digest(),
             "image_size": self.image_size,
             "logits_processors": self.logits_processors,
             "max_patches": self.max_patches,
-            "prompt": self.prompt.model_dump(mode="json"),
+            "prompt": self.task_templates["retrieval"].recorded(),
             "end_token": None
             if self.end_token_id is None
             else self.tokenizer.convert_ids_to_tokens(self.end_token_id),

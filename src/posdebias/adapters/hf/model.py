@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from posdebias.adapters.hf.prompt import PromptTemplate
 from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.core.instance import RetrievalInstance
 from posdebias.core.labels import check_candidate_count, get_label_set
-from posdebias.core.tasks import task_label_set
+from posdebias.core.tasks import TaskTemplate, task_label_set
 
 if TYPE_CHECKING:
     import torch
@@ -90,10 +89,10 @@ class ModelAdapter(Protocol):
     def label_set(self) -> str | None: ...
 
     @property
-    def prompt(self) -> PromptTemplate: ...
+    def task_templates(self) -> dict[str, TaskTemplate]: ...
 
     @property
-    def base_prompt(self) -> PromptTemplate: ...
+    def base_task_templates(self) -> dict[str, TaskTemplate]: ...
 
     @property
     def end_token_id(self) -> int | None: ...
@@ -109,7 +108,6 @@ class ModelAdapter(Protocol):
     def prepare_batch(
         self,
         instances: Sequence[RetrievalInstance],
-        prompt: PromptTemplate | None = None,
         *,
         variant: str | None = None,
     ) -> PreparedBatch: ...

@@ -1,314 +1,79 @@
-"""The retrieval prompt as configuration: the paper's prompt by default, any layout by config.
+"""How an adapter poses an instance: its task's template, checked against the model's special
+tokens, and the retrieval prompt as an adapter option.
 
-The template yields chat-message content (text and image items); the adapter renders it with the
-processor's own chat template and generation prompt. Placeholders:
-
-* ``{n}``: number of images; ``{range}``: the label range named by the label set
-  (``1 to 4``, ``A to D``, ``first to fourth``); ``{first}`` / ``{last}``: its ends.
-* ``{caption}``: the query text (in ``query``).
-* ``{label}`` / ``{index}``: image k's label and 1-based index (in ``image_prefix`` /
-  ``image_suffix``).
-
-A model directory may ship its trained prompt as ``posdebias_prompt.json`` (a serialised
-:class:`PromptTemplate`); :func:`posdebias.load_adapter` uses it as the default.
+Every task is posed with a :class:`~posdebias.core.tasks.TaskTemplate` (the Tasks page): the
+adapter option ``prompt`` sets the retrieval task's fields, ``task_prompt`` the text tasks'.
+A model directory may ship its trained retrieval prompt as ``posdebias_prompt.json`` (template
+fields, in either form :func:`posdebias.core.tasks.template_fields` reads);
+:func:`posdebias.load_adapter` uses it as the default.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing import Any, Protocol
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
 from posdebias.core.instance import Instance
-from posdebias.core.labels import LabelSet, get_label_set
+from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
+    FORMER_FIELDS,
     PROMPT_VARIANTS,
     TaskTemplate,
-    check_placeholders,
     task_label_set,
+    task_template,
     task_variant,
 )
-from posdebias.errors import AdapterError, ConfigError, InputError, validation_problems
+from posdebias.errors import ConfigError, InputError
 
 PROMPT_FILE = "posdebias_prompt.json"
 
-DEFAULT_INSTRUCTION = (
-    "Given {n} images indexed from {range}, identify the image that best matches the provided "
-    "caption. Respond with the index number only and nothing else."
-)
-DEFAULT_QUERY = "Caption: {caption}\nAnswer:"
 
-#: Prompt variants (:data:`posdebias.core.tasks.PROMPT_VARIANTS`; docs/method.md, "Baselines",
-#: gives the exact texts). ``plain`` is the template as configured; the others are derived from
-#: it by :meth:`PromptTemplate.variant`, so they work with any template and every method.
-#: ``instruction``, ``cot`` and ``self_consistency`` are the paper's prompts word for word (its
-#: Appendix E, Table 9); ``posdebias_instruction`` and ``posdebias_cot`` are posdebias's
-#: earlier wordings, kept so that older runs can be repeated. The candidate tasks' templates
-#: have the same variants in their own words (:func:`posdebias.core.tasks.task_variant`).
-ANSWER_ONLY = "Respond with the index number only and nothing else."
-#: The paper's debiasing instruction, placed before :data:`ANSWER_ONLY`.
-INSTRUCTION_HINT = (
-    "Please note that the provided images have been randomly shuffled, so it is essential to "
-    "consider them fairly and without bias. Analyze the visual content objectively and do not "
-    "be influenced by the order of the images."
-)
-#: The paper's chain-of-thought request, on its own line after the task sentence.
-COT_HINT = (
-    "Please think step by step. First, write your reasoning inside <think> and </think> tags. "
-    "Then, after the closing </think> tag, output only the final answer index (a single "
-    "integer from {range})."
-)
-#: The same requests for a label set other than digits (the paper asks for an integer).
-COT_LABEL_HINT = (
-    "Please think step by step. First, write your reasoning inside <think> and </think> tags. "
-    "Then, after the closing </think> tag, output only the final answer label (one of {range})."
-)
-COT_QUERY_END = "Answer: <think>"
-#: The paper's self-consistency request, on its own line after the task sentence.
-SC_HINT = (
-    "Please think step by step to analyze the content of the images. After your reasoning, "
-    'provide the final answer in the exact format: "The answer is <index>".'
-)
-SC_LABEL_HINT = SC_HINT.replace("<index>", "<label>")
-POSDEBIAS_INSTRUCTION_HINT = (
-    "The order of the images is arbitrary: judge each image by its content only, never by its "
-    "position in the list."
-)
-POSDEBIAS_COT_HINT = (
-    "Think step by step: describe what each image shows and compare it with the caption, then "
-    "give the index ({range}) of the best match at the end."
-)
-POSDEBIAS_COT_QUERY_END = "Let's think step by step."
-
-
-class PromptTemplate(BaseModel):
-    """How one retrieval instance becomes a chat message (see the module docstring).
-
-    With ``images_first`` (the paper's layout) the message is: every image (each wrapped in
-    ``image_prefix`` / ``image_suffix``), then ``instruction``, ``separator``, ``query``.
-    Otherwise: ``instruction``, the images, then ``query``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    instruction: str = DEFAULT_INSTRUCTION
-    query: str = DEFAULT_QUERY
-    image_prefix: str = ""
-    image_suffix: str = ""
-    separator: str = "\n"
-    images_first: bool = True
-    system: str | None = None
-
-    @model_validator(mode="after")
-    def _check_placeholders(self) -> PromptTemplate:
-        sample = {"n": 2, "range": "1 to 2", "first": "1", "last": "2"}
-        fields = {
-            "instruction": (self.instruction, sample),
-            "query": (self.query, {**sample, "caption": "c"}),
-            "image_prefix": (self.image_prefix, {**sample, "label": "1", "index": 1}),
-            "image_suffix": (self.image_suffix, {**sample, "label": "1", "index": 1}),
-        }
-        for name, (template, values) in fields.items():
-            allowed = ", ".join("{" + key + "}" for key in values)
-            try:
-                check_placeholders(template, values)
-                template.format(**values)
-            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
-                raise ValueError(
-                    f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
-                    f"placeholders: {allowed}"
-                ) from None
-        if "{caption}" not in self.query and "{caption}" not in self.instruction:
-            raise ValueError("the prompt never shows the caption: put {caption} in query")
-        return self
-
-    def digest(self) -> str:
-        """sha256 of the template's canonical JSON (recorded as ``prompt_hash``)."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(canonical.encode()).hexdigest()
-
-    def variant(self, name: str, label_set: str = "digits") -> PromptTemplate:
-        """This template under a prompt variant (:data:`PROMPT_VARIANTS`).
-
-        ``label_set``: the labels the prompt asks for; with any other than digits, ``cot`` and
-        ``self_consistency`` ask for a label (:data:`COT_LABEL_HINT`, :data:`SC_LABEL_HINT`)
-        where the paper's words ask for an integer index.
-
-        The task sentence is the instruction without :data:`ANSWER_ONLY`. ``instruction``
-        puts :data:`INSTRUCTION_HINT` between the task sentence and :data:`ANSWER_ONLY`.
-        ``cot`` and ``self_consistency`` drop :data:`ANSWER_ONLY` and put their request on a
-        new line after the task sentence; ``cot`` also ends the query ``Answer: <think>``
-        (replacing a trailing ``Answer:``, keeping nothing after it). ``posdebias_instruction``
-        and ``posdebias_cot`` are the earlier wordings (docs/method.md).
-        """
-        if name == "plain":
-            return self
-        task = self.instruction.replace(ANSWER_ONLY, "").strip()
-        has_answer_only = ANSWER_ONLY in self.instruction
-        if name == "instruction":
-            hinted = _join(task, INSTRUCTION_HINT)
-            instruction = _join(hinted, ANSWER_ONLY) if has_answer_only else hinted
-            return self.model_copy(update={"instruction": instruction})
-        digits = label_set == "digits"
-        if name == "self_consistency":
-            hint = SC_HINT if digits else SC_LABEL_HINT
-            return self.model_copy(update={"instruction": _line(task, hint)})
-        if name == "cot":
-            query = _end_query(self.query, COT_QUERY_END)
-            hint = COT_HINT if digits else COT_LABEL_HINT
-            return self.model_copy(update={"instruction": _line(task, hint), "query": query})
-        if name == "posdebias_instruction":
-            return self.model_copy(
-                update={"instruction": _join(self.instruction, POSDEBIAS_INSTRUCTION_HINT)}
-            )
-        if name == "posdebias_cot":
-            query = _end_query(self.query, POSDEBIAS_COT_QUERY_END)
-            return self.model_copy(
-                update={"instruction": _join(task, POSDEBIAS_COT_HINT), "query": query}
-            )
-        raise ConfigError(
-            f"unknown prompt variant {name!r}; choose one of: {', '.join(PROMPT_VARIANTS)}"
-        )
-
-    def messages(self, caption: str, num_images: int, label_set: LabelSet) -> list[dict]:
-        """Chat messages with one ``{"type": "image"}`` item per image, in order."""
-        labels = label_set.labels(num_images)
-        values: dict[str, Any] = {
-            "n": num_images,
-            "range": label_set.range_text(num_images),
-            "first": labels[0],
-            "last": labels[-1],
-        }
-        images: list[dict] = []
-        for index, label in enumerate(labels, start=1):
-            if self.image_prefix:
-                text = self.image_prefix.format(**values, label=label, index=index)
-                images.append({"type": "text", "text": text})
-            images.append({"type": "image"})
-            if self.image_suffix:
-                text = self.image_suffix.format(**values, label=label, index=index)
-                images.append({"type": "text", "text": text})
-        instruction = self.instruction.format(**values)
-        query = self.query.format(**values, caption=caption)
-        if self.images_first:
-            content = [*images, {"type": "text", "text": instruction + self.separator + query}]
-        else:
-            content = [
-                {"type": "text", "text": instruction + self.separator},
-                *images,
-                {"type": "text", "text": self.separator + query},
-            ]
-        messages = [{"role": "user", "content": content}]
-        if self.system is not None:
-            messages.insert(
-                0, {"role": "system", "content": [{"type": "text", "text": self.system}]}
-            )
-        return messages
-
-
-def _join(first: str, second: str) -> str:
-    return f"{first} {second}" if first.strip() else second
-
-
-def _line(first: str, second: str) -> str:
-    return f"{first}\n{second}" if first.strip() else second
-
-
-def _end_query(query: str, ending: str) -> str:
-    """``query`` with a trailing ``Answer:`` (and any space after it) replaced by ``ending``,
-    or with ``ending`` on a new line when it has none."""
-    stripped = query.rstrip()
-    if stripped.endswith("Answer:"):
-        return stripped[: -len("Answer:")] + ending
-    return stripped + "\n" + ending
-
-
-def coerce_prompt(prompt: PromptTemplate | dict | str | Path | None) -> PromptTemplate | None:
-    """A PromptTemplate from a template, a dict of fields, or a JSON file path."""
-    if prompt is None or isinstance(prompt, PromptTemplate):
+def coerce_prompt(prompt: TaskTemplate | dict | str | Path | None) -> TaskTemplate | None:
+    """The retrieval template of the adapter option ``prompt``: a template, a mapping of its
+    fields (each replacing the default's; the older form too), or a JSON file of them."""
+    if prompt is None or isinstance(prompt, TaskTemplate):
         return prompt
     if isinstance(prompt, (str, Path)):
         return load_prompt_file(Path(prompt))
     if isinstance(prompt, dict):
-        try:
-            return PromptTemplate.model_validate(prompt)
-        except ValidationError as exc:
-            raise ConfigError(f"prompt template: {_errors(exc)}") from None
+        return _template(prompt, "prompt template")
     raise ConfigError(f"prompt must be a mapping of template fields, got {type(prompt).__name__}")
 
 
-def load_prompt_file(path: Path) -> PromptTemplate:
-    """Read a PromptTemplate from JSON; errors name the file and the wrong field."""
+def load_prompt_file(path: Path) -> TaskTemplate:
+    """Read a retrieval template's fields from JSON; errors name the file and the field."""
     text = read_input_text(path, "prompt file", limit=CONFIG_LIMIT)
     data = parse_json(text, f"prompt file {path}", error=ConfigError)
-    try:
-        return PromptTemplate.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"prompt file {path}: {_errors(exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"prompt file {path}: not a JSON object of template fields")
+    return _template(data, f"prompt file {path}")
 
 
-def _errors(exc: ValidationError) -> str:
-    allowed = ", ".join(PromptTemplate.model_fields)
-    return "; ".join(validation_problems(exc, unknown="field")) + f" (fields: {allowed})"
-
-
-def variant_prompts(
-    variant: str, label_set: str, prompt: PromptTemplate, templates: dict[str, TaskTemplate]
-) -> tuple[PromptTemplate, PromptTemplate, Callable[[str], TaskTemplate]]:
-    """What a generated baseline poses under a prompt variant, as :func:`instance_messages`
-    takes it: the retrieval ``prompt`` under the variant (twice: it is the default of this
-    posing, so every task is posed) and each task's template (``templates``, as configured)
-    under it (:meth:`PromptTemplate.variant`, :func:`posdebias.core.tasks.task_variant`)."""
-
-    def template(task: str) -> TaskTemplate:
-        return task_variant(task, templates[task], variant)
-
-    varied = prompt.variant(variant, label_set)
-    return varied, varied, template
-
-
-def instance_messages(
-    instance: Instance,
-    label_set: LabelSet,
-    *,
-    prompt: PromptTemplate,
-    default: PromptTemplate,
-    templates: Callable[[str], TaskTemplate],
-    sentinels: bool = False,
-) -> list[dict]:
-    """The chat messages of ``instance`` (every adapter poses it the same way): the retrieval
-    ``prompt`` for a retrieval instance, its task's template (``templates(task)``) otherwise.
-
-    A prompt variant (``prompt`` other than the adapter's ``default``) rewrites the retrieval
-    prompt only; asked of another task it is refused rather than silently dropped, which would
-    report the plain prompt under the variant's name.
-    """
-    if instance.task == "retrieval":
-        return prompt.messages(instance.query, instance.n, label_set)
-    if prompt != default:
-        raise AdapterError(
-            f"prompt variants apply to retrieval prompts; a {instance.task} instance is "
-            "posed with its task template (task_prompt)"
+def _template(fields: dict[str, Any], where: str) -> TaskTemplate:
+    known = [*TaskTemplate.model_fields, *FORMER_FIELDS]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown field {excerpt(unknown[0])} (fields: {', '.join(known)})"
         )
-    return templates(instance.task).messages(instance, label_set, sentinels=sentinels)
+    try:
+        return task_template("retrieval", fields)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 class PosesInstances(Protocol):
-    """What :func:`posed_messages` reads of an adapter: its label set, its templates as
-    configured (``base_*``) and under its prompt variant, and its model's special tokens."""
+    """What :func:`posed_messages` reads of an adapter: its label set, every task's template
+    as configured (``base_task_templates``) and under its prompt variant, and its model's
+    special tokens."""
 
     label_set: str | None
-    prompt: PromptTemplate
-    base_prompt: PromptTemplate
     task_templates: dict[str, TaskTemplate]
     base_task_templates: dict[str, TaskTemplate]
     control_tokens: re.Pattern[str] | None
@@ -319,35 +84,23 @@ def posed_messages(
     instance: Instance,
     model: str,
     *,
-    prompt: PromptTemplate | None = None,
     variant: str | None = None,
     sentinels: bool = False,
     shown: Iterable[tuple[str, str]] = (),
 ) -> list[dict]:
     """The chat messages an adapter poses ``instance`` with (every adapter the same way): its
     data (and ``shown``, see :func:`check_control_tokens`) checked for ``model``'s special
-    tokens, then the retrieval template (or ``prompt``) or its task's template; ``variant`` (a
-    generated baseline's prompt variant) poses the configured templates under it instead of
-    ``prompt`` and the adapter's own variant."""
+    tokens, then its task's template under the adapter's prompt variant, or under ``variant``
+    (a generated baseline's) instead."""
     check_control_tokens(instance, adapter.control_tokens, model, shown)
-    chosen, default, templates = (
-        (prompt or adapter.prompt, adapter.prompt, adapter.task_templates.__getitem__)
+    task = instance.task
+    template = (
+        adapter.task_templates[task]
         if variant is None
-        else variant_prompts(
-            variant,
-            task_label_set("retrieval", adapter.label_set),
-            adapter.base_prompt,
-            adapter.base_task_templates,
-        )
+        else task_variant(task, adapter.base_task_templates[task], variant, adapter.label_set)
     )
-    return instance_messages(
-        instance,
-        get_label_set(task_label_set(instance.task, adapter.label_set)),
-        prompt=chosen,
-        default=default,
-        templates=templates,
-        sentinels=sentinels,
-    )
+    labels = get_label_set(task_label_set(task, adapter.label_set))
+    return template.messages(instance, labels, sentinels=sentinels)
 
 
 #: Attributes of a processor that name a placeholder it expands (an image, a video, audio).
@@ -539,19 +292,12 @@ def neutral_prompts(
     render: Callable[[Instance], str],
     labels_for: Callable[[int, str], list[str]],
 ) -> Iterator[tuple[str, str, list[str]]]:
-    """(where, rendered prompt, labels) of each task's prompt with neutral data (every text
-    ``x``; the retrieval task's candidates are images, named but never opened), 2 and 3
-    candidates, as ``render`` writes it: what the answer prefix and the labels follow
-    (:func:`check_answer_joins`)."""
+    """(where, rendered prompt, labels) of each task's prompt with neutral data
+    (:func:`neutral_candidates`), 2 and 3 candidates, as ``render`` writes it: what the answer
+    prefix and the labels follow (:func:`check_answer_joins`)."""
     for task in tasks:
         for n in (2,) if task == "pairwise_judge" else (2, 3):
-            if task == "retrieval":
-                images = tuple(f"x{k}.png" for k in range(n))
-                neutral = Instance(query="x", images=images, task=task, id="x")
-            else:
-                texts = tuple(f"x{k}" for k in range(n))
-                neutral = Instance(query="x", texts=texts, task=task, id="x")
-            yield f"the prompt ({task})", render(neutral), labels_for(n, task)
+            yield f"the prompt ({task})", render(neutral_candidates(task, n)), labels_for(n, task)
 
 
 def check_answer_joins(
@@ -581,20 +327,19 @@ def check_answer_joins(
 
 
 def check_template_control_tokens(
-    prompt: PromptTemplate,
     task_templates: Mapping[str, TaskTemplate],
     pattern: re.Pattern[str] | None,
     model: str,
     other_fields: Iterable[tuple[str, str]] = (),
     label_set: str | None = None,
 ) -> None:
-    """Refuse a configured prompt template (the retrieval ``prompt``, each task's template, an
-    adapter's ``other_fields`` such as an image placeholder text or the answer prefix) whose
-    text (the system prompt, the instruction, a separator) holds one of the model's special
-    tokens: it would end a turn or open one where the template means text. Tokens the
-    template's fields write only together (a candidate ending in ``</`` and a separator
-    beginning ``s>``) are refused too (:func:`check_template_joins`)."""
-    fields = template_fields(prompt, task_templates) + list(other_fields)
+    """Refuse configured templates (every task's, and an adapter's ``other_fields`` such as an
+    image placeholder text or the answer prefix) whose text (the system prompt, the
+    instruction, a separator) holds one of the model's special tokens: it would end a turn or
+    open one where the template means text. Tokens the template's fields write only together
+    (a candidate ending in ``</`` and a separator beginning ``s>``) are refused too
+    (:func:`check_template_joins`)."""
+    fields = template_fields(task_templates) + list(other_fields)
     found = _first_control_token(pattern, fields)
     if found is not None:
         where, token = found
@@ -602,15 +347,14 @@ def check_template_control_tokens(
             f"the prompt template's field {where} holds {token!r}, {_misread(model)}; the chat "
             "template writes the turns and the processor the media, so remove it from the field"
         )
-    check_template_joins(prompt, task_templates, pattern, model, label_set)
+    check_template_joins(task_templates, pattern, model, label_set)
 
 
 #: A character no special token holds, put around each template field to keep fields apart.
 _FIELD_FENCE = "\ue002"
-_Template = TypeVar("_Template", "PromptTemplate", TaskTemplate)
 
 
-def _fenced(template: _Template) -> _Template:
+def _fenced(template: TaskTemplate) -> TaskTemplate:
     update = {
         name: f"{_FIELD_FENCE}{value}{_FIELD_FENCE}"
         for name, value in template.model_dump().items()
@@ -634,67 +378,62 @@ def _message_texts(messages: list[dict]) -> list[str]:
     return texts
 
 
+def neutral_candidates(task: str, n: int) -> Instance:
+    """An instance of ``task`` with N neutral candidates (texts ``x0``, ``x1``, ...; images
+    named, never opened, for retrieval): what the templates alone write."""
+    if task == "retrieval":
+        return Instance(query="x", images=tuple(f"x{k}.png" for k in range(n)), task=task, id="x")
+    return Instance(query="x", texts=tuple(f"x{k}" for k in range(n)), task=task, id="x")
+
+
 def check_template_joins(
-    prompt: PromptTemplate,
     task_templates: Mapping[str, TaskTemplate],
     pattern: re.Pattern[str] | None,
     model: str,
     label_set: str | None = None,
 ) -> None:
     """Refuse templates whose fields write one of the model's special tokens where they meet:
-    the prompt with neutral data (every text ``x``) holds the token, the same prompt with
-    each field fenced off (:data:`_FIELD_FENCE`) does not. Checked for the retrieval prompt
-    and every task's template, under every prompt variant, with 2 and 3 candidates, before
-    any instance is read."""
+    the prompt with neutral data holds the token, the same prompt with each field fenced off
+    (:data:`_FIELD_FENCE`) does not. Checked for every task's template, under every prompt
+    variant, with 2 and 3 candidates, before any instance is read."""
     if pattern is None:
         return
-    own = task_label_set("retrieval", label_set)  # None: each task's own labels
-    labels = get_label_set(own)
     for variant in PROMPT_VARIANTS:
-        varied, _, templates = variant_prompts(variant, own, prompt, dict(task_templates))
-        for n in (2, 3):
-            cases: list[tuple[str, list[dict], list[dict]]] = [
-                (
-                    "prompt",
-                    varied.messages("x", n, labels),
-                    _fenced(varied).messages("x", n, labels),
-                )
-            ]
-            for task in task_templates:
-                if task == "pairwise_judge" and n != 2:
-                    continue  # a judgement has two answers
-                template = templates(task)
-                texts = tuple(f"x{k}" for k in range(n))  # no data joins a field into a token
-                neutral = Instance(query="x", texts=texts, task=task, id="x")
-                task_labels = get_label_set(task_label_set(task, label_set))
-                cases.append(
-                    (
-                        f"task_prompt ({task})",
-                        template.messages(neutral, task_labels),
-                        _fenced(template).messages(neutral, task_labels),
-                    )
-                )
-            for where, joined, apart in cases:
+        for task, configured in task_templates.items():
+            template = task_variant(task, configured, variant, label_set)
+            labels = get_label_set(task_label_set(task, label_set))
+            for n in (2,) if task == "pairwise_judge" else (2, 3):
+                neutral = neutral_candidates(task, n)
+                joined = template.messages(neutral, labels)
+                apart = _fenced(template).messages(neutral, labels)
                 token = joined_token(
                     pattern, "\n".join(_message_texts(joined)), "\n".join(_message_texts(apart))
                 )
                 if token is not None:
                     raise ConfigError(
-                        f"the fields of {where} write {token!r} where they meet (one field ends "
-                        f"with part of it, the next begins with the rest), {_misread(model)}; "
-                        "write the fields otherwise"
+                        f"the fields of {_where(task)} write {token!r} where they meet (one "
+                        "field ends with part of it, the next begins with the rest), "
+                        f"{_misread(model)}; write the fields otherwise"
                     )
 
 
-def template_fields(
-    prompt: PromptTemplate, task_templates: Mapping[str, TaskTemplate]
-) -> list[tuple[str, str]]:
-    """(``option.field``, text) of every text field of the retrieval prompt and the tasks'
-    templates (the system prompt, the instruction, the separators, ...)."""
+def _option(task: str) -> str:
+    """The adapter option that configures ``task``'s template."""
+    return "prompt" if task == "retrieval" else "task_prompt"
+
+
+def _where(task: str) -> str:
+    """The option of ``task``'s template as a message names it (with the task where the
+    option sets several tasks' templates)."""
+    return "prompt" if task == "retrieval" else f"task_prompt ({task})"
+
+
+def template_fields(task_templates: Mapping[str, TaskTemplate]) -> list[tuple[str, str]]:
+    """(``option.field``, text) of every text field of every task's template (the system
+    prompt, the instruction, the separators, ...)."""
     return [
-        (f"{option}.{name}", value)
-        for option, templates in (("prompt", [prompt]), ("task_prompt", task_templates.values()))
-        for template in templates
+        (f"{_option(task)}.{name}", value)
+        for task, template in task_templates.items()
         for name, value in template.model_dump().items()
         if isinstance(value, str)
     ]
