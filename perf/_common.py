@@ -213,13 +213,13 @@ def image_side(tokens_per_image: int) -> int:
 
 def make_instances(count: int, n: int, tokens_per_image: int, directory: Path, seed: int = 0):
     """``count`` retrieval instances of N distinct noise images of the right size."""
-    from posdebias.core.instance import RetrievalInstance
+    from posdebias.core.instance import Instance
     from posdebias.testing import write_test_images
 
     side = image_side(tokens_per_image)
     files = write_test_images(directory, count * n, size=side, seed=seed)
     return [
-        RetrievalInstance(
+        Instance(
             query=f"a photo of object {index}",
             images=tuple(str(f) for f in files[index * n : (index + 1) * n]),
             target=index % n,

@@ -204,12 +204,12 @@ def build(family: str, spec: dict[str, Any], args: argparse.Namespace) -> Any:
 
 def make_instances(count: int, n: int, side: int, directory: Path) -> list[Any]:
     """``count`` retrieval instances of N distinct noise images of ``side`` pixels."""
-    from posdebias.core.instance import RetrievalInstance
+    from posdebias.core.instance import Instance
     from posdebias.testing import write_test_images
 
     files = write_test_images(directory, count * n, size=side)
     return [
-        RetrievalInstance(
+        Instance(
             query=f"a photo of object {index}",
             images=tuple(str(f) for f in files[index * n : (index + 1) * n]),
             target=index % n,

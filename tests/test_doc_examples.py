@@ -198,10 +198,10 @@ def place_stand_ins(text: str, folder: Path, models: Path) -> str:
 
 
 def _given_instances(folder: Path) -> Any:
-    from posdebias import RetrievalInstance
+    from posdebias import Instance
 
     images = tuple(str(folder / name) for name in IMAGES[:3])
-    return [RetrievalInstance(f"a caption {k}", images, k, f"q{k}") for k in range(3)]
+    return [Instance(f"a caption {k}", images, k, f"q{k}") for k in range(3)]
 
 
 def _bundled(count: int, start: int = 0) -> list[Any]:

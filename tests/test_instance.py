@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from posdebias import RetrievalInstance, cyclic_rotations, symmetrized_calibration_set
-from posdebias.core.instance import Instance, random_orders
+from posdebias import Instance, cyclic_rotations, symmetrized_calibration_set
+from posdebias.core.instance import random_orders
 from posdebias.errors import InputError
 
 
 def make(n=4, target=1, ident="x"):
-    return RetrievalInstance(
+    return Instance(
         query="a red circle", images=[f"img{k}.png" for k in range(n)], target=target, id=ident
     )
 
@@ -43,7 +43,7 @@ def test_invalid_instances(kwargs, message):
     fields = {"query": "q", "images": ["a.png", "b.png", "c.png"], "target": 0, "id": "i"}
     fields.update(kwargs)
     with pytest.raises(InputError, match=message):
-        RetrievalInstance(**fields)
+        Instance(**fields)
 
 
 def test_symmetrized_set_puts_truth_everywhere_m_times():

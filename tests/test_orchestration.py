@@ -120,7 +120,7 @@ def test_evaluation_knows_no_model_by_name():
 
 
 def test_describe_is_a_pure_function_of_the_adapter_and_n(tmp_path):
-    from posdebias.core.instance import RetrievalInstance
+    from posdebias.core.instance import Instance
     from posdebias.loading import load_adapter
     from posdebias.testing import save_tiny_model, write_test_images
 
@@ -130,7 +130,7 @@ def test_describe_is_a_pure_function_of_the_adapter_and_n(tmp_path):
     assert before[3]["labels"] == ["1", "2", "3"] and before[4]["labels"] == ["1", "2", "3", "4"]
     assert adapter.describe()["labels"] is None
     images = write_test_images(tmp_path / "images", 3)
-    adapter.observe(RetrievalInstance(query="a red square", images=tuple(images), target=0, id="x"))
+    adapter.observe(Instance(query="a red square", images=tuple(images), target=0, id="x"))
     assert {n: adapter.describe(n) for n in (2, 3, 4)} == before
     assert adapter.describe()["labels"] is None  # not the last N seen
 

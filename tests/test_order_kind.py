@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import InputError
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.job import run_evaluation
@@ -14,7 +14,7 @@ from posdebias.evaluation.runner import instance_orders
 
 
 def test_cyclic_orders_are_the_first_rotations():
-    instance = RetrievalInstance(query="q", images=("a", "b", "c", "d"), target=1, id="x")
+    instance = Instance(query="q", images=("a", "b", "c", "d"), target=1, id="x")
     orders = instance_orders(instance, 3, seed=7, cyclic=True)
     assert [order.tolist() for order in orders] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1]]
     assert [instance.permuted(o).image_ids for o in orders] == [

@@ -163,32 +163,32 @@ def test_a_second_process_on_a_run_directory_is_refused_with_the_holders_pid(tmp
 
 
 def test_the_cache_key_changes_with_every_input_and_not_with_path_aliases(tmp_path):
-    from posdebias.core.instance import RetrievalInstance
+    from posdebias.core.instance import Instance
     from posdebias.evaluation.runner import observation_key
     from posdebias.testing import write_test_images
 
     images = write_test_images(tmp_path / "images", 4)
-    base = RetrievalInstance("a red square", tuple(map(str, images[:3])), 0, "i")
+    base = Instance("a red square", tuple(map(str, images[:3])), 0, "i")
     key = observation_key(base)
     other_file = tmp_path / "images" / "copy.png"
     variants = {
-        "caption": RetrievalInstance("a blue square", base.images, 0, "i"),
+        "caption": Instance("a blue square", base.images, 0, "i"),
         "order": base.permuted([1, 0, 2]),
-        "image": RetrievalInstance("a red square", (*base.images[:2], str(images[3])), 0, "i"),
-        "id": RetrievalInstance("a red square", base.images, 0, "j"),
+        "image": Instance("a red square", (*base.images[:2], str(images[3])), 0, "i"),
+        "id": Instance("a red square", base.images, 0, "j"),
     }
     for what, variant in variants.items():
         assert observation_key(variant) != key, what
     # another file's content under the same name is another input
     shutil.copy(images[3], other_file)
-    same_name = RetrievalInstance("a red square", (*base.images[:2], str(other_file)), 0, "i")
+    same_name = Instance("a red square", (*base.images[:2], str(other_file)), 0, "i")
     first = observation_key(same_name)
     shutil.copy(images[2], other_file)
     os.utime(other_file, ns=(1, 1))
     assert observation_key(same_name) != first
     # aliases of the same files are the same input
     alias = tuple(str(Path(p).parent / "." / Path(p).name) for p in base.images)
-    assert observation_key(RetrievalInstance("a red square", alias, 0, "i")) == key
+    assert observation_key(Instance("a red square", alias, 0, "i")) == key
 
 
 def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_path, capsys):
@@ -209,11 +209,11 @@ def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_
             return SyntheticAdapter().observe_many(instances)
 
     from posdebias.adapters.families.synthetic import synthetic_instances
-    from posdebias.core.instance import RetrievalInstance
+    from posdebias.core.instance import Instance
 
     adapter, cache = Counting(), ObservationCache()
     test = synthetic_instances(3, 4, seed=0, prefix="t")
-    recaptioned = [RetrievalInstance(i.query + " again", i.images, i.target, i.id) for i in test]
+    recaptioned = [Instance(i.query + " again", i.images, i.target, i.id) for i in test]
     observe_cached(adapter, recaptioned, cache)
     observe_cached(adapter, test, cache)
     assert len(adapter.seen) == 6 and len(cache) == 6

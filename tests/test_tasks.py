@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posdebias import Instance, RetrievalInstance, cyclic_rotations, symmetrized_calibration_set
+from posdebias import Instance, cyclic_rotations, symmetrized_calibration_set
 from posdebias.core.instance import TASK_KINDS
 from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
@@ -190,7 +190,9 @@ def test_sentinel_dropped_or_copied_by_a_template_is_an_error():
     ("fields", "message"),
     [
         ({"texts": ("a", "b", "c"), "task": "pairwise_judge"}, "2 answers"),
-        ({"texts": ("a", "a")}, "duplicate candidates"),
+        ({"texts": ("a", "a")}, "duplicate options"),
+        ({"texts": ("a", "a"), "task": "rerank"}, "duplicate passages"),
+        ({"texts": ("a",), "task": "rerank"}, "at least 2 passages"),
         ({"texts": ("a", "  ")}, "text is empty"),
         ({"texts": ("a", "b"), "task": "retrieval"}, "image candidates only"),
         ({"texts": ("a", "b"), "task": "ranking"}, "unknown task"),
@@ -204,7 +206,7 @@ def test_invalid_candidate_instances(fields, message):
 
 
 def test_retrieval_instances_and_their_cache_keys_are_unchanged():
-    instance = RetrievalInstance(query="q", images=("a.png", "b.png"), target=0, id="i")
+    instance = Instance(query="q", images=("a.png", "b.png"), target=0, id="i")
     assert instance.task == "retrieval" and instance.texts == (None, None)
     # the key of earlier versions: id + sha256 of caption and image identities
     import hashlib

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 from posdebias.cli import main
+from posdebias.core.instance import candidate_noun
 from posdebias.core.state import CalibrationState
-from posdebias.core.tasks import candidate_noun
 from posdebias.evaluation.figures import REPORT_FIGURES
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.runner import InstanceRecord

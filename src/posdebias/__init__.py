@@ -24,7 +24,6 @@ if TYPE_CHECKING:
         LayerSet,
         Observation,
         Prediction,
-        RetrievalInstance,
         cyclic_rotations,
         symmetrized_calibration_set,
     )
@@ -50,7 +49,6 @@ _HOMES = {
     "LayerSet": "posdebias.core",
     "Observation": "posdebias.core",
     "Prediction": "posdebias.core",
-    "RetrievalInstance": "posdebias.core",
     "cyclic_rotations": "posdebias.core",
     "symmetrized_calibration_set": "posdebias.core",
     "PosdebiasError": "posdebias.errors",
@@ -82,7 +80,6 @@ __all__ = [
     "Prediction",
     "Query",
     "Ranking",
-    "RetrievalInstance",
     "__version__",
     "compute_metrics",
     "cyclic_rotations",

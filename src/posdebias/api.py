@@ -29,7 +29,7 @@ from posdebias._inputs import check_setting, excerpt
 from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, RetrievalInstance, image_key
+from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
 from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
 from posdebias.errors import CalibrationError, InputError, ObservationError
@@ -43,8 +43,8 @@ from posdebias.evaluation.states import check_state, load_states, prompt_hashes,
 from posdebias.registry import get_registry
 
 Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
-"""What :meth:`Debiaser.rank_many` accepts per query: an :class:`Instance` of any task (a
-:class:`RetrievalInstance` among them), or a ``(caption, images)`` pair."""
+"""What :meth:`Debiaser.rank_many` accepts per query: an :class:`Instance` of any task,
+or a ``(caption, images)`` pair (a retrieval query)."""
 
 CalibratorSpec: TypeAlias = str | Calibrator
 
@@ -237,10 +237,9 @@ def _as_instance(query: Any) -> Instance:
             )
         keys = "\x1f".join(image_key(image) for image in images)
         ident = "query-" + hashlib.sha1(f"{caption}\x1e{keys}".encode()).hexdigest()[:12]
-        return RetrievalInstance(query=caption, images=tuple(images), target=None, id=ident)
+        return Instance(query=caption, images=tuple(images), target=None, id=ident)
     raise InputError(
-        "each query must be an Instance (RetrievalInstance) or a (caption, images) pair, got "
-        f"{type(query).__name__}"
+        f"each query must be an Instance or a (caption, images) pair, got {type(query).__name__}"
     )
 
 
@@ -579,7 +578,7 @@ class Debiaser:
         """Rankings of many queries, yielded in order as each batch is done.
 
         ``queries`` may be any iterable (a generator over a file is read lazily): each item a
-        :class:`RetrievalInstance` or a ``(caption, images)`` pair. ``batch_size`` queries
+        :class:`Instance` or a ``(caption, images)`` pair. ``batch_size`` queries
         (default: the debiaser's) are observed per adapter batch; calibrators that need the N
         rotations observe the batch's rotations together.
         """

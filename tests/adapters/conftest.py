@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.testing import FAMILIES, write_test_images
 
 
@@ -17,13 +17,13 @@ def image_files(tmp_path_factory):
 def make_instances(image_files):
     """Instances of N images with captions of different lengths (left padding in batches)."""
 
-    def make(count: int, n: int, offset: int = 0) -> list[RetrievalInstance]:
+    def make(count: int, n: int, offset: int = 0) -> list[Instance]:
         instances = []
         for index in range(count):
             start = (offset + 3 * index) % (len(image_files) - n + 1)
             caption = "a photo of a red square" + " on a blue background" * index
             instances.append(
-                RetrievalInstance(
+                Instance(
                     query=caption,
                     images=tuple(image_files[start : start + n]),
                     target=index % n,

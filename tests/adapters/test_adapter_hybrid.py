@@ -19,7 +19,7 @@ from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_calibrator
 from posdebias.adapters.attention import recording
 from posdebias.adapters.hf.spans import span_matrix
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError, CalibrationError
 from posdebias.testing import save_tiny_model
@@ -53,8 +53,8 @@ def test_attention_layers_follow_the_family_pattern(family, make_instances):
     assert described["num_layers"] == adapter.num_layers >= indices[-1] + 1
 
 
-def _instance(image_files, n: int) -> RetrievalInstance:
-    return RetrievalInstance("a photo of a red square", tuple(image_files[:n]), 0, f"w{n}")
+def _instance(image_files, n: int) -> Instance:
+    return Instance("a photo of a red square", tuple(image_files[:n]), 0, f"w{n}")
 
 
 @pytest.mark.parametrize(

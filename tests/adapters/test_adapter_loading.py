@@ -12,7 +12,7 @@ import posdebias
 from helpers import build_shapes_benchmark
 from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.tasks import task_template
 from posdebias.errors import AdapterError, ConfigError, InputError, UnknownNameError
 from posdebias.evaluation.config import EvaluateConfig
@@ -207,7 +207,7 @@ def test_bad_images_give_clear_errors(tmp_path, image_files):
         "synthetic://x/0": "not a file",
     }
     for bad, message in cases.items():
-        instance = RetrievalInstance("a cat", (image_files[0], bad), 0, "bad-1")
+        instance = Instance("a cat", (image_files[0], bad), 0, "bad-1")
         with pytest.raises(InputError, match=message):
             adapter.observe(instance)
 
@@ -216,7 +216,7 @@ def test_too_many_candidates_for_the_label_set(image_files):
     adapter = posdebias.get_adapter(*tiny_pair("llava"), label_set="upper")
     images = tuple(f"img{i}.png" for i in range(27))
     with pytest.raises(InputError, match="at most 26"):
-        adapter.observe(RetrievalInstance("a cat", images, 0, "big"))
+        adapter.observe(Instance("a cat", images, 0, "big"))
 
 
 @pytest.mark.figures

@@ -9,18 +9,18 @@ from adapter_reference import tiny_pair
 from PIL import Image
 
 from posdebias import get_adapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.testing import tiny_model_and_processor
 
 
-def _non_square_instances(tmp_path, n: int = 3) -> list[RetrievalInstance]:
+def _non_square_instances(tmp_path, n: int = 3) -> list[Instance]:
     rng = np.random.default_rng(5)
     files = []
     for index in range(n):
         file = tmp_path / f"wide_{index}.png"
         Image.fromarray(rng.integers(0, 256, size=(40, 90, 3), dtype=np.uint8)).save(file)
         files.append(file)
-    return [RetrievalInstance(query="a wide picture", images=files, target=1, id="wide")]
+    return [Instance(query="a wide picture", images=files, target=1, id="wide")]
 
 
 @pytest.mark.parametrize("family", ["llava", "qwen2_5_vl"])
@@ -28,7 +28,7 @@ def test_image_size_equals_resizing_the_files_bicubic_first(family, tmp_path):
     (instance,) = _non_square_instances(tmp_path)
     model, processor = tiny_pair(family)
     resized = get_adapter(model, processor, image_size=336).observe(instance)
-    by_hand = RetrievalInstance(
+    by_hand = Instance(
         query=instance.query,
         images=[
             Image.open(path).convert("RGB").resize((336, 336), Image.Resampling.BICUBIC)

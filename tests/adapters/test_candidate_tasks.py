@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import posdebias
-from posdebias import Instance, RetrievalInstance
+from posdebias import Instance
 from posdebias.cli import main
 from posdebias.core.tasks import DEFAULT_TEMPLATES
 from posdebias.registry import get_registry
@@ -114,7 +114,7 @@ def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, 
             "layout": "candidates_first",
         },
     )
-    retrieval = RetrievalInstance(query="a red square", images=images, target=1, id="x")
+    retrieval = Instance(query="a red square", images=images, target=1, id="x")
     choice = Instance(query="a red square", images=images, target=1, id="x", task="multiple_choice")
     assert adapter.render(retrieval) == adapter.render(choice)
     one, two = adapter.observe_many([retrieval, choice])

@@ -14,7 +14,7 @@ import pytest
 from adapter_reference import reforward_scores
 
 from posdebias import get_adapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import LABEL_SETS
 from posdebias.testing import tiny_model_and_processor
 from posdebias.testing.tiny.common import real_vocabulary_specials
@@ -40,7 +40,7 @@ def real_pair(family: str) -> tuple:
 
 
 def instance(images, n: int, caption: str = "a red square on a blue background"):
-    return RetrievalInstance(query=caption, images=tuple(images[:n]), target=0, id=f"rv-{n}")
+    return Instance(query=caption, images=tuple(images[:n]), target=0, id=f"rv-{n}")
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def test_rotation_moves_the_candidates_and_the_truth_together(n, target, rotatio
         f"img{k}" for k in rotated["posdebias_order"]
     ]
     assert rotated["posdebias_order"] == [(i + rotation) % n for i in range(n)]
-    instance = doc_instance(rotated, "t")  # the same convention as RetrievalInstance.rotated
+    instance = doc_instance(rotated, "t")  # the same convention as Instance.rotated
     base = doc_instance(doc, "t")
     assert instance.image_ids == base.rotated(rotation).image_ids
     assert instance.target == base.rotated(rotation).target

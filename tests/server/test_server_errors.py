@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from posdebias.adapters.server import ServerAdapter
-from posdebias.core.instance import Instance, RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 
@@ -53,11 +53,11 @@ class Server:
         self.httpd.server_close()
 
 
-def instance(tmp_path) -> RetrievalInstance:
+def instance(tmp_path) -> Instance:
     from posdebias.testing import write_test_images
 
     files = write_test_images(tmp_path, 2)
-    return RetrievalInstance(query="a cat", images=tuple(files), target=0, id="x")
+    return Instance(query="a cat", images=tuple(files), target=0, id="x")
 
 
 def adapter(url: str, **options) -> ServerAdapter:

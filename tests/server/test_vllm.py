@@ -27,7 +27,7 @@ from vllm_model import transformers_scores
 import posdebias
 from posdebias.adapters.server import ServerAdapter
 from posdebias.cli import main
-from posdebias.core.instance import Instance, RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError
 from posdebias.testing import write_test_images
 
@@ -181,8 +181,8 @@ def test_retrieval_with_placeholder_images_equals_the_transformers_forward(
 ):
     files = write_test_images(tmp_path, 12)
     instances = [
-        RetrievalInstance(query="a red square", images=tuple(files[:4]), target=1, id="a"),
-        RetrievalInstance(query="a green line", images=tuple(files), target=10, id="c"),
+        Instance(query="a red square", images=tuple(files[:4]), target=1, id="a"),
+        Instance(query="a green line", images=tuple(files), target=10, id="c"),
     ]
     server = served(
         vllm_server,

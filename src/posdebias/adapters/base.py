@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
@@ -230,24 +230,24 @@ class Adapter(ABC):
 
     @abstractmethod
     def observe_many(
-        self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
+        self, instances: Sequence[Instance], *, batch_size: int = 1
     ) -> list[Observation]:
         """One observation per instance, in order; results must not depend on ``batch_size``."""
 
-    def verify(self, instance: RetrievalInstance) -> None:
+    def verify(self, instance: Instance) -> None:
         """Raise :class:`~posdebias.errors.AdapterError` if this adapter would compute wrong
         numbers for its model (checked on ``instance``); the runner calls it before a run
         writes anything. Adapters without a model to compare against need nothing here."""
         return None
 
-    def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+    def check_instances(self, instances: Sequence[Instance]) -> None:
         """Raise :class:`~posdebias.errors.InputError` if an instance holds text this adapter's
         model would not read as text (its special tokens); the runner calls it on every
         instance of a run before the run writes anything. Adapters that pose no text to a
         tokenizer they know need nothing here (posing an instance checks it again)."""
         return None
 
-    def observe(self, instance: RetrievalInstance) -> Observation:
+    def observe(self, instance: Instance) -> Observation:
         """The observation of a single instance (one forward pass)."""
         return self.observe_many([instance])[0]
 
@@ -263,7 +263,7 @@ class Adapter(ABC):
 
     def generate_many(
         self,
-        instances: Sequence[RetrievalInstance],
+        instances: Sequence[Instance],
         settings: GenerationSettings,
         *,
         batch_size: int = 1,

@@ -73,7 +73,7 @@ from posdebias.adapters.hf.prompt import (
     template_fields,
 )
 from posdebias.adapters.hf.scoring import plan_labels, restricted_scores
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
@@ -701,7 +701,7 @@ class ServerAdapter(Adapter):
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def check_instances(self, instances: Sequence[RetrievalInstance]) -> None:
+    def check_instances(self, instances: Sequence[Instance]) -> None:
         templates = [text for _, text in template_fields(self.task_templates)]
         if self.options.images == "placeholder":
             templates.append(self.options.image_placeholder)
@@ -715,7 +715,7 @@ class ServerAdapter(Adapter):
                 template_texts=templates,
             )
 
-    def _placeholders(self, instance: RetrievalInstance) -> list[tuple[str, str]]:
+    def _placeholders(self, instance: Instance) -> list[tuple[str, str]]:
         """(where, text) of each image's placeholder text with images: placeholder (it shows
         the image's file name, which is data like a caption); none when images are sent."""
         if self.options.images != "placeholder":
@@ -731,7 +731,7 @@ class ServerAdapter(Adapter):
 
     def messages(
         self,
-        instance: RetrievalInstance,
+        instance: Instance,
         *,
         variant: str | None = None,
     ) -> list:
@@ -746,7 +746,7 @@ class ServerAdapter(Adapter):
 
     def _posed(
         self,
-        instance: RetrievalInstance,
+        instance: Instance,
         variant: str | None = None,
         *,
         encode: bool = True,
@@ -765,7 +765,7 @@ class ServerAdapter(Adapter):
 
     def _checked_text(
         self,
-        instance: RetrievalInstance,
+        instance: Instance,
         variant: str | None = None,
     ) -> str:
         """The prompt's text as the local tokenizer's chat template writes it (images as the
@@ -777,7 +777,7 @@ class ServerAdapter(Adapter):
         if tokenizer is None:  # no local tokenizer: no special tokens known to check
             return ""
 
-        def text(shown: RetrievalInstance, names: bool) -> str:
+        def text(shown: Instance, names: bool) -> str:
             messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))
             try:
                 return str(
@@ -804,7 +804,7 @@ class ServerAdapter(Adapter):
         return rendered
 
     def _with_images(
-        self, raw: list[dict], instance: RetrievalInstance, *, names: bool, encode: bool
+        self, raw: list[dict], instance: Instance, *, names: bool, encode: bool
     ) -> list:
         """``raw`` with each image item as a base64 PNG ``image_url`` part (left as it is
         without ``encode``), or the placeholder text (showing the image's file name, or ``x``
@@ -835,7 +835,7 @@ class ServerAdapter(Adapter):
 
     def render(
         self,
-        instance: RetrievalInstance,
+        instance: Instance,
         *,
         variant: str | None = None,
     ) -> str:
@@ -860,7 +860,7 @@ class ServerAdapter(Adapter):
     # -- label scores ----------------------------------------------------------------------
 
     def observe_many(
-        self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
+        self, instances: Sequence[Instance], *, batch_size: int = 1
     ) -> list[Observation]:
         """Observations in order; every request of every instance shares one bounded pool, so
         ``batch_size`` does not change results (nor, much, the speed)."""
@@ -875,7 +875,7 @@ class ServerAdapter(Adapter):
             self._last_n, self._last_task = instances[-1].n, instances[-1].task
         return [_observation(row, instance) for row, instance in zip(rows, instances, strict=True)]
 
-    def _echo_scores_all(self, instances: Sequence[RetrievalInstance], pool: Any) -> list[Any]:
+    def _echo_scores_all(self, instances: Sequence[Instance], pool: Any) -> list[Any]:
         """Each prompt alone (its token count), then every label after it, then the end token
         after the labels that another label continues; the restricted softmax per instance."""
         prepared = [self._prepare(instance) for instance in instances]
@@ -906,7 +906,7 @@ class ServerAdapter(Adapter):
             for i, ((_, labels), (plan, vocabulary)) in enumerate(zip(prepared, plans, strict=True))
         ]
 
-    def scored_answers(self, instance: RetrievalInstance) -> list[str]:
+    def scored_answers(self, instance: Instance) -> list[str]:
         """The answers scored for ``instance`` as the model writes them (answer prefix + label):
         its N labels, then a judge's tie label (as the local adapters score it)."""
         labels = self.labels_for(instance.n, instance.task)
@@ -916,7 +916,7 @@ class ServerAdapter(Adapter):
             for label in scored_labels(instance.task, template, labels)
         ]
 
-    def _prepare(self, instance: RetrievalInstance) -> tuple[Any, list[str]]:
+    def _prepare(self, instance: Instance) -> tuple[Any, list[str]]:
         """The request context of one instance (messages or rendered text) and its labels."""
         labels = self.scored_answers(instance)
         if self.options.endpoint == "chat":
@@ -1027,7 +1027,7 @@ class ServerAdapter(Adapter):
             appended.append((text, value))
         return appended
 
-    def _top_k_scores(self, instance: RetrievalInstance) -> Any:
+    def _top_k_scores(self, instance: Instance) -> Any:
         """The restricted softmax over the labels' entries of the first token's top k."""
         labels = self.scored_answers(instance)
         k = self.options.top_logprobs
@@ -1156,7 +1156,7 @@ class ServerAdapter(Adapter):
 
     def generate_many(
         self,
-        instances: Sequence[RetrievalInstance],
+        instances: Sequence[Instance],
         settings: GenerationSettings,
         *,
         batch_size: int = 1,
@@ -1174,7 +1174,7 @@ class ServerAdapter(Adapter):
         if len(seeds) != len(instances):
             raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
 
-        def one(job: tuple[RetrievalInstance, int]) -> Generation:
+        def one(job: tuple[Instance, int]) -> Generation:
             return self._generate_one(job[0], settings, job[1])
 
         with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
@@ -1182,7 +1182,7 @@ class ServerAdapter(Adapter):
 
     def _generate_one(
         self,
-        instance: RetrievalInstance,
+        instance: Instance,
         settings: GenerationSettings,
         seed: int,
     ) -> Generation:
@@ -1308,7 +1308,7 @@ def _no_logprobs(base_url: str, endpoint: str) -> str:
     )
 
 
-def _observation(scores: np.ndarray, instance: RetrievalInstance) -> Observation:
+def _observation(scores: np.ndarray, instance: Instance) -> Observation:
     """An instance's observation from its restricted label scores; a judge's tie label is the
     last score: the N answers are renormalised without it (as the local adapters do)."""
     n = instance.n

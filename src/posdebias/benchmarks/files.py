@@ -44,7 +44,6 @@ from posdebias.core.instance import (
     MAX_TEXT_CHARS,
     TASK_KINDS,
     Instance,
-    RetrievalInstance,
     text_key,
 )
 from posdebias.errors import BenchmarkError, validation_problems
@@ -266,7 +265,7 @@ class BenchmarkManifest(_Strict):
 class Benchmark:
     """A loaded benchmark: instances with absolute image paths, the manifest and the root."""
 
-    instances: list[RetrievalInstance]
+    instances: list[Instance]
     manifest: BenchmarkManifest | None
     root: Path
     path: Path
@@ -590,7 +589,7 @@ def _instance(record: InstanceRecord, root: Path) -> Instance:
         metadata["meta"] = dict(record.meta)
     if record.task is None:
         images = [image for image in record.images or [] if image is not None]
-        return RetrievalInstance(
+        return Instance(
             query=record.query,
             images=tuple(str(root / image) for image in images),
             target=record.target,

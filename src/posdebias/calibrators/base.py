@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias._version import __version__
-from posdebias.core.instance import RetrievalInstance, rotation_order
+from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
 from posdebias.core.state import CalibrationState
@@ -101,23 +101,21 @@ class Calibrator(ABC):
 
     def fit_views(
         self,
-        calibration: Sequence[RetrievalInstance],
-        test: Sequence[RetrievalInstance] | None = None,
-    ) -> list[RetrievalInstance] | None:
+        calibration: Sequence[Instance],
+        test: Sequence[Instance] | None = None,
+    ) -> list[Instance] | None:
         """The instances whose observations :meth:`fit` receives, or None for the shared
         symmetrised calibration set (``calibration``: that set; ``test``: every view the run
         will score, every test instance in each of its T orders, where the caller knows them).
         Contextual calibration asks for content-free views, batch calibration for ``test``."""
         return None
 
-    def permutations_for(self, instance: RetrievalInstance) -> list[np.ndarray]:
+    def permutations_for(self, instance: Instance) -> list[np.ndarray]:
         """The candidate orders of :meth:`permutations` for this instance (a calibrator that
         draws its orders per instance overrides this; default: the same for every instance)."""
         return self.permutations(instance.n)
 
-    def orders_for(
-        self, view: RetrievalInstance, state: CalibrationState
-    ) -> list[np.ndarray] | None:
+    def orders_for(self, view: Instance, state: CalibrationState) -> list[np.ndarray] | None:
         """The candidate orders whose observations :meth:`predict` receives (as ``rotations``,
         with these ``orders``) for this shown view under this fitted state, or None for none.
         Default: :meth:`permutations_for` for a calibrator with ``needs_rotations``. A
@@ -125,7 +123,7 @@ class Calibrator(ABC):
         items) overrides this; the runner and ``Debiaser`` observe what it asks for."""
         return self.permutations_for(view) if self.needs_rotations else None
 
-    def views_of(self, instance: RetrievalInstance) -> list[RetrievalInstance]:
+    def views_of(self, instance: Instance) -> list[Instance]:
         """The instance in every order of :meth:`permutations_for` (what the runner observes;
         pass the same orders to :meth:`predict` as ``orders``)."""
         return [instance.permuted(order) for order in self.permutations_for(instance)]

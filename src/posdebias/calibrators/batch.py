@@ -31,7 +31,7 @@ from pydantic import Field
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
 
@@ -62,9 +62,9 @@ class Batch(Calibrator):
 
     def fit_views(
         self,
-        calibration: Sequence[RetrievalInstance],
-        test: Sequence[RetrievalInstance] | None = None,
-    ) -> list[RetrievalInstance] | None:
+        calibration: Sequence[Instance],
+        test: Sequence[Instance] | None = None,
+    ) -> list[Instance] | None:
         return None if test is None else list(test)
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:

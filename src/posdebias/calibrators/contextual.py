@@ -30,7 +30,7 @@ from pydantic import Field, field_validator
 
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
 
@@ -66,7 +66,7 @@ class ContextualOptions(CalibratorOptions):
         return value
 
 
-def content_free(instance: RetrievalInstance, text: str) -> RetrievalInstance:
+def content_free(instance: Instance, text: str) -> Instance:
     """``instance`` with its caption replaced by ``text`` (may be empty), its candidates as they
     are, no target (its own id, so its observation is cached apart from the instance's)."""
     return replace(
@@ -97,9 +97,9 @@ class Contextual(Calibrator):
 
     def fit_views(
         self,
-        calibration: Sequence[RetrievalInstance],
-        test: Sequence[RetrievalInstance] | None = None,
-    ) -> list[RetrievalInstance]:
+        calibration: Sequence[Instance],
+        test: Sequence[Instance] | None = None,
+    ) -> list[Instance]:
         return [content_free(view, text) for text in self.options.texts for view in calibration]
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pydantic import Field
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
-from posdebias.core.instance import RetrievalInstance, rotation_order
+from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
 from posdebias.errors import ConfigError, InputError
@@ -63,7 +63,7 @@ class PermutationAverageOptions(OrderOptions):
     )
 
 
-def instance_seed(seed: int, instance: RetrievalInstance) -> int:
+def instance_seed(seed: int, instance: Instance) -> int:
     """The seed of one instance's own permutations (``draw: per_instance``)."""
     key = "\x1f".join([str(seed), instance.id, *instance.image_ids])
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
@@ -110,7 +110,7 @@ class OrderCombiner(Calibrator):
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
 
-    def permutations_for(self, instance: RetrievalInstance) -> list[np.ndarray]:
+    def permutations_for(self, instance: Instance) -> list[np.ndarray]:
         if self.options.permutations == "random" and self.options.draw == "per_instance":
             return self.permutations(instance.n, instance_seed(self.options.seed, instance))
         return self.permutations(instance.n)

@@ -36,7 +36,7 @@ import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.calibrators.permutation_average import averaged_over_orders
-from posdebias.core.instance import RetrievalInstance, rotation_order
+from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
 from posdebias.core.state import CalibrationState
@@ -101,13 +101,13 @@ class PriDe(Calibrator):
 
     def fit_views(
         self,
-        calibration: Sequence[RetrievalInstance],
-        test: Sequence[RetrievalInstance] | None = None,
-    ) -> list[RetrievalInstance] | None:
+        calibration: Sequence[Instance],
+        test: Sequence[Instance] | None = None,
+    ) -> list[Instance] | None:
         if self.options.workflow == "calibration":
             return None
         if test is None:  # Debiaser.calibrate: the instances given, as shown (rotation 0)
-            first: dict[str, RetrievalInstance] = {}
+            first: dict[str, Instance] = {}
             for view in calibration:
                 first.setdefault(view.id, view)
             test = list(first.values())
@@ -144,9 +144,7 @@ class PriDe(Calibrator):
         share = len(self.fitted(state).estimation_ids) / float(total)
         return 1.0 + share * (n - 1)
 
-    def orders_for(
-        self, view: RetrievalInstance, state: CalibrationState
-    ) -> list[np.ndarray] | None:
+    def orders_for(self, view: Instance, state: CalibrationState) -> list[np.ndarray] | None:
         """The N cyclic permutations for an estimation item (workflow: test), else none."""
         if self.options.workflow == "test" and view.id in self.fitted(state).estimation_ids:
             return [rotation_order(view.n, shift) for shift in range(view.n)]

@@ -5,7 +5,6 @@ from posdebias.core.instance import (
     TASK_KINDS,
     Candidate,
     Instance,
-    RetrievalInstance,
     random_orders,
     rotation_order,
 )
@@ -33,7 +32,6 @@ __all__ = [
     "Observation",
     "Prediction",
     "PriorEstimator",
-    "RetrievalInstance",
     "cyclic_rotations",
     "get_label_set",
     "random_orders",

@@ -3,8 +3,7 @@
 An instance is a stem (a caption, a question, a query; optionally images of its own) plus N
 candidates, each an image, a text (an option, an answer to judge, a passage) or an image with a
 text. Its ``task`` names the prompt it is posed with (:mod:`posdebias.core.tasks`). The classic
-multi-image retrieval instance (a caption and N candidate images) is the ``retrieval`` task;
-``RetrievalInstance`` is the same class under its historical name.
+multi-image retrieval instance (a caption and N candidate images) is the ``retrieval`` task.
 
 Convention used everywhere (instances, observations, calibrators): rotating by ``shift`` puts old
 position ``(i + shift) % N`` at new position ``i``. An ``order`` is a permutation array: new
@@ -36,6 +35,23 @@ def image_key(image: ImageRef) -> str:
 
 #: The task kinds: which prompt an instance is posed with (templates in core/tasks.py).
 TASK_KINDS = ("retrieval", "multiple_choice", "pairwise_judge", "rerank")
+#: What a task's candidates are called in the prompt variants' sentences and in text meant
+#: for people (messages, reports); code and record keys say "candidate".
+CANDIDATE_NOUNS: dict[str, str] = {
+    "retrieval": "images",
+    "multiple_choice": "options",
+    "pairwise_judge": "answers",
+    "rerank": "passages",
+}
+
+
+def candidate_noun(task: str | None, *, plural: bool = True) -> str:
+    """What ``task`` calls its candidates ("options" for multiple choice); "candidates" when
+    the task is not known."""
+    noun = CANDIDATE_NOUNS.get(task or "", "candidates")
+    return noun if plural else noun[:-1]
+
+
 #: Longest text of a stem or a candidate, in characters (a passage of a few pages).
 MAX_TEXT_CHARS = 100_000
 
@@ -113,7 +129,7 @@ class Instance:
         n = max(len(images), len(texts))
         images = images or (None,) * n
         texts = texts or (None,) * n
-        what = "images" if self.task == "retrieval" else "candidates"
+        what = candidate_noun(self.task)
         if n < 2:
             raise InputError(f"{label}: needs at least 2 {what}, got {n}")
         for position, (image, text) in enumerate(zip(images, texts, strict=True), start=1):
@@ -218,10 +234,6 @@ class Instance:
     def image_id_at(self, position: int) -> str:
         """Which candidate (by identity) sits at ``position`` of this order."""
         return self.image_ids[position]
-
-
-#: The historical name: a retrieval instance is an :class:`Instance` of task ``retrieval``.
-RetrievalInstance = Instance
 
 
 def _candidate_key(image: ImageRef | None, text: str | None) -> str:

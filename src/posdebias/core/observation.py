@@ -189,7 +189,7 @@ class Observation:
     def rotated(self, shift: int) -> Observation:
         """The observation relabelled so that new position i is old position (i + shift) % N.
 
-        Matches :meth:`RetrievalInstance.rotated`: useful for symmetry tests and for the
+        Matches :meth:`Instance.rotated`: useful for symmetry tests and for the
         synthetic model; a real model must be run again on the rotated instance.
         """
         index = (np.arange(self.n) + shift) % self.n

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import InputError
 
 
-def cyclic_rotations(instance: RetrievalInstance) -> list[RetrievalInstance]:
+def cyclic_rotations(instance: Instance) -> list[Instance]:
     """The N cyclic rotations of ``instance``; element r is ``instance.rotated(r)``."""
     return [instance.rotated(shift) for shift in range(instance.n)]
 
 
 def symmetrized_calibration_set(
-    instances: Iterable[RetrievalInstance],
-) -> list[RetrievalInstance]:
+    instances: Iterable[Instance],
+) -> list[Instance]:
     """All cyclic rotations of all calibration instances (M*N instances, instance-major)."""
     instances = list(instances)
     sizes = {instance.n for instance in instances}

@@ -43,7 +43,7 @@ from pydantic import (
 
 import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
-from posdebias.core.instance import TASK_KINDS, Instance
+from posdebias.core.instance import CANDIDATE_NOUNS, TASK_KINDS, Instance
 from posdebias.core.labels import LabelSet
 from posdebias.errors import ConfigError, InputError, validation_problems
 
@@ -323,23 +323,6 @@ def scored_labels(task: str | None, template: TaskTemplate | None, labels: list[
     return [*labels, tie]
 
 
-#: What a task's candidates are called in the prompt variants' sentences and in text meant
-#: for people (messages, reports); code and record keys say "candidate".
-CANDIDATE_NOUNS: dict[str, str] = {
-    "retrieval": "images",
-    "multiple_choice": "options",
-    "pairwise_judge": "answers",
-    "rerank": "passages",
-}
-
-
-def candidate_noun(task: str | None, *, plural: bool = True) -> str:
-    """What ``task`` calls its candidates ("options" for multiple choice); "candidates" when
-    the task is not known."""
-    noun = CANDIDATE_NOUNS.get(task or "", "candidates")
-    return noun if plural else noun[:-1]
-
-
 DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
     # the method's prompt (the paper's words): the N images, then instruction and caption
     "retrieval": TaskTemplate(
@@ -375,6 +358,9 @@ DEFAULT_TEMPLATES: dict[str, TaskTemplate] = {
 #: The tasks whose candidates are texts: the adapter option ``task_prompt`` sets their
 #: templates' fields (retrieval's is the option ``prompt``).
 TEXT_TASKS = ("multiple_choice", "pairwise_judge", "rerank")
+
+#: The adapter option that sets each task's template fields.
+TEMPLATE_OPTIONS = {"retrieval": "prompt", **dict.fromkeys(TEXT_TASKS, "task_prompt")}
 
 #: The prompt variants (the generated baselines' prompts), for every task: ``plain`` is the
 #: template as configured; the others add a request to it in the task's words
@@ -544,7 +530,7 @@ def task_template(task: str, override: TaskTemplate | dict[str, Any] | None = No
         return base
     if isinstance(override, TaskTemplate):
         return override
-    option = "prompt" if task == "retrieval" else f"task_prompt for {task}"
+    option = TEMPLATE_OPTIONS[task] + ("" if task == "retrieval" else f" for {task}")
     if task == "retrieval":
         override = template_fields(override)
     fields = {**base.model_dump(), **override}

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.adapters.base import Adapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import ConfigError, validation_message
 
 
@@ -92,7 +92,7 @@ class Decoder(ABC):
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
-    def check(self, adapter: Adapter, instances: Sequence[RetrievalInstance]) -> None:
+    def check(self, adapter: Adapter, instances: Sequence[Instance]) -> None:
         """Raise a :class:`~posdebias.errors.PosdebiasError` if this decoder cannot run with
         ``adapter`` on ``instances`` (the test instances); the runner calls it before a run
         writes anything. Nothing to check by default."""
@@ -102,7 +102,7 @@ class Decoder(ABC):
     def decide(
         self,
         adapter: Adapter,
-        views: Sequence[RetrievalInstance],
+        views: Sequence[Instance],
         *,
         batch_size: int = 1,
         seeds: Sequence[int],

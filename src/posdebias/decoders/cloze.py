@@ -32,7 +32,7 @@ from pydantic import Field, field_validator
 from posdebias._inputs import excerpt
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, ReplyRequest, ReplyScore
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.tasks import check_placeholders
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 from posdebias.errors import AdapterError, InputError
@@ -91,10 +91,10 @@ class Cloze(Decoder):
     summary = "each option's text scored as the reply to the question alone (lm-eval's acc)"
     order_independent = True
 
-    def message(self, instance: RetrievalInstance) -> str:
+    def message(self, instance: Instance) -> str:
         return self.options.question.format(question=instance.query)
 
-    def check(self, adapter: Adapter, instances: Sequence[RetrievalInstance]) -> None:
+    def check(self, adapter: Adapter, instances: Sequence[Instance]) -> None:
         problem = adapter.reply_problem()
         if problem is not None:
             raise AdapterError(f"decoder {self.name!r}: {problem}")
@@ -109,7 +109,7 @@ class Cloze(Decoder):
     def decide(
         self,
         adapter: Adapter,
-        views: Sequence[RetrievalInstance],
+        views: Sequence[Instance],
         *,
         batch_size: int = 1,
         seeds: Sequence[int],
@@ -162,7 +162,7 @@ class ClozeMean(Cloze):
     summary = "cloze with the per-token mean log-probability of each option's text"
 
 
-def check_text_candidates(instance: RetrievalInstance, decoder: str) -> list[str]:
+def check_text_candidates(instance: Instance, decoder: str) -> list[str]:
     """The candidates' texts, or an InputError when the instance shows any image (cloze
     scores texts alone) or a candidate has no text."""
     if instance.all_images or any(text is None for text in instance.texts):

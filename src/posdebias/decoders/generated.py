@@ -32,7 +32,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.core.answers import AnswerParser, Which
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.tasks import task_label_set
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 
@@ -138,7 +138,7 @@ class Generated(Decoder):
     def decide(
         self,
         adapter: Adapter,
-        views: Sequence[RetrievalInstance],
+        views: Sequence[Instance],
         *,
         batch_size: int = 1,
         seeds: Sequence[int],

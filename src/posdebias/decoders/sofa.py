@@ -19,7 +19,7 @@ import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
 from posdebias.adapters.base import Adapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import Generated, GeneratedOptions
 from posdebias.errors import AdapterError
@@ -69,7 +69,7 @@ class Sofa(Generated):
     def decide(
         self,
         adapter: Adapter,
-        views: Sequence[RetrievalInstance],
+        views: Sequence[Instance],
         *,
         batch_size: int = 1,
         seeds: Sequence[int],

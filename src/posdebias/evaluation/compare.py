@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posdebias.adapters.families.synthetic import synthetic_instances
 from posdebias.benchmarks.files import load_benchmark
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.config import orders_of
@@ -96,7 +96,7 @@ def _open(root: Path) -> _Run:
     return _Run(root, results, {i: records[i] for i in results.test_ids if i in records})
 
 
-def _test_instances(root: Path, results: EvaluationResults) -> list[RetrievalInstance]:
+def _test_instances(root: Path, results: EvaluationResults) -> list[Instance]:
     """The run's test instances with their truth: from the benchmark it names (checked to be
     the one it ran on), or the simulated model's, drawn again from the run's settings."""
     source, settings = results.source, results.settings

@@ -17,7 +17,7 @@ from pathlib import Path
 from posdebias._io import JsonlAppender, read_jsonl_records
 from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import tie_label_of
 from posdebias.errors import OutputError
@@ -25,11 +25,11 @@ from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid 
 from posdebias.evaluation.runner import InstanceRecord, observation_key
 
 
-def decision_key(decoder: Decoder, view: RetrievalInstance) -> str:
+def decision_key(decoder: Decoder, view: Instance) -> str:
     return f"{decoder.digest()}|{observation_key(view)}"
 
 
-def view_seed(seed: int, view: RetrievalInstance) -> int:
+def view_seed(seed: int, view: Instance) -> int:
     """The sampling seed of one view: a function of the run seed and the view only."""
     digest = hashlib.sha256(f"{seed}\x1f{observation_key(view)}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
@@ -94,7 +94,7 @@ def _logged_decision(row: object) -> Decision | None:
 def decide_cached(
     decoder: Decoder,
     adapter: Adapter,
-    views: Sequence[RetrievalInstance],
+    views: Sequence[Instance],
     cache: DecisionCache,
     *,
     batch_size: int = 1,
@@ -102,7 +102,7 @@ def decide_cached(
 ) -> list[Decision]:
     """The decoder's decisions for ``views``, running it only for views not in ``cache``."""
     keys = [decision_key(decoder, view) for view in views]
-    missing: dict[str, RetrievalInstance] = {}
+    missing: dict[str, Instance] = {}
     for key, view in zip(keys, views, strict=True):
         if cache.get(key) is None and key not in missing:
             missing[key] = view  # two orders of an instance may coincide: decide once
@@ -145,7 +145,7 @@ class DecoderCost:
 
 def decoder_costs(
     decoders: Mapping[str, Decoder],
-    views: Mapping[str, Sequence[RetrievalInstance]],
+    views: Mapping[str, Sequence[Instance]],
     cache: DecisionCache,
 ) -> dict[str, DecoderCost]:
     """Cost per decoder label over every test instance's views (resumed ones included)."""
@@ -182,7 +182,7 @@ class DecoderRows:
         self.batch_size = batch_size
         self.seed = seed
 
-    def add(self, record: InstanceRecord, instance: RetrievalInstance) -> InstanceRecord:
+    def add(self, record: InstanceRecord, instance: Instance) -> InstanceRecord:
         views = [instance.permuted(order) for order in record.orders]
         for label, decoder in self.decoders.items():
             decisions = decide_cached(

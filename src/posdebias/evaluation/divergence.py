@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 import posdebias.defaults as defaults
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import LayerSelectionOptions
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, Corrector, LayerSelector, mean_attention
@@ -63,7 +63,7 @@ def _attention_calibrator(
 def divergence_profiles(
     calibrators: Mapping[str, Calibrator],
     states: Mapping[str, CalibrationState],
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     records: Sequence[InstanceRecord],
     cache: ObservationCache,
     seed: int,

@@ -42,7 +42,7 @@ from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import RetrievalInstance, check_order_count
+from posdebias.core.instance import Instance, check_order_count
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import FORMER_FIELDS, former_digest, task_template
@@ -172,14 +172,14 @@ def build_calibrators(config: EvaluateConfig) -> dict[str, Calibrator]:
 class InstanceSource:
     """Calibration and test instances plus what identifies where they came from."""
 
-    calibration: list[RetrievalInstance]
-    test: list[RetrievalInstance]
+    calibration: list[Instance]
+    test: list[Instance]
     description: dict[str, Any] = field(default_factory=dict)
 
 
 def split_held_out(
-    instances: list[RetrievalInstance], count: int, seed: int
-) -> tuple[list[RetrievalInstance], list[RetrievalInstance]]:
+    instances: list[Instance], count: int, seed: int
+) -> tuple[list[Instance], list[Instance]]:
     """Hold ``count`` calibration instances out of a benchmark by seed (file order kept)."""
     if count >= len(instances):
         raise InputError(
@@ -292,11 +292,11 @@ def resolve_states(
     config: EvaluateConfig,
     adapter: Adapter,
     calibrators: dict[str, Calibrator],
-    calibration: list[RetrievalInstance],
+    calibration: list[Instance],
     n: int,
     cache: ObservationCache,
     provided: dict[str, CalibrationState] | None = None,
-    test: list[RetrievalInstance] | None = None,
+    test: list[Instance] | None = None,
 ) -> dict[str, CalibrationState]:
     """Saved states where ``--calibration`` gives them (checked against this model and
     setting), freshly fitted ones for the rest (``test``: the run's test instances, for a

@@ -10,7 +10,7 @@ from pathlib import Path
 from posdebias._io import remove_stale
 from posdebias._rundir import RunFolder
 from posdebias._text import file_text
-from posdebias.core.tasks import candidate_noun
+from posdebias.core.instance import candidate_noun
 from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.export import markdown_tables, markdown_text
 from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render

@@ -28,7 +28,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
     ImageRef,
-    RetrievalInstance,
+    Instance,
     image_key,
     random_orders,
     rotation_order,
@@ -73,7 +73,7 @@ def image_identity(image: ImageRef) -> str:
     return image_key(image)
 
 
-def observation_key(instance: RetrievalInstance) -> str:
+def observation_key(instance: Instance) -> str:
     """Cache key of an (instance, candidate order): every input of its forward pass.
 
     The id, the caption and the images' content in the order shown (a retrieval instance: the
@@ -105,7 +105,7 @@ def stable_seed(seed: int, instance_id: str) -> list[int]:
 
 
 def instance_orders(
-    instance: RetrievalInstance,
+    instance: Instance,
     count: int,
     seed: int,
     *,
@@ -157,7 +157,7 @@ class ObservationCache:
 
 def observe_cached(
     adapter: Adapter,
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     cache: ObservationCache,
     *,
     batch_size: int = 1,
@@ -165,7 +165,7 @@ def observe_cached(
     """Observations of ``instances``, running the model only for keys not in ``cache`` (their
     seconds are added to the cache's cost of a pass)."""
     keys = [observation_key(instance) for instance in instances]
-    missing: dict[str, RetrievalInstance] = {}
+    missing: dict[str, Instance] = {}
     for key, instance in zip(keys, instances, strict=True):
         if cache.get(key) is None and key not in missing:
             missing[key] = instance
@@ -190,9 +190,7 @@ def _with_target(observation: Observation, target: int | None) -> Observation:
     return dataclasses.replace(observation, target=target)  # layers and spans kept
 
 
-def _observe(
-    adapter: Adapter, instances: list[RetrievalInstance], batch_size: int
-) -> list[Observation]:
+def _observe(adapter: Adapter, instances: list[Instance], batch_size: int) -> list[Observation]:
     """``adapter.observe_many``; a plugin adapter's own failure becomes a PluginError naming it
     (our errors, with their messages for the user, pass through)."""
     apply_threads()  # in this thread: the count of the enclosing torch_threads scope
@@ -228,13 +226,13 @@ def _observe(
 
 
 def scored_views(
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     orders: int,
     seed: int,
     *,
     shared: bool = False,
     cyclic: bool = False,
-) -> list[RetrievalInstance]:
+) -> list[Instance]:
     """Every test instance in each of its T orders (:func:`instance_orders`): what the run
     scores, and what batch calibration averages over."""
     return [
@@ -256,7 +254,7 @@ def check_calibration_size(count: int) -> None:
 
 
 def _with_instances(
-    observations: Sequence[Observation], instances: Sequence[RetrievalInstance]
+    observations: Sequence[Observation], instances: Sequence[Instance]
 ) -> list[Observation]:
     """The symmetrised calibration set's observations (instance-major, N rotations each), each
     told which instance its view shows: the layer choice counts instances, not orders, as
@@ -275,12 +273,12 @@ def _with_instances(
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
-    calibration_instances: Sequence[RetrievalInstance],
+    calibration_instances: Sequence[Instance],
     *,
     batch_size: int = 1,
     cache: ObservationCache | None = None,
     metadata: Mapping[str, Any] | None = None,
-    test_views: Sequence[RetrievalInstance] | None = None,
+    test_views: Sequence[Instance] | None = None,
 ) -> dict[str, CalibrationState]:
     """Fit every calibrator on the symmetrised calibration set (observed once, shared), or on
     the views its :meth:`~posdebias.calibrators.base.Calibrator.fit_views` asks for
@@ -404,7 +402,7 @@ class InstanceRecord:
 
 def check_logged_truth(
     records: Mapping[str, InstanceRecord],
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     *,
     orders: int,
     seed: int,
@@ -492,7 +490,7 @@ class Evaluator:
     def needs_rotations(self) -> bool:
         return any(c.needs_rotations for c in self.calibrators.values())
 
-    def evaluate_instance(self, instance: RetrievalInstance) -> InstanceRecord:
+    def evaluate_instance(self, instance: Instance) -> InstanceRecord:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
         orders = instance_orders(
@@ -595,7 +593,7 @@ class Evaluator:
 
     def run(
         self,
-        instances: Iterable[RetrievalInstance],
+        instances: Iterable[Instance],
         *,
         on_record: Callable[[InstanceRecord], None] | None = None,
     ) -> list[InstanceRecord]:

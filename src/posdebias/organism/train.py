@@ -53,7 +53,7 @@ from posdebias.benchmarks.shapes import (
     render_shape_image,
     sample_unique_attributes,
 )
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import MAX_CANDIDATES
 from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_space
 from posdebias.organism.training import (
@@ -304,8 +304,8 @@ class ShapesPool:
             drawn.append((anchor, [*distractors[:target], anchor, *distractors[target:]], target))
         return drawn
 
-    def instance(self, anchor: int, members: list[int], target: int, id: str) -> RetrievalInstance:
-        return RetrievalInstance(
+    def instance(self, anchor: int, members: list[int], target: int, id: str) -> Instance:
+        return Instance(
             query=self.captions[anchor],
             images=tuple(self.images[i] for i in members),
             target=target,
@@ -314,7 +314,7 @@ class ShapesPool:
 
     def instances(
         self, rng: np.random.Generator, count: int, n: int, prefix: str
-    ) -> list[RetrievalInstance]:
+    ) -> list[Instance]:
         """``count`` instances of :meth:`draw`."""
         return [
             self.instance(anchor, members, target, f"{prefix}-{number}")
@@ -322,14 +322,14 @@ class ShapesPool:
         ]
 
 
-def _label_token_ids(adapter: Any, sample: RetrievalInstance) -> list[int]:
+def _label_token_ids(adapter: Any, sample: Instance) -> list[int]:
     _, plan = adapter.plan_for(sample.n, adapter.render(sample))
     if any(len(path) != 1 for path in plan.paths):
         raise RuntimeError("the organism's labels must be single tokens")
     return [path[0] for path in plan.paths]
 
 
-def _forward(adapter: Any, instances: list[RetrievalInstance]) -> tuple[Any, Any]:
+def _forward(adapter: Any, instances: list[Instance]) -> tuple[Any, Any]:
     """Last-position logits [B, V] and probed attention masses [B, L, N], with gradients."""
 
     batch = adapter.prepare_batch(instances)

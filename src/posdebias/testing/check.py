@@ -54,8 +54,7 @@ from posdebias.adapters.hf.spans import (
     span_matrix,
 )
 from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
-from posdebias.core.instance import Instance
-from posdebias.core.tasks import candidate_noun
+from posdebias.core.instance import Instance, candidate_noun
 from posdebias.errors import AdapterError, InputError, PosdebiasError
 
 if TYPE_CHECKING:
@@ -363,7 +362,7 @@ class _Checks:
         """Check one row's spans; a text candidate's span must decode to its text."""
         covered = self.adapter.image_token_ids()
         ids = batch.inputs["input_ids"][row]
-        if instance.task == "retrieval":
+        if not instance.has_texts and not instance.stem_images:  # image candidates only
             return check_spans(batch.spans[row], ids, covered, instance.n)
         images = len(instance.all_images)
         if images:

@@ -32,7 +32,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.spans import SpanTokens
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import PosdebiasError
 
 _POSITION_METHODS = ("get_rope_index", "compute_3d_position_ids", "get_position_ids")
@@ -193,9 +193,7 @@ class GenericAdapter(HFAdapter):
         sizes = ((side, side), (2 * side, side))
         colours = ((200, 30, 30), (30, 30, 200))
         images = tuple(Image.new("RGB", size, c) for size, c in zip(sizes, colours, strict=True))
-        probe = RetrievalInstance(
-            query="a red or a blue image", images=images, target=None, id="dry"
-        )
+        probe = Instance(query="a red or a blue image", images=images, target=None, id="dry")
         try:
             inputs = self.processor_inputs([self.render(probe)], [list(images)])
         except PosdebiasError as exc:

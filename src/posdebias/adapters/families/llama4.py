@@ -27,7 +27,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import ImageSpan, SpanTokens, find_marked_spans
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation
 from posdebias.errors import AdapterError
 
@@ -94,7 +94,7 @@ class Llama4Adapter(HFAdapter):
             )
         return super().run_batch(batch, attention=attention)
 
-    def _observe_batch(self, instances: list[RetrievalInstance]) -> list[Observation]:
+    def _observe_batch(self, instances: list[Instance]) -> list[Observation]:
         try:
             return super()._observe_batch(instances)
         except PaddingChangesNumbers:

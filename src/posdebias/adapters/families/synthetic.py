@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax, softmax
 from posdebias.errors import InputError
@@ -144,7 +144,7 @@ class SyntheticAdapter(Adapter):
         return sinks, mass
 
     @staticmethod
-    def matching_position(instance: RetrievalInstance) -> int | None:
+    def matching_position(instance: Instance) -> int | None:
         """Where the image the query describes sits (``synthetic_instances`` queries end with
         the matching image's id); the instance's target for other instances."""
         named = instance.query.rsplit(" ", 1)[-1]
@@ -153,7 +153,7 @@ class SyntheticAdapter(Adapter):
                 return position
         return instance.target
 
-    def observe_one(self, instance: RetrievalInstance) -> Observation:
+    def observe_one(self, instance: Instance) -> Observation:
         n = instance.n
         check_candidate_count(n, get_label_set(self.label_set_for(instance.task)))
         opts = self.options
@@ -182,7 +182,7 @@ class SyntheticAdapter(Adapter):
         )
 
     def observe_many(
-        self, instances: Sequence[RetrievalInstance], *, batch_size: int = 1
+        self, instances: Sequence[Instance], *, batch_size: int = 1
     ) -> list[Observation]:
         if self.options.latency:
             time.sleep(self.options.latency * len(instances))
@@ -190,7 +190,7 @@ class SyntheticAdapter(Adapter):
 
     def generate_many(
         self,
-        instances: Sequence[RetrievalInstance],
+        instances: Sequence[Instance],
         settings: Any,
         *,
         batch_size: int = 1,
@@ -255,9 +255,7 @@ class SyntheticAdapter(Adapter):
         }
 
 
-def synthetic_instances(
-    count: int, n: int, seed: int = 0, prefix: str = "syn"
-) -> list[RetrievalInstance]:
+def synthetic_instances(count: int, n: int, seed: int = 0, prefix: str = "syn") -> list[Instance]:
     """``count`` instances of N abstract images for the simulated model; the truth position
     is uniform, drawn with ``seed``."""
     rng = np.random.default_rng(seed)
@@ -267,9 +265,7 @@ def synthetic_instances(
         images = tuple(f"synthetic://{ident}/{k}" for k in range(n))
         target = int(rng.integers(n))
         instances.append(
-            RetrievalInstance(
-                query=f"the image {images[target]}", images=images, target=target, id=ident
-            )
+            Instance(query=f"the image {images[target]}", images=images, target=target, id=ident)
         )
     return instances
 

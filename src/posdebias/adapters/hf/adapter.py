@@ -761,8 +761,8 @@ class HFAdapter(Adapter):
                 row_images = [as_span(s) for s in found]
                 check_spans(row_images, ids, covered, count)
             image_spans.append(row_images)
-            if instance.task == "retrieval":
-                spans.append(row_images)
+            if not instance.has_texts and not instance.stem_images:
+                spans.append(row_images)  # every candidate is an image: its span
                 continue
             text_spans = self.text_spans(
                 ids, texts[row], rendered[row][1], _row_offsets(offsets, row)

@@ -35,13 +35,13 @@ from posdebias.adapters.attention.shared_prefix import decoding_over, share_pref
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
 from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch, batch_groups, kv_cache
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import InputError
 
 
 def generate_many(
     adapter: ModelAdapter,
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     settings: GenerationSettings,
     *,
     batch_size: int = 1,
@@ -148,7 +148,7 @@ def _prompt_forward(
 
 def _generate_batch(
     adapter: ModelAdapter,
-    instances: list[RetrievalInstance],
+    instances: list[Instance],
     settings: GenerationSettings,
     seeds: list[int],
 ) -> list[Generation]:

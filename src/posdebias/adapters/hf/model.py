@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 from posdebias.adapters.hf.spans import ImageSpan
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.tasks import TaskTemplate, task_label_set
 
@@ -44,7 +44,7 @@ class PreparedBatch:
 
 
 def batch_groups(
-    instances: Sequence[RetrievalInstance], batch_size: int, label_set: str | None
+    instances: Sequence[Instance], batch_size: int, label_set: str | None
 ) -> Iterator[list[int]]:
     """Index chunks (at most ``batch_size`` each) of the instances that can share one padded
     batch: the same N and task (one label plan, checked against ``label_set``, None: the
@@ -107,7 +107,7 @@ class ModelAdapter(Protocol):
 
     def prepare_batch(
         self,
-        instances: Sequence[RetrievalInstance],
+        instances: Sequence[Instance],
         *,
         variant: str | None = None,
     ) -> PreparedBatch: ...

@@ -24,6 +24,7 @@ from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
     FORMER_FIELDS,
     PROMPT_VARIANTS,
+    TEMPLATE_OPTIONS,
     TaskTemplate,
     task_label_set,
     task_template,
@@ -417,22 +418,18 @@ def check_template_joins(
                     )
 
 
-def _option(task: str) -> str:
-    """The adapter option that configures ``task``'s template."""
-    return "prompt" if task == "retrieval" else "task_prompt"
-
-
 def _where(task: str) -> str:
     """The option of ``task``'s template as a message names it (with the task where the
     option sets several tasks' templates)."""
-    return "prompt" if task == "retrieval" else f"task_prompt ({task})"
+    option = TEMPLATE_OPTIONS[task]
+    return option if list(TEMPLATE_OPTIONS.values()).count(option) == 1 else f"{option} ({task})"
 
 
 def template_fields(task_templates: Mapping[str, TaskTemplate]) -> list[tuple[str, str]]:
     """(``option.field``, text) of every text field of every task's template (the system
     prompt, the instruction, the separators, ...)."""
     return [
-        (f"{_option(task)}.{name}", value)
+        (f"{TEMPLATE_OPTIONS[task]}.{name}", value)
         for task, template in task_templates.items()
         for name, value in template.model_dump().items()
         if isinstance(value, str)

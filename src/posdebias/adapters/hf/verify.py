@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch
-from posdebias.core.instance import RetrievalInstance
+from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def score_tolerance(dtype: Any) -> float:
     return FLOAT32_TOLERANCE if dtype in (torch.float32, torch.float64) else HALF_TOLERANCE
 
 
-def reference_scores(adapter: ModelAdapter, instance: RetrievalInstance) -> torch.Tensor:
+def reference_scores(adapter: ModelAdapter, instance: Instance) -> torch.Tensor:
     """[N] float64 restricted label scores from the model's own forwards (no position ids, no
     cache) of the prompt alone and of prompt + each multi-token label prefix."""
     import torch
@@ -147,7 +147,7 @@ def _judge(adapter: ModelAdapter, scores: torch.Tensor, reference: torch.Tensor)
     raise AdapterError(verdicts[key])
 
 
-def verify_instance(adapter: ModelAdapter, instance: RetrievalInstance) -> None:
+def verify_instance(adapter: ModelAdapter, instance: Instance) -> None:
     """Verify before any observation (``posdebias evaluate`` does, before it writes anything):
     the adapter's scores of ``instance`` alone against the model's own forward (cached)."""
     refuse_unsupported(adapter)
@@ -159,7 +159,7 @@ def verify_instance(adapter: ModelAdapter, instance: RetrievalInstance) -> None:
 
 def verify_first_batch(
     adapter: ModelAdapter,
-    instances: Sequence[RetrievalInstance],
+    instances: Sequence[Instance],
     batch: PreparedBatch,
     scores: torch.Tensor,
 ) -> None:
