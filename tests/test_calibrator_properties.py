@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from helpers import calibration_set, random_observation, top_two_gap
@@ -41,6 +41,10 @@ def calibrators():
 
 @pytest.mark.parametrize(("name", "options"), calibrators())
 @given(sizes=sizes, shift=st.integers(1, 6))
+# 28 views of no known instance, more relabelings than the chance test enumerates: its random
+# relabelings once went to views numbered by their content as shown, so a shift moved them
+@example(sizes=(7, 5, 4, 449), shift=1)
+@example(sizes=(7, 5, 4, 449), shift=2)
 def test_cyclic_relabelling_shifts_the_prediction(name, options, sizes, shift):
     """Relabelling positions by a cyclic shift in BOTH the calibration observations and the test
     observation shifts the chosen position by the same shift: no position is special."""

@@ -30,12 +30,15 @@ LayerIndex = Annotated[int, Field(ge=-defaults.MAX_LAYERS, le=defaults.MAX_LAYER
 
 def instance_groups(observations: Sequence[Observation]) -> np.ndarray:
     """[V] a number per instance shown (``instance_id``); an order whose instance is not known
-    stands alone. Numbered by id, then by content: the fit does not depend on the order of its
-    observations."""
+    stands alone. Numbered by id, then by content read from its truth's position on (so that
+    relabelling every position by one cyclic shift numbers them alike): the fit depends
+    neither on the order of its observations nor on which position is called first."""
 
     def key(obs: Observation) -> tuple[int, str]:
         if obs.instance_id is not None:
             return 0, obs.instance_id
+        if obs.target is not None:
+            obs = obs.rotated(obs.target)
         content = hashlib.sha256(obs.label_logprobs.tobytes())
         content.update(obs.attention_matrix.tobytes())
         if obs.span_lengths is not None:
