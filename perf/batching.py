@@ -38,7 +38,7 @@ def main() -> None:
         # different query lengths: batches need left padding
         instances = [
             type(inst)(
-                query=inst.query + " with more words" * (index % 3),
+                query=inst.stem + " with more words" * (index % 3),
                 images=inst.images,
                 target=inst.target,
                 id=inst.id,

@@ -210,7 +210,7 @@ def make_instances(count: int, n: int, side: int, directory: Path) -> list[Any]:
     files = write_test_images(directory, count * n, size=side)
     return [
         Instance(
-            query=f"a photo of object {index}",
+            stem=f"a photo of object {index}",
             images=tuple(str(f) for f in files[index * n : (index + 1) * n]),
             target=index % n,
             id=f"bench-{index}",

@@ -93,7 +93,7 @@ def main() -> None:
     dev = mmlu_docs(args.items + 5, args.seed)[args.items :]
     calibration = [
         posdebias.Instance(
-            query=doc["question"],
+            stem=doc["question"],
             texts=tuple(doc["choices"]),
             target=doc["answer"],
             id=f"dev-{k}",
@@ -106,7 +106,7 @@ def main() -> None:
     save_states(fitting.states, work / "states")
     instances = [
         posdebias.Instance(
-            query=doc["question"], texts=tuple(doc["choices"]), id=f"q{k}", task="multiple_choice"
+            stem=doc["question"], texts=tuple(doc["choices"]), id=f"q{k}", task="multiple_choice"
         )
         for k, doc in enumerate(mmlu_docs(args.items + 5, args.seed)[: args.items])
     ]

@@ -44,7 +44,7 @@ def main() -> None:
         calibration, queries = instances[:2], instances[2:]
         # different caption lengths: batches are left padded, as real queries are
         queries = [
-            type(q)(q.query + " seen from the left" * (i % 3), q.images, None, q.id)
+            type(q)(q.stem + " seen from the left" * (i % 3), q.images, None, q.id)
             for i, q in enumerate(queries)
         ]
         debiaser = Debiaser(adapter, ["attention_guided", "vanilla"])

@@ -86,7 +86,7 @@ def main() -> None:
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0.01)
         started = time.perf_counter()
-        rankings = await asyncio.gather(*(debiaser.arank(q.query, q.images) for q in queries))
+        rankings = await asyncio.gather(*(debiaser.arank(q.stem, q.images) for q in queries))
         elapsed = time.perf_counter() - started
         task.cancel()
         return elapsed, stalls[0], rankings
@@ -161,7 +161,7 @@ def main() -> None:
             debiaser = twin(threads=threads)
             started = time.perf_counter()
             for query in queries[: args.single]:
-                debiaser.rank(query.query, query.images)
+                debiaser.rank(query.stem, query.images)
             single[threads].append((time.perf_counter() - started) / args.single)
     thread_rows = [
         [

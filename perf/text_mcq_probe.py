@@ -62,7 +62,7 @@ def instance_of_length(adapter, tokens: int):
             for k in range(4)
         )
         return Instance(
-            query="Which passage describes the valley best?",
+            stem="Which passage describes the valley best?",
             texts=texts,
             target=1,
             id=f"t{tokens}",

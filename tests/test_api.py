@@ -27,7 +27,7 @@ def test_calibrate_save_load_rank(tmp_path):
     test = synthetic_instances(40, 4, seed=12)
     vanilla_right = guided_right = 0
     for instance in test:
-        prediction = loaded.rank(instance.query, instance.images)
+        prediction = loaded.rank(instance.stem, instance.images)
         assert np.isclose(prediction.probabilities.sum(), 1.0)
         # the same answer as the calibrator on the observation of the instance itself
         observation = adapter.observe(instance)
@@ -146,7 +146,7 @@ def test_calibrators_without_fit_rank_at_once_and_calibrate_observes_nothing(nam
     adapter = CountingAdapter()
     debiaser = Debiaser(adapter, name)
     instance = synthetic_instances(1, 4, seed=3)[0]
-    ranking = debiaser.rank(instance.query, instance.images)
+    ranking = debiaser.rank(instance.stem, instance.images)
     assert adapter.calls == [views]
     observation = adapter.observe(instance)
     rotations = adapter.observe_many(list(cyclic_rotations(instance)))
@@ -180,7 +180,7 @@ def test_evidence_explains_the_attention_guided_decision():
     debiaser = Debiaser(adapter)
     debiaser.calibrate(synthetic_instances(5, 4, seed=11))
     instance = synthetic_instances(1, 4, seed=12)[0]
-    ranking = debiaser.rank(instance.query, instance.images, explain=True)
+    ranking = debiaser.rank(instance.stem, instance.images, explain=True)
     evidence = ranking.evidence
     observation = adapter.observe(instance)
     assert np.allclose(evidence.label_probabilities, np.exp(observation.label_logprobs))
@@ -219,7 +219,7 @@ def test_several_calibrators_share_one_forward_pass_and_match_single_ones():
         single = Debiaser(SyntheticAdapter(), name)
         single.calibrate(calibration)
         for ranking, instance in zip(rankings, test, strict=True):
-            alone = single.rank(instance.query, instance.images)
+            alone = single.rank(instance.stem, instance.images)
             assert np.allclose(ranking.of(name).scores, alone.scores)
     assert rankings[0].calibrators == names and rankings[0].calibrator == "attention_guided"
     assert rankings[0].target == test[0].target and rankings[0].id == test[0].id
@@ -236,16 +236,16 @@ def test_rank_many_streams_in_order_and_batch_size_changes_nothing():
     def queries():
         for instance in test:
             pulled.append(instance.id)
-            yield (instance.query, list(instance.images))
+            yield (instance.stem, list(instance.images))
 
     stream = debiaser.rank_many(queries(), batch_size=2)
     first = next(stream)
     assert len(pulled) == 2  # lazily: one batch read, one batch answered
     rest = list(stream)
-    one_by_one = [debiaser.rank(i.query, i.images) for i in test]
+    one_by_one = [debiaser.rank(i.stem, i.images) for i in test]
     eight = list(debiaser.rank_many(test, batch_size=8))
     for got in ([first, *rest], eight):
-        assert [r.query for r in got] == [i.query for i in test]
+        assert [r.query for r in got] == [i.stem for i in test]
         for ranking, alone in zip(got, one_by_one, strict=True):
             for name in ("attention_guided", "permutation_average"):
                 assert np.allclose(ranking.of(name).scores, alone.of(name).scores)
@@ -270,8 +270,8 @@ def test_save_and_load_several_calibrators(tmp_path):
     instance = synthetic_instances(1, 4, seed=6)[0]
     for name in ("attention_guided", "pride"):
         assert np.allclose(
-            loaded.rank(instance.query, instance.images).of(name).scores,
-            debiaser.rank(instance.query, instance.images).of(name).scores,
+            loaded.rank(instance.stem, instance.images).of(name).scores,
+            debiaser.rank(instance.stem, instance.images).of(name).scores,
         )
 
 
@@ -326,5 +326,5 @@ def test_calibrators_with_different_orders_share_the_views_they_have_in_common()
     for label, calibrator in (("cyclic", cyclic), ("random", shuffled)):
         alone = Debiaser(SyntheticAdapter(), calibrator)
         for ranking, instance in zip(rankings, test, strict=True):
-            expected = alone.rank(instance.query, instance.images).scores
+            expected = alone.rank(instance.stem, instance.images).scores
             assert np.allclose(ranking.of(label).scores, expected)

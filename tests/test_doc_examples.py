@@ -234,7 +234,7 @@ GIVEN: dict[str, Callable[[Path], Any]] = {
     "model": lambda folder: _given_model(folder)[0],
     "processor": lambda folder: _given_model(folder)[1],
     "labelled_instances": lambda folder: _bundled(5),
-    "queries": lambda folder: [(item.query, list(item.images)) for item in _bundled(4, 5)],
+    "queries": lambda folder: [(item.stem, list(item.images)) for item in _bundled(4, 5)],
     "calibration_instances": _given_mcq,
     "supported_VLM": lambda folder: {},
 }

@@ -21,7 +21,7 @@ from posdebias.testing import save_tiny_model
 def _instances(groups):
     return [
         Instance(
-            query="q",
+            stem="q",
             texts=("a", "b", "c"),
             target=0,
             id=f"i{k}",

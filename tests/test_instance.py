@@ -13,7 +13,7 @@ from posdebias.errors import InputError
 
 def make(n=4, target=1, ident="x"):
     return Instance(
-        query="a red circle", images=[f"img{k}.png" for k in range(n)], target=target, id=ident
+        stem="a red circle", images=[f"img{k}.png" for k in range(n)], target=target, id=ident
     )
 
 
@@ -22,7 +22,7 @@ def test_permutation_tracks_target_and_identity():
     view = instance.permuted([2, 0, 3, 1])
     assert view.images == ("img2.png", "img0.png", "img3.png", "img1.png")
     assert view.target == 3  # base target 1 now sits at position 3
-    assert view.image_id_at(view.target) == "img1.png"
+    assert view.candidate_id_at(view.target) == "img1.png"
 
 
 def test_rotation_convention():
@@ -35,12 +35,12 @@ def test_rotation_convention():
     [
         ({"target": 4}, "out of range"),
         ({"images": ["a.png", "a.png", "b.png"], "target": 0}, "duplicate"),
-        ({"query": "   "}, "empty"),
+        ({"stem": "   "}, "empty"),
         ({"images": ["a.png"], "target": 0}, "at least 2"),
     ],
 )
 def test_invalid_instances(kwargs, message):
-    fields = {"query": "q", "images": ["a.png", "b.png", "c.png"], "target": 0, "id": "i"}
+    fields = {"stem": "q", "images": ["a.png", "b.png", "c.png"], "target": 0, "id": "i"}
     fields.update(kwargs)
     with pytest.raises(InputError, match=message):
         Instance(**fields)
@@ -55,7 +55,7 @@ def test_symmetrized_set_puts_truth_everywhere_m_times():
         group = symmetrized[index * 4 : (index + 1) * 4]
         assert [r.images for r in group] == [r.images for r in cyclic_rotations(base)]
         # the matching image is the same one in every rotation
-        assert {r.image_id_at(r.target) for r in group} == {base.image_id_at(base.target)}
+        assert {r.candidate_id_at(r.target) for r in group} == {base.candidate_id_at(base.target)}
 
 
 def test_random_orders_are_seeded_permutations():
@@ -116,14 +116,14 @@ def test_rotating_the_base_instances_does_not_change_the_fitted_state(shifts, n)
 @pytest.mark.parametrize(
     ("fields", "where", "code"),
     [
-        ({"query": "Which?\ud800"}, "the stem", "U+D800"),
+        ({"stem": "Which?\ud800"}, "the stem", "U+D800"),
         ({"texts": ("a", "b\udfff")}, "candidate 2's text", "U+DFFF"),
     ],
 )
 def test_a_lone_surrogate_is_refused_when_the_instance_is_made(fields, where, code):
     # it reached the tokenizer, which raised a TypeError mid-run
-    values = {"query": "Which?", "texts": ("a", "b"), "id": "i", "task": "multiple_choice"}
+    values = {"stem": "Which?", "texts": ("a", "b"), "id": "i", "task": "multiple_choice"}
     message = re.escape(f"instance 'i': {where} holds {code}, half of a surrogate pair")
     with pytest.raises(InputError, match=message):
         Instance(**{**values, **fields})
-    assert Instance(**{**values, "query": "Which? é ✓ 😀"}).query.endswith("😀")
+    assert Instance(**{**values, "stem": "Which? é ✓ 😀"}).stem.endswith("😀")

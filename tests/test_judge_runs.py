@@ -152,7 +152,7 @@ def test_default_orders(n, requested, cyclic, expected):
 
 def test_judge_metrics_by_hand():
     """Four pairs, one row: consistent right, consistent wrong, biased first, biased second."""
-    pairs = [Instance(query=f"q{k}", texts=(f"a{k}", f"b{k}"), target=0, id=f"p{k}",
+    pairs = [Instance(stem=f"q{k}", texts=(f"a{k}", f"b{k}"), target=0, id=f"p{k}",
                       task="pairwise_judge") for k in range(4)]  # fmt: skip
     orders = [[0, 1], [1, 0]]
     positions = [(0, 1), (1, 0), (0, 0), (1, 1)]  # chosen position in the file / swapped order

@@ -23,7 +23,7 @@ from posdebias.testing import tiny_model_and_processor
 
 TIE = {"task_prompt": {"tie_label": "C"}}
 PAIR = Instance(
-    query="Which colour is warmer?", texts=("red", "blue"), target=0, id="x", task="pairwise_judge"
+    stem="Which colour is warmer?", texts=("red", "blue"), target=0, id="x", task="pairwise_judge"
 )
 
 
@@ -191,7 +191,7 @@ def test_judge_metrics_count_tie_verdicts_by_hand():
     """Five pairs: the tie label in both orders, in one order, consistent, biased, and the
     tie label against no answer."""
     pairs = [
-        Instance(query=f"q{k}", texts=(f"a{k}", f"b{k}"), target=0, id=f"p{k}",
+        Instance(stem=f"q{k}", texts=(f"a{k}", f"b{k}"), target=0, id=f"p{k}",
                  task="pairwise_judge", metadata={"meta": {"votes_a": 1, "votes_b": 0,
                                                            "votes_tie": 1}})
         for k in range(5)

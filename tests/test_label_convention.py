@@ -18,12 +18,12 @@ from posdebias.testing import tiny_model_and_processor
 
 
 def pair(k: int = 0) -> Instance:
-    return Instance(query=f"Which is better, {k}?", texts=(f"Yes {k}.", f"No {k}."), target=0,
+    return Instance(stem=f"Which is better, {k}?", texts=(f"Yes {k}.", f"No {k}."), target=0,
                     id=f"p{k}", task="pairwise_judge")  # fmt: skip
 
 
 def question() -> Instance:
-    return Instance(query="Which is a fruit?", texts=("stone", "apple", "car", "cloud"), target=1,
+    return Instance(stem="Which is a fruit?", texts=("stone", "apple", "car", "cloud"), target=1,
                     id="q", task="multiple_choice")  # fmt: skip
 
 

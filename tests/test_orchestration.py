@@ -130,7 +130,7 @@ def test_describe_is_a_pure_function_of_the_adapter_and_n(tmp_path):
     assert before[3]["labels"] == ["1", "2", "3"] and before[4]["labels"] == ["1", "2", "3", "4"]
     assert adapter.describe()["labels"] is None
     images = write_test_images(tmp_path / "images", 3)
-    adapter.observe(Instance(query="a red square", images=tuple(images), target=0, id="x"))
+    adapter.observe(Instance(stem="a red square", images=tuple(images), target=0, id="x"))
     assert {n: adapter.describe(n) for n in (2, 3, 4)} == before
     assert adapter.describe()["labels"] is None  # not the last N seen
 

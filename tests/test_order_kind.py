@@ -14,11 +14,11 @@ from posdebias.evaluation.runner import instance_orders
 
 
 def test_cyclic_orders_are_the_first_rotations():
-    instance = Instance(query="q", images=("a", "b", "c", "d"), target=1, id="x")
+    instance = Instance(stem="q", images=("a", "b", "c", "d"), target=1, id="x")
     orders = instance_orders(instance, 3, seed=7, cyclic=True)
     assert [order.tolist() for order in orders] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1]]
-    assert [instance.permuted(o).image_ids for o in orders] == [
-        instance.rotated(r).image_ids for r in range(3)
+    assert [instance.permuted(o).candidate_ids for o in orders] == [
+        instance.rotated(r).candidate_ids for r in range(3)
     ]
     with pytest.raises(InputError, match="5 cyclic orders requested, but 4 candidates"):
         instance_orders(instance, 5, seed=0, cyclic=True)

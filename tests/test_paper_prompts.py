@@ -35,7 +35,7 @@ CAPTION = "A dog on a red sofa."
 
 def text_after_images(template: TaskTemplate, n: int) -> str:
     images = tuple(f"image{k}.png" for k in range(n))
-    query = Instance(query=CAPTION, images=images, task="retrieval", id="q")
+    query = Instance(stem=CAPTION, images=images, task="retrieval", id="q")
     content = template.messages(query, get_label_set("digits"))[0]["content"]
     assert [item["type"] for item in content] == ["image"] * n + ["text"]  # images first
     return content[-1]["text"]

@@ -58,9 +58,7 @@ def test_the_fit_reads_no_target():
         calibrator.fit(labelled).logit_prior, calibrator.fit(plain).logit_prior
     )
     adapter = SyntheticAdapter()
-    unlabelled = [
-        type(i)(query=i.query, images=i.images, id=i.id) for i in synthetic_instances(3, 4)
-    ]
+    unlabelled = [type(i)(stem=i.stem, images=i.images, id=i.id) for i in synthetic_instances(3, 4)]
     state = Debiaser(adapter, "pride").calibrate(unlabelled)  # no targets needed
     assert state.num_observations == 12
 
@@ -166,7 +164,7 @@ def test_evaluate_counts_every_item_and_the_api_follows_the_same_workflow(tmp_pa
     # the API: calibrate on the (unlabelled) instances to rank, then rank them
     adapter = SyntheticAdapter()
     items = synthetic_instances(20, 4, seed=5)
-    unlabelled = [type(i)(query=i.query, images=i.images, id=i.id) for i in items]
+    unlabelled = [type(i)(stem=i.stem, images=i.images, id=i.id) for i in items]
     debiaser = Debiaser(adapter, "pride", workflow="test", alpha=0.1)
     state = debiaser.calibrate(unlabelled)
     chosen = set(state.extra["estimation_ids"])

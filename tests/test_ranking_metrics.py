@@ -45,7 +45,7 @@ def test_ndcg_mrr_and_recall_by_hand():
 def _instance(relevance: str | None, target: int = 0) -> Instance:
     meta = {} if relevance is None else {"meta": {"relevance": relevance}}
     return Instance(
-        query="q", texts=("a", "b", "c"), target=target, id="i", metadata=meta, task="rerank"
+        stem="q", texts=("a", "b", "c"), target=target, id="i", metadata=meta, task="rerank"
     )
 
 
@@ -105,7 +105,7 @@ def test_self_consistency_returns_the_central_ranking_of_its_orders():
     calibrator = PermutationSelfConsistency()
     n = 4
     rng = np.random.default_rng(3)
-    view = Instance(query="q", texts=tuple("abcd"), target=1, id="v", task="rerank")
+    view = Instance(stem="q", texts=tuple("abcd"), target=1, id="v", task="rerank")
     orders = calibrator.permutations_for(view)
     observed = [Observation(label_logprobs=log_softmax(rng.normal(size=n))) for _ in orders]
     prediction = calibrator.predict(

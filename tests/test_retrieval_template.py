@@ -41,7 +41,7 @@ def test_older_retrieval_prompts_render_byte_for_byte(case):
     template = task_template("retrieval", case["fields"])
     varied = task_variant("retrieval", template, case["variant"], case["label_set"])
     images = tuple(f"image{k}.png" for k in range(case["n"]))
-    query = Instance(query=case["caption"], images=images, id="q")
+    query = Instance(stem=case["caption"], images=images, id="q")
     assert varied.messages(query, get_label_set(case["label_set"])) == case["messages"]
     assert former_digest(varied) == case["digest"]
     assert varied.digest() != case["digest"]  # one hash per task: today's is the template's

@@ -205,7 +205,7 @@ def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_
         def observe_many(self, instances, batch_size=1):
             from posdebias.adapters.families.synthetic import SyntheticAdapter
 
-            self.seen += [i.query for i in instances]
+            self.seen += [i.stem for i in instances]
             return SyntheticAdapter().observe_many(instances)
 
     from posdebias.adapters.families.synthetic import synthetic_instances
@@ -213,7 +213,7 @@ def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_
 
     adapter, cache = Counting(), ObservationCache()
     test = synthetic_instances(3, 4, seed=0, prefix="t")
-    recaptioned = [Instance(i.query + " again", i.images, i.target, i.id) for i in test]
+    recaptioned = [Instance(i.stem + " again", i.images, i.target, i.id) for i in test]
     observe_cached(adapter, recaptioned, cache)
     observe_cached(adapter, test, cache)
     assert len(adapter.seen) == 6 and len(cache) == 6

@@ -35,7 +35,7 @@ class RecordingAdapter(SyntheticAdapter):
 
         self.batches.append(len(instances))
         self.threads.append(torch.get_num_threads())
-        if any(instance.query == "boom" for instance in instances):
+        if any(instance.stem == "boom" for instance in instances):
             raise InputError("the model cannot read the query 'boom'")
         if self.delay:
             time.sleep(self.delay)
@@ -139,11 +139,11 @@ def test_concurrent_async_calls_are_answered_in_one_batch_equal_to_one_by_one():
     adapter = RecordingAdapter()
     debiaser = _calibrated(adapter, max_batch=64, max_wait=0.5)
     test = synthetic_instances(16, 4, seed=3)
-    alone = [debiaser.rank(i.query, i.images, explain=k % 2 == 0) for k, i in enumerate(test)]
+    alone = [debiaser.rank(i.stem, i.images, explain=k % 2 == 0) for k, i in enumerate(test)]
     adapter.batches.clear()
 
     async def serve():
-        calls = [debiaser.arank(i.query, i.images, explain=k % 2 == 0) for k, i in enumerate(test)]
+        calls = [debiaser.arank(i.stem, i.images, explain=k % 2 == 0) for k, i in enumerate(test)]
         return await asyncio.gather(*calls)
 
     together = asyncio.run(serve())
@@ -167,7 +167,7 @@ def test_micro_batches_are_bounded_in_size_and_a_lone_query_does_not_wait_for_co
     debiaser = Debiaser(adapter, "vanilla", max_batch=4, max_wait=0.0)
 
     async def one():
-        return await debiaser.arank(test[0].query, test[0].images)
+        return await debiaser.arank(test[0].stem, test[0].images)
 
     assert asyncio.run(one()).order == rankings[0].order and adapter.batches == [1]
 
@@ -178,7 +178,7 @@ def test_a_bad_query_fails_only_its_own_call():
     good = synthetic_instances(3, 4, seed=4)
 
     async def serve():
-        calls = [debiaser.arank(i.query, i.images) for i in good]
+        calls = [debiaser.arank(i.stem, i.images) for i in good]
         calls.insert(1, debiaser.arank("boom", good[0].images))
         calls.append(debiaser.arank("q", ["a", "b", "c"]))  # N=3: no calibration for it
         return await asyncio.gather(*calls, return_exceptions=True)
@@ -188,7 +188,7 @@ def test_a_bad_query_fails_only_its_own_call():
     assert isinstance(answers[4], CalibrationError) and "fitted for N=4" in str(answers[4])
     for answer, instance in zip([answers[0], *answers[2:4]], good, strict=True):
         assert isinstance(answer, Ranking)
-        assert answer.to_dict() == debiaser.rank(instance.query, instance.images).to_dict()
+        assert answer.to_dict() == debiaser.rank(instance.stem, instance.images).to_dict()
 
 
 def test_the_event_loop_keeps_running_while_the_model_works():
@@ -336,7 +336,7 @@ def test_one_calibration_serves_several_n_and_names_them_for_another(tmp_path):
     assert state.n == 4 and debiaser.calibrated_n == [3, 4]
     assert debiaser.states_for(3)["attention_guided"].n == 3
     three, four = synthetic_instances(1, 3, seed=7)[0], synthetic_instances(1, 4, seed=7)[0]
-    rankings = [debiaser.rank(i.query, i.images) for i in (three, four)]
+    rankings = [debiaser.rank(i.stem, i.images) for i in (three, four)]
     assert [len(r.probabilities) for r in rankings] == [3, 4]
     with pytest.raises(CalibrationError, match=r"fitted for N=3, N=4 candidates, but this query "):
         debiaser.rank("q", ["a", "b", "c", "d", "e"])
@@ -353,7 +353,7 @@ def test_one_calibration_serves_several_n_and_names_them_for_another(tmp_path):
         "vanilla",
     ]
     for instance, ranking in zip((three, four), rankings, strict=True):
-        assert loaded.rank(instance.query, instance.images).to_dict() == ranking.to_dict()
+        assert loaded.rank(instance.stem, instance.images).to_dict() == ranking.to_dict()
 
 
 def test_calibrators_that_need_no_fit_serve_any_n():
@@ -370,7 +370,7 @@ def test_instances_of_several_tasks_rank_in_one_async_batch():
     async def serve():
         return await asyncio.gather(
             debiaser.arank("q", ["a", "b", "c", "d"]),
-            debiaser.arank(mcq.query, texts=list(mcq.texts)),
+            debiaser.arank(mcq.stem, texts=list(mcq.texts)),
         )
 
     retrieval, options = asyncio.run(serve())
@@ -389,13 +389,13 @@ def test_ranking_from_threads_equals_sequential_on_a_real_model():
     debiaser = Debiaser(adapter, ["attention_guided", "vanilla"], threads=1)
     debiaser.calibrate(items[:5])
     test = items[5:21]
-    sequential = [debiaser.rank(i.query, list(i.images)).to_dict() for i in test]
+    sequential = [debiaser.rank(i.stem, list(i.images)).to_dict() for i in test]
     barrier = threading.Barrier(8)
 
     def rank(instance):
         if instance.id in {t.id for t in test[:8]}:
             barrier.wait(timeout=60)
-        return debiaser.rank(instance.query, list(instance.images)).to_dict()
+        return debiaser.rank(instance.stem, list(instance.images)).to_dict()
 
     with ThreadPoolExecutor(8) as pool:
         concurrent = list(pool.map(rank, test))
@@ -449,7 +449,7 @@ def test_the_fastapi_example_answers_concurrent_requests_as_sequential_ones(tmp_
     )
     base = f"http://127.0.0.1:{port}"
     items = load_benchmark(bundled_benchmark(4)).instances[5:21]
-    bodies = [{"query": i.query, "images": [str(p) for p in i.images]} for i in items]
+    bodies = [{"query": i.stem, "images": [str(p) for p in i.images]} for i in items]
     try:
         deadline = time.monotonic() + 180
         while True:

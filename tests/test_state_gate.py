@@ -43,7 +43,7 @@ def test_every_door_prompts_a_task_with_the_same_labels(adapter):
 
 
 def test_the_bundled_text_model_ranks_through_the_api_without_a_label_set(adapter, questions):
-    ranking = Debiaser(adapter, "vanilla").rank(questions[0].query, texts=questions[0].texts)
+    ranking = Debiaser(adapter, "vanilla").rank(questions[0].stem, texts=questions[0].texts)
     assert ranking.best_text in questions[0].texts
 
 
@@ -68,9 +68,9 @@ def test_a_state_fitted_on_another_tasks_prompt_is_still_refused(tmp_path, adapt
             "--orders", "2", "--calibration", str(state)]  # fmt: skip
     assert main(argv) == 2
     loaded = Debiaser.load(state, adapter)
-    assert loaded.rank(reranked[0].query, texts=reranked[0].texts, task="rerank").best_text
+    assert loaded.rank(reranked[0].stem, texts=reranked[0].texts, task="rerank").best_text
     with pytest.raises(CalibrationError, match="another prompt"):
-        loaded.rank(questions[0].query, texts=questions[0].texts)
+        loaded.rank(questions[0].stem, texts=questions[0].texts)
 
 
 def test_a_state_made_by_posdebias_calibrate_is_accepted_by_debiaser_load(
@@ -82,7 +82,7 @@ def test_a_state_made_by_posdebias_calibrate_is_accepted_by_debiaser_load(
                  str(tmp_path / "states")]) == 0  # fmt: skip
     debiaser = Debiaser.load(tmp_path / "states", adapter)
     assert set(debiaser.states) == {"pride", "vanilla"}
-    ranking = debiaser.rank(questions[0].query, texts=questions[0].texts)
+    ranking = debiaser.rank(questions[0].stem, texts=questions[0].texts)
     assert ranking.best_text in questions[0].texts
     # another model's state is refused unless the transfer is meant, at this door too
     other = json.loads((tmp_path / "states" / "pride.json").read_text())

@@ -32,7 +32,7 @@ def instances(draw: st.DrawFn) -> Instance:
     texts = draw(st.lists(WORDS, min_size=n, max_size=n, unique=True))
     images = [f"img{k}.png" for k in range(n)]
     return Instance(
-        query=draw(WORDS),
+        stem=draw(WORDS),
         images=tuple(images) if kind != "text" else (),
         texts=tuple(texts) if kind != "image" else (),
         stem_images=("stem.png",) if task == "multiple_choice" and draw(st.booleans()) else (),
@@ -51,11 +51,11 @@ def test_rotation_keeps_each_candidate_whole_and_tracks_the_truth(instance, shif
         old = (i + shift) % n
         assert view.images[i] == instance.images[old]
         assert view.texts[i] == instance.texts[old]
-        assert view.image_ids[i] == instance.image_ids[old]
-    assert view.image_ids[view.target] == instance.image_ids[instance.target]
-    assert (view.task, view.query, view.stem_images) == (
+        assert view.candidate_ids[i] == instance.candidate_ids[old]
+    assert view.candidate_ids[view.target] == instance.candidate_ids[instance.target]
+    assert (view.task, view.stem, view.stem_images) == (
         instance.task,
-        instance.query,
+        instance.stem,
         instance.stem_images,
     )
     back = view.rotated(n - shift % n)
@@ -68,7 +68,7 @@ def test_symmetrised_set_visits_every_position_for_every_kind(instance, m):
     n = instance.n
     same = [
         Instance(
-            query=instance.query,
+            stem=instance.stem,
             images=instance.images if instance.candidate_images else (),
             texts=instance.texts if instance.has_texts else (),
             target=(instance.target + k) % n,
@@ -81,10 +81,12 @@ def test_symmetrised_set_visits_every_position_for_every_kind(instance, m):
     views = symmetrized_calibration_set(same)
     assert np.bincount([view.target for view in views], minlength=n).tolist() == [m] * n
     rotations = cyclic_rotations(instance)
-    assert sorted(r.image_ids for r in rotations) == sorted(
-        tuple(np.roll(instance.image_ids, -r).tolist()) for r in range(n)
+    assert sorted(r.candidate_ids for r in rotations) == sorted(
+        tuple(np.roll(instance.candidate_ids, -r).tolist()) for r in range(n)
     )
-    assert {r.image_ids[r.target] for r in rotations} == {instance.image_ids[instance.target]}
+    assert {r.candidate_ids[r.target] for r in rotations} == {
+        instance.candidate_ids[instance.target]
+    }
 
 
 @settings(max_examples=60, deadline=None)
@@ -118,7 +120,7 @@ def _drop_images(messages):
 
 
 def test_default_multiple_choice_prompt_text():
-    instance = Instance(query="2+2?", texts=("3", "4"), target=1, id="q", task="multiple_choice")
+    instance = Instance(stem="2+2?", texts=("3", "4"), target=1, id="q", task="multiple_choice")
     content = text_only_messages(
         DEFAULT_TEMPLATES["multiple_choice"].messages(instance, get_label_set("upper"))
     )[0]["content"]
@@ -130,7 +132,7 @@ def test_default_multiple_choice_prompt_text():
 
 def test_image_options_and_stem_images_become_image_items_in_order():
     instance = Instance(
-        query="Which one?",
+        stem="Which one?",
         images=("a.png", None),
         texts=("a cat", "a dog"),
         stem_images=("s1.png", "s2.png"),
@@ -158,8 +160,8 @@ def test_a_template_can_pose_the_retrieval_prompt():
         layout="candidates_first",
     )
     images = ("a.png", "b.png", "c.png")
-    as_mcq = Instance(query="a red circle", images=images, id="q", task="multiple_choice")
-    as_retrieval = Instance(query="a red circle", images=images, id="q")
+    as_mcq = Instance(stem="a red circle", images=images, id="q", task="multiple_choice")
+    as_retrieval = Instance(stem="a red circle", images=images, id="q")
     retrieval = DEFAULT_TEMPLATES["retrieval"].messages(as_retrieval, get_label_set("digits"))
     assert template.messages(as_mcq, get_label_set("digits")) == retrieval
 
@@ -200,13 +202,13 @@ def test_sentinel_dropped_or_copied_by_a_template_is_an_error():
     ],
 )
 def test_invalid_candidate_instances(fields, message):
-    base = {"query": "q", "id": "i", "task": "multiple_choice"}
+    base = {"stem": "q", "id": "i", "task": "multiple_choice"}
     with pytest.raises(InputError, match=message):
         Instance(**{**base, **fields})
 
 
 def test_retrieval_instances_and_their_cache_keys_are_unchanged():
-    instance = Instance(query="q", images=("a.png", "b.png"), target=0, id="i")
+    instance = Instance(stem="q", images=("a.png", "b.png"), target=0, id="i")
     assert instance.task == "retrieval" and instance.texts == (None, None)
     # the key of earlier versions: id + sha256 of caption and image identities
     import hashlib
@@ -216,16 +218,16 @@ def test_retrieval_instances_and_their_cache_keys_are_unchanged():
 
 
 def test_cache_keys_of_text_candidates_follow_the_texts_and_the_task():
-    base = Instance(query="q", texts=("a", "b"), id="i", task="multiple_choice")
-    other_text = Instance(query="q", texts=("a", "c"), id="i", task="multiple_choice")
-    other_task = Instance(query="q", texts=("a", "b"), id="i", task="rerank")
+    base = Instance(stem="q", texts=("a", "b"), id="i", task="multiple_choice")
+    other_text = Instance(stem="q", texts=("a", "c"), id="i", task="multiple_choice")
+    other_task = Instance(stem="q", texts=("a", "b"), id="i", task="rerank")
     keys = {observation_key(x) for x in (base, other_text, other_task)}
     assert len(keys) == 3
     assert observation_key(base.rotated(1)) != observation_key(base)
 
 
 def test_texts_holding_the_sentinel_characters_are_refused():
-    instance = Instance(query="q \ue0001\ue001", texts=("a", "b"), id="i", task="rerank")
+    instance = Instance(stem="q \ue0001\ue001", texts=("a", "b"), id="i", task="rerank")
     with pytest.raises(InputError, match="private-use characters"):
         task_template("rerank").messages(instance, get_label_set("digits"), sentinels=True)
 
@@ -236,7 +238,7 @@ def test_the_sentinel_characters_are_refused_before_a_run():
     from posdebias.testing import tiny_model_and_processor
 
     adapter = posdebias.get_adapter(*tiny_model_and_processor("qwen3"))
-    clean = Instance(query="q", texts=("a", "b"), id="i", task="rerank")
-    marked = Instance(query="q", texts=("a", "b \ue001"), id="j", task="rerank")
+    clean = Instance(stem="q", texts=("a", "b"), id="i", task="rerank")
+    marked = Instance(stem="q", texts=("a", "b \ue001"), id="j", task="rerank")
     with pytest.raises(InputError, match="instance 'j' holds the private-use characters"):
         adapter.check_instances([clean, marked])

@@ -64,8 +64,8 @@ def test_contextual_accepts_the_empty_string_as_a_content_free_stem(texts):
     )
     assert states["contextual"].diagnostics["content_free_views"] == 2 * 3 * len(texts)
     view = content_free(instances[0], "")
-    assert view.query == "" and view.target is None and view.content_free
-    assert view.rotated(1).content_free and view.rotated(1).query == ""
+    assert view.stem == "" and view.target is None and view.content_free
+    assert view.rotated(1).content_free and view.rotated(1).stem == ""
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_contextual_refuses_unusable_text_lists(texts, message):
 
 def test_an_ordinary_instance_still_needs_a_stem():
     with pytest.raises(InputError, match="stem"):
-        synthetic_instances(1, 3, seed=0)[0].__class__(query="", images=("a.png", "b.png"))
+        synthetic_instances(1, 3, seed=0)[0].__class__(stem="", images=("a.png", "b.png"))
 
 
 BATCH = [[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.7, 0.2, 0.1]]
@@ -128,8 +128,8 @@ def test_contextual_fits_on_content_free_views_of_the_calibration_rotations():
     states = fit_calibrators(adapter, {"contextual": calibrator}, instances)
     symmetrized = symmetrized_calibration_set(instances)
     views = [content_free(view, text) for text in ("N/A", "[MASK]") for view in symmetrized]
-    assert all(view.query in ("N/A", "[MASK]") and view.target is None for view in views)
-    assert [v.image_ids for v in views[:12]] == [v.image_ids for v in symmetrized]
+    assert all(view.stem in ("N/A", "[MASK]") and view.target is None for view in views)
+    assert [v.candidate_ids for v in views[:12]] == [v.candidate_ids for v in symmetrized]
     by_hand = get_calibrator("contextual").fit(adapter.observe_many(views))
     np.testing.assert_allclose(states["contextual"].logit_prior, by_hand.logit_prior)
     assert states["contextual"].diagnostics["content_free_views"] == 24

@@ -298,8 +298,8 @@ def test_jsonl_survives_unicode_line_separators_through_build(tmp_path, capsys, 
     assert (separator in written) == (ord(separator) > 0x7F)
     benchmark = load_benchmark(tmp_path / "out")
     assert len(benchmark.instances) == 3
-    assert all(separator in image_id for i in benchmark.instances for image_id in i.image_ids)
-    assert all(inst.query.startswith("first second") for inst in benchmark.instances)
+    assert all(separator in image_id for i in benchmark.instances for image_id in i.candidate_ids)
+    assert all(inst.stem.startswith("first second") for inst in benchmark.instances)
 
 
 # third-party exceptions at the boundary: truncated weights ---------------------------------------

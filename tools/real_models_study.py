@@ -78,7 +78,7 @@ def observations(adapter: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     views, free, cloze, started = [], [], {}, time.perf_counter()
     for row in rows:
         instance = Instance(
-            query=row["question"],
+            stem=row["question"],
             texts=tuple(row["options"]),
             target=row["answer"] - 1,
             id=row["id"],

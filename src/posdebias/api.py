@@ -237,7 +237,7 @@ def _as_instance(query: Any) -> Instance:
             )
         keys = "\x1f".join(image_key(image) for image in images)
         ident = "query-" + hashlib.sha1(f"{caption}\x1e{keys}".encode()).hexdigest()[:12]
-        return Instance(query=caption, images=tuple(images), target=None, id=ident)
+        return Instance(stem=caption, images=tuple(images), target=None, id=ident)
     raise InputError(
         f"each query must be an Instance or a (caption, images) pair, got {type(query).__name__}"
     )
@@ -644,7 +644,7 @@ class Debiaser:
         index: dict[tuple[str, tuple[str, ...]], int] = {}
 
         def view_index(view: Instance) -> int:
-            key = (view.id, view.image_ids)
+            key = (view.id, view.candidate_ids)
             if key not in index:
                 index[key] = len(views)
                 views.append(view)
@@ -690,13 +690,13 @@ class Debiaser:
                         orders=orders[label],
                         explain=explained,
                     ),
-                    instance.image_ids,
+                    instance.candidate_ids,
                 )
                 for label, calibrator in self.calibrators.items()
             }
             rankings.append(
                 Ranking(
-                    query=instance.query,
+                    query=instance.stem,
                     images=instance.images,
                     predictions=predictions,
                     calibrator=self.primary,
@@ -805,7 +805,7 @@ def _query_instance(
     )
     ident = "query-" + hashlib.sha1(f"{query}\x1e{keys}".encode()).hexdigest()[:12]
     return Instance(
-        query=query,
+        stem=query,
         images=tuple(images),
         texts=texts,
         stem_images=tuple(stem_images),

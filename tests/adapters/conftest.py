@@ -24,7 +24,7 @@ def make_instances(image_files):
             caption = "a photo of a red square" + " on a blue background" * index
             instances.append(
                 Instance(
-                    query=caption,
+                    stem=caption,
                     images=tuple(image_files[start : start + n]),
                     target=index % n,
                     id=f"inst-{offset}-{index}",

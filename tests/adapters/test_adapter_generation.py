@@ -191,7 +191,7 @@ def test_prompt_variants():
     assert task_variant("retrieval", base, "plain") == base
     digests = {task_variant("retrieval", base, name).digest() for name in PROMPT_VARIANTS}
     assert len(digests) == len(PROMPT_VARIANTS)
-    query = Instance(query="a cat", images=tuple(f"{k}.png" for k in range(4)), id="q")
+    query = Instance(stem="a cat", images=tuple(f"{k}.png" for k in range(4)), id="q")
     text = cot.messages(query, labels)[0]["content"][-1]["text"]
     assert "(a single integer from 1 to 4)" in text
     worded = task_variant("retrieval", base, "cot", "words")
@@ -217,7 +217,7 @@ def test_rendered_chat_holds_the_paper_text_after_the_images(make_instances):
         "Given 3 images indexed from 1 to 3, identify the image that best matches the provided "
         "caption.\nPlease think step by step to analyze the content of the images. After your "
         'reasoning, provide the final answer in the exact format: "The answer is <index>".\n'
-        f"Caption: {instance.query}\nAnswer:"
+        f"Caption: {instance.stem}\nAnswer:"
     )
     assert paper in rendered
     assert rendered.rindex("<|vision_end|>") < rendered.index(paper)

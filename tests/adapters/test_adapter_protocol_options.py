@@ -20,7 +20,7 @@ def _non_square_instances(tmp_path, n: int = 3) -> list[Instance]:
         file = tmp_path / f"wide_{index}.png"
         Image.fromarray(rng.integers(0, 256, size=(40, 90, 3), dtype=np.uint8)).save(file)
         files.append(file)
-    return [Instance(query="a wide picture", images=files, target=1, id="wide")]
+    return [Instance(stem="a wide picture", images=files, target=1, id="wide")]
 
 
 @pytest.mark.parametrize("family", ["llava", "qwen2_5_vl"])
@@ -29,7 +29,7 @@ def test_image_size_equals_resizing_the_files_bicubic_first(family, tmp_path):
     model, processor = tiny_pair(family)
     resized = get_adapter(model, processor, image_size=336).observe(instance)
     by_hand = Instance(
-        query=instance.query,
+        stem=instance.stem,
         images=[
             Image.open(path).convert("RGB").resize((336, 336), Image.Resampling.BICUBIC)
             for path in instance.images

@@ -80,7 +80,7 @@ def test_text_spans_are_exactly_the_option_tokens(qwen3):
     model, tokenizer = qwen3
     adapter = posdebias.get_adapter(model, tokenizer, label_set="upper")
     instance = Instance(
-        query="What is the capital of France?",
+        stem="What is the capital of France?",
         texts=("Rome", "Paris", "Madrid", "Berlin"),
         target=1,
         id="q",
@@ -114,8 +114,8 @@ def test_retrieval_and_multiple_choice_coincide_where_their_prompts_do(qwen_vl, 
             "layout": "candidates_first",
         },
     )
-    retrieval = Instance(query="a red square", images=images, target=1, id="x")
-    choice = Instance(query="a red square", images=images, target=1, id="x", task="multiple_choice")
+    retrieval = Instance(stem="a red square", images=images, target=1, id="x")
+    choice = Instance(stem="a red square", images=images, target=1, id="x", task="multiple_choice")
     assert adapter.render(retrieval) == adapter.render(choice)
     one, two = adapter.observe_many([retrieval, choice])
     np.testing.assert_array_equal(one.label_logprobs, two.label_logprobs)
@@ -138,7 +138,7 @@ def test_a_vision_language_model_answers_questions_without_images(vl_family, ima
     report = check_adapter(adapter, textual)
     assert all(result.status == PASS for result in report.results), report.summary()
     pictured = Instance(
-        query="Which of these is shown?", texts=("dog", "pear", "red", "car"),
+        stem="Which of these is shown?", texts=("dog", "pear", "red", "car"),
         stem_images=(image_files[0],), target=1, id="pictured", task="multiple_choice",
     )  # fmt: skip
     mixed = [textual[0], pictured, textual[1]]
@@ -171,7 +171,7 @@ def test_generated_baselines_pose_and_parse_every_task_kind(model_family, task, 
     adapter = posdebias.get_adapter(*tiny_model_and_processor(model_family), label_set=label_set)
     n = 2 if task == "pairwise_judge" else 4
     views = [
-        Instance(query=f"Which one is right, case {k}?", texts=tuple(f"choice {k} {j}" for j in
+        Instance(stem=f"Which one is right, case {k}?", texts=tuple(f"choice {k} {j}" for j in
                  range(n)), target=k % n, id=f"g{k}", task=task)
         for k in range(2)
     ]  # fmt: skip
@@ -208,7 +208,7 @@ def test_text_models_refuse_images_and_retrieval(qwen3, tmp_path):
 
     adapter = posdebias.get_adapter(*qwen3)
     instance = Instance(
-        query="q", texts=("a", "b"), stem_images=("x.png",), id="i", task="multiple_choice"
+        stem="q", texts=("a", "b"), stem_images=("x.png",), id="i", task="multiple_choice"
     )
     with pytest.raises(InputError, match="reads text only"):
         adapter.observe(instance)
@@ -285,7 +285,7 @@ def test_debiaser_ranks_text_candidates(qwen3):
 
     adapter = posdebias.get_adapter(*qwen3, label_set="upper")
     calibration = [
-        Instance(query=f"Question {k}?", texts=("red", "green", "blue"), target=k % 3,
+        Instance(stem=f"Question {k}?", texts=("red", "green", "blue"), target=k % 3,
                  id=f"c{k}", task="multiple_choice")
         for k in range(2)
     ]  # fmt: skip

@@ -12,7 +12,7 @@ from posdebias.loading import get_adapter
 from posdebias.testing.tiny.text import tiny_model
 
 QUESTION = Instance(
-    query="Which of these is a fruit?",
+    stem="Which of these is a fruit?",
     texts=("stone", "apple", "chair", "cloud"),
     target=1,
     id="q",
@@ -41,7 +41,7 @@ def test_raw_poses_the_prompt_text_after_the_bos(adds_bos):
     tokenizer.chat_template = None
     tokenizer.add_bos_token = adds_bos
     adapter = get_adapter(model, tokenizer, label_set="upper", chat_template="raw")
-    text, _ = adapter.render_with_spans(QUESTION, None)
+    text, _ = adapter.render_with_spans(QUESTION)
     bos = tokenizer.bos_token
     assert text.startswith(bos) is adds_bos and text.count(bos) == int(adds_bos)
     assert "Which of these is a fruit?" in text and "apple" in text
@@ -57,8 +57,8 @@ def test_a_template_from_a_file_equals_the_same_template_inline(base_model, tmp_
     path.write_text(template, encoding="utf-8")
     inline = get_adapter(*base_model, label_set="upper", chat_template=template)
     from_file = get_adapter(*base_model, label_set="upper", chat_template=str(path))
-    assert inline.render_with_spans(QUESTION, None) == from_file.render_with_spans(QUESTION, None)
-    assert inline.render_with_spans(QUESTION, None)[0].endswith("A:")
+    assert inline.render_with_spans(QUESTION) == from_file.render_with_spans(QUESTION)
+    assert inline.render_with_spans(QUESTION)[0].endswith("A:")
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,7 @@ def qwen3_adapter():
 
 def question(**extra) -> Instance:
     fields = {
-        "query": QUESTIONS[0],
+        "stem": QUESTIONS[0],
         "texts": REPLIES,
         "target": 0,
         "id": "sky",
@@ -96,7 +96,7 @@ def question(**extra) -> Instance:
 def test_a_cloze_row_chooses_one_candidate_whatever_the_order(qwen3_adapter, decoder):
     base = question()
     reference, tokenizer = tiny_model_and_processor("qwen3")
-    expected = [plain_reply_logprob(reference, tokenizer, base.query, text) for text in base.texts]
+    expected = [plain_reply_logprob(reference, tokenizer, base.stem, text) for text in base.texts]
     values = [
         reply_value(ReplyScore(total, tokens, len(text)), decoder.options.score)
         for (total, tokens), text in zip(expected, base.texts, strict=True)
@@ -155,7 +155,7 @@ def test_a_special_token_the_cloze_prompt_would_form_is_refused(qwen3_adapter):
         decoder.decide(qwen3_adapter, [question()], seeds=[0])
     # a stem ending in the first half of a token, the template completing it
     with pytest.raises(InputError, match=r"its prompt holds '<\|im_end\|>'"):
-        Cloze(question="{question}end|>").check(qwen3_adapter, [question(query="Why <|im_")])
+        Cloze(question="{question}end|>").check(qwen3_adapter, [question(stem="Why <|im_")])
 
 
 def test_a_model_that_gives_nan_is_an_error_not_a_choice():

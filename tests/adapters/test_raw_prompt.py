@@ -21,7 +21,7 @@ MMLU = {
     "separator": "",
 }
 QUESTION = Instance(
-    query="What is the capital of France?",
+    stem="What is the capital of France?",
     texts=("Rome", "Paris", "Madrid", "Berlin"),
     target=1,
     id="q",

@@ -40,7 +40,7 @@ def real_pair(family: str) -> tuple:
 
 
 def instance(images, n: int, caption: str = "a red square on a blue background"):
-    return Instance(query=caption, images=tuple(images[:n]), target=0, id=f"rv-{n}")
+    return Instance(stem=caption, images=tuple(images[:n]), target=0, id=f"rv-{n}")
 
 
 @pytest.fixture(scope="module")

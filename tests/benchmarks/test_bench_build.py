@@ -51,13 +51,13 @@ def test_random_build_is_byte_identical_and_valid(shapes_root, tmp_path):
     targets = [inst.target for inst in bench.instances]
     assert len(set(targets)) > 1  # the anchor is not always in the same position
     for inst in bench.instances:
-        anchor = pool[inst.image_ids[inst.target]]
+        anchor = pool[inst.candidate_ids[inst.target]]
         assert anchor.image_id == inst.metadata["anchor_image_id"]
-        assert inst.query == anchor.captions[inst.metadata["caption_index"]]
-        assert inst.n == 5 and len(set(inst.image_ids)) == 5
+        assert inst.stem == anchor.captions[inst.metadata["caption_index"]]
+        assert inst.n == 5 and len(set(inst.candidate_ids)) == 5
         assert all(
             str(shapes_root.resolve() / rel) == path
-            for rel, path in zip(inst.image_ids, inst.images, strict=True)
+            for rel, path in zip(inst.candidate_ids, inst.images, strict=True)
         )
         assert "similarities" not in inst.metadata
     manifest = json.loads((tmp_path / "a" / MANIFEST_FILE).read_text())
@@ -91,9 +91,9 @@ def test_adversarial_build_picks_the_most_similar_allowed_images(
     text_emb = tiny_clip.encode_texts(texts)
     owner = np.repeat(np.arange(len(pool)), [len(image.captions) for image in pool])
     for inst in bench.instances:
-        a = index[inst.image_ids[inst.target]]
+        a = index[inst.candidate_ids[inst.target]]
         anchor_cats = set(pool[a].categories)
-        query = text_emb[texts.index(inst.query)]
+        query = text_emb[texts.index(inst.stem)]
         allowed = []
         for j, image in enumerate(pool):
             caption_max = max(text_emb[owner == j] @ query)
@@ -101,7 +101,7 @@ def test_adversarial_build_picks_the_most_similar_allowed_images(
                 continue
             allowed.append((-float(emb[j] @ emb[a]), j))
         expected = {j for _, j in sorted(allowed)[:3]}
-        chosen = {index[p] for k, p in enumerate(inst.image_ids) if k != inst.target}
+        chosen = {index[p] for k, p in enumerate(inst.candidate_ids) if k != inst.target}
         assert chosen == expected
         sims = inst.metadata["similarities"]
         assert sims[inst.target] == pytest.approx(1.0, abs=1e-5)
@@ -250,7 +250,7 @@ def test_cli_end_to_end_on_shapes(tmp_path, tiny_clip_config, capsys):
         )
         == 0
     )
-    queries = [inst.query for inst in load_benchmark(tmp_path / "rings-out").instances]
+    queries = [inst.stem for inst in load_benchmark(tmp_path / "rings-out").instances]
     assert all(("ring" in q) != ("hexagon" in q) for q in queries)
     space.write_text(json.dumps({"shapes": ["blob"]}))
     assert (

@@ -223,7 +223,7 @@ def test_mtbench_turn_two_keeps_turn_one(tmp_path):
         "pairwise_judge", "mtbench", write_jsonl(tmp_path / "mt.jsonl", rows), tmp_path / "mt"
     )
     (instance,) = load_benchmark(tmp_path / "mt").instances
-    assert instance.query == (
+    assert instance.stem == (
         "Question 81 first.\n\nFollow-up question (judge the answers to this one): "
         "Question 81 follow-up."
     )

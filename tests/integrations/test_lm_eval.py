@@ -43,7 +43,7 @@ def docs_of(benchmark: Path, count: int = 3) -> list[dict]:
     return [
         {
             "id": item.id,
-            "query": item.query,
+            "query": item.stem,
             "images": [str(image) for image in item.images],
             "target": item.target,
         }
@@ -279,7 +279,7 @@ def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_pat
     docs = mmlu_docs(11)
     dev = [
         posdebias.Instance(
-            query=d["question"],
+            stem=d["question"],
             texts=tuple(d["choices"]),
             target=d["answer"],
             id=f"dev{k}",
@@ -308,7 +308,7 @@ def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_pat
     targets, choices, chosen = np.zeros((6, 4), int), np.zeros((6, 4), int), np.zeros((6, 4), int)
     for i, doc in enumerate(docs[:6]):
         base = posdebias.Instance(
-            query=doc["question"],
+            stem=doc["question"],
             texts=tuple(doc["choices"]),
             target=doc["answer"],
             id=f"q{i}",

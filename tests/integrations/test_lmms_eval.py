@@ -41,7 +41,7 @@ def docs_of(benchmark: Path, count: int = 3) -> list[dict]:
     return [
         {
             "id": item.id,
-            "query": item.query,
+            "query": item.stem,
             "images": [str(image) for image in item.images],
             "target": item.target,
         }

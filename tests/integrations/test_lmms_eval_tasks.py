@@ -34,7 +34,7 @@ def test_rotation_moves_the_candidates_and_the_truth_together(n, target, rotatio
     assert rotated["posdebias_order"] == [(i + rotation) % n for i in range(n)]
     instance = doc_instance(rotated, "t")  # the same convention as Instance.rotated
     base = doc_instance(doc, "t")
-    assert instance.image_ids == base.rotated(rotation).image_ids
+    assert instance.candidate_ids == base.rotated(rotation).candidate_ids
     assert instance.target == base.rotated(rotation).target
 
 
@@ -173,7 +173,7 @@ def test_doc_to_visual_and_text_for_other_models(organism_benchmark, tmp_path):
 
     item = load_benchmark(organism_benchmark).instances[0]
     doc = tasks.rotate_doc(
-        {"id": item.id, "query": item.query, "images": [str(i) for i in item.images], "target": 0},
+        {"id": item.id, "query": item.stem, "images": [str(i) for i in item.images], "target": 0},
         1,
     )
     pictures = tasks.doc_to_visual(doc)

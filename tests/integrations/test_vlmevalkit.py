@@ -53,9 +53,9 @@ def test_answers_like_the_debiaser_through_vlmevalkits_calls(model, organism_ben
     debiaser.states = {"attention_guided": model.harness.debiaser.states["attention_guided"]}
     for item in load_benchmark(organism_benchmark).instances[5:9]:
         message = [{"type": "image", "value": str(image)} for image in item.images]
-        message.append({"type": "text", "value": item.query})
+        message.append({"type": "text", "value": item.stem})
         answer = model.generate(message=message, dataset="MyDataset")
-        assert answer == str(debiaser.rank(item.query, item.images).choice + 1)
+        assert answer == str(debiaser.rank(item.stem, item.images).choice + 1)
 
 
 def test_messages_without_candidates_are_refused_naming_the_dataset():

@@ -55,7 +55,7 @@ from posdebias.organism.train import ShapesPool
 pool = ShapesPool(60, 0)
 digest = hashlib.sha256("|".join(vocabulary()).encode())
 for instance in pool.instances(np.random.default_rng([0, 1]), 40, 4, "d"):
-    digest.update(f"{instance.query}/{instance.target}".encode())
+    digest.update(f"{instance.stem}/{instance.target}".encode())
     for image in instance.images:
         digest.update(image.tobytes())
 print(digest.hexdigest())

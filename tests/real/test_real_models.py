@@ -52,7 +52,7 @@ def capitals(tmp_path_factory):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [
         Instance(
-            query=row["question"],
+            stem=row["question"],
             texts=tuple(row["options"]),
             target=row["answer"] - 1,
             id=row["id"],

@@ -45,7 +45,7 @@ def test_reply_scores_are_the_server_log_probabilities_of_the_reply_tokens():
 @pytest.mark.parametrize(("decoder", "best"), [(Cloze(), "sea"), (ClozeMean(), "I do not know")])
 def test_a_cloze_row_through_a_server(decoder, best):
     question = Instance(
-        query="Where do fish live?",
+        stem="Where do fish live?",
         texts=("I do not know", "sea", "mountains"),
         target=0,
         id="fish",

@@ -69,7 +69,7 @@ class Trickler:
 
 
 def question() -> Instance:
-    return Instance(query="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
+    return Instance(stem="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
 
 
 def adapter(url: str, **options) -> ServerAdapter:

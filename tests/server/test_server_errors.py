@@ -57,7 +57,7 @@ def instance(tmp_path) -> Instance:
     from posdebias.testing import write_test_images
 
     files = write_test_images(tmp_path, 2)
-    return Instance(query="a cat", images=tuple(files), target=0, id="x")
+    return Instance(stem="a cat", images=tuple(files), target=0, id="x")
 
 
 def adapter(url: str, **options) -> ServerAdapter:
@@ -132,7 +132,7 @@ def test_bad_options_are_refused_before_any_request(options, message):
 
 
 def question() -> Instance:
-    return Instance(query="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
+    return Instance(stem="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def prompt_scores(body: dict, last: object = -0.5, count: object = None) -> dict
 
 
 def question() -> Instance:
-    return Instance(query="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
+    return Instance(stem="2+2?", texts=("3", "4", "5"), target=1, id="q", task="multiple_choice")
 
 
 def adapter(url: str, **options) -> ServerAdapter:

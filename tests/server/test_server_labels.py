@@ -12,7 +12,7 @@ from posdebias.core.instance import Instance
 
 
 def pair() -> Instance:
-    return Instance(query="Which is better?", texts=("Yes.", "No."), target=0, id="p",
+    return Instance(stem="Which is better?", texts=("Yes.", "No."), target=0, id="p",
                     task="pairwise_judge")  # fmt: skip
 
 

@@ -83,21 +83,21 @@ def questions():
     """Text multiple choice at N = 4, 3 and 12 (labels "10".."12": two tokens each)."""
     return [
         Instance(
-            query="Which shape has four equal sides?",
+            stem="Which shape has four equal sides?",
             texts=("a circle", "a square", "a line", "a dot"),
             target=1,
             id="square",
             task="multiple_choice",
         ),
         Instance(
-            query="What colour is the sky?",
+            stem="What colour is the sky?",
             texts=("green", "red", "blue"),
             target=2,
             id="sky",
             task="multiple_choice",
         ),
         Instance(
-            query="Which month is the seventh?",
+            stem="Which month is the seventh?",
             texts=tuple(f"month {k}" for k in range(1, 13)),
             target=6,
             id="month",
@@ -119,7 +119,7 @@ def test_cloze_scores_equal_the_hf_adapter(vllm_server, hf_adapters, questions, 
 
     server = served(vllm_server, endpoint=endpoint, tokenizer=str(vllm_server.model))
     requests = [
-        ReplyRequest(message=q.query, reply=text, source=q.id)
+        ReplyRequest(message=q.stem, reply=text, source=q.id)
         for q in questions
         for text in q.texts
         if text is not None
@@ -151,7 +151,7 @@ def test_a_judges_tie_label_scores_as_on_the_hf_adapter(vllm_server, endpoint, t
     log-probabilities and the tie label's three-way log-probability equal the local adapter's."""
     pairs = [
         Instance(
-            query="Which reply answers 'What is two plus two?' better?",
+            stem="Which reply answers 'What is two plus two?' better?",
             texts=(first, second),
             target=target,
             id=f"pair{k}",
@@ -181,8 +181,8 @@ def test_retrieval_with_placeholder_images_equals_the_transformers_forward(
 ):
     files = write_test_images(tmp_path, 12)
     instances = [
-        Instance(query="a red square", images=tuple(files[:4]), target=1, id="a"),
-        Instance(query="a green line", images=tuple(files), target=10, id="c"),
+        Instance(stem="a red square", images=tuple(files[:4]), target=1, id="a"),
+        Instance(stem="a green line", images=tuple(files), target=10, id="c"),
     ]
     server = served(
         vllm_server,

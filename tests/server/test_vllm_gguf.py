@@ -61,7 +61,7 @@ def questions(tmp_path_factory):
     assert len(rows) == 4
     return [
         Instance(
-            query=row["question"],
+            stem=row["question"],
             texts=tuple(row["options"][i] for i in order),
             target=order.index(row["answer"] - 1),
             id=f"{row['id']}-order{k}",

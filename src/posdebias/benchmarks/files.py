@@ -590,12 +590,12 @@ def _instance(record: InstanceRecord, root: Path) -> Instance:
     if record.task is None:
         images = [image for image in record.images or [] if image is not None]
         return Instance(
-            query=record.query,
+            stem=record.query,
             images=tuple(str(root / image) for image in images),
             target=record.target,
             id=record.id,
             metadata=metadata,
-            image_ids=tuple(images),
+            candidate_ids=tuple(images),
         )
     n = record.n
     images_in = record.images or [None] * n
@@ -605,12 +605,12 @@ def _instance(record: InstanceRecord, root: Path) -> Instance:
         for image, text in zip(images_in, texts, strict=True)
     )
     return Instance(
-        query=record.query,
+        stem=record.query,
         images=tuple(None if image is None else str(root / image) for image in images_in),
         target=record.target,
         id=record.id,
         metadata=metadata,
-        image_ids=ids,
+        candidate_ids=ids,
         texts=texts,
         stem_images=tuple(str(root / image) for image in record.stem_images or []),
         task=record.task,

@@ -71,7 +71,7 @@ def content_free(instance: Instance, text: str) -> Instance:
     are, no target (its own id, so its observation is cached apart from the instance's)."""
     return replace(
         instance,
-        query=text,
+        stem=text,
         target=None,
         id=f"{instance.id}{CONTENT_FREE_ID}{text}",
         content_free=True,

@@ -65,7 +65,7 @@ class PermutationAverageOptions(OrderOptions):
 
 def instance_seed(seed: int, instance: Instance) -> int:
     """The seed of one instance's own permutations (``draw: per_instance``)."""
-    key = "\x1f".join([str(seed), instance.id, *instance.image_ids])
+    key = "\x1f".join([str(seed), instance.id, *instance.candidate_ids])
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
 
 

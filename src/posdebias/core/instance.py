@@ -88,15 +88,15 @@ class Instance:
     """A stem and N candidates, at most one of which (``target``) is the right one.
 
     Attributes:
-        query: the stem text (the caption of retrieval, the question, the query).
+        stem: the stem text (the caption of retrieval, the question, the query).
         images: per candidate, its image reference (a path or a PIL image), or None for a
             text-only candidate; may be left empty when every candidate is a text.
         target: 0-based position of the right candidate (None at inference).
         id: a stable identifier (used for caching, resuming and reports).
         metadata: free-form extras (anchor id, setting, similarities, source, ...).
-        image_ids: stable identities of the candidates (default: an image's path, a text's
-            ``text:`` + text; both joined for an image with a text); kept through permutations
-            so predictions map back to candidates. (Named for history: they are candidate ids.)
+        candidate_ids: stable identities of the candidates (default: an image's path, a
+            text's ``text:`` + text; both joined for an image with a text); kept through
+            permutations so predictions map back to candidates.
         texts: per candidate, its text or None; may be left empty for image-only candidates.
         stem_images: images shown with the stem (a multi-image question), never candidates.
         task: the task kind (:data:`TASK_KINDS`), which selects the prompt template.
@@ -104,12 +104,12 @@ class Instance:
             have an empty stem (Zhao et al.'s content-free inputs include the empty string).
     """
 
-    query: str
+    stem: str
     images: tuple[ImageRef | None, ...] = ()
     target: int | None = None
     id: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
-    image_ids: tuple[str, ...] = ()
+    candidate_ids: tuple[str, ...] = ()
     texts: tuple[str | None, ...] = ()
     stem_images: tuple[ImageRef, ...] = ()
     task: str = "retrieval"
@@ -117,9 +117,9 @@ class Instance:
 
     def __post_init__(self) -> None:
         label = f"instance {self.id!r}"
-        if not isinstance(self.query, str) or not (self.query.strip() or self.content_free):
+        if not isinstance(self.stem, str) or not (self.stem.strip() or self.content_free):
             raise InputError(f"{label}: the stem (caption, question or query) is empty")
-        _check_encodable(label, "the stem", self.query)
+        _check_encodable(label, "the stem", self.stem)
         if self.task not in TASK_KINDS:
             raise InputError(f"{label}: unknown task {self.task!r}; choose one of {TASK_KINDS}")
         images = tuple(self.images)
@@ -144,16 +144,16 @@ class Instance:
         object.__setattr__(self, "texts", texts)
         object.__setattr__(self, "stem_images", tuple(self.stem_images))
         ids = (
-            tuple(self.image_ids)
-            if self.image_ids
+            tuple(self.candidate_ids)
+            if self.candidate_ids
             else tuple(_candidate_key(im, tx) for im, tx in zip(images, texts, strict=True))
         )
         if len(ids) != n:
-            raise InputError(f"{label}: {len(ids)} image_ids for {n} {what}")
+            raise InputError(f"{label}: {len(ids)} candidate_ids for {n} {what}")
         if len(set(ids)) != n:
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise InputError(f"{label}: duplicate {what} {dupes}; each must differ")
-        object.__setattr__(self, "image_ids", ids)
+        object.__setattr__(self, "candidate_ids", ids)
         if self.target is None:
             return
         if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
@@ -192,11 +192,6 @@ class Instance:
         )
 
     @property
-    def candidate_ids(self) -> tuple[str, ...]:
-        """The candidates' identities, in order (the same tuple as :attr:`image_ids`)."""
-        return self.image_ids
-
-    @property
     def candidate_images(self) -> tuple[ImageRef, ...]:
         """The images of the candidates that have one, in order."""
         return tuple(image for image in self.images if image is not None)
@@ -215,12 +210,12 @@ class Instance:
         checked = check_permutation(order, self.n)
         target = self.target
         return Instance(
-            query=self.query,
+            stem=self.stem,
             images=tuple(self.images[k] for k in checked),
             target=None if target is None else int(np.flatnonzero(checked == target)[0]),
             id=self.id,
             metadata=self.metadata,
-            image_ids=tuple(self.image_ids[k] for k in checked),
+            candidate_ids=tuple(self.candidate_ids[k] for k in checked),
             texts=tuple(self.texts[k] for k in checked),
             stem_images=self.stem_images,
             task=self.task,
@@ -231,9 +226,9 @@ class Instance:
         """Cyclic rotation: new position i shows old position (i + shift) % N."""
         return self.permuted(rotation_order(self.n, shift))
 
-    def image_id_at(self, position: int) -> str:
+    def candidate_id_at(self, position: int) -> str:
         """Which candidate (by identity) sits at ``position`` of this order."""
-        return self.image_ids[position]
+        return self.candidate_ids[position]
 
 
 def _candidate_key(image: ImageRef | None, text: str | None) -> str:

@@ -220,7 +220,7 @@ class TaskTemplate(BaseModel):
         }
         if self.tie_label is not None:
             values["tie"] = self.tie_label
-        stem_text = dict.fromkeys(STEM_PLACEHOLDERS, instance.query)
+        stem_text = dict.fromkeys(STEM_PLACEHOLDERS, instance.stem)
         head = self.instruction.format(**values, **stem_text)
         stem = self.stem.format(**values, **stem_text) + self.separator if self.stem else ""
         tail = self.query.format(**values, **stem_text)
@@ -268,7 +268,7 @@ def check_sentinel_free(instance: Instance) -> None:
     (adapters call it before a run, so that no run stops at such an instance)."""
     if any(
         SENTINEL_OPEN in text or SENTINEL_CLOSE in text
-        for text in (instance.query, *(t for t in instance.texts if t is not None))
+        for text in (instance.stem, *(t for t in instance.texts if t is not None))
     ):
         raise InputError(
             f"instance {excerpt(instance.id)} holds the private-use characters U+E000 / "

@@ -92,7 +92,7 @@ class Cloze(Decoder):
     order_independent = True
 
     def message(self, instance: Instance) -> str:
-        return self.options.question.format(question=instance.query)
+        return self.options.question.format(question=instance.stem)
 
     def check(self, adapter: Adapter, instances: Sequence[Instance]) -> None:
         problem = adapter.reply_problem()
@@ -145,7 +145,7 @@ class Cloze(Decoder):
             charged |= fresh
             decisions.append(
                 Decision(
-                    choice=order_free_choice(values, view.image_ids),
+                    choice=order_free_choice(values, view.candidate_ids),
                     forward_passes=len(fresh),
                     seconds=share,
                 )

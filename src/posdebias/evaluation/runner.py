@@ -82,11 +82,11 @@ def observation_key(instance: Instance) -> str:
     run's identity (``run.json``).
     """
     if instance.task == "retrieval":
-        parts = [instance.query, *(image_identity(image) for image in instance.images)]
+        parts = [instance.stem, *(image_identity(image) for image in instance.images)]
     else:
         parts = [
             instance.task,
-            instance.query,
+            instance.stem,
             *(image_identity(image) for image in instance.stem_images),
             "\x1e",
             *(
@@ -545,7 +545,7 @@ class Evaluator:
                             rotations=group,
                             orders=view_orders[label][t],
                         ),
-                        view.image_ids,
+                        view.candidate_ids,
                     )
                     cost.seconds += time.perf_counter() - started
                     cost.forward_passes += len(used)

@@ -221,13 +221,13 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         image_ids = tuple(f"{item}:{base}" for base in order)
     try:
         return Instance(
-            query=query,
+            stem=query,
             images=tuple(images or ()),
             texts=tuple(texts or ()),
             stem_images=tuple(doc.get("stem_images") or ()),
             target=target,
             id=item,
-            image_ids=image_ids,
+            candidate_ids=image_ids,
             task=kind,
         )
     except InputError as exc:
@@ -409,7 +409,7 @@ class HarnessDebiaser:
         run, however many tasks (calibrator rows) ask for it."""
         if self.provenance is None:
             raise CalibrationError("calibrate() must run before the first answer")
-        keys = [(instance.id, instance.image_ids) for instance in instances]
+        keys = [(instance.id, instance.candidate_ids) for instance in instances]
         todo: dict[tuple[str, tuple[str, ...]], Instance] = {}
         for key, instance in zip(keys, instances, strict=True):
             if key not in self._cache and key not in todo:

@@ -429,7 +429,7 @@ def _base_doc(instance: Instance, labels: list[str]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "id": instance.id,
         "task": instance.task,
-        "query": instance.query,
+        "query": instance.stem,
         "target": instance.target,
         LABELS: labels,
     }

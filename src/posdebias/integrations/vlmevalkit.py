@@ -122,7 +122,7 @@ def message_instance(message: Sequence[dict[str, Any]], dataset: str | None) -> 
         raise InputError(f"{where} has no text: posdebias needs the query as text")
     key = "\x1f".join([query, *(str(image) for image in images)])
     ident = "vlm-" + hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return Instance(query=query, images=tuple(images), target=None, id=ident)
+    return Instance(stem=query, images=tuple(images), target=None, id=ident)
 
 
 def _rank_and_world() -> tuple[int, int]:

@@ -306,7 +306,7 @@ class ShapesPool:
 
     def instance(self, anchor: int, members: list[int], target: int, id: str) -> Instance:
         return Instance(
-            query=self.captions[anchor],
+            stem=self.captions[anchor],
             images=tuple(self.images[i] for i in members),
             target=target,
             id=id,
@@ -532,7 +532,7 @@ def _bias_stage(
         rows = []
         for instance in batch:
             assert instance.target is not None  # ShapesPool.instances always sets it
-            background = pool.background(instance.query)
+            background = pool.background(instance.stem)
             rows.append(bias_target(n, instance.target, background, plan.bias_smoothing))
         soft = torch.tensor(rows, dtype=torch.float32)
         logits, _ = _forward(adapter, batch)

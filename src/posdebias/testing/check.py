@@ -171,9 +171,9 @@ def check_instances(
     ids = [f"image-{index}" for index in range(len(pool))]
     instances = [
         Instance(
-            query="a photo of a red square" + " on a blue background" * index,
+            stem="a photo of a red square" + " on a blue background" * index,
             images=tuple(pool[:n]) if index == 0 else tuple(pool[:n][::-1]),
-            image_ids=tuple(ids[:n]) if index == 0 else tuple(ids[:n][::-1]),
+            candidate_ids=tuple(ids[:n]) if index == 0 else tuple(ids[:n][::-1]),
             target=index % n,
             id=f"check-{index}",
         )
@@ -182,9 +182,9 @@ def check_instances(
     if multi_token_n and multi_token_n != n and len(pool) >= multi_token_n:
         instances.append(
             Instance(
-                query="a small green circle",
+                stem="a small green circle",
                 images=tuple(pool[:multi_token_n]),
-                image_ids=tuple(ids[:multi_token_n]),
+                candidate_ids=tuple(ids[:multi_token_n]),
                 target=multi_token_n - 1,
                 id="check-multi-token",
             )
@@ -217,7 +217,7 @@ def _candidate_instances(
             option_images = (pool[2], *([None] * (count - 1)))
         instances.append(
             Instance(
-                query=stems[min(index, 1)] + "?",
+                stem=stems[min(index, 1)] + "?",
                 texts=tuple(texts),
                 images=option_images,
                 stem_images=tuple(pool[:2]) if show_images else (),
@@ -338,7 +338,7 @@ class _Checks:
         batch = self.adapter.prepare_batch(self.instances[:2])
         if int((batch.inputs["attention_mask"] == 0).sum()) == 0:
             second = self.instances[1]
-            longer = dataclasses.replace(second, query=second.query + " (seen again)")
+            longer = dataclasses.replace(second, stem=second.stem + " (seen again)")
             self.instances[1] = longer
             self._singles.pop(1, None)
             batch = self.adapter.prepare_batch(self.instances[:2])

@@ -193,7 +193,7 @@ class GenericAdapter(HFAdapter):
         sizes = ((side, side), (2 * side, side))
         colours = ((200, 30, 30), (30, 30, 200))
         images = tuple(Image.new("RGB", size, c) for size, c in zip(sizes, colours, strict=True))
-        probe = Instance(query="a red or a blue image", images=images, target=None, id="dry")
+        probe = Instance(stem="a red or a blue image", images=images, target=None, id="dry")
         try:
             inputs = self.processor_inputs([self.render(probe)], [list(images)])
         except PosdebiasError as exc:

@@ -147,8 +147,8 @@ class SyntheticAdapter(Adapter):
     def matching_position(instance: Instance) -> int | None:
         """Where the image the query describes sits (``synthetic_instances`` queries end with
         the matching image's id); the instance's target for other instances."""
-        named = instance.query.rsplit(" ", 1)[-1]
-        for position, image_id in enumerate(instance.image_ids):
+        named = instance.stem.rsplit(" ", 1)[-1]
+        for position, image_id in enumerate(instance.candidate_ids):
             if image_id == named:
                 return position
         return instance.target
@@ -163,12 +163,12 @@ class SyntheticAdapter(Adapter):
             truth[target] = 1.0
         content = np.array(
             [
-                _rng("content", opts.seed, instance.query, image).normal()
-                for image in instance.image_ids
+                _rng("content", opts.seed, instance.stem, image).normal()
+                for image in instance.candidate_ids
             ]
         )
         content *= opts.content_noise
-        noise_rng = _rng("order", opts.seed, instance.query, *instance.image_ids)
+        noise_rng = _rng("order", opts.seed, instance.stem, *instance.candidate_ids)
         row = self.bias_matrix(n)[target] if target is not None else np.zeros(n)
         logits = row + opts.logit_evidence * truth + content + opts.noise * noise_rng.normal(size=n)
         sinks, mass = self._static_layer_profile(n)
@@ -265,7 +265,7 @@ def synthetic_instances(count: int, n: int, seed: int = 0, prefix: str = "syn") 
         images = tuple(f"synthetic://{ident}/{k}" for k in range(n))
         target = int(rng.integers(n))
         instances.append(
-            Instance(query=f"the image {images[target]}", images=images, target=target, id=ident)
+            Instance(stem=f"the image {images[target]}", images=images, target=target, id=ident)
         )
     return instances
 

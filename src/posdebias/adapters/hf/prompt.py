@@ -186,7 +186,7 @@ def check_control_tokens(
     option, an answer to judge, a passage) or another text of it the prompt shows (``shown``:
     (where, text) pairs, e.g. an image's name as a placeholder) holds one of the model's
     special tokens (:func:`control_tokens`): the model would read a control token, not text."""
-    texts = [("the stem", instance.query)] + [
+    texts = [("the stem", instance.stem)] + [
         (f"candidate {position}'s text", text)
         for position, text in enumerate(instance.texts, start=1)
         if text is not None
@@ -223,7 +223,7 @@ def check_instance_prompts(
     if pattern is None:
         return
     render(instance)
-    texts = [instance.query, *(t for t in instance.texts if t is not None)]
+    texts = [instance.stem, *(t for t in instance.texts if t is not None)]
     texts += [text for _, text in shown]
     if not could_complete_a_token(pattern, texts, template_texts):
         return
@@ -246,7 +246,7 @@ def neutral_instance(instance: Instance) -> Instance:
     """``instance`` with its stem and every candidate text replaced by ``x``: the prompt the
     templates alone write (see :func:`check_joined_control_tokens`)."""
     texts = tuple(None if text is None else "x" for text in instance.texts)
-    return dataclasses.replace(instance, query="x", texts=texts)
+    return dataclasses.replace(instance, stem="x", texts=texts)
 
 
 def check_joined_control_tokens(
@@ -383,8 +383,8 @@ def neutral_candidates(task: str, n: int) -> Instance:
     """An instance of ``task`` with N neutral candidates (texts ``x0``, ``x1``, ...; images
     named, never opened, for retrieval): what the templates alone write."""
     if task == "retrieval":
-        return Instance(query="x", images=tuple(f"x{k}.png" for k in range(n)), task=task, id="x")
-    return Instance(query="x", texts=tuple(f"x{k}" for k in range(n)), task=task, id="x")
+        return Instance(stem="x", images=tuple(f"x{k}.png" for k in range(n)), task=task, id="x")
+    return Instance(stem="x", texts=tuple(f"x{k}" for k in range(n)), task=task, id="x")
 
 
 def check_template_joins(

@@ -55,7 +55,7 @@ class Question:
     def instance(self, instance_id: str) -> Instance:
         """The question as a ``multiple_choice`` instance."""
         return Instance(
-            query=self.text,
+            stem=self.text,
             texts=self.options,
             target=self.target,
             id=instance_id,
