@@ -146,3 +146,27 @@ def test_states_fitted_before_fit_the_same_prompt_through_every_door(tmp_path, c
     assert sorted(debiaser.rank("a red circle", images).order) == [0, 1, 2, 3]
     with pytest.raises(CalibrationError, match="another prompt"):
         posdebias.Debiaser.load(state, posdebias.load_adapter(ORGANISM))
+
+
+def test_the_prompt_options_are_declared_once_for_every_adapter_that_renders_prompts():
+    """The Hugging Face adapters and the openai adapter take the same prompt options, with the
+    same descriptions and the same checks (one declaration, PromptOptions)."""
+    from pydantic import ValidationError
+
+    from posdebias.adapters.hf import HFAdapterOptions, PromptOptions
+    from posdebias.adapters.server import ServerOptions
+
+    server = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    for options, required in ((HFAdapterOptions, {}), (ServerOptions, server)):
+        assert issubclass(options, PromptOptions)
+        for name, field in PromptOptions.model_fields.items():
+            assert options.model_fields[name].description == field.description, name
+        for bad, message in (
+            ({"label_set": "emoji"}, "unknown label set 'emoji'"),
+            ({"prompt_variant": "loud"}, "unknown prompt variant 'loud'"),
+            ({"prompt": {"image_prefix": 3}}, "must be texts"),
+        ):
+            with pytest.raises((ValidationError, ConfigError), match=message):
+                options(**required, **bad)
+        parsed = options(**required, prompt={"image_prefix": "{label}"})
+        assert parsed.prompt.candidate == "{label}{image}{text}"

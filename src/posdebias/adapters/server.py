@@ -52,19 +52,17 @@ from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import (
     Adapter,
-    AdapterOptions,
     Generation,
     ReplyRequest,
     ReplyScore,
     sample_seed,
 )
 from posdebias.adapters.hf.prompt import (
-    PROMPT_VARIANTS,
+    PromptOptions,
     check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
-    coerce_prompt,
     control_tokens,
     neutral_instance,
     neutral_prompts,
@@ -77,12 +75,7 @@ from posdebias.core.instance import Instance
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
-    LABEL_SET_HELP,
-    PROMPT_HELP,
-    TASK_PROMPT_HELP,
     TEXT_TASKS,
-    TaskTemplate,
-    TaskTemplateFields,
     adapter_templates,
     joined_text_messages,
     scored_labels,
@@ -104,8 +97,9 @@ NO_ATTENTION = (
 )
 
 
-class ServerOptions(AdapterOptions):
-    """Options of the ``openai`` adapter (``adapter.options`` in a config file)."""
+class ServerOptions(PromptOptions):
+    """Options of the ``openai`` adapter (``adapter.options`` in a config file; the prompt
+    options are :class:`PromptOptions`'s)."""
 
     base_url: str = Field(description="the server's API root, e.g. http://127.0.0.1:8000/v1")
     model: str = Field(description="the served model's name (as /v1/models lists it)")
@@ -136,17 +130,7 @@ class ServerOptions(AdapterOptions):
         description="the text of each image with images: placeholder; {name} is the image "
         "file's name (so a text model can tell images apart)",
     )
-    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
-    prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
-    task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
 
-    prompt_variant: str = Field(default="plain", description="plain, instruction or cot")
-    answer_prefix: str = Field(default="", description="text before the label in the answer")
-    end_token: str | None = Field(
-        default=None,
-        description="end-of-answer token text, needed when a label continues another "
-        "(default: the local tokenizer's eos token)",
-    )
     concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at most")
     timeout: float = Field(default=120.0, gt=0, le=86_400, description="seconds per request")
     retries: int = Field(default=4, ge=0, le=20, description="retries of a failed request")
@@ -187,25 +171,6 @@ class ServerOptions(AdapterOptions):
                 "(put the key in the variable named by api_key_env)"
             )
         return value.rstrip("/")
-
-    @field_validator("label_set")
-    @classmethod
-    def _known_label_set(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_label_set(value)
-        return value
-
-    @field_validator("prompt_variant")
-    @classmethod
-    def _known_variant(cls, value: str) -> str:
-        if value not in PROMPT_VARIANTS:
-            raise ValueError(f"unknown prompt variant {value!r}; choose one of {PROMPT_VARIANTS}")
-        return value
-
-    @field_validator("prompt", mode="before")
-    @classmethod
-    def _coerce_prompt(cls, value: Any) -> Any:
-        return coerce_prompt(value)
 
 
 def redacted_url(value: str) -> str:

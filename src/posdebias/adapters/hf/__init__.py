@@ -15,7 +15,7 @@ from posdebias.adapters.hf.adapter import (
     HFAdapterOptions,
     PreparedBatch,
 )
-from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
+from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptOptions
 from posdebias.adapters.hf.spans import (
     ImageSpan,
     SpanTokens,
@@ -36,6 +36,7 @@ __all__ = [
     "HFTextAdapter",
     "ImageSpan",
     "PreparedBatch",
+    "PromptOptions",
     "SpanTokens",
     "as_span",
     "check_spans",

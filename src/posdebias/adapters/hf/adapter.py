@@ -29,20 +29,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_scope
-from posdebias.adapters.base import Adapter, AdapterOptions
+from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.prompt import (
-    PROMPT_VARIANTS,
+    PromptOptions,
     check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
@@ -74,12 +74,8 @@ from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
-    LABEL_SET_HELP,
-    PROMPT_HELP,
-    TASK_PROMPT_HELP,
     TEXT_TASKS,
     TaskTemplate,
-    TaskTemplateFields,
     adapter_templates,
     candidate_char_spans,
     check_sentinel_free,
@@ -100,28 +96,17 @@ if TYPE_CHECKING:
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
 
-class HFAdapterOptions(AdapterOptions):
+class HFAdapterOptions(PromptOptions):
     """Options of every Hugging Face adapter (``adapter.options`` in a config file).
 
-    ``model`` and the loading options are used by :func:`posdebias.load_adapter`; the others
-    also apply to :func:`posdebias.get_adapter` on an already loaded model.
+    The prompt options are :class:`PromptOptions`'s; ``model`` and the loading options are used
+    by :func:`posdebias.load_adapter`; the others also apply to :func:`posdebias.get_adapter` on
+    an already loaded model.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str | None = Field(default=None, description="model id or local path")
-    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
-    prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
-    prompt_variant: str = Field(
-        default="plain",
-        description="plain, instruction or cot (the method page of the documentation)",
-    )
-    end_token: str | None = Field(
-        default=None, description="end-of-answer token (default: the model's first eos token)"
-    )
-    answer_prefix: str = Field(
-        default="", description="text before the label in the answer, e.g. ' ' for LLaVA-1.5"
-    )
     image_size: int | None = Field(
         default=None,
         ge=1,
@@ -149,32 +134,12 @@ class HFAdapterOptions(AdapterOptions):
         default=False, description="run the checkpoint's own Python code (only if you trust it)"
     )
     revision: str | None = Field(default=None, description="hub branch, tag or commit")
-    task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
     chat_template: str | None = Field(
         default=None,
         description="the chat template to render prompts with, for a model without one (a base "
         "model) or to replace its own: a Jinja template, a file holding one, or 'raw' (the "
         "prompt's text as it is, after the tokenizer's BOS)",
     )
-
-    @field_validator("label_set")
-    @classmethod
-    def _known_label_set(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_label_set(value)
-        return value
-
-    @field_validator("prompt_variant")
-    @classmethod
-    def _known_variant(cls, value: str) -> str:
-        if value not in PROMPT_VARIANTS:
-            raise ValueError(f"unknown prompt variant {value!r}; choose one of {PROMPT_VARIANTS}")
-        return value
-
-    @field_validator("prompt", mode="before")
-    @classmethod
-    def _coerce_prompt(cls, value: Any) -> Any:
-        return coerce_prompt(value)
 
 
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:

@@ -18,14 +18,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import Field, field_validator
+
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
+from posdebias.adapters.base import AdapterOptions
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
     FORMER_FIELDS,
+    LABEL_SET_HELP,
+    PROMPT_HELP,
     PROMPT_VARIANTS,
+    TASK_PROMPT_HELP,
     TEMPLATE_OPTIONS,
     TaskTemplate,
+    TaskTemplateFields,
     task_label_set,
     task_template,
     task_variant,
@@ -33,6 +40,47 @@ from posdebias.core.tasks import (
 from posdebias.errors import ConfigError, InputError
 
 PROMPT_FILE = "posdebias_prompt.json"
+
+
+class PromptOptions(AdapterOptions):
+    """The options that say how an adapter poses an instance and reads its answer, declared
+    once for every adapter that renders prompts (the Hugging Face adapters and the ``openai``
+    adapter derive their options from it)."""
+
+    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
+    prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
+    task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
+    prompt_variant: str = Field(
+        default="plain",
+        description=f"{', '.join(PROMPT_VARIANTS)} (the Tasks and Method pages)",
+    )
+    answer_prefix: str = Field(
+        default="", description="text before the label in the answer, e.g. ' ' for LLaVA-1.5"
+    )
+    end_token: str | None = Field(
+        default=None,
+        description="end-of-answer token, needed when a label continues another (default: "
+        "the model's first eos token; the openai adapter: its local tokenizer's)",
+    )
+
+    @field_validator("label_set")
+    @classmethod
+    def _known_label_set(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_label_set(value)
+        return value
+
+    @field_validator("prompt_variant")
+    @classmethod
+    def _known_variant(cls, value: str) -> str:
+        if value not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt variant {value!r}; choose one of {PROMPT_VARIANTS}")
+        return value
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _coerce_prompt(cls, value: Any) -> Any:
+        return coerce_prompt(value)
 
 
 def coerce_prompt(prompt: TaskTemplate | dict | str | Path | None) -> TaskTemplate | None:
