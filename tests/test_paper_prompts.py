@@ -3,12 +3,13 @@ and the caption substituted; the earlier posdebias wordings stay available by na
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
-from posdebias.core.tasks import DEFAULT_TEMPLATES, TaskTemplate, task_variant
-from posdebias.evaluation.protocol import REFERENCE, apply_prompt
+from posdebias.core.tasks import DEFAULT_TEMPLATES, TaskTemplate, adapter_templates, task_variant
 
 INTRO = (
     "Given {N} images indexed from 1 to {N}, identify the image that best matches the provided "
@@ -52,28 +53,18 @@ def variant(template: TaskTemplate, name: str) -> TaskTemplate:
 RETRIEVAL = DEFAULT_TEMPLATES["retrieval"]
 
 
-class _Holder:
-    """What apply_prompt touches of an adapter: its templates as configured and under its
-    prompt variant."""
-
-    def __init__(self, name: str = "plain") -> None:
-        self.base_task_templates = {"retrieval": RETRIEVAL}
-        self.prompt_variant = name
-        self.label_set = None
-        self.task_templates = {"retrieval": variant(RETRIEVAL, name)}
-
-    @property
-    def prompt(self) -> TaskTemplate:
-        return self.task_templates["retrieval"]
+def reference_templates(name: str = "plain", label_set: str | None = None):
+    """The retrieval template as configured and under the prompt variant ``name``, as an
+    adapter builds them under the reference protocol (its option ``answer_space``)."""
+    configured, varied = adapter_templates(None, None, name, label_set, answer_space=True)
+    return configured["retrieval"], varied["retrieval"]
 
 
 @pytest.mark.parametrize("n", [2, 4, 12])
 @pytest.mark.parametrize("name", list(PAPER))
 def test_reference_protocol_renders_the_paper_prompt_word_for_word(name, n):
-    holder = _Holder()
-    apply_prompt(REFERENCE, holder)
-    assert text_after_images(holder.prompt, n) == expected("plain", n)
-    configured = holder.base_task_templates["retrieval"]
+    configured, plain = reference_templates()
+    assert text_after_images(plain, n) == expected("plain", n)
     assert text_after_images(variant(configured, name), n) == expected(name, n)
 
 
@@ -118,7 +109,29 @@ def test_reference_protocol_on_an_adapter_prompt_variant(name, label_set):
     """The adapter's own prompt variant under the reference protocol is the paper's prompt too
     (the chain of thought ends "<think>", no space after it), whether the adapter names the
     digit labels or leaves the task's own (digits) to apply."""
-    holder = _Holder(name)
-    holder.label_set = label_set
-    apply_prompt(REFERENCE, holder)
-    assert text_after_images(holder.prompt, 4) == expected(name, 4)
+    _, varied = reference_templates(name, label_set)
+    assert text_after_images(varied, 4) == expected(name, 4)
+
+
+def test_the_reference_protocol_sets_the_option_not_the_adapter():
+    """The run passes the protocol's prompt to the adapter as its option answer_space (no
+    attribute of the adapter is rewritten after it is made); an explicit option wins."""
+    from posdebias.evaluation.config import load_config
+    from posdebias.evaluation.job import build_adapter
+
+    model = Path(__file__).resolve().parents[1] / "src" / "posdebias" / "organism" / "model"
+    for protocol, options, spaced in (
+        ("reference", {}, True),
+        ("default", {}, False),
+        ("default", {"answer_space": True}, True),
+        ("reference", {"answer_space": False}, False),
+    ):
+        config = load_config(
+            None,
+            model=str(model),
+            protocol=protocol,
+            adapter={"name": None, "options": options},
+        )
+        adapter = build_adapter(config)
+        assert adapter.task_templates["retrieval"].query.endswith(" ") is spaced, protocol
+        assert adapter.describe()["prompt"]["query"].endswith(" ") is spaced

@@ -601,7 +601,11 @@ class ServerAdapter(Adapter):
         self.prompt_variant = opts.prompt_variant
         #: every task's template as configured, and under the prompt variant
         self.base_task_templates, self.task_templates = adapter_templates(
-            opts.prompt, opts.task_prompt, opts.prompt_variant, opts.label_set
+            opts.prompt,
+            opts.task_prompt,
+            opts.prompt_variant,
+            opts.label_set,
+            answer_space=opts.answer_space,
         )
         # a tie label that is also an answer's label: refused now, not at the first request
         scored_labels(

@@ -609,11 +609,18 @@ def adapter_templates(
     task_prompt: Mapping[str, Any] | None,
     variant: str,
     label_set: str | None,
+    *,
+    answer_space: bool = False,
 ) -> tuple[dict[str, TaskTemplate], dict[str, TaskTemplate]]:
     """Every task's template as an adapter's options configure it (``prompt``: retrieval's;
-    ``task_prompt``: fields of the text tasks'), and the same under the prompt ``variant``:
-    the one place every adapter takes its templates from."""
-    configured = {"retrieval": prompt or DEFAULT_TEMPLATES["retrieval"]}
+    ``task_prompt``: fields of the text tasks'; ``answer_space``: retrieval's query ends with a
+    space, as the authors' prompts), and the same under the prompt ``variant`` (derived from
+    the spaced query, so that ``cot`` keeps its ``Answer: <think>``): the one place every
+    adapter takes its templates from."""
+    retrieval = prompt or DEFAULT_TEMPLATES["retrieval"]
+    if answer_space and not retrieval.query.endswith(" "):
+        retrieval = retrieval.model_copy(update={"query": retrieval.query + " "})
+    configured = {"retrieval": retrieval}
     configured.update(
         (task, task_template(task, None if task_prompt is None else dict(task_prompt)))
         for task in TEXT_TASKS

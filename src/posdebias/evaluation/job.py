@@ -57,7 +57,6 @@ from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
-    apply_prompt,
     apply_specs,
     get_protocol,
     warn_left_out_layers,
@@ -104,7 +103,9 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
     model = config.model if config.model is not None else options.pop("model", None)
-    if model is not None or _takes_label_set(config):
+    if protocol.query_trailing_space and _takes_option(config, "answer_space"):
+        options.setdefault("answer_space", True)  # the protocol's prompt, as an option
+    if model is not None or _takes_option(config, "label_set"):
         # the task's own labels, named in run.json / results.json, as at every door
         task = config_task(config) if config.task or config.benchmark else None
         chosen = default_label_set(task, model) or default_label_set(config_task(config))
@@ -122,20 +123,19 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         )
     else:
         adapter = get_registry().create_adapter(config.adapter.name, **options)
-    apply_prompt(protocol, adapter)
     return adapter
 
 
-def _takes_label_set(config: EvaluateConfig) -> bool:
-    """Whether the run's adapter has a ``label_set`` option (every built-in adapter; a
-    plugin's may not)."""
+def _takes_option(config: EvaluateConfig, name: str) -> bool:
+    """Whether the run's adapter has the option ``name`` (a prompt option: every built-in
+    adapter that renders prompts; a plugin's may not)."""
     if config.adapter.name is None:
         return config.model is not None
     try:
         options = get_registry().adapter_class(config.adapter.name).Options
     except InputError:
         return False  # an unknown name is reported where the adapter is made
-    return "label_set" in options.model_fields
+    return name in options.model_fields
 
 
 def config_task(config: EvaluateConfig) -> str:

@@ -47,7 +47,6 @@ import numpy as np
 
 from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, PriorEstimator
-from posdebias.core.tasks import TaskTemplate, task_variant
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
 from posdebias.registry import get_registry
 
@@ -136,27 +135,6 @@ def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, An
     if protocol.max_patches is not None:
         merged.setdefault("max_patches", protocol.max_patches)
     return merged
-
-
-def apply_prompt(protocol: Protocol, adapter: Any) -> None:
-    """Give the retrieval template the trailing space (as configured, and under the adapter's
-    prompt variant, derived again so that ``cot`` keeps its ``Answer: <think>`` ending), before
-    anything is rendered; adapters without task templates are left as they are."""
-    configured = getattr(adapter, "base_task_templates", None)
-    varied = getattr(adapter, "task_templates", None)
-    if not protocol.query_trailing_space or not isinstance(configured, dict):
-        return
-    template = configured.get("retrieval")
-    if not isinstance(template, TaskTemplate) or not isinstance(varied, dict):
-        return
-    if not template.query.endswith(" "):
-        template = configured["retrieval"] = template.model_copy(
-            update={"query": template.query + " "}
-        )
-    variant = str(getattr(adapter, "prompt_variant", "plain"))
-    varied["retrieval"] = task_variant(
-        "retrieval", template, variant, getattr(adapter, "label_set", None)
-    )
 
 
 def apply_specs(

@@ -209,6 +209,7 @@ class HFAdapter(Adapter):
         logits_processors: str = "none",
         prompt_variant: str = "plain",
         task_prompt: dict[str, Any] | None = None,
+        answer_space: bool = False,
         max_patches: int | str | None = None,
         chat_template: str | None = None,
     ) -> None:
@@ -253,7 +254,11 @@ class HFAdapter(Adapter):
         self.task_prompt = task_prompt
         #: every task's template as configured, and under the adapter's prompt variant
         self.base_task_templates, self.task_templates = adapter_templates(
-            coerce_prompt(prompt), task_prompt, prompt_variant, self.label_set
+            coerce_prompt(prompt),
+            task_prompt,
+            prompt_variant,
+            self.label_set,
+            answer_space=answer_space,
         )
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()

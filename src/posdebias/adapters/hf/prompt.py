@@ -62,6 +62,11 @@ class PromptOptions(AdapterOptions):
         description="end-of-answer token, needed when a label continues another (default: "
         "the model's first eos token; the openai adapter: its local tokenizer's)",
     )
+    answer_space: bool = Field(
+        default=False,
+        description="end the retrieval prompt's query with a space ('Answer: '), as the "
+        "authors' prompts do (protocol reference sets it)",
+    )
 
     @field_validator("label_set")
     @classmethod
