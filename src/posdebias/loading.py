@@ -11,7 +11,6 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import socket
@@ -24,7 +23,7 @@ from posdebias._inputs import excerpt
 from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
-from posdebias.adapters.hf import HFAdapter, HFAdapterOptions
+from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE, load_prompt_file
 from posdebias.adapters.server import ServerAdapter
 from posdebias.core.tasks import TASK_LABEL_SETS, TaskTemplate, task_label_set
@@ -457,28 +456,8 @@ def get_adapter(
     if model_type is None:
         raise InputError(f"{type(model).__name__} is not a Hugging Face model (no config)")
     cls = _adapter_class(model_type, adapter)
-    parsed = cls.parse_options(options)
-    assert isinstance(parsed, HFAdapterOptions)  # HFAdapter.Options derive from it
-    loading = [
-        name for name in ("dtype", "device", "device_map", "max_memory", "model") if name in options
-    ]
-    if loading:
-        raise InputError(
-            f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
-        )
     model.eval()
-    # the prompt options, from the options model (their one declaration): every field the
-    # adapter's constructor takes as a keyword
-    keywords = inspect.signature(HFAdapter.__init__).parameters
-    return cls(
-        model,
-        processor,
-        **{
-            name: getattr(parsed, name)
-            for name in type(parsed).model_fields
-            if name in keywords and keywords[name].kind is inspect.Parameter.KEYWORD_ONLY
-        },
-    )
+    return cls(model, processor, **options)  # the options model checks every option
 
 
 def served(name: str | None) -> bool:

@@ -286,3 +286,23 @@ def test_a_plugin_adapter_is_chosen_by_model_type(make_instances):
     instance = make_instances(1, 3)[0]
     expected = posdebias.get_adapter(*tiny_pair("internvl")).observe(instance)
     np.testing.assert_allclose(adapter.observe(instance).attention, expected.attention, atol=1e-6)
+
+
+def test_an_adapter_is_built_from_its_options_model():
+    """An adapter class takes its options as its options model declares and checks them (no
+    second list of keywords): the same options, defaults and errors as get_adapter's."""
+    import inspect
+
+    model, processor = tiny_pair("llava")
+    cls = type(posdebias.get_adapter(model, processor))
+    parameters = set(inspect.signature(cls.__init__).parameters)
+    assert parameters == {"self", "model", "processor", "model_id", "options"}
+    adapter = cls(model, processor, label_set="upper", prompt={"image_prefix": "{label}"})
+    assert adapter.label_set == "upper"
+    assert adapter.task_templates["retrieval"].candidate == "{label}{image}{text}"
+    with pytest.raises(ConfigError, match="nonsense"):
+        cls(model, processor, nonsense=1)
+    with pytest.raises(ConfigError, match="max_patches"):
+        cls(model, processor, max_patches=0)
+    with pytest.raises(InputError, match=r"\['dtype'\] only apply to load_adapter"):
+        cls(model, processor, dtype="float32")

@@ -47,7 +47,6 @@ from posdebias.adapters.hf.prompt import (
     check_instance_prompts,
     check_joined_control_tokens,
     check_template_control_tokens,
-    coerce_prompt,
     control_tokens,
     neutral_instance,
     neutral_prompts,
@@ -70,12 +69,10 @@ from posdebias.adapters.hf.spans import (
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
-from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     TEXT_TASKS,
-    TaskTemplate,
     adapter_templates,
     candidate_char_spans,
     check_sentinel_free,
@@ -142,6 +139,19 @@ class HFAdapterOptions(PromptOptions):
     )
 
 
+#: The options of :class:`HFAdapterOptions` that load a model (:func:`posdebias.load_adapter`);
+#: an adapter made around a loaded model refuses them.
+LOADING_OPTIONS = (
+    "model",
+    "dtype",
+    "device",
+    "device_map",
+    "max_memory",
+    "trust_remote_code",
+    "revision",
+)
+
+
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
     """An RGB PIL image from a path or a PIL image; clear errors for missing or bad files.
 
@@ -196,24 +206,20 @@ class HFAdapter(Adapter):
     loads_as_causal_lm: ClassVar[bool] = False
 
     def __init__(
-        self,
-        model: Any,
-        processor: Any,
-        *,
-        model_id: str | None = None,
-        label_set: str | None = None,
-        prompt: TaskTemplate | dict | str | Path | None = None,
-        end_token: str | None = None,
-        answer_prefix: str = "",
-        image_size: int | None = None,
-        logits_processors: str = "none",
-        prompt_variant: str = "plain",
-        task_prompt: dict[str, Any] | None = None,
-        answer_space: bool = False,
-        max_patches: int | str | None = None,
-        chat_template: str | None = None,
+        self, model: Any, processor: Any, *, model_id: str | None = None, **options: Any
     ) -> None:
-
+        """``options``: the adapter's options, checked by its options model (:attr:`Options`,
+        :class:`HFAdapterOptions`: an unknown or malformed option is refused); those that load
+        a model (``model``, ``dtype``, ``device``, ...) belong to :func:`posdebias.load_adapter`
+        and are refused here."""
+        loading = sorted(set(options) & set(LOADING_OPTIONS))
+        if loading:
+            raise InputError(
+                f"get_adapter wraps a loaded model; options {loading} only apply to load_adapter"
+            )
+        opts = self.parse_options(options)
+        assert isinstance(opts, HFAdapterOptions)  # every HF adapter's Options derive from it
+        chat_template = opts.chat_template
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
@@ -242,28 +248,26 @@ class HFAdapter(Adapter):
                 "(adapter option chat_template), or --chat-template raw for the prompt's text "
                 "as it is"
             )
-        self.label_set = None if label_set is None else get_label_set(label_set).name
-        self.prompt_variant = prompt_variant
-        self.answer_prefix = answer_prefix
-        self.image_size = image_size
-        self.logits_processors = logits_processors
-        if isinstance(max_patches, int) and max_patches < 1:
-            raise AdapterError(f"max_patches must be at least 1, got {max_patches}")
-        self.max_patches = max_patches
+        self.label_set = opts.label_set
+        self.prompt_variant = opts.prompt_variant
+        self.answer_prefix = opts.answer_prefix
+        self.image_size = opts.image_size
+        self.logits_processors = opts.logits_processors
+        self.max_patches = opts.max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
-        self.task_prompt = task_prompt
+        self.task_prompt = opts.task_prompt
         #: every task's template as configured, and under the adapter's prompt variant
         self.base_task_templates, self.task_templates = adapter_templates(
-            coerce_prompt(prompt),
-            task_prompt,
-            prompt_variant,
+            opts.prompt,
+            opts.task_prompt,
+            opts.prompt_variant,
             self.label_set,
-            answer_space=answer_space,
+            answer_space=opts.answer_space,
         )
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()
-        self.end_token_id = self._end_token_id(end_token)
+        self.end_token_id = self._end_token_id(opts.end_token)
         #: the special tokens no question, caption, option or template may hold
         self.control_tokens = control_tokens(self.tokenizer, processor)
         check_template_control_tokens(
