@@ -9,49 +9,23 @@ public entry point (a plugin adapter's own ``Adapter.tiny_model`` is asked first
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
 #: ``(model_type, *, real_vocabulary=False) -> (model, processor)``.
 Builder = Callable[..., tuple[Any, Any]]
 
-#: The builder modules (``posdebias.testing.tiny.NAME``), in the registry's family order.
-_MODULES = (
-    "qwen2_vl",
-    "qwen3_vl",
-    "idefics3",
-    "mistral3",
-    "glm4v",
-    "qwen3_5",
-    "gemma3",
-    "llama4",
-    "llava_onevision",
-    "internvl",
-    "llava",
-    "llava_next",
-    "lfm2_vl",
-    "molmo2",
-    "kimi_k25",
-    "aya_vision",
-    "idefics2",
-    "gemma4",
-    "mllama",
-    "ovis2",
-    "cohere2_vision",
-    "paddleocr_vl",
-    "paligemma",
-    "phi4_multimodal",
-    "qwen2_5_omni",
-    "qwen3_omni_moe",
-    "text",  # the text-only language models
-)
-
 
 def _builders() -> dict[str, Builder]:
+    """Every module of this package that builds models (it has ``MODEL_TYPES``), found, not
+    listed: the families are listed once, in the registry's built-in plugins."""
     builders: dict[str, Builder] = {}
-    for name in _MODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        builders.update(dict.fromkeys(module.MODEL_TYPES, module.tiny_model))
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        types = getattr(module, "MODEL_TYPES", None)
+        if types is not None:
+            builders.update(dict.fromkeys(types, module.tiny_model))
     return builders
 
 
