@@ -6,6 +6,7 @@ before the change) keeps loading, fitting and resuming."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -60,13 +61,47 @@ def test_the_default_retrieval_template_is_the_older_default():
         ({"images_first": False, "layout": "stem_first"}, "not both"),
         ({"image_prefix": 3}, "must be texts"),
         ({"images_first": "yes"}, "true or false"),
-        ({"image_prefix": "{text}"}, "more than once"),
-        ({"image_suffix": "{nope}"}, "placeholders"),
+        ({"image_prefix": "{text}"}, "image_prefix '{text}' is invalid"),
+        ({"image_prefix": "{image}"}, "image goes between image_prefix and image_suffix"),
+        ({"image_suffix": "{nope}"}, "image_suffix '{nope}' is invalid"),
+        ({"candidate": "{label}{image:>3}{text}"}, "no format spec or conversion"),
+        ({"candidate": "{image!r}{text}"}, "no format spec or conversion"),
+        ({"candidate": "{label}{image}{{text}}"}, "never shows the candidate"),
+        ({"candidate": "{text}{image}"}, "put {image} before {text}"),
+        ({"tie_label": "C"}, "pairwise judge's answer"),
     ],
 )
 def test_older_fields_are_read_or_refused_clearly(fields, message):
-    with pytest.raises(ConfigError, match=message):
-        task_template("retrieval", fields)
+    from posdebias.adapters.hf.prompt import coerce_prompt
+
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        coerce_prompt(fields)
+    assert str(caught.value).count("prompt") <= 3  # one prefix, not "prompt template: prompt:"
+
+
+@pytest.mark.parametrize(
+    ("fields", "shown"),
+    [
+        ({"image_prefix": "{{text}} {label}"}, ["{text} 1", "image", "{text} 2", "image"]),
+        ({"candidate": "{{{label}}}{image}{text}"}, ["{1}", "image", "{2}", "image"]),
+        ({"image_suffix": "}}", "image_prefix": "{{image}}"}, ["{image}", "image", "}"]),
+    ],
+)
+def test_escaped_braces_are_text(fields, shown):
+    """Braces written twice show once, in either form (they were placeholders to a check that
+    looked for the text "{text}")."""
+    template = task_template("retrieval", fields)
+    query = Instance(stem="c", images=("a.png", "b.png"), id="q")
+    content = template.messages(query, get_label_set("digits"))[0]["content"]
+    items = [item.get("text", item["type"]) for item in content]
+    assert items[: len(shown)] == shown
+
+
+def test_a_caption_with_a_conversion_is_shown():
+    template = task_template("retrieval", {"query": "Caption: {caption!r}\nAnswer:"})
+    query = Instance(stem="a cat", images=("a.png", "b.png"), id="q")
+    text = template.messages(query, get_label_set("digits"))[0]["content"][-1]["text"]
+    assert text.endswith("Caption: 'a cat'\nAnswer:")
 
 
 def test_a_template_the_older_form_cannot_say_has_no_older_digest():
@@ -170,3 +205,51 @@ def test_the_prompt_options_are_declared_once_for_every_adapter_that_renders_pro
                 options(**required, **bad)
         parsed = options(**required, prompt={"image_prefix": "{label}"})
         assert parsed.prompt.candidate == "{label}{image}{text}"
+
+
+GENERATED = json.loads((OLD / "generated-prompts.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", GENERATED, ids=lambda c: json.dumps(c["fields"], sort_keys=True))
+def test_generated_older_prompts_render_byte_for_byte(case):
+    """120 older-form prompts drawn at random (a request in the middle or twice, whitespace
+    around it, escaped braces in image prefixes, both layouts): every variant renders the
+    messages the older prompt rendered and has its digest as the older one."""
+    import hashlib
+
+    template = task_template("retrieval", case["fields"])
+    query = Instance(stem="a {red} cat", images=("a.png", "b.png", "c.png"), id="q")
+    for key, (rendered, digest) in case["rendered"].items():
+        name, label_set = key.split("/")
+        varied = task_variant("retrieval", template, name, label_set)
+        messages = varied.messages(query, get_label_set(label_set))
+        shown = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        assert (shown[:16], (former_digest(varied) or "")[:16]) == (rendered, digest), key
+
+
+def test_a_config_may_name_the_model_in_the_adapter_options(tmp_path, capsys):
+    """The default run's bundled model is a default: a config naming its model in the adapter
+    options runs that model (it crashed: two models), and one naming another model than
+    --model is refused naming both."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"adapter": {"options": {"model": str(tmp_path / "none")}}}))
+    argv = ["evaluate", "--config", str(config), *RUN, "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "does not exist" in capsys.readouterr().err
+    config.write_text(json.dumps({"adapter": {"options": {"model": "posdebias/organism"}}}))
+    assert main(argv) == 0  # the bundled model by its name, with its benchmark
+    assert main([*argv[:-2], "--model", str(ORGANISM), "--out", str(tmp_path / "o")]) == 2
+    assert "two models given" in capsys.readouterr().err
+
+
+def test_a_refused_resume_names_the_setting_that_changed(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(OLD / "run", run)
+    config = tmp_path / "config.json"
+    options = {"model": "posdebias/organism", "prompt": {"query": "Caption: {caption}\nA:"}}
+    config.write_text(json.dumps({"adapter": {"options": options}}))
+    argv = ["evaluate", "--config", str(config), *RUN, "--out", str(run), "--resume"]
+    assert main(argv) == 2
+    message = capsys.readouterr().err
+    assert "adapter.prompt.query: 'Caption: {caption}\\nAnswer:' there" in message
+    assert "(dict)" not in message

@@ -107,6 +107,42 @@ def check_placeholders(template: str, values: dict[str, Any]) -> None:
             )
 
 
+def candidate_parts(candidate: str) -> tuple[str, str, str]:
+    """A candidate template split where the image and the text go: (before the image, between
+    image and text, after the text), each a template of the other placeholders. Found by
+    parsing the template, so escaped braces (``{{text}}``) stay text; without ``{image}`` the
+    image (if any) goes right before the text. Raises ValueError for a template that does not
+    show ``{text}`` exactly once, shows ``{image}`` twice or after it, or formats either."""
+    pieces, markers = [""], []
+    for literal, name, spec, conversion in string.Formatter().parse(candidate):
+        pieces[-1] += literal.replace("{", "{{").replace("}", "}}")
+        if name is None:
+            continue
+        if name in ("image", "text"):
+            if spec or conversion:
+                raise ValueError(f"{{{name}}} takes no format spec or conversion in candidate")
+            markers.append(name)
+            pieces.append("")
+        else:
+            shown = name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            pieces[-1] += "{" + shown + "}"
+    if markers.count("text") != 1:
+        raise ValueError(
+            "the candidate template never shows the candidate: put {text} in it"
+            if "text" not in markers
+            else "candidate template shows {text} more than once"
+        )
+    if markers == ["text"]:
+        return pieces[0], "", pieces[1]
+    if markers != ["image", "text"]:
+        raise ValueError(
+            "candidate template shows {image} more than once"
+            if markers.count("image") > 1
+            else "put {image} before {text} in the candidate template"
+        )
+    return pieces[0], pieces[1], pieces[2]
+
+
 class TaskTemplate(BaseModel):
     """How an instance of any task becomes one chat message (module docstring).
 
@@ -167,23 +203,15 @@ class TaskTemplate(BaseModel):
                     f"placeholders: {allowed}"
                 ) from None
         if not any(
-            f"{{{name}}}" in text
-            for name in STEM_PLACEHOLDERS
+            name in STEM_PLACEHOLDERS
             for text in (self.instruction, self.stem, self.query)
+            for _, name, _, _ in string.Formatter().parse(text)
         ):
             raise ValueError(
                 "the prompt never shows the stem (the caption, question or query): put "
                 "{question} (or {caption}, {query}) in stem or query"
             )
-        for marker in ("{text}", "{image}"):
-            if self.candidate.count(marker) > 1:
-                raise ValueError(f"candidate template shows {marker} more than once")
-        if "{text}" not in self.candidate:
-            raise ValueError("the candidate template never shows the candidate: put {text} in it")
-        if "{image}" in self.candidate and self.candidate.index("{image}") > self.candidate.index(
-            "{text}"
-        ):
-            raise ValueError("put {image} before {text} in the candidate template")
+        candidate_parts(self.candidate)  # {text} once, {image} at most once and before it
         return self
 
     def recorded(self) -> dict[str, Any]:
@@ -225,10 +253,7 @@ class TaskTemplate(BaseModel):
         stem = self.stem.format(**values, **stem_text) + self.separator if self.stem else ""
         tail = self.query.format(**values, **stem_text)
         between = self.candidate_separator.format(**values)
-        before_text, after_text = self.candidate.split("{text}")
-        before_image, _, after_image = (
-            before_text.partition("{image}") if "{image}" in before_text else (before_text, "", "")
-        )
+        before_image, after_image, after_text = candidate_parts(self.candidate)
         content: list[dict] = [{"type": "image"} for _ in instance.stem_images]
         parts: list[dict] = []
         for index, (label, candidate) in enumerate(
@@ -470,13 +495,15 @@ def task_variant(
     task's words (:data:`VARIANT_WORDINGS`; ``label_set``, the adapter's, picks the request
     for digits or for other labels).
 
-    ``instruction`` puts its request before the task's answer-only request
-    (:data:`ANSWER_ONLY`; at the end when the instruction has none); ``posdebias_instruction``
-    appends its request; ``cot``, ``self_consistency`` and ``posdebias_cot`` drop the
-    answer-only request and put their request after the task sentence (``cot`` and
-    ``self_consistency`` on a new line) and end the query as the wording says. A judge's
-    request with a tie label (:data:`TIE_ANSWER_ONLY`) is handled alike, and the variants that
-    drop it keep the tie offer (:data:`TIE_OFFER`), so every variant's prompt offers the tie.
+    The task sentence is the instruction without the task's answer-only request
+    (:data:`ANSWER_ONLY`, wherever it stands), stripped. ``instruction`` puts its request
+    between the task sentence and the answer-only request (at the end when the instruction has
+    none); ``posdebias_instruction`` appends its request to the instruction; ``cot``,
+    ``self_consistency`` and ``posdebias_cot`` put their request after the task sentence
+    (``cot`` and ``self_consistency`` on a new line) and end the query as the wording says.
+    A judge's request with a tie label (:data:`TIE_ANSWER_ONLY`) is handled alike, and the
+    variants that drop it keep the tie offer (:data:`TIE_OFFER`), so every variant's prompt
+    offers the tie.
     """
     if name == "plain":
         return template
@@ -491,8 +518,8 @@ def task_variant(
     hint = request_text.replace("{things}", CANDIDATE_NOUNS[task])
     request = answer_only(task, template)
     instruction = template.instruction
-    has_answer_only = instruction.endswith(request)
-    sentence = instruction[: -len(request)].rstrip() if has_answer_only else instruction
+    has_answer_only = request in instruction
+    sentence = instruction.replace(request, "").strip()  # the task sentence
     if name == "instruction":
         update = {"instruction": _joined(sentence, hint, request if has_answer_only else "")}
     elif name == "posdebias_instruction":
@@ -568,6 +595,17 @@ def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             "prompt: image_prefix and image_suffix must be texts and images_first true or false"
         )
+    values = {"n": 2, "range": "1 to 2", "first": "1", "last": "2", "label": "1", "index": 1}
+    for name, text in (("image_prefix", prefix), ("image_suffix", suffix)):
+        try:
+            check_placeholders(text, values)
+            text.format(**values)
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+            allowed = ", ".join("{" + key + "}" for key in values)
+            raise ConfigError(
+                f"prompt: {name} {excerpt(text)} is invalid ({str(exc)[:120]}); placeholders: "
+                f"{allowed} (the image goes between image_prefix and image_suffix)"
+            ) from None
     rest = {name: value for name, value in fields.items() if name not in FORMER_FIELDS}
     return {
         **rest,
@@ -581,14 +619,15 @@ def former_digest(template: TaskTemplate) -> str | None:
     """The prompt hash a retrieval state fitted with ``template`` recorded before retrieval
     became a task template (the digest of the template's older form), so that such states
     keep fitting; None when the older form could not express the template."""
-    prefix, image, rest = template.candidate.partition("{image}")
-    suffix, text, tail = rest.partition("{text}")
+    has_image = any(
+        name == "image" for _, name, _, _ in string.Formatter().parse(template.candidate)
+    )
+    prefix, suffix, tail = candidate_parts(template.candidate)
     if (
         template.stem
         or template.candidate_separator
         or template.tie_label is not None
-        or not image
-        or not text
+        or not has_image
         or tail
     ):
         return None

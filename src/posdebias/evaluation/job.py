@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._inputs import excerpt
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
@@ -102,7 +103,13 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    model = config.model if config.model is not None else options.pop("model", None)
+    named = options.pop("model", None)
+    if config.model is not None and named is not None and named != config.model:
+        raise InputError(
+            f"two models given: --model {excerpt(config.model)} and the adapter option "
+            f"model={excerpt(named)}; give one"
+        )
+    model = config.model if config.model is not None else named
     if protocol.query_trailing_space and _takes_option(config, "answer_space"):
         options.setdefault("answer_space", True)  # the protocol's prompt, as an option
     if model is not None or _takes_option(config, "label_set"):

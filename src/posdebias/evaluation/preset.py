@@ -88,11 +88,21 @@ def registry_preset(config: EvaluateConfig) -> Preset | None:
     """The preset of the bundled model the config runs: the registry's default model when the
     config names neither a model nor an adapter, the bundled model it names, else None."""
     registry = get_registry()
-    if config.model is None and config.adapter.name is None:
+    model = named_model(config)
+    if model is None and config.adapter.name is None:
         bundled = registry.default_model(config.task or "retrieval")
     else:
-        bundled = registry.bundled_model(config.model) if config.model is not None else None
+        bundled = registry.bundled_model(model) if model is not None else None
     return None if bundled is None else Preset.from_bundled(bundled)
+
+
+def named_model(config: EvaluateConfig) -> str | None:
+    """The model the config names: ``model`` (``--model``), else its adapter's option
+    ``model`` (a config file may name it there)."""
+    if config.model is not None:
+        return config.model
+    named = config.adapter.options.get("model")
+    return named if isinstance(named, str) else None
 
 
 def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> ResolvedConfig:
@@ -108,9 +118,10 @@ def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> Reso
     if preset is None:
         return ResolvedConfig(config)
     update: dict[str, object] = {}
-    if config.model is None and config.adapter.name is None:
+    model = named_model(config)
+    if model is None and config.adapter.name is None:
         update["model"] = preset.model
-    elif config.model != preset.model:
+    elif model != preset.model:
         return ResolvedConfig(config)
     if "batch_size" not in config.model_fields_set:
         if preset.batch_size_per_view:

@@ -75,6 +75,23 @@ class PersistentObservationCache(ObservationCache):
             self._log.append({"key": key, "observation": observation.to_dict()})
 
 
+def _differences(saved: Mapping[str, Any], now: Mapping[str, Any], where: str = "") -> list[str]:
+    """Each setting that differs between two run identities, named by its path (``adapter.
+    prompt.query``: nested settings are compared key by key, so the message names the one that
+    changed)."""
+    found = []
+    for key in sorted(set(saved) | set(now), key=str):
+        there, here = saved.get(key), now.get(key)
+        if there == here:
+            continue
+        name = f"{where}{key}"
+        if isinstance(there, dict) and isinstance(here, dict):
+            found += _differences(there, here, f"{name}.")
+        else:
+            found.append(f"{name}: {excerpt(there)} there, {excerpt(here)} now")
+    return found
+
+
 class RunDirectory:
     """Files of one evaluation run (see the module docstring)."""
 
@@ -141,11 +158,7 @@ class RunDirectory:
                 f"{self.root / RUN_FILE} is corrupt (not a JSON object); use a new --out"
             )
         saved = read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
-        differences = [
-            f"{key}: {excerpt(saved.get(key))} there, {excerpt(identity.get(key))} now"
-            for key in sorted(set(saved) | set(identity))
-            if saved.get(key) != identity.get(key)
-        ]
+        differences = _differences(saved, dict(identity))
         if not self.started():
             if differences and self.rank in (None, 0):
                 self._reset()

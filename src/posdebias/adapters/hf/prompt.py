@@ -91,6 +91,8 @@ class PromptOptions(AdapterOptions):
 def coerce_prompt(prompt: TaskTemplate | dict | str | Path | None) -> TaskTemplate | None:
     """The retrieval template of the adapter option ``prompt``: a template, a mapping of its
     fields (each replacing the default's; the older form too), or a JSON file of them."""
+    if isinstance(prompt, TaskTemplate) and prompt.tie_label is not None:
+        raise ConfigError(_NO_TIE)
     if prompt is None or isinstance(prompt, TaskTemplate):
         return prompt
     if isinstance(prompt, (str, Path)):
@@ -109,8 +111,17 @@ def load_prompt_file(path: Path) -> TaskTemplate:
     return _template(data, f"prompt file {path}")
 
 
+#: Why the retrieval prompt has no tie label.
+_NO_TIE = (
+    "prompt: tie_label is a pairwise judge's answer, not a retrieval prompt's; set it in "
+    "task_prompt"
+)
+
+
 def _template(fields: dict[str, Any], where: str) -> TaskTemplate:
-    known = [*TaskTemplate.model_fields, *FORMER_FIELDS]
+    if "tie_label" in fields:
+        raise ConfigError(_NO_TIE.replace("prompt", where, 1))
+    known = [*(name for name in TaskTemplate.model_fields if name != "tie_label"), *FORMER_FIELDS]
     unknown = [name for name in fields if name not in known]
     if unknown:
         raise ConfigError(
@@ -119,7 +130,7 @@ def _template(fields: dict[str, Any], where: str) -> TaskTemplate:
     try:
         return task_template("retrieval", fields)
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {str(exc).removeprefix('prompt: ')}") from None
 
 
 class PosesInstances(Protocol):
