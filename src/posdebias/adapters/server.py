@@ -76,7 +76,6 @@ from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     TEXT_TASKS,
-    adapter_templates,
     joined_text_messages,
     scored_labels,
 )
@@ -600,13 +599,7 @@ class ServerAdapter(Adapter):
         self.label_set = opts.label_set
         self.prompt_variant = opts.prompt_variant
         #: every task's template as configured, and under the prompt variant
-        self.base_task_templates, self.task_templates = adapter_templates(
-            opts.prompt,
-            opts.task_prompt,
-            opts.prompt_variant,
-            opts.label_set,
-            answer_space=opts.answer_space,
-        )
+        self.base_task_templates, self.task_templates = opts.templates()
         # a tie label that is also an answer's label: refused now, not at the first request
         scored_labels(
             "pairwise_judge",

@@ -73,7 +73,6 @@ from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import (
     TEXT_TASKS,
-    adapter_templates,
     candidate_char_spans,
     check_sentinel_free,
     scored_labels,
@@ -257,13 +256,7 @@ class HFAdapter(Adapter):
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
         self.task_prompt = opts.task_prompt
         #: every task's template as configured, and under the adapter's prompt variant
-        self.base_task_templates, self.task_templates = adapter_templates(
-            opts.prompt,
-            opts.task_prompt,
-            opts.prompt_variant,
-            self.label_set,
-            answer_space=opts.answer_space,
-        )
+        self.base_task_templates, self.task_templates = opts.templates()
         # a text model has no image token: an id no token has keeps the types simple
         self.image_token = "" if self.text_only else self._image_token()
         self.tokens = SpanTokens(image=-1) if self.text_only else self.span_tokens()

@@ -33,6 +33,7 @@ from posdebias.core.tasks import (
     TEMPLATE_OPTIONS,
     TaskTemplate,
     TaskTemplateFields,
+    adapter_templates,
     task_label_set,
     task_template,
     task_variant,
@@ -67,6 +68,17 @@ class PromptOptions(AdapterOptions):
         description="end the retrieval prompt's query with a space ('Answer: '), as the "
         "authors' prompts do (protocol reference sets it)",
     )
+
+    def templates(self) -> tuple[dict[str, TaskTemplate], dict[str, TaskTemplate]]:
+        """Every task's template as these options configure it, and under the prompt variant
+        (:func:`~posdebias.core.tasks.adapter_templates`)."""
+        return adapter_templates(
+            self.prompt,
+            self.task_prompt,
+            self.prompt_variant,
+            self.label_set,
+            answer_space=self.answer_space,
+        )
 
     @field_validator("label_set")
     @classmethod
