@@ -113,7 +113,7 @@ def test_what_defines_the_observations_still_refuses_a_resume(tmp_path, capsys):
     for change, shown in (
         (("--seed", "1"), "seed: 0 there, 1 now"),
         (("--count", "7"), "count: 6 there, 7 now"),
-        (("-N", "5"), "'n': 4"),
+        (("-N", "5"), "source.n: 4 there, 5 now"),
     ):
         args = [*SIM, "--count", "6", "--orders", "2", *change, "--out", run, "--resume"]
         code, err = cli(capsys, *args)

@@ -131,9 +131,9 @@ _NO_TIE = (
 
 
 def _template(fields: dict[str, Any], where: str) -> TaskTemplate:
-    if "tie_label" in fields:
+    if fields.get("tie_label") is not None:
         raise ConfigError(_NO_TIE.replace("prompt", where, 1))
-    known = [*(name for name in TaskTemplate.model_fields if name != "tie_label"), *FORMER_FIELDS]
+    known = [*TaskTemplate.model_fields, *FORMER_FIELDS]
     unknown = [name for name in fields if name not in known]
     if unknown:
         raise ConfigError(
