@@ -147,14 +147,6 @@ def test_a_fresh_run_gives_the_older_runs_numbers(tmp_path):
         }
 
 
-def _variant_config(tmp_path: Path) -> Path:
-    config = json.loads((OLD / "variant-config.json").read_text())
-    config["adapter"]["options"]["model"] = str(ORGANISM)
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
 def test_states_fitted_before_fit_the_same_prompt_through_every_door(tmp_path, capsys):
     """States of an older-form prompt under a variant (OLD/states-variant) are accepted by
     ``evaluate --calibration`` and by the API with that prompt, and refused with another."""
@@ -163,7 +155,7 @@ def test_states_fitted_before_fit_the_same_prompt_through_every_door(tmp_path, c
     from posdebias.organism.benchmark import bundled_benchmark
     from posdebias.testing import write_test_images
 
-    config = _variant_config(tmp_path)
+    config = OLD / "variant-config.json"  # the bundled organism by name
     argv = ["evaluate", "--benchmark", str(bundled_benchmark()), "--count", "8",
             "--calibration-count", "5", "--orders", "2", "--calibrators", "pride",
             "--calibration", str(OLD / "states-variant")]  # fmt: skip
@@ -176,11 +168,13 @@ def test_states_fitted_before_fit_the_same_prompt_through_every_door(tmp_path, c
     options = json.loads(config.read_text())["adapter"]["options"]
     del options["model"]
     state = OLD / "states-variant" / "pride.json"
-    debiaser = posdebias.Debiaser.load(state, posdebias.load_adapter(ORGANISM, **options))
+    debiaser = posdebias.Debiaser.load(
+        state, posdebias.load_adapter("posdebias/organism", **options)
+    )
     images = write_test_images(tmp_path / "images", 4)
     assert sorted(debiaser.rank("a red circle", images).order) == [0, 1, 2, 3]
     with pytest.raises(CalibrationError, match="another prompt"):
-        posdebias.Debiaser.load(state, posdebias.load_adapter(ORGANISM))
+        posdebias.Debiaser.load(state, posdebias.load_adapter("posdebias/organism"))
 
 
 def test_the_prompt_options_are_declared_once_for_every_adapter_that_renders_prompts():
