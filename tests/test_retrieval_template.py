@@ -236,6 +236,19 @@ def test_a_config_may_name_the_model_in_the_adapter_options(tmp_path, capsys):
     assert "two models given" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", [5, True, ["posdebias/organism"], {"id": "posdebias/organism"}])
+def test_a_model_option_that_is_not_text_is_refused_naming_it(value, tmp_path, capsys):
+    """The model a config names is one id or path: anything else is exit 2 naming the option,
+    before a model is looked for (it reached the loader as a number or a list)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"adapter": {"options": {"model": value}}}))
+    out = tmp_path / "out"
+    assert main(["evaluate", "--config", str(config), *RUN, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "adapter option model: a model id or path (text)" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_a_refused_resume_names_the_setting_that_changed(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(OLD / "run", run)

@@ -579,7 +579,7 @@ def test_the_retrieval_prompts_end_and_the_answer_prefix_are_checked_on_a_vision
     options = {"chat_template": _PLAIN_VL_TEMPLATE, "prompt": {"query": query}}
     if token is None:
         adapter = posdebias.get_adapter(model, processor, answer_prefix=prefix, **options)
-        assert adapter.answer_prefix == prefix
+        assert adapter.options.answer_prefix == prefix
         return
     message = f"writes {token!r} where it meets the end of the prompt (retrieval)"
     with pytest.raises(ConfigError, match=re.escape(message)):

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._inputs import excerpt
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
@@ -55,7 +54,7 @@ from posdebias.evaluation.distributed import Shard, current_shard, placement
 from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.groups import group_statistics
 from posdebias.evaluation.judging import judge_metrics
-from posdebias.evaluation.preset import Preset, ResolvedConfig, resolve_preset
+from posdebias.evaluation.preset import Preset, ResolvedConfig, named_model, resolve_preset
 from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
     apply_specs,
@@ -103,13 +102,8 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     first for the bundled default."""
     options = dict(config.adapter.options)
     protocol = get_protocol(config.protocol)
-    named = options.pop("model", None)
-    if config.model is not None and named is not None and named != config.model:
-        raise InputError(
-            f"two models given: --model {excerpt(config.model)} and the adapter option "
-            f"model={excerpt(named)}; give one"
-        )
-    model = config.model if config.model is not None else named
+    model = named_model(config)
+    options.pop("model", None)
     if protocol.query_trailing_space and _takes_option(config, "answer_space"):
         options.setdefault("answer_space", True)  # the protocol's prompt, as an option
     if model is not None or _takes_option(config, "label_set"):

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from posdebias._inputs import excerpt
 from posdebias._threads import torch_threads
-from posdebias.errors import InputError
+from posdebias.errors import ConfigError, InputError
 from posdebias.evaluation.config import EvaluateConfig, orders_of
 from posdebias.registry import BundledModel, get_registry
 
@@ -97,12 +98,19 @@ def registry_preset(config: EvaluateConfig) -> Preset | None:
 
 
 def named_model(config: EvaluateConfig) -> str | None:
-    """The model the config names: ``model`` (``--model``), else its adapter's option
-    ``model`` (a config file may name it there)."""
-    if config.model is not None:
-        return config.model
+    """The model the config names: ``model`` (``--model``) or its adapter's option ``model``
+    (a config file may name it there); two different models are refused."""
     named = config.adapter.options.get("model")
-    return named if isinstance(named, str) else None
+    if named is not None and not isinstance(named, str):
+        raise ConfigError(
+            f"adapter option model: a model id or path (text), not {type(named).__name__}"
+        )
+    if config.model is not None and named is not None and named != config.model:
+        raise InputError(
+            f"two models given: --model {excerpt(config.model)} and the adapter option "
+            f"model={excerpt(named)}; give one"
+        )
+    return config.model if config.model is not None else named
 
 
 def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> ResolvedConfig:

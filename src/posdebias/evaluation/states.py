@@ -23,13 +23,20 @@ from posdebias.errors import CalibrationError, ConfigError, OutputError
 from posdebias.evaluation.config import SAFE_LABEL
 
 
+def _template(adapter: Adapter, task: str) -> TaskTemplate | None:
+    """The adapter's template for ``task``, or None for an adapter without task templates."""
+    templates = getattr(adapter, "task_templates", None)
+    template = templates.get(task) if isinstance(templates, dict) else None
+    return template if isinstance(template, TaskTemplate) else None
+
+
 def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str | None:
     """The prompt hash a calibration state records for ``task``: the digest of the adapter's
     template for that task (an adapter without task templates: the ``prompt_hash`` it
     describes), so that a state fitted on one task's prompt is refused for another's."""
-    templates = getattr(adapter, "task_templates", None)
-    if isinstance(templates, dict) and isinstance(templates.get(task), TaskTemplate):
-        return templates[task].digest()
+    template = _template(adapter, task)
+    if template is not None:
+        return template.digest()
     hashed = describe_adapter(adapter, n).get("prompt_hash")
     return None if hashed is None else str(hashed)
 
@@ -37,9 +44,8 @@ def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str |
 def former_prompt_hashes(adapter: Adapter, task: str) -> tuple[str, ...]:
     """Other hashes a state fitted with the same prompt may record: a retrieval state made
     before retrieval became a task template recorded its older form's digest."""
-    templates = getattr(adapter, "task_templates", None)
-    template = templates.get(task) if isinstance(templates, dict) else None
-    former = former_digest(template) if task == "retrieval" and template is not None else None
+    template = _template(adapter, task) if task == "retrieval" else None
+    former = None if template is None else former_digest(template)
     return () if former is None else (former,)
 
 

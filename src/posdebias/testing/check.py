@@ -574,10 +574,10 @@ class _Checks:
                     f"image {position + 1} {_size(original.size)} -> {_size(fed.size)} "
                     f"(shrunk {factor:.3g}x before the processor)"
                 )
+        resized = adapter.options.image_size
         note = (
-            f"; every image then resized to {adapter.image_size}x{adapter.image_size} "
-            "(the image_size option)"
-            if adapter.image_size is not None
+            f"; every image then resized to {resized}x{resized} (the image_size option)"
+            if resized is not None
             else ""
         )
         if not changes:

@@ -5,16 +5,12 @@ A family adapter subclasses :class:`HFAdapter` and overrides only what its model
 differently: the span tokens (:class:`SpanTokens`), the image spans (:class:`ImageSpan`, with
 :func:`find_image_spans` / :func:`find_closed_spans` / :func:`find_marked_spans` for the
 common layouts), positions or the forward. The modules below (``adapter``, ``spans``,
-``scoring``, ``prompt``, ``generation``, ``verify``, ``cache``, ``layers``) are the
+``scoring``, ``prompt``, ``options``, ``generation``, ``verify``, ``cache``, ``layers``) are the
 implementation; import from here.
 """
 
-from posdebias.adapters.hf.adapter import (
-    BatchingUnsafe,
-    HFAdapter,
-    HFAdapterOptions,
-    PreparedBatch,
-)
+from posdebias.adapters.hf.adapter import BatchingUnsafe, HFAdapter, PreparedBatch
+from posdebias.adapters.hf.options import HFAdapterOptions
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS, PromptOptions
 from posdebias.adapters.hf.spans import (
     ImageSpan,

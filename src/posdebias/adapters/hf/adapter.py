@@ -26,12 +26,10 @@ import hashlib
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
-import posdebias.defaults as defaults
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt
 from posdebias.adapters.attention import install_probe, recording
@@ -41,8 +39,8 @@ from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
+from posdebias.adapters.hf.options import LOADING_OPTIONS, HFAdapterOptions
 from posdebias.adapters.hf.prompt import (
-    PromptOptions,
     check_answer_joins,
     check_instance_prompts,
     check_joined_control_tokens,
@@ -90,65 +88,6 @@ if TYPE_CHECKING:
     from posdebias.adapters.attention import CrossAttentionSpans
     from posdebias.adapters.base import Generation, GenerationSettings
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
-
-
-class HFAdapterOptions(PromptOptions):
-    """Options of every Hugging Face adapter (``adapter.options`` in a config file).
-
-    The prompt options are :class:`PromptOptions`'s; ``model`` and the loading options are used
-    by :func:`posdebias.load_adapter`; the others also apply to :func:`posdebias.get_adapter` on
-    an already loaded model.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = Field(default=None, description="model id or local path")
-    image_size: int | None = Field(
-        default=None,
-        ge=1,
-        le=defaults.MAX_IMAGE_SIZE,
-        description="resize every image to this square (bicubic) first",
-    )
-    max_patches: Annotated[int, Field(ge=1, le=1_024)] | Literal["reference"] | None = Field(
-        default=None,
-        description="tiles per image at most, for processors that tile images (InternVL): a "
-        "number, or 'reference' = 28 // N (the authors' setting); null: the processor's own",
-    )
-    logits_processors: Literal["none", "generation_config"] = Field(
-        default="none",
-        description="score labels on raw logits, or after the checkpoint's generation-config "
-        "logits processors (greedy decoding; e.g. a repetition penalty)",
-    )
-    dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16")
-    device: str | None = Field(default=None, description="cpu, cuda, cuda:1 (default: best)")
-    device_map: str | dict[str, Any] | None = Field(default=None, description="accelerate map")
-    max_memory: dict[int | str, Annotated[int, Field(ge=1, le=2**60)] | str] | None = Field(
-        default=None,
-        description="accelerate's memory per device for device_map (devices it names only)",
-    )
-    trust_remote_code: bool = Field(
-        default=False, description="run the checkpoint's own Python code (only if you trust it)"
-    )
-    revision: str | None = Field(default=None, description="hub branch, tag or commit")
-    chat_template: str | None = Field(
-        default=None,
-        description="the chat template to render prompts with, for a model without one (a base "
-        "model) or to replace its own: a Jinja template, a file holding one, or 'raw' (the "
-        "prompt's text as it is, after the tokenizer's BOS)",
-    )
-
-
-#: The options of :class:`HFAdapterOptions` that load a model (:func:`posdebias.load_adapter`);
-#: an adapter made around a loaded model refuses them.
-LOADING_OPTIONS = (
-    "model",
-    "dtype",
-    "device",
-    "device_map",
-    "max_memory",
-    "trust_remote_code",
-    "revision",
-)
 
 
 def load_image(reference: Any, instance_id: str, min_side: int | None = None) -> Any:
@@ -247,14 +186,12 @@ class HFAdapter(Adapter):
                 "(adapter option chat_template), or --chat-template raw for the prompt's text "
                 "as it is"
             )
+        #: the options as parsed: one home for what they say (the label set and the variant are
+        #: also the adapter contract's attributes)
+        self.options = opts
         self.label_set = opts.label_set
         self.prompt_variant = opts.prompt_variant
-        self.answer_prefix = opts.answer_prefix
-        self.image_size = opts.image_size
-        self.logits_processors = opts.logits_processors
-        self.max_patches = opts.max_patches
         self.model_id = model_id or getattr(model.config, "name_or_path", None) or None
-        self.task_prompt = opts.task_prompt
         #: every task's template as configured, and under the adapter's prompt variant
         self.base_task_templates, self.task_templates = opts.templates()
         # a text model has no image token: an id no token has keeps the types simple
@@ -267,7 +204,7 @@ class HFAdapter(Adapter):
             self.base_task_templates,
             self.control_tokens,
             self.model_id or self.name,
-            [("answer_prefix", self.answer_prefix)],
+            [("answer_prefix", self.options.answer_prefix)],
             self.label_set,
         )
         if self.control_tokens is not None:
@@ -282,7 +219,7 @@ class HFAdapter(Adapter):
                         self.labels_for,
                     )
             check_answer_joins(
-                prompts, self.answer_prefix, self.control_tokens, self.model_id or self.name
+                prompts, self.options.answer_prefix, self.control_tokens, self.model_id or self.name
             )
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token  # needed for batches only
@@ -446,11 +383,11 @@ class HFAdapter(Adapter):
         the option is unset or the image processor does not tile (no ``crop_to_patches``);
         ``reference`` is 28 // n, at least 1 (the authors' InternVL setting)."""
         image_processor = getattr(self.processor, "image_processor", None)
-        if self.max_patches is None or not hasattr(image_processor, "crop_to_patches"):
+        if self.options.max_patches is None or not hasattr(image_processor, "crop_to_patches"):
             return None
-        if self.max_patches == "reference":
+        if self.options.max_patches == "reference":
             return max(1, 28 // max(n, 1))
-        return int(self.max_patches)
+        return int(self.options.max_patches)
 
     def prompt_position_ids(self, inputs: Any) -> Any:
         """Position ids of the padded prompt: each row counts from 0 at its first real token."""
@@ -655,7 +592,9 @@ class HFAdapter(Adapter):
         template = self.task_templates["pairwise_judge"]
         scored = scored_labels("pairwise_judge", template, self.labels_for(2, "pairwise_judge"))
         if len(scored) > 2:
-            tokens = self.tokenizer(self.answer_prefix + scored[2], add_special_tokens=False)
+            tokens = self.tokenizer(
+                self.options.answer_prefix + scored[2], add_special_tokens=False
+            )
             if len(tokens["input_ids"]) != 1:
                 raise ConfigError(_two_token_tie(scored[2], tokens["input_ids"], self.model_id))
 
@@ -666,7 +605,7 @@ class HFAdapter(Adapter):
         those the model saw in training; falls back to the label alone if the prompt's tokens
         change when the answer is appended.
         """
-        answer = self.answer_prefix + label
+        answer = self.options.answer_prefix + label
         base = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
         full = self.tokenizer(rendered + answer, add_special_tokens=False)["input_ids"]
         if len(full) > len(base) and full[: len(base)] == base:
@@ -895,17 +834,19 @@ class HFAdapter(Adapter):
 
     def _load_image(self, reference: Any, instance_id: str, min_side: int | None = None) -> Any:
         image = load_image(reference, instance_id, min_side)
-        if self.image_size is None:
+        if self.options.image_size is None:
             return image
         from PIL import Image
 
-        return image.resize((self.image_size, self.image_size), Image.Resampling.BICUBIC)
+        return image.resize(
+            (self.options.image_size, self.options.image_size), Image.Resampling.BICUBIC
+        )
 
     def label_logits_processor(self, prompt_ids: Any, mask: Any) -> LogitsProcessor:
         """``(prefix, logits) -> logits`` for label scoring: raw, or after the checkpoint's
         generation-config logits processors as greedy ``generate`` applies them (they see the
         prompt ids plus ``prefix``; left padding is ignored through the attention mask)."""
-        if self.logits_processors == "none":
+        if self.options.logits_processors == "none":
             return lambda prefix, logits: logits
         import torch
 
@@ -961,7 +902,9 @@ class HFAdapter(Adapter):
     def describe(self, n: int | None = None) -> dict[str, Any]:
         import transformers
 
-        extra = {} if self.task_prompt is None else {"task_prompt": self.task_prompt}
+        extra = (
+            {} if self.options.task_prompt is None else {"task_prompt": self.options.task_prompt}
+        )
         return {
             **extra,
             "adapter": self.name,
@@ -975,14 +918,14 @@ class HFAdapter(Adapter):
             "label_set": self.label_set,
             "labels": None if n is None else self.labels_for(n),
             "prompt_hash": self.task_templates["retrieval"].digest(),
-            "image_size": self.image_size,
-            "logits_processors": self.logits_processors,
-            "max_patches": self.max_patches,
+            "image_size": self.options.image_size,
+            "logits_processors": self.options.logits_processors,
+            "max_patches": self.options.max_patches,
             "prompt": self.task_templates["retrieval"].recorded(),
             "end_token": None
             if self.end_token_id is None
             else self.tokenizer.convert_ids_to_tokens(self.end_token_id),
-            "answer_prefix": self.answer_prefix,
+            "answer_prefix": self.options.answer_prefix,
             "prompt_variant": self.prompt_variant,
             # a chat template given as an option changes every prompt: its digest is recorded
             "chat_template_sha256": None

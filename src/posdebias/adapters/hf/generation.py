@@ -195,7 +195,7 @@ def _generate_batch(
             extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
         warpers = _inherited_warpers(adapter, settings)
         processors = None
-        if getattr(adapter, "logits_processors", "none") != "none":
+        if adapter.options.logits_processors != "none":
             prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
             processors = generation_config_processors(adapter.model, prompt_ids, mask)
             history = prompt_ids

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from posdebias.adapters.hf.options import HFAdapterOptions
 from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.core.instance import Instance
@@ -84,6 +85,9 @@ class ModelAdapter(Protocol):
 
     @property
     def model_id(self) -> str | None: ...
+
+    @property
+    def options(self) -> HFAdapterOptions: ...
 
     @property
     def label_set(self) -> str | None: ...

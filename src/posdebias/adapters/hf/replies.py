@@ -32,9 +32,9 @@ def reply_tokens(adapter: HFAdapter, request: ReplyRequest) -> tuple[list[int], 
     """(prompt tokens, reply tokens) of one request, refused when the joined text would hold
     one of the model's special tokens that neither the template nor the data holds alone."""
     prompt = reply_prompt(adapter, request.message)
-    reply = adapter.answer_prefix + request.reply
+    reply = adapter.options.answer_prefix + request.reply
     if adapter.control_tokens is not None:
-        neutral = reply_prompt(adapter, "x") + adapter.answer_prefix + "x"
+        neutral = reply_prompt(adapter, "x") + adapter.options.answer_prefix + "x"
         refuse_joined_control_tokens(
             f"instance {excerpt(request.source)} (cloze)",
             prompt + reply,
