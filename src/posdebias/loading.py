@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from posdebias._gguf import GGUF_MAGIC, GGUFDamaged, read_gguf_header
 from posdebias._inputs import excerpt
 from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
@@ -76,7 +77,6 @@ def known_families() -> str:
     return "; ".join(parts)
 
 
-GGUF_MAGIC = b"GGUF"
 #: What a GGUF file's quantised tensors become: transformers dequantises them on load, so the
 #: model runs in float32 unless ``dtype`` asks for another (``auto`` means float32 here).
 GGUF_DEFAULT_DTYPE = "float32"
@@ -112,21 +112,24 @@ def gguf_source(model_id_or_path: str | os.PathLike[str]) -> GGUFSource | None:
 
 
 def gguf_architecture(source: GGUFSource) -> str:
-    """The ``general.architecture`` of a GGUF file, refused unless transformers can load it."""
+    """The ``general.architecture`` of a GGUF file whose header is whole (:mod:`posdebias._gguf`),
+    refused unless transformers can load it."""
     try:
-        from gguf import GGUFReader
+        from gguf import GGML_QUANT_SIZES
     except ImportError:
         raise InputError("loading a GGUF file needs the gguf package: pip install gguf") from None
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
+    path = source.folder / source.file
     try:
-        field = GGUFReader(source.folder / source.file).fields["general.architecture"]
-        architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
-    except (KeyError, IndexError, ValueError, OSError) as exc:
+        sizes = {int(kind): size for kind, size in GGML_QUANT_SIZES.items()}
+        architecture = read_gguf_header(path, sizes).architecture
+    except GGUFDamaged as exc:
         raise InputError(
-            f"GGUF file {source.folder / source.file} is damaged or incomplete "
-            f"({type(exc).__name__}: {str(exc)[:200]}); download or assemble it again"
+            f"GGUF file {path} is damaged or incomplete: {exc}; download or assemble it again"
         ) from None
+    except OSError as exc:
+        raise InputError(f"cannot read model file {path}: {exc.strerror or exc}") from None
     supported = [name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in ("general",)]
     if architecture not in supported:
         raise InputError(
@@ -365,6 +368,8 @@ def load_adapter(
     }
     if not file:  # never unpickle weights from user data: .bin checkpoints can run code on load
         kwargs["use_safetensors"] = True
+    else:  # the config read above: transformers would parse the GGUF file's metadata again
+        kwargs["config"] = config
     if device_map is not None:
         kwargs["device_map"] = device_map
     if max_memory is not None:

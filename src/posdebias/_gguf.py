@@ -1,0 +1,140 @@
+"""A GGUF file's header read and checked in one pass, without its tensor data.
+
+posdebias needs two things from a GGUF file before transformers loads it: the architecture
+(to refuse one transformers cannot load) and the assurance that the file is whole (a truncated
+download must be a clear error, not a traceback deep in a loader). Both come from the header:
+the key-value section, the tensor table and the tensor sizes it implies. The header is walked
+with ``struct`` over a memory map, skipping values it does not need, so a 262k-token vocabulary
+costs a fraction of a second (the ``gguf`` package's reader builds an object per value: about 20
+seconds for Gemma 3's). Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+GGUF_MAGIC = b"GGUF"
+#: the versions whose counts are 64-bit (version 1 is from 2023 and no longer written)
+GGUF_VERSIONS = (2, 3)
+#: byte width of each fixed-size value type (uint8 ... float64; 7 is bool)
+_FIXED_WIDTH = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY = 8, 9
+#: ggml stores at most four dimensions per tensor
+_MAX_DIMS = 4
+_DEFAULT_ALIGNMENT = 32
+
+
+class GGUFDamaged(ValueError):
+    """The file is not a whole GGUF file (the message says where it breaks)."""
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What posdebias reads from a GGUF file before loading it."""
+
+    version: int
+    architecture: str
+    tensor_count: int
+    #: the smallest size the file must have to hold every tensor its table lists
+    required_size: int
+
+
+class _Cursor:
+    """A read position in the mapped file; every read past its end is :class:`GGUFDamaged`."""
+
+    def __init__(self, data: mmap.mmap) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, count: int, what: str) -> int:
+        start = self.pos
+        if count < 0 or start + count > len(self.data):
+            raise GGUFDamaged(f"it ends inside {what} (byte {start} of {len(self.data)})")
+        self.pos = start + count
+        return start
+
+    def unpack(self, fmt: str, what: str) -> tuple[int, ...]:
+        start = self.take(struct.calcsize(fmt), what)
+        return struct.unpack_from(fmt, self.data, start)
+
+    def string(self, what: str) -> bytes:
+        (length,) = self.unpack("<Q", what)
+        start = self.take(length, what)
+        return self.data[start : start + length]
+
+    def skip_value(self, kind: int, what: str) -> None:
+        if kind in _FIXED_WIDTH:
+            self.take(_FIXED_WIDTH[kind], what)
+        elif kind == _STRING:
+            (length,) = self.unpack("<Q", what)
+            self.take(length, what)
+        elif kind == _ARRAY:
+            item_kind, count = self.unpack("<IQ", what)
+            if item_kind in _FIXED_WIDTH:
+                self.take(_FIXED_WIDTH[item_kind] * count, what)
+            elif item_kind == _STRING:
+                for _ in range(count):
+                    (length,) = self.unpack("<Q", what)
+                    self.take(length, what)
+            else:  # arrays of arrays are allowed by the format and written by no one
+                raise GGUFDamaged(f"{what} is an array of value type {item_kind}")
+        else:
+            raise GGUFDamaged(f"{what} has the unknown value type {kind}")
+
+
+def read_gguf_header(path: Path, block_sizes: Mapping[int, tuple[int, int]]) -> GGUFHeader:
+    """The header of the GGUF file at ``path``, checked from its magic bytes to the end of the
+    last tensor (:class:`GGUFDamaged` says where it breaks). ``block_sizes``: for each ggml type,
+    ``(values per block, bytes per block)`` (the ``gguf`` package's ``GGML_QUANT_SIZES``)."""
+    if path.stat().st_size < len(GGUF_MAGIC):
+        raise GGUFDamaged("it is shorter than the GGUF magic bytes")
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        cursor = _Cursor(data)
+        if data[:4] != GGUF_MAGIC:
+            raise GGUFDamaged("it does not start with the GGUF magic bytes")
+        cursor.take(4, "the magic bytes")
+        (version,) = cursor.unpack("<I", "the version")
+        if version not in GGUF_VERSIONS:
+            raise GGUFDamaged(f"its version is {version}; versions {GGUF_VERSIONS} are read")
+        tensor_count, key_count = cursor.unpack("<QQ", "the counts")
+        architecture: str | None = None
+        alignment = _DEFAULT_ALIGNMENT
+        for index in range(key_count):
+            key = cursor.string(f"key {index + 1} of {key_count}").decode("utf-8", "replace")
+            (kind,) = cursor.unpack("<I", f"the type of {key}")
+            if key == "general.architecture" and kind == _STRING:
+                architecture = cursor.string(key).decode("utf-8", "replace")
+            elif key == "general.alignment" and kind == 4:
+                (alignment,) = cursor.unpack("<I", key)
+                if alignment == 0 or alignment & (alignment - 1):
+                    raise GGUFDamaged(f"general.alignment is {alignment}, not a power of two")
+            else:
+                cursor.skip_value(kind, key)
+        if architecture is None:
+            raise GGUFDamaged("it has no general.architecture")
+        end = 0
+        for index in range(tensor_count):
+            name = cursor.string(f"tensor {index + 1} of {tensor_count}").decode("utf-8", "replace")
+            (dims,) = cursor.unpack("<I", name)
+            if not 1 <= dims <= _MAX_DIMS:
+                raise GGUFDamaged(f"tensor {name} has {dims} dimensions")
+            shape = cursor.unpack(f"<{dims}Q", name)
+            ggml_type, offset = cursor.unpack("<IQ", name)
+            if ggml_type not in block_sizes:
+                raise GGUFDamaged(f"tensor {name} has the unknown ggml type {ggml_type}")
+            per_block, block_bytes = block_sizes[ggml_type]
+            values = 1
+            for size in shape:
+                values *= size
+            end = max(end, offset + values // per_block * block_bytes)
+        data_start = -(-cursor.pos // alignment) * alignment
+        if data_start + end > len(data):
+            raise GGUFDamaged(
+                f"its tensors need {data_start + end} bytes and the file has {len(data)} "
+                "(truncated)"
+            )
+        return GGUFHeader(version, architecture, tensor_count, data_start + end)
