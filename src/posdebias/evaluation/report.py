@@ -196,6 +196,13 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     any file is written. The figures then appear together, then ``report.md``.
     """
     root = Path(out)
+    # through the run-directory layer: a link at any name we may write (every figure's too) is
+    # refused before the seconds of drawing and before anything is written, never replaced
+    own = re.compile(r"^[\w.-]+\Z")
+    drawn = RunFolder(root / FIGURES, marker=None, own=own, flag="RUN_DIR")
+    top = RunFolder(root, marker=None, own=own, flag="RUN_DIR")
+    top.refuse_links([FIGURES, "report.md"])
+    drawn.refuse_links(f"{name}.{fmt}" for name, _, _ in REPORT_FIGURES for fmt in FORMATS)
     rendered: dict[str, bytes] = {}
     written: list[tuple[str, str]] = []
     for name, title, draw in REPORT_FIGURES:
@@ -277,13 +284,6 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         lines += ["", f"## {title}", "", f"![{title}]({FIGURES}/{name}.png)", "", vector]
     text = file_text("\n".join(lines)) + "\n"
     figures = root / FIGURES
-    # through the run-directory layer: a link at any name (a figure's too) is refused before
-    # anything is written, never replaced
-    own = re.compile(r"^[\w.-]+\Z")
-    drawn = RunFolder(figures, marker=None, own=own, flag="RUN_DIR")
-    top = RunFolder(root, marker=None, own=own, flag="RUN_DIR")
-    top.refuse_links([FIGURES, "report.md"])
-    drawn.refuse_links(rendered)
     remove_stale(figures)
     _remove_outdated(figures, set(rendered))
     drawn.write_files(rendered)
