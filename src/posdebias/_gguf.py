@@ -17,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from posdebias._inputs import excerpt
+
 GGUF_MAGIC = b"GGUF"
 #: the versions whose counts are 64-bit (version 1 is from 2023 and no longer written)
 GGUF_VERSIONS = (2, 3)
 #: byte width of each fixed-size value type (uint8 ... float64; 7 is bool)
 _FIXED_WIDTH = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY = 8, 9
+_UINT32, _STRING, _ARRAY = 4, 8, 9
 #: ggml stores at most four dimensions per tensor
 _MAX_DIMS = 4
 _DEFAULT_ALIGNMENT = 32
@@ -61,10 +63,14 @@ class _Cursor:
         start = self.take(struct.calcsize(fmt), what)
         return struct.unpack_from(fmt, self.data, start)
 
-    def string(self, what: str) -> bytes:
+    def text(self, what: str) -> str:
+        """A string of the header (UTF-8 by the format; transformers decodes it strictly)."""
         (length,) = self.unpack("<Q", what)
         start = self.take(length, what)
-        return self.data[start : start + length]
+        try:
+            return self.data[start : start + length].decode("utf-8")
+        except UnicodeDecodeError:
+            raise GGUFDamaged(f"{what} is not UTF-8 text") from None
 
     def skip_value(self, kind: int, what: str) -> None:
         if kind in _FIXED_WIDTH:
@@ -104,33 +110,42 @@ def read_gguf_header(path: Path, block_sizes: Mapping[int, tuple[int, int]]) -> 
         architecture: str | None = None
         alignment = _DEFAULT_ALIGNMENT
         for index in range(key_count):
-            key = cursor.string(f"key {index + 1} of {key_count}").decode("utf-8", "replace")
-            (kind,) = cursor.unpack("<I", f"the type of {key}")
+            key = cursor.text(f"key {index + 1} of {key_count}")
+            label = f"key {excerpt(key)}"  # the file's text, escaped and cut for messages
+            (kind,) = cursor.unpack("<I", f"the type of {label}")
             if key == "general.architecture" and kind == _STRING:
-                architecture = cursor.string(key).decode("utf-8", "replace")
-            elif key == "general.alignment" and kind == 4:
-                (alignment,) = cursor.unpack("<I", key)
+                architecture = cursor.text(label)
+            elif key == "general.alignment":  # transformers takes it whatever its type
+                if kind != _UINT32:
+                    raise GGUFDamaged(f"{label} has value type {kind}, not uint32 ({_UINT32})")
+                (alignment,) = cursor.unpack("<I", label)
                 if alignment == 0 or alignment & (alignment - 1):
-                    raise GGUFDamaged(f"general.alignment is {alignment}, not a power of two")
+                    raise GGUFDamaged(f"{label} is {alignment}, not a power of two")
             else:
-                cursor.skip_value(kind, key)
+                cursor.skip_value(kind, label)
         if architecture is None:
             raise GGUFDamaged("it has no general.architecture")
         end = 0
         for index in range(tensor_count):
-            name = cursor.string(f"tensor {index + 1} of {tensor_count}").decode("utf-8", "replace")
-            (dims,) = cursor.unpack("<I", name)
+            label = f"tensor {excerpt(cursor.text(f'tensor {index + 1} of {tensor_count}'))}"
+            (dims,) = cursor.unpack("<I", label)
             if not 1 <= dims <= _MAX_DIMS:
-                raise GGUFDamaged(f"tensor {name} has {dims} dimensions")
-            shape = cursor.unpack(f"<{dims}Q", name)
-            ggml_type, offset = cursor.unpack("<IQ", name)
+                raise GGUFDamaged(f"{label} has {dims} dimensions")
+            shape = cursor.unpack(f"<{dims}Q", label)  # the row (blocks are cut along it) first
+            ggml_type, offset = cursor.unpack("<IQ", label)
             if ggml_type not in block_sizes:
-                raise GGUFDamaged(f"tensor {name} has the unknown ggml type {ggml_type}")
+                raise GGUFDamaged(f"{label} has the unknown ggml type {ggml_type}")
             per_block, block_bytes = block_sizes[ggml_type]
+            if shape[0] % per_block:
+                raise GGUFDamaged(
+                    f"{label} has rows of {shape[0]} values, not whole blocks of {per_block}"
+                )
             values = 1
             for size in shape:
                 values *= size
             end = max(end, offset + values // per_block * block_bytes)
+        if tensor_count == 0:  # no data section: the header is the whole file
+            return GGUFHeader(version, architecture, 0, cursor.pos)
         data_start = -(-cursor.pos // alignment) * alignment
         if data_start + end > len(data):
             raise GGUFDamaged(

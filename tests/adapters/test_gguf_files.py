@@ -181,3 +181,94 @@ def test_any_cut_or_flipped_byte_is_a_header_or_gguf_damaged(data, tmp_path_fact
     except GGUFDamaged:
         return
     assert got.required_size <= cut
+
+
+def text(value: bytes) -> bytes:
+    """A GGUF string: its length, then its bytes."""
+    return struct.pack("<Q", len(value)) + value
+
+
+ARCH = (b"general.architecture", 8, text(b"llama"))
+
+
+def raw_gguf(keys, tensors=(), data=b"") -> bytes:
+    """A GGUF file's bytes as the format lays them out: ``keys`` as (key, value type, value
+    bytes), ``tensors`` as (name, shape, ggml type, offset), then the aligned data."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(keys))
+    for key, kind, value in keys:
+        out += text(key) + struct.pack("<I", kind) + value
+    for name, shape, ggml_type, offset in tensors:
+        out += text(name) + struct.pack(f"<I{len(shape)}Q", len(shape), *shape)
+        out += struct.pack("<IQ", ggml_type, offset)
+    if tensors:
+        out += b"\0" * (-len(out) % 32)
+    return out + data
+
+
+def read_raw(tmp_path, data: bytes):
+    path = tmp_path / "raw.gguf"
+    path.write_bytes(data)
+    return header(path)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [ARCH, (b"evil\x1b[31m\nerror: your GPU is on fire", 99, b"")],  # an unknown type
+        [ARCH, (b"k\x07" * 2_000_000, 99, b"")],  # a 4 MB key
+        [(b"\x1b]0;pwned\x07\n", 10, struct.pack("<I", 7))],  # a key that ends inside its value
+    ],
+)
+def test_a_keys_text_reaches_the_message_escaped_and_cut(keys, tmp_path):
+    """Keys are the file's text: a message shows them escaped (no escape sequence, no line
+    of its own) and cut to a few hundred characters, in Python and on the command line."""
+    with pytest.raises(GGUFDamaged) as raised:
+        read_raw(tmp_path, raw_gguf(keys))
+    message = str(raised.value)
+    assert "\x1b" not in message and "\x07" not in message and "\n" not in message
+    assert len(message) < 500
+    with pytest.raises(InputError) as loaded:
+        gguf_architecture(GGUFSource(tmp_path, "raw.gguf"))
+    assert "\x1b" not in str(loaded.value) and "\n" not in str(loaded.value)
+
+
+def test_a_tensors_name_reaches_the_message_escaped(tmp_path):
+    tensors = [(b"t\x1b]0;pwned\x07", (4, 1, 1, 1, 1), 0, 0)]
+    with pytest.raises(GGUFDamaged, match="has 5 dimensions") as raised:
+        read_raw(tmp_path, raw_gguf([ARCH], tensors))
+    assert "\x1b" not in str(raised.value) and "\\x1b" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ([ARCH, (b"general.alignment", 10, struct.pack("<Q", 64))], "not uint32"),
+        ([ARCH, (b"general.alignment", 4, struct.pack("<I", 48))], "not a power of two"),
+        ([ARCH, (b"general.alignment", 4, struct.pack("<I", 0))], "not a power of two"),
+        ([(b"\xff\xfe", 4, struct.pack("<I", 1)), ARCH], "key 1 of 2 is not UTF-8"),
+        ([(b"general.architecture", 8, text(b"ll\xffama"))], "is not UTF-8"),
+        ([(b"general.architecture", 4, struct.pack("<I", 1))], "no general.architecture"),
+    ],
+)
+def test_header_values_transformers_would_misread_are_refused(keys, message, tmp_path):
+    """An alignment that is not a uint32 power of two (transformers would lay the data out
+    elsewhere and call a truncated file whole), text that is not UTF-8 (transformers decodes
+    it strictly, deep inside its config loader), an architecture that is not text."""
+    tensors = [(b"w", (8,), 0, 0)]
+    with pytest.raises(GGUFDamaged, match=message):
+        read_raw(tmp_path, raw_gguf(keys, tensors, b"\0" * 64))
+
+
+def test_a_quantised_row_that_is_not_whole_blocks_is_refused(tmp_path):
+    """Q4_0 packs 32 values a block: a row of 300 is not a tensor ggml can write."""
+    q4_0 = int(gguf.GGMLQuantizationType.Q4_0)
+    with pytest.raises(GGUFDamaged, match="rows of 300 values, not whole blocks of 32"):
+        read_raw(tmp_path, raw_gguf([ARCH], [(b"w", (300, 2), q4_0, 0)], b"\0" * 400))
+    got = read_raw(tmp_path, raw_gguf([ARCH], [(b"w", (320, 2), q4_0, 0)], b"\0" * 360))
+    assert got.required_size == len(raw_gguf([ARCH], [(b"w", (320, 2), q4_0, 0)])) + 360
+
+
+def test_a_file_without_tensors_is_its_header(tmp_path):
+    data = raw_gguf([ARCH, (b"general.name", 8, text(b"empty"))])
+    got = read_raw(tmp_path, data)
+    assert (got.tensor_count, got.required_size) == (0, len(data))
