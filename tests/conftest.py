@@ -29,6 +29,38 @@ if INSTALLED_PLUGINS:
     os.environ["POSDEBIAS_BLOCK_PLUGINS"] = ",".join(sorted(INSTALLED_PLUGINS | _already))
 
 
+#: a test of an ``xdist_group`` that ``--dist loadgroup`` did not group (see below)
+UNGROUPED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """``--dist loadgroup`` keeps each ``xdist_group`` on one worker, so its fixtures (the vLLM
+    server, the real models, the harness runs) are made once, by renaming its tests
+    ``NODEID@GROUP``. A pytest that ignores the rename splits the groups silently and every
+    worker makes every group's fixtures (minutes): noted here, refused by :func:`_grouped`."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})  # fmt: skip
+        if groups and not item.nodeid.endswith("@" + "_".join(groups)):
+            config.stash[UNGROUPED] = item.nodeid
+            return
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _grouped(request):
+    ungrouped = request.config.stash.get(UNGROUPED, None)
+    if ungrouped is not None:
+        pytest.fail(
+            f"--dist loadgroup does not group {ungrouped} (pytest {pytest.__version__} ignores "
+            "pytest-xdist's renaming): install the versions of constraints/test.txt (`make "
+            "test` does)",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(autouse=True)
 def _fresh_registry():
     """Each test sees a registry built from scratch (plugins registered in one test stay there)."""
