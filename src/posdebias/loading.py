@@ -102,11 +102,11 @@ def gguf_source(model_id_or_path: str | os.PathLike[str]) -> GGUFSource | None:
         with path.open("rb") as handle:
             magic = handle.read(len(GGUF_MAGIC))
     except OSError as exc:
-        raise InputError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read model file {str(path)!r}: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:
         raise InputError(
-            f"model path {path} is a file but not a GGUF file (it does not start with "
-            "'GGUF'); pass a GGUF file, a Hugging Face model directory or a hub id"
+            f"model path {str(path)!r} is a file but not a GGUF file (it does not start "
+            "with 'GGUF'); pass a GGUF file, a Hugging Face model directory or a hub id"
         )
     return GGUFSource(path.parent, path.name)
 
@@ -126,15 +126,17 @@ def gguf_architecture(source: GGUFSource) -> str:
         architecture = read_gguf_header(path, sizes).architecture
     except GGUFDamaged as exc:
         raise InputError(
-            f"GGUF file {path} is damaged or incomplete: {exc}; download or assemble it again"
+            f"GGUF file {str(path)!r} is damaged or incomplete: {exc}; download or "
+            "assemble it again"
         ) from None
     except OSError as exc:
-        raise InputError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot read model file {str(path)!r}: {exc.strerror or exc}") from None
     supported = [name for name in GGUF_SUPPORTED_ARCHITECTURES if name not in ("general",)]
     if architecture not in supported:
         raise InputError(
-            f"GGUF file {source.file} holds a {excerpt(architecture)} model, which the installed "
-            f"transformers cannot load from GGUF (it loads: {', '.join(sorted(supported))}); "
+            f"GGUF file {source.file!r} holds a {excerpt(architecture)} model, which the "
+            "installed transformers cannot load from GGUF (it loads: "
+            f"{', '.join(sorted(supported))}); "
             "convert the checkpoint to a Hugging Face folder or use another build of it"
         )
     return architecture
@@ -159,8 +161,9 @@ def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | No
     if path.exists():
         if not (path / "config.json").is_file():
             raise InputError(
-                f"model directory {path} has no config.json; it is not a Hugging Face model "
-                "directory (save one with model.save_pretrained and processor.save_pretrained)"
+                f"model directory {str(path)!r} has no config.json; it is not a Hugging "
+                "Face model directory (save one with model.save_pretrained and "
+                "processor.save_pretrained)"
             )
         return str(path)
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text[:1]
@@ -351,7 +354,7 @@ def load_adapter(
     cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
     if gguf is not None and not cls.text_only:
         raise InputError(
-            f"GGUF file {gguf.file} holds a {config.model_type!r} model, which adapter "
+            f"GGUF file {gguf.file!r} holds a {config.model_type!r} model, which adapter "
             f"{cls.name!r} reads as an image-text model; posdebias loads GGUF files of language "
             "models only (a vision model needs its Hugging Face folder)"
         )

@@ -272,3 +272,22 @@ def test_a_file_without_tensors_is_its_header(tmp_path):
     data = raw_gguf([ARCH, (b"general.name", 8, text(b"empty"))])
     got = read_raw(tmp_path, data)
     assert (got.tensor_count, got.required_size) == (0, len(data))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.write_bytes(b"not gguf"), "not a GGUF file"),  # a file of another kind
+        (lambda p: p.write_bytes(b"GGUF\x03\x00"), "damaged or incomplete"),  # a cut header
+        (lambda p: p.mkdir(), "has no config.json"),  # a folder that is no model
+    ],
+)
+def test_a_model_paths_text_reaches_the_message_escaped(make, message, tmp_path, capsys):
+    """The user's path is text from outside: shown escaped, with no line of its own."""
+    path = tmp_path / "evil\x1b[31m\nerror: fake"
+    make(path)
+    out = tmp_path / "out"
+    assert main(["evaluate", "--model", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "\x1b" not in err and "\nerror: fake" not in err
+    assert not out.exists()
