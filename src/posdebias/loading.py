@@ -222,7 +222,7 @@ def remote_code_message(source: str, detail: str) -> str:
         "can. If you trust its source, opt in with --trust-remote-code (posdebias check / "
         "evaluate) or `trust_remote_code: true` in the adapter options of the config file "
         "(adapter: {options: {trust_remote_code: true}}), then run `posdebias check --model "
-        f"{source} --trust-remote-code` to see whether the generic adapter scores it right"
+        f"{source!r} --trust-remote-code` to see whether the generic adapter scores it right"
     )
 
 
