@@ -11,12 +11,15 @@ the model was trained or tuned with, used unless a prompt is passed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from posdebias._gguf import GGUF_MAGIC, GGUFDamaged, read_gguf_header
@@ -250,6 +253,41 @@ def _refuse_remote_code(source: str) -> None:
         )
 
 
+#: held while :func:`one_gguf_parse` lends the ``gguf`` package its shared reader
+_GGUF_READER_SWAP = threading.RLock()
+
+
+@contextlib.contextmanager
+def one_gguf_parse() -> Iterator[None]:
+    """Within this scope transformers gets one ``gguf.GGUFReader`` per file.
+
+    transformers parses a GGUF file's metadata anew for the config, the tokenizer and the
+    weights, and a parse is slow for a large vocabulary (Gemma 3's 262k tokens: 9.5 s each on
+    one CPU core); the reader is a read-only memory map, so one serves all three. The package
+    attribute is swapped for the scope, so a load in another thread waits for it.
+    """
+    import gguf
+
+    with _GGUF_READER_SWAP:
+        original = gguf.GGUFReader
+        readers: dict[tuple[str, int, int], Any] = {}
+
+        def shared_reader(path: str | os.PathLike[str], mode: Literal["r", "r+", "c"] = "r") -> Any:
+            if mode != "r":  # a writable map is never shared
+                return original(path, mode)
+            stat = os.stat(path)
+            key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+            if key not in readers:
+                readers[key] = original(path, mode)
+            return readers[key]
+
+        gguf.GGUFReader = shared_reader  # type: ignore[misc,assignment]
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = original  # type: ignore[misc]
+
+
 def _load_config(source: str, revision: str | None, trust_remote_code: bool, **file: Any) -> Any:
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
@@ -349,72 +387,75 @@ def load_adapter(
         AutoTokenizer,
     )
 
-    config = _load_config(source, revision, trust_remote_code, **file)
-    cls = _adapter_class(config.model_type, adapter)
-    cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
-    if gguf is not None and not cls.text_only:
-        raise InputError(
-            f"GGUF file {gguf.file!r} holds a {config.model_type!r} model, which adapter "
-            f"{cls.name!r} reads as an image-text model; posdebias loads GGUF files of language "
-            "models only (a vision model needs its Hugging Face folder)"
-        )
-    # a prompt file that is there but not a regular file is refused, never silently skipped
-    if prompt is None and gguf is None and os.path.lexists(Path(source, PROMPT_FILE)):
-        prompt = load_prompt_file(Path(source, PROMPT_FILE))
-    if device_map is None and device is not None:
-        check_device(device)
-    kwargs: dict[str, Any] = {
-        "revision": revision,
-        "trust_remote_code": trust_remote_code,
-        "dtype": _torch_dtype(dtype),
-        **file,
-    }
-    if not file:  # never unpickle weights from user data: .bin checkpoints can run code on load
-        kwargs["use_safetensors"] = True
-    else:  # the config read above: transformers would parse the GGUF file's metadata again
-        kwargs["config"] = config
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    if max_memory is not None:
-        if device_map is None:
-            raise InputError("max_memory applies to device_map placement; set device_map too")
-        # a config file's keys are text: "0" is GPU 0 for accelerate
-        kwargs["max_memory"] = {
-            int(k) if isinstance(k, str) and k.isdigit() else k: v for k, v in max_memory.items()
-        }
-    try:
-        # a text-only family's processor is its tokenizer, its model a causal LM
-        processor_class = AutoTokenizer if cls.text_only else AutoProcessor
-        causal = cls.text_only or cls.loads_as_causal_lm
-        model_class = AutoModelForCausalLM if causal else AutoModelForImageTextToText
-        processor = processor_class.from_pretrained(
-            source, revision=revision, trust_remote_code=trust_remote_code, **file
-        )
-        model = model_class.from_pretrained(source, **kwargs)
-    except OSError as exc:
-        hint = ""
-        if "safetensors" in str(exc):
-            hint = (
-                " posdebias loads safetensors weights only (pickled .bin checkpoints can run "
-                "code); convert the checkpoint with save_pretrained(safe_serialization=True)"
-            )
-        raise InputError(f"cannot load model {source!r}: {exc}.{hint}") from None
-    except ImportError as exc:  # e.g. SmolVLM's processor needs num2words
-        raise InputError(f"cannot load model {source!r}: {exc}") from None
-    except ValueError as exc:
-        if not trust_remote_code and "trust_remote_code" in str(exc):
+    # one parse of a GGUF file's metadata for the config, the tokenizer and the weights
+    with one_gguf_parse() if gguf is not None else contextlib.nullcontext():
+        config = _load_config(source, revision, trust_remote_code, **file)
+        cls = _adapter_class(config.model_type, adapter)
+        cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
+        if gguf is not None and not cls.text_only:
             raise InputError(
-                remote_code_message(source, "its processor needs custom code")
+                f"GGUF file {gguf.file!r} holds a {config.model_type!r} model, which "
+                f"adapter {cls.name!r} reads as an image-text model; posdebias loads GGUF "
+                "files of language models only (a vision model needs its Hugging Face folder)"
+            )
+        # a prompt file that is there but not a regular file is refused, never silently skipped
+        if prompt is None and gguf is None and os.path.lexists(Path(source, PROMPT_FILE)):
+            prompt = load_prompt_file(Path(source, PROMPT_FILE))
+        if device_map is None and device is not None:
+            check_device(device)
+        kwargs: dict[str, Any] = {
+            "revision": revision,
+            "trust_remote_code": trust_remote_code,
+            "dtype": _torch_dtype(dtype),
+            **file,
+        }
+        if not file:  # never unpickle weights from user data: .bin checkpoints can run code on load
+            kwargs["use_safetensors"] = True
+        else:  # the config read above: transformers would parse the GGUF file's metadata again
+            kwargs["config"] = config
+        if device_map is not None:
+            kwargs["device_map"] = device_map
+        if max_memory is not None:
+            if device_map is None:
+                raise InputError("max_memory applies to device_map placement; set device_map too")
+            # a config file's keys are text: "0" is GPU 0 for accelerate
+            kwargs["max_memory"] = {
+                int(k) if isinstance(k, str) and k.isdigit() else k: v
+                for k, v in max_memory.items()
+            }
+        try:
+            # a text-only family's processor is its tokenizer, its model a causal LM
+            processor_class = AutoTokenizer if cls.text_only else AutoProcessor
+            causal = cls.text_only or cls.loads_as_causal_lm
+            model_class = AutoModelForCausalLM if causal else AutoModelForImageTextToText
+            processor = processor_class.from_pretrained(
+                source, revision=revision, trust_remote_code=trust_remote_code, **file
+            )
+            model = model_class.from_pretrained(source, **kwargs)
+        except OSError as exc:
+            hint = ""
+            if "safetensors" in str(exc):
+                hint = (
+                    " posdebias loads safetensors weights only (pickled .bin checkpoints can run "
+                    "code); convert the checkpoint with save_pretrained(safe_serialization=True)"
+                )
+            raise InputError(f"cannot load model {source!r}: {exc}.{hint}") from None
+        except ImportError as exc:  # e.g. SmolVLM's processor needs num2words
+            raise InputError(f"cannot load model {source!r}: {exc}") from None
+        except ValueError as exc:
+            if not trust_remote_code and "trust_remote_code" in str(exc):
+                raise InputError(
+                    remote_code_message(source, "its processor needs custom code")
+                ) from None
+            raise AdapterError(
+                f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
+                f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"
             ) from None
-        raise AdapterError(
-            f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
-            f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"
-        ) from None
-    except Exception as exc:  # a damaged file: truncated safetensors, a broken tokenizer, ...
-        raise InputError(
-            f"cannot load model {source!r}: {type(exc).__name__}: {str(exc)[:300]}. A file of "
-            "the model folder is damaged or truncated; download or save the model again"
-        ) from None
+        except Exception as exc:  # a damaged file: truncated safetensors, a broken tokenizer, ...
+            raise InputError(
+                f"cannot load model {source!r}: {type(exc).__name__}: {str(exc)[:300]}. A file of "
+                "the model folder is damaged or truncated; download or save the model again"
+            ) from None
     model = cls.prepare_loaded(model, _local_folder(source, revision))
     if device_map is None:
         model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))

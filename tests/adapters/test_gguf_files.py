@@ -291,3 +291,45 @@ def test_a_model_paths_text_reaches_the_message_escaped(make, message, tmp_path,
     err = capsys.readouterr().err
     assert message in err and "\x1b" not in err and "\nerror: fake" not in err
     assert not out.exists()
+
+
+# -- one parse of a file's metadata per load (loading.one_gguf_parse) --------------------------
+
+
+def test_within_one_load_each_file_is_parsed_once_and_the_reader_comes_back(tmp_path):
+    """In the scope a file gives one reader (an alias path, the same file), another file its
+    own, a writable map a new one; after the scope, also one left by an error, the package's
+    own class is back and parses anew."""
+    from posdebias.loading import one_gguf_parse
+
+    first, second = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    written(first)
+    written(second, extra={"general.name": "b"})
+    (tmp_path / "alias.gguf").symlink_to(first)
+    original = gguf.GGUFReader
+    with one_gguf_parse():
+        reader = gguf.GGUFReader(first)
+        assert gguf.GGUFReader(str(tmp_path / "alias.gguf")) is reader
+        assert gguf.GGUFReader(second) is not reader
+        assert gguf.GGUFReader(first, "c") is not reader  # a copy-on-write map is never shared
+        assert isinstance(reader, original) and len(reader.tensors) == 2
+    assert gguf.GGUFReader is original and gguf.GGUFReader(first) is not reader
+    with pytest.raises(RuntimeError, match="inside"), one_gguf_parse():
+        raise RuntimeError("inside")
+    assert gguf.GGUFReader is original
+
+
+def test_a_file_rewritten_during_the_scope_is_parsed_again(tmp_path):
+    """The reader is shared by path, size and mtime: a file written anew is read anew."""
+    import os
+
+    from posdebias.loading import one_gguf_parse
+
+    path = tmp_path / "m.gguf"
+    written(path)
+    with one_gguf_parse():
+        reader = gguf.GGUFReader(path)
+        written(path, extra={"general.name": "a longer file than before"})
+        os.utime(path, ns=(1, 1))
+        again = gguf.GGUFReader(path)
+        assert again is not reader and "general.name" in again.fields

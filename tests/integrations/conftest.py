@@ -25,6 +25,7 @@ def organism_benchmark(tmp_path_factory) -> Path:
     return build_organism_benchmark(tmp_path_factory.mktemp("organism-bench"), count=45)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names the group into the node ids
 def pytest_collection_modifyitems(items):
     """One xdist worker runs every harness test (`make test` uses --dist loadgroup), so the
     benchmark and the lmms-eval runs that several tests read are made once, not per worker."""
