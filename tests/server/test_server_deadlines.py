@@ -14,6 +14,7 @@ import time
 import warnings
 
 import pytest
+from local_server import LocalServer
 
 from posdebias.adapters.server import ServerAdapter
 from posdebias.core.instance import Instance
@@ -125,11 +126,11 @@ def scores(body: dict, model: object) -> bytes:
     return json.dumps(payload).encode()
 
 
-class Named:
+class Named(LocalServer):
     """A local HTTP server whose answers say they come from ``model``."""
 
     def __init__(self, model: object) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
@@ -143,20 +144,7 @@ class Named:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> Named:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.mark.parametrize("model", [None, "m"])

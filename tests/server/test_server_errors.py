@@ -4,17 +4,17 @@ retries with backoff, no redirect followed, nothing sent but to base_url. No vLL
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from local_server import LocalServer
 
 from posdebias.adapters.server import ServerAdapter
 from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError, ConfigError, InputError
 
 
-class Server:
+class Server(LocalServer):
     """A local HTTP server answering POSTs with ``respond(path, body) -> (status, payload)``."""
 
     def __init__(self, respond):
@@ -37,20 +37,7 @@ class Server:
             def log_message(self, *args):
                 pass
 
-        self.httpd = HTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, threaded=False)
 
 
 def instance(tmp_path) -> Instance:

@@ -9,12 +9,12 @@ numbers, wrong types, huge or trickling bodies, deep JSON. No vLLM needed.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from local_server import LocalServer
 
 from posdebias.adapters import server as server_module
 from posdebias.adapters.hf.generation import GenerationSettings
@@ -27,7 +27,7 @@ from posdebias.errors import AdapterError, ConfigError, InputError
 Reply = tuple[int, dict[str, str], Iterable[bytes], float]
 
 
-class Hostile:
+class Hostile(LocalServer):
     """A local HTTP server whose every POST is answered by ``respond(path, body)``."""
 
     def __init__(self, respond: Callable[[str, dict], Reply]) -> None:
@@ -59,21 +59,7 @@ class Hostile:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> Hostile:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def json_reply(payload: object, status: int = 200) -> Reply:
