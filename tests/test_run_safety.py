@@ -126,7 +126,7 @@ def test_what_defines_the_observations_still_refuses_a_resume(tmp_path, capsys):
 def _slow_run(tmp_path: Path, run: Path) -> subprocess.Popen:
     config = tmp_path / "slow.yaml"
     config.write_text(
-        "adapter: {name: synthetic, options: {latency: 0.01}}\ncount: 200\norders: 3\n"
+        "adapter: {name: synthetic, options: {latency: 0.01}}\ncount: 100\norders: 3\n"
     )
     return running_cli(
         ["evaluate", "--config", config, "--out", run],
@@ -983,8 +983,13 @@ def test_a_disk_that_fills_while_the_trained_model_is_written_is_exit_2(tmp_path
     with full_file_system(tmp_path, size="256k", fill=False) as small:
         if small is None:
             pytest.skip("mounting a tmpfs needs root")
-        plan = TrainingPlan(
-            pool_size=24, batch_size=4, alignment_steps=1, retrieval_steps=1, bias_steps=1
+        plan = TrainingPlan(  # one step of each of the four stages
+            pool_size=24,
+            batch_size=4,
+            alignment_steps=1,
+            retrieval_steps=1,
+            confound_steps=1,
+            bias_steps=1,
         )
         with pytest.raises(OutputError, match="cannot write the model to .*No space left"):
             train_organism(small / "model", plan, log=lambda line: None)
