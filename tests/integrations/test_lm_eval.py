@@ -298,7 +298,7 @@ def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_pat
     results = lm_eval.simple_evaluate(
         model=lm,
         tasks=["words_rotated"],
-        task_manager=TaskManager(include_path=str(folder)),
+        task_manager=TaskManager(include_path=str(folder), include_defaults=False),
         num_fewshot=0,
         verbosity="WARNING",
     )

@@ -39,7 +39,7 @@ def evaluate(lm, folder) -> dict:
     return lm_eval.simple_evaluate(
         model=lm,
         tasks=[TASK],
-        task_manager=TaskManager(include_path=str(folder)),
+        task_manager=TaskManager(include_path=str(folder), include_defaults=False),
         num_fewshot=0,
         log_samples=True,
         verbosity="WARNING",
