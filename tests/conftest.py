@@ -73,10 +73,12 @@ def _fresh_registry():
 
 @pytest.fixture(autouse=True)
 def _figures_only_where_asked(request, monkeypatch):
-    """A run's report draws its figures (most of a small run's time) only in a test marked
-    ``figures``; elsewhere report.md is written without them. Subprocesses draw them as usual."""
+    """A run's report and a study's draw their figures (most of a small run's time) only in a
+    test marked ``figures``; elsewhere report.md is written without them. Subprocesses draw them
+    as usual."""
     if request.node.get_closest_marker("figures") is None:
         monkeypatch.setattr("posdebias.evaluation.report.REPORT_FIGURES", ())
+        monkeypatch.setattr("posdebias.evaluation.sweep.figure_files", lambda *_: {})
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from posdebias.cli import build_parser
-from posdebias.cli.evaluate import RUN_FLAGS, config_flags
+from posdebias.cli.evaluate import RUN_FLAGS, config_flags, with_model_options
 from posdebias.evaluation.config import EvaluateConfig, load_config
 
 
@@ -28,6 +28,35 @@ def test_every_config_field_has_an_evaluate_flag_and_every_flag_a_field():
 def test_the_other_commands_flags_name_config_fields_or_their_own(command):
     own = {"calibrate": {"out"}, "sweep": {"study", "benchmarks", "values", "out"}}[command]
     assert flags_of(command) - set(EvaluateConfig.model_fields) - own <= RUN_FLAGS
+
+
+def test_a_sweep_offers_every_setting_of_evaluate_but_those_a_study_decides():
+    """Each point of a study is an `evaluate`: the sweep takes the same flags (--task and
+    --order-kind were missing), less the declared ones a study sets or cannot use."""
+    from posdebias.cli.sweep import STUDY_DECIDES
+
+    own = {"study", "benchmarks", "values"}
+    assert flags_of("sweep") - own == flags_of("evaluate") - set(STUDY_DECIDES)
+    assert all(reason for reason in STUDY_DECIDES.values())
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate", "sweep", "check", "rank"])
+def test_every_command_that_loads_a_model_takes_the_same_model_flags(command):
+    assert {"model", "adapter", "chat_template", "threads", "trust_remote_code"} <= flags_of(
+        command
+    )
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate", "sweep"])
+def test_the_task_flag_reaches_the_config(command, tmp_path):
+    argv = [command, "--task", "multiple_choice", "--base-url", "http://127.0.0.1:9/v1",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    if command == "sweep":
+        argv.insert(1, "tau")
+    args = build_parser(argv).parse_args(argv)
+    assert config_flags(args)["task"] == "multiple_choice"
+    config = with_model_options(load_config(None, adapter="openai"), args)
+    assert config.adapter.options["base_url"] == "http://127.0.0.1:9/v1"
 
 
 def test_each_flag_reaches_its_field(tmp_path):

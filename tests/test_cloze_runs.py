@@ -143,6 +143,7 @@ def test_no_diagnosis_without_what_it_rests_on(cloze_run, tmp_path, at_chance, e
     assert content_diagnosis(EvaluationResults.load(run / "results.json")) is None
 
 
+@pytest.mark.figures
 def test_a_sweep_leaves_rstd_and_cons_of_a_cloze_row_empty(tmp_path):
     import csv
 

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from posdebias.cli import main
 from posdebias.core.instance import candidate_noun
 from posdebias.core.state import CalibrationState
@@ -68,6 +70,53 @@ def test_a_text_multiple_choice_run_never_says_image(tmp_path, capsys):
     assert main(["check", "--task", "multiple_choice"]) == 0
     rows = capsys.readouterr().out
     assert "options rotated by 1" in rows and "image" not in rows.lower()
+
+
+@pytest.mark.figures
+def test_a_text_study_never_says_image(tmp_path, capsys, monkeypatch):
+    """`sweep n` on text questions: its terminal output, report.md and figure (the x axis
+    names the task's candidates) say "options"."""
+    import matplotlib.text
+
+    import posdebias.evaluation.sweep as sweep
+    from posdebias.evaluation.figures import sweep_figure
+    from posdebias.evaluation.sweep.outputs import axis_label, read_table
+
+    drawn_for: list[tuple[str, str | None]] = []
+    figure_files = sweep.figure_files
+
+    def recorded(study, rows, task):
+        drawn_for.append((study, task))
+        return figure_files(study, rows, task)
+
+    monkeypatch.setattr(sweep, "figure_files", recorded)
+    out = tmp_path / "study"
+    argv = ["sweep", "n", "--task", "multiple_choice", "--values", "2,3", "--count", "4",
+            "--orders", "2", "--calibrators", "vanilla,attention_guided",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "image" not in (captured.out + captured.err).lower()
+    assert "image" not in (out / "report.md").read_text().lower()
+    assert drawn_for == [("n", "multiple_choice")]
+    figure = sweep_figure("n", read_table(out / "results.csv"), axis_label("n", "multiple_choice"))
+    texts = [t.get_text() for t in figure.findobj(matplotlib.text.Text)]
+    assert "N (options per instance)" in texts
+    assert not [text for text in texts if "image" in text.lower()]
+
+
+def test_text_errors_name_the_tasks_candidates(tmp_path, capsys):
+    """A transfer between text benchmarks of different N says "options", not "images"."""
+    from real_models import wordnet_benchmark
+
+    benchmarks = [wordnet_benchmark("capitals", 6, n, 0, tmp_path / f"n{n}") for n in (3, 4)]
+    capsys.readouterr()
+    out = tmp_path / "transfer"
+    argv = ["sweep", "transfer", "--benchmarks", *map(str, benchmarks), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "same number of options per instance" in err and "image" not in err.lower()
+    assert not out.exists()
 
 
 def test_a_run_directory_written_before_the_rename_resumes(tmp_path):

@@ -15,6 +15,7 @@ from helpers import cli_run as cli
 SIM = ("evaluate", "--adapter", "synthetic")
 CAL = ("calibrate", "--adapter", "synthetic")
 SWEEP = ("sweep", "tau", "--values", "1", "--adapter", "synthetic", "--count", "2")
+FIGURE_NAMES = ("figure.png", "figure.pdf", "figure.svg")  # a study's figure
 
 
 def _commands(tmp_path: Path, out: Path) -> dict[str, list[object]]:
@@ -131,7 +132,12 @@ def test_a_dangling_link_at_a_written_name_is_never_replaced(tmp_path, capsys, c
 
 
 @pytest.mark.parametrize(
-    "name", ["results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md"]
+    "name",
+    [
+        "results.csv",
+        *(pytest.param(name, marks=pytest.mark.figures) for name in FIGURE_NAMES),
+        "report.md",
+    ],
 )
 def test_a_link_planted_at_a_sweep_output_while_it_runs_is_left_and_nothing_is_written(
     tmp_path, name
@@ -156,7 +162,7 @@ def test_a_link_planted_at_a_sweep_output_while_it_runs_is_left_and_nothing_is_w
         run_sweep("tau", config, SweepSpec(values=[1.0]), out, on_point=plant)
     assert os.readlink(out / name) == str(tmp_path / "nowhere")
     assert not (tmp_path / "nowhere").exists()
-    outputs = {"results.csv", "figure.png", "figure.pdf", "figure.svg", "report.md"}
+    outputs = {"results.csv", *FIGURE_NAMES, "report.md"}
     assert {p.name for p in out.iterdir()} & outputs == {name}
 
 

@@ -73,7 +73,8 @@ def build_parser(args: Sequence[str] = ()) -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="posdebias",
-        description="Measure and remove position bias of multimodal LLMs in multi-image retrieval.",
+        description="Measure and remove the position bias of language and multimodal models that "
+        "choose one of N candidates (images, options, answers, passages).",
     )
     parser.add_argument("--version", action="version", version=f"posdebias {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

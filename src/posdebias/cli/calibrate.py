@@ -8,7 +8,13 @@ from pathlib import Path
 import posdebias.defaults as defaults
 from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
-from posdebias.cli.evaluate import add_model_arguments, config_flags, with_model_options
+from posdebias.cli.evaluate import (
+    add_model_arguments,
+    add_server_argument,
+    config_flags,
+    with_model_options,
+)
+from posdebias.core.instance import TASK_KINDS
 from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
@@ -26,7 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
+    add_server_argument(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        help="task kind, checked against the benchmark's manifest; without a benchmark, the "
+        "task's bundled model and questions",
+    )
     parser.add_argument(
         "--count",
         type=int,

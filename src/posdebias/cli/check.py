@@ -68,12 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="check on the first three instances of this benchmark (posdebias build) instead",
     )
-    parser.add_argument(
-        "--trust-remote-code",
-        dest="trust_remote_code",
-        action="store_true",
-        help="allow the model's own Python code from its repository (runs that code)",
-    )
     parser.set_defaults(handler=run)
 
 

@@ -75,6 +75,62 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: the bundled model's, else half the CPUs or "
         "OMP_NUM_THREADS; 1 to the CPUs of this machine)",
     )
+    parser.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow the model's own Python code from its repository (runs that code)",
+    )
+
+
+def add_server_argument(parser: argparse.ArgumentParser) -> None:
+    """--base-url: the model behind an OpenAI-compatible server (adapter option base_url)."""
+    parser.add_argument(
+        "--base-url",
+        dest="base_url",
+        help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
+        "http://127.0.0.1:8000/v1",
+    )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that evaluates a config's instances (evaluate and each point
+    of a sweep): task, orders, instances, seed, protocol, batching and the statistics. One
+    declaration, so the two commands cannot offer different settings."""
+    add_server_argument(parser)
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        help="task kind (retrieval, multiple_choice, pairwise_judge, rerank); checked against "
+        "the benchmark's manifest; without a benchmark, the task's bundled model and questions",
+    )
+    parser.add_argument(
+        "--orders",
+        type=int,
+        help="candidate orders T per instance (5, or every order where fewer exist: a pair's two)",
+    )
+    parser.add_argument(
+        "--order-kind",
+        choices=("random", "cyclic"),
+        dest="order_kind",
+        help="random orders (default), or the first T cyclic rotations (CircularEval)",
+    )
+    parser.add_argument("--count", type=int, help="number of test instances")
+    parser.add_argument(
+        "--calibration-count",
+        type=int,
+        dest="calibration_count",
+        help=f"calibration instances M ({defaults.CALIBRATION_COUNT}; "
+        f"{defaults.REFERENCE_CALIBRATION_COUNT} under --protocol reference)",
+    )
+    parser.add_argument("--seed", type=int, help="random seed")
+    parser.add_argument(
+        "--protocol",
+        choices=("default", "reference"),
+        help="default, or reference: the authors' evaluation (see the method page)",
+    )
+    parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
+    add_statistics_arguments(parser)
 
 
 #: Flags of `posdebias evaluate` that set no field of the config (the rest are checked against
@@ -95,10 +151,11 @@ def config_flags(args: argparse.Namespace, *, exclude: Collection[str] = ()) -> 
 
 def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> EvaluateConfig:
     """``config`` with the model flags that are adapter options (--chat-template,
-    --trust-remote-code) merged into ``adapter.options``."""
+    --trust-remote-code, --base-url) merged into ``adapter.options``."""
     flags = {
         "chat_template": getattr(args, "chat_template", None),
         "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None,
+        "base_url": getattr(args, "base_url", None),
     }
     given = {key: value for key, value in flags.items() if value is not None}
     if not given:
@@ -117,19 +174,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
-    parser.add_argument(
-        "--base-url",
-        dest="base_url",
-        help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
-        "http://127.0.0.1:8000/v1",
-    )
+    add_run_arguments(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
-    parser.add_argument(
-        "--task",
-        choices=TASK_KINDS,
-        help="task kind (retrieval, multiple_choice, pairwise_judge, rerank); checked against "
-        "the benchmark's manifest",
-    )
     parser.add_argument("--calibration", type=Path, help="saved calibration state file or dir")
     parser.add_argument(
         "--calibration-benchmark",
@@ -146,38 +192,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_row_arguments(parser)
     parser.add_argument(
-        "--orders",
-        type=int,
-        help="candidate orders T per instance (5, or every order where fewer exist: a pair's two)",
-    )
-    parser.add_argument(
-        "--order-kind",
-        choices=("random", "cyclic"),
-        dest="order_kind",
-        help="random orders (default), or the first T cyclic rotations (CircularEval)",
-    )
-    parser.add_argument("--count", type=int, help="number of test instances")
-    parser.add_argument(
-        "--calibration-count",
-        type=int,
-        dest="calibration_count",
-        help=f"calibration instances M ({defaults.CALIBRATION_COUNT}; "
-        f"{defaults.REFERENCE_CALIBRATION_COUNT} under --protocol reference)",
-    )
-    parser.add_argument(
         "-N",
         dest="n",
         type=int,
         help="candidates per instance (simulated model or bundled benchmark)",
     )
-    parser.add_argument("--seed", type=int, help="random seed")
-    parser.add_argument(
-        "--protocol",
-        choices=("default", "reference"),
-        help="default, or reference: the authors' evaluation (see the method page)",
-    )
-    parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
-    add_statistics_arguments(parser)
     add_ci_argument(parser)
     parser.add_argument(
         "--gpus-per-process",
@@ -187,12 +206,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "parallel; device_map over its own group)",
     )
     parser.add_argument("--out", type=Path, help="run directory: logs, results.json, figures")
-    parser.add_argument(
-        "--trust-remote-code",
-        dest="trust_remote_code",
-        action="store_true",
-        help="allow the model's own Python code from its repository (runs that code)",
-    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -205,11 +218,6 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, **config_flags(args))
     config = with_model_options(config, args)
-    if args.base_url is not None:
-        options = {**config.adapter.options, "base_url": args.base_url}
-        config = config.model_copy(
-            update={"adapter": config.adapter.model_copy(update={"options": options})}
-        )
     if args.resume and config.out is None:
         raise InputError("--resume needs --out DIR (the run directory to continue)")
     console = make_console()

@@ -12,6 +12,7 @@ from posdebias.cli import make_console
 from posdebias.cli.evaluate import (
     add_model_arguments,
     add_row_arguments,
+    add_run_arguments,
     config_flags,
     with_model_options,
 )
@@ -22,6 +23,19 @@ from posdebias.evaluation.sweep import STUDIES, Point, SweepSpec, run_sweep
 #: The n study's defaults when neither the command line nor the config sets them: the scaling
 #: table of docs/experiments.md (100 instances x 3 orders at each N).
 N_STUDY_DEFAULTS = {"count": 100, "orders": 3}
+
+
+#: The flags of `posdebias evaluate` a sweep does not take, and why (the rest are shared
+#: through :func:`add_run_arguments`; the tests hold the two commands to this list).
+STUDY_DECIDES = {
+    "calibration": "every point fits its own calibrators (the calibration_size study varies them)",
+    "calibration_transfer": "goes with --calibration",
+    "calibration_benchmark": "the transfer study calibrates on each of --benchmarks; another "
+    "study may set it in its config file",
+    "n": "the n study varies N; another study takes N from its benchmark or config file",
+    "ci": "a study prints no results table (results.csv and report.md hold the intervals)",
+    "gpus_per_process": "data-parallel runs (accelerate launch) are evaluate runs",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("study", choices=STUDIES, help="the study to run")
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
+    add_run_arguments(parser)
     parser.add_argument(
         "--benchmark", help="benchmark directory; for the n study a pattern with {n}"
     )
@@ -43,19 +58,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--values", help="comma-separated N, |Dcal|, K or tau values")
     add_row_arguments(parser)
-    parser.add_argument("--orders", type=int, help="candidate orders T per instance")
-    parser.add_argument("--count", type=int, help="test instances per point")
-    parser.add_argument(
-        "--calibration-count", type=int, dest="calibration_count", help="calibration instances M"
-    )
-    parser.add_argument("--seed", type=int, help="random seed")
-    parser.add_argument("--protocol", choices=("default", "reference"), help="evaluation protocol")
-    parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
-    parser.add_argument(
-        "--resamples",
-        type=int,
-        help="bootstrap resamples of each point's test instances for the 95%% intervals (1000)",
-    )
     parser.add_argument("--out", type=Path, required=True, help="the study's run directory")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted study")
     parser.set_defaults(handler=run)
@@ -106,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = run_sweep(args.study, config, spec, args.out, resume=args.resume, on_point=progress)
     console.print(
-        f"{len(result.rows)} rows in {result.out / 'results.csv'}; figure {result.figure}; "
-        f"report {result.report} ({result.seconds:.0f} s)"
+        f"{len(result.rows)} rows in {result.out / 'results.csv'}; "
+        + ("" if result.figure is None else f"figure {result.figure}; ")
+        + f"report {result.report} ({result.seconds:.0f} s)"
     )
     return 0

@@ -29,6 +29,7 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
     ImageRef,
     Instance,
+    candidate_noun,
     image_key,
     random_orders,
     rotation_order,
@@ -219,8 +220,8 @@ def _observe(adapter: Adapter, instances: list[Instance], batch_size: int) -> li
             )
             raise PluginError(
                 f"adapter {adapter.name!r} from {origin} returned {got} for instance "
-                f"{instance.id[:60]!r} with {instance.n} images; observe_many must return one "
-                "Observation over the N images per instance"
+                f"{instance.id[:60]!r} with {instance.n} {candidate_noun(instance.task)}; "
+                "observe_many must return one Observation over the N candidates per instance"
             )
     return list(observed)
 

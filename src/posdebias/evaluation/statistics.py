@@ -75,7 +75,7 @@ class RowStatistics(BaseModel):
 
     accuracy: Interval = Field(description="Acc, the mean accuracy over the T orders")
     rstd: Interval = Field(description="RStd, std of the recall per truth position (pp)")
-    consistency: Interval = Field(description="Cons., % instances with one image in all orders")
+    consistency: Interval = Field(description="Cons., % instances with one candidate in all orders")
     accuracy_by_position: list[Interval | None] = Field(
         description="accuracy (recall) per truth position; None where the truth never sat"
     )

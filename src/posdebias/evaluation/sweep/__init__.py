@@ -3,7 +3,7 @@
 A study is a list of *points* (one evaluation setting each) run on one model with one
 observation cache, so a point never repeats a forward pass an earlier point made:
 
-* ``n``: N images per instance (the paper's Figure 5); T is capped at N! per point;
+* ``n``: N candidates per instance (the paper's Figure 5); T is capped at N! per point;
 * ``calibration_size``: |Dcal| = M calibration instances (Figure 6a): nested calibration sets
   held out by seed, the same test instances (and test observations) at every point;
 * ``top_k`` / ``tau``: an option of the layer-selecting calibrators (Table 4 / Figure 6b): the
@@ -88,7 +88,7 @@ class SweepResult:
 
     out: Path
     rows: list[dict[str, Any]]
-    figure: Path
+    figure: Path | None  # None where no figure was drawn
     report: Path
     seconds: float
 
@@ -150,13 +150,17 @@ def run_sweep(
         try:
             done, timing = _run_points(study, points, prepared, directory, config, on_point)
             rows = with_costs(done)
+            task = prepared[0].source.test[0].task if prepared[0].source.test else None
+            drawn = figure_files(study, rows, task)
+            report_text = sweep_report_text(study, rows, points, adapter, figure=bool(drawn))
             files = {
                 "results.csv": table_text(rows).encode("utf-8"),
-                **figure_files(study, rows),
-                "report.md": sweep_report_text(study, rows, points, adapter).encode("utf-8"),
+                **drawn,
+                "report.md": report_text.encode("utf-8"),
             }
             directory.folder.write_files(files)
-            figure, report = directory.out / "figure.png", directory.out / "report.md"
+            figure = directory.out / "figure.png" if drawn else None
+            report = directory.out / "report.md"
             seconds = time.perf_counter() - started
             timing["total_seconds_last_invocation"] = round(seconds, 3)
             directory.write_timing(timing)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._text import file_text, one_line
+from posdebias.core.instance import candidate_noun
 from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
@@ -76,23 +77,30 @@ def read_table(path: Path) -> list[dict[str, str]]:
 
 
 _AXIS = {
-    "n": "N (images per instance)",
     "calibration_size": "|Dcal| (calibration instances)",
     "top_k": "K (selected layers)",
     "tau": "tau (posterior temperature)",
 }
 
 
-def figure_files(study: str, rows: list[dict[str, Any]]) -> dict[str, bytes]:
+def axis_label(study: str, task: str | None) -> str:
+    """The x axis of a study's figure, in the task's own noun ("N (options per instance)")."""
+    if study == "n":
+        return f"N ({candidate_noun(task)} per instance)"
+    return _AXIS.get(study, study)
+
+
+def figure_files(study: str, rows: list[dict[str, Any]], task: str | None) -> dict[str, bytes]:
     """The study's figure as figure.png, figure.pdf and figure.svg (name: bytes)."""
-    rendered = render(sweep_figure(study, rows, _AXIS.get(study, study)))
+    rendered = render(sweep_figure(study, rows, axis_label(study, task)))
     return {f"figure.{fmt}": data for fmt, data in rendered.items()}
 
 
 def sweep_report_text(
-    study: str, rows: list[dict[str, Any]], points: list[Point], adapter: Any
+    study: str, rows: list[dict[str, Any]], points: list[Point], adapter: Any, *, figure: bool
 ) -> str:
-    """report.md: the figure, one table per metric and the cost table."""
+    """report.md: the figure (where ``figure`` says it was drawn), one table per metric and the
+    cost table."""
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
     described = adapter.describe()
     lines = [
@@ -102,11 +110,10 @@ def sweep_report_text(
         f"{points[0].config.protocol}; seed {points[0].config.seed}. One row per point; "
         "results.csv has every number.",
         "",
-        "![figure](figure.png)",
-        "",
-        "Vector versions: [PDF](figure.pdf), [SVG](figure.svg). [low, high]: 95% bootstrap "
-        "interval over the point's test instances (results.csv: *_low, *_high), drawn as "
-        "shaded bands or error bars.",
+        *(["![figure](figure.png)", ""] if figure else []),
+        ("Vector versions: [PDF](figure.pdf), [SVG](figure.svg). " if figure else "")
+        + "[low, high]: 95% bootstrap interval over the point's test instances (results.csv: "
+        "*_low, *_high)" + (", drawn as shaded bands or error bars." if figure else "."),
         "",
     ]
     if any(row["rstd"] in (None, "") for row in rows):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from posdebias._inputs import MAX_FILE_MAGNITUDE, UsablePath
 from posdebias.benchmarks.files import load_benchmark
+from posdebias.core.instance import candidate_noun
 from posdebias.errors import InputError, validation_problems
 from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_of
 from posdebias.registry import get_registry
@@ -164,9 +165,10 @@ def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
             raise InputError(f"benchmark {path} mixes N = {sorted(found)}; use one N per benchmark")
     distinct = {next(iter(found)) for found in sizes.values()}
     if len(distinct) > 1:
+        noun = candidate_noun(loaded[0].instances[0].task if loaded[0].instances else None)
         listed = ", ".join(f"{path} (N={next(iter(found))})" for path, found in sizes.items())
         raise InputError(
-            "transfer needs benchmarks with the same number of images per instance: a "
+            f"transfer needs benchmarks with the same number of {noun} per instance: a "
             f"calibration fitted at one N does not apply at another. Got {listed}"
         )
     names = _short_names(spec.benchmarks)
