@@ -189,6 +189,12 @@ def test_the_cache_key_changes_with_every_input_and_not_with_path_aliases(tmp_pa
     # aliases of the same files are the same input
     alias = tuple(str(Path(p).parent / "." / Path(p).name) for p in base.images)
     assert observation_key(Instance("a red square", alias, 0, "i")) == key
+    (tmp_path / "linked").symlink_to(tmp_path / "images")
+    linked = tuple(str(tmp_path / "linked" / Path(p).name) for p in base.images)
+    assert observation_key(Instance("a red square", linked, 0, "i")) == key
+    (tmp_path / "images").rename(tmp_path / "moved")  # a moved folder: the same files
+    moved = tuple(str(tmp_path / "moved" / Path(p).name) for p in base.images)
+    assert observation_key(Instance("a red square", moved, 0, "i")) == key
 
 
 def test_captions_differing_between_calibration_and_test_are_observed_apart(tmp_path, capsys):
