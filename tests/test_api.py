@@ -328,3 +328,12 @@ def test_calibrators_with_different_orders_share_the_views_they_have_in_common()
         for ranking, instance in zip(rankings, test, strict=True):
             expected = alone.rank(instance.stem, instance.images).scores
             assert np.allclose(ranking.of(label).scores, expected)
+
+
+def test_one_string_of_texts_is_refused_not_split_into_letters():
+    """``texts="abcd"`` posed four one-letter candidates."""
+    debiaser = Debiaser(SyntheticAdapter(), "vanilla")
+    with pytest.raises(posdebias.errors.InputError, match="got one string; pass texts"):
+        debiaser.rank("Which is a colour?", texts="abcd", task="multiple_choice")
+    with pytest.raises(posdebias.errors.InputError, match=r"an Instance \(any task\)"):
+        list(debiaser.rank_many([5]))

@@ -148,7 +148,7 @@ def test_an_abstract_calibrator_is_rejected_at_registration(site):
 @pytest.mark.parametrize(
     ("module", "code", "label", "why"),
     [
-        ("posdebias_two", TWO_SCORES, "two_scores", "returned 2 scores for N=4 images"),
+        ("posdebias_two", TWO_SCORES, "two_scores", "returned 2 scores for N=4 candidates"),
         ("posdebias_nan", NOT_FINITE, "not_finite", "returned invalid scores: scores contains"),
         ("posdebias_flaky", RAISES, "flaky", "ZeroDivisionError: flaky gave up"),
     ],
@@ -188,7 +188,7 @@ def test_predict_rejects_a_wrong_number_of_scores_in_process():
 
     observation = Observation(label_logprobs=np.log(np.full(4, 0.25)))
     calibrator = Short()
-    with pytest.raises(PluginContractError, match="'short' returned 2 scores for N=4 images"):
+    with pytest.raises(PluginContractError, match="'short' returned 2 scores for N=4 candidates"):
         calibrator.predict(observation, calibrator.fit([], n=4))
 
 

@@ -327,3 +327,33 @@ def test_a_fifo_in_the_study_directory_is_refused_not_waited_on(tmp_path, capsys
     assert sweep("top_k", out, *args, "--resume") == 2  # returns: no open() blocks on the FIFO
     err = capsys.readouterr().err
     assert "not a regular file" in err and "internal error" not in err
+
+
+def test_a_point_whose_benchmark_has_another_n_is_refused_before_any_point_runs(tmp_path, capsys):
+    """The n study's point n=3 read a benchmark of pairs and was reported as N = 3."""
+    from real_models import wordnet_benchmark
+
+    for n in (2, 3):
+        wordnet_benchmark("capitals", 12, 2, 0, tmp_path / f"bench-n{n}")  # both hold pairs
+    out = tmp_path / "study"
+    argv = ["sweep", "n", "--adapter", "synthetic", "--benchmark", str(tmp_path / "bench-n{n}"),
+            "--values", "2,3", "--count", "4", "--orders", "2", "--calibration-count", "4",
+            "--out", str(out)]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "N = 3 was asked for, but these instances have 2 options each" in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_evaluate_refuses_an_n_its_instances_do_not_have(tmp_path, capsys):
+    from real_models import wordnet_benchmark
+
+    bench = wordnet_benchmark("capitals", 12, 3, 0, tmp_path / "bench")
+    argv = ["evaluate", "--adapter", "synthetic", "--benchmark", str(bench),
+            "--calibration-count", "4", "-N", "4", "--count", "4", "--orders", "2"]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "N = 4 was asked for, but these instances have 3 options each" in err
+    assert main([*argv[:-4], "-N", "3", "--count", "4", "--orders", "2"]) == 0

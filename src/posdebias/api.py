@@ -239,7 +239,8 @@ def _as_instance(query: Any) -> Instance:
         ident = "query-" + hashlib.sha1(f"{caption}\x1e{keys}".encode()).hexdigest()[:12]
         return Instance(stem=caption, images=tuple(images), target=None, id=ident)
     raise InputError(
-        f"each query must be an Instance or a (caption, images) pair, got {type(query).__name__}"
+        "each query must be an Instance (any task) or a (caption, images) pair (retrieval), "
+        f"got {type(query).__name__}"
     )
 
 
@@ -798,6 +799,11 @@ def _query_instance(
     """The instance of a :meth:`Debiaser.rank` call's arguments (its id hashes them)."""
     if texts is None and not stem_images and task in (None, "retrieval"):
         return _as_instance((query, images))
+    if isinstance(texts, str):  # tuple("abcd") would pose four one-letter candidates
+        raise InputError(
+            f"the texts of query {excerpt(query)} must be a list of candidate texts, got one "
+            "string; pass texts=[...]"
+        )
     texts = tuple(texts or ())
     keys = "\x1f".join(
         [image_key(image) for image in (*stem_images, *images) if image is not None]

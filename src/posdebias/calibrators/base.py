@@ -283,7 +283,7 @@ class Calibrator(ABC):
         if prediction.scores.shape != (n,):
             raise PluginContractError(
                 f"calibrator {self.name!r} returned {prediction.scores.shape[0]} scores for "
-                f"N={n} images; _predict must return one finite score per candidate"
+                f"N={n} candidates; _predict must return one finite score per candidate"
             )
         return prediction
 

@@ -42,7 +42,7 @@ from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.instance import Instance, check_order_count
+from posdebias.core.instance import Instance, candidate_noun, check_order_count
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.core.tasks import FORMER_FIELDS, former_digest, task_template
@@ -215,10 +215,17 @@ def load_instances(
     if benchmark_path is None and default_benchmark is not None:
         benchmark_path = default_benchmark(config.n, config.count + config.calibration_count)
     if benchmark_path is None:
+        task = config.task or "retrieval"
         if not isinstance(adapter, SyntheticAdapter):  # it simulates its own instances
+            wanted = "real images" if task == "retrieval" else f"{task} questions"
             raise InputError(
-                f"adapter {adapter.name!r} needs real images: pass --benchmark DIR (build one "
-                "with `posdebias build`)"
+                f"adapter {adapter.name!r} needs {wanted}: pass --benchmark DIR (build one "
+                f"with `posdebias build`{'' if task == 'retrieval' else f' --task {task}'})"
+            )
+        if task != "retrieval":  # it was run on retrieval instances, reported as the task's
+            raise InputError(
+                f"the simulated model makes retrieval instances of its own; for --task {task} "
+                f"pass --benchmark DIR with {task} questions (`posdebias build --task {task}`)"
             )
         if get_protocol(config.protocol).calibration_from_test:
             test = synthetic_instances(config.count, config.n, config.seed, "test")
@@ -563,6 +570,13 @@ def check_run(
     adapter.check_instances([*source.calibration, *source.test])  # data it would misread
     check_relevance(source.test)  # graded relevance that cannot be read: before any pass
     n = source.test[0].n
+    if "n" in config.model_fields_set and config.n != n:  # asked for (else a default)
+        noun = candidate_noun(source.test[0].task)
+        raise InputError(
+            f"N = {config.n} was asked for, but these instances have {n} {noun} each "
+            f"({source.description.get('benchmark') or 'the bundled questions'}); use -N {n} "
+            f"or a benchmark with {config.n} {noun} per instance"
+        )
     orders = orders_of(config, n)  # the one rule (both orders of a pair unless asked)
     check_order_count(n, orders)  # before any forward pass
     if config.order_kind == "cyclic" and orders > n:

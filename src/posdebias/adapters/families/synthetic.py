@@ -31,7 +31,7 @@ from pydantic import Field, model_validator
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
-from posdebias.core.instance import Instance
+from posdebias.core.instance import Instance, candidate_noun
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax, softmax
 from posdebias.errors import InputError
@@ -204,8 +204,9 @@ class SyntheticAdapter(Adapter):
         """Simulated generation: the answer is the label drawn from the observation's label
         distribution (argmax when greedy; softmax(s / T) over the top-k when sampling), written
         as ``"{label}"``, or under the ``cot`` variant as a short reasoning that names the two
-        most likely images and ends with ``Answer: {label}``. Words count as tokens; text past
-        ``max_new_tokens`` words is cut (a cut reasoning may lose its answer). The prompt
+        most likely candidates (in the task's noun) and ends with ``The answer is {label}``.
+        Words count as tokens; text past ``max_new_tokens`` words is cut (a cut reasoning may
+        lose its answer). The prompt
         wording has no other effect on the simulated model, and SoFA is not simulated."""
 
         if settings.sofa is not None:
@@ -229,9 +230,12 @@ class SyntheticAdapter(Adapter):
                 words = [labels[choice]]
                 variant = settings.prompt_variant or "plain"
                 if variant in ("cot", "posdebias_cot", "self_consistency"):
+                    noun = candidate_noun(instance.task, plural=False)
+                    stem = "caption" if instance.task == "retrieval" else "question"
                     words = (
-                        f"Image {labels[ranked[0]]} and image {labels[ranked[1]]} are the "
-                        f"closest to the caption. The answer is {labels[choice]}"
+                        f"{noun.capitalize()} {labels[ranked[0]]} and {noun} "
+                        f"{labels[ranked[1]]} are the closest to the {stem}. The answer is "
+                        f"{labels[choice]}"
                     ).split()
                 words = words[: settings.max_new_tokens]
                 texts.append(" ".join(words))

@@ -116,9 +116,10 @@ def load_image(reference: Any, instance_id: str, min_side: int | None = None) ->
     return open_image(text, what=f"instance {excerpt(instance_id)}: image", min_side=min_side)
 
 
-#: Decoded images an adapter keeps (the most recently used): a run shows each instance's images
-#: once per order and rotation in a row, and decoding them again took 13% of an N = 12 run.
-DECODED_IMAGES = 64
+#: Decoded images an adapter keeps (the most recently used; more than the 26 candidates an
+#: instance may have): a run shows each instance's images once per order and rotation in a row,
+#: and decoding them again took 13% of an N = 12 run.
+DECODED_IMAGES = 32
 
 
 class BatchingUnsafe(AdapterError):
