@@ -18,6 +18,10 @@ from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.runner import InstanceRecord
 
 OLD_RUN = Path(__file__).parent / "fixtures" / "run-0.2"
+#: text runs whose files recorded the retrieval prompt (README.md there)
+TEXT_BEFORE = Path(__file__).parent / "fixtures" / "text-prompt-0.5"
+TEXT_RUN = ["--task", "multiple_choice", "--count", "4", "--orders", "2",
+            "--calibration-count", "4"]  # fmt: skip
 
 
 def keys(value: object) -> list[str]:
@@ -67,6 +71,10 @@ def test_a_text_multiple_choice_run_never_says_image(tmp_path, capsys):
     texts = figure_texts(results)
     assert any("right candidate" in text for text in texts)
     assert not [text for text in texts if "image" in text.lower()]
+    for name in ("run.json", "results.json"):  # the prompt it posed, not retrieval's
+        described = json.loads((out / name).read_text())["adapter"]
+        assert "multiple-choice question" in described["prompt"]["instruction"], name
+        assert "image" not in described["prompt"]["instruction"].lower(), name
     assert main(["check", "--task", "multiple_choice"]) == 0
     rows = capsys.readouterr().out
     assert "options rotated by 1" in rows and "image" not in rows.lower()
@@ -141,3 +149,37 @@ def test_a_run_directory_written_before_the_rename_resumes(tmp_path):
     assert "chosen" in record.to_dict() and "chosen_images" not in record.to_dict()
     for state in (OLD_RUN / "states").glob("*.json"):
         assert CalibrationState.load(state).n == 4
+
+
+def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypatch):
+    """A text run and a text study written when every run recorded the retrieval prompt resume
+    without a forward pass, to the numbers they had, and now record the prompt they posed."""
+    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
+    run, study = tmp_path / "run", tmp_path / "study"
+    shutil.copytree(TEXT_BEFORE / "run", run)
+    shutil.copytree(TEXT_BEFORE / "sweep", study)
+    before = json.loads((run / "results.json").read_text())
+    assert "Given {n} images" in json.dumps(before["adapter"]["prompt"])
+    observed = {path: path.read_bytes() for path in (run / "observations.jsonl",
+                                                    study / "observations.jsonl")}  # fmt: skip
+    table = (study / "results.csv").read_bytes()
+    argv = ["evaluate", *TEXT_RUN, "--calibrators", "vanilla,pride,attention_guided",
+            "--out", str(run), "--resume"]  # fmt: skip
+    assert main(argv) == 0
+    argv = ["sweep", "tau", *TEXT_RUN, "--values", "1", "--calibrators",
+            "vanilla,attention_guided", "--out", str(study), "--resume"]  # fmt: skip
+    assert main(argv) == 0
+    for path, data in observed.items():
+        assert path.read_bytes() == data, path  # nothing observed again
+    assert (study / "results.csv").read_bytes() == table
+    after = json.loads((run / "results.json").read_text())
+    for label, result in before["calibrators"].items():
+        assert after["calibrators"][label]["metrics"] == result["metrics"]
+    assert "multiple-choice question" in after["adapter"]["prompt"]["instruction"]
+    assert after["adapter"]["prompt_hash"] != before["adapter"]["prompt_hash"]
+    # another prompt than the run's is still refused
+    config = tmp_path / "other.json"
+    other = {"adapter": {"options": {"task_prompt": {"instruction": "Pick."}}}}
+    config.write_text(json.dumps(other))
+    argv = ["evaluate", *TEXT_RUN, "--config", str(config), "--out", str(run), "--resume"]
+    assert main(argv) == 2

@@ -19,7 +19,7 @@ from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation
-from posdebias.core.tasks import task_label_set
+from posdebias.core.tasks import TaskTemplate, task_label_set
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
 
@@ -308,10 +308,19 @@ class Adapter(ABC):
         return {"adapter": self.name, "model_id": None, "prompt_hash": None}
 
 
-def describe_adapter(adapter: Adapter, n: int | None = None) -> dict[str, Any]:
-    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N."""
+def describe_adapter(
+    adapter: Adapter, n: int | None = None, task: str | None = None
+) -> dict[str, Any]:
+    """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N; with
+    ``task``, the prompt it records is that task's template (``describe`` records the
+    retrieval one), so a text run's files name the prompt it posed."""
     try:
         takes_n = len(inspect.signature(adapter.describe).parameters) > 0
     except (TypeError, ValueError):
         takes_n = True
-    return adapter.describe(n) if takes_n else adapter.describe()
+    described = adapter.describe(n) if takes_n else adapter.describe()
+    templates = getattr(adapter, "task_templates", None)
+    template = templates.get(task) if isinstance(templates, dict) and task else None
+    if isinstance(template, TaskTemplate) and "prompt" in described:
+        described = {**described, "prompt": template.recorded(), "prompt_hash": template.digest()}
+    return described

@@ -357,9 +357,10 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     Calibrators are not part of it: each record names its calibrators by fingerprint, so a
     changed calibrator has its choices predicted again from the cached observations.
     """
+    task = source.test[0].task if source.test else None
     described = {
         k: v
-        for k, v in describe_adapter(adapter, n).items()
+        for k, v in describe_adapter(adapter, n, task).items()
         if k not in ("device", "served_models")
     }
     # the benchmark is identified by its content hash: a moved folder still resumes
@@ -376,24 +377,41 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     }
 
 
-def saved_identity(saved: dict[str, Any]) -> dict[str, Any]:
-    """A run file's identity in today's terms: a retrieval prompt recorded in its older form
-    (before retrieval became a task template) is recorded as that template, with its hash, so
-    that a run directory written then still resumes."""
+def saved_identity(
+    saved: dict[str, Any], now: dict[str, Any] | None = None, retrieval_hash: str | None = None
+) -> dict[str, Any]:
+    """A run file's identity in today's terms, so that a run directory written by an older
+    version still resumes: a retrieval prompt recorded in its older form (before retrieval
+    became a task template) is recorded as that template, with its hash; then a text run,
+    whose files recorded the retrieval template (``retrieval_hash``) instead of the prompt it
+    posed, is read as recording this run's prompt (``now``: today's identity)."""
     adapter = saved.get("adapter")
     if not isinstance(adapter, dict):
         return saved
+    adapter = {**adapter, **_former_template(adapter)}
+    described = now.get("adapter") if now is not None else None
+    if (
+        isinstance(described, dict)
+        and retrieval_hash is not None
+        and adapter.get("prompt_hash") == retrieval_hash != described.get("prompt_hash")
+    ):
+        adapter |= {key: described.get(key) for key in ("prompt", "prompt_hash")}
+    return {**saved, "adapter": adapter}
+
+
+def _former_template(adapter: dict[str, Any]) -> dict[str, Any]:
+    """The prompt and hash of a retrieval prompt recorded in its older form, as the template it
+    is; nothing for any other record."""
     prompt = adapter.get("prompt")
     if not isinstance(prompt, dict) or not any(name in prompt for name in FORMER_FIELDS):
-        return saved
+        return {}
     try:
         template = task_template("retrieval", prompt)
     except ConfigError:
-        return saved
+        return {}
     if adapter.get("prompt_hash") != former_digest(template):
-        return saved
-    upgraded = {"prompt": template.recorded(), "prompt_hash": template.digest()}
-    return {**saved, "adapter": {**adapter, **upgraded}}
+        return {}
+    return {"prompt": template.recorded(), "prompt_hash": template.digest()}
 
 
 def decoder_fingerprint(decoder: Decoder) -> str:
@@ -593,13 +611,18 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
     shard = prepared.shard
     directory = RunDirectory(out, rank=shard.rank if shard.distributed else None)
     identity = run_identity(prepared.config, prepared.adapter, prepared.source, prepared.n)
+    retrieval = describe_adapter(prepared.adapter, prepared.n, "retrieval").get("prompt_hash")
+
+    def read_saved(saved: dict[str, Any]) -> dict[str, Any]:
+        return saved_identity(saved, identity, None if retrieval is None else str(retrieval))
+
     logs: list[JsonlAppender] = []
     try:
         if shard.distributed and not shard.is_main:
             shard.wait()  # rank 0 creates or checks the directory first
-            directory.prepare(identity, resume=True, read_saved=saved_identity)
+            directory.prepare(identity, resume=True, read_saved=read_saved)
         else:
-            directory.prepare(identity, resume=resume, read_saved=saved_identity)
+            directory.prepare(identity, resume=resume, read_saved=read_saved)
             if shard.distributed:
                 shard.wait()
         logs.append(directory.open_observation_log())
@@ -801,7 +824,9 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
             # the task the run posed, also when the benchmark chose it (the report's nouns)
             config.model_dump(mode="json", exclude={"out"}) | {"task": source.test[0].task}
         ),
-        adapter=AdapterDescription.model_validate(describe_adapter(prepared.adapter, n)),
+        adapter=AdapterDescription.model_validate(
+            describe_adapter(prepared.adapter, n, source.test[0].task)
+        ),
         source=SourceDescription.model_validate(source.description),
         n=n,
         orders=orders_of(config, n),

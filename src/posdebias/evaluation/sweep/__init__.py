@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._inputs import excerpt
+from posdebias.adapters.base import describe_adapter
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ResumeError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
-from posdebias.evaluation.job import Prepared, build_adapter
+from posdebias.evaluation.job import Prepared, build_adapter, saved_identity
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.evaluation.sweep.outputs import (
@@ -93,11 +94,17 @@ class SweepResult:
     seconds: float
 
 
-def sweep_identity(study: str, points: list[Point], adapter: Any) -> dict[str, Any]:
-    """What defines a study: the model's description, every point's settings, and the content
-    hash of every benchmark a point reads (a benchmark swapped under the same path refuses
-    ``--resume`` instead of mixing old points with new ones)."""
-    described = {k: v for k, v in adapter.describe().items() if k not in ("device", "labels")}
+def sweep_identity(
+    study: str, points: list[Point], adapter: Any, task: str | None = None
+) -> dict[str, Any]:
+    """What defines a study: the model's description (with ``task``'s prompt), every point's
+    settings, and the content hash of every benchmark a point reads (a benchmark swapped under
+    the same path refuses ``--resume`` instead of mixing old points with new ones)."""
+    described = {
+        k: v
+        for k, v in describe_adapter(adapter, None, task).items()
+        if k not in ("device", "labels")
+    }
     paths = {
         str(path)
         for point in points
@@ -145,12 +152,20 @@ def run_sweep(
             point.config = resolve_preset(point.config).config
             # every check of `posdebias evaluate`, for every point, before the directory
             prepared.append(prepare_point(point, study, adapter))
+        task = prepared[0].source.test[0].task if prepared[0].source.test else None
+        identity = sweep_identity(study, points, adapter, task)
+        retrieval = describe_adapter(adapter, None, "retrieval").get("prompt_hash")
         directory = SweepDirectory(out)
-        directory.prepare(sweep_identity(study, points, adapter), resume=resume)
+        directory.prepare(
+            identity,
+            resume=resume,
+            read_saved=lambda saved: saved_identity(
+                saved, identity, None if retrieval is None else str(retrieval)
+            ),
+        )
         try:
             done, timing = _run_points(study, points, prepared, directory, config, on_point)
             rows = with_costs(done)
-            task = prepared[0].source.test[0].task if prepared[0].source.test else None
             drawn = figure_files(study, rows, task)
             report_text = sweep_report_text(study, rows, points, adapter, figure=bool(drawn))
             files = {

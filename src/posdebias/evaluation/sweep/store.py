@@ -18,6 +18,7 @@ content hash is part of the identity) refuses ``--resume``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -113,8 +114,15 @@ class SweepDirectory:
             kind="posdebias sweep directory",
         )
 
-    def prepare(self, identity: dict[str, Any], *, resume: bool) -> None:
-        """Create the directory, or check (under its lock) that it holds the same study."""
+    def prepare(
+        self,
+        identity: dict[str, Any],
+        *,
+        resume: bool,
+        read_saved: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+    ) -> None:
+        """Create the directory, or check (under its lock) that it holds the same study
+        (``read_saved`` reads the identity an older version saved in today's terms)."""
         folder = self.folder
         folder.check()
         if folder.is_ours() and not resume:
@@ -129,18 +137,23 @@ class SweepDirectory:
             if saved is None:
                 folder.write_json(SWEEP_FILE, {FORMAT_KEY: FORMAT_VERSION, **identity})
             else:
-                self._check_identity(saved, identity)
+                self._check_identity(saved, identity, read_saved)
             folder.path(f"{POINTS_DIR}/x")  # a linked or planted points/ is refused
             (self.out / POINTS_DIR).mkdir(exist_ok=True)
         except BaseException:
             folder.unlock()
             raise
 
-    def _check_identity(self, saved: Any, identity: dict[str, Any]) -> None:
+    def _check_identity(
+        self,
+        saved: Any,
+        identity: dict[str, Any],
+        read_saved: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
         marker = self.out / SWEEP_FILE
         if not isinstance(saved, dict):
             raise ResumeError(f"{marker} is corrupt (not a JSON object); use a new --out")
-        saved = {k: v for k, v in saved.items() if k != FORMAT_KEY}
+        saved = read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
         if saved != identity:
             keys = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
             shown = ", ".join(excerpt(k, 40) if k not in identity else k for k in keys[:10])
