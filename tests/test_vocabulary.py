@@ -151,7 +151,7 @@ def test_a_run_directory_written_before_the_rename_resumes(tmp_path):
         assert CalibrationState.load(state).n == 4
 
 
-def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypatch):
+def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypatch, capsys):
     """A text run and a text study written when every run recorded the retrieval prompt resume
     without a forward pass, to the numbers they had, and now record the prompt they posed."""
     monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
@@ -182,4 +182,6 @@ def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypat
     other = {"adapter": {"options": {"task_prompt": {"instruction": "Pick."}}}}
     config.write_text(json.dumps(other))
     argv = ["evaluate", *TEXT_RUN, "--config", str(config), "--out", str(run), "--resume"]
+    capsys.readouterr()
     assert main(argv) == 2
+    assert "cannot resume" in capsys.readouterr().err
