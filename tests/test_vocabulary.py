@@ -185,3 +185,34 @@ def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypat
     capsys.readouterr()
     assert main(argv) == 2
     assert "cannot resume" in capsys.readouterr().err
+
+
+def test_an_unknown_option_of_a_text_model_is_answered_without_image_options():
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    with pytest.raises(posdebias.errors.ConfigError, match="unknown option 'bogus'") as text:
+        posdebias.get_adapter(*tiny_model_and_processor("llama"), bogus=1)
+    with pytest.raises(posdebias.errors.ConfigError, match="unknown option 'bogus'") as vision:
+        posdebias.get_adapter(*tiny_model_and_processor("llava"), bogus=1)
+    assert "label_set" in str(text.value) and "image" not in str(text.value)
+    assert "image_size" in str(vision.value) and "max_patches" in str(vision.value)
+
+
+def test_a_text_benchmark_reads_without_the_folder_its_questions_came_from(tmp_path, capsys):
+    """It was refused ("the image root ... does not exist"): its texts are in the benchmark."""
+    from posdebias.benchmarks.files import load_benchmark
+    from real_models import wordnet_questions
+
+    (tmp_path / "data").mkdir()
+    questions = wordnet_questions("capitals", 12, 4, 0, tmp_path / "data" / "q.jsonl")
+    bench = tmp_path / "bench"
+    argv = ["build", "--source", "mcq", "--data", str(questions), "-N", "4", "--out", str(bench)]
+    assert main(argv) == 0
+    (tmp_path / "data").rename(tmp_path / "moved")
+    assert len(load_benchmark(bench).instances) == 12
+    capsys.readouterr()
+    argv = ["evaluate", "--adapter", "synthetic", "--benchmark", str(bench), "--count", "4",
+            "--calibration-count", "4", "--orders", "2", "--calibrators", "vanilla"]  # fmt: skip
+    assert main(argv) == 0
+    assert "image" not in capsys.readouterr().err.lower()

@@ -183,11 +183,17 @@ class Adapter(ABC):
     priority: ClassVar[int] = 0
 
     @classmethod
+    def option_names(cls) -> list[str]:
+        """The options an error message lists for this adapter (all of its options model's;
+        a family may leave out those that do nothing for it)."""
+        return list(cls.Options.model_fields)
+
+    @classmethod
     def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
         try:
             return cls.Options(**options)
         except ValidationError as exc:
-            allowed = ", ".join(cls.Options.model_fields) or "none"
+            allowed = ", ".join(cls.option_names()) or "none"
             raise ConfigError(
                 validation_message(exc, f"adapter {cls.name!r}") + f"; options: {allowed}"
             ) from None

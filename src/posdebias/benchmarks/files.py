@@ -380,6 +380,15 @@ def _source_changed(manifest: BenchmarkManifest, root: Path) -> list[str]:
     return problems
 
 
+def _reads_images(manifest: BenchmarkManifest | None) -> bool:
+    """Whether the benchmark's instances name image files under its root: a text benchmark
+    built from a questions file without images holds its texts itself (its root, the folder
+    the questions came from, may be gone)."""
+    if manifest is None:
+        return True
+    return manifest.task in (None, "retrieval") or manifest.source.images_in_source > 0
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
     return text if len(text) <= 40 else text[:37] + "..."
@@ -486,7 +495,7 @@ def _file_problems(
             f"the file differs from the one recorded in {MANIFEST_FILE} (sha256 mismatch): it "
             "was edited or truncated after `posdebias build`; rebuild it"
         )
-    if check_images and not root.is_dir():
+    if check_images and _reads_images(manifest) and not root.is_dir():
         raise BenchmarkError(
             f"the image root {root} does not exist; {_ROOT_ADVICE[0]}", cli_advice=_ROOT_ADVICE
         )

@@ -41,7 +41,7 @@ from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
-from posdebias.adapters.hf.options import LOADING_OPTIONS, HFAdapterOptions
+from posdebias.adapters.hf.options import IMAGE_OPTIONS, LOADING_OPTIONS, HFAdapterOptions
 from posdebias.adapters.hf.prompt import (
     check_answer_joins,
     check_instance_prompts,
@@ -150,6 +150,12 @@ class HFAdapter(Adapter):
     #: and Phi-4-multimodal, whose embedding layer reads the images) instead of an
     #: image-text-to-text model.
     loads_as_causal_lm: ClassVar[bool] = False
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """A text-only model's errors do not offer the image options (they do nothing there)."""
+        names = super().option_names()
+        return [name for name in names if name not in IMAGE_OPTIONS] if cls.text_only else names
 
     def __init__(
         self, model: Any, processor: Any, *, model_id: str | None = None, **options: Any

@@ -70,3 +70,7 @@ LOADING_OPTIONS = (
     "trust_remote_code",
     "revision",
 )
+
+#: The options of :class:`HFAdapterOptions` that act on images only (a text-only model's errors
+#: do not offer them).
+IMAGE_OPTIONS = ("image_size", "max_patches")
