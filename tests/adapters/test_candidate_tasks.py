@@ -314,3 +314,23 @@ def test_cli_check_on_a_saved_text_model(tmp_path, capsys):
     assert "all 7 checks passed" in capsys.readouterr().out
     assert main(["check", "--model", model]) == 2
     assert "text-only model" in capsys.readouterr().err
+
+
+def test_cli_check_takes_the_task_and_n_of_what_it_checks(tmp_path, capsys):
+    """-N beside a pairwise judge or a benchmark of another N was ignored, and a benchmark of
+    another task than --task was checked as the benchmark's."""
+    from real_models import wordnet_benchmark
+
+    model = str(save_tiny_model("llama", tmp_path / "llama"))
+    bench = wordnet_benchmark("capitals", 3, 3, 0, tmp_path / "bench")  # multiple choice, N=3
+    capsys.readouterr()
+    for argv, message in [
+        (["--task", "pairwise_judge", "-N", "4"], "a pairwise judge has 2 candidates"),
+        (["--benchmark", str(bench), "-N", "4"], "the benchmark's instances have 3 candidates"),
+        (["--benchmark", str(bench), "--task", "rerank"], "poses multiple_choice"),
+    ]:
+        assert main(["check", "--model", model, *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+    assert main(["check", "--model", model, "--benchmark", str(bench)]) == 0
+    assert "options rotated by 1" in capsys.readouterr().out
+    assert main(["check", "--model", model, "--task", "pairwise_judge"]) == 0

@@ -16,11 +16,12 @@ import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
 from posdebias._text import safe_text
 from posdebias._threads import apply_threads
-from posdebias.benchmarks.files import load_benchmark
+from posdebias.benchmarks.files import Benchmark, load_benchmark
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
+from posdebias.evaluation.job import check_task
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
 from posdebias.testing.check import FAIL, PASS, check_adapter, check_instances
@@ -42,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-N",
         dest="n",
         type=int,
-        default=defaults.CANDIDATES,
-        help=f"candidates per instance ({defaults.CANDIDATES})",
+        help=f"candidates per instance ({defaults.CANDIDATES}; a pairwise judge's 2; a "
+        "benchmark's own)",
     )
     parser.add_argument(
         "--label-set", dest="label_set", help="label set (default: the task's: digits, upper)"
@@ -51,9 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--task",
         choices=TASK_KINDS,
-        default="retrieval",
-        help="task kind of the check's instances (retrieval; multiple_choice, pairwise_judge, "
-        "rerank: text candidates, and images too on a vision-language model)",
+        help="task kind of the check's instances (retrieval, or the benchmark's; "
+        "multiple_choice, pairwise_judge, rerank: text candidates, and images too on a "
+        "vision-language model)",
     )
     parser.add_argument(
         "--image",
@@ -72,10 +73,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_whole_number("-N", args.n, defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES)
+    if args.n is not None:
+        check_whole_number("-N", args.n, defaults.MIN_CANDIDATES, defaults.MAX_CANDIDATES)
     for image in args.images or ():
         if not image.is_file():
             raise InputError(f"image file {image} does not exist")
+    benchmark = None if args.benchmark is None else load_benchmark(args.benchmark)
+    if benchmark is not None:
+        check_task(args.task, benchmark.task, args.benchmark)
+        args.task = benchmark.task
+    args.task = args.task or "retrieval"
+    args.n = _checked_n(args.n, args.task, benchmark)
     import transformers
 
     transformers.logging.set_verbosity_error()  # our rows say what matters
@@ -107,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.benchmark is None and own_questions is not None:
         instances = load_benchmark(own_questions(args.n)).instances[:3]
-    elif args.benchmark is not None:
-        instances = load_benchmark(args.benchmark).instances[:3]
+    elif benchmark is not None:
+        instances = benchmark.instances[:3]
         if len(instances) < 2:
             raise InputError(f"benchmark {args.benchmark} has fewer than 2 instances to check")
     else:
@@ -138,3 +146,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     console.print(f"all {len(report.results)} checks passed", style="green")
     return 0
+
+
+def _checked_n(n: int | None, task: str, benchmark: Benchmark | None) -> int:
+    """The N checked: ``-N``, else the benchmark's, a judge's 2 or the default; a ``-N`` the
+    instances cannot have is refused (it was ignored)."""
+    own = (
+        benchmark.instances[0].n
+        if benchmark is not None and benchmark.instances
+        else 2
+        if task == "pairwise_judge"
+        else None
+    )
+    if n is not None and own is not None and n != own:
+        where = f"the benchmark's instances have {own}" if benchmark else "a pairwise judge has 2"
+        raise InputError(f"-N {n} cannot be checked: {where} candidates; drop -N")
+    return n if n is not None else own if own is not None else defaults.CANDIDATES
