@@ -216,3 +216,16 @@ def test_a_text_benchmark_reads_without_the_folder_its_questions_came_from(tmp_p
             "--calibration-count", "4", "--orders", "2", "--calibrators", "vanilla"]  # fmt: skip
     assert main(argv) == 0
     assert "image" not in capsys.readouterr().err.lower()
+
+
+def test_a_vision_family_forced_on_a_text_model_says_what_to_do():
+    """It said "TokenizersBackend has no tokenizer"."""
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    model, tokenizer = tiny_model_and_processor("llama")
+    with pytest.raises(posdebias.errors.AdapterError, match="a tokenizer .* was given") as error:
+        posdebias.get_adapter(model, tokenizer, adapter="llava")
+    assert "vision-language models" in str(error.value)
+    with pytest.raises(posdebias.errors.AdapterError, match="needs the model's processor"):
+        posdebias.get_adapter(model, None, adapter="llama")

@@ -178,7 +178,18 @@ class HFAdapter(Adapter):
         if tokenizer is None and self.text_only:
             tokenizer = processor  # a text model's processor is its tokenizer
         if tokenizer is None:
-            raise AdapterError(f"{type(processor).__name__} has no tokenizer")
+            given = type(processor).__name__
+            if hasattr(processor, "convert_tokens_to_ids"):  # a tokenizer, not a processor
+                raise AdapterError(
+                    f"adapter {self.name!r} is for vision-language models, which come with a "
+                    f"processor; a tokenizer ({given}) was given, as for a text-only model: "
+                    "leave the adapter to posdebias (it is chosen by the model's config) or name "
+                    "a text family (`posdebias plugins` lists them)"
+                )
+            raise AdapterError(
+                f"adapter {self.name!r} needs the model's processor (or, for a text-only model, "
+                f"its tokenizer); {given} has no tokenizer"
+            )
         self.tokenizer: Any = tokenizer
         # the processor's chat template, else the family's own format (PaliGemma), else the
         # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
