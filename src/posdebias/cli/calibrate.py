@@ -11,10 +11,10 @@ from posdebias.cli import make_console
 from posdebias.cli.evaluate import (
     add_model_arguments,
     add_server_argument,
+    add_task_argument,
     config_flags,
     with_model_options,
 )
-from posdebias.core.instance import TASK_KINDS
 from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
@@ -34,12 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(parser)
     add_server_argument(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
-    parser.add_argument(
-        "--task",
-        choices=TASK_KINDS,
-        help="task kind, checked against the benchmark's manifest; without a benchmark, the "
-        "task's bundled model and questions",
-    )
+    add_task_argument(parser)
     parser.add_argument(
         "--count",
         type=int,

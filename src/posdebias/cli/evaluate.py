@@ -93,17 +93,22 @@ def add_server_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of every command that evaluates a config's instances (evaluate and each point
-    of a sweep): task, orders, instances, seed, protocol, batching and the statistics. One
-    declaration, so the two commands cannot offer different settings."""
-    add_server_argument(parser)
+def add_task_argument(parser: argparse.ArgumentParser) -> None:
+    """--task: the task a run poses (evaluate, calibrate, sweep)."""
     parser.add_argument(
         "--task",
         choices=TASK_KINDS,
         help="task kind (retrieval, multiple_choice, pairwise_judge, rerank); checked against "
         "the benchmark's manifest; without a benchmark, the task's bundled model and questions",
     )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that evaluates a config's instances (evaluate and each point
+    of a sweep): task, orders, instances, seed, protocol, batching and the statistics. One
+    declaration, so the two commands cannot offer different settings."""
+    add_server_argument(parser)
+    add_task_argument(parser)
     parser.add_argument(
         "--orders",
         type=int,
