@@ -110,6 +110,15 @@ class OrderCombiner(Calibrator):
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
 
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
+        """Combine the orders :meth:`permutations` gives (:meth:`_predict_in_orders`)."""
+        return self._predict_in_orders(observation, state, rotations, None)
+
     def permutations_for(self, instance: Instance) -> list[np.ndarray]:
         if self.options.permutations == "random" and self.options.draw == "per_instance":
             return self.permutations(instance.n, instance_seed(self.options.seed, instance))
@@ -139,14 +148,6 @@ class PermutationAverage(OrderCombiner):
     Options = PermutationAverageOptions
     options: PermutationAverageOptions
     summary = "average label scores over several candidate orders (one forward pass each)"
-
-    def _predict(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-    ) -> Prediction:
-        return self._predict_in_orders(observation, state, rotations, None)
 
     def _predict_in_orders(
         self,

@@ -43,14 +43,6 @@ class PermutationSelfConsistency(OrderCombiner):
     options: PermutationSelfConsistencyOptions
     summary = "central (Kemeny) ranking of the rankings read in several candidate orders"
 
-    def _predict(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-    ) -> Prediction:
-        return self._predict_in_orders(observation, state, rotations, None)
-
     def _predict_in_orders(
         self,
         observation: Observation,
