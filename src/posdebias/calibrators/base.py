@@ -324,3 +324,26 @@ class Calibrator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.options!r})"
+
+
+class OrderedCalibrator(Calibrator):
+    """Base of the calibrators whose prediction is defined on per-instance candidate orders:
+    they implement :meth:`_predict_in_orders`, and a prediction without given orders reads
+    the rotations in their default orders (:meth:`permutations`)."""
+
+    def _predict(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+    ) -> Prediction:
+        return self._predict_in_orders(observation, state, rotations, None)
+
+    @abstractmethod
+    def _predict_in_orders(
+        self,
+        observation: Observation,
+        state: CalibrationState,
+        rotations: Sequence[Observation] | None,
+        orders: Sequence[np.ndarray] | None,
+    ) -> Prediction: ...

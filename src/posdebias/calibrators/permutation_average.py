@@ -26,7 +26,7 @@ from pydantic import Field
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
@@ -87,7 +87,7 @@ def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
     return chosen
 
 
-class OrderCombiner(Calibrator):
+class OrderCombiner(OrderedCalibrator):
     """Base of the calibrators that combine the observations of several candidate orders of
     an instance (one forward pass each): which orders (:class:`OrderOptions`) and the label
     scores of each, by candidate."""
@@ -109,15 +109,6 @@ class OrderCombiner(Calibrator):
                 "permutations: random for more orders"
             )
         return [rotation_order(n, shift) for shift in range(count or n)]
-
-    def _predict(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-    ) -> Prediction:
-        """Combine the orders :meth:`permutations` gives (:meth:`_predict_in_orders`)."""
-        return self._predict_in_orders(observation, state, rotations, None)
 
     def permutations_for(self, instance: Instance) -> list[np.ndarray]:
         if self.options.permutations == "random" and self.options.draw == "per_instance":

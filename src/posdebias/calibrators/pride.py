@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field, model_validator
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator, CalibratorOptions
+from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
 from posdebias.calibrators.permutation_average import averaged_over_orders
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_softmax
@@ -86,7 +86,7 @@ def estimation_ids(ids: Sequence[str], alpha: float, seed: int) -> list[str]:
     return sorted(distinct, key=rank)[:count]
 
 
-class PriDe(Calibrator):
+class PriDe(OrderedCalibrator):
     name = "pride"
     Options = PriDeOptions
     options: PriDeOptions
@@ -149,14 +149,6 @@ class PriDe(Calibrator):
         if self.options.workflow == "test" and view.id in self.fitted(state).estimation_ids:
             return [rotation_order(view.n, shift) for shift in range(view.n)]
         return None
-
-    def _predict(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-    ) -> Prediction:
-        return self._predict_in_orders(observation, state, rotations, None)
 
     def _predict_in_orders(
         self,
