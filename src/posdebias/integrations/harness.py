@@ -459,3 +459,47 @@ def _is_benchmark(path: Path) -> bool:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class LaunchedHarness:
+    """What the lm-eval and lmms-eval models share: one :class:`HarnessDebiaser` per process
+    of the harness's run, its ranks and device from accelerate (both harnesses read
+    ``accelerator``, ``device`` and ``provenance`` of their model)."""
+
+    accelerator: Any
+    harness: HarnessDebiaser
+    _rank: int
+    _world_size: int
+    _device: Any
+
+    def _launch(self, config: HarnessConfig, adapter: Adapter | None = None) -> HarnessConfig:
+        """Start this process's harness (a rank without a device gets accelerate's); returns
+        the config it runs with."""
+        from accelerate import Accelerator
+
+        self.accelerator = Accelerator()
+        self._rank = self.accelerator.process_index
+        self._world_size = self.accelerator.num_processes
+        if self._world_size > 1 and config.device is None:
+            config = config.model_copy(update={"device": str(self.accelerator.device)})
+        self.harness = HarnessDebiaser(
+            config,
+            rank=self._rank,
+            world_size=self._world_size,
+            barrier=self.accelerator.wait_for_everyone,
+            adapter=adapter,
+        )
+        self._device = self.accelerator.device if config.device is None else config.device
+        return config
+
+    @property
+    def device(self) -> Any:
+        """The torch device the harness gathers its per-rank counts on."""
+        import torch
+
+        return torch.device(self._device)
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Where the calibration came from (also in every rotated task's sample records)."""
+        return self.harness.provenance

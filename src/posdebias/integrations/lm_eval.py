@@ -45,7 +45,7 @@ from posdebias.integrations.harness import (
     CALIBRATION_FILE,
     CALIBRATOR,
     HarnessConfig,
-    HarnessDebiaser,
+    LaunchedHarness,
     TaskMappingError,
     doc_instance,
 )
@@ -85,7 +85,7 @@ def lm_eval_prompt(description: str = "") -> dict[str, Any]:
 
 
 @register_model(LM_EVAL_MODEL)
-class PosdebiasLM(LM):
+class PosdebiasLM(LaunchedHarness, LM):
     """lm-eval's ``--model posdebias`` (see the module docstring). ``adapter``: an adapter
     already made (``posdebias.get_adapter`` on a loaded model), instead of ``pretrained``."""
 
@@ -116,33 +116,7 @@ class PosdebiasLM(LM):
                 )
             arguments.setdefault("pretrained", adapter.describe().get("model_id") or adapter.name)
         config = HarnessConfig.from_arguments(arguments, "lm-eval --model_args of posdebias")
-        from accelerate import Accelerator
-
-        self.accelerator = Accelerator()
-        self._rank = self.accelerator.process_index
-        self._world_size = self.accelerator.num_processes
-        if self._world_size > 1 and config.device is None:
-            config = config.model_copy(update={"device": str(self.accelerator.device)})
-        self.harness = HarnessDebiaser(
-            config,
-            rank=self._rank,
-            world_size=self._world_size,
-            barrier=self.accelerator.wait_for_everyone,
-            adapter=adapter,
-        )
-        self._device = self.accelerator.device if config.device is None else config.device
-
-    @property
-    def device(self) -> Any:
-        """The torch device lm-eval gathers its per-rank counts on."""
-        import torch
-
-        return torch.device(self._device)
-
-    @property
-    def provenance(self) -> dict[str, Any] | None:
-        """Where the calibration came from (also in every rotated task's sample records)."""
-        return self.harness.provenance
+        self._launch(config, adapter)
 
     # -- lm-eval's distributed primitives (its evaluator calls them with several ranks) ----
 

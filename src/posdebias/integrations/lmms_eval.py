@@ -45,7 +45,7 @@ from posdebias.integrations.harness import (
     CALIBRATOR,
     LABELS,
     HarnessConfig,
-    HarnessDebiaser,
+    LaunchedHarness,
     TaskMappingError,
     doc_instance,
 )
@@ -58,7 +58,7 @@ from posdebias.integrations.lmms_eval_tasks import (
 _HARNESS_ARGUMENTS = ("max_batch_size",)
 
 
-class PosdebiasLMM(lmms):
+class PosdebiasLMM(LaunchedHarness, lmms):
     """lmms-eval's ``--model posdebias`` (see the module docstring)."""
 
     is_simple = True
@@ -70,34 +70,8 @@ class PosdebiasLMM(lmms):
         if arguments.get("device") in ("", None):
             arguments.pop("device", None)
         config = HarnessConfig.from_arguments(arguments, "lmms-eval --model_args of posdebias")
-        from accelerate import Accelerator
-
         # lmms-eval's multi-process path reads lm.accelerator and lm.device (workaround 4)
-        self.accelerator = Accelerator()
-        self._rank = self.accelerator.process_index
-        self._world_size = self.accelerator.num_processes
-        if self._world_size > 1 and config.device is None:
-            config = config.model_copy(update={"device": str(self.accelerator.device)})
-        self.harness = HarnessDebiaser(
-            config,
-            rank=self._rank,
-            world_size=self._world_size,
-            barrier=self.accelerator.wait_for_everyone,
-        )
-        self._device = self.accelerator.device if config.device is None else config.device
-        self.batch_size_per_gpu = config.batch_size
-
-    @property
-    def device(self) -> Any:
-        """The torch device lmms-eval gathers its per-rank counts on."""
-        import torch
-
-        return torch.device(self._device)
-
-    @property
-    def provenance(self) -> dict[str, Any] | None:
-        """Where the calibration came from (also in every rotated task's sample records)."""
-        return self.harness.provenance
+        self.batch_size_per_gpu = self._launch(config).batch_size
 
     # -- requests ------------------------------------------------------------------------
 
