@@ -342,7 +342,8 @@ def test_a_point_whose_benchmark_has_another_n_is_refused_before_any_point_runs(
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "N = 3 was asked for, but these instances have 2 options each" in err
+    assert "N = 3 was asked for (-N, or n in the config)" in err
+    assert "bench-n3) have 2 options each; ask for N = 2" in err
     assert "Traceback" not in err and not out.exists()
 
 
@@ -355,5 +356,48 @@ def test_evaluate_refuses_an_n_its_instances_do_not_have(tmp_path, capsys):
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "N = 4 was asked for, but these instances have 3 options each" in err
+    assert "N = 4 was asked for" in err and "have 3 options each; ask for N = 3" in err
     assert main([*argv[:-4], "-N", "3", "--count", "4", "--orders", "2"]) == 0
+
+
+def test_a_transfer_between_tasks_or_against_task_is_refused(tmp_path, capsys):
+    """It ran: calibrated on multiple-choice questions, tested on retrieval, recorded as any
+    --task given."""
+    from real_models import wordnet_benchmark
+
+    text = [wordnet_benchmark("capitals", 12, 4, s, tmp_path / f"mc{s}") for s in (0, 1)]
+    shapes = build_shapes_benchmark(tmp_path / "shapes", count=12, n=4)
+    base = ["--adapter", "synthetic", "--count", "4", "--calibration-count", "4",
+            "--orders", "2"]  # fmt: skip
+    for extra, message in [
+        (["--benchmarks", str(text[0]), str(shapes)], "transfer needs benchmarks of one task"),
+        (["--benchmarks", *map(str, text), "--task", "pairwise_judge"],
+         "--task pairwise_judge, but the benchmarks pose multiple_choice"),
+    ]:  # fmt: skip
+        out = tmp_path / "study"
+        capsys.readouterr()
+        assert sweep("transfer", out, *base, *extra) == 2, extra
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+    assert sweep("transfer", tmp_path / "ok", *base, "--benchmarks", *map(str, text)) == 0
+
+
+def test_settings_a_study_would_ignore_are_refused(tmp_path, capsys):
+    """--baseline was recorded and never compared; --calibration-count was replaced by the
+    calibration_size study's values."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"baseline": "pride"}))
+    base = ["--count", "6", "--orders", "2"]
+    for study, extra, message in [
+        ("tau", ["--values", "1", "--config", str(config)], "not paired comparisons"),
+        ("calibration_size", ["--values", "2,4", "--calibration-count", "6"],
+         "drop --calibration-count"),
+    ]:  # fmt: skip
+        capsys.readouterr()
+        assert sweep(study, tmp_path / study, *base, *extra) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / study).exists()
+    with pytest.raises(SystemExit) as stopped:
+        sweep("tau", tmp_path / "flag", *base, "--values", "1", "--baseline", "pride")
+    assert stopped.value.code == 2
+    assert sweep("calibration_size", tmp_path / "ok", *base, "--values", "2,4") == 0

@@ -229,3 +229,20 @@ def test_a_vision_family_forced_on_a_text_model_says_what_to_do():
     assert "vision-language models" in str(error.value)
     with pytest.raises(posdebias.errors.AdapterError, match="needs the model's processor"):
         posdebias.get_adapter(model, None, adapter="llama")
+
+
+def test_a_text_benchmark_without_task_runs_the_bundled_text_model(tmp_path, monkeypatch):
+    """`evaluate --benchmark TEXT_BENCH` without --task loaded the retrieval organism (and
+    failed: "labels 'A' and 'B' tokenize identically")."""
+    from posdebias.registry import get_registry
+
+    monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
+    bundled = get_registry().default_model("multiple_choice")
+    bench = bundled.benchmark(4)
+    out = tmp_path / "run"
+    argv = ["evaluate", "--benchmark", str(bench), "--count", "4", "--calibration-count", "4",
+            "--orders", "2", "--calibrators", "vanilla", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["adapter"]["model_id"] == bundled.name
+    assert results["settings"]["task"] == "multiple_choice"

@@ -276,17 +276,18 @@ UsablePath = Annotated[Path, Strict(False), AfterValidator(_usable_path)]
 UsableName = Annotated[str, AfterValidator(_usable_path)]
 
 
-def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime in ns) of a regular file, None for anything else: the same
-    through every path that reaches the file (an alias, a link, a moved folder) and new when
-    the file is rewritten. What the memos of a file's content are keyed by."""
+def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int, int] | None:
+    """(device, inode, size, mtime and ctime in ns) of a regular file, None for anything else:
+    the same through every path that reaches the file (an alias, a link, a moved folder) and
+    new when the file is rewritten, also by a copy that restores the old mtime (``cp -p``,
+    ``rsync -t``: the ctime still moves). What the memos of a file's content are keyed by."""
     try:
         info = os.stat(path)
     except (OSError, ValueError):
         return None
     if not stat.S_ISREG(info.st_mode):
         return None
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def check_regular_file(path: Path, what: str, *, limit: int, error: type[InputError]) -> None:

@@ -18,6 +18,7 @@ from posdebias.testing import (
     check_adapter,
     save_tiny_model,
     tiny_model_and_processor,
+    write_test_images,
 )
 from posdebias.testing.check import PASS, check_instances
 
@@ -331,6 +332,15 @@ def test_cli_check_takes_the_task_and_n_of_what_it_checks(tmp_path, capsys):
     ]:
         assert main(["check", "--model", model, *argv]) == 2, argv
         assert message in capsys.readouterr().err, argv
+    image = write_test_images(tmp_path / "images", 1)[0]
+    for argv, message in [
+        (["--model", model, "--benchmark", str(bench), "--image", str(image)],
+         "--benchmark brings its own"),
+        (["--task", "multiple_choice", "--image", str(image)], "checked on its own questions"),
+        (["--task", "pairwise_judge"], "no bundled model poses pairwise_judge"),
+    ]:  # fmt: skip
+        assert main(["check", *argv]) == 2, argv  # (an --image was ignored; a judge was
+        assert message in capsys.readouterr().err, argv  # checked on the retrieval model)
     assert main(["check", "--model", model, "--benchmark", str(bench)]) == 0
     assert "options rotated by 1" in capsys.readouterr().out
     assert main(["check", "--model", model, "--task", "pairwise_judge"]) == 0

@@ -405,6 +405,16 @@ def load_manifest(path: Path) -> BenchmarkManifest:
         ) from exc
 
 
+def benchmark_task(path: str | os.PathLike[str]) -> str | None:
+    """The task a benchmark folder's manifest says it poses, without reading its instances
+    (None when there is no readable manifest: loading the benchmark says what is wrong)."""
+    try:
+        _, manifest = _locate(Path(path))
+        return None if manifest is None else load_manifest(manifest).task_kind
+    except (BenchmarkError, OSError):
+        return None
+
+
 def _locate(path: Path) -> tuple[Path, Path | None]:
     """(JSONL path, manifest path or None) for a benchmark folder or a JSONL file."""
     if path.is_dir():

@@ -91,13 +91,27 @@ def run(args: argparse.Namespace) -> int:
     own_questions = None
     if model is None:  # the task's bundled default model (an organism), else retrieval's
         registry = get_registry()
-        default = registry.default_model(args.task) or registry.default_model()
+        default = registry.default_model(args.task)
+        if default is None and args.task == "retrieval":
+            default = registry.default_model()
         if default is None:
-            raise InputError("name a model to check: --model ID_OR_PATH")
+            raise InputError(
+                f"no bundled model poses {args.task}: name a model to check: --model ID_OR_PATH"
+            )
         model = default.name
         if default.task == args.task != "retrieval" and default.benchmark is not None:
             # a bundled text model knows its own words only: check it on its own questions
             own_questions = default.benchmark
+    if args.images and (benchmark is not None or own_questions is not None):
+        raise InputError(
+            "--image is for the check's own instances; "
+            + (
+                "--benchmark brings its own"
+                if benchmark is not None
+                else f"{model} is checked on its own questions (a bundled text model)"
+            )
+            + ": drop --image"
+        )
     adapter = load_adapter(
         model,
         adapter=args.adapter,

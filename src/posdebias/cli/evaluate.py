@@ -32,14 +32,16 @@ def add_row_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
-    """--resamples / --baseline: the bootstrap and the paired comparisons (evaluate, sweep)."""
+def add_statistics_arguments(parser: argparse.ArgumentParser, *, comparisons: bool = True) -> None:
+    """--resamples: the bootstrap; --baseline (``comparisons``): the paired comparisons."""
     parser.add_argument(
         "--resamples",
         type=int,
         help="bootstrap resamples of the test instances for the 95%% intervals (1000; 100 to "
         "100000)",
     )
+    if not comparisons:
+        return
     parser.add_argument(
         "--baseline",
         help="a row every other row is also compared with, besides vanilla (paired bootstrap "
@@ -103,10 +105,11 @@ def add_task_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, *, comparisons: bool = True) -> None:
     """The flags of every command that evaluates a config's instances (evaluate and each point
-    of a sweep): task, orders, instances, seed, protocol, batching and the statistics. One
-    declaration, so the two commands cannot offer different settings."""
+    of a sweep): task, orders, instances, seed, protocol, batching and the statistics (a study
+    makes no paired comparisons: ``comparisons=False``). One declaration, so the two commands
+    cannot offer different settings."""
     add_server_argument(parser)
     add_task_argument(parser)
     parser.add_argument(
@@ -135,7 +138,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
-    add_statistics_arguments(parser)
+    add_statistics_arguments(parser, comparisons=comparisons)
 
 
 #: Flags of `posdebias evaluate` that set no field of the config (the rest are checked against

@@ -34,6 +34,8 @@ STUDY_DECIDES = {
     "study may set it in its config file",
     "n": "the n study varies N; another study takes N from its benchmark or config file",
     "ci": "a study prints no results table (results.csv and report.md hold the intervals)",
+    "baseline": "a study reports each row with its intervals, not paired comparisons (run "
+    "`posdebias evaluate` with a point's settings for those)",
     "gpus_per_process": "data-parallel runs (accelerate launch) are evaluate runs",
 }
 
@@ -49,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("study", choices=STUDIES, help="the study to run")
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
-    add_run_arguments(parser)
+    add_run_arguments(parser, comparisons=False)
     parser.add_argument(
         "--benchmark", help="benchmark directory; for the n study a pattern with {n}"
     )

@@ -590,10 +590,11 @@ def check_run(
     n = source.test[0].n
     if "n" in config.model_fields_set and config.n != n:  # asked for (else a default)
         noun = candidate_noun(source.test[0].task)
+        where = source.description.get("benchmark")
         raise InputError(
-            f"N = {config.n} was asked for, but these instances have {n} {noun} each "
-            f"({source.description.get('benchmark') or 'the bundled questions'}); use -N {n} "
-            f"or a benchmark with {config.n} {noun} per instance"
+            f"N = {config.n} was asked for (-N, or n in the config), but these instances"
+            f"{'' if where is None else f' (benchmark {where})'} have {n} {noun} each; ask "
+            f"for N = {n} or give a benchmark with {config.n} {noun} per instance"
         )
     orders = orders_of(config, n)  # the one rule (both orders of a pair unless asked)
     check_order_count(n, orders)  # before any forward pass

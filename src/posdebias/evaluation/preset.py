@@ -16,6 +16,7 @@ from pathlib import Path
 
 from posdebias._inputs import excerpt
 from posdebias._threads import torch_threads
+from posdebias.benchmarks.files import benchmark_task
 from posdebias.errors import ConfigError, InputError
 from posdebias.evaluation.config import EvaluateConfig, orders_of
 from posdebias.registry import BundledModel, get_registry
@@ -90,8 +91,9 @@ def registry_preset(config: EvaluateConfig) -> Preset | None:
     config names neither a model nor an adapter, the bundled model it names, else None."""
     registry = get_registry()
     model = named_model(config)
-    if model is None and config.adapter.name is None:
-        bundled = registry.default_model(config.task or "retrieval")
+    if model is None and config.adapter.name is None:  # the model of the task asked or posed
+        posed = None if config.benchmark is None else benchmark_task(config.benchmark)
+        bundled = registry.default_model(config.task or posed or "retrieval")
     else:
         bundled = registry.bundled_model(model) if model is not None else None
     return None if bundled is None else Preset.from_bundled(bundled)

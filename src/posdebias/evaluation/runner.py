@@ -42,7 +42,7 @@ from posdebias.evaluation.plugins import failure_message, third_party_origin, wa
 #: sha256 of files already read, by :func:`file_identity`, so a path alias or a moved folder
 #: finds it without resolving the path (``realpath`` took 14% of an N = 12 run: a run asks
 #: for each image's digest once per order and rotation).
-_DIGESTS: dict[tuple[int, int, int, int], str] = {}
+_DIGESTS: dict[tuple[int, ...], str] = {}
 _MAX_DIGESTS = 1 << 16
 
 

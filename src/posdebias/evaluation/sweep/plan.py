@@ -86,6 +86,16 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
     """The points of a study, in the order they run (checked before any model is loaded)."""
     if study not in STUDIES:
         raise InputError(f"unknown study {study!r}; choose one of: {', '.join(STUDIES)}")
+    if config.baseline is not None:  # it would be recorded and never used
+        raise InputError(
+            "a study reports each row with its intervals, not paired comparisons with a "
+            "baseline: drop baseline, or run `posdebias evaluate` with a point's settings"
+        )
+    if study == "calibration_size" and "calibration_count" in config.model_fields_set:
+        raise InputError(
+            "the calibration_size study sets each point's calibration count from its values: "
+            "drop --calibration-count (or calibration_count in the config)"
+        )
     if study == "transfer":
         return _transfer_points(config, spec)
     if spec.benchmarks is not None:
@@ -156,6 +166,19 @@ def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
             "sweep.benchmarks in the config)"
         )
     loaded = [load_benchmark(path) for path in spec.benchmarks]
+    tasks = {str(path): b.task for path, b in zip(spec.benchmarks, loaded, strict=True)}
+    if len(set(tasks.values())) > 1:
+        listed = ", ".join(f"{path} ({task})" for path, task in tasks.items())
+        raise InputError(
+            f"transfer needs benchmarks of one task: a calibration fitted on one task's prompt "
+            f"does not apply to another's. Got {listed}"
+        )
+    posed = next(iter(tasks.values()))
+    if config.task is not None and config.task != posed:
+        raise InputError(
+            f"--task {config.task}, but the benchmarks pose {posed}; give {config.task} "
+            "benchmarks or drop --task"
+        )
     sizes = {
         str(path): {inst.n for inst in b.instances}
         for path, b in zip(spec.benchmarks, loaded, strict=True)

@@ -59,17 +59,17 @@ def _digest(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-def point_instances(point: Point, adapter: Any, study: str) -> tuple[list, list]:
-    """(calibration, test) of a point. Transfer: calibration held out of A by seed, test = B
-    minus its own held-out calibration, so every pair tests B on the same instances."""
+def point_instances(point: Point, adapter: Any, study: str) -> InstanceSource:
+    """The calibration and test instances of a point. Transfer: calibration held out of A by
+    seed, test = B minus its own held-out calibration, so every pair tests B on the same
+    instances."""
 
     config = point.config
     if study != "transfer":
         source = load_instances(config, adapter, resolve_preset(config).benchmark_factory())
-        calibration = source.calibration
         if study == "calibration_size":
-            calibration = calibration[: int(point.value)]
-        return calibration, source.test
+            source.calibration = source.calibration[: int(point.value)]
+        return source
 
     if config.benchmark is None or config.calibration_benchmark is None:
         raise InputError(f"point {point.label}: transfer needs both benchmarks")
@@ -77,19 +77,18 @@ def point_instances(point: Point, adapter: Any, study: str) -> tuple[list, list]
     b = load_benchmark(config.benchmark)
     calibration, _ = split_held_out(a.instances, config.calibration_count, config.seed)
     _, test = split_held_out(b.instances, config.calibration_count, config.seed)
-    return calibration, test[: config.count]
+    return InstanceSource(calibration, test[: config.count], {"benchmark": str(config.benchmark)})
 
 
 def prepare_point(point: Point, study: str, adapter: Any) -> Prepared:
     """A point built and checked as ``posdebias evaluate`` checks a run (attention the
     calibrators need, the adapter's scores, data it would misread, the orders), on the sweep's
     shared adapter and before the study's directory is touched."""
-    calibration, test = point_instances(point, adapter, study)
     return prepare(
         ResolvedConfig(point.config.model_copy(update={"out": None})),
         shard=Shard(),
         adapter=adapter,
-        source=InstanceSource(calibration, test),
+        source=point_instances(point, adapter, study),
     )
 
 
