@@ -91,16 +91,22 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
             "a study reports each row with its intervals, not paired comparisons with a "
             "baseline: drop baseline, or run `posdebias evaluate` with a point's settings"
         )
-    if study == "calibration_size" and "calibration_count" in config.model_fields_set:
+    values = spec.values if spec.values is not None else DEFAULT_VALUES.get(study, [])
+    if (
+        study == "calibration_size"
+        and "calibration_count" in config.model_fields_set
+        and values
+        and config.calibration_count != max(values)
+    ):
         raise InputError(
-            "the calibration_size study sets each point's calibration count from its values: "
-            "drop --calibration-count (or calibration_count in the config)"
+            f"the calibration_size study calibrates each point on its value's count of one "
+            f"held-out pool of {_number(max(values))}, not {config.calibration_count}: drop "
+            "--calibration-count (or calibration_count in the config)"
         )
     if study == "transfer":
         return _transfer_points(config, spec)
     if spec.benchmarks is not None:
         raise InputError(f"'benchmarks' is for the transfer study, not {study!r}")
-    values = spec.values if spec.values is not None else DEFAULT_VALUES[study]
     if not values:
         raise InputError(f"the {study} study needs at least one value")
     if len(set(values)) != len(values):
