@@ -342,7 +342,7 @@ def test_a_point_whose_benchmark_has_another_n_is_refused_before_any_point_runs(
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "N = 3 was asked for (-N, or n in the config)" in err
+    assert "N = 3 was asked for (-N, n in the config, or a study's value)" in err
     assert "bench-n3) have 2 options each; ask for N = 2" in err
     assert "Traceback" not in err and not out.exists()
 

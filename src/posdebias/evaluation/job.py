@@ -592,7 +592,8 @@ def check_run(
         noun = candidate_noun(source.test[0].task)
         where = source.description.get("benchmark")
         raise InputError(
-            f"N = {config.n} was asked for (-N, or n in the config), but these instances"
+            f"N = {config.n} was asked for (-N, n in the config, or a study's value), but "
+            "these instances"
             f"{'' if where is None else f' (benchmark {where})'} have {n} {noun} each; ask "
             f"for N = {n} or give a benchmark with {config.n} {noun} per instance"
         )
