@@ -384,9 +384,12 @@ def test_a_transfer_between_tasks_or_against_task_is_refused(tmp_path, capsys):
 
 def test_settings_a_study_would_ignore_are_refused(tmp_path, capsys):
     """--baseline was recorded and never compared; --calibration-count was replaced by the
-    calibration_size study's values."""
+    calibration_size study's values, n by the n study's, a benchmark by the transfer study's
+    pairs."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"baseline": "pride"}))
+    config_n = tmp_path / "n.json"  # the n study's points set N (it was replaced, silently)
+    config_n.write_text(json.dumps({"n": 5}))
     base = ["--count", "6", "--orders", "2"]
     for study, extra, message in [
         ("tau", ["--values", "1", "--config", str(config)], "not paired comparisons"),
@@ -397,6 +400,15 @@ def test_settings_a_study_would_ignore_are_refused(tmp_path, capsys):
         assert sweep(study, tmp_path / study, *base, *extra) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / study).exists()
+    shapes = build_shapes_benchmark(tmp_path / "shapes", count=12, n=4)
+    for study, extra, message in [
+        ("n", ["--values", "2,3", "--config", str(config_n)], "sets n of each point"),
+        ("transfer", ["--benchmarks", shapes, shapes, "--benchmark", shapes],
+         "sets benchmark of each point"),
+    ]:  # fmt: skip
+        capsys.readouterr()
+        assert sweep(study, tmp_path / study, *base, *extra) == 2
+        assert message in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:
         sweep("tau", tmp_path / "flag", *base, "--values", "1", "--baseline", "pride")
     assert stopped.value.code == 2

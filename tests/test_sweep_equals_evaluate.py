@@ -57,8 +57,10 @@ def study_setup(study: str, tmp_path, order_kind: str) -> tuple[EvaluateConfig, 
         "resamples": 100,
         "calibrators": ["vanilla", "pride", "attention_guided"],
     }
-    if study == "n":
-        return EvaluateConfig(**base), SweepSpec(values=[2.0, 3.0])
+    if study == "n":  # its points set N (a config's n is refused)
+        return EvaluateConfig(**{k: v for k, v in base.items() if k != "n"}), SweepSpec(
+            values=[2.0, 3.0]
+        )
     if study == "calibration_size":
         return EvaluateConfig(**base), SweepSpec(values=[1.0, 3.0])
     if study in ("top_k", "tau"):

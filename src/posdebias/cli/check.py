@@ -165,14 +165,12 @@ def run(args: argparse.Namespace) -> int:
 def _checked_n(n: int | None, task: str, benchmark: Benchmark | None) -> int:
     """The N checked: ``-N``, else the benchmark's, a judge's 2 or the default; a ``-N`` the
     instances cannot have is refused (it was ignored)."""
-    own = (
-        benchmark.instances[0].n
-        if benchmark is not None and benchmark.instances
-        else 2
-        if task == "pairwise_judge"
-        else None
-    )
-    if n is not None and own is not None and n != own:
-        where = f"the benchmark's instances have {own}" if benchmark else "a pairwise judge has 2"
-        raise InputError(f"-N {n} cannot be checked: {where} candidates; drop -N")
-    return n if n is not None else own if own is not None else defaults.CANDIDATES
+    if benchmark is not None and benchmark.instances:
+        own, where = benchmark.instances[0].n, "the benchmark's instances have"
+    elif task == "pairwise_judge":
+        own, where = 2, "a pairwise judge has"
+    else:
+        return defaults.CANDIDATES if n is None else n
+    if n is not None and n != own:
+        raise InputError(f"-N {n} cannot be checked: {where} {own} candidates; drop -N")
+    return own

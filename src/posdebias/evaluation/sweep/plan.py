@@ -103,6 +103,17 @@ def plan_points(study: str, config: EvaluateConfig, spec: SweepSpec) -> list[Poi
             f"held-out pool of {_number(max(values))}, not {config.calibration_count}: drop "
             "--calibration-count (or calibration_count in the config)"
         )
+    decided = {"n": ("n",), "transfer": ("benchmark", "calibration_benchmark")}.get(study, ())
+    given = [
+        name
+        for name in decided
+        if name in config.model_fields_set and getattr(config, name) is not None
+    ]
+    if given:  # they would be replaced by the study's own, silently
+        raise InputError(
+            f"the {study} study sets {' and '.join(given)} of each point itself: drop "
+            f"{' and '.join(given)} from the command line or the config"
+        )
     if study == "transfer":
         return _transfer_points(config, spec)
     if spec.benchmarks is not None:
