@@ -103,6 +103,16 @@ def sweep_report_text(
     cost table."""
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
     described = adapter.describe()
+    intervals = (
+        "[low, high]: 95% bootstrap interval over the point's test instances (results.csv: "
+        "*_low, *_high)"
+    )
+    drawn = [
+        "![figure](figure.png)",
+        "",
+        "Vector versions: [PDF](figure.pdf), [SVG](figure.svg). "
+        f"{intervals}, drawn as shaded bands or error bars.",
+    ]
     lines = [
         f"# Study `{study}`",
         "",
@@ -110,10 +120,7 @@ def sweep_report_text(
         f"{points[0].config.protocol}; seed {points[0].config.seed}. One row per point; "
         "results.csv has every number.",
         "",
-        *(["![figure](figure.png)", ""] if figure else []),
-        ("Vector versions: [PDF](figure.pdf), [SVG](figure.svg). " if figure else "")
-        + "[low, high]: 95% bootstrap interval over the point's test instances (results.csv: "
-        "*_low, *_high)" + (", drawn as shaded bands or error bars." if figure else "."),
+        *(drawn if figure else [f"{intervals}."]),
         "",
     ]
     if any(row["rstd"] in (None, "") for row in rows):
