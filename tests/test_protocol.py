@@ -157,7 +157,7 @@ def test_reference_fills_the_authors_row_choices_where_the_user_set_none():
     assert options["generated"] == {"max_new_tokens": 2, "parse": "last_number"}
     assert options["sofa"] == {
         "answer": "generated",
-        "within_image": True,
+        "within_candidate": True,
         "max_new_tokens": 2,
         "parse": "last_number",
     }

@@ -56,7 +56,7 @@ def test_candidate_nouns_are_the_tasks_own():
 def test_a_text_multiple_choice_run_never_says_image(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["evaluate", "--task", "multiple_choice", "--count", "6", "--orders", "2",
-            "--calibrators", "vanilla,pride,attention_guided,label_free",
+            "--calibrators", "vanilla,pride,attention_guided,label_free", "--decoders", "sofa",
             "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     captured = capsys.readouterr()
@@ -72,7 +72,9 @@ def test_a_text_multiple_choice_run_never_says_image(tmp_path, capsys):
     assert any("right candidate" in text for text in texts)
     assert not [text for text in texts if "image" in text.lower()]
     for name in ("run.json", "results.json"):  # the prompt it posed, not retrieval's
-        described = json.loads((out / name).read_text())["adapter"]
+        recorded = json.loads((out / name).read_text())
+        assert not [k for k in keys(recorded) if "image" in k.lower()], name
+        described = recorded["adapter"]
         assert "multiple-choice question" in described["prompt"]["instruction"], name
         assert "image" not in described["prompt"]["instruction"].lower(), name
     assert main(["check", "--task", "multiple_choice"]) == 0
@@ -197,6 +199,35 @@ def test_an_unknown_option_of_a_text_model_is_answered_without_image_options():
         posdebias.get_adapter(*tiny_model_and_processor("llava"), bogus=1)
     assert "label_set" in str(text.value) and "image" not in str(text.value)
     assert "image_size" in str(vision.value) and "max_patches" in str(vision.value)
+
+
+def test_a_text_model_refuses_the_retrieval_prompt_it_would_not_pose():
+    """The option was accepted and did nothing (a text model poses no retrieval prompt)."""
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    retrieval = {"instruction": "Pick one of {n}."}
+    with pytest.raises(posdebias.errors.ConfigError, match="option prompt is retrieval's"):
+        posdebias.get_adapter(*tiny_model_and_processor("llama"), prompt=retrieval)
+    with pytest.raises(posdebias.errors.ConfigError, match="unknown option 'bogus'") as error:
+        posdebias.get_adapter(*tiny_model_and_processor("qwen3"), bogus=1)
+    offered = str(error.value).split("options: ")[1].split(", ")
+    assert "task_prompt" in offered and "prompt" not in offered
+    vision = posdebias.get_adapter(*tiny_model_and_processor("llava"), prompt=retrieval)
+    assert vision.task_templates["retrieval"].instruction == "Pick one of {n}."
+
+
+def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates():
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.job import build_decoders
+
+    for name in ("within_image", "within_candidate"):
+        config = EvaluateConfig.model_validate(
+            {"decoders": [{"name": "sofa", "options": {name: True}}]}
+        )
+        (sofa,) = build_decoders(config).values()
+        assert sofa.options.model_dump()["within_candidate"] is True
+        assert "within_image" not in sofa.options.model_dump()
 
 
 def test_a_text_benchmark_reads_without_the_folder_its_questions_came_from(tmp_path, capsys):

@@ -243,12 +243,12 @@ def causal_allowed(mask, length):
     return mask[:, 0] > float("-inf")
 
 
-@pytest.mark.parametrize("within_image", [False, True])
+@pytest.mark.parametrize("within_candidate", [False, True])
 @pytest.mark.parametrize("family", ["llava", "qwen2_5_vl", "internvl"])
 def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(
-    family, within_image, make_instances
+    family, within_candidate, make_instances
 ):
-    """Opened: image i -> later image j blocks; with within_image also the masked (later)
+    """Opened: image i -> later image j blocks; with within_candidate also the masked (later)
     entries of each image's own block. Every other entry is the causal mask."""
     adapter = adapter_for(family)
     instances = make_instances(2, 3)  # two rows: left padding in the batch
@@ -258,7 +258,7 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(
     with sofa_attention(SofaSettings(sigma=1.0, layer_stride=99, first_layer=99), capture=plain):
         adapter.run_batch(batch, attention=False)  # SoFA on no layer: the causal masks
     opened: dict[int, object] = {}
-    settings = SofaSettings(sigma=0.25, layer_stride=2, within_image=within_image)
+    settings = SofaSettings(sigma=0.25, layer_stride=2, within_candidate=within_candidate)
     with sofa_attention(settings, capture=opened) as run:
         scores, _ = adapter.run_batch(batch, attention=False)
     assert sorted(opened) == list(range(adapter.num_layers))
@@ -277,7 +277,7 @@ def test_sofa_mask_differs_from_causal_exactly_in_later_image_blocks(
                 for span_j in spans[i + 1 :]:
                     rows, keys = slice(span_i.start, span_i.end), slice(span_j.start, span_j.end)
                     expected[row, rows, keys] = math.log(0.25)
-                if within_image:
+                if within_candidate:
                     own = slice(span_i.start, span_i.end)
                     block = expected[row, own, own].clone()
                     assert torch.isneginf(block).any()  # an image of several tokens

@@ -30,8 +30,8 @@ class SofaSettings:
     sigma: float = 0.5
     layer_stride: int = 2
     first_layer: int = 0
-    #: also open the masked entries inside each image (the authors' code)
-    within_image: bool = False
+    #: also open the masked entries inside each candidate (the authors' code)
+    within_candidate: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.sigma <= 1:

@@ -2,8 +2,9 @@
 
 ``answer: scored`` takes the argmax of the restricted label scores (one forward pass, like the
 scored vanilla row); ``answer: generated`` generates greedily and parses the index (like the
-paper's vanilla; the authors' choice). ``within_image: true`` also opens the later tokens of the
-same image (the authors' mask). The mask itself is posdebias.adapters.attention.sofa.
+paper's vanilla; the authors' choice). ``within_candidate: true`` also opens the later tokens of
+the same candidate (the authors' mask; read from ``within_image`` too, its name before text
+candidates). The mask itself is posdebias.adapters.attention.sofa.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
@@ -36,9 +37,10 @@ class SofaOptions(GeneratedOptions):
     first_layer: int = Field(
         default=0, ge=0, le=defaults.MAX_LAYERS, description="the first layer SoFA changes"
     )
-    within_image: bool = Field(
+    within_candidate: bool = Field(
         default=False,
-        description="also open the later tokens of the same image (the authors' code)",
+        validation_alias=AliasChoices("within_candidate", "within_image"),
+        description="also open the later tokens of the same candidate (the authors' code)",
     )
 
 
@@ -56,14 +58,14 @@ class Sofa(Generated):
     name = "sofa"
     Options = SofaOptions
     options: SofaOptions
-    summary = "image blocks see later images (log sigma mask) in every second layer"
+    summary = "candidate blocks see later candidates (log sigma mask) in every second layer"
 
     def sofa_settings(self) -> SofaSettings:
         return SofaSettings(
             sigma=self.options.sigma,
             layer_stride=self.options.layer_stride,
             first_layer=self.options.first_layer,
-            within_image=self.options.within_image,
+            within_candidate=self.options.within_candidate,
         )
 
     def decide(

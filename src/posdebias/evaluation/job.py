@@ -381,8 +381,9 @@ def saved_identity(
     saved: dict[str, Any], now: dict[str, Any] | None = None, retrieval_hash: str | None = None
 ) -> dict[str, Any]:
     """A run file's identity in today's terms, so that a run directory written by an older
-    version still resumes: a retrieval prompt recorded in its older form (before retrieval
-    became a task template) is recorded as that template, with its hash; then a text run,
+    version still resumes: a setting recorded as null that today's records leave out (a text
+    model's image settings) is dropped; a retrieval prompt recorded in its older form (before
+    retrieval became a task template) is recorded as that template, with its hash; a text run,
     whose files recorded the retrieval template (``retrieval_hash``) instead of the prompt it
     posed, is read as recording this run's prompt (``now``: today's identity)."""
     adapter = saved.get("adapter")
@@ -390,6 +391,8 @@ def saved_identity(
         return saved
     adapter = {**adapter, **_former_template(adapter)}
     described = now.get("adapter") if now is not None else None
+    if isinstance(described, dict):  # a setting recorded empty that today's records leave out
+        adapter = {k: v for k, v in adapter.items() if v is not None or k in described}
     if (
         isinstance(described, dict)
         and retrieval_hash is not None

@@ -91,7 +91,7 @@ REFERENCE_DECODERS: dict[str, dict[str, Any]] = {
     "chain_of_thought": {"parse": "last_number"},
     "sofa": {
         "answer": "generated",
-        "within_image": True,
+        "within_candidate": True,
         "max_new_tokens": 2,
         "parse": "last_number",
     },

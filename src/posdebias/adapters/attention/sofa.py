@@ -1,18 +1,19 @@
-"""SoFA (Tian et al., CVPR 2025): open the attention between image blocks in chosen layers.
+"""SoFA (Tian et al., CVPR 2025): open the attention between candidate blocks in chosen layers.
 
-In a causal model image i cannot see a LATER image j. SoFA replaces, in every ``layer_stride``-th
-language-model layer (starting at ``first_layer``), the causal mask's entries from the tokens of
-image i to the tokens of every later image j > i, which are -inf, by log(sigma): the earlier image
-now attends to the later ones with weight sigma relative to a visible token. With
-``within_image`` (the authors' code) the masked entries inside one image are opened too: a token
-of image i also sees the LATER tokens of image i with weight sigma. Everything else (text,
-padding, what is already visible) keeps the causal mask.
+In a causal model candidate i (an image, or a text option) cannot see a LATER candidate j. SoFA
+replaces, in every ``layer_stride``-th language-model layer (starting at ``first_layer``), the
+causal mask's entries from the tokens of candidate i to the tokens of every later candidate j > i,
+which are -inf, by log(sigma): the earlier candidate now attends to the later ones with weight
+sigma relative to a visible token. With ``within_candidate`` (the authors' code) the masked
+entries inside one candidate are opened too: a token of candidate i also sees the LATER tokens
+of candidate i with weight sigma. Everything else (text, padding, what is already visible) keeps
+the causal mask.
 
 No model code is patched. The posdebias attention function (:mod:`posdebias.adapters.attention`)
 asks :func:`adjust_mask` for the mask of each layer; it returns the incoming mask unchanged unless
-:func:`sofa_attention` is active AND a prompt pass with known image spans is running
+:func:`sofa_attention` is active AND a prompt pass with known candidate spans is running
 (:func:`sofa_scope`, entered by the adapter around its prompt forward). Decoding steps (one new
-query over the cache) are never changed: a new text token is not an image, so SoFA has nothing to
+query over the cache) are never changed: a new token is no candidate, so SoFA has nothing to
 open there; its effect lives in the cached keys and values of the prompt pass. The float mask is
 built once per pass and shared by the chosen layers.
 """
@@ -34,13 +35,13 @@ if TYPE_CHECKING:
 
 
 class HasRuns(Protocol):
-    """An image's token runs (``posdebias.adapters.hf.ImageSpan``): half-open [start, end)."""
+    """A candidate's token runs (``posdebias.adapters.hf.ImageSpan``): half-open [start, end)."""
 
     @property
     def runs(self) -> tuple[tuple[int, int], ...]: ...
 
 
-#: One image's tokens: an object with ``runs`` or a plain ``(start, end)`` pair.
+#: One candidate's tokens: an object with ``runs`` or a plain ``(start, end)`` pair.
 SpanLike = HasRuns | tuple[int, int]
 
 
@@ -58,12 +59,13 @@ def sofa_mask(
     sigma: float,
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
-    within_image: bool = False,
+    within_candidate: bool = False,
 ) -> torch.Tensor:
     """The [B, 1, T, T] additive float mask: ``mask`` (bool, float or None = causal) with the
-    image-to-later-image blocks set to log(sigma), and with ``within_image`` also the masked
-    (upper-triangle) entries of each image's own block. A row with no visible key (a padding
-    row) sees every key, so no softmax row is all -inf (its output is never read)."""
+    candidate-to-later-candidate blocks set to log(sigma), and with ``within_candidate`` also
+    the masked (upper-triangle) entries of each candidate's own block. A row with no visible
+    key (a padding row) sees every key, so no softmax row is all -inf (its output is never
+    read)."""
     import torch
 
     batch = len(spans)
@@ -80,13 +82,13 @@ def sofa_mask(
     additive = additive.expand(batch, 1, length, length).clone()
     opened = math.log(sigma)
     for row, row_spans in enumerate(spans):
-        runs = [_runs(span) for span in row_spans]  # an image may be several runs
+        runs = [_runs(span) for span in row_spans]  # a candidate may be several runs
         for i, runs_i in enumerate(runs):
             for runs_j in runs[i + 1 :]:
                 for start_i, end_i in runs_i:
                     for start_j, end_j in runs_j:
                         additive[row, 0, start_i:end_i, start_j:end_j] = opened
-            if within_image:
+            if within_candidate:
                 for start_i, end_i in runs_i:
                     for start_j, end_j in runs_i:
                         block = additive[row, 0, start_i:end_i, start_j:end_j]
@@ -130,7 +132,7 @@ class _Scope:
                 self.settings.sigma,
                 query.dtype,
                 query.device,
-                within_image=self.settings.within_image,
+                within_candidate=self.settings.within_candidate,
             )
             cached = self._built[key] = (mask, built)
         return cached[1]

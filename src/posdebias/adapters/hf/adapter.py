@@ -153,9 +153,11 @@ class HFAdapter(Adapter):
 
     @classmethod
     def option_names(cls) -> list[str]:
-        """A text-only model's errors do not offer the image options (they do nothing there)."""
+        """A text-only model's errors offer neither the image options (they do nothing there)
+        nor retrieval's prompt (refused there)."""
         names = super().option_names()
-        return [name for name in names if name not in IMAGE_OPTIONS] if cls.text_only else names
+        unused = (*IMAGE_OPTIONS, "prompt") if cls.text_only else ()
+        return [name for name in names if name not in unused]
 
     def __init__(
         self, model: Any, processor: Any, *, model_id: str | None = None, **options: Any
@@ -171,6 +173,12 @@ class HFAdapter(Adapter):
             )
         opts = self.parse_options(options)
         assert isinstance(opts, HFAdapterOptions)  # every HF adapter's Options derive from it
+        if self.text_only and opts.prompt is not None:  # it would be accepted and do nothing
+            raise ConfigError(
+                f"adapter {self.name!r} reads a text-only model, which poses no retrieval "
+                "prompt: the option prompt is retrieval's; a text task's prompt is the option "
+                "task_prompt"
+            )
         chat_template = opts.chat_template
         self.model = model
         self.processor = processor
@@ -949,7 +957,7 @@ class HFAdapter(Adapter):
         extra = (
             {} if self.options.task_prompt is None else {"task_prompt": self.options.task_prompt}
         )
-        return {
+        described = {
             **extra,
             "adapter": self.name,
             "model_id": self.model_id,
@@ -977,6 +985,8 @@ class HFAdapter(Adapter):
             else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
+        # a text-only model shows no image: its records name no image setting
+        return {k: v for k, v in described.items() if not (self.text_only and k in IMAGE_OPTIONS)}
 
 
 def _two_token_tie(label: str, tokens: Sequence[int], model: str | None) -> str:
