@@ -1,4 +1,4 @@
-"""The library API for application code: calibrate once, then rank images for captions.
+"""The library API for application code: calibrate once, then rank the candidates of queries.
 
 A :class:`Debiaser` holds a model adapter and one or several calibrators. Calibrators that need
 no fit (vanilla, attention_readout, permutation_average) work at once; the others are fitted
@@ -108,7 +108,7 @@ class Ranking:
 
     @property
     def choice(self) -> int:
-        """0-based position of the chosen image in ``images``."""
+        """0-based position of the chosen candidate (in ``images`` and ``texts``)."""
         return self.prediction.choice
 
     @property
@@ -128,7 +128,7 @@ class Ranking:
 
     @property
     def order(self) -> list[int]:
-        """Positions in ``images`` from best to worst."""
+        """Candidate positions from best to worst."""
         return self.prediction.ranking
 
     @property
@@ -138,18 +138,18 @@ class Ranking:
 
     @property
     def probabilities(self) -> np.ndarray:
-        """Calibrated probability of each image, in the order of ``images``."""
+        """Calibrated probability of each candidate, in the order given."""
         return self.prediction.probabilities
 
     @property
     def scores(self) -> np.ndarray:
-        """Calibrated log-scores, in the order of ``images``."""
+        """Calibrated log-scores, in the order given."""
         return self.prediction.scores
 
     @property
     def evidence(self) -> Evidence | None:
-        """Why the image won (label probabilities, attention, posterior, expected bias), when
-        asked for with ``explain=True``; per position of ``images``."""
+        """Why the candidate won (label probabilities, attention, posterior, expected bias), when
+        asked for with ``explain=True``; per candidate position."""
         return self.prediction.evidence
 
     def to_dict(self) -> dict[str, Any]:
