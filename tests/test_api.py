@@ -114,6 +114,32 @@ def test_rank_command(tmp_path, capsys):
         assert column in out
 
 
+def test_rank_poses_text_candidates_as_the_task_its_state_was_fitted_on(tmp_path, capsys):
+    """`posdebias rank` took images only; a text state's options are ranked as the API does."""
+    states = tmp_path / "states"
+    calibrate = ["calibrate", "--task", "multiple_choice", "--count", "4",
+                 "--calibrators", "attention_guided", "--out", str(states)]  # fmt: skip
+    assert main(calibrate) == 0
+    capsys.readouterr()
+    question, options = "Which is the capital of France?", ["Berlin", "Paris", "[red]Rome", "Oslo"]
+    command = ["rank", "--calibration", str(states), "--model", "posdebias/text-organism"]
+    assert main([*command, question, *options]) == 0
+    out = capsys.readouterr().out
+    adapter = posdebias.load_adapter("posdebias/text-organism")
+    expected = Debiaser.load(states, adapter).rank(question, texts=options)
+    assert Debiaser.load(states, adapter).fitted_task() == "multiple_choice"
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert list(rows) == options
+    header = next(line for line in out.splitlines() if "position" in line)
+    assert header.split("┃")[2].strip() == "option"  # the task's own noun
+    for option, probability in zip(options, expected.probabilities, strict=True):
+        assert f"{probability:.4f}" in rows[option]
+    assert "<- chosen" in rows[options[expected.choice]] and "image" not in out
+    # another task's prompt is not the one the state was fitted with
+    assert main([*command, "--task", "rerank", question, *options]) == 2
+    assert "fitted with another prompt" in capsys.readouterr().err
+
+
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):
     state = Debiaser(SyntheticAdapter()).calibrate(synthetic_instances(2, 4))
     path = state.with_metadata(adapter="llava").save(tmp_path / "cal.json")

@@ -603,7 +603,8 @@ def test_an_image_name_too_long_in_a_build_source(tmp_path, capsys, name):
 def test_a_path_too_long_for_any_file_system_on_the_command_line(tmp_path, capsys, where):
     args = ["evaluate", *SIMULATED, "--count", "2"]
     if where == "rank image":
-        args = ["rank", *SIMULATED, "--calibration", tmp_path / "s.json", "c", "a.png", PART]
+        args = ["rank", *SIMULATED, "--calibration", tmp_path / "s.json", "--task", "retrieval"]
+        args += ["c", "a.png", PART]
     elif where == "build root":
         args = ["build", "--source", "shapes", "--root", tmp_path / PART, "--out", tmp_path / "o"]
     elif where.startswith("config"):

@@ -439,6 +439,19 @@ class Debiaser:
     def _fits_prompt(self, state: CalibrationState, task: str) -> bool:
         return state.prompt_hash in prompt_hashes(self.adapter, task, state.n)
 
+    def _fitted_on(self, state: CalibrationState) -> str:
+        """The task whose prompt ``state`` was fitted with (retrieval where none fits: the gate
+        then names the mismatch)."""
+        return next((t for t in TASK_KINDS if self._fits_prompt(state, t)), "retrieval")
+
+    def fitted_task(self) -> str | None:
+        """The task the held states were fitted on: what a query is posed as unless it says
+        (None without states, or when they were fitted on several tasks)."""
+        tasks = {
+            self._fitted_on(s) for by_label in self._fitted.values() for s in by_label.values()
+        }
+        return tasks.pop() if len(tasks) == 1 else None
+
     def _states(
         self, n: int, task: str, fitted: Mapping[int, Mapping[str, CalibrationState]]
     ) -> dict[str, CalibrationState]:
@@ -539,10 +552,7 @@ class Debiaser:
                     f"a state is given for calibrator {label!r}, but this debiaser runs "
                     f"{list(self.calibrators)}"
                 )
-            task = next(
-                (t for t in TASK_KINDS if self._fits_prompt(state, t)),
-                "retrieval",
-            )
+            task = self._fitted_on(state)
             check_state(state, self.adapter, calibrator, state.n, task, transfer=transfer)
             fitted.setdefault(state.n, {})[label] = state
         self._fitted = fitted

@@ -101,7 +101,7 @@ def _command(args: Sequence[str]) -> str | None:
 
 
 #: Arguments given as text that name files or folders (the rest are typed ``Path``).
-_PATH_TEXTS = ("model", "benchmark", "images")
+_PATH_TEXTS = ("model", "benchmark", "images")  # rank's candidates: in rank
 
 
 def check_path_arguments(args: argparse.Namespace) -> None:
@@ -110,9 +110,14 @@ def check_path_arguments(args: argparse.Namespace) -> None:
     for name, value in vars(args).items():
         for item in value if isinstance(value, list | tuple) else (value,):
             if isinstance(item, Path) or (name in _PATH_TEXTS and isinstance(item, str)):
-                problem = path_name_problem(item)
-                if problem is not None:
-                    raise InputError(f"the path {excerpt(str(item))} {problem}")
+                check_path_text(item)
+
+
+def check_path_text(path: str | Path) -> None:
+    """Refuse a path no file system can hold (an argument that is a path only in some uses)."""
+    problem = path_name_problem(path)
+    if problem is not None:
+        raise InputError(f"the path {excerpt(str(path))} {problem}")
 
 
 def _show_warning(

@@ -1,4 +1,5 @@
-"""``posdebias rank``: the calibrated distribution over images for one caption."""
+"""``posdebias rank``: the calibrated distribution over the candidates of one query (images for
+a caption, or the options, answers or passages of a text task)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from rich.table import Table
 
 from posdebias._inputs import excerpt, load_yaml
 from posdebias.api import Debiaser
-from posdebias.cli import make_console
+from posdebias.cli import check_path_text, make_console
 from posdebias.cli.evaluate import add_model_arguments, add_server_argument, with_model_options
+from posdebias.core.instance import TASK_KINDS, candidate_noun
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
 from posdebias.evaluation.job import build_adapter
@@ -40,12 +42,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="use a calibration state fitted on another model (a transfer study)",
     )
-    parser.add_argument("caption", help="the query text")
-    parser.add_argument("images", nargs="+", help="candidate images, in the order shown")
+    parser.add_argument(
+        "--task",
+        choices=TASK_KINDS,
+        help="the task the candidates are posed as (default: the one the calibration state "
+        "was fitted on)",
+    )
+    parser.add_argument("query", help="the caption, question or query")
+    parser.add_argument(
+        "candidates",
+        nargs="+",
+        metavar="CANDIDATE",
+        help="the candidates in the order shown: image files (retrieval) or texts",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.task == "retrieval":  # image files: refused before the model loads
+        for candidate in args.candidates:
+            check_path_text(candidate)
     options = {}
     for item in args.adapter_option:
         key, sep, value = item.partition("=")
@@ -63,7 +79,13 @@ def run(args: argparse.Namespace) -> int:
         build_adapter(resolve_preset(config).config),
         transfer=args.calibration_transfer,
     )
-    ranking = debiaser.rank(args.caption, args.images, explain=args.explain)
+    task = args.task or debiaser.fitted_task() or "retrieval"
+    if task == "retrieval":
+        for candidate in args.candidates:
+            check_path_text(candidate)
+        ranking = debiaser.rank(args.query, args.candidates, explain=args.explain)
+    else:
+        ranking = debiaser.rank(args.query, texts=args.candidates, task=task, explain=args.explain)
     evidence = ranking.evidence
     extra = []
     if evidence is not None:
@@ -77,17 +99,18 @@ def run(args: argparse.Namespace) -> int:
             )
             if values is not None
         ]
-    table = Table(title=f"{ranking.calibrator}: {args.caption!r}", title_justify="left")
-    for column in ("position", "image", "probability", *(title for title, _ in extra), ""):
+    table = Table(title=f"{ranking.calibrator}: {args.query!r}", title_justify="left")
+    noun = candidate_noun(task, plural=False)
+    for column in ("position", noun, "probability", *(title for title, _ in extra), ""):
         table.add_column(column)
-    for position, (image, probability) in enumerate(
-        zip(args.images, ranking.probabilities, strict=True)
+    for position, (candidate, probability) in enumerate(
+        zip(args.candidates, ranking.probabilities, strict=True)
     ):
         mark = "<- chosen" if position == ranking.choice else ""
         cells = [
             f"{values[position]:+.4f}" if title == "bias removed" else f"{values[position]:.4f}"
             for title, values in extra
         ]
-        table.add_row(str(position + 1), image, f"{probability:.4f}", *cells, mark)
+        table.add_row(str(position + 1), candidate, f"{probability:.4f}", *cells, mark)
     make_console().print(table)
     return 0
