@@ -9,7 +9,7 @@ point.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,21 +121,6 @@ def build_tokenizer(
         extra_special_tokens=named_tokens or {},
         chat_template=chat_template,
     )
-
-
-def toy_vocabulary_only(
-    family: str, build: Callable[[], tuple[Any, Any]]
-) -> Callable[..., tuple[Any, Any]]:
-    """The ``tiny_model`` builder of a family whose tiny model has the toy vocabulary only (its
-    real vocabulary is not available offline): ``build()``, and a clear error when a real
-    vocabulary is asked for."""
-
-    def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        if real_vocabulary:
-            raise InputError(f"no real-vocabulary tiny model for {family} (toy vocabulary only)")
-        return build()
-
-    return tiny_model
 
 
 def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:

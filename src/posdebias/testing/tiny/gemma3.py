@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("gemma3",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-    vocabulary only)."""
-    if real_vocabulary:
-        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-    return _tiny_model()
 
 
 _TEMPLATE = (
@@ -36,7 +27,7 @@ TINY_SLIDING_WINDOW = 52
 reach the last image, so the tests exercise windows that see some images and not others."""
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.gemma3 import Gemma3ImageProcessor, Gemma3Processor
@@ -84,7 +75,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "pad_token_id": ids("<pad>"),
     }
     config = AutoConfig.for_model(
-        "gemma3",
+        model_type,
         text_config=text,
         vision_config={
             "model_type": "siglip_vision_model",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("gemma4",)
 
@@ -39,7 +39,7 @@ TINY_KV_SHARED_LAYERS = 2
 TINY_SLIDING_WINDOW = 96
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.gemma4 import (
         Gemma4AudioFeatureExtractor,
@@ -96,7 +96,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "position_embedding_size": 256,
     }
     config = AutoConfig.for_model(
-        "gemma4",
+        model_type,
         text_config=text,
         vision_config=vision,
         boi_token_id=ids("<|image>"),
@@ -108,7 +108,3 @@ def _tiny_model() -> tuple[Any, Any]:
         video_token_id=ids("<|video|>"),
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Gemma 4", _tiny_model)

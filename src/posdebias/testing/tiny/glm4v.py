@@ -5,20 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("glm4v", "glm4v_moe", "glm46v")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only)."""
-    if real_vocabulary:
-        raise InputError(
-            "no real-vocabulary tiny model for GLM-4.1V / GLM-4.5V yet (toy vocabulary only)"
-        )
-    return _tiny_model(model_type)
 
 
 # GLM's chat template, reduced to what the prompt uses.
@@ -32,7 +21,7 @@ _TEMPLATE = (
 )
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.glm4v import (
         Glm4vImageProcessor,
@@ -69,7 +58,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     # GLM-4.6V ships its own processor classes of the same layout
     classes = (
         (Glm46VProcessor, Glm46VImageProcessor, Glm46VVideoProcessor)
-        if family == "glm46v"
+        if model_type == "glm46v"
         else (Glm4vProcessor, Glm4vImageProcessor, Glm4vVideoProcessor)
     )
     processor = classes[0](
@@ -91,7 +80,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         eos_token_id=ids("<|user|>"),
         pad_token_id=ids("<|endoftext|>"),
     )
-    if family == "glm4v_moe":
+    if model_type == "glm4v_moe":
         text.update(
             moe_intermediate_size=32,
             n_routed_experts=4,
@@ -113,7 +102,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         "out_hidden_size": 64,
     }
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=vision,
         image_token_id=ids("<|image|>"),

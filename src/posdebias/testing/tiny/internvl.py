@@ -8,11 +8,7 @@ from typing import Any
 from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("internvl",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The chat template of the transformers-native InternVL3 checkpoints (``-hf``).
@@ -27,7 +23,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
     from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
@@ -71,7 +67,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={
             "model_type": "qwen2",
             **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("kimi_k25",)
@@ -26,14 +25,7 @@ _TEMPLATE = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight Kimi K2.5 and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Kimi K2.5 (toy vocabulary only)")
-    return _tiny_model()
-
-
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.kimi_k25 import (
         Kimi_K25ImageProcessor,
@@ -105,7 +97,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "merge_kernel_size": [2, 2],
     }
     config = AutoConfig.for_model(
-        "kimi_k25",
+        model_type,
         text_config=text,
         vision_config=vision,
         projection_hidden_size=vision["hidden_size"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
 
 MODEL_TYPES = ("lfm2_vl",)
@@ -14,14 +13,7 @@ MODEL_TYPES = ("lfm2_vl",)
 _LAYER_TYPES = ["conv", "full_attention", "conv", "conv", "full_attention", "conv"]
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight LFM2-VL and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for LFM2-VL (toy vocabulary only)")
-    return _tiny_model(model_type)
-
-
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.lfm2_vl import Lfm2VlImageProcessor, Lfm2VlProcessor
 
@@ -59,7 +51,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     )
     text.pop("intermediate_size")
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={"model_type": "lfm2", **text, "block_ff_dim": 128},
         vision_config={
             "model_type": "siglip2_vision_model",

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("llama4",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-    vocabulary only)."""
-    if real_vocabulary:
-        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-    return _tiny_model()
 
 
 _TEMPLATE = (
@@ -37,7 +28,7 @@ TINY_CHUNK_SIZE = 52
 after the last image."""
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llama4 import Llama4ImageProcessor, Llama4Processor
 
@@ -100,7 +91,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
     }
     config = AutoConfig.for_model(
-        "llama4",
+        model_type,
         text_config=text,
         vision_config=vision,
         boi_token_index=ids("<|image_start|>"),

@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("llava",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: LLaVA-1.5's Llama vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for LLaVA-1.5 (Llama vocabulary)")
-    return _tiny_model(model_type)
 
 
 def llava_tokenizer() -> Any:
@@ -31,7 +22,7 @@ def llava_tokenizer() -> Any:
     )
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText, CLIPImageProcessor
     from transformers.models.llava import LlavaProcessor
 
@@ -50,7 +41,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={
             "model_type": "llama",
             **text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),

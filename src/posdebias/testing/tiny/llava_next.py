@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("llava_next", "llava_next_video")
@@ -15,19 +14,11 @@ MODEL_TYPES = ("llava_next", "llava_next_video")
 _PINPOINTS = [[28, 28], [28, 56], [56, 28]]
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: LLaVA-NeXT's Vicuna / Mistral vocabularies are not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for LLaVA-NeXT (toy vocabulary only)")
-    return _tiny_model(model_type)
-
-
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llava_next import LlavaNextImageProcessor, LlavaNextProcessor
 
-    video = family == "llava_next_video"
+    video = model_type == "llava_next_video"
     specials = ["<s>", "</s>", "<pad>", "<image>", *(["<video>"] if video else [])]
     named = {"image_token": "<image>", **({"video_token": "<video>"} if video else {})}
     tokenizer = build_tokenizer(
@@ -69,7 +60,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     ids = tokenizer.convert_tokens_to_ids
     extra = {"video_token_index": ids("<video>")} if video else {}
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={
             "model_type": "llama",
             **text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),

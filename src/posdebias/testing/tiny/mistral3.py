@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("mistral3",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Mistral 3 yet (toy vocabulary only)")
-    return _tiny_model(model_type)
 
 
 # Mistral's chat template, reduced to what the prompt uses.
@@ -77,12 +68,12 @@ def tiny_pixtral_parts(size: int = 64) -> tuple[Any, Any, dict[str, Any], dict[s
     return tokenizer, processor, text, vision
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tokenizer, processor, text, vision = tiny_pixtral_parts()
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=vision,
         image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("mllama",)
 
@@ -25,7 +25,7 @@ _TEMPLATE = (
 TINY_CROSS_ATTENTION_LAYERS = [1, 3]
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.mllama import MllamaImageProcessor, MllamaProcessor
@@ -79,7 +79,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "vision_output_dim": 32 * 3,
     }
     config = AutoConfig.for_model(
-        "mllama", text_config=text, vision_config=vision, image_token_index=ids("<|image|>")
+        model_type, text_config=text, vision_config=vision, image_token_index=ids("<|image|>")
     )
     model = AutoModelForImageTextToText.from_config(config)
     with torch.no_grad():  # the tanh gates start at zero: no image would reach the text
@@ -88,7 +88,3 @@ def _tiny_model() -> tuple[Any, Any]:
                 layer.cross_attn_attn_gate.fill_(1.0)
                 layer.cross_attn_mlp_gate.fill_(1.0)
     return model, processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Mllama", _tiny_model)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
 
 MODEL_TYPES = ("molmo2",)
@@ -26,14 +25,7 @@ _IMAGE_TOKENS = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight Molmo 2 and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Molmo 2 (toy vocabulary only)")
-    return _tiny_model()
-
-
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.molmo2 import (
         Molmo2ImageProcessor,
@@ -89,7 +81,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "text_hidden_size": text["hidden_size"],
     }
     config = AutoConfig.for_model(
-        "molmo2",
+        model_type,
         text_config=text,
         vision_config=vision,
         adapter_config=adapter,

@@ -8,6 +8,7 @@ from typing import Any
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("ovis2",)
+REAL_VOCABULARY = MODEL_TYPES
 
 #: The checkpoints' chat template (``thisisiron/Ovis2-1B-hf``): a fixed system turn, ChatML
 #: turns, ``<image>`` + newline per image.

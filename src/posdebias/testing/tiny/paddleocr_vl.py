@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("paddleocr_vl",)
@@ -28,11 +27,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight PaddleOCR-VL and its processor (toy vocabulary only: the ERNIE
     vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for PaddleOCR-VL (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.paddleocr_vl import (
         PaddleOCRVLImageProcessor,

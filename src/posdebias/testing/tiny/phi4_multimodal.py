@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 MODEL_TYPES = ("phi4_multimodal",)
@@ -22,15 +21,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight Phi-4-multimodal (a causal LM with its vision and audio encoders)
     and its processor (toy vocabulary only: Phi-4's is not available offline).
 
     The image processor counts 256 + 16 tokens for the global view of every image and 16 x 16
     per 448 px crop: the vision tower keeps the checkpoints' geometry (448 px crops of 14 px
     patches) and only its widths and depth are small, so an image is about 550 tokens."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Phi-4-multimodal (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.phi4_multimodal import (
         Phi4MultimodalFeatureExtractor,

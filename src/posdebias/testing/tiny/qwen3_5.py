@@ -10,15 +10,11 @@ from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 from posdebias.testing.tiny.qwen3_vl import CHAT_TEMPLATE as QWEN3_VL_TEMPLATE
 
 MODEL_TYPES = ("qwen3_5", "qwen3_5_moe")
+REAL_VOCABULARY = MODEL_TYPES
 
 
 def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (with the real
-    vocabulary: the Qwen3.5 ranks and specials, Qwen3-VL's prompt layout)."""
-    return _tiny_model(model_type, real_vocabulary)
-
-
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    """With the real vocabulary: the Qwen3.5 ranks and specials, Qwen3-VL's prompt layout."""
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
@@ -61,7 +57,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         pad_token_id=ids("<|endoftext|>"),
         tie_word_embeddings=real_vocabulary,
     )
-    if family == "qwen3_5_moe":
+    if model_type == "qwen3_5_moe":
         text.update(
             num_experts=4,
             num_experts_per_tok=2,
@@ -84,7 +80,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         "num_position_embeddings": 64,
     }
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=vision,
         image_token_id=ids("<|image_pad|>"),

@@ -9,11 +9,7 @@ from posdebias.testing.tiny.common import text_config
 from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The user-turn and generation-prompt layout of the Qwen3-VL Instruct checkpoints' chat template
@@ -46,7 +42,7 @@ QWEN3_VISION: dict[str, Any] = {
 }
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
@@ -79,10 +75,10 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
         pad_token_id=ids("<|endoftext|>"),
         tie_word_embeddings=real_vocabulary,
     )
-    if family == "qwen3_vl_moe":
+    if model_type == "qwen3_vl_moe":
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=QWEN3_VISION,
         image_token_id=ids("<|image_pad|>"),
