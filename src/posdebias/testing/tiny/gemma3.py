@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("gemma3",)
 
 
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<start_of_image>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n",
+    end="<end_of_turn>\n",
+    generation="<start_of_turn>model\n",
+    image="<start_of_image>",
 )
 
 

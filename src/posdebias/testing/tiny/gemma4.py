@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("gemma4",)
 
 # Gemma 4's turn format; an image renders as the image token, which the processor expands.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<turn|>\n{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n",
+    end="<turn|>\n",
+    generation="<|turn>model\n",
+    image="<|image|>",
 )
 
 #: Gemma 4's named special tokens (tokenizer attributes, as the checkpoints' extra_special_tokens)

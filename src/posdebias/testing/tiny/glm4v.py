@@ -5,19 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("glm4v", "glm4v_moe", "glm46v")
 
 
 # GLM's chat template, reduced to what the prompt uses.
-_TEMPLATE = (
-    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
-    "<|begin_of_image|><|image|><|end_of_image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="[gMASK]<sop>",
+    turn="<|{{ message['role'] }}|>\n",
+    end="",
+    generation="<|assistant|>\n",
+    image="<|begin_of_image|><|image|><|end_of_image|>",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("internvl",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -38,9 +38,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
             "<IMG_CONTEXT>",
             "<video>",
         ],
-        chat_template=CHAT_TEMPLATE
-        if real_vocabulary
-        else CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
+        chat_template=CHAT_TEMPLATE if real_vocabulary else chatml("<IMG_CONTEXT>\n"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={

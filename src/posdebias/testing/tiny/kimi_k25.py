@@ -5,23 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("kimi_k25",)
 
 # Kimi K2.5's chat template, reduced to what the prompt uses: each image is
 # <|media_begin|>image<|media_content|><|media_pad|><|media_end|>, the processor expands the pad.
-_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}<|im_user|>user<|im_middle|>"
+_TEMPLATE = chat_template(
+    turn="{% if message['role'] == 'user' %}<|im_user|>user<|im_middle|>"
     "{% elif message['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
-    "{% else %}<|im_system|>system<|im_middle|>{% endif %}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
-    "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
+    "{% else %}<|im_system|>system<|im_middle|>{% endif %}",
+    end="<|im_end|>",
+    generation="<|im_assistant|>assistant<|im_middle|>",
+    image="<|media_begin|>image<|media_content|><|media_pad|><|media_end|>",
 )
 
 

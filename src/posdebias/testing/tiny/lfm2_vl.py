@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
 
 MODEL_TYPES = ("lfm2_vl",)
 
@@ -21,7 +21,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     tiles = [f"<|img_row_{r}_col_{c}|>" for r in (1, 2) for c in (1, 2)]
     tokenizer = build_tokenizer(
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", *markers, *tiles],
-        chat_template=CHATML.replace("IMAGE", "<image>"),
+        chat_template=chatml("<image>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<image>"},

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("llama4",)
 
 
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|header_start|>{{ message['role'] }}"
-    "<|header_end|>\n\n{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|eot|>{% endfor %}{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>"
-    "\n\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|header_start|>{{ message['role'] }}<|header_end|>\n\n",
+    end="<|eot|>",
+    generation="<|header_start|>assistant<|header_end|>\n\n",
+    image="<|image|>",
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, message_content, text_config
 
 MODEL_TYPES = ("mistral3",)
 
@@ -13,10 +13,8 @@ MODEL_TYPES = ("mistral3",)
 # Mistral's chat template, reduced to what the prompt uses.
 _TEMPLATE = (
     "<s>{% for message in messages %}{% if message['role'] == 'user' %}[INST]"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}[IMG]"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "[/INST]{% else %}{{ message['content'] }}</s>{% endif %}{% endfor %}"
+    + message_content("[IMG]")
+    + "[/INST]{% else %}{{ message['content'] }}</s>{% endif %}{% endfor %}"
 )
 
 

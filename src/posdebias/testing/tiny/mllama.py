@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("mllama",)
 
 # Llama 3.2 Vision's header format; an image renders as <|image|>, which stays one token.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
-    "<|end_header_id|>\n\n{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n",
+    end="<|eot_id|>",
+    generation="<|start_header_id|>assistant<|end_header_id|>\n\n",
+    image="<|image|>",
 )
 
 #: The tiny language model's cross-attention layers (every fifth from layer 3 in the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
 
 MODEL_TYPES = ("molmo2",)
 
@@ -34,7 +34,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     )
 
     # The checkpoints' template writes no BOS; the processor prepends it (the eos token).
-    template = CHATML.replace("IMAGE", "<|image|>")
+    template = chatml("<|image|>")
     tokenizer = build_tokenizer(
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         chat_template=template,

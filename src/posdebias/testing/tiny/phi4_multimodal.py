@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("phi4_multimodal",)
 
 #: The checkpoints' turn format: ``<|user|>`` ... ``<|end|>``, one ``<|image|>`` per image,
 #: the generation prompt ``<|assistant|>``.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|' + message['role'] + '|>' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+CHAT_TEMPLATE = chat_template(
+    turn="{{ '<|' + message['role'] + '|>' }}",
+    end="<|end|>",
+    generation="<|assistant|>",
+    image="<|image|>",
 )
 
 

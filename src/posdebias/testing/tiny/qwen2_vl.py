@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
 
 MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 REAL_VOCABULARY = MODEL_TYPES
@@ -61,7 +61,7 @@ def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
         ],
         chat_template=chat_template
         if vocabulary is not None
-        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        else chatml("<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
