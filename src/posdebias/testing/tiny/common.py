@@ -165,12 +165,29 @@ def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:
 
 
 def tiny_vision(**extra: Any) -> dict[str, Any]:
+    """The sizes of every tiny vision tower (``extra`` adds to or overrides them)."""
     return {
         "hidden_size": 32,
         "intermediate_size": 64,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
         "patch_size": 14,
+        **extra,
+    }
+
+
+def tiny_qwen_vision(**extra: Any) -> dict[str, Any]:
+    """A tiny vision tower of the Qwen-VL kind (Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM-4V): 2 x 2
+    patches and 2 frames merged into one token of width ``out_hidden_size``."""
+    return {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
         **extra,
     }
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    chat_template,
+    text_config,
+    tiny_siglip,
+)
 
 MODEL_TYPES = ("gemma3",)
 
@@ -76,11 +81,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config={
-            "model_type": "siglip_vision_model",
-            **tiny_vision(image_size=size),
-            "vision_use_head": False,
-        },
+        vision_config=tiny_siglip(size, 14),
         mm_tokens_per_image=tokens,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("gemma4",)
 
@@ -83,17 +83,13 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "eos_token_id": ids("<turn|>"),
         "pad_token_id": ids("<pad>"),
     }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "patch_size": patch,
-        "pooling_kernel_size": pooling,
-        "position_embedding_size": 256,
-    }
+    vision = tiny_vision(
+        num_key_value_heads=2,
+        head_dim=16,
+        patch_size=patch,
+        pooling_kernel_size=pooling,
+        position_embedding_size=256,
+    )
     config = AutoConfig.for_model(
         model_type,
         text_config=text,

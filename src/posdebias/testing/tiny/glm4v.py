@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    chat_template,
+    text_config,
+    tiny_qwen_vision,
+)
 
 MODEL_TYPES = ("glm4v", "glm4v_moe", "glm46v")
 
@@ -89,21 +94,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         )
         text["rope_parameters"] = {**text["rope_parameters"], "partial_rotary_factor": 0.5,
                                    "mrope_section": [1, 1, 2]}  # fmt: skip
-    vision = {
-        "depth": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "image_size": 28,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-    }
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config=vision,
+        vision_config=tiny_qwen_vision(image_size=28),
         image_token_id=ids("<|image|>"),
         video_token_id=ids("<|video|>"),
         image_start_token_id=ids("<|begin_of_image|>"),

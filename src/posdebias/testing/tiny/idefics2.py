@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 from posdebias.testing.tiny.idefics3 import CHAT_TEMPLATE
 
 MODEL_TYPES = ("idefics2",)
@@ -56,14 +56,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "image_size": 56,
-            "patch_size": 14,
-        },
+        vision_config=tiny_vision(image_size=56),
         perceiver_config={
             "hidden_size": text["hidden_size"],
             "resampler_n_latents": TINY_IMAGE_SEQ_LEN,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("idefics3", "smolvlm")
 
@@ -56,8 +56,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "do_image_splitting": True,
     }
     ids = tokenizer.convert_tokens_to_ids
-    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 2, "image_size": tile, "patch_size": 16}  # fmt: skip
+    vision = tiny_vision(image_size=tile, patch_size=16)
     text = text_config(
         len(tokenizer),
         model_type="llama",

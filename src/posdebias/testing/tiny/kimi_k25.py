@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("kimi_k25",)
 
@@ -81,17 +81,9 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("[PAD]"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "patch_size": 14,
-        "pos_emb_height": 4,
-        "pos_emb_width": 4,
-        "pos_emb_time": 4,
-        "merge_kernel_size": [2, 2],
-    }
+    vision = tiny_vision(
+        pos_emb_height=4, pos_emb_width=4, pos_emb_time=4, merge_kernel_size=[2, 2]
+    )
     config = AutoConfig.for_model(
         model_type,
         text_config=text,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("lfm2_vl",)
 
@@ -55,12 +55,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         text_config={"model_type": "lfm2", **text, "block_ff_dim": 128},
         vision_config={
             "model_type": "siglip2_vision_model",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "patch_size": 8,
-            "num_patches": 64,
+            **tiny_vision(patch_size=8, num_patches=64),
         },
         image_token_id=ids("<image>"),
         projector_hidden_size=64,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("llama4",)
 
@@ -76,19 +76,15 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "eos_token_id": ids("<|eot|>"),
         "pad_token_id": ids("<|finetune_right_pad|>"),
     }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 128,  # 4 x hidden: the pixel shuffle's output width, as the real
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": size,
-        "patch_size": 14,
-        "pixel_shuffle_ratio": 0.5,
-        "vision_output_dim": 32,
-        "projector_input_dim": 32,
-        "projector_output_dim": 32,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-    }
+    vision = tiny_vision(
+        intermediate_size=128,  # 4 x hidden: the pixel shuffle's output width, as the real
+        image_size=size,
+        pixel_shuffle_ratio=0.5,
+        vision_output_dim=32,
+        projector_input_dim=32,
+        projector_output_dim=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
     config = AutoConfig.for_model(
         model_type,
         text_config=text,

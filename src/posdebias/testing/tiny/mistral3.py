@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, message_content, text_config
+from posdebias.testing.tiny.common import build_tokenizer, message_content, text_config, tiny_vision
 
 MODEL_TYPES = ("mistral3",)
 
@@ -53,16 +53,7 @@ def tiny_pixtral_parts(size: int = 64) -> tuple[Any, Any, dict[str, Any], dict[s
         bos_token_id=ids("<s>"),
         pad_token_id=ids("<pad>"),
     )
-    vision = {
-        "model_type": "pixtral",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "head_dim": 16,
-        "image_size": size,
-        "patch_size": 16,
-    }
+    vision = {"model_type": "pixtral", **tiny_vision(head_dim=16, image_size=size, patch_size=16)}
     return tokenizer, processor, text, vision
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("molmo2",)
 
@@ -61,16 +61,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         pad_token_id=ids("<|endoftext|>"),
         bos_token_id=ids("<|im_end|>"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "image_size": [56, 56],
-        "patch_size": 14,
-    }
+    vision = tiny_vision(num_key_value_heads=2, head_dim=16, image_size=[56, 56])
     adapter = {
         "vision_feature_layer": [-1, -2],  # two ViT layers concatenated, as the checkpoints
         "hidden_size": 32,

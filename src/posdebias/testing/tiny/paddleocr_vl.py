@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("paddleocr_vl",)
 
@@ -74,19 +74,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         eos_token_id=ids("</s>"),
         pad_token_id=ids("<unk>"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": 84,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-    }
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config=vision,
+        vision_config=tiny_vision(image_size=84, spatial_merge_size=2),
         image_token_id=ids("<|IMAGE_PLACEHOLDER|>"),
         video_token_id=ids("<|VIDEO_PLACEHOLDER|>"),
         vision_start_token_id=ids("<|IMAGE_START|>"),

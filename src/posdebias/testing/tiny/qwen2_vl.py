@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_qwen_vision
 
 MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 REAL_VOCABULARY = MODEL_TYPES
@@ -31,18 +31,7 @@ CHAT_TEMPLATE = (
 
 #: The tiny Qwen2.5-VL vision tower (14 px patches merged 2 x 2, windowed attention, one full
 #: block); the Qwen2.5-Omni thinker has the same tower.
-QWEN2_5_VISION: dict[str, Any] = {
-    "depth": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_heads": 2,
-    "patch_size": 14,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 64,
-    "window_size": 56,
-    "fullatt_block_indexes": [1],
-}
+QWEN2_5_VISION = tiny_qwen_vision(window_size=56, fullatt_block_indexes=[1])
 
 
 def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:

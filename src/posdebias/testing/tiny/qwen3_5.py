@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import text_config
+from posdebias.testing.tiny.common import text_config, tiny_qwen_vision
 from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 from posdebias.testing.tiny.qwen3_vl import CHAT_TEMPLATE as QWEN3_VL_TEMPLATE
 
@@ -68,21 +68,10 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
             # moves the label scores by ~1e-4, the check's tolerance.
             initializer_range=0.05,
         )
-    vision = {
-        "depth": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-        "num_position_embeddings": 64,
-    }
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config=vision,
+        vision_config=tiny_qwen_vision(patch_size=16, num_position_embeddings=64),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import text_config
+from posdebias.testing.tiny.common import text_config, tiny_qwen_vision
 from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
@@ -28,18 +28,9 @@ CHAT_TEMPLATE = (
 
 #: The tiny Qwen3-VL vision tower (16 px patches merged 2 x 2, DeepStack features from two of
 #: its three blocks); the Qwen3-Omni-MoE thinker has the same tower.
-QWEN3_VISION: dict[str, Any] = {
-    "depth": 3,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_heads": 2,
-    "patch_size": 16,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 64,
-    "num_position_embeddings": 64,
-    "deepstack_visual_indexes": [0, 1],
-}
+QWEN3_VISION = tiny_qwen_vision(
+    depth=3, patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0, 1]
+)
 
 
 def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
