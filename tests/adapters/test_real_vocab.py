@@ -16,7 +16,9 @@ from adapter_reference import reforward_scores
 from posdebias import get_adapter
 from posdebias.core.instance import Instance
 from posdebias.core.labels import LABEL_SETS
+from posdebias.errors import InputError
 from posdebias.testing import tiny_model_and_processor
+from posdebias.testing.tiny import REAL_VOCABULARY
 from posdebias.testing.tiny.common import real_vocabulary_specials
 
 REAL_FAMILIES = (
@@ -48,6 +50,13 @@ def many_images(tmp_path_factory):
     from posdebias.testing import write_test_images
 
     return write_test_images(tmp_path_factory.mktemp("rv"), 26, size=8)
+
+
+def test_only_the_declared_families_have_a_real_vocabulary_and_the_others_refuse_it():
+    assert set(REAL_FAMILIES) <= set(REAL_VOCABULARY)
+    for family in ("gemma3", "llama"):  # a vision-language and a text-only family
+        with pytest.raises(InputError, match=f"tiny model for '{family}' \\(toy vocabulary only"):
+            tiny_model_and_processor(family, real_vocabulary=True)
 
 
 def test_the_real_vocabulary_splits_digits_and_spaces():

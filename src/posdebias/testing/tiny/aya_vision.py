@@ -11,7 +11,6 @@ from posdebias.testing.tiny.common import (
     cohere2_text_config,
     command_template,
     tiny_siglip,
-    toy_vocabulary_only,
 )
 
 MODEL_TYPES = ("aya_vision",)
@@ -20,7 +19,7 @@ MODEL_TYPES = ("aya_vision",)
 _TEMPLATE = command_template("<image>")
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.aya_vision import AyaVisionProcessor
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
@@ -62,7 +61,7 @@ def _tiny_model() -> tuple[Any, Any]:
         chat_template=_TEMPLATE,
     )
     config = AutoConfig.for_model(
-        "aya_vision",
+        model_type,
         text_config=cohere2_text_config(tokenizer, "<|END_OF_TURN_TOKEN|>"),
         vision_config=tiny_siglip(size, patch),
         downsample_factor=downsample,
@@ -70,7 +69,3 @@ def _tiny_model() -> tuple[Any, Any]:
         tie_word_embeddings=True,
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Aya Vision", _tiny_model)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import (
     build_tokenizer,
     cohere2_text_config,
@@ -20,11 +19,9 @@ MODEL_TYPES = ("cohere2_vision",)
 _TEMPLATE = command_template("<|IMG_PATCH|>", "<|START_RESPONSE|>")
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight Cohere2 Vision and its processor (toy vocabulary only: the Cohere
     vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Cohere2 Vision (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.cohere2_vision import (
         Cohere2VisionImageProcessor,

@@ -9,7 +9,7 @@ point.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,36 +24,54 @@ CORPUS = (
     "A B C D E F G H I J K L M N O P Q R S T U V W X Y Z I II III IV V VI VII VIII IX X",
 )
 
-# ChatML-style template shared by the Qwen-like families; ``image`` is what one image renders to.
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}IMAGE"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
-LLAVA_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'user' %}USER: {% else %}"
-    "ASSISTANT: {% endif %}{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<image>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% if message['role'] != 'user' %}</s>{% endif %} {% endfor %}"
-    "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+def message_content(image: str) -> str:
+    """A message's content in a chat template: the string itself, or its text and image items in
+    order, each image rendered as ``image``."""
+    return (
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+        "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
+        + image
+        + "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
+    )
+
+
+def chat_template(*, turn: str, end: str, generation: str, image: str, start: str = "") -> str:
+    """The chat template most families share, reduced to what the prompt uses: ``start``, each
+    message as ``turn`` (its role header), its :func:`message_content` and ``end``, then
+    ``generation`` (what opens the answer) when a generation prompt is asked for."""
+    each = "{% for message in messages %}" + turn + message_content(image) + end + "{% endfor %}"
+    return start + each + "{% if add_generation_prompt %}" + generation + "{% endif %}"
+
+
+def chatml(image: str) -> str:
+    """The ChatML template of the Qwen-like families; ``image`` is what one image renders to."""
+    return chat_template(
+        turn="<|im_start|>{{ message['role'] }}\n",
+        end="<|im_end|>\n",
+        generation="<|im_start|>assistant\n",
+        image=image,
+    )
+
+
+LLAVA_TEMPLATE = chat_template(
+    turn="{% if message['role'] == 'user' %}USER: {% else %}ASSISTANT: {% endif %}",
+    end="{% if message['role'] != 'user' %}</s>{% endif %} ",
+    generation="ASSISTANT:",
+    image="<image>",
 )
 
 
 def command_template(image: str, response_start: str = "") -> str:
     """Cohere's Command turn format (Aya Vision, Command A Vision): ``image`` is what one image
     renders to, ``response_start`` what opens the answer after the chatbot token."""
-    return (
-        "{{ bos_token }}{% for message in messages %}<|START_OF_TURN_TOKEN|>"
-        "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}"
-        "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-        f"{{% for item in message['content'] %}}{{% if item['type'] == 'image' %}}{image}"
-        "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-        "<|END_OF_TURN_TOKEN|>{% endfor %}{% if add_generation_prompt %}"
-        f"<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>{response_start}{{% endif %}}"
+    return chat_template(
+        start="{{ bos_token }}",
+        turn="<|START_OF_TURN_TOKEN|>"
+        "{{ '<|CHATBOT_TOKEN|>' if message['role'] == 'assistant' else '<|USER_TOKEN|>' }}",
+        end="<|END_OF_TURN_TOKEN|>",
+        generation="<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>" + response_start,
+        image=image,
     )
 
 
@@ -123,21 +141,6 @@ def build_tokenizer(
     )
 
 
-def toy_vocabulary_only(
-    family: str, build: Callable[[], tuple[Any, Any]]
-) -> Callable[..., tuple[Any, Any]]:
-    """The ``tiny_model`` builder of a family whose tiny model has the toy vocabulary only (its
-    real vocabulary is not available offline): ``build()``, and a clear error when a real
-    vocabulary is asked for."""
-
-    def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-        if real_vocabulary:
-            raise InputError(f"no real-vocabulary tiny model for {family} (toy vocabulary only)")
-        return build()
-
-    return tiny_model
-
-
 def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
     return {
         "vocab_size": vocab_size,
@@ -162,12 +165,29 @@ def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:
 
 
 def tiny_vision(**extra: Any) -> dict[str, Any]:
+    """The sizes of every tiny vision tower (``extra`` adds to or overrides them)."""
     return {
         "hidden_size": 32,
         "intermediate_size": 64,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
         "patch_size": 14,
+        **extra,
+    }
+
+
+def tiny_qwen_vision(**extra: Any) -> dict[str, Any]:
+    """A tiny vision tower of the Qwen-VL kind (Qwen2.5-VL, Qwen3-VL, Qwen3.5, GLM-4V): 2 x 2
+    patches and 2 frames merged into one token of width ``out_hidden_size``."""
+    return {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": 64,
         **extra,
     }
 

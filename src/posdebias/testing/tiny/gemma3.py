@@ -5,27 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    chat_template,
+    text_config,
+    tiny_siglip,
+)
 
 MODEL_TYPES = ("gemma3",)
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-    vocabulary only)."""
-    if real_vocabulary:
-        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-    return _tiny_model()
-
-
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<start_of_image>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n",
+    end="<end_of_turn>\n",
+    generation="<start_of_turn>model\n",
+    image="<start_of_image>",
 )
 
 
@@ -36,7 +31,7 @@ TINY_SLIDING_WINDOW = 52
 reach the last image, so the tests exercise windows that see some images and not others."""
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.gemma3 import Gemma3ImageProcessor, Gemma3Processor
@@ -84,13 +79,9 @@ def _tiny_model() -> tuple[Any, Any]:
         "pad_token_id": ids("<pad>"),
     }
     config = AutoConfig.for_model(
-        "gemma3",
+        model_type,
         text_config=text,
-        vision_config={
-            "model_type": "siglip_vision_model",
-            **tiny_vision(image_size=size),
-            "vision_use_head": False,
-        },
+        vision_config=tiny_siglip(size, 14),
         mm_tokens_per_image=tokens,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("gemma4",)
 
 # Gemma 4's turn format; an image renders as the image token, which the processor expands.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|turn>"
-    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<turn|>\n{% endfor %}{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n",
+    end="<turn|>\n",
+    generation="<|turn>model\n",
+    image="<|image|>",
 )
 
 #: Gemma 4's named special tokens (tokenizer attributes, as the checkpoints' extra_special_tokens)
@@ -39,7 +38,7 @@ TINY_KV_SHARED_LAYERS = 2
 TINY_SLIDING_WINDOW = 96
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.gemma4 import (
         Gemma4AudioFeatureExtractor,
@@ -84,19 +83,15 @@ def _tiny_model() -> tuple[Any, Any]:
         "eos_token_id": ids("<turn|>"),
         "pad_token_id": ids("<pad>"),
     }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "patch_size": patch,
-        "pooling_kernel_size": pooling,
-        "position_embedding_size": 256,
-    }
+    vision = tiny_vision(
+        num_key_value_heads=2,
+        head_dim=16,
+        patch_size=patch,
+        pooling_kernel_size=pooling,
+        position_embedding_size=256,
+    )
     config = AutoConfig.for_model(
-        "gemma4",
+        model_type,
         text_config=text,
         vision_config=vision,
         boi_token_id=ids("<|image>"),
@@ -108,7 +103,3 @@ def _tiny_model() -> tuple[Any, Any]:
         video_token_id=ids("<|video|>"),
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Gemma 4", _tiny_model)

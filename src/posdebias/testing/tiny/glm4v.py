@@ -5,34 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    chat_template,
+    text_config,
+    tiny_qwen_vision,
+)
 
 MODEL_TYPES = ("glm4v", "glm4v_moe", "glm46v")
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only)."""
-    if real_vocabulary:
-        raise InputError(
-            "no real-vocabulary tiny model for GLM-4.1V / GLM-4.5V yet (toy vocabulary only)"
-        )
-    return _tiny_model(model_type)
-
-
 # GLM's chat template, reduced to what the prompt uses.
-_TEMPLATE = (
-    "[gMASK]<sop>{% for message in messages %}<|{{ message['role'] }}|>\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
-    "<|begin_of_image|><|image|><|end_of_image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="[gMASK]<sop>",
+    turn="<|{{ message['role'] }}|>\n",
+    end="",
+    generation="<|assistant|>\n",
+    image="<|begin_of_image|><|image|><|end_of_image|>",
 )
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.glm4v import (
         Glm4vImageProcessor,
@@ -69,7 +62,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     # GLM-4.6V ships its own processor classes of the same layout
     classes = (
         (Glm46VProcessor, Glm46VImageProcessor, Glm46VVideoProcessor)
-        if family == "glm46v"
+        if model_type == "glm46v"
         else (Glm4vProcessor, Glm4vImageProcessor, Glm4vVideoProcessor)
     )
     processor = classes[0](
@@ -91,7 +84,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         eos_token_id=ids("<|user|>"),
         pad_token_id=ids("<|endoftext|>"),
     )
-    if family == "glm4v_moe":
+    if model_type == "glm4v_moe":
         text.update(
             moe_intermediate_size=32,
             n_routed_experts=4,
@@ -101,21 +94,10 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         )
         text["rope_parameters"] = {**text["rope_parameters"], "partial_rotary_factor": 0.5,
                                    "mrope_section": [1, 1, 2]}  # fmt: skip
-    vision = {
-        "depth": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_heads": 2,
-        "image_size": 28,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": 64,
-    }
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
-        vision_config=vision,
+        vision_config=tiny_qwen_vision(image_size=28),
         image_token_id=ids("<|image|>"),
         video_token_id=ids("<|video|>"),
         image_start_token_id=ids("<|begin_of_image|>"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 from posdebias.testing.tiny.idefics3 import CHAT_TEMPLATE
 
 MODEL_TYPES = ("idefics2",)
@@ -19,7 +19,7 @@ _TEMPLATE = CHAT_TEMPLATE.removeprefix("<|im_start|>")
 TINY_IMAGE_SEQ_LEN = 3
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.idefics2 import Idefics2ImageProcessor, Idefics2Processor
 
@@ -54,16 +54,9 @@ def _tiny_model() -> tuple[Any, Any]:
         bos_token_id=ids("<s>"),
     )
     config = AutoConfig.for_model(
-        "idefics2",
+        model_type,
         text_config=text,
-        vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "image_size": 56,
-            "patch_size": 14,
-        },
+        vision_config=tiny_vision(image_size=56),
         perceiver_config={
             "hidden_size": text["hidden_size"],
             "resampler_n_latents": TINY_IMAGE_SEQ_LEN,
@@ -76,7 +69,3 @@ def _tiny_model() -> tuple[Any, Any]:
         tie_word_embeddings=False,
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Idefics2", _tiny_model)

@@ -5,20 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("idefics3", "smolvlm")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only)."""
-    if real_vocabulary:
-        raise InputError(
-            "no real-vocabulary tiny model for Idefics3 / SmolVLM yet (toy vocabulary only)"
-        )
-    return _tiny_model(model_type)
 
 
 # SmolVLM's chat template: "User:<image>...<end_of_utterance>\nAssistant:".
@@ -31,7 +20,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tiles = [f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)]
@@ -67,8 +56,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         "do_image_splitting": True,
     }
     ids = tokenizer.convert_tokens_to_ids
-    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 2, "image_size": tile, "patch_size": 16}  # fmt: skip
+    vision = tiny_vision(image_size=tile, patch_size=16)
     text = text_config(
         len(tokenizer),
         model_type="llama",
@@ -76,7 +64,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         pad_token_id=ids("<|im_end|>"),
         bos_token_id=None,
     )
-    if family == "idefics3":
+    if model_type == "idefics3":
         from transformers.models.idefics3 import Idefics3ImageProcessor, Idefics3Processor
 
         processor = Idefics3Processor(
@@ -100,7 +88,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
             chat_template=CHAT_TEMPLATE,
         )
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=vision,
         image_token_id=ids("<image>"),

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("internvl",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The chat template of the transformers-native InternVL3 checkpoints (``-hf``).
@@ -27,7 +23,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
     from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
@@ -42,9 +38,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
             "<IMG_CONTEXT>",
             "<video>",
         ],
-        chat_template=CHAT_TEMPLATE
-        if real_vocabulary
-        else CHATML.replace("IMAGE", "<IMG_CONTEXT>\n"),
+        chat_template=CHAT_TEMPLATE if real_vocabulary else chatml("<IMG_CONTEXT>\n"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={
@@ -71,7 +65,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={
             "model_type": "qwen2",
             **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),

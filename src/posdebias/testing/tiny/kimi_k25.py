@@ -5,35 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("kimi_k25",)
 
 # Kimi K2.5's chat template, reduced to what the prompt uses: each image is
 # <|media_begin|>image<|media_content|><|media_pad|><|media_end|>, the processor expands the pad.
-_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}<|im_user|>user<|im_middle|>"
+_TEMPLATE = chat_template(
+    turn="{% if message['role'] == 'user' %}<|im_user|>user<|im_middle|>"
     "{% elif message['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
-    "{% else %}<|im_system|>system<|im_middle|>{% endif %}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
-    "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|im_end|>{% endfor %}"
-    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
+    "{% else %}<|im_system|>system<|im_middle|>{% endif %}",
+    end="<|im_end|>",
+    generation="<|im_assistant|>assistant<|im_middle|>",
+    image="<|media_begin|>image<|media_content|><|media_pad|><|media_end|>",
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight Kimi K2.5 and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Kimi K2.5 (toy vocabulary only)")
-    return _tiny_model()
-
-
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.kimi_k25 import (
         Kimi_K25ImageProcessor,
@@ -93,19 +81,11 @@ def _tiny_model() -> tuple[Any, Any]:
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("[PAD]"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "patch_size": 14,
-        "pos_emb_height": 4,
-        "pos_emb_width": 4,
-        "pos_emb_time": 4,
-        "merge_kernel_size": [2, 2],
-    }
+    vision = tiny_vision(
+        pos_emb_height=4, pos_emb_width=4, pos_emb_time=4, merge_kernel_size=[2, 2]
+    )
     config = AutoConfig.for_model(
-        "kimi_k25",
+        model_type,
         text_config=text,
         vision_config=vision,
         projection_hidden_size=vision["hidden_size"],

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("lfm2_vl",)
 
@@ -14,14 +13,7 @@ MODEL_TYPES = ("lfm2_vl",)
 _LAYER_TYPES = ["conv", "full_attention", "conv", "conv", "full_attention", "conv"]
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight LFM2-VL and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for LFM2-VL (toy vocabulary only)")
-    return _tiny_model(model_type)
-
-
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.lfm2_vl import Lfm2VlImageProcessor, Lfm2VlProcessor
 
@@ -29,7 +21,7 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     tiles = [f"<|img_row_{r}_col_{c}|>" for r in (1, 2) for c in (1, 2)]
     tokenizer = build_tokenizer(
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", *markers, *tiles],
-        chat_template=CHATML.replace("IMAGE", "<image>"),
+        chat_template=chatml("<image>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<image>"},
@@ -59,16 +51,11 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     )
     text.pop("intermediate_size")
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={"model_type": "lfm2", **text, "block_ff_dim": 128},
         vision_config={
             "model_type": "siglip2_vision_model",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "patch_size": 8,
-            "num_patches": 64,
+            **tiny_vision(patch_size=8, num_patches=64),
         },
         image_token_id=ids("<image>"),
         projector_hidden_size=64,

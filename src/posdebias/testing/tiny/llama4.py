@@ -5,27 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("llama4",)
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (the tiny BPE
-    vocabulary only)."""
-    if real_vocabulary:
-        raise InputError(f"no real-vocabulary tiny model for {model_type!r}")
-    return _tiny_model()
-
-
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|header_start|>{{ message['role'] }}"
-    "<|header_end|>\n\n{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|eot|>{% endfor %}{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>"
-    "\n\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|header_start|>{{ message['role'] }}<|header_end|>\n\n",
+    end="<|eot|>",
+    generation="<|header_start|>assistant<|header_end|>\n\n",
+    image="<|image|>",
 )
 
 
@@ -37,7 +27,7 @@ TINY_CHUNK_SIZE = 52
 after the last image."""
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llama4 import Llama4ImageProcessor, Llama4Processor
 
@@ -86,21 +76,17 @@ def _tiny_model() -> tuple[Any, Any]:
         "eos_token_id": ids("<|eot|>"),
         "pad_token_id": ids("<|finetune_right_pad|>"),
     }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 128,  # 4 x hidden: the pixel shuffle's output width, as the real
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": size,
-        "patch_size": 14,
-        "pixel_shuffle_ratio": 0.5,
-        "vision_output_dim": 32,
-        "projector_input_dim": 32,
-        "projector_output_dim": 32,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
-    }
+    vision = tiny_vision(
+        intermediate_size=128,  # 4 x hidden: the pixel shuffle's output width, as the real
+        image_size=size,
+        pixel_shuffle_ratio=0.5,
+        vision_output_dim=32,
+        projector_input_dim=32,
+        projector_output_dim=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
     config = AutoConfig.for_model(
-        "llama4",
+        model_type,
         text_config=text,
         vision_config=vision,
         boi_token_index=ids("<|image_start|>"),

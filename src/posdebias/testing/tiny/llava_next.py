@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.llava import PROCESSOR_OPTIONS, llava_config, llava_tokenizer
 
 MODEL_TYPES = ("llava_next", "llava_next_video")
 
@@ -15,29 +14,12 @@ MODEL_TYPES = ("llava_next", "llava_next_video")
 _PINPOINTS = [[28, 28], [28, 56], [56, 28]]
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only: LLaVA-NeXT's Vicuna / Mistral vocabularies are not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for LLaVA-NeXT (toy vocabulary only)")
-    return _tiny_model(model_type)
-
-
-def _tiny_model(family: str) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoModelForImageTextToText
+def tiny_model(model_type: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForImageTextToText
     from transformers.models.llava_next import LlavaNextImageProcessor, LlavaNextProcessor
 
-    video = family == "llava_next_video"
-    specials = ["<s>", "</s>", "<pad>", "<image>", *(["<video>"] if video else [])]
-    named = {"image_token": "<image>", **({"video_token": "<video>"} if video else {})}
-    tokenizer = build_tokenizer(
-        specials,
-        chat_template=LLAVA_TEMPLATE,
-        eos_token="</s>",
-        pad_token="<pad>",
-        bos_token="<s>",
-        named_tokens=named,
-    )
+    video = model_type == "llava_next_video"
+    tokenizer = llava_tokenizer(video=video)
     size = 28
     image_processor = LlavaNextImageProcessor(
         size={"shortest_edge": size},
@@ -47,10 +29,8 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
     common = {
         "image_processor": image_processor,
         "tokenizer": tokenizer,
-        "patch_size": 14,
-        "vision_feature_select_strategy": "default",
-        "num_additional_image_tokens": 1,
         "chat_template": tokenizer.chat_template,
+        **PROCESSOR_OPTIONS,
     }
     if video:
         from transformers.models.llava_next_video import (
@@ -68,21 +48,5 @@ def _tiny_model(family: str) -> tuple[Any, Any]:
         processor = LlavaNextProcessor(**common)
     ids = tokenizer.convert_tokens_to_ids
     extra = {"video_token_index": ids("<video>")} if video else {}
-    config = AutoConfig.for_model(
-        family,
-        text_config={
-            "model_type": "llama",
-            **text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),
-            "pad_token_id": ids("<pad>"),
-        },
-        vision_config={
-            "model_type": "clip_vision_model",
-            **tiny_vision(image_size=size, projection_dim=32),
-        },
-        image_token_index=ids("<image>"),
-        image_grid_pinpoints=_PINPOINTS,
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-2,
-        **extra,
-    )
+    config = llava_config(model_type, tokenizer, size, image_grid_pinpoints=_PINPOINTS, **extra)
     return AutoModelForImageTextToText.from_config(config), processor

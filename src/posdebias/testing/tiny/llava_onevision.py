@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("llava_onevision",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The chat template of the llava-hf LLaVA-OneVision checkpoints: every image first, then text.
@@ -33,7 +29,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.llava_onevision import (
         LlavaOnevisionImageProcessor,
@@ -43,7 +39,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
 
     tokenizer = build_tokenizer(
         ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>", "<video>"],
-        chat_template=CHAT_TEMPLATE if real_vocabulary else CHATML.replace("IMAGE", "<image>"),
+        chat_template=CHAT_TEMPLATE if real_vocabulary else chatml("<image>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<image>", "video_token": "<video>"},
@@ -64,7 +60,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config={
             "model_type": "qwen2",
             **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),

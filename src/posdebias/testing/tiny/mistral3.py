@@ -5,27 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, message_content, text_config, tiny_vision
 
 MODEL_TYPES = ("mistral3",)
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests (toy vocabulary
-    only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Mistral 3 yet (toy vocabulary only)")
-    return _tiny_model(model_type)
 
 
 # Mistral's chat template, reduced to what the prompt uses.
 _TEMPLATE = (
     "<s>{% for message in messages %}{% if message['role'] == 'user' %}[INST]"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}[IMG]"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "[/INST]{% else %}{{ message['content'] }}</s>{% endif %}{% endfor %}"
+    + message_content("[IMG]")
+    + "[/INST]{% else %}{{ message['content'] }}</s>{% endif %}{% endfor %}"
 )
 
 
@@ -64,25 +53,16 @@ def tiny_pixtral_parts(size: int = 64) -> tuple[Any, Any, dict[str, Any], dict[s
         bos_token_id=ids("<s>"),
         pad_token_id=ids("<pad>"),
     )
-    vision = {
-        "model_type": "pixtral",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "head_dim": 16,
-        "image_size": size,
-        "patch_size": 16,
-    }
+    vision = {"model_type": "pixtral", **tiny_vision(head_dim=16, image_size=size, patch_size=16)}
     return tokenizer, processor, text, vision
 
 
-def _tiny_model(family: str) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tokenizer, processor, text, vision = tiny_pixtral_parts()
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text,
         vision_config=vision,
         image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),

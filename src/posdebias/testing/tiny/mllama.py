@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("mllama",)
 
 # Llama 3.2 Vision's header format; an image renders as <|image|>, which stays one token.
-_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
-    "<|end_header_id|>\n\n{% if message['content'] is string %}{{ message['content'] }}"
-    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|eot_id|>{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+_TEMPLATE = chat_template(
+    start="{{ bos_token }}",
+    turn="<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n",
+    end="<|eot_id|>",
+    generation="<|start_header_id|>assistant<|end_header_id|>\n\n",
+    image="<|image|>",
 )
 
 #: The tiny language model's cross-attention layers (every fifth from layer 3 in the
@@ -25,7 +24,7 @@ _TEMPLATE = (
 TINY_CROSS_ATTENTION_LAYERS = [1, 3]
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.mllama import MllamaImageProcessor, MllamaProcessor
@@ -79,7 +78,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "vision_output_dim": 32 * 3,
     }
     config = AutoConfig.for_model(
-        "mllama", text_config=text, vision_config=vision, image_token_index=ids("<|image|>")
+        model_type, text_config=text, vision_config=vision, image_token_index=ids("<|image|>")
     )
     model = AutoModelForImageTextToText.from_config(config)
     with torch.no_grad():  # the tanh gates start at zero: no image would reach the text
@@ -88,7 +87,3 @@ def _tiny_model() -> tuple[Any, Any]:
                 layer.cross_attn_attn_gate.fill_(1.0)
                 layer.cross_attn_mlp_gate.fill_(1.0)
     return model, processor
-
-
-#: A tiny random-weight model and processor of this family, for tests.
-tiny_model = toy_vocabulary_only("Mllama", _tiny_model)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
 
 MODEL_TYPES = ("molmo2",)
 
@@ -26,14 +25,7 @@ _IMAGE_TOKENS = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight Molmo 2 and its processor (toy vocabulary only)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Molmo 2 (toy vocabulary only)")
-    return _tiny_model()
-
-
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.molmo2 import (
         Molmo2ImageProcessor,
@@ -42,7 +34,7 @@ def _tiny_model() -> tuple[Any, Any]:
     )
 
     # The checkpoints' template writes no BOS; the processor prepends it (the eos token).
-    template = CHATML.replace("IMAGE", "<|image|>")
+    template = chatml("<|image|>")
     tokenizer = build_tokenizer(
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         chat_template=template,
@@ -69,16 +61,7 @@ def _tiny_model() -> tuple[Any, Any]:
         pad_token_id=ids("<|endoftext|>"),
         bos_token_id=ids("<|im_end|>"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "image_size": [56, 56],
-        "patch_size": 14,
-    }
+    vision = tiny_vision(num_key_value_heads=2, head_dim=16, image_size=[56, 56])
     adapter = {
         "vision_feature_layer": [-1, -2],  # two ViT layers concatenated, as the checkpoints
         "hidden_size": 32,
@@ -89,7 +72,7 @@ def _tiny_model() -> tuple[Any, Any]:
         "text_hidden_size": text["hidden_size"],
     }
     config = AutoConfig.for_model(
-        "molmo2",
+        model_type,
         text_config=text,
         vision_config=vision,
         adapter_config=adapter,

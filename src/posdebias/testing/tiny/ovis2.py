@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("ovis2",)
+REAL_VOCABULARY = MODEL_TYPES
 
 #: The checkpoints' chat template (``thisisiron/Ovis2-1B-hf``): a fixed system turn, ChatML
 #: turns, ``<image>`` + newline per image.
@@ -57,16 +58,8 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
     config = AutoConfig.for_model(
         model_type,
         text_config={"model_type": "qwen2", **text},
-        vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "image_size": 56,
-            "patch_size": 14,
-            "hidden_stride": 2,
-            "vocab_size": 64,  # the visual vocabulary, the last 5 rows the indicators
-        },
+        # the visual vocabulary: 64 rows, the last 5 the indicators
+        vision_config=tiny_vision(image_size=56, hidden_stride=2, vocab_size=64),
         image_token_id=ids(IMAGE_TOKENS[0]),
         visual_indicator_token_ids=[ids(token) for token in IMAGE_TOKENS[1:]],
         vocab_size=len(tokenizer),

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
 
 MODEL_TYPES = ("paddleocr_vl",)
 
@@ -28,11 +27,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight PaddleOCR-VL and its processor (toy vocabulary only: the ERNIE
     vocabulary is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for PaddleOCR-VL (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.paddleocr_vl import (
         PaddleOCRVLImageProcessor,
@@ -77,19 +74,10 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         eos_token_id=ids("</s>"),
         pad_token_id=ids("<unk>"),
     )
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "image_size": 84,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-    }
     config = AutoConfig.for_model(
         model_type,
         text_config=text,
-        vision_config=vision,
+        vision_config=tiny_vision(image_size=84, spatial_merge_size=2),
         image_token_id=ids("<|IMAGE_PLACEHOLDER|>"),
         video_token_id=ids("<|VIDEO_PLACEHOLDER|>"),
         vision_start_token_id=ids("<|IMAGE_START|>"),

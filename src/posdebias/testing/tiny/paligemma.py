@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_siglip
 
 MODEL_TYPES = ("paligemma",)
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight PaliGemma 2 (a Gemma 2 language model: sliding-window and global
     layers) and its processor, without a chat template as the checkpoints (toy vocabulary only:
     Gemma's is not available offline)."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for PaliGemma (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.paligemma import PaliGemmaProcessor
     from transformers.models.siglip import SiglipImageProcessor

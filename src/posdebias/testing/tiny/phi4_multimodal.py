@@ -6,31 +6,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.errors import InputError
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
 
 MODEL_TYPES = ("phi4_multimodal",)
 
 #: The checkpoints' turn format: ``<|user|>`` ... ``<|end|>``, one ``<|image|>`` per image,
 #: the generation prompt ``<|assistant|>``.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|' + message['role'] + '|>' }}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
-    "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}"
-    "<|end|>{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+CHAT_TEMPLATE = chat_template(
+    turn="{{ '<|' + message['role'] + '|>' }}",
+    end="<|end|>",
+    generation="<|assistant|>",
+    image="<|image|>",
 )
 
 
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     """A tiny random-weight Phi-4-multimodal (a causal LM with its vision and audio encoders)
     and its processor (toy vocabulary only: Phi-4's is not available offline).
 
     The image processor counts 256 + 16 tokens for the global view of every image and 16 x 16
     per 448 px crop: the vision tower keeps the checkpoints' geometry (448 px crops of 14 px
     patches) and only its widths and depth are small, so an image is about 550 tokens."""
-    if real_vocabulary:
-        raise InputError("no real-vocabulary tiny model for Phi-4-multimodal (toy vocabulary only)")
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.phi4_multimodal import (
         Phi4MultimodalFeatureExtractor,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, toy_vocabulary_only
+from posdebias.testing.tiny.common import build_tokenizer, text_config
 from posdebias.testing.tiny.qwen2_vl import QWEN2_5_VISION
 
 MODEL_TYPES = ("qwen2_5_omni_thinker",)
@@ -125,7 +125,7 @@ TINY_AUDIO = {
 }
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import (
         AutoModelForImageTextToText,
         Qwen2_5OmniThinkerConfig,
@@ -152,6 +152,3 @@ def _tiny_model() -> tuple[Any, Any]:
         **TOKENS.config_ids(tokenizer),
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-tiny_model = toy_vocabulary_only("Qwen2.5-Omni", _tiny_model)

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import CHATML, build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_qwen_vision
 
 MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The chat template of the Qwen2-VL / Qwen2.5-VL instruct checkpoints (default system message).
@@ -35,18 +31,7 @@ CHAT_TEMPLATE = (
 
 #: The tiny Qwen2.5-VL vision tower (14 px patches merged 2 x 2, windowed attention, one full
 #: block); the Qwen2.5-Omni thinker has the same tower.
-QWEN2_5_VISION: dict[str, Any] = {
-    "depth": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_heads": 2,
-    "patch_size": 14,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 64,
-    "window_size": 56,
-    "fullatt_block_indexes": [1],
-}
+QWEN2_5_VISION = tiny_qwen_vision(window_size=56, fullatt_block_indexes=[1])
 
 
 def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
@@ -65,7 +50,7 @@ def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
         ],
         chat_template=chat_template
         if vocabulary is not None
-        else CHATML.replace("IMAGE", "<|vision_start|><|image_pad|><|vision_end|>"),
+        else chatml("<|vision_start|><|image_pad|><|vision_end|>"),
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
@@ -73,7 +58,7 @@ def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
     )
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl import (
@@ -84,13 +69,13 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
 
     tokenizer = qwen_vl_tokenizer(
         CHAT_TEMPLATE,
-        (("qwen2.5" if family == "qwen2_5_vl" else "qwen2_vl") if real_vocabulary else None),
+        (("qwen2.5" if model_type == "qwen2_5_vl" else "qwen2_vl") if real_vocabulary else None),
     )
     # 56 x 56 pixels -> 4 x 4 patches of 14 -> 2 x 2 merged tokens per image.
     image_processor = Qwen2VLImageProcessor(
         size={"shortest_edge": 56 * 56, "longest_edge": 56 * 56}
     )
-    processor_class = Qwen2_5_VLProcessor if family == "qwen2_5_vl" else Qwen2VLProcessor
+    processor_class = Qwen2_5_VLProcessor if model_type == "qwen2_5_vl" else Qwen2VLProcessor
     processor = processor_class(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -99,7 +84,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     vision: dict[str, Any] = QWEN2_5_VISION
-    if family == "qwen2_vl":
+    if model_type == "qwen2_vl":
         vision = {
             "depth": 2,
             "embed_dim": 32,
@@ -111,7 +96,7 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
             "temporal_patch_size": 2,
         }
     config = AutoConfig.for_model(
-        family,
+        model_type,
         text_config=text_config(
             len(tokenizer),
             rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]},

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import toy_vocabulary_only
 from posdebias.testing.tiny.qwen2_5_omni import (
     TINY_AUDIO,
     OmniTokens,
@@ -32,7 +31,7 @@ TOKENS = OmniTokens(
 )
 
 
-def _tiny_model() -> tuple[Any, Any]:
+def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers import (
         AutoModelForImageTextToText,
         Qwen3OmniMoeThinkerConfig,
@@ -70,6 +69,3 @@ def _tiny_model() -> tuple[Any, Any]:
         **TOKENS.config_ids(tokenizer),
     )
     return AutoModelForImageTextToText.from_config(config), processor
-
-
-tiny_model = toy_vocabulary_only("Qwen3-Omni-MoE", _tiny_model)

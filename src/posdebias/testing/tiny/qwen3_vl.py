@@ -5,15 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import text_config
+from posdebias.testing.tiny.common import text_config, tiny_qwen_vision
 from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
-
-
-def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    """A tiny random-weight model and processor of this family, for tests."""
-    return _tiny_model(model_type, real_vocabulary)
+REAL_VOCABULARY = MODEL_TYPES
 
 
 #: The user-turn and generation-prompt layout of the Qwen3-VL Instruct checkpoints' chat template
@@ -32,41 +28,21 @@ CHAT_TEMPLATE = (
 
 #: The tiny Qwen3-VL vision tower (16 px patches merged 2 x 2, DeepStack features from two of
 #: its three blocks); the Qwen3-Omni-MoE thinker has the same tower.
-QWEN3_VISION: dict[str, Any] = {
-    "depth": 3,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_heads": 2,
-    "patch_size": 16,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 64,
-    "num_position_embeddings": 64,
-    "deepstack_visual_indexes": [0, 1],
-}
+QWEN3_VISION = tiny_qwen_vision(
+    depth=3, patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0, 1]
+)
 
 
-def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoModelForImageTextToText
-    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
-
-    tokenizer = qwen_vl_tokenizer(CHAT_TEMPLATE, "qwen3" if real_vocabulary else None)
-    # 16 px patches merged 2 x 2: a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2
-    # pixels keep each image's own aspect ratio (different images, different token counts).
-    pixels = {"shortest_edge": 32 * 32, "longest_edge": 96 * 96}
-    image_processor = Qwen2VLImageProcessor(
-        size=pixels, patch_size=16, merge_size=2, temporal_patch_size=2
-    )
-    processor = Qwen3VLProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        video_processor=Qwen3VLVideoProcessor(size=pixels, patch_size=16),
-        chat_template=tokenizer.chat_template,
-    )
-    ids = tokenizer.convert_tokens_to_ids
-    text: dict[str, Any] = text_config(
-        len(tokenizer),
+def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    return qwen3_vl_model(
+        model_type,
+        qwen_vl_tokenizer(CHAT_TEMPLATE, "qwen3" if real_vocabulary else None),
+        # a 64 x 64 image is 4 tokens; sizes between 32^2 and 96^2 pixels keep each image's own
+        # aspect ratio (different images, different token counts)
+        pixels={"shortest_edge": 32 * 32, "longest_edge": 96 * 96},
+        vision=QWEN3_VISION,
+        tie=real_vocabulary,
         head_dim=16,
         rope_parameters={
             "rope_type": "default",
@@ -74,21 +50,50 @@ def _tiny_model(family: str, real_vocabulary: bool = False) -> tuple[Any, Any]:
             "mrope_section": [2, 3, 3],
             "mrope_interleaved": True,
         },
-        bos_token_id=None,
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("<|endoftext|>"),
-        tie_word_embeddings=real_vocabulary,
+        **(moe if model_type == "qwen3_vl_moe" else {}),
     )
-    if family == "qwen3_vl_moe":
-        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+def qwen3_vl_model(
+    model_type: str,
+    tokenizer: Any,
+    *,
+    pixels: dict[str, int],
+    vision: dict[str, Any],
+    tie: bool,
+    **text: Any,
+) -> tuple[Any, Any]:
+    """A tiny model of Qwen3-VL's layout (Qwen3.5's too) and its processor: images resized
+    within ``pixels`` in 16 px patches merged 2 x 2, a language model of ``text`` sizes without
+    a BOS token, its embeddings tied with ``tie`` (a real vocabulary)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            size=pixels, patch_size=16, merge_size=2, temporal_patch_size=2
+        ),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(size=pixels, patch_size=16),
+        chat_template=tokenizer.chat_template,
+    )
+    ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
-        family,
-        text_config=text,
-        vision_config=QWEN3_VISION,
+        model_type,
+        text_config=text_config(
+            len(tokenizer),
+            bos_token_id=None,
+            eos_token_id=ids("<|im_end|>"),
+            pad_token_id=ids("<|endoftext|>"),
+            tie_word_embeddings=tie,
+            **text,
+        ),
+        vision_config=vision,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=real_vocabulary,
+        tie_word_embeddings=tie,
     )
     return AutoModelForImageTextToText.from_config(config), processor

