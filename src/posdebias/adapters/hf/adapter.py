@@ -35,8 +35,8 @@ import numpy as np
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt, file_identity
 from posdebias.adapters.attention import install_probe, recording
-from posdebias.adapters.attention.sofa import sofa_scope
-from posdebias.adapters.base import Adapter
+from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
+from posdebias.adapters.base import Adapter, SofaSettings
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
@@ -769,9 +769,7 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            output, masses = self._prompt_forward(batch, attention)
-            if self.kept_no_cache(output):
-                output, masses = self._prompt_forward(batch, attention)
+            output, masses = self.prompt_forward(batch, attention=attention)
             cache = PromptCache(kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
@@ -785,44 +783,44 @@ class HFAdapter(Adapter):
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
 
-    def _prompt_forward(self, batch: PreparedBatch, attention: bool) -> tuple[Any, Any]:
-        """The prompt's forward with the KV cache kept (and the probe recording, with
-        ``attention``): the model's output and the [B, L, N] masses (or None)."""
+    def prompt_forward(
+        self, batch: PreparedBatch, *, attention: bool = True, sofa: SofaSettings | None = None
+    ) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept, under SoFA with ``sofa``: the model's
+        output and, with ``attention``, the probe's [B, L, N] masses (else None). A language
+        model that keeps no cache of its own (Granite 4 Vision's layer-by-layer forward fills
+        one it is given but makes none) is handed an empty one from then on, and the prompt
+        runs again."""
         length = batch.inputs["input_ids"].shape[1]
-        probe = (
-            recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
-            if attention
-            else contextlib.nullcontext()
-        )
         in_prompt = not self.cross_attention_layers
-        with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-            output = self.model_forward(
-                **batch.inputs,
-                position_ids=batch.position_ids,
-                use_cache=True,
-                **self.last_logits_only,
-                **self.prompt_cache(),
+        while True:
+            probe = (
+                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
+                if attention
+                else contextlib.nullcontext()
             )
+            given: dict[str, Any] = {}
+            if self._gives_cache:
+                from transformers import DynamicCache
+
+                given = {self.cache_argument: DynamicCache(config=self.model.config)}
+            with (
+                sofa_attention(sofa) if sofa else contextlib.nullcontext(),
+                probe as recorder,
+                sofa_scope(batch.spans, length, images_in_prompt=in_prompt),
+            ):
+                output = self.model_forward(
+                    **batch.inputs,
+                    position_ids=batch.position_ids,
+                    use_cache=True,
+                    **self.last_logits_only,
+                    **given,
+                )
+            if kv_cache(output) is not None or self._gives_cache:
+                break
+            self._gives_cache = True
         masses = recorder.attention(self.attention_layers) if recorder is not None else None
         return output, masses
-
-    def prompt_cache(self) -> dict[str, Any]:
-        """Forward keywords that hand a prompt's forward an empty KV cache: ``{}`` unless the
-        language model keeps no cache of its own (Granite 4 Vision's layer-by-layer forward
-        fills one it is given but makes none)."""
-        if not self._gives_cache:
-            return {}
-        from transformers import DynamicCache
-
-        return {self.cache_argument: DynamicCache(config=self.model.config)}
-
-    def kept_no_cache(self, output: Any) -> bool:
-        """Whether a prompt's forward came back without a KV cache although it was given none:
-        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
-        if kv_cache(output) is not None or self._gives_cache:
-            return False
-        self._gives_cache = True
-        return True
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
