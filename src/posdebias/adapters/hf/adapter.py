@@ -665,6 +665,10 @@ class HFAdapter(Adapter):
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
+        for instance in instances:
+            problem = self.task_problem(instance.task)
+            if problem is not None:
+                raise AdapterError(f"instance {instance.id!r}: {problem}")
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of candidates")
