@@ -682,10 +682,9 @@ class ServerAdapter(Adapter):
         the image's file name, which is data like a caption); none when images are sent."""
         if self.options.images != "placeholder":
             return []
-        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         return [
             (f"image {number}'s placeholder text", self._placeholder(image))
-            for number, image in enumerate(shown, start=1)
+            for number, image in enumerate(instance.all_images, start=1)
         ]
 
     def _placeholder(self, image: Any) -> str:
@@ -735,19 +734,14 @@ class ServerAdapter(Adapter):
         the model's special tokens where fields meet (:func:`check_joined_control_tokens`,
         against the same prompt with neutral data and file names)."""
 
-        tokenizer = self.tokenizer
-        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+        if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
             return ""
 
         def text(shown: Instance, names: bool) -> str:
             messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))
             try:
-                return str(
-                    tokenizer.apply_chat_template(
-                        messages, add_generation_prompt=True, tokenize=False
-                    )
-                )
-            except Exception:  # a template that cannot show image items: the items, joined
+                return self._chat_text(messages)
+            except AdapterError:  # a template that cannot show image items: the items, joined
                 return "".join(
                     str(item.get("text", "")) if isinstance(item, dict) else str(item)
                     for message in messages
@@ -771,8 +765,7 @@ class ServerAdapter(Adapter):
         """``raw`` with each image item as a base64 PNG ``image_url`` part (left as it is
         without ``encode``), or the placeholder text (showing the image's file name, or ``x``
         without ``names``)."""
-        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
-        images = iter(shown)
+        images = iter(instance.all_images)
         messages = []
         for message in raw:
             content = message["content"]
@@ -802,14 +795,16 @@ class ServerAdapter(Adapter):
         variant: str | None = None,
     ) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
-        assert self.tokenizer is not None
-        shows_images = instance.stem_images or any(i is not None for i in instance.images)
-        if shows_images and self.options.images == "content":
+        if instance.all_images and self.options.images == "content":
             raise InputError(
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, variant=variant)
+        return self._chat_text(self.messages(instance, variant=variant))
+
+    def _chat_text(self, messages: list) -> str:
+        """The local tokenizer's chat template of ``messages`` with its generation prompt."""
+        assert self.tokenizer is not None  # its callers run with a local tokenizer only
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -1050,28 +1045,15 @@ class ServerAdapter(Adapter):
         """The request context of a user message alone: the messages, or the local chat
         template's prompt (endpoint completions)."""
         messages = [{"role": "user", "content": message}]
-        if self.options.endpoint == "chat":
-            return messages
-        assert self.tokenizer is not None  # endpoint completions needs it (checked at start)
-        try:
-            return str(
-                self.tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=False
-                )
-            )
-        except Exception as exc:  # jinja errors come in many types
-            raise AdapterError(f"the local chat template cannot render the prompt: {exc}") from exc
+        return messages if self.options.endpoint == "chat" else self._chat_text(messages)
 
     def check_replies(self, requests: Sequence[ReplyRequest]) -> None:
-        tokenizer = self.tokenizer
-        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+        if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
             return
 
         def text(message: str, reply: str) -> str:
-            prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
-            )
-            return str(prompt) + self.options.answer_prefix + reply
+            prompt = self._chat_text([{"role": "user", "content": message}])
+            return prompt + self.options.answer_prefix + reply
 
         neutral = text("x", "x")
         for request in requests:
