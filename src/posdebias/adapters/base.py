@@ -181,6 +181,9 @@ class Adapter(ABC):
     label_set: str | None = None
     summary: ClassVar[str] = ""
     priority: ClassVar[int] = 0
+    #: N and task of the instances observed last (what :attr:`labels` names), None before
+    _last_n: int | None = None
+    _last_task: str | None = None
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -231,8 +234,8 @@ class Adapter(ABC):
 
     @property
     def labels(self) -> list[str] | None:
-        """The label strings in use for the current N, when fixed by the adapter."""
-        return None
+        """The label strings of the N and task observed last (None before any observation)."""
+        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     @abstractmethod
     def observe_many(

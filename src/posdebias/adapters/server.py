@@ -642,8 +642,6 @@ class ServerAdapter(Adapter):
         if end is None and self.tokenizer is not None:
             end = self.tokenizer.eos_token
         self.end_text: str | None = end
-        self._last_n: int | None = None
-        self._last_task: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> ServerAdapter:
@@ -656,10 +654,6 @@ class ServerAdapter(Adapter):
     @property
     def attention_layers(self) -> None:
         return None
-
-    @property
-    def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     # -- prompts ---------------------------------------------------------------------------
 

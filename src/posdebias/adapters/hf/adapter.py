@@ -258,8 +258,6 @@ class HFAdapter(Adapter):
         self._decoded: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._decoded_lock = threading.Lock()  # a server may observe from several threads
         self._check_tie_label()
-        self._last_n: int | None = None
-        self._last_task: str | None = None
         forward = inspect.signature(model.forward).parameters
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
@@ -503,10 +501,6 @@ class HFAdapter(Adapter):
     def attention_layers(self) -> LayerSet:
         """The softmax-attention layers the probe reads (adapters/layers.py)."""
         return attention_layers(self._text_config)
-
-    @property
-    def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     @property
     def device(self) -> Any:
