@@ -47,7 +47,6 @@ from urllib.parse import urlsplit
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from posdebias._images import open_image
 from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import (
@@ -57,6 +56,7 @@ from posdebias.adapters.base import (
     ReplyScore,
     sample_seed,
 )
+from posdebias.adapters.hf.adapter import load_image
 from posdebias.adapters.hf.prompt import (
     PromptOptions,
     check_answer_joins,
@@ -1216,20 +1216,9 @@ def _name(reference: Any) -> str:
 
 
 def _data_url(reference: Any, instance_id: str) -> str:
-    """A base64 PNG data URL of an image file or PIL image."""
-    from PIL import Image
-
-    if isinstance(reference, Image.Image):
-        image = reference.convert("RGB")
-    elif isinstance(reference, (str, Path)) and "://" not in str(reference):
-        image = open_image(str(reference), what=f"instance {excerpt(instance_id)}: image")
-    else:
-        raise InputError(
-            f"instance {excerpt(instance_id)}: image {excerpt(reference)} is neither a file path "
-            "nor a PIL image"
-        )
+    """A base64 PNG data URL of an image file or PIL image (read as the local adapters do)."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    load_image(reference, instance_id).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
