@@ -868,11 +868,22 @@ class ServerAdapter(Adapter):
         ]
 
     def _prepare(self, instance: Instance) -> tuple[Any, list[str]]:
-        """The request context of one instance (messages or rendered text) and its labels."""
+        """The request context of one instance and its labels."""
         labels = self.scored_answers(instance)
+        return self._context(instance), labels
+
+    def _context(self, instance: Instance, variant: str | None = None) -> Any:
+        """What a request poses ``instance`` with: its chat messages (endpoint chat), or the
+        prompt the local chat template renders (endpoint completions)."""
         if self.options.endpoint == "chat":
-            return self.messages(instance), labels
-        return self.render(instance), labels
+            return self.messages(instance, variant=variant)
+        return self.render(instance, variant=variant)
+
+    def _post(self, context: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with ``context`` (messages or a prompt) POSTed to the endpoint's path."""
+        if self.options.endpoint == "chat":
+            return self.client.post("chat/completions", {**body, "messages": context})
+        return self.client.post("completions", {**body, "prompt": context})
 
     def _plan(self, labels: list[str], scored: dict[str, TokenScores]) -> tuple[Any, dict]:
         """The label trie over token texts (numbered in first-seen order)."""
@@ -903,8 +914,7 @@ class ServerAdapter(Adapter):
         texts: list[str]
         numbers: list[float | None]
         if opts.endpoint == "completions":
-            body.update(prompt=context + (answer or ""), echo=True, logprobs=0)
-            payload = self.client.post("completions", body)
+            payload = self._post(context + (answer or ""), {**body, "echo": True, "logprobs": 0})
             completion = _parse(_CompletionAnswer, payload, opts.base_url, "a completion")
             logprobs = completion.choices[0].logprobs
             if logprobs is None or logprobs.tokens is None:
@@ -917,17 +927,12 @@ class ServerAdapter(Adapter):
                 )
             usage = completion.usage
         else:
-            messages = context
             if answer is None:
-                body.update(messages=messages, add_generation_prompt=True)
+                body.update(add_generation_prompt=True)
             else:
-                body.update(
-                    messages=[*messages, {"role": "assistant", "content": answer}],
-                    add_generation_prompt=False,
-                    continue_final_message=True,
-                )
-            body["prompt_logprobs"] = 0
-            payload = self.client.post("chat/completions", body)
+                context = [*context, {"role": "assistant", "content": answer}]
+                body.update(add_generation_prompt=False, continue_final_message=True)
+            payload = self._post(context, {**body, "prompt_logprobs": 0})
             if not payload.get("prompt_logprobs"):
                 raise AdapterError(_no_logprobs(opts.base_url, "chat"))
             scores = _parse(_PromptScores, payload, opts.base_url, "prompt log-probabilities")
@@ -984,30 +989,17 @@ class ServerAdapter(Adapter):
         k = self.options.top_logprobs
         url = self.options.base_url
         top: dict[str, float] = {}
-        if self.options.endpoint == "chat":
-            body = {
-                "model": self.options.model,
-                "messages": self.messages(instance),
-                "max_tokens": 1,
-                "temperature": 0,
-                "logprobs": True,
-                "top_logprobs": k,
-            }
-            payload = self.client.post("chat/completions", body)
-            chat = _parse(_ChatAnswer, payload, url, "a chat answer").choices[0].logprobs
-            if chat is None or not chat.content:
+        chat = self.options.endpoint == "chat"
+        asked = {"logprobs": True, "top_logprobs": k} if chat else {"logprobs": k}
+        body = {"model": self.options.model, "max_tokens": 1, "temperature": 0, **asked}
+        payload = self._post(self._context(instance), body)
+        if chat:
+            logprobs = _parse(_ChatAnswer, payload, url, "a chat answer").choices[0].logprobs
+            if logprobs is None or not logprobs.content:
                 raise AdapterError(_no_logprobs(url, "chat"))
-            for entry in chat.content[0].top_logprobs:  # best first: a repeat keeps it
+            for entry in logprobs.content[0].top_logprobs:  # best first: a repeat keeps it
                 top.setdefault(entry.token, entry.logprob)
         else:
-            body = {
-                "model": self.options.model,
-                "prompt": self.render(instance),
-                "max_tokens": 1,
-                "temperature": 0,
-                "logprobs": k,
-            }
-            payload = self.client.post("completions", body)
             completion = _parse(_CompletionAnswer, payload, url, "a completion").choices[0]
             first = completion.logprobs.top_logprobs if completion.logprobs else None
             if not first or first[0] is None:
@@ -1139,12 +1131,7 @@ class ServerAdapter(Adapter):
             body["top_k"] = settings.top_k
         if not settings.stop_at_eos:
             body["ignore_eos"] = True
-        if self.options.endpoint == "chat":
-            body["messages"] = self.messages(instance, variant=settings.prompt_variant)
-            payload = self.client.post("chat/completions", body)
-        else:
-            body["prompt"] = self.render(instance, variant=settings.prompt_variant)
-            payload = self.client.post("completions", body)
+        payload = self._post(self._context(instance, settings.prompt_variant), body)
         url = self.options.base_url
         answer: _ChatAnswer | _CompletionAnswer
         if self.options.endpoint == "chat":
