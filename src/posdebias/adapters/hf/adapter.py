@@ -64,6 +64,7 @@ from posdebias.adapters.hf.spans import (
     check_spans,
     expand_replacements,
     find_image_spans,
+    find_marked_spans,
     span_matrix,
     tokens_in_range,
 )
@@ -137,6 +138,9 @@ class HFAdapter(Adapter):
     #: Where the language model's config is (``None``: the model's own config, a text model).
     text_config_key: ClassVar[str | None] = "text_config"
     split_by_processor_counts: ClassVar[bool] = False
+    #: For a family whose image is everything from its start marker to its end marker
+    #: (:meth:`span_tokens`; tiles, tile labels, a global view): that layout, named in errors.
+    marked_layout: ClassVar[str | None] = None
     #: A text-only language model: its processor is its tokenizer, its prompts hold no image.
     text_only: ClassVar[bool] = False
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
@@ -311,9 +315,9 @@ class HFAdapter(Adapter):
         The probe's span matrix and the image masses use exactly these tokens. The default is
         one run of image tokens per image (split by the processor's per-image counts when
         ``split_by_processor_counts``) widened by the start / end markers of
-        :meth:`span_tokens`. Override it for other layouts (tiles, row markers, break tokens):
-        return spans whose runs hold all tokens of image k; they are validated by
-        :func:`posdebias.adapters.hf.spans.check_spans`.
+        :meth:`span_tokens`; with ``marked_layout``, all from one marker to the other. Override
+        it for other layouts (row markers, break tokens): return spans whose runs hold all
+        tokens of image k; they are validated by :func:`posdebias.adapters.hf.spans.check_spans`.
 
         Args:
             input_ids: the row's token ids (left padding included; pad ids are no image's).
@@ -323,6 +327,11 @@ class HFAdapter(Adapter):
         """
         if self.text_only:
             raise AdapterError(f"{self.name} is a text-only adapter; its prompts hold no image")
+        if self.marked_layout is not None:
+            start, end = self.tokens.start, self.tokens.end
+            if start is None or end is None:
+                raise AdapterError(f"{self.name}'s span tokens name no image start / end markers")
+            return find_marked_spans(input_ids, start, end, num_images, self.marked_layout)
         counts = None
         if self.split_by_processor_counts:
             if replacements is None:
