@@ -10,10 +10,10 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
@@ -147,6 +147,13 @@ class ReplyScore:
 def sample_seed(seed: int, sample: int) -> int:
     """The generator seed of one sample of one instance."""
     return int(np.random.SeedSequence([seed & 0xFFFFFFFF, sample]).generate_state(1)[0])
+
+
+#: An adapter option naming a label set (``digits``, ``upper``, ...), refused unless known;
+#: None: each task's own.
+LabelSetName = Annotated[
+    str | None, AfterValidator(lambda name: None if name is None else get_label_set(name).name)
+]
 
 
 class AdapterOptions(BaseModel):

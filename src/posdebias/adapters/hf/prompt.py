@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from pydantic import Field, field_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
-from posdebias.adapters.base import AdapterOptions
+from posdebias.adapters.base import AdapterOptions, LabelSetName
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
@@ -48,7 +48,7 @@ class PromptOptions(AdapterOptions):
     once for every adapter that renders prompts (the Hugging Face adapters and the ``openai``
     adapter derive their options from it)."""
 
-    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
+    label_set: LabelSetName = Field(default=None, description=LABEL_SET_HELP)
     prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
     task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
     prompt_variant: str = Field(
@@ -79,13 +79,6 @@ class PromptOptions(AdapterOptions):
             self.label_set,
             answer_space=self.answer_space,
         )
-
-    @field_validator("label_set")
-    @classmethod
-    def _known_label_set(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_label_set(value)
-        return value
 
     @field_validator("prompt_variant")
     @classmethod
