@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
-from posdebias.core.observation import Observation
+from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import TaskTemplate, task_label_set
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -142,6 +142,14 @@ class ReplyScore:
     logprob: float
     tokens: int
     characters: int
+
+
+def split_tie(scores: np.ndarray, n: int) -> tuple[np.ndarray, float | None]:
+    """An instance's N answers' log-probabilities and a judge's tie label's: with N + 1
+    scores the tie is the last and the answers are renormalised without it; else (scores, None)."""
+    if scores.shape[-1] == n:
+        return scores, None
+    return log_softmax(scores[:n]), float(scores[n])
 
 
 def sample_seed(seed: int, sample: int) -> int:

@@ -55,6 +55,7 @@ from posdebias.adapters.base import (
     ReplyRequest,
     ReplyScore,
     sample_seed,
+    split_tie,
 )
 from posdebias.adapters.hf.adapter import load_image
 from posdebias.adapters.hf.prompt import (
@@ -1223,16 +1224,9 @@ def _no_logprobs(base_url: str, endpoint: str) -> str:
 
 
 def _observation(scores: np.ndarray, instance: Instance) -> Observation:
-    """An instance's observation from its restricted label scores; a judge's tie label is the
-    last score: the N answers are renormalised without it (as the local adapters do)."""
-    n = instance.n
-    if scores.size == n:
-        return Observation(label_logprobs=scores, target=instance.target)
-    return Observation(
-        label_logprobs=log_softmax(scores[:n]),
-        target=instance.target,
-        tie_logprob=float(scores[n]),
-    )
+    """An instance's observation from its restricted label scores (a judge's tie the last)."""
+    answers, tie = split_tie(scores, instance.n)
+    return Observation(label_logprobs=answers, target=instance.target, tie_logprob=tie)
 
 
 def _restricted_from_paths(plan: Any, vocabulary: dict[str, int], paths: list[TokenScores]) -> Any:

@@ -36,7 +36,7 @@ from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt, file_identity
 from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
-from posdebias.adapters.base import Adapter, SofaSettings
+from posdebias.adapters.base import Adapter, SofaSettings, split_tie
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
@@ -71,7 +71,7 @@ from posdebias.adapters.hf.spans import (
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
 from posdebias.core.layers import LayerSet
-from posdebias.core.observation import Observation, log_softmax
+from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     TEXT_TASKS,
     candidate_char_spans,
@@ -844,22 +844,15 @@ class HFAdapter(Adapter):
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
         layers = self.attention_layers
-        n = instances[0].n
-        # a judge's tie label is the last score: the answers' N are renormalised without it
-        ties: list[float | None] = (
-            [float(tie) for tie in scores_np[:, n]]
-            if scores_np.shape[1] > n
-            else [None] * len(instances)
-        )
-        answers = log_softmax(scores_np[:, :n])
+        answers = [split_tie(row, instances[0].n) for row in scores_np]
         return [
             Observation(
-                label_logprobs=answers[row] if ties[row] is not None else scores_np[row],
+                label_logprobs=answers[row][0],
                 attention=attention_np[row],
                 target=instance.target,
                 layers=layers,
                 span_lengths=np.array([len(span) for span in batch.spans[row]]),
-                tie_logprob=ties[row],
+                tie_logprob=answers[row][1],
             )
             for row, instance in enumerate(instances)
         ]
