@@ -175,7 +175,6 @@ class HFAdapter(Adapter):
             )
         opts = self.parse_options(options)
         assert isinstance(opts, HFAdapterOptions)  # every HF adapter's Options derive from it
-        chat_template = opts.chat_template
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
@@ -197,10 +196,9 @@ class HFAdapter(Adapter):
         self.tokenizer: Any = tokenizer
         # the processor's chat template, else the family's own format (PaliGemma), else the
         # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
-        self.chat_template = chat_template
-        if chat_template is not None:
+        if opts.chat_template is not None:
             self.chat_template_override: str | None = resolve_chat_template(
-                chat_template, tokenizer
+                opts.chat_template, tokenizer
             )
         else:
             self.chat_template_override = (
@@ -971,7 +969,7 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             # a chat template given as an option changes every prompt: its digest is recorded
             "chat_template_sha256": None
-            if self.chat_template is None or self.chat_template_override is None
+            if self.options.chat_template is None or self.chat_template_override is None
             else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
