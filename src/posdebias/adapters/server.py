@@ -65,6 +65,7 @@ from posdebias.adapters.hf.prompt import (
     check_joined_control_tokens,
     check_template_control_tokens,
     control_tokens,
+    message_texts,
     neutral_instance,
     neutral_prompts,
     posed_messages,
@@ -736,16 +737,8 @@ class ServerAdapter(Adapter):
             messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))
             try:
                 return self._chat_text(messages)
-            except AdapterError:  # a template that cannot show image items: the items, joined
-                return "".join(
-                    str(item.get("text", "")) if isinstance(item, dict) else str(item)
-                    for message in messages
-                    for item in (
-                        message["content"]
-                        if isinstance(message["content"], list)
-                        else [message["content"]]
-                    )
-                )
+            except AdapterError:  # a template that cannot show image items: the texts, joined
+                return "".join(message_texts(messages))
 
         rendered = text(instance, names=True)
         neutral = text(neutral_instance(instance), names=False)

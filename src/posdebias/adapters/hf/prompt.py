@@ -433,7 +433,7 @@ def _fenced(template: TaskTemplate) -> TaskTemplate:
     return template.model_copy(update=update)
 
 
-def _message_texts(messages: list[dict]) -> list[str]:
+def message_texts(messages: list[dict]) -> list[str]:
     """Each message's text parts joined, as a chat template writes them (text parts next to
     each other meet)."""
     texts = []
@@ -477,7 +477,7 @@ def check_template_joins(
                 joined = template.messages(neutral, labels)
                 apart = _fenced(template).messages(neutral, labels)
                 token = joined_token(
-                    pattern, "\n".join(_message_texts(joined)), "\n".join(_message_texts(apart))
+                    pattern, "\n".join(message_texts(joined)), "\n".join(message_texts(apart))
                 )
                 if token is not None:
                     raise ConfigError(
