@@ -31,10 +31,7 @@ class AyaVisionAdapter(HFAdapter):
     model_types = ("aya_vision",)
     summary = "Aya Vision (tiles + global view between <|START_OF_IMG|> and <|END_OF_IMG|>)"
     marked_layout = "<|START_OF_IMG|> tiles and global view <|END_OF_IMG|>"
-
-    def _image_token(self) -> str:
-        # The processor's image_token is the placeholder; the features sit on the patch tokens.
-        return str(self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id)))
+    image_token_key = "image_token_id"  # the patch token; the processor's is a placeholder
 
     def span_tokens(self) -> SpanTokens:
         processor = self.processor

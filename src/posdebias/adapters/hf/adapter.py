@@ -138,6 +138,9 @@ class HFAdapter(Adapter):
     #: Where the language model's config is (``None``: the model's own config, a text model).
     text_config_key: ClassVar[str | None] = "text_config"
     split_by_processor_counts: ClassVar[bool] = False
+    #: The model config's attribute naming the token that carries the image features, for a
+    #: family whose processor's ``image_token`` is only a placeholder; None: it is that token.
+    image_token_key: ClassVar[str | None] = None
     #: For a family whose image is everything from its start marker to its end marker
     #: (:meth:`span_tokens`; tiles, tile labels, a global view): that layout, named in errors.
     marked_layout: ClassVar[str | None] = None
@@ -285,6 +288,9 @@ class HFAdapter(Adapter):
     # -- family hooks --------------------------------------------------------------------------
 
     def _image_token(self) -> str:
+        if self.image_token_key is not None:
+            token_id = int(getattr(self.model.config, self.image_token_key))
+            return str(self.tokenizer.convert_ids_to_tokens(token_id))
         token = getattr(self.processor, "image_token", None)
         if not isinstance(token, str) or not token:
             raise AdapterError(
