@@ -698,19 +698,19 @@ class HFAdapter(Adapter):
         covered = self.image_token_ids()
         for row, instance in enumerate(instances):
             ids = inputs["input_ids"][row].tolist()
+            entries = _row_offsets(offsets, row)
             count = len(instance.all_images)
             row_images: list[ImageSpan] = []
             if count:
-                found = self.image_spans(ids, count, _replacements(offsets, row))
+                replaced = None if entries is None else [e["replacement"] for e in entries]
+                found = self.image_spans(ids, count, replaced)
                 row_images = [as_span(s) for s in found]
                 check_spans(row_images, ids, covered, count)
             image_spans.append(row_images)
             if not instance.has_texts and not instance.stem_images:
                 spans.append(row_images)  # every candidate is an image: its span
                 continue
-            text_spans = self.text_spans(
-                ids, texts[row], rendered[row][1], _row_offsets(offsets, row)
-            )
+            text_spans = self.text_spans(ids, texts[row], rendered[row][1], entries)
             row_spans = candidate_spans(instance, row_images, text_spans)
             check_candidate_spans(row_spans, ids, n)
             spans.append(row_spans)
@@ -993,13 +993,6 @@ def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
     if offsets is None:
         return None
     return [entry for entry in offsets[row] if entry.get("type") == "image"]
-
-
-def _replacements(offsets: Any, row: int) -> list[str] | None:
-    """The processor's replacement text of each image placeholder of one row, or None."""
-    if offsets is None:
-        return None
-    return [entry["replacement"] for entry in offsets[row] if entry.get("type") == "image"]
 
 
 _PACKAGE = Path(__file__).resolve().parents[2]
