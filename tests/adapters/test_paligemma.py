@@ -10,7 +10,7 @@ from adapter_reference import fresh_model, shared_and_repeated_samples, tiny_pai
 
 from posdebias import get_adapter
 from posdebias.adapters.hf import HFAdapter
-from posdebias.adapters.hf.verify import restricted_scores
+from posdebias.adapters.hf.scoring import restricted_scores
 from posdebias.testing import tiny_model_and_processor
 
 
@@ -43,13 +43,13 @@ def test_labels_are_scored_as_generate_appends_the_answer(make_instances):
                 output_logits=True,
                 return_dict_in_generate=True,
             )
-            generated[prefix] = out.logits[len(prefix)][0].double()
+            generated[prefix] = out.logits[len(prefix)][:1].double()
             extra = torch.tensor([list(prefix)], dtype=torch.long)
             inside = HFAdapter.extended_inputs(adapter, dict(batch.inputs), extra)  # types 0
-            as_prefix[prefix] = model(**inside).logits[0, -1].double()
-    expected = restricted_scores(batch.plan, generated)
+            as_prefix[prefix] = model(**inside).logits[:1, -1].double()
+    expected = restricted_scores(batch.plan, generated, torch.float64)[0]
     assert torch.max(torch.abs(observed - expected)) < 1e-5
-    wrong = restricted_scores(batch.plan, as_prefix)
+    wrong = restricted_scores(batch.plan, as_prefix, torch.float64)[0]
     assert torch.max(torch.abs(observed - wrong)) > 1e-3
 
 

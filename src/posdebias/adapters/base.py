@@ -10,15 +10,15 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
-from posdebias.core.observation import Observation
+from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import TaskTemplate, task_label_set
 from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
 
@@ -144,9 +144,24 @@ class ReplyScore:
     characters: int
 
 
+def split_tie(scores: np.ndarray, n: int) -> tuple[np.ndarray, float | None]:
+    """An instance's N answers' log-probabilities and a judge's tie label's: with N + 1
+    scores the tie is the last and the answers are renormalised without it; else (scores, None)."""
+    if scores.shape[-1] == n:
+        return scores, None
+    return log_softmax(scores[:n]), float(scores[n])
+
+
 def sample_seed(seed: int, sample: int) -> int:
     """The generator seed of one sample of one instance."""
     return int(np.random.SeedSequence([seed & 0xFFFFFFFF, sample]).generate_state(1)[0])
+
+
+#: An adapter option naming a label set (``digits``, ``upper``, ...), refused unless known;
+#: None: each task's own.
+LabelSetName = Annotated[
+    str | None, AfterValidator(lambda name: None if name is None else get_label_set(name).name)
+]
 
 
 class AdapterOptions(BaseModel):
@@ -181,6 +196,9 @@ class Adapter(ABC):
     label_set: str | None = None
     summary: ClassVar[str] = ""
     priority: ClassVar[int] = 0
+    #: N and task of the instances observed last (what :attr:`labels` names), None before
+    _last_n: int | None = None
+    _last_task: str | None = None
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -231,8 +249,8 @@ class Adapter(ABC):
 
     @property
     def labels(self) -> list[str] | None:
-        """The label strings in use for the current N, when fixed by the adapter."""
-        return None
+        """The label strings of the N and task observed last (None before any observation)."""
+        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     @abstractmethod
     def observe_many(

@@ -47,7 +47,6 @@ from urllib.parse import urlsplit
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from posdebias._images import open_image
 from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import (
@@ -56,7 +55,9 @@ from posdebias.adapters.base import (
     ReplyRequest,
     ReplyScore,
     sample_seed,
+    split_tie,
 )
+from posdebias.adapters.hf.adapter import load_image
 from posdebias.adapters.hf.prompt import (
     PromptOptions,
     check_answer_joins,
@@ -64,6 +65,7 @@ from posdebias.adapters.hf.prompt import (
     check_joined_control_tokens,
     check_template_control_tokens,
     control_tokens,
+    message_texts,
     neutral_instance,
     neutral_prompts,
     posed_messages,
@@ -642,8 +644,6 @@ class ServerAdapter(Adapter):
         if end is None and self.tokenizer is not None:
             end = self.tokenizer.eos_token
         self.end_text: str | None = end
-        self._last_n: int | None = None
-        self._last_task: str | None = None
 
     @classmethod
     def create(cls, **options: Any) -> ServerAdapter:
@@ -656,10 +656,6 @@ class ServerAdapter(Adapter):
     @property
     def attention_layers(self) -> None:
         return None
-
-    @property
-    def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -682,10 +678,9 @@ class ServerAdapter(Adapter):
         the image's file name, which is data like a caption); none when images are sent."""
         if self.options.images != "placeholder":
             return []
-        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
         return [
             (f"image {number}'s placeholder text", self._placeholder(image))
-            for number, image in enumerate(shown, start=1)
+            for number, image in enumerate(instance.all_images, start=1)
         ]
 
     def _placeholder(self, image: Any) -> str:
@@ -735,28 +730,15 @@ class ServerAdapter(Adapter):
         the model's special tokens where fields meet (:func:`check_joined_control_tokens`,
         against the same prompt with neutral data and file names)."""
 
-        tokenizer = self.tokenizer
-        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+        if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
             return ""
 
         def text(shown: Instance, names: bool) -> str:
             messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))
             try:
-                return str(
-                    tokenizer.apply_chat_template(
-                        messages, add_generation_prompt=True, tokenize=False
-                    )
-                )
-            except Exception:  # a template that cannot show image items: the items, joined
-                return "".join(
-                    str(item.get("text", "")) if isinstance(item, dict) else str(item)
-                    for message in messages
-                    for item in (
-                        message["content"]
-                        if isinstance(message["content"], list)
-                        else [message["content"]]
-                    )
-                )
+                return self._chat_text(messages)
+            except AdapterError:  # a template that cannot show image items: the texts, joined
+                return "".join(message_texts(messages))
 
         rendered = text(instance, names=True)
         neutral = text(neutral_instance(instance), names=False)
@@ -771,8 +753,7 @@ class ServerAdapter(Adapter):
         """``raw`` with each image item as a base64 PNG ``image_url`` part (left as it is
         without ``encode``), or the placeholder text (showing the image's file name, or ``x``
         without ``names``)."""
-        shown = [*instance.stem_images, *(i for i in instance.images if i is not None)]
-        images = iter(shown)
+        images = iter(instance.all_images)
         messages = []
         for message in raw:
             content = message["content"]
@@ -802,14 +783,16 @@ class ServerAdapter(Adapter):
         variant: str | None = None,
     ) -> str:
         """The completion prompt: the local tokenizer's chat template + generation prompt."""
-        assert self.tokenizer is not None
-        shows_images = instance.stem_images or any(i is not None for i in instance.images)
-        if shows_images and self.options.images == "content":
+        if instance.all_images and self.options.images == "content":
             raise InputError(
                 "endpoint completions takes text only and these instances show images; use "
                 "endpoint chat (images as content parts) or images: placeholder"
             )
-        messages = self.messages(instance, variant=variant)
+        return self._chat_text(self.messages(instance, variant=variant))
+
+    def _chat_text(self, messages: list) -> str:
+        """The local tokenizer's chat template of ``messages`` with its generation prompt."""
+        assert self.tokenizer is not None  # its callers run with a local tokenizer only
         try:
             return str(
                 self.tokenizer.apply_chat_template(
@@ -879,11 +862,22 @@ class ServerAdapter(Adapter):
         ]
 
     def _prepare(self, instance: Instance) -> tuple[Any, list[str]]:
-        """The request context of one instance (messages or rendered text) and its labels."""
+        """The request context of one instance and its labels."""
         labels = self.scored_answers(instance)
+        return self._context(instance), labels
+
+    def _context(self, instance: Instance, variant: str | None = None) -> Any:
+        """What a request poses ``instance`` with: its chat messages (endpoint chat), or the
+        prompt the local chat template renders (endpoint completions)."""
         if self.options.endpoint == "chat":
-            return self.messages(instance), labels
-        return self.render(instance), labels
+            return self.messages(instance, variant=variant)
+        return self.render(instance, variant=variant)
+
+    def _post(self, context: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with ``context`` (messages or a prompt) POSTed to the endpoint's path."""
+        if self.options.endpoint == "chat":
+            return self.client.post("chat/completions", {**body, "messages": context})
+        return self.client.post("completions", {**body, "prompt": context})
 
     def _plan(self, labels: list[str], scored: dict[str, TokenScores]) -> tuple[Any, dict]:
         """The label trie over token texts (numbered in first-seen order)."""
@@ -914,8 +908,7 @@ class ServerAdapter(Adapter):
         texts: list[str]
         numbers: list[float | None]
         if opts.endpoint == "completions":
-            body.update(prompt=context + (answer or ""), echo=True, logprobs=0)
-            payload = self.client.post("completions", body)
+            payload = self._post(context + (answer or ""), {**body, "echo": True, "logprobs": 0})
             completion = _parse(_CompletionAnswer, payload, opts.base_url, "a completion")
             logprobs = completion.choices[0].logprobs
             if logprobs is None or logprobs.tokens is None:
@@ -928,17 +921,12 @@ class ServerAdapter(Adapter):
                 )
             usage = completion.usage
         else:
-            messages = context
             if answer is None:
-                body.update(messages=messages, add_generation_prompt=True)
+                body.update(add_generation_prompt=True)
             else:
-                body.update(
-                    messages=[*messages, {"role": "assistant", "content": answer}],
-                    add_generation_prompt=False,
-                    continue_final_message=True,
-                )
-            body["prompt_logprobs"] = 0
-            payload = self.client.post("chat/completions", body)
+                context = [*context, {"role": "assistant", "content": answer}]
+                body.update(add_generation_prompt=False, continue_final_message=True)
+            payload = self._post(context, {**body, "prompt_logprobs": 0})
             if not payload.get("prompt_logprobs"):
                 raise AdapterError(_no_logprobs(opts.base_url, "chat"))
             scores = _parse(_PromptScores, payload, opts.base_url, "prompt log-probabilities")
@@ -995,30 +983,17 @@ class ServerAdapter(Adapter):
         k = self.options.top_logprobs
         url = self.options.base_url
         top: dict[str, float] = {}
-        if self.options.endpoint == "chat":
-            body = {
-                "model": self.options.model,
-                "messages": self.messages(instance),
-                "max_tokens": 1,
-                "temperature": 0,
-                "logprobs": True,
-                "top_logprobs": k,
-            }
-            payload = self.client.post("chat/completions", body)
-            chat = _parse(_ChatAnswer, payload, url, "a chat answer").choices[0].logprobs
-            if chat is None or not chat.content:
+        chat = self.options.endpoint == "chat"
+        asked = {"logprobs": True, "top_logprobs": k} if chat else {"logprobs": k}
+        body = {"model": self.options.model, "max_tokens": 1, "temperature": 0, **asked}
+        payload = self._post(self._context(instance), body)
+        if chat:
+            logprobs = _parse(_ChatAnswer, payload, url, "a chat answer").choices[0].logprobs
+            if logprobs is None or not logprobs.content:
                 raise AdapterError(_no_logprobs(url, "chat"))
-            for entry in chat.content[0].top_logprobs:  # best first: a repeat keeps it
+            for entry in logprobs.content[0].top_logprobs:  # best first: a repeat keeps it
                 top.setdefault(entry.token, entry.logprob)
         else:
-            body = {
-                "model": self.options.model,
-                "prompt": self.render(instance),
-                "max_tokens": 1,
-                "temperature": 0,
-                "logprobs": k,
-            }
-            payload = self.client.post("completions", body)
             completion = _parse(_CompletionAnswer, payload, url, "a completion").choices[0]
             first = completion.logprobs.top_logprobs if completion.logprobs else None
             if not first or first[0] is None:
@@ -1050,28 +1025,15 @@ class ServerAdapter(Adapter):
         """The request context of a user message alone: the messages, or the local chat
         template's prompt (endpoint completions)."""
         messages = [{"role": "user", "content": message}]
-        if self.options.endpoint == "chat":
-            return messages
-        assert self.tokenizer is not None  # endpoint completions needs it (checked at start)
-        try:
-            return str(
-                self.tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=False
-                )
-            )
-        except Exception as exc:  # jinja errors come in many types
-            raise AdapterError(f"the local chat template cannot render the prompt: {exc}") from exc
+        return messages if self.options.endpoint == "chat" else self._chat_text(messages)
 
     def check_replies(self, requests: Sequence[ReplyRequest]) -> None:
-        tokenizer = self.tokenizer
-        if tokenizer is None:  # no local tokenizer: no special tokens known to check
+        if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
             return
 
         def text(message: str, reply: str) -> str:
-            prompt = tokenizer.apply_chat_template(
-                [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
-            )
-            return str(prompt) + self.options.answer_prefix + reply
+            prompt = self._chat_text([{"role": "user", "content": message}])
+            return prompt + self.options.answer_prefix + reply
 
         neutral = text("x", "x")
         for request in requests:
@@ -1163,12 +1125,7 @@ class ServerAdapter(Adapter):
             body["top_k"] = settings.top_k
         if not settings.stop_at_eos:
             body["ignore_eos"] = True
-        if self.options.endpoint == "chat":
-            body["messages"] = self.messages(instance, variant=settings.prompt_variant)
-            payload = self.client.post("chat/completions", body)
-        else:
-            body["prompt"] = self.render(instance, variant=settings.prompt_variant)
-            payload = self.client.post("completions", body)
+        payload = self._post(self._context(instance, settings.prompt_variant), body)
         url = self.options.base_url
         answer: _ChatAnswer | _CompletionAnswer
         if self.options.endpoint == "chat":
@@ -1240,20 +1197,9 @@ def _name(reference: Any) -> str:
 
 
 def _data_url(reference: Any, instance_id: str) -> str:
-    """A base64 PNG data URL of an image file or PIL image."""
-    from PIL import Image
-
-    if isinstance(reference, Image.Image):
-        image = reference.convert("RGB")
-    elif isinstance(reference, (str, Path)) and "://" not in str(reference):
-        image = open_image(str(reference), what=f"instance {excerpt(instance_id)}: image")
-    else:
-        raise InputError(
-            f"instance {excerpt(instance_id)}: image {excerpt(reference)} is neither a file path "
-            "nor a PIL image"
-        )
+    """A base64 PNG data URL of an image file or PIL image (read as the local adapters do)."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    load_image(reference, instance_id).save(buffer, format="PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -1271,16 +1217,9 @@ def _no_logprobs(base_url: str, endpoint: str) -> str:
 
 
 def _observation(scores: np.ndarray, instance: Instance) -> Observation:
-    """An instance's observation from its restricted label scores; a judge's tie label is the
-    last score: the N answers are renormalised without it (as the local adapters do)."""
-    n = instance.n
-    if scores.size == n:
-        return Observation(label_logprobs=scores, target=instance.target)
-    return Observation(
-        label_logprobs=log_softmax(scores[:n]),
-        target=instance.target,
-        tie_logprob=float(scores[n]),
-    )
+    """An instance's observation from its restricted label scores (a judge's tie the last)."""
+    answers, tie = split_tie(scores, instance.n)
+    return Observation(label_logprobs=answers, target=instance.target, tie_logprob=tie)
 
 
 def _restricted_from_paths(plan: Any, vocabulary: dict[str, int], paths: list[TokenScores]) -> Any:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
+from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
 class AyaVisionAdapter(HFAdapter):
@@ -30,10 +30,8 @@ class AyaVisionAdapter(HFAdapter):
     name = "aya_vision"
     model_types = ("aya_vision",)
     summary = "Aya Vision (tiles + global view between <|START_OF_IMG|> and <|END_OF_IMG|>)"
-
-    def _image_token(self) -> str:
-        # The processor's image_token is the placeholder; the features sit on the patch tokens.
-        return str(self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id)))
+    marked_layout = "<|START_OF_IMG|> tiles and global view <|END_OF_IMG|>"
+    image_token_key = "image_token_id"  # the patch token; the processor's is a placeholder
 
     def span_tokens(self) -> SpanTokens:
         processor = self.processor
@@ -48,15 +46,6 @@ class AyaVisionAdapter(HFAdapter):
         unknown = {None, self.tokenizer.unk_token_id}
         owned = {t for t in self.processor.image_token_ids if t not in unknown}
         return {self.tokens.image, *owned}
-
-    def image_spans(
-        self, input_ids: list[int], num_images: int, replacements: list[str] | None
-    ) -> list[ImageSpan]:
-        """From each ``<|START_OF_IMG|>`` to its ``<|END_OF_IMG|>``: tiles, labels, global view."""
-        start = self.vocabulary_id(self.processor.start_of_img_token)
-        end = self.vocabulary_id(self.processor.end_of_img_token)
-        layout = "<|START_OF_IMG|> tiles and global view <|END_OF_IMG|>"
-        return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
 @hookimpl

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
-from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
+from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
 class Cohere2VisionAdapter(HFAdapter):
@@ -28,6 +28,7 @@ class Cohere2VisionAdapter(HFAdapter):
     name = "cohere2_vision"
     model_types = ("cohere2_vision",)
     summary = "Cohere2 Vision (tiles + thumbnail between <|START_OF_IMG|> and <|END_OF_IMG|>)"
+    marked_layout = "<|START_OF_IMG|> tiles, line breaks and thumbnail <|END_OF_IMG|>"
 
     def span_tokens(self) -> SpanTokens:
         return SpanTokens(
@@ -41,15 +42,6 @@ class Cohere2VisionAdapter(HFAdapter):
         markers = (self.processor.boi_token, self.processor.eoi_token)
         line_break = self.processor.img_line_break_token
         return {self.tokens.image, *(self.vocabulary_id(t) for t in (*markers, line_break))}
-
-    def image_spans(
-        self, input_ids: list[int], num_images: int, replacements: list[str] | None
-    ) -> list[ImageSpan]:
-        """From each ``<|START_OF_IMG|>`` to its ``<|END_OF_IMG|>``: every tile, the thumbnail."""
-        start = self.vocabulary_id(self.processor.boi_token)
-        end = self.vocabulary_id(self.processor.eoi_token)
-        layout = "<|START_OF_IMG|> tiles, line breaks and thumbnail <|END_OF_IMG|>"
-        return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
 @hookimpl

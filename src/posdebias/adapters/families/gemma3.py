@@ -32,12 +32,7 @@ class Gemma3Adapter(HFAdapter):
     name = "gemma3"
     model_types = ("gemma3",)
     summary = "Gemma 3 (sliding-window + global layers, bidirectional image blocks)"
-
-    def _image_token(self) -> str:
-        # The processor's image_token is the placeholder <start_of_image>; the tokens that
-        # carry the image are the soft tokens the model config names.
-        token = self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id))
-        return str(token)
+    image_token_key = "image_token_id"  # the soft token; the processor's is <start_of_image>
 
     def span_tokens(self) -> SpanTokens:
         config = self.model.config

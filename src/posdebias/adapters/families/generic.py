@@ -31,7 +31,7 @@ from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.layers import attention_layers
-from posdebias.adapters.hf.spans import SpanTokens
+from posdebias.adapters.hf.spans import SpanTokens, position_runs
 from posdebias.core.instance import Instance
 from posdebias.errors import PosdebiasError
 
@@ -224,7 +224,7 @@ class GenericAdapter(HFAdapter):
                 "with 2 images): the image's features sit on other tokens, which the generic "
                 "adapter cannot attribute to an image"
             )
-        runs = _runs_of(ids, image_id)
+        runs = position_runs(t for t, token in enumerate(ids) if token == image_id)
         if len(runs) > len(replacements):
             return (
                 f"its processor splits images into tiles with text between them ({len(runs)} "
@@ -232,18 +232,6 @@ class GenericAdapter(HFAdapter):
                 "say which tokens belong to each image"
             )
         return None
-
-
-def _runs_of(ids: list[int], token: int) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for position, value in enumerate(ids):
-        if value != token:
-            continue
-        if runs and runs[-1][1] == position:
-            runs[-1] = (runs[-1][0], position + 1)
-        else:
-            runs.append((position, position + 1))
-    return runs
 
 
 @hookimpl

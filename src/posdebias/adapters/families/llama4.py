@@ -26,10 +26,9 @@ from typing import Any
 from posdebias._markers import hookimpl
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
-from posdebias.adapters.hf.spans import ImageSpan, SpanTokens, find_marked_spans
+from posdebias.adapters.hf.spans import SpanTokens
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation
-from posdebias.errors import AdapterError
 
 
 class PaddingChangesNumbers(BatchingUnsafe):
@@ -42,6 +41,7 @@ class Llama4Adapter(HFAdapter):
     name = "llama4"
     model_types = ("llama4",)
     summary = "Llama 4 (chunked-attention + global NoPE layers)"
+    marked_layout = "<|image_start|> tiles and global view <|image_end|>"
 
     def span_tokens(self) -> SpanTokens:
         ids = self.tokenizer.convert_tokens_to_ids
@@ -50,17 +50,6 @@ class Llama4Adapter(HFAdapter):
             start=int(ids(self.processor.start_of_img_token)),
             end=int(ids(self.processor.end_of_img_token)),
         )
-
-    def image_spans(
-        self, input_ids: list[int], num_images: int, replacements: list[str] | None
-    ) -> list[ImageSpan]:
-        """From each ``<|image_start|>`` to its ``<|image_end|>``: every tile's patches, the
-        separators and the global view of one image."""
-        tokens = self.tokens
-        if tokens.start is None or tokens.end is None:
-            raise AdapterError("Llama 4's processor names no image start / end markers")
-        layout = "<|image_start|> tiles and global view <|image_end|>"
-        return find_marked_spans(input_ids, tokens.start, tokens.end, num_images, layout)
 
     def model_forward(self, **inputs: Any) -> Any:
         """The conditional-generation forward, composed from the model's own parts.

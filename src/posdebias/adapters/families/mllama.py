@@ -28,14 +28,13 @@ candidates are refused: a text has no tokens among the cross-attention layers' k
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from posdebias._markers import hookimpl
 from posdebias.adapters.attention import CrossAttentionSpans
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, ImageSpan, PreparedBatch, SpanTokens, span_matrix
-from posdebias.core.instance import Instance
 from posdebias.core.layers import GLOBAL, LayerSet
 from posdebias.errors import AdapterError
 
@@ -106,19 +105,6 @@ class MllamaAdapter(HFAdapter):
             "candidates or stem images posdebias cannot place there: use retrieval instances "
             "(N images, one caption)"
         )
-
-    def prepare_batch(
-        self,
-        instances: Sequence[Instance],
-        *,
-        original_images: bool = False,
-        variant: str | None = None,
-    ) -> PreparedBatch:
-        for instance in instances:
-            problem = self.task_problem(instance.task)
-            if problem is not None:
-                raise AdapterError(f"instance {instance.id!r}: {problem}")
-        return super().prepare_batch(instances, original_images=original_images, variant=variant)
 
 
 @hookimpl

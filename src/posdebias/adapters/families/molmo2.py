@@ -28,11 +28,7 @@ class Molmo2Adapter(HFAdapter):
     name = "molmo2"
     model_types = ("molmo2",)
     summary = "Molmo 2 (low- and high-resolution views per image; image tokens bidirectional)"
-
-    def _image_token(self) -> str:
-        # The processor's image_token is the placeholder <|image|>; the tokens that carry the
-        # image are the patches the model config names.
-        return str(self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_patch_id)))
+    image_token_key = "image_patch_id"  # the patch token; the processor's is <|image|>
 
     def span_tokens(self) -> SpanTokens:
         return SpanTokens(image=int(self.model.config.image_patch_id))

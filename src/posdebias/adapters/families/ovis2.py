@@ -28,10 +28,7 @@ class Ovis2Adapter(HFAdapter):
     name = "ovis2"
     model_types = ("ovis2",)
     summary = "Ovis2 (<image> placeholder -> <IMG_START> ... <IMG_END> block of visual atoms)"
-
-    def _image_token(self) -> str:
-        # the processor's image_token (<image>) is the placeholder; the atoms carry the features
-        return str(self.tokenizer.convert_ids_to_tokens(int(self.model.config.image_token_id)))
+    image_token_key = "image_token_id"  # the atoms carry the features; <image> is a placeholder
 
     def span_tokens(self) -> SpanTokens:
         return SpanTokens(image=int(self.model.config.image_token_id))

@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter, AdapterOptions, Generation, sample_seed
+from posdebias.adapters.base import Adapter, AdapterOptions, Generation, LabelSetName, sample_seed
 from posdebias.core.instance import Instance, candidate_noun
 from posdebias.core.labels import check_candidate_count, get_label_set
 from posdebias.core.observation import Observation, log_softmax, softmax
@@ -79,7 +79,7 @@ class SyntheticOptions(AdapterOptions):
     sink_strength: Scale = Field(
         default=1.0, ge=0, description="scale of each layer's static positional attention sink"
     )
-    label_set: str | None = Field(
+    label_set: LabelSetName = Field(
         default=None, description="labels the simulated model answers (default: the task's own)"
     )
     seed: int = Field(default=0, ge=0, le=defaults.MAX_SEED, description="seed of every draw")
@@ -87,8 +87,6 @@ class SyntheticOptions(AdapterOptions):
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticOptions:
-        if self.label_set is not None:
-            get_label_set(self.label_set)
         for layer in self.informative_layers or []:
             if not 0 <= layer < self.num_layers:
                 raise ValueError(f"informative layer {layer} outside 0..{self.num_layers - 1}")

@@ -35,8 +35,8 @@ import numpy as np
 from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt, file_identity
 from posdebias.adapters.attention import install_probe, recording
-from posdebias.adapters.attention.sofa import sofa_scope
-from posdebias.adapters.base import Adapter
+from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
+from posdebias.adapters.base import Adapter, SofaSettings, split_tie
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
@@ -64,13 +64,14 @@ from posdebias.adapters.hf.spans import (
     check_spans,
     expand_replacements,
     find_image_spans,
+    find_marked_spans,
     span_matrix,
     tokens_in_range,
 )
 from posdebias.adapters.hf.verify import refuse_unsupported, verify_first_batch, verify_instance
 from posdebias.core.instance import Instance
 from posdebias.core.layers import LayerSet
-from posdebias.core.observation import Observation, log_softmax
+from posdebias.core.observation import Observation
 from posdebias.core.tasks import (
     TEXT_TASKS,
     candidate_char_spans,
@@ -137,6 +138,12 @@ class HFAdapter(Adapter):
     #: Where the language model's config is (``None``: the model's own config, a text model).
     text_config_key: ClassVar[str | None] = "text_config"
     split_by_processor_counts: ClassVar[bool] = False
+    #: The model config's attribute naming the token that carries the image features, for a
+    #: family whose processor's ``image_token`` is only a placeholder; None: it is that token.
+    image_token_key: ClassVar[str | None] = None
+    #: For a family whose image is everything from its start marker to its end marker
+    #: (:meth:`span_tokens`; tiles, tile labels, a global view): that layout, named in errors.
+    marked_layout: ClassVar[str | None] = None
     #: A text-only language model: its processor is its tokenizer, its prompts hold no image.
     text_only: ClassVar[bool] = False
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
@@ -179,7 +186,6 @@ class HFAdapter(Adapter):
                 "prompt: the option prompt is retrieval's; a text task's prompt is the option "
                 "task_prompt"
             )
-        chat_template = opts.chat_template
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
@@ -201,10 +207,9 @@ class HFAdapter(Adapter):
         self.tokenizer: Any = tokenizer
         # the processor's chat template, else the family's own format (PaliGemma), else the
         # tokenizer's (a processor saved without one, as Phi-4-multimodal's)
-        self.chat_template = chat_template
-        if chat_template is not None:
+        if opts.chat_template is not None:
             self.chat_template_override: str | None = resolve_chat_template(
-                chat_template, tokenizer
+                opts.chat_template, tokenizer
             )
         else:
             self.chat_template_override = (
@@ -266,8 +271,6 @@ class HFAdapter(Adapter):
         self._decoded: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._decoded_lock = threading.Lock()  # a server may observe from several threads
         self._check_tie_label()
-        self._last_n: int | None = None
-        self._last_task: str | None = None
         forward = inspect.signature(model.forward).parameters
         self.cache_argument = "cache" if "cache" in forward else "past_key_values"
         # Only the last position's logits are needed; older forwards lack the argument.
@@ -293,6 +296,9 @@ class HFAdapter(Adapter):
     # -- family hooks --------------------------------------------------------------------------
 
     def _image_token(self) -> str:
+        if self.image_token_key is not None:
+            token_id = int(getattr(self.model.config, self.image_token_key))
+            return str(self.tokenizer.convert_ids_to_tokens(token_id))
         token = getattr(self.processor, "image_token", None)
         if not isinstance(token, str) or not token:
             raise AdapterError(
@@ -321,9 +327,9 @@ class HFAdapter(Adapter):
         The probe's span matrix and the image masses use exactly these tokens. The default is
         one run of image tokens per image (split by the processor's per-image counts when
         ``split_by_processor_counts``) widened by the start / end markers of
-        :meth:`span_tokens`. Override it for other layouts (tiles, row markers, break tokens):
-        return spans whose runs hold all tokens of image k; they are validated by
-        :func:`posdebias.adapters.hf.spans.check_spans`.
+        :meth:`span_tokens`; with ``marked_layout``, all from one marker to the other. Override
+        it for other layouts (row markers, break tokens): return spans whose runs hold all
+        tokens of image k; they are validated by :func:`posdebias.adapters.hf.spans.check_spans`.
 
         Args:
             input_ids: the row's token ids (left padding included; pad ids are no image's).
@@ -333,6 +339,11 @@ class HFAdapter(Adapter):
         """
         if self.text_only:
             raise AdapterError(f"{self.name} is a text-only adapter; its prompts hold no image")
+        if self.marked_layout is not None:
+            start, end = self.tokens.start, self.tokens.end
+            if start is None or end is None:
+                raise AdapterError(f"{self.name}'s span tokens name no image start / end markers")
+            return find_marked_spans(input_ids, start, end, num_images, self.marked_layout)
         counts = None
         if self.split_by_processor_counts:
             if replacements is None:
@@ -513,10 +524,6 @@ class HFAdapter(Adapter):
         return attention_layers(self._text_config)
 
     @property
-    def labels(self) -> list[str] | None:
-        return None if self._last_n is None else self.labels_for(self._last_n, self._last_task)
-
-    @property
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
@@ -673,6 +680,10 @@ class HFAdapter(Adapter):
 
         ``original_images``: hand the processor the image files as they are, without the early
         shrink of large files (``posdebias check`` compares the two)."""
+        for instance in instances:
+            problem = self.task_problem(instance.task)
+            if problem is not None:
+                raise AdapterError(f"instance {instance.id!r}: {problem}")
         n = instances[0].n
         if any(instance.n != n for instance in instances):
             raise InputError("a batch must hold instances with the same number of candidates")
@@ -695,19 +706,19 @@ class HFAdapter(Adapter):
         covered = self.image_token_ids()
         for row, instance in enumerate(instances):
             ids = inputs["input_ids"][row].tolist()
+            entries = _row_offsets(offsets, row)
             count = len(instance.all_images)
             row_images: list[ImageSpan] = []
             if count:
-                found = self.image_spans(ids, count, _replacements(offsets, row))
+                replaced = None if entries is None else [e["replacement"] for e in entries]
+                found = self.image_spans(ids, count, replaced)
                 row_images = [as_span(s) for s in found]
                 check_spans(row_images, ids, covered, count)
             image_spans.append(row_images)
             if not instance.has_texts and not instance.stem_images:
                 spans.append(row_images)  # every candidate is an image: its span
                 continue
-            text_spans = self.text_spans(
-                ids, texts[row], rendered[row][1], _row_offsets(offsets, row)
-            )
+            text_spans = self.text_spans(ids, texts[row], rendered[row][1], entries)
             row_spans = candidate_spans(instance, row_images, text_spans)
             check_candidate_spans(row_spans, ids, n)
             spans.append(row_spans)
@@ -777,9 +788,7 @@ class HFAdapter(Adapter):
 
         length = batch.inputs["input_ids"].shape[1]
         with torch.inference_mode():
-            output, masses = self._prompt_forward(batch, attention)
-            if self.kept_no_cache(output):
-                output, masses = self._prompt_forward(batch, attention)
+            output, masses = self.prompt_forward(batch, attention=attention)
             cache = PromptCache(kv_cache(output), length)
             mask = batch.inputs["attention_mask"]
 
@@ -793,44 +802,44 @@ class HFAdapter(Adapter):
             scores = score_labels(batch.plan, processed((), output.logits[:, -1, :]), decode)
         return scores, masses
 
-    def _prompt_forward(self, batch: PreparedBatch, attention: bool) -> tuple[Any, Any]:
-        """The prompt's forward with the KV cache kept (and the probe recording, with
-        ``attention``): the model's output and the [B, L, N] masses (or None)."""
+    def prompt_forward(
+        self, batch: PreparedBatch, *, attention: bool = True, sofa: SofaSettings | None = None
+    ) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept, under SoFA with ``sofa``: the model's
+        output and, with ``attention``, the probe's [B, L, N] masses (else None). A language
+        model that keeps no cache of its own (Granite 4 Vision's layer-by-layer forward fills
+        one it is given but makes none) is handed an empty one from then on, and the prompt
+        runs again."""
         length = batch.inputs["input_ids"].shape[1]
-        probe = (
-            recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
-            if attention
-            else contextlib.nullcontext()
-        )
         in_prompt = not self.cross_attention_layers
-        with probe as recorder, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-            output = self.model_forward(
-                **batch.inputs,
-                position_ids=batch.position_ids,
-                use_cache=True,
-                **self.last_logits_only,
-                **self.prompt_cache(),
+        while True:
+            probe = (
+                recording(span_matrix(batch.spans, length), self.cross_attention_spans(batch))
+                if attention
+                else contextlib.nullcontext()
             )
+            given: dict[str, Any] = {}
+            if self._gives_cache:
+                from transformers import DynamicCache
+
+                given = {self.cache_argument: DynamicCache(config=self.model.config)}
+            with (
+                sofa_attention(sofa) if sofa else contextlib.nullcontext(),
+                probe as recorder,
+                sofa_scope(batch.spans, length, images_in_prompt=in_prompt),
+            ):
+                output = self.model_forward(
+                    **batch.inputs,
+                    position_ids=batch.position_ids,
+                    use_cache=True,
+                    **self.last_logits_only,
+                    **given,
+                )
+            if kv_cache(output) is not None or self._gives_cache:
+                break
+            self._gives_cache = True
         masses = recorder.attention(self.attention_layers) if recorder is not None else None
         return output, masses
-
-    def prompt_cache(self) -> dict[str, Any]:
-        """Forward keywords that hand a prompt's forward an empty KV cache: ``{}`` unless the
-        language model keeps no cache of its own (Granite 4 Vision's layer-by-layer forward
-        fills one it is given but makes none)."""
-        if not self._gives_cache:
-            return {}
-        from transformers import DynamicCache
-
-        return {self.cache_argument: DynamicCache(config=self.model.config)}
-
-    def kept_no_cache(self, output: Any) -> bool:
-        """Whether a prompt's forward came back without a KV cache although it was given none:
-        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
-        if kv_cache(output) is not None or self._gives_cache:
-            return False
-        self._gives_cache = True
-        return True
 
     def verify(self, instance: Instance) -> None:
         """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
@@ -847,22 +856,15 @@ class HFAdapter(Adapter):
         scores_np = scores.double().cpu().numpy()
         attention_np = attention.double().numpy()
         layers = self.attention_layers
-        n = instances[0].n
-        # a judge's tie label is the last score: the answers' N are renormalised without it
-        ties: list[float | None] = (
-            [float(tie) for tie in scores_np[:, n]]
-            if scores_np.shape[1] > n
-            else [None] * len(instances)
-        )
-        answers = log_softmax(scores_np[:, :n])
+        answers = [split_tie(row, instances[0].n) for row in scores_np]
         return [
             Observation(
-                label_logprobs=answers[row] if ties[row] is not None else scores_np[row],
+                label_logprobs=answers[row][0],
                 attention=attention_np[row],
                 target=instance.target,
                 layers=layers,
                 span_lengths=np.array([len(span) for span in batch.spans[row]]),
-                tie_logprob=ties[row],
+                tie_logprob=answers[row][1],
             )
             for row, instance in enumerate(instances)
         ]
@@ -981,7 +983,7 @@ class HFAdapter(Adapter):
             "prompt_variant": self.prompt_variant,
             # a chat template given as an option changes every prompt: its digest is recorded
             "chat_template_sha256": None
-            if self.chat_template is None or self.chat_template_override is None
+            if self.options.chat_template is None or self.chat_template_override is None
             else hashlib.sha256(self.chat_template_override.encode()).hexdigest(),
             "transformers": transformers.__version__,
         }
@@ -1001,13 +1003,6 @@ def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
     if offsets is None:
         return None
     return [entry for entry in offsets[row] if entry.get("type") == "image"]
-
-
-def _replacements(offsets: Any, row: int) -> list[str] | None:
-    """The processor's replacement text of each image placeholder of one row, or None."""
-    if offsets is None:
-        return None
-    return [entry["replacement"] for entry in offsets[row] if entry.get("type") == "image"]
 
 
 _PACKAGE = Path(__file__).resolve().parents[2]

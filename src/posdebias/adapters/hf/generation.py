@@ -32,9 +32,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from posdebias.adapters.attention.shared_prefix import decoding_over, share_prefix
-from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Generation, GenerationSettings, sample_seed
-from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch, batch_groups, kv_cache
+from posdebias.adapters.hf.model import ModelAdapter, batch_groups, kv_cache
 from posdebias.core.instance import Instance
 from posdebias.errors import InputError
 
@@ -129,23 +128,6 @@ def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _prompt_forward(
-    adapter: ModelAdapter, batch: PreparedBatch, settings: GenerationSettings
-) -> Any:
-    """The prompt's forward (under SoFA when asked) with the KV cache kept."""
-    length = batch.inputs["input_ids"].shape[1]
-    in_prompt = not adapter.cross_attention_layers
-    sofa = sofa_attention(settings.sofa) if settings.sofa else contextlib.nullcontext()
-    with sofa, sofa_scope(batch.spans, length, images_in_prompt=in_prompt):
-        return adapter.model_forward(
-            **batch.inputs,
-            position_ids=batch.position_ids,
-            use_cache=True,
-            **adapter.last_logits_only,
-            **adapter.prompt_cache(),
-        )
-
-
 def _generate_batch(
     adapter: ModelAdapter,
     instances: list[Instance],
@@ -170,9 +152,7 @@ def _generate_batch(
     passes = [1] * len(instances)
     prompt_tokens = batch.inputs["attention_mask"].sum(dim=1).tolist()
     with torch.inference_mode():
-        output = _prompt_forward(adapter, batch, settings)
-        if adapter.kept_no_cache(output):
-            output = _prompt_forward(adapter, batch, settings)
+        output, _ = adapter.prompt_forward(batch, attention=False, sofa=settings.sofa)
         cache = kv_cache(output)
         logits = output.logits[:, -1, :]
         mask = batch.inputs["attention_mask"]

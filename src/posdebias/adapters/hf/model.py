@@ -22,6 +22,8 @@ from posdebias.core.tasks import TaskTemplate, task_label_set
 if TYPE_CHECKING:
     import torch
 
+    from posdebias.adapters.base import SofaSettings
+
 
 @dataclass
 class PreparedBatch:
@@ -120,13 +122,10 @@ class ModelAdapter(Protocol):
 
     def model_forward(self, **inputs: Any) -> Any: ...
 
-    def prompt_cache(self) -> dict[str, Any]:
-        """Forward keywords that hand a prompt's forward an empty KV cache (``{}`` unless the
-        language model keeps no cache of its own)."""
-
-    def kept_no_cache(self, output: Any) -> bool:
-        """Whether a prompt's forward came back without a KV cache although it was given none:
-        from then on :meth:`prompt_cache` gives one, and the caller runs the forward again."""
+    def prompt_forward(
+        self, batch: PreparedBatch, *, attention: bool = True, sofa: SofaSettings | None = None
+    ) -> tuple[Any, Any]:
+        """The prompt's forward with the KV cache kept: (output, the probe's masses or None)."""
 
     def decode_position_ids(self, prompt_positions: Any, length: int) -> Any: ...
 

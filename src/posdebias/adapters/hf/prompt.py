@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from pydantic import Field, field_validator
 
 from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
-from posdebias.adapters.base import AdapterOptions
+from posdebias.adapters.base import AdapterOptions, LabelSetName
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.tasks import (
@@ -48,7 +48,7 @@ class PromptOptions(AdapterOptions):
     once for every adapter that renders prompts (the Hugging Face adapters and the ``openai``
     adapter derive their options from it)."""
 
-    label_set: str | None = Field(default=None, description=LABEL_SET_HELP)
+    label_set: LabelSetName = Field(default=None, description=LABEL_SET_HELP)
     prompt: TaskTemplate | None = Field(default=None, description=PROMPT_HELP)
     task_prompt: TaskTemplateFields = Field(default=None, description=TASK_PROMPT_HELP)
     prompt_variant: str = Field(
@@ -79,13 +79,6 @@ class PromptOptions(AdapterOptions):
             self.label_set,
             answer_space=self.answer_space,
         )
-
-    @field_validator("label_set")
-    @classmethod
-    def _known_label_set(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_label_set(value)
-        return value
 
     @field_validator("prompt_variant")
     @classmethod
@@ -440,7 +433,7 @@ def _fenced(template: TaskTemplate) -> TaskTemplate:
     return template.model_copy(update=update)
 
 
-def _message_texts(messages: list[dict]) -> list[str]:
+def message_texts(messages: list[dict]) -> list[str]:
     """Each message's text parts joined, as a chat template writes them (text parts next to
     each other meet)."""
     texts = []
@@ -484,7 +477,7 @@ def check_template_joins(
                 joined = template.messages(neutral, labels)
                 apart = _fenced(template).messages(neutral, labels)
                 token = joined_token(
-                    pattern, "\n".join(_message_texts(joined)), "\n".join(_message_texts(apart))
+                    pattern, "\n".join(message_texts(joined)), "\n".join(message_texts(apart))
                 )
                 if token is not None:
                     raise ConfigError(

@@ -77,24 +77,28 @@ def plan_labels(
     return LabelPlan(paths=tuple(paths), options=ordered, steps=steps)
 
 
-def restricted_scores(plan: LabelPlan, step_logits: dict[Prefix, torch.Tensor]) -> torch.Tensor:
+def restricted_scores(
+    plan: LabelPlan, step_logits: dict[Prefix, torch.Tensor], dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """[B, N] log-probabilities of the labels from the logits at the root and every step.
 
-    ``step_logits[prefix]`` is [B, vocab] (``()`` = the prompt's last position).
+    ``step_logits[prefix]`` is [B, vocab] (``()`` = the prompt's last position); computed in
+    ``dtype`` (default float32; verify.py's reference is float64).
     """
     import torch
 
+    dtype = torch.float32 if dtype is None else dtype
     log_probs: dict[Prefix, dict[int, torch.Tensor]] = {}
     for prefix, valid in plan.options.items():
         if len(valid) == 1:
             continue
-        logits = step_logits[prefix][:, list(valid)].to(torch.float32)
+        logits = step_logits[prefix][:, list(valid)].to(dtype)
         restricted = torch.log_softmax(logits, dim=-1)
         log_probs[prefix] = {token: restricted[:, i] for i, token in enumerate(valid)}
     batch = step_logits[()].shape[0]
     columns = []
     for path in plan.paths:
-        total = torch.zeros(batch, dtype=torch.float32, device=step_logits[()].device)
+        total = torch.zeros(batch, dtype=dtype, device=step_logits[()].device)
         for depth, token in enumerate(path):
             table = log_probs.get(path[:depth])
             if table is not None:

@@ -76,7 +76,7 @@ class ImageSpan:
     @classmethod
     def from_positions(cls, positions: Iterable[int]) -> ImageSpan:
         """The span of these token positions (grouped into runs)."""
-        return cls(tuple(_runs(sorted(set(positions)))))
+        return cls(tuple(position_runs(sorted(set(positions)))))
 
     @property
     def start(self) -> int:
@@ -105,7 +105,8 @@ def as_span(span: ImageSpan | Sequence[int]) -> ImageSpan:
     return ImageSpan.of(start, end)
 
 
-def _runs(positions: list[int]) -> list[tuple[int, int]]:
+def position_runs(positions: Iterable[int]) -> list[tuple[int, int]]:
+    """The runs ``[start, end)`` of consecutive ``positions`` (ascending), in order."""
     runs: list[tuple[int, int]] = []
     for position in positions:
         if runs and runs[-1][1] == position:
@@ -150,7 +151,7 @@ def find_image_spans(
         for count in counts:
             chunk = positions[cursor : cursor + count]
             if count < 1 or chunk[-1] - chunk[0] + 1 != count:
-                runs = len(_runs(positions))
+                runs = len(position_runs(positions))
                 raise AdapterError(
                     f"the {count} tokens of image {len(groups) + 1} are not one run; "
                     + span_count_message(runs, num_images, tokens.image)
@@ -158,7 +159,7 @@ def find_image_spans(
             groups.append((chunk[0], chunk[-1] + 1))
             cursor += count
     else:
-        groups = _runs(positions)
+        groups = position_runs(positions)
     if len(groups) != num_images:
         raise AdapterError(span_count_message(len(groups), num_images, tokens.image))
     spans = []

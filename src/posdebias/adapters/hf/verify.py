@@ -23,13 +23,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from posdebias.adapters.hf.model import ModelAdapter, PreparedBatch
+from posdebias.adapters.hf.scoring import restricted_scores
 from posdebias.core.instance import Instance
 from posdebias.errors import AdapterError
 
 if TYPE_CHECKING:
     import torch
-
-    from posdebias.adapters.hf.scoring import LabelPlan
 
 
 FLOAT32_TOLERANCE = 1e-4
@@ -64,29 +63,8 @@ def reference_scores(adapter: ModelAdapter, instance: Instance) -> torch.Tensor:
                 extra = torch.tensor([list(prefix)], dtype=prompt.dtype, device=prompt.device)
                 full = adapter.extended_inputs(full, extra)
             output = adapter.model_forward(**full, use_cache=False, **adapter.last_logits_only)
-            step_logits[prefix] = processed(prefix, output.logits[:, -1])[0].double().cpu()
-    return restricted_scores(batch.plan, step_logits)
-
-
-def restricted_scores(
-    plan: LabelPlan, step_logits: dict[tuple[int, ...], torch.Tensor]
-) -> torch.Tensor:
-    """[N] float64 restricted label scores (docs/method.md, "Observations") from the logits
-    after each label prefix: per step a log-softmax over the valid tokens, summed along each
-    label's path, normalised over the N labels."""
-    import torch
-
-    totals = []
-    for path in plan.paths:
-        total = torch.zeros((), dtype=torch.float64)
-        for depth, token in enumerate(path):
-            valid = list(plan.options[path[:depth]])
-            if len(valid) > 1:
-                logits = step_logits[path[:depth]].double()
-                total = total + torch.log_softmax(logits[valid], dim=-1)[valid.index(token)]
-        totals.append(total)
-    scores = torch.stack(totals)
-    return scores - torch.logsumexp(scores, dim=0)
+            step_logits[prefix] = processed(prefix, output.logits[:, -1]).double().cpu()
+    return restricted_scores(batch.plan, step_logits, torch.float64)[0]
 
 
 def mismatch_message(adapter: ModelAdapter, difference: float, tolerance: float) -> str:
