@@ -207,7 +207,10 @@ def test_a_text_model_refuses_the_retrieval_prompt_it_would_not_pose():
     from posdebias.testing import tiny_model_and_processor
 
     retrieval = {"instruction": "Pick one of {n}."}
-    with pytest.raises(posdebias.errors.ConfigError, match="option prompt is retrieval's"):
+    with pytest.raises(
+        posdebias.errors.ConfigError,
+        match=r"leave out the option\(s\) prompt \(a text task's prompt is the option task_prompt",
+    ):
         posdebias.get_adapter(*tiny_model_and_processor("llama"), prompt=retrieval)
     with pytest.raises(posdebias.errors.ConfigError, match="unknown option 'bogus'") as error:
         posdebias.get_adapter(*tiny_model_and_processor("qwen3"), bogus=1)
@@ -215,6 +218,27 @@ def test_a_text_model_refuses_the_retrieval_prompt_it_would_not_pose():
     assert "task_prompt" in offered and "prompt" not in offered
     vision = posdebias.get_adapter(*tiny_model_and_processor("llava"), prompt=retrieval)
     assert vision.task_templates["retrieval"].instruction == "Pick one of {n}."
+
+
+@pytest.mark.parametrize("option", [{"image_size": 336}, {"max_patches": "reference"}])
+def test_a_text_model_refuses_the_image_options_it_would_not_use(tmp_path, capsys, option):
+    """They were accepted and did nothing; the reference protocol's image size is proposed, not
+    asked for, so a text run under it still runs (and records no image setting)."""
+    import posdebias
+    from posdebias.testing import tiny_model_and_processor
+
+    (name,) = option
+    with pytest.raises(posdebias.errors.ConfigError, match=f"leave out the option.s. {name}"):
+        posdebias.get_adapter(*tiny_model_and_processor("llama"), **option)
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"adapter": {"options": option}}))
+    assert main(["evaluate", *TEXT_RUN, "--config", str(config), "--out", str(tmp_path / "a")]) == 2
+    assert f"leave out the option(s) {name}" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+    out = tmp_path / "reference"
+    assert main(["evaluate", *TEXT_RUN, "--protocol", "reference", "--out", str(out)]) == 0
+    for record in ("run.json", "results.json"):
+        assert not [k for k in keys(json.loads((out / record).read_text())) if "image" in k]
 
 
 def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates():

@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -347,6 +347,7 @@ def load_adapter(
     label_set: str | None = None,
     prompt: TaskTemplate | dict | str | Path | None = None,
     task: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> HFAdapter:
     """Load model + processor with ``from_pretrained`` and wrap them in the right adapter.
@@ -367,6 +368,8 @@ def load_adapter(
             instance's); it decides the default label set only.
         prompt: a prompt template (default: the model folder's ``posdebias_prompt.json``, else
             the method's prompt).
+        defaults: options proposed rather than asked for (a run protocol's image size): each
+            is used where the model's family takes it and ``options`` do not set it.
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).
     """
     named = options.pop("model", None)
@@ -397,6 +400,8 @@ def load_adapter(
     with one_gguf_parse() if gguf is not None else contextlib.nullcontext():
         config = _load_config(source, revision, trust_remote_code, **file)
         cls = _adapter_class(config.model_type, adapter)
+        taken = cls.option_names()  # a text model takes no image option
+        options = {k: v for k, v in (defaults or {}).items() if k in taken} | options
         cls.parse_options({"label_set": label_set, **options})  # reject unknown options early
         if gguf is not None and not cls.text_only:
             raise InputError(

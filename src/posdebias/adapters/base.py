@@ -202,8 +202,8 @@ class Adapter(ABC):
 
     @classmethod
     def option_names(cls) -> list[str]:
-        """The options an error message lists for this adapter (all of its options model's;
-        a family may leave out those that do nothing for it)."""
+        """The options this adapter takes, as its errors list them (all of its options
+        model's; a family may leave out those it would not use, and refuse them)."""
         return list(cls.Options.model_fields)
 
     @classmethod

@@ -55,8 +55,8 @@ from posdebias.evaluation.divergence import divergence_profiles
 from posdebias.evaluation.groups import group_statistics
 from posdebias.evaluation.judging import judge_metrics
 from posdebias.evaluation.preset import Preset, ResolvedConfig, named_model, resolve_preset
-from posdebias.evaluation.protocol import adapter_options as protocol_adapter_options
 from posdebias.evaluation.protocol import (
+    adapter_defaults,
     apply_specs,
     get_protocol,
     warn_left_out_layers,
@@ -115,7 +115,7 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     if model is not None:
         if not served(config.adapter.name):
             options = placement(options, shard or Shard(), config.gpus_per_process)
-            options = protocol_adapter_options(protocol, options)
+            options["defaults"] = adapter_defaults(protocol)
         adapter = open_adapter(model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
         raise InputError(

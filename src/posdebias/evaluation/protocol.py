@@ -124,17 +124,17 @@ def reference_layer_range(num_layers: int) -> tuple[int, int]:
     return round(start / REFERENCE_DEPTH * num_layers), num_layers
 
 
-def adapter_options(protocol: Protocol, options: dict[str, Any]) -> dict[str, Any]:
-    """Hugging Face adapter options with the protocol's image size and label scoring added
-    (explicit options win)."""
-    merged = dict(options)
-    if protocol.image_size is not None:
-        merged.setdefault("image_size", protocol.image_size)
-    if protocol.logits_processors != "none":
-        merged.setdefault("logits_processors", protocol.logits_processors)
-    if protocol.max_patches is not None:
-        merged.setdefault("max_patches", protocol.max_patches)
-    return merged
+def adapter_defaults(protocol: Protocol) -> dict[str, Any]:
+    """The Hugging Face adapter options the protocol proposes (image size, label scoring,
+    tiles): the loader applies those the model's family takes, unless given explicitly."""
+    proposed = {
+        "image_size": protocol.image_size,
+        "logits_processors": None
+        if protocol.logits_processors == "none"
+        else protocol.logits_processors,
+        "max_patches": protocol.max_patches,
+    }
+    return {name: value for name, value in proposed.items() if value is not None}
 
 
 def apply_specs(

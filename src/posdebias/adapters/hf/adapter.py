@@ -160,8 +160,8 @@ class HFAdapter(Adapter):
 
     @classmethod
     def option_names(cls) -> list[str]:
-        """A text-only model's errors offer neither the image options (they do nothing there)
-        nor retrieval's prompt (refused there)."""
+        """A text-only model takes neither the image options nor retrieval's prompt (it would
+        not use them: they are refused, and its errors do not offer them)."""
         names = super().option_names()
         unused = (*IMAGE_OPTIONS, "prompt") if cls.text_only else ()
         return [name for name in names if name not in unused]
@@ -180,12 +180,14 @@ class HFAdapter(Adapter):
             )
         opts = self.parse_options(options)
         assert isinstance(opts, HFAdapterOptions)  # every HF adapter's Options derive from it
-        if self.text_only and opts.prompt is not None:  # it would be accepted and do nothing
-            raise ConfigError(
-                f"adapter {self.name!r} reads a text-only model, which poses no retrieval "
-                "prompt: the option prompt is retrieval's; a text task's prompt is the option "
-                "task_prompt"
-            )
+        if self.text_only:  # options it would accept and not use
+            unused = [n for n in (*IMAGE_OPTIONS, "prompt") if getattr(opts, n) is not None]
+            if unused:
+                raise ConfigError(
+                    f"adapter {self.name!r} reads a text-only model, which shows no image and "
+                    f"poses no retrieval prompt: leave out the option(s) {', '.join(unused)} (a "
+                    "text task's prompt is the option task_prompt)"
+                )
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
