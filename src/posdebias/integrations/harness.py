@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import posdebias.defaults as defaults
@@ -29,6 +30,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
 from posdebias.core.instance import Instance
+from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
 from posdebias.evaluation.states import load_states, pick_state, save_states, states_folder
@@ -432,6 +434,31 @@ class HarnessDebiaser:
                 f"calibrators={'+'.join([*self.debiaser.calibrators, requested])})"
             )
         return requested
+
+
+def check_task_labels(task: str, expected: Sequence[str] | None, labels: list[str]) -> None:
+    """Refuse a task whose documents expect other labels than the model answers with."""
+    if expected is not None and list(expected) != labels:
+        raise TaskMappingError(
+            f"task {task!r} expects the labels {list(expected)}, but the model answers "
+            f"with {labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
+        )
+
+
+def label_loglikelihood(
+    prediction: Prediction, labels: list[str], continuation: Any, task: str
+) -> tuple[float, bool]:
+    """A harness's log-likelihood request of one label: the calibrated log-probability of
+    ``continuation`` and whether it is the calibrated choice (any other text is refused)."""
+    continuation = str(continuation).strip()
+    if continuation not in labels:
+        raise TaskMappingError(
+            f"task {task!r} asks the log-likelihood of {continuation!r}, "
+            f"which is not one of the labels {labels}; posdebias scores labels only"
+        )
+    position = labels.index(continuation)
+    logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
+    return logprob, bool(position == prediction.choice)
 
 
 def read_adapter_options(path: str | None) -> dict[str, Any]:
