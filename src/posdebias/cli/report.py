@@ -23,7 +23,7 @@ from posdebias.evaluation.export import export
 from posdebias.evaluation.report import p_value_text, write_report
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import check_resamples
-from posdebias.evaluation.table import interval_text, print_results_table
+from posdebias.evaluation.table import interval_text, print_results_table, value_interval_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -109,8 +109,8 @@ def comparison_table(comparison: RunComparison) -> Table:
     for row in comparison.rows:
         table.add_row(
             printable(row.row),
-            f"{row.accuracy_a.value:.2f} {interval_text(row.accuracy_a)}",
-            f"{row.accuracy_b.value:.2f} {interval_text(row.accuracy_b)}",
+            value_interval_text(row.accuracy_a),
+            value_interval_text(row.accuracy_b),
             f"{row.difference.value:+.2f} {interval_text(row.difference)}",
             str(row.a_only),
             str(row.b_only),

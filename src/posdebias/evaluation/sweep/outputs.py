@@ -13,6 +13,7 @@ from typing import Any
 
 from posdebias._text import file_text, one_line
 from posdebias.core.instance import candidate_noun
+from posdebias.evaluation.export import HEADLINE
 from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
@@ -129,7 +130,7 @@ def sweep_report_text(
             "option under every order by construction, so it has no position bias to measure.",
             "",
         ]
-    for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
+    for metric, title in HEADLINE:
         lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
         lines.append("|---" * (len(labels) + 1) + "|")
         for point in dict.fromkeys(row["point"] for row in rows):
