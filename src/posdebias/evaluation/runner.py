@@ -22,6 +22,7 @@ import posdebias.defaults as defaults
 from posdebias._inputs import check_setting, excerpt, file_identity
 from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
+from posdebias.benchmarks.files import sha256_file
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
     ImageRef,
@@ -53,13 +54,9 @@ def _file_digest(path: str) -> str | None:
         return None
     digest = _DIGESTS.get(identity)
     if digest is None:
-        hasher = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                hasher.update(block)
         if len(_DIGESTS) >= _MAX_DIGESTS:
             _DIGESTS.clear()
-        digest = _DIGESTS[identity] = hasher.hexdigest()
+        digest = _DIGESTS[identity] = sha256_file(Path(path))
     return digest
 
 

@@ -28,7 +28,7 @@ from posdebias._rundir import RunFolder
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
-from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
+from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, sha256_file
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
@@ -364,7 +364,7 @@ class HarnessDebiaser:
             {
                 "source": "saved",
                 "path": str(path.resolve()),
-                "sha256": {file.name: _sha256(file) for file in files},
+                "sha256": {file.name: sha256_file(file) for file in files},
                 "model_id": next((s.model_id for s in states.values()), None),
                 "transfer": self.config.calibration_transfer,
             }
@@ -482,10 +482,6 @@ _EXAMPLE = '{"answer_prefix": " ", "chat_template": "raw"}'
 
 def _is_benchmark(path: Path) -> bool:
     return (path / MANIFEST_FILE).is_file() if path.is_dir() else path.suffix == ".jsonl"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class LaunchedHarness:
