@@ -227,20 +227,14 @@ def load_instances(
                 f"the simulated model makes retrieval instances of its own; for --task {task} "
                 f"pass --benchmark DIR with {task} questions (`posdebias build --task {task}`)"
             )
+        test = synthetic_instances(config.count, config.n, config.seed, "test")
         if get_protocol(config.protocol).calibration_from_test:
-            test = synthetic_instances(config.count, config.n, config.seed, "test")
-            return InstanceSource(
-                calibration=test[: config.calibration_count],
-                test=test,
-                description={"source": "synthetic", "n": config.n},
-            )
-        return InstanceSource(
-            calibration=synthetic_instances(
+            calibration = test[: config.calibration_count]
+        else:
+            calibration = synthetic_instances(
                 config.calibration_count, config.n, config.seed + 1, "cal"
-            ),
-            test=synthetic_instances(config.count, config.n, config.seed, "test"),
-            description={"source": "synthetic", "n": config.n},
-        )
+            )
+        return InstanceSource(calibration, test, {"source": "synthetic", "n": config.n})
 
     benchmark = load_benchmark(benchmark_path)
     check_task(config.task, benchmark.task, benchmark_path)
