@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from posdebias._text import file_text, one_line
@@ -70,11 +69,6 @@ def table_text(rows: list[dict[str, Any]]) -> str:
         cells = {key: row.get(key, "") for key in COLUMNS}  # no interval: empty
         writer.writerow({k: one_line(v) if isinstance(v, str) else v for k, v in cells.items()})
     return buffer.getvalue()
-
-
-def read_table(path: Path) -> list[dict[str, str]]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 _AXIS = {
