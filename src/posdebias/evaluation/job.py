@@ -59,6 +59,7 @@ from posdebias.evaluation.protocol import adapter_options as protocol_adapter_op
 from posdebias.evaluation.protocol import (
     apply_specs,
     get_protocol,
+    order_settings,
     warn_left_out_layers,
 )
 from posdebias.evaluation.ranking_metrics import check_relevance, ranking_statistics
@@ -316,15 +317,7 @@ def resolve_states(
             metadata=state_metadata(
                 adapter, calibration[0].task if calibration else config_task(config), n
             ),
-            test_views=None
-            if test is None
-            else scored_views(
-                test,
-                orders_of(config, n),
-                config.seed,
-                shared=get_protocol(config.protocol).shared_orders,
-                cyclic=config.order_kind == "cyclic",
-            ),
+            test_views=None if test is None else scored_views(test, **order_settings(config, n)),
         )
         if missing
         else {}
@@ -684,12 +677,9 @@ def evaluate_shard(
         prepared.adapter,
         prepared.calibrators,
         calibrated.states,
-        orders=orders_of(config, prepared.n),
-        seed=config.seed,
         batch_size=config.batch_size,
         cache=prepared.cache,
-        shared_orders=get_protocol(config.protocol).shared_orders,
-        cyclic_orders=config.order_kind == "cyclic",
+        **order_settings(config, prepared.n),
     )
     records = dict(prepared.earlier)
     todo = [
@@ -774,10 +764,7 @@ def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, Ins
     check_logged_truth(
         records,
         prepared.source.test,
-        orders=orders_of(config, prepared.n),
-        seed=config.seed,
-        shared=get_protocol(config.protocol).shared_orders,
-        cyclic=config.order_kind == "cyclic",
+        **order_settings(config, prepared.n),
         fix="delete the run directory (or choose a new --out) and run again",
     )
     return records

@@ -462,8 +462,8 @@ class Evaluator:
         seed: int = 0,
         batch_size: int = 1,
         cache: ObservationCache | None = None,
-        shared_orders: bool = False,
-        cyclic_orders: bool = False,
+        shared: bool = False,
+        cyclic: bool = False,
     ) -> None:
         check_setting("orders", orders)
         check_setting("seed", seed)
@@ -476,8 +476,8 @@ class Evaluator:
         self.states = dict(states)
         self.orders = orders
         self.seed = seed
-        self.shared_orders = shared_orders
-        self.cyclic_orders = cyclic_orders
+        self.shared = shared
+        self.cyclic = cyclic
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -492,7 +492,7 @@ class Evaluator:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
         orders = instance_orders(
-            instance, self.orders, self.seed, shared=self.shared_orders, cyclic=self.cyclic_orders
+            instance, self.orders, self.seed, shared=self.shared, cyclic=self.cyclic
         )
         shown = [instance.permuted(order) for order in orders]
         # per calibrator and shown view: the orders whose observations it predicts from, if any
