@@ -75,7 +75,7 @@ def test_a_data_parallel_run_needs_a_run_directory(tmp_path):
 
 
 def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
-    """A preset for the simulated model: batch = orders x N, its benchmark, its threads."""
+    """A preset for the simulated model: its batch, its benchmark, its threads."""
     import torch
 
     bench = build_shapes_benchmark(tmp_path, count=defaults.CALIBRATION_COUNT + 4, n=3)
@@ -85,7 +85,7 @@ def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
         calls.append((n, needed, torch.get_num_threads()))
         return bench
 
-    preset = Preset(model="m", benchmark=benchmark, batch_size_per_view=True, threads=1)
+    preset = Preset(model="m", benchmark=benchmark, batch_size=9, threads=1)
     open_config = load_config(None, orders=3, n=3)
     resolved = resolve_preset(open_config, preset)
     assert resolved.config.model == "m" and resolved.config.batch_size == 9

@@ -14,7 +14,7 @@ from posdebias.calibrators.permutation_self_consistency import PermutationSelfCo
 from posdebias.cli import main
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, log_softmax
-from posdebias.core.ranking import EXACT_KEMENY_MAX_N, borda, kemeny, kendall_distance
+from posdebias.core.ranking import EXACT_KEMENY_MAX_N, borda, kemeny, precedence
 from posdebias.errors import InputError, ResumeError
 from posdebias.evaluation.logcheck import check_record_row
 from posdebias.evaluation.ranking_metrics import (
@@ -74,6 +74,14 @@ def test_randomisation_test_is_exact_where_it_must_be():
     assert strong == pytest.approx(1 / 1000, rel=0.05)
     noise = randomisation_p(np.random.default_rng(1).normal(size=40), 999, 0)
     assert 0.05 < noise <= 1.0
+
+
+def kendall_distance(ranking: np.ndarray, rankings: np.ndarray) -> int:
+    """Total Kendall tau distance (discordant pairs) of ``ranking`` to every ranking."""
+    p = precedence(np.asarray(rankings))
+    order = np.asarray(ranking)
+    first, second = np.triu_indices(order.size, k=1)
+    return int(p[order[second], order[first]].sum())  # pairs the others put the other way
 
 
 @pytest.mark.parametrize("n", range(2, 7))

@@ -4,6 +4,7 @@ written before the rename keep loading."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_a_text_study_never_says_image(tmp_path, capsys, monkeypatch):
 
     import posdebias.evaluation.sweep as sweep
     from posdebias.evaluation.figures import sweep_figure
-    from posdebias.evaluation.sweep.outputs import axis_label, read_table
+    from posdebias.evaluation.sweep.outputs import axis_label
 
     drawn_for: list[tuple[str, str | None]] = []
     figure_files = sweep.figure_files
@@ -109,7 +110,9 @@ def test_a_text_study_never_says_image(tmp_path, capsys, monkeypatch):
     assert "image" not in (captured.out + captured.err).lower()
     assert "image" not in (out / "report.md").read_text().lower()
     assert drawn_for == [("n", "multiple_choice")]
-    figure = sweep_figure("n", read_table(out / "results.csv"), axis_label("n", "multiple_choice"))
+    with open(out / "results.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    figure = sweep_figure("n", rows, axis_label("n", "multiple_choice"))
     texts = [t.get_text() for t in figure.findobj(matplotlib.text.Text)]
     assert "N (options per instance)" in texts
     assert not [text for text in texts if "image" in text.lower()]

@@ -123,12 +123,9 @@ def read_input_text(
     limit: int,
     error: type[InputError] = InputError,
     hint: str = "",
-    follow_links: bool = True,
 ) -> str:
     """:func:`read_input_bytes` decoded as UTF-8 (a leading byte-order mark is dropped)."""
-    data = read_input_bytes(
-        path, what, limit=limit, error=error, hint=hint, follow_links=follow_links
-    )
+    data = read_input_bytes(path, what, limit=limit, error=error, hint=hint)
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:

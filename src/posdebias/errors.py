@@ -6,6 +6,7 @@ usage, 1 for runtime failures) instead of a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -131,6 +132,11 @@ _AS_WRITTEN = {
 def validation_message(exc: ValidationError, owner: str, *, unknown: str = "option") -> str:
     """``owner: problem; problem`` (see :func:`validation_problems`)."""
     return f"{owner}: " + "; ".join(validation_problems(exc, unknown=unknown))
+
+
+def options_error(exc: ValidationError, owner: str, names: Iterable[str]) -> ConfigError:
+    """The ConfigError for options that failed validation, listing the option ``names``."""
+    return ConfigError(validation_message(exc, owner) + f"; options: {', '.join(names) or 'none'}")
 
 
 def _short(value: object, limit: int = 80) -> str:

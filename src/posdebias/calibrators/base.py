@@ -22,10 +22,10 @@ from posdebias.core.stages import LayerSelector, mean_attention, require_attenti
 from posdebias.core.state import CalibrationState
 from posdebias.errors import (
     CalibrationError,
-    ConfigError,
     InputError,
     ObservationError,
     PluginContractError,
+    options_error,
     validation_message,
 )
 
@@ -80,9 +80,8 @@ class Calibrator(ABC):
         try:
             self.options = self.Options(**options)
         except ValidationError as exc:
-            allowed = ", ".join(self.Options.model_fields) or "none"
-            raise ConfigError(
-                validation_message(exc, f"calibrator {self.name!r}") + f"; options: {allowed}"
+            raise options_error(
+                exc, f"calibrator {self.name!r}", self.Options.model_fields
             ) from None
 
     def forward_passes(self, n: int) -> int:

@@ -215,19 +215,11 @@ class LabelFree(AttentionGuided):
             "min_consistency": self.options.min_consistency,
             "instances": m,
         }
-        if consistency < self.options.min_consistency:
-            static = scores.reshape(m * n, n).mean(axis=0)
-            profile = np.tile(static, (n, 1))
-            diagnostics.update(
-                attention_informative=False,
-                warning=(
-                    f"attention is uninformative on these {m} calibration instances (agreement "
-                    f"across rotations {consistency:.2f}, chance-corrected; needed "
-                    f">= {self.options.min_consistency:g}): no conditional bias profile was "
-                    "fitted, the correction falls back to the static logit prior (PriDe). "
-                    "Calibrate with labelled instances (attention_guided) instead."
-                ),
-            )
+
+        def static_prior(warning: str, **found: Any) -> dict[str, Any]:
+            """No conditional profile: every row is the static logit prior (PriDe), and why."""
+            profile = np.tile(scores.reshape(m * n, n).mean(axis=0), (n, 1))
+            diagnostics.update(attention_informative=False, **found, warning=warning)
             return {
                 "observed_profile": profile.tolist(),
                 "gamma": 0.0,
@@ -235,6 +227,15 @@ class LabelFree(AttentionGuided):
                 "attention_prior": prior.tolist(),
                 "diagnostics": diagnostics,
             }
+
+        if consistency < self.options.min_consistency:
+            return static_prior(
+                f"attention is uninformative on these {m} calibration instances (agreement "
+                f"across rotations {consistency:.2f}, chance-corrected; needed "
+                f">= {self.options.min_consistency:g}): no conditional bias profile was "
+                "fitted, the correction falls back to the static logit prior (PriDe). "
+                "Calibrate with labelled instances (attention_guided) instead."
+            )
         positions = rotation_positions(n)
         evidence = log_posteriors[:, np.arange(n)[:, None], positions].sum(axis=1)  # [M, t]
         profile, targets, facts = expectation_maximisation(
@@ -253,28 +254,16 @@ class LabelFree(AttentionGuided):
         )
         shifted = shift != 0 and shares[shift] > shares[0] and shares[shift] >= 0.5
         if self.options.check_shift and shifted:
-            static = scores.reshape(m * n, n).mean(axis=0)
-            profile = np.tile(static, (n, 1))
-            diagnostics.update(
-                attention_informative=False,
+            return static_prior(
+                f"attention looks shifted: on {100 * shares[shift]:.0f}% of these {m} "
+                f"calibration instances the candidate the attention singles out is {shift} "
+                f"position(s) after the one the label scores favour over all rotations (they "
+                f"agree on {100 * shares[0]:.0f}%); a bias profile fitted to it would be "
+                "confidently wrong, so the correction falls back to the static logit prior "
+                "(PriDe). Calibrate with labelled instances (attention_guided) instead.",
                 attention_shift=shift,
                 **facts,
-                warning=(
-                    f"attention looks shifted: on {100 * shares[shift]:.0f}% of these {m} "
-                    f"calibration instances the candidate the attention singles out is {shift} "
-                    f"position(s) after the one the label scores favour over all rotations (they "
-                    f"agree on {100 * shares[0]:.0f}%); a bias profile fitted to it would be "
-                    "confidently wrong, so the correction falls back to the static logit prior "
-                    "(PriDe). Calibrate with labelled instances (attention_guided) instead."
-                ),
             )
-            return {
-                "observed_profile": profile.tolist(),
-                "gamma": 0.0,
-                "bias_matrix": profile.tolist(),
-                "attention_prior": prior.tolist(),
-                "diagnostics": diagnostics,
-            }
         gamma = BiasProfiler.visual_gain(profile)
         diagnostics.update(
             attention_informative=True,

@@ -165,20 +165,10 @@ def scores_by_candidate(
 
 
 def averaged_scores(per_order: np.ndarray, average: Literal["log", "prob"] = "log") -> np.ndarray:
-    """[orders, N] scores by candidate averaged (log-scores, or probabilities), renormalised."""
+    """[orders, N] scores by candidate averaged (log-scores, or probabilities), renormalised:
+    permutation averaging (also PriDe's permutation-based debiasing of its estimation items)."""
     averaged = per_order.mean(axis=0) if average == "log" else log_mean_exp(per_order, axis=0)
     return log_softmax(averaged)
-
-
-def averaged_over_orders(
-    rotations: Sequence[Observation],
-    orders: Sequence[np.ndarray],
-    average: Literal["log", "prob"] = "log",
-) -> np.ndarray:
-    """Each order's label scores mapped back to the view's positions and averaged (log-scores,
-    or probabilities), renormalised: permutation averaging (also PriDe's permutation-based
-    debiasing of its estimation items)."""
-    return averaged_scores(scores_by_candidate(rotations, orders), average)
 
 
 @hookimpl

@@ -35,11 +35,12 @@ from pydantic import BaseModel, Field, model_validator
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
-from posdebias.calibrators.permutation_average import averaged_over_orders
-from posdebias.core.instance import Instance, rotation_order
+from posdebias.calibrators.permutation_average import averaged_scores, scores_by_candidate
+from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_softmax
 from posdebias.core.stages import PriorEstimator
 from posdebias.core.state import CalibrationState
+from posdebias.core.symmetry import cyclic_rotations
 
 
 class PriDeOptions(CalibratorOptions):
@@ -114,12 +115,7 @@ class PriDe(OrderedCalibrator):
         chosen = estimation_ids([view.id for view in test], self.options.alpha, self.options.seed)
         self._chosen = (chosen, len({view.id for view in test}))
         keep = set(chosen)
-        return [
-            view.permuted(rotation_order(view.n, shift))
-            for view in test
-            if view.id in keep
-            for shift in range(view.n)
-        ]
+        return [rotated for view in test if view.id in keep for rotated in cyclic_rotations(view)]
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         fitted: dict[str, Any] = {
@@ -147,7 +143,7 @@ class PriDe(OrderedCalibrator):
     def orders_for(self, view: Instance, state: CalibrationState) -> list[np.ndarray] | None:
         """The N cyclic permutations for an estimation item (workflow: test), else none."""
         if self.options.workflow == "test" and view.id in self.fitted(state).estimation_ids:
-            return [rotation_order(view.n, shift) for shift in range(view.n)]
+            return self.permutations(view.n)
         return None
 
     def _predict_in_orders(
@@ -158,9 +154,8 @@ class PriDe(OrderedCalibrator):
         orders: Sequence[np.ndarray] | None,
     ) -> Prediction:
         if rotations is not None:  # an estimation item: permutation-based debiasing
-            if orders is None:
-                orders = [rotation_order(observation.n, s) for s in range(observation.n)]
-            return Prediction(scores=averaged_over_orders(rotations, orders, "log"))
+            orders = self.permutations(observation.n) if orders is None else orders
+            return Prediction(scores=averaged_scores(scores_by_candidate(rotations, orders)))
         return Prediction(
             scores=log_softmax(observation.label_logprobs - state.fitted("logit_prior"))
         )

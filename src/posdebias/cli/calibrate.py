@@ -15,12 +15,11 @@ from posdebias.cli.evaluate import (
     config_flags,
     with_model_options,
 )
-from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError, OutputError
 from posdebias.evaluation.config import DEFAULT_CALIBRATORS, load_config
 from posdebias.evaluation.job import calibrate, prepare
 from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.states import save_states, states_folder
+from posdebias.evaluation.states import is_state_file, save_states, states_folder
 from posdebias.registry import get_registry
 
 
@@ -58,13 +57,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    config = load_config(args.config, **config_flags(args, exclude={"out"}))
+    flags = config_flags(args, exclude={"out"})
+    config = load_config(args.config, **flags)
     if args.calibrators is None and "calibrators" not in config.model_fields_set:
         # neither flag nor config names calibrators: those that fit (the config's are kept
         # as given, options included)
         registry = get_registry()
         fitting = [n for n in DEFAULT_CALIBRATORS if registry.calibrator_class(n).needs_fit]
-        flags = config_flags(args, exclude={"out"})
         config = load_config(args.config, **{**flags, "calibrators": fitting})
     config = with_model_options(config, args)
     single_file = args.out.suffix == ".json"
@@ -108,24 +107,13 @@ def _check_out(out: Path, folder: RunFolder | None) -> None:
     that is not a calibration state, a folder that is not one of states."""
     if folder is not None:
         folder.check()
-        foreign = [path for path in sorted(out.glob("*.json")) if not _is_state_file(path)]
-        if foreign:
-            raise OutputError(
-                f"{foreign[0]} exists and is not a calibration state; posdebias does not replace "
-                "files it did not make: move it or choose another --out"
-            )
+        foreign = [path for path in sorted(out.glob("*.json")) if not is_state_file(path)]
     elif out.is_symlink():
         raise OutputError(f"--out {out} is a symbolic link; give a plain file path")
-    elif out.exists() and not _is_state_file(out):
+    else:
+        foreign = [out] if out.exists() and not is_state_file(out) else []
+    if foreign:
         raise OutputError(
-            f"{out} exists and is not a calibration state; posdebias does not replace files it "
-            "did not make: move it or choose another --out"
+            f"{foreign[0]} exists and is not a calibration state; posdebias does not replace "
+            "files it did not make: move it or choose another --out"
         )
-
-
-def _is_state_file(path: Path) -> bool:
-    try:
-        CalibrationState.load(path)
-    except Exception:  # any reason it is not ours: do not replace it
-        return False
-    return True

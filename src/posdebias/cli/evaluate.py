@@ -8,6 +8,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 import posdebias.defaults as defaults
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console
@@ -18,6 +20,7 @@ from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.job import run_evaluation
 from posdebias.evaluation.progress import RunProgress
 from posdebias.evaluation.report import write_report
+from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.table import judge_table, print_results_table
 
 
@@ -157,6 +160,23 @@ def config_flags(args: argparse.Namespace, *, exclude: Collection[str] = ()) -> 
     return {k: v for k, v in vars(args).items() if k in fields and k not in exclude}
 
 
+def print_results(
+    results: EvaluationResults, console: Console, *, ci: bool, title: str | None = None
+) -> None:
+    """A run's table (with its 95% intervals if ``ci``) and notes, as evaluate and report
+    print them."""
+    print_results_table(
+        results.metrics(),
+        title=title,
+        console=console,
+        generated=results.generated_rows(),
+        statistics=results.statistics if ci else None,
+        order_independent=results.order_independent_rows(),
+    )
+    for note in run_notes(results):
+        console.print(note, markup=False)
+
+
 def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> EvaluateConfig:
     """``config`` with the model flags that are adapter options (--chat-template,
     --trust-remote-code, --base-url) merged into ``adapter.options``."""
@@ -247,16 +267,7 @@ def run(args: argparse.Namespace) -> int:
         f"{results.adapter.model_id or results.adapter.adapter}: N={results.n}, "
         f"{results.num_instances} instances x {results.orders} orders"
     )
-    print_results_table(
-        results.metrics(),
-        title=title,
-        console=console,
-        generated=results.generated_rows(),
-        statistics=results.statistics if args.ci else None,
-        order_independent=results.order_independent_rows(),
-    )
-    for note in run_notes(results):
-        console.print(note, markup=False)
+    print_results(results, console, ci=args.ci, title=title)
     if results.judge:
         console.print(judge_table(results.judge))
     for label, result in results.calibrators.items():

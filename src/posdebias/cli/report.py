@@ -13,17 +13,16 @@ import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console, printable
-from posdebias.cli.evaluate import add_ci_argument
+from posdebias.cli.evaluate import add_ci_argument, print_results
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.compare import RunComparison, compare_runs
-from posdebias.evaluation.diagnosis import run_notes
 from posdebias.evaluation.export import FORMATS as EXPORT_FORMATS
 from posdebias.evaluation.export import export
 from posdebias.evaluation.report import p_value_text, write_report
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import check_resamples
-from posdebias.evaluation.table import interval_text, print_results_table
+from posdebias.evaluation.table import interval_text, value_interval_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,15 +76,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(export(results, args.format))  # every cell escaped for its format
         return 0
     console = make_console()
-    print_results_table(
-        results.metrics(),
-        console=console,
-        generated=results.generated_rows(),
-        statistics=results.statistics if args.ci else None,
-        order_independent=results.order_independent_rows(),
-    )
-    for note in run_notes(results):
-        console.print(note, markup=False)
+    print_results(results, console, ci=args.ci)
     with DirectoryLock(args.run_dir):
         report = write_report(results, args.run_dir)
     console.print(f"report: {report}")
@@ -109,8 +100,8 @@ def comparison_table(comparison: RunComparison) -> Table:
     for row in comparison.rows:
         table.add_row(
             printable(row.row),
-            f"{row.accuracy_a.value:.2f} {interval_text(row.accuracy_a)}",
-            f"{row.accuracy_b.value:.2f} {interval_text(row.accuracy_b)}",
+            value_interval_text(row.accuracy_a),
+            value_interval_text(row.accuracy_b),
             f"{row.difference.value:+.2f} {interval_text(row.difference)}",
             str(row.a_only),
             str(row.b_only),

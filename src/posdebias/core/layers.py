@@ -184,11 +184,6 @@ class LayerChoice:
     views: int
     span_mass: str
 
-    @property
-    def best_accuracy(self) -> float:
-        """The best candidate row's share of right calibration views."""
-        return float(np.nanmax(np.array(self.accuracy)))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "rows": list(self.rows),

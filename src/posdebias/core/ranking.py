@@ -31,15 +31,6 @@ def precedence(rankings: np.ndarray) -> np.ndarray:
     return (place[:, :, None] < place[:, None, :]).sum(axis=0)
 
 
-def kendall_distance(ranking: np.ndarray, rankings: np.ndarray) -> int:
-    """Total Kendall tau distance (discordant pairs) of ``ranking`` to every ranking."""
-    p = precedence(np.asarray(rankings))
-    order = np.asarray(ranking)
-    n = order.size
-    first, second = np.triu_indices(n, k=1)
-    return int(p[order[second], order[first]].sum())  # pairs the others put the other way
-
-
 def borda(rankings: np.ndarray) -> np.ndarray:
     """Candidates by mean position over the rankings (ties: lower candidate index first)."""
     rankings = np.asarray(rankings, dtype=np.int64)

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import Instance
-from posdebias.errors import ConfigError, validation_message
+from posdebias.errors import options_error
 
 
 class DecoderOptions(BaseModel):
@@ -79,10 +79,7 @@ class Decoder(ABC):
         try:
             self.options = self.Options(**options)
         except ValidationError as exc:
-            allowed = ", ".join(self.Options.model_fields) or "none"
-            raise ConfigError(
-                validation_message(exc, f"decoder {self.name!r}") + f"; options: {allowed}"
-            ) from None
+            raise options_error(exc, f"decoder {self.name!r}", self.Options.model_fields) from None
 
     def digest(self) -> str:
         """Identifies the decoder and its options (stored decisions are reused only for it)."""

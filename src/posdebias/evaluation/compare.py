@@ -22,8 +22,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import Instance
 from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
-from posdebias.evaluation.config import orders_of
-from posdebias.evaluation.protocol import get_protocol
+from posdebias.evaluation.protocol import order_settings
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.runner import InstanceRecord, check_logged_truth
 from posdebias.evaluation.statistics import (
@@ -87,10 +86,7 @@ def _open(root: Path) -> _Run:
     check_logged_truth(
         records,
         _test_instances(root, results),
-        orders=orders_of(settings, results.n),
-        seed=settings.seed,
-        shared=get_protocol(settings.protocol).shared_orders,
-        cyclic=settings.order_kind == "cyclic",
+        **order_settings(settings, results.n),
         fix=f"evaluate again into a new --out (its results.json in {root} came from the same log)",
     )
     return _Run(root, results, {i: records[i] for i in results.test_ids if i in records})

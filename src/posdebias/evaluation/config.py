@@ -26,7 +26,7 @@ from posdebias._inputs import (
     read_input_text,
 )
 from posdebias.core.tasks import default_orders
-from posdebias.errors import ConfigError, UnknownNameError, validation_message
+from posdebias.errors import ConfigError, UnknownNameError, options_error, validation_message
 from posdebias.registry import get_registry
 
 #: What a calibrator label may be: it becomes a file name.
@@ -314,11 +314,8 @@ def _check_options(config: EvaluateConfig, source: str) -> None:
             try:
                 options.model_validate(spec.options)
             except ValidationError as exc:
-                allowed = ", ".join(options.model_fields) or "none"
-                raise ConfigError(
-                    validation_message(exc, f"{source}: {kind} {spec.key!r}")
-                    + f"; options: {allowed}"
-                ) from None
+                owner = f"{source}: {kind} {spec.key!r}"
+                raise options_error(exc, owner, options.model_fields) from None
 
 
 def orders_of(config: EvaluateConfig, n: int) -> int:

@@ -16,6 +16,7 @@ from posdebias._text import one_line
 from posdebias.errors import InputError
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval
+from posdebias.evaluation.table import value_interval_text
 
 FORMATS = ("csv", "latex", "markdown")
 #: The headline measures: the results' key and the name a table shows.
@@ -53,12 +54,6 @@ def csv_text(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
-def _cell(interval: Interval | None, places: int = 2) -> str:
-    if interval is None:
-        return "-"
-    return f"{interval.value:.{places}f} [{interval.low:.1f}, {interval.high:.1f}]"
-
-
 def tables(results: EvaluationResults) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every table of the run, cells as plain (unescaped) text."""
     stats = results.statistics
@@ -71,7 +66,7 @@ def tables(results: EvaluationResults) -> list[tuple[str, list[str], list[list[s
             m = result.metrics
             rows.append([label, f"{m.accuracy_mean:.2f}", f"{m.rstd:.2f}", f"{m.consistency:.2f}"])
         else:
-            rows.append([label, *(_cell(getattr(found, key)) for key, _ in HEADLINE)])
+            rows.append([label, *(value_interval_text(getattr(found, key)) for key, _ in HEADLINE)])
     out.append(("Results (%, 95% CI)", header, rows))
     if results.ranking is not None:
         measures = list(next(iter(results.ranking.rows.values())))
@@ -80,7 +75,7 @@ def tables(results: EvaluationResults) -> list[tuple[str, list[str], list[list[s
                 "Ranking (%, 95% CI)",
                 ["row", *measures],
                 [
-                    [label, *(_cell(row.get(m)) for m in measures)]
+                    [label, *(value_interval_text(row.get(m)) for m in measures)]
                     for label, row in results.ranking.rows.items()
                 ],
             )
@@ -95,8 +90,8 @@ def tables(results: EvaluationResults) -> list[tuple[str, list[str], list[list[s
                 [
                     [
                         label,
-                        *(_cell(per[g].accuracy) for g in groups),
-                        _cell(results.groups.macro[label].accuracy),
+                        *(value_interval_text(per[g].accuracy) for g in groups),
+                        value_interval_text(results.groups.macro[label].accuracy),
                     ]
                     for label, per in results.groups.rows.items()
                 ],
@@ -107,7 +102,7 @@ def tables(results: EvaluationResults) -> list[tuple[str, list[str], list[list[s
                 f"Macro average over the {len(groups)} groups (%, 95% CI)",
                 ["row", *(name for _, name in HEADLINE)],
                 [
-                    [label, *(_cell(getattr(row, key)) for key, _ in HEADLINE)]
+                    [label, *(value_interval_text(getattr(row, key)) for key, _ in HEADLINE)]
                     for label, row in results.groups.macro.items()
                 ],
             )

@@ -94,6 +94,12 @@ def line_style(index: int) -> dict[str, Any]:
     }
 
 
+def bar_style(index: int) -> dict[str, Any]:
+    """Colour, hatch and edge of the ``index``-th series of bars (hatched past ten rows)."""
+    edge = "black" if hatch(index) else colour(index)
+    return {"color": colour(index), "hatch": hatch(index), "edgecolor": edge, "linewidth": 0.3}
+
+
 def render(figure: Any) -> dict[str, bytes]:
     """The figure in every format (``{"png": ..., "pdf": ..., "svg": ...}``); closes it."""
     import matplotlib.pyplot as plt
@@ -190,10 +196,7 @@ def grouped_bars(
             np.nan_to_num(heights),
             width,
             label=plain(label),
-            color=colour(index),
-            hatch=hatch(index),
-            edgecolor="black" if hatch(index) else colour(index),
-            linewidth=0.3,
+            **bar_style(index),
             yerr=errors,
             error_kw={"elinewidth": 0.7, "capsize": 1.5, "ecolor": "black"},
         )
@@ -412,10 +415,7 @@ def layers_figure(results: EvaluationResults) -> Any:
                 [np.nan if h is None else h for h in heights],
                 0.38,
                 label=series[index],
-                color=colour(index),
-                hatch=hatch(index),
-                edgecolor="black" if hatch(index) else colour(index),
-                linewidth=0.3,
+                **bar_style(index),
             )
         axis.axhline(1 / results.n, color="black", linestyle=":", linewidth=0.8, label="chance")
         axis.set_xticks(shown, [str(layers[k].layer) for k in shown])
@@ -497,10 +497,7 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
                     values,
                     width,
                     label=plain(label),
-                    color=colour(k),
-                    hatch=hatch(k),
-                    edgecolor="black" if hatch(k) else colour(k),
-                    linewidth=0.3,
+                    **bar_style(k),
                     yerr=errors,
                     error_kw={"elinewidth": 0.6, "capsize": 1.2, "ecolor": "black"},
                 )

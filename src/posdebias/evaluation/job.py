@@ -59,6 +59,7 @@ from posdebias.evaluation.protocol import (
     adapter_defaults,
     apply_specs,
     get_protocol,
+    order_settings,
     warn_left_out_layers,
 )
 from posdebias.evaluation.ranking_metrics import check_relevance, ranking_statistics
@@ -227,20 +228,14 @@ def load_instances(
                 f"the simulated model makes retrieval instances of its own; for --task {task} "
                 f"pass --benchmark DIR with {task} questions (`posdebias build --task {task}`)"
             )
+        test = synthetic_instances(config.count, config.n, config.seed, "test")
         if get_protocol(config.protocol).calibration_from_test:
-            test = synthetic_instances(config.count, config.n, config.seed, "test")
-            return InstanceSource(
-                calibration=test[: config.calibration_count],
-                test=test,
-                description={"source": "synthetic", "n": config.n},
-            )
-        return InstanceSource(
-            calibration=synthetic_instances(
+            calibration = test[: config.calibration_count]
+        else:
+            calibration = synthetic_instances(
                 config.calibration_count, config.n, config.seed + 1, "cal"
-            ),
-            test=synthetic_instances(config.count, config.n, config.seed, "test"),
-            description={"source": "synthetic", "n": config.n},
-        )
+            )
+        return InstanceSource(calibration, test, {"source": "synthetic", "n": config.n})
 
     benchmark = load_benchmark(benchmark_path)
     check_task(config.task, benchmark.task, benchmark_path)
@@ -322,15 +317,7 @@ def resolve_states(
             metadata=state_metadata(
                 adapter, calibration[0].task if calibration else config_task(config), n
             ),
-            test_views=None
-            if test is None
-            else scored_views(
-                test,
-                orders_of(config, n),
-                config.seed,
-                shared=get_protocol(config.protocol).shared_orders,
-                cyclic=config.order_kind == "cyclic",
-            ),
+            test_views=None if test is None else scored_views(test, **order_settings(config, n)),
         )
         if missing
         else {}
@@ -693,12 +680,9 @@ def evaluate_shard(
         prepared.adapter,
         prepared.calibrators,
         calibrated.states,
-        orders=orders_of(config, prepared.n),
-        seed=config.seed,
         batch_size=config.batch_size,
         cache=prepared.cache,
-        shared_orders=get_protocol(config.protocol).shared_orders,
-        cyclic_orders=config.order_kind == "cyclic",
+        **order_settings(config, prepared.n),
     )
     records = dict(prepared.earlier)
     todo = [
@@ -783,10 +767,7 @@ def logged_records(prepared: Prepared, directory: RunDirectory) -> dict[str, Ins
     check_logged_truth(
         records,
         prepared.source.test,
-        orders=orders_of(config, prepared.n),
-        seed=config.seed,
-        shared=get_protocol(config.protocol).shared_orders,
-        cyclic=config.order_kind == "cyclic",
+        **order_settings(config, prepared.n),
         fix="delete the run directory (or choose a new --out) and run again",
     )
     return records

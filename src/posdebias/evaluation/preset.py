@@ -18,7 +18,7 @@ from posdebias._inputs import excerpt
 from posdebias._threads import torch_threads
 from posdebias.benchmarks.files import benchmark_task
 from posdebias.errors import ConfigError, InputError
-from posdebias.evaluation.config import EvaluateConfig, orders_of
+from posdebias.evaluation.config import EvaluateConfig
 from posdebias.registry import BundledModel, get_registry
 
 
@@ -32,15 +32,12 @@ class Preset:
         benchmark: ``(n, instances_needed) -> folder`` of the benchmark used when the config
             names none (may build it on first use; raises an InputError when it cannot serve).
         batch_size: forward batch when no batch size is given (None: the config's default).
-        batch_size_per_view: instead, one forward batch holds a test instance's views: orders
-            x N.
         threads: torch CPU threads for the run (None: the default for a shared machine).
     """
 
     model: str
     benchmark: Callable[[int, int], Path] | None = None
     batch_size: int | None = None
-    batch_size_per_view: bool = False
     threads: int | None = None
 
     @classmethod
@@ -133,10 +130,7 @@ def resolve_preset(config: EvaluateConfig, preset: Preset | None = None) -> Reso
         update["model"] = preset.model
     elif model != preset.model:
         return ResolvedConfig(config)
-    if "batch_size" not in config.model_fields_set:
-        if preset.batch_size_per_view:
-            update["batch_size"] = orders_of(config, config.n) * config.n
-        elif preset.batch_size is not None:
-            update["batch_size"] = preset.batch_size
+    if "batch_size" not in config.model_fields_set and preset.batch_size is not None:
+        update["batch_size"] = preset.batch_size
     resolved = config.model_copy(update=update)
     return ResolvedConfig(resolved, preset)

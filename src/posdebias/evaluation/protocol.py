@@ -47,7 +47,7 @@ import numpy as np
 
 from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, PriorEstimator
-from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig
+from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_of
 from posdebias.registry import get_registry
 
 #: The authors' candidate layers: 21..35 (inclusive) of their 36-layer models.
@@ -107,6 +107,17 @@ REFERENCE_CALIBRATORS: dict[str, dict[str, Any]] = {
 
 def get_protocol(name: str) -> Protocol:
     return PROTOCOLS[name]
+
+
+def order_settings(config: EvaluateConfig, n: int) -> dict[str, Any]:
+    """How a run of N candidates draws each test instance's orders: the ``orders``, ``seed``,
+    ``shared`` and ``cyclic`` of :func:`~posdebias.evaluation.runner.instance_orders`."""
+    return {
+        "orders": orders_of(config, n),
+        "seed": config.seed,
+        "shared": get_protocol(config.protocol).shared_orders,
+        "cyclic": config.order_kind == "cyclic",
+    }
 
 
 def reference_layer_range(num_layers: int) -> tuple[int, int]:

@@ -35,6 +35,7 @@ from posdebias.evaluation.statistics import (
     PERCENT,
     Interval,
     bootstrap_interval,
+    instance_mean,
     resample_weights,
 )
 
@@ -170,7 +171,6 @@ def ranking_statistics(
         return None
     grades = np.stack([relevance_grades(instance) for instance in instances])
     weights = resample_weights(len(records), resamples, seed)
-    count = len(records)
     per_instance: dict[str, dict[str, np.ndarray]] = {}
     rows: dict[str, dict[str, Interval]] = {}
     for label in ranked:
@@ -178,7 +178,7 @@ def ranking_statistics(
         values = {k: v.mean(axis=1) for k, v in ranking_values(rankings, grades).items()}
         per_instance[label] = values
         rows[label] = {
-            measure: bootstrap_interval(x.mean(), weights @ x / count, LEVEL, PERCENT)
+            measure: bootstrap_interval(*instance_mean(x, weights, 1.0), LEVEL, PERCENT)
             for measure, x in values.items()
         }
     comparisons = [
@@ -186,7 +186,7 @@ def ranking_statistics(
             row=label,
             baseline=baseline,
             measure=measure,
-            difference=bootstrap_interval(gap.mean(), weights @ gap / count, LEVEL, DIFFERENCE),
+            difference=bootstrap_interval(*instance_mean(gap, weights, 1.0), LEVEL, DIFFERENCE),
             p_value=randomisation_p(gap, resamples, seed),
         )
         for baseline in baselines

@@ -17,15 +17,14 @@ from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import (
     INTERVAL_METHOD,
-    Interval,
     PairedComparison,
     RunStatistics,
 )
 from posdebias.evaluation.table import (
-    interval_text,
     judge_legend,
     plain_judge_table,
     plain_results_table,
+    value_interval_text,
 )
 
 FIGURES = "figures"
@@ -39,12 +38,6 @@ def p_value_text(p: float) -> str:
     if p <= 0.0:
         return "< 1e-300"
     return f"{p:.3g}" if p >= 1e-3 else f"{p:.1e}"
-
-
-def _value_ci(interval: Interval | None) -> str:
-    if interval is None:
-        return "-"
-    return f"{interval.value:.2f} {interval_text(interval)}"
 
 
 def comparison_lines(comparisons: list[PairedComparison]) -> list[str]:
@@ -100,7 +93,7 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
         "|---|" + "---:|" * n,
     ]
     for label, row in stats.rows.items():
-        cells = [_value_ci(ci) for ci in row.accuracy_by_position]
+        cells = [value_interval_text(ci) for ci in row.accuracy_by_position]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -111,7 +104,7 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
         "|---|" + "---:|" * n,
     ]
     for label, row in stats.rows.items():
-        cells = [_value_ci(ci) for ci in row.choice_by_position]
+        cells = [value_interval_text(ci) for ci in row.choice_by_position]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     circular = any(row.circular is not None for row in stats.rows.values())
     lines += [
@@ -128,9 +121,9 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
         "|---|---:|" + ("---:|" if circular else ""),
     ]
     for label, row in stats.rows.items():
-        line = f"| {label} | {_value_ci(row.flip_rate)} |"
+        line = f"| {label} | {value_interval_text(row.flip_rate)} |"
         if circular:
-            line += f" {_value_ci(row.circular)} |"
+            line += f" {value_interval_text(row.circular)} |"
         lines.append(line)
     return lines
 

@@ -22,6 +22,7 @@ import posdebias.defaults as defaults
 from posdebias._inputs import check_setting, excerpt, file_identity
 from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
+from posdebias.benchmarks.files import sha256_file
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import (
     ImageRef,
@@ -53,13 +54,9 @@ def _file_digest(path: str) -> str | None:
         return None
     digest = _DIGESTS.get(identity)
     if digest is None:
-        hasher = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                hasher.update(block)
         if len(_DIGESTS) >= _MAX_DIGESTS:
             _DIGESTS.clear()
-        digest = _DIGESTS[identity] = hasher.hexdigest()
+        digest = _DIGESTS[identity] = sha256_file(Path(path))
     return digest
 
 
@@ -465,8 +462,8 @@ class Evaluator:
         seed: int = 0,
         batch_size: int = 1,
         cache: ObservationCache | None = None,
-        shared_orders: bool = False,
-        cyclic_orders: bool = False,
+        shared: bool = False,
+        cyclic: bool = False,
     ) -> None:
         check_setting("orders", orders)
         check_setting("seed", seed)
@@ -479,8 +476,8 @@ class Evaluator:
         self.states = dict(states)
         self.orders = orders
         self.seed = seed
-        self.shared_orders = shared_orders
-        self.cyclic_orders = cyclic_orders
+        self.shared = shared
+        self.cyclic = cyclic
         self.batch_size = batch_size
         self.cache = cache if cache is not None else ObservationCache()
         self.costs = {label: CostAccount() for label in self.calibrators}
@@ -495,7 +492,7 @@ class Evaluator:
         if instance.target is None:
             raise InputError(f"test instance {instance.id!r} has no target")
         orders = instance_orders(
-            instance, self.orders, self.seed, shared=self.shared_orders, cyclic=self.cyclic_orders
+            instance, self.orders, self.seed, shared=self.shared, cyclic=self.cyclic
         )
         shown = [instance.permuted(order) for order in orders]
         # per calibrator and shown view: the orders whose observations it predicts from, if any

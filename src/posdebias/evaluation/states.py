@@ -159,7 +159,7 @@ def save_states(states: Mapping[str, CalibrationState], folder: str | Path) -> l
         remove_stale(root)
         for name in files:
             existing = root / name
-            if existing.is_symlink() or (existing.exists() and not _is_state(existing)):
+            if existing.is_symlink() or (existing.exists() and not is_state_file(existing)):
                 raise OutputError(
                     f"{existing} exists and is not a calibration state; posdebias does not "
                     "replace files it did not make: move it or choose another folder"
@@ -167,7 +167,8 @@ def save_states(states: Mapping[str, CalibrationState], folder: str | Path) -> l
     return write_files_together(root, files)
 
 
-def _is_state(path: Path) -> bool:
+def is_state_file(path: Path) -> bool:
+    """Whether ``path`` holds a calibration state (what posdebias may replace)."""
     try:
         CalibrationState.load(path)
     except Exception:  # any reason it is not ours: do not replace it

@@ -179,6 +179,14 @@ def bootstrap_interval(
     return Interval(value=float(value), low=low, high=high)
 
 
+def instance_mean(
+    values: np.ndarray, weights: np.ndarray, scale: float = 100.0
+) -> tuple[float, np.ndarray]:
+    """The mean of per-instance ``values`` ([I]) times ``scale``, and its [B] values on the
+    resamples ``weights`` ([B, I]): the estimate and samples of any mean over instances."""
+    return scale * values.mean(), scale * (weights @ values) / values.shape[0]
+
+
 def mcnemar_exact(row_only: int, baseline_only: int) -> float:
     """Two-sided exact McNemar p-value: P(X <= min(b, c)) doubled (capped at 1) for
     X ~ Binomial(b + c, 1/2), computed in exact rational arithmetic; 1 with no discordant pair."""
@@ -240,7 +248,6 @@ def headline_samples(
     """Acc, RStd and Cons. of one row: (the estimate, its [B] bootstrap values) each, on the
     resamples ``weights`` ([B, I]); and the recalls by position with theirs ("recall")."""
     targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
-    instances = targets.shape[0]
     correct = targets == choices
     per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
     same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
@@ -249,8 +256,8 @@ def headline_samples(
     hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
     recall, recall_samples = _pooled(weights, hits, counts, hits)
     return {
-        "accuracy": (100.0 * per_instance.mean(), 100.0 * (weights @ per_instance) / instances),
-        "consistency": (100.0 * same.mean(), 100.0 * (weights @ same.astype(float)) / instances),
+        "accuracy": instance_mean(per_instance, weights),
+        "consistency": instance_mean(same.astype(float), weights),
         "rstd": (float(_rstd(recall)[0]), _rstd(recall_samples)),
         "recall": (recall, recall_samples),
     }
@@ -261,7 +268,7 @@ def row_statistics(
 ) -> RowStatistics:
     """Bootstrap intervals of one row's metrics on the resamples ``weights`` ([B, I])."""
     targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
-    instances, orders = targets.shape
+    orders = targets.shape[1]
     correct = targets == choices
     found = headline_samples(outcome, n, weights)
     accuracy, rstd, consistency = (
@@ -289,16 +296,11 @@ def row_statistics(
         first, second = np.triu_indices(orders, k=1)
         answered = (choices[:, first] >= 0) & (choices[:, second] >= 0)
         changed = (chosen[:, first] != chosen[:, second]) | ~answered
-        share = changed.mean(axis=1)
-        flip = bootstrap_interval(
-            100.0 * share.mean(), 100.0 * (weights @ share) / instances, level, PERCENT
-        )
+        flip = bootstrap_interval(*instance_mean(changed.mean(axis=1), weights), level, PERCENT)
     rotations: Interval | None = None
     if circular:
         all_right = correct.all(axis=1).astype(float)
-        rotations = bootstrap_interval(
-            100.0 * all_right.mean(), 100.0 * (weights @ all_right) / instances, level, PERCENT
-        )
+        rotations = bootstrap_interval(*instance_mean(all_right, weights), level, PERCENT)
     return RowStatistics(
         accuracy=accuracy,
         rstd=rstd,
@@ -326,9 +328,7 @@ def paired_comparison(
         )
     instances, orders = correct_row.shape
     gap = correct_row.astype(float).mean(axis=1) - correct_baseline.astype(float).mean(axis=1)
-    difference = bootstrap_interval(
-        100.0 * gap.mean(), 100.0 * (weights @ gap) / instances, level, DIFFERENCE
-    )
+    difference = bootstrap_interval(*instance_mean(gap, weights), level, DIFFERENCE)
     row_only = int(np.sum(correct_row & ~correct_baseline))
     baseline_only = int(np.sum(~correct_row & correct_baseline))
     return PairedComparison(

@@ -33,6 +33,11 @@ def interval_text(interval: Interval | None) -> str:
     return "-" if interval is None else f"[{interval.low:.1f}, {interval.high:.1f}]"
 
 
+def value_interval_text(interval: Interval | None) -> str:
+    """``value [low, high]``, the value to two decimals, or ``-`` when there is none."""
+    return "-" if interval is None else f"{interval.value:.2f} {interval_text(interval)}"
+
+
 def _cells(
     label: str,
     row: Metrics,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import posdebias.defaults as defaults
@@ -27,8 +28,9 @@ from posdebias._rundir import RunFolder
 from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
-from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark
+from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, sha256_file
 from posdebias.core.instance import Instance
+from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
 from posdebias.evaluation.states import load_states, pick_state, save_states, states_folder
@@ -362,7 +364,7 @@ class HarnessDebiaser:
             {
                 "source": "saved",
                 "path": str(path.resolve()),
-                "sha256": {file.name: _sha256(file) for file in files},
+                "sha256": {file.name: sha256_file(file) for file in files},
                 "model_id": next((s.model_id for s in states.values()), None),
                 "transfer": self.config.calibration_transfer,
             }
@@ -434,6 +436,31 @@ class HarnessDebiaser:
         return requested
 
 
+def check_task_labels(task: str, expected: Sequence[str] | None, labels: list[str]) -> None:
+    """Refuse a task whose documents expect other labels than the model answers with."""
+    if expected is not None and list(expected) != labels:
+        raise TaskMappingError(
+            f"task {task!r} expects the labels {list(expected)}, but the model answers "
+            f"with {labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
+        )
+
+
+def label_loglikelihood(
+    prediction: Prediction, labels: list[str], continuation: Any, task: str
+) -> tuple[float, bool]:
+    """A harness's log-likelihood request of one label: the calibrated log-probability of
+    ``continuation`` and whether it is the calibrated choice (any other text is refused)."""
+    continuation = str(continuation).strip()
+    if continuation not in labels:
+        raise TaskMappingError(
+            f"task {task!r} asks the log-likelihood of {continuation!r}, "
+            f"which is not one of the labels {labels}; posdebias scores labels only"
+        )
+    position = labels.index(continuation)
+    logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
+    return logprob, bool(position == prediction.choice)
+
+
 def read_adapter_options(path: str | None) -> dict[str, Any]:
     """The adapter options of the JSON file ``adapter_options`` names (a harness's arguments
     are flat text, too flat for a prompt template); load_adapter checks each option."""
@@ -455,10 +482,6 @@ _EXAMPLE = '{"answer_prefix": " ", "chat_template": "raw"}'
 
 def _is_benchmark(path: Path) -> bool:
     return (path / MANIFEST_FILE).is_file() if path.is_dir() else path.suffix == ".jsonl"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 class LaunchedHarness:

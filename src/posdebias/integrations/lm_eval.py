@@ -30,7 +30,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from lm_eval.api.instance import Instance as Request
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -47,7 +46,9 @@ from posdebias.integrations.harness import (
     HarnessConfig,
     LaunchedHarness,
     TaskMappingError,
+    check_task_labels,
     doc_instance,
+    label_loglikelihood,
 )
 from posdebias.integrations.lm_eval_tasks import doc_choices
 from posdebias.integrations.lmms_eval_tasks import check_calibration_items
@@ -172,31 +173,21 @@ class PosdebiasLM(LaunchedHarness, LM):
         rankings = self.harness.answers(instances)
         for ranking, doc, task, instance in zip(rankings, docs, tasks, instances, strict=True):
             labels = self.harness.labels(instance.n)
-            expected = doc_choices(doc)
-            if expected != labels:
-                raise TaskMappingError(
-                    f"task {task!r} expects the labels {expected}, but the model answers with "
-                    f"{labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
-                )
+            check_task_labels(task, doc_choices(doc), labels)
             label = self.harness.calibrator_label(doc.get(CALIBRATOR), task)
             answers.append((ranking, label, labels))
         return answers
 
     def loglikelihood(self, requests: list[Request]) -> list[tuple[float, bool]]:
         """Per (document, label) request: (calibrated log-probability, is the argmax)."""
-        results = []
-        for request, (ranking, label, labels) in zip(requests, self._answer(requests), strict=True):
-            continuation = str(request.args[1]).strip()
-            if continuation not in labels:
-                raise TaskMappingError(
-                    f"task {request.task_name!r} asks the log-likelihood of {continuation!r}, "
-                    f"which is not one of the labels {labels}; posdebias scores labels only"
-                )
-            prediction = ranking.predictions[label]
-            position = labels.index(continuation)
-            logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
-            results.append((logprob, bool(position == prediction.choice)))
-        return results
+        return [
+            label_loglikelihood(
+                ranking.predictions[label], labels, request.args[1], request.task_name
+            )
+            for request, (ranking, label, labels) in zip(
+                requests, self._answer(requests), strict=True
+            )
+        ]
 
     def generate_until(self, requests: list[Request]) -> list[str]:
         """The calibrated label of each request's document."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from lmms_eval.api.instance import GenerationResult
 from lmms_eval.api.instance import Instance as Request
 from lmms_eval.api.model import lmms
@@ -47,7 +46,9 @@ from posdebias.integrations.harness import (
     HarnessConfig,
     LaunchedHarness,
     TaskMappingError,
+    check_task_labels,
     doc_instance,
+    label_loglikelihood,
 )
 from posdebias.integrations.lmms_eval_tasks import (
     check_calibration_items,
@@ -106,12 +107,7 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             expected = doc.get(LABELS)
             if expected is None and instance.task != "retrieval":  # a foreign task's letters
                 expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
-            labels = self.harness.labels(instance.n)
-            if expected is not None and list(expected) != labels:
-                raise TaskMappingError(
-                    f"task {task!r} expects the labels {list(expected)}, but the model answers "
-                    f"with {labels}; pass label_set= to --model_args to match (upper: A, B, ...)"
-                )
+            check_task_labels(task, expected, self.harness.labels(instance.n))
         rankings = self.harness.answers(instances)
         return [
             (ranking, self.harness.calibrator_label(doc.get(CALIBRATOR), task), doc)
@@ -141,19 +137,12 @@ class PosdebiasLMM(LaunchedHarness, lmms):
     def _loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         results = []
         for request, (ranking, label, _) in zip(requests, self._answer(requests), strict=True):
-            continuation = str(request.args[1]).strip()
             labels = self.harness.labels(len(ranking.images))
-            if continuation not in labels:
-                raise TaskMappingError(
-                    f"task {request.task_name!r} asks the log-likelihood of {continuation!r}, "
-                    f"which is not one of the labels {labels}; posdebias scores labels only"
-                )
-            prediction = ranking.predictions[label]
-            position = labels.index(continuation)
-            logprob = float(np.log(max(float(prediction.probabilities[position]), 1e-45)))
-            pair = (-logprob, bool(position == prediction.choice))
+            logprob, is_choice = label_loglikelihood(
+                ranking.predictions[label], labels, request.args[1], request.task_name
+            )
             # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
-            results.append(GenerationResult(text=pair))
+            results.append(GenerationResult(text=(-logprob, is_choice)))
         return results
 
     def generate_until_multi_round(self, requests: list[Request]) -> list[str]:

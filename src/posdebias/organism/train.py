@@ -61,6 +61,7 @@ from posdebias.organism.training import (
     curriculum_n,
     model_folder,
     save_model,
+    seeded,
     soft_target_step,
     train_top,
 )
@@ -567,25 +568,19 @@ def train_organism(
         import transformers
 
         started = time.perf_counter()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(plan.threads)
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(plan.seed)
-                model, processor = build_untrained(plan.seed)
-                model.train()
-                pool = ShapesPool(plan.pool_size, plan.seed, processor)
-                log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
-                _alignment_stage(model, pool, plan, log)
-                adapter = LlavaAdapter(model, processor, prompt=PROMPT)
-                label_ids = _label_token_ids(
-                    adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
-                )
-                for phase in _attention_phases(plan):
-                    _attention_stage(adapter, pool, plan, phase, label_ids, log)
-                _bias_stage(adapter, pool, plan, label_ids, log)
-        finally:
-            torch.set_num_threads(threads)
+        with seeded(plan.seed, plan.threads):
+            model, processor = build_untrained(plan.seed)
+            model.train()
+            pool = ShapesPool(plan.pool_size, plan.seed, processor)
+            log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
+            _alignment_stage(model, pool, plan, log)
+            adapter = LlavaAdapter(model, processor, prompt=PROMPT)
+            label_ids = _label_token_ids(
+                adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
+            )
+            for phase in _attention_phases(plan):
+                _attention_stage(adapter, pool, plan, phase, label_ids, log)
+            _bias_stage(adapter, pool, plan, label_ids, log)
         seconds = time.perf_counter() - started
         info = {
             "plan": asdict(plan),

@@ -47,7 +47,6 @@ from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.evaluation.sweep.outputs import (
     COLUMNS,
     figure_files,
-    read_table,
     sweep_report_text,
     table_text,
     with_costs,
@@ -75,7 +74,6 @@ __all__ = [
     "SweepSpec",
     "plan_points",
     "prepare_point",
-    "read_table",
     "run_point",
     "run_sweep",
     "sweep_identity",

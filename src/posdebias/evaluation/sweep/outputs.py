@@ -8,11 +8,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from posdebias._text import file_text, one_line
 from posdebias.core.instance import candidate_noun
+from posdebias.evaluation.export import HEADLINE
 from posdebias.evaluation.figures import render, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
@@ -71,11 +71,6 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def read_table(path: Path) -> list[dict[str, str]]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 _AXIS = {
     "calibration_size": "|Dcal| (calibration instances)",
     "top_k": "K (selected layers)",
@@ -129,7 +124,7 @@ def sweep_report_text(
             "option under every order by construction, so it has no position bias to measure.",
             "",
         ]
-    for metric, title in (("accuracy", "Acc"), ("rstd", "RStd"), ("consistency", "Cons.")):
+    for metric, title in HEADLINE:
         lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
         lines.append("|---" * (len(labels) + 1) + "|")
         for point in dict.fromkeys(row["point"] for row in rows):
