@@ -100,6 +100,7 @@ def test_answers_to_judge_and_passages_are_checked_too(qwen3, case, where):
          "task_prompt.system", "<|im_end|>"),
         ({"task_prompt": {"instruction": "Pick one <|endoftext|>"}}, "task_prompt.instruction",
          "<|endoftext|>"),
+        # retrieval's prompt: a vision model's (a text model refuses the option itself)
         ({"prompt": {"system": "<|im_start|>system"}}, "prompt.system", "<|im_start|>"),
         ({"prompt": {"separator": "\n<|im_end|>\n"}}, "prompt.separator", "<|im_end|>"),
     ],
@@ -107,7 +108,8 @@ def test_answers_to_judge_and_passages_are_checked_too(qwen3, case, where):
 def test_a_template_holding_a_special_token_is_refused_when_the_adapter_is_made(
     options, where, token
 ):
-    model, tokenizer = tiny_model_and_processor("qwen3")
+    family = "qwen2_5_vl" if "prompt" in options else "qwen3"
+    model, tokenizer = tiny_model_and_processor(family)
     with pytest.raises(ConfigError) as caught:
         posdebias.get_adapter(model, tokenizer, **options)
     assert f"the prompt template's field {where} holds {token!r}, which" in str(caught.value)
@@ -456,7 +458,8 @@ def test_template_fields_that_write_a_token_where_they_meet_are_refused(options,
     # every prompt, exit 0: the neutral prompt held it too, so the data were not blamed
     if not _prompt_fields_ok(options):
         pytest.skip("the retrieval prompt has no such fields")
-    model, tokenizer = tiny_model_and_processor("qwen3")
+    # retrieval's prompt: a vision model's (a text model refuses the option itself)
+    model, tokenizer = tiny_model_and_processor("qwen2_5_vl" if "prompt" in options else "qwen3")
     with pytest.raises(ConfigError) as caught:
         posdebias.get_adapter(model, tokenizer, label_set="upper", **options)
     assert f"the fields of {where} write {token!r} where they meet" in str(caught.value)
