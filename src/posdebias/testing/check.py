@@ -53,7 +53,7 @@ from posdebias.adapters.hf.spans import (
     check_spans,
     span_matrix,
 )
-from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
+from posdebias.adapters.hf.verify import max_difference, reference_scores, refuse_unsupported
 from posdebias.core.instance import Instance, candidate_noun
 from posdebias.errors import AdapterError, InputError, PosdebiasError
 
@@ -351,7 +351,7 @@ class _Checks:
     def spans(self) -> tuple[str, str, str]:
         summaries = []
         for index, instance in enumerate(self.instances):
-            batch = self.single(index)[0] if index < 2 else self._prepare(instance)
+            batch = self.single(index)[0] if index < 2 else self.adapter.prepare_batch([instance])
             summaries.append(self._row_spans(batch, 0, instance))
         pair = self.pair()
         for row in range(2):
@@ -384,14 +384,11 @@ class _Checks:
         texts = sum(1 for text in instance.texts if text is not None)
         return f"{summary}; {texts} text spans decode to their texts exactly"
 
-    def _prepare(self, instance: Instance) -> PreparedBatch:
-        return self.adapter.prepare_batch([instance])
-
     def labels(self) -> tuple[str, str, str]:
         figures = []
         for n in sorted({instance.n for instance in self.instances}):
             instance = next(i for i in self.instances if i.n == n)
-            plan = self._prepare(instance).plan
+            plan = self.adapter.prepare_batch([instance]).plan
             problem = _trie_problem(plan)
             if problem:
                 return FAIL, f"N={n}", problem
@@ -403,19 +400,17 @@ class _Checks:
         return PASS, "; ".join(figures), ""
 
     def scores(self) -> tuple[str, str, str]:
-        import torch
-
         worst = 0.0
         multi = False
         for index, instance in enumerate(self.instances):
             if index < 2:
                 batch, scores, _ = self.single(index)
             else:
-                batch = self._prepare(instance)
+                batch = self.adapter.prepare_batch([instance])
                 scores, _ = self.adapter.run_batch(batch, attention=False)
             multi = multi or bool(batch.plan.steps)
             reference = reference_scores(self.adapter, instance)
-            worst = max(worst, float(torch.max(torch.abs(scores[0].double().cpu() - reference))))
+            worst = max(worst, max_difference(scores[0], reference))
         figure = (
             f"max |diff| {worst:.2g} over {len(self.instances)} prompts"
             + (" (multi-token labels included)" if multi else "")
@@ -469,7 +464,7 @@ class _Checks:
                 f"probe {tuple(masses.shape)} vs eager {tuple(eager.shape)}",
                 "the probe and eager attention see different layers",
             )
-        worst = float(torch.max(torch.abs(masses.double() - eager)))
+        worst = max_difference(masses, eager)
         figure = (
             f"max |diff| {worst:.2g} over {masses.shape[1]} layers, {how}, "
             f"tolerance {self.probe_tolerance:g}"
@@ -495,14 +490,8 @@ class _Checks:
         worst_scores = worst_masses = 0.0
         for row in range(2):
             _, alone_scores, alone_masses = self.single(row)
-            worst_scores = max(
-                worst_scores,
-                float(torch.max(torch.abs(scores[row].double() - alone_scores[0].double()))),
-            )
-            worst_masses = max(
-                worst_masses,
-                float(torch.max(torch.abs(masses[row].double() - alone_masses[0].double()))),
-            )
+            worst_scores = max(worst_scores, max_difference(scores[row], alone_scores[0]))
+            worst_masses = max(worst_masses, max_difference(masses[row], alone_masses[0]))
         figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|){fallback}"
         if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
             return PASS, figure, ""
@@ -522,7 +511,7 @@ class _Checks:
         n = instance.n
         nouns, noun = candidate_noun(instance.task), candidate_noun(instance.task, plural=False)
         original = self.single(0)[0]
-        rotated = self._prepare(instance.rotated(1))
+        rotated = self.adapter.prepare_batch([instance.rotated(1)])
         before, before_spans = self._embeddings(original)
         after, after_spans = self._embeddings(rotated)
         worst = 0.0
@@ -552,7 +541,6 @@ class _Checks:
 
     def preprocessing(self) -> tuple[str, str, str]:
         """What posdebias did to the image files before the processor, and what it changed."""
-        import torch
         from PIL import Image
 
         adapter = self.adapter
@@ -585,7 +573,7 @@ class _Checks:
         _, fed_scores, _ = self.single(0)
         original_batch = adapter.prepare_batch([instance], original_images=True)
         original_scores, _ = adapter.run_batch(original_batch, attention=False)
-        worst = float(torch.max(torch.abs(fed_scores[0].double() - original_scores[0].double())))
+        worst = max_difference(fed_scores[0], original_scores[0])
         figure = (
             f"{'; '.join(changes)}{note}; scores on the original files differ by max |diff| "
             f"{worst:.2g}, tolerance {self.score_tolerance:g}"
