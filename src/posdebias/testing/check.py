@@ -469,9 +469,8 @@ class _Checks:
             f"max |diff| {worst:.2g} over {masses.shape[1]} layers, {how}, "
             f"tolerance {self.probe_tolerance:g}"
         )
-        if worst <= self.probe_tolerance:
-            return PASS, figure, ""
-        return FAIL, figure, "the probe's attention row or mask differs from eager attention"
+        cause = "the probe's attention row or mask differs from eager attention"
+        return _verdict(worst <= self.probe_tolerance, figure, cause)
 
     def batch(self) -> tuple[str, str, str]:
         import torch
@@ -493,16 +492,12 @@ class _Checks:
             worst_scores = max(worst_scores, max_difference(scores[row], alone_scores[0]))
             worst_masses = max(worst_masses, max_difference(masses[row], alone_masses[0]))
         figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|){fallback}"
-        if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
-            (
-                "a left-padded row differs from the same prompt alone: the position ids must count "
-                "from each row's first real token (prompt_position_ids)"
-            ),
+        passed = worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance
+        cause = (
+            "a left-padded row differs from the same prompt alone: the position ids must count "
+            "from each row's first real token (prompt_position_ids)"
         )
+        return _verdict(passed, figure, cause)
 
     def rotation(self) -> tuple[str, str, str]:
         import torch
@@ -528,16 +523,11 @@ class _Checks:
             worst = max(worst, float(difference.max()))
         figure = f"{nouns} rotated by 1: span k holds {noun} k + 1's tokens (max |embedding "
         figure += f"diff| {worst:.2g} over {n} spans)"
-        if worst <= EMBEDDING_TOLERANCE:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
-            (
-                f"the spans do not follow the {nouns}: span k of the rotated prompt does not "
-                f"hold {noun} k + 1's tokens"
-            ),
+        cause = (
+            f"the spans do not follow the {nouns}: span k of the rotated prompt does not "
+            f"hold {noun} k + 1's tokens"
         )
+        return _verdict(worst <= EMBEDDING_TOLERANCE, figure, cause)
 
     def preprocessing(self) -> tuple[str, str, str]:
         """What posdebias did to the image files before the processor, and what it changed."""
@@ -578,15 +568,12 @@ class _Checks:
             f"{'; '.join(changes)}{note}; scores on the original files differ by max |diff| "
             f"{worst:.2g}, tolerance {self.score_tolerance:g}"
         )
-        if worst <= self.score_tolerance:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
+        cause = (
             "posdebias shrank large image files before the processor and the model answers "
             "differently on the originals: resize the files yourself to the processor's size "
-            "so that both agree",
+            "so that both agree"
         )
+        return _verdict(worst <= self.score_tolerance, figure, cause)
 
     def _embeddings(self, batch: PreparedBatch) -> tuple[torch.Tensor, list[ImageSpan]]:
         """[T, D] float64 input embeddings of a one-row batch (image features merged in) and
@@ -607,6 +594,11 @@ class _Checks:
         spans = [ImageSpan.from_positions(torch.nonzero(owned[:, k])[:, 0].tolist())
                  for k in range(owned.shape[1])]  # fmt: skip
         return tokens, spans
+
+
+def _verdict(passed: bool, figure: str, cause: str) -> tuple[str, str, str]:
+    """A measured row's result: PASS with no cause, or FAIL with ``cause``."""
+    return (PASS, figure, "") if passed else (FAIL, figure, cause)
 
 
 def _size(size: tuple[int, int]) -> str:
