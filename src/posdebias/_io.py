@@ -184,10 +184,6 @@ def staged_files(folder: str | os.PathLike[str], *, new: bool = False) -> Iterat
     linked into place (which never replaces an entry), and if one name is taken the ones
     already placed are removed again, so none appears.
     """
-    if new:
-        with _staged_new(Path(folder)) as staging:
-            yield staging
-        return
     root = Path(folder)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -200,48 +196,36 @@ def staged_files(folder: str | os.PathLike[str], *, new: bool = False) -> Iterat
         for entry in entries:  # temporary writes (mkstemp) may have made 0600 files
             if entry.is_file() and not entry.is_symlink():
                 os.chmod(entry, 0o666 & ~_UMASK)
-        for entry in entries:
-            try:
-                os.replace(entry, root / entry.name)
-            except OSError as exc:
-                raise _output_error(root / entry.name, exc) from exc
+        if new:
+            _link_new(root, entries)
+        else:
+            for entry in entries:
+                try:
+                    os.replace(entry, root / entry.name)
+                except OSError as exc:
+                    raise _output_error(root / entry.name, exc) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _staged_new(root: Path) -> Iterator[Path]:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging = make_staging_dir(root / ".files")
-    except OSError as exc:
-        raise _output_error(root, exc) from exc
+def _link_new(root: Path, entries: list[Path]) -> None:
+    """Link each entry into ``root``; if one cannot be, remove the ones already placed."""
     placed: list[Path] = []
     try:
-        yield staging
-        entries = sorted(staging.iterdir())
         for entry in entries:
-            os.chmod(entry, 0o666 & ~_UMASK)
-        try:
-            for entry in entries:
-                os.link(entry, root / entry.name, follow_symlinks=False)
-                placed.append(root / entry.name)
-        except FileExistsError:
-            for path in placed:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            os.link(entry, root / entry.name, follow_symlinks=False)
+            placed.append(root / entry.name)
+    except OSError as exc:
+        for path in placed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, FileExistsError):
             raise OutputError(
                 f"{root} already holds {root / entry.name} (a file, a folder or a link); "
                 "posdebias never replaces what it did not write: remove it or choose another "
                 "name"
             ) from None
-        except OSError as exc:
-            for path in placed:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            raise _output_error(root / entry.name, exc) from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        raise _output_error(root / entry.name, exc) from exc
 
 
 def write_files_together(

@@ -300,11 +300,7 @@ class RunFolder:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise OutputError(f"cannot create {path.parent}: {exc.strerror or exc}") from None
-        if path.is_symlink():
-            raise OutputError(
-                f"{path} is a symbolic link; posdebias does not write through links: remove "
-                f"it or choose another {self.flag}"
-            )
+        self.refuse_links([relative])
         return atomic_write_json(path, payload)
 
 

@@ -189,6 +189,13 @@ class Registry:
         self._calibrators: dict[str, Registered[type[Calibrator]]] = {}
         self._decoders: dict[str, Registered[type[Decoder]]] = {}
         self._models: dict[str, Registered[BundledModel]] = {}
+        #: each kind's table, for the queries that take the kind by name
+        self._tables: dict[str, dict[str, Registered[Any]]] = {
+            "adapter": self._adapters,
+            "calibrator": self._calibrators,
+            "decoder": self._decoders,
+            "model": self._models,
+        }
         self._staging: _Staging | None = None
         hook = self._pm.hook
         hook.posdebias_register_adapters.call_historic(kwargs={"register": self._adapter})
@@ -237,9 +244,8 @@ class Registry:
     ) -> None:
         info = self._plugins.setdefault(name, PluginInfo(name, distribution, version))
         info.error = why
-        source = f" (distribution {distribution} {version or '?'})" if distribution else ""
         warnings.warn(
-            f"posdebias plugin {name!r}{source} skipped: {why}",
+            f"posdebias {PluginInfo(name, distribution, version).describe()} skipped: {why}",
             PosdebiasPluginWarning,
             stacklevel=3,
         )
@@ -357,12 +363,7 @@ class Registry:
 
     def plugin_of(self, kind: str, cls: type) -> PluginInfo | None:
         """The plugin that registered ``cls`` as an adapter, calibrator or decoder, or None."""
-        tables: dict[str, dict[str, Registered[Any]]] = {
-            "adapter": self._adapters,
-            "calibrator": self._calibrators,
-            "decoder": self._decoders,
-        }
-        for entry in tables[kind].values():
+        for entry in self._tables[kind].values():
             if entry.value is cls:
                 return self._plugins[entry.plugin]
         return None
@@ -390,13 +391,7 @@ class Registry:
 
     def provider(self, kind: str, name: str) -> str:
         """The name of the plugin that registered the adapter/calibrator/model ``name``."""
-        tables: dict[str, dict[str, Any]] = {
-            "adapter": self._adapters,
-            "calibrator": self._calibrators,
-            "decoder": self._decoders,
-            "model": self._models,
-        }
-        return self._lookup(tables[kind], name, kind).plugin
+        return self._lookup(self._tables[kind], name, kind).plugin
 
     @staticmethod
     def _lookup(table: dict[str, Registered[T]], name: str, kind: str) -> Registered[T]:

@@ -53,7 +53,7 @@ from posdebias.adapters.hf.spans import (
     check_spans,
     span_matrix,
 )
-from posdebias.adapters.hf.verify import reference_scores, refuse_unsupported
+from posdebias.adapters.hf.verify import max_difference, reference_scores, refuse_unsupported
 from posdebias.core.instance import Instance, candidate_noun
 from posdebias.errors import AdapterError, InputError, PosdebiasError
 
@@ -351,7 +351,7 @@ class _Checks:
     def spans(self) -> tuple[str, str, str]:
         summaries = []
         for index, instance in enumerate(self.instances):
-            batch = self.single(index)[0] if index < 2 else self._prepare(instance)
+            batch = self.single(index)[0] if index < 2 else self.adapter.prepare_batch([instance])
             summaries.append(self._row_spans(batch, 0, instance))
         pair = self.pair()
         for row in range(2):
@@ -384,14 +384,11 @@ class _Checks:
         texts = sum(1 for text in instance.texts if text is not None)
         return f"{summary}; {texts} text spans decode to their texts exactly"
 
-    def _prepare(self, instance: Instance) -> PreparedBatch:
-        return self.adapter.prepare_batch([instance])
-
     def labels(self) -> tuple[str, str, str]:
         figures = []
         for n in sorted({instance.n for instance in self.instances}):
             instance = next(i for i in self.instances if i.n == n)
-            plan = self._prepare(instance).plan
+            plan = self.adapter.prepare_batch([instance]).plan
             problem = _trie_problem(plan)
             if problem:
                 return FAIL, f"N={n}", problem
@@ -403,19 +400,17 @@ class _Checks:
         return PASS, "; ".join(figures), ""
 
     def scores(self) -> tuple[str, str, str]:
-        import torch
-
         worst = 0.0
         multi = False
         for index, instance in enumerate(self.instances):
             if index < 2:
                 batch, scores, _ = self.single(index)
             else:
-                batch = self._prepare(instance)
+                batch = self.adapter.prepare_batch([instance])
                 scores, _ = self.adapter.run_batch(batch, attention=False)
             multi = multi or bool(batch.plan.steps)
             reference = reference_scores(self.adapter, instance)
-            worst = max(worst, float(torch.max(torch.abs(scores[0].double().cpu() - reference))))
+            worst = max(worst, max_difference(scores[0], reference))
         figure = (
             f"max |diff| {worst:.2g} over {len(self.instances)} prompts"
             + (" (multi-token labels included)" if multi else "")
@@ -469,14 +464,13 @@ class _Checks:
                 f"probe {tuple(masses.shape)} vs eager {tuple(eager.shape)}",
                 "the probe and eager attention see different layers",
             )
-        worst = float(torch.max(torch.abs(masses.double() - eager)))
+        worst = max_difference(masses, eager)
         figure = (
             f"max |diff| {worst:.2g} over {masses.shape[1]} layers, {how}, "
             f"tolerance {self.probe_tolerance:g}"
         )
-        if worst <= self.probe_tolerance:
-            return PASS, figure, ""
-        return FAIL, figure, "the probe's attention row or mask differs from eager attention"
+        cause = "the probe's attention row or mask differs from eager attention"
+        return _verdict(worst <= self.probe_tolerance, figure, cause)
 
     def batch(self) -> tuple[str, str, str]:
         import torch
@@ -495,25 +489,15 @@ class _Checks:
         worst_scores = worst_masses = 0.0
         for row in range(2):
             _, alone_scores, alone_masses = self.single(row)
-            worst_scores = max(
-                worst_scores,
-                float(torch.max(torch.abs(scores[row].double() - alone_scores[0].double()))),
-            )
-            worst_masses = max(
-                worst_masses,
-                float(torch.max(torch.abs(masses[row].double() - alone_masses[0].double()))),
-            )
+            worst_scores = max(worst_scores, max_difference(scores[row], alone_scores[0]))
+            worst_masses = max(worst_masses, max_difference(masses[row], alone_masses[0]))
         figure = f"scores {worst_scores:.2g}, attention {worst_masses:.2g} (max |diff|){fallback}"
-        if worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
-            (
-                "a left-padded row differs from the same prompt alone: the position ids must count "
-                "from each row's first real token (prompt_position_ids)"
-            ),
+        passed = worst_scores <= self.score_tolerance and worst_masses <= self.probe_tolerance
+        cause = (
+            "a left-padded row differs from the same prompt alone: the position ids must count "
+            "from each row's first real token (prompt_position_ids)"
         )
+        return _verdict(passed, figure, cause)
 
     def rotation(self) -> tuple[str, str, str]:
         import torch
@@ -522,7 +506,7 @@ class _Checks:
         n = instance.n
         nouns, noun = candidate_noun(instance.task), candidate_noun(instance.task, plural=False)
         original = self.single(0)[0]
-        rotated = self._prepare(instance.rotated(1))
+        rotated = self.adapter.prepare_batch([instance.rotated(1)])
         before, before_spans = self._embeddings(original)
         after, after_spans = self._embeddings(rotated)
         worst = 0.0
@@ -539,20 +523,14 @@ class _Checks:
             worst = max(worst, float(difference.max()))
         figure = f"{nouns} rotated by 1: span k holds {noun} k + 1's tokens (max |embedding "
         figure += f"diff| {worst:.2g} over {n} spans)"
-        if worst <= EMBEDDING_TOLERANCE:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
-            (
-                f"the spans do not follow the {nouns}: span k of the rotated prompt does not "
-                f"hold {noun} k + 1's tokens"
-            ),
+        cause = (
+            f"the spans do not follow the {nouns}: span k of the rotated prompt does not "
+            f"hold {noun} k + 1's tokens"
         )
+        return _verdict(worst <= EMBEDDING_TOLERANCE, figure, cause)
 
     def preprocessing(self) -> tuple[str, str, str]:
         """What posdebias did to the image files before the processor, and what it changed."""
-        import torch
         from PIL import Image
 
         adapter = self.adapter
@@ -585,20 +563,17 @@ class _Checks:
         _, fed_scores, _ = self.single(0)
         original_batch = adapter.prepare_batch([instance], original_images=True)
         original_scores, _ = adapter.run_batch(original_batch, attention=False)
-        worst = float(torch.max(torch.abs(fed_scores[0].double() - original_scores[0].double())))
+        worst = max_difference(fed_scores[0], original_scores[0])
         figure = (
             f"{'; '.join(changes)}{note}; scores on the original files differ by max |diff| "
             f"{worst:.2g}, tolerance {self.score_tolerance:g}"
         )
-        if worst <= self.score_tolerance:
-            return PASS, figure, ""
-        return (
-            FAIL,
-            figure,
+        cause = (
             "posdebias shrank large image files before the processor and the model answers "
             "differently on the originals: resize the files yourself to the processor's size "
-            "so that both agree",
+            "so that both agree"
         )
+        return _verdict(worst <= self.score_tolerance, figure, cause)
 
     def _embeddings(self, batch: PreparedBatch) -> tuple[torch.Tensor, list[ImageSpan]]:
         """[T, D] float64 input embeddings of a one-row batch (image features merged in) and
@@ -619,6 +594,11 @@ class _Checks:
         spans = [ImageSpan.from_positions(torch.nonzero(owned[:, k])[:, 0].tolist())
                  for k in range(owned.shape[1])]  # fmt: skip
         return tokens, spans
+
+
+def _verdict(passed: bool, figure: str, cause: str) -> tuple[str, str, str]:
+    """A measured row's result: PASS with no cause, or FAIL with ``cause``."""
+    return (PASS, figure, "") if passed else (FAIL, figure, cause)
 
 
 def _size(size: tuple[int, int]) -> str:

@@ -35,11 +35,8 @@ class Gemma3Adapter(HFAdapter):
     image_token_key = "image_token_id"  # the soft token; the processor's is <start_of_image>
 
     def span_tokens(self) -> SpanTokens:
-        config = self.model.config
-        return SpanTokens(
-            image=int(config.image_token_id),
-            start=int(config.boi_token_index),
-            end=int(config.eoi_token_index),
+        return SpanTokens.named(
+            self.model.config, "image_token_id", "boi_token_index", "eoi_token_index"
         )
 
 

@@ -40,12 +40,7 @@ class Gemma4Adapter(HFAdapter):
     summary = "Gemma 4 (sliding-window + global layers, KV-shared layers, image blocks)"
 
     def span_tokens(self) -> SpanTokens:
-        config = self.model.config
-        return SpanTokens(
-            image=int(config.image_token_id),
-            start=int(config.boi_token_id),
-            end=int(config.eoi_token_id),
-        )
+        return SpanTokens.named(self.model.config, "image_token_id", "boi_token_id", "eoi_token_id")
 
 
 @hookimpl

@@ -29,11 +29,8 @@ class Glm4vAdapter(Qwen2VLAdapter):
     summary = "GLM-4.1V / 4.5V / 4.6V (3-D positions from get_rope_index, begin/end of image)"
 
     def span_tokens(self) -> SpanTokens:
-        config = self.model.config
-        return SpanTokens(
-            image=int(config.image_token_id),
-            start=int(config.image_start_token_id),
-            end=int(config.image_end_token_id),
+        return SpanTokens.named(
+            self.model.config, "image_token_id", "image_start_token_id", "image_end_token_id"
         )
 
 

@@ -23,11 +23,8 @@ class InternVLAdapter(HFAdapter):
     summary = "InternVL (HF-native; <img> + <IMG_CONTEXT> x 256 per tile + </img>)"
 
     def span_tokens(self) -> SpanTokens:
-        processor = self.processor
-        return SpanTokens(
-            image=int(processor.image_token_id),
-            start=int(processor.start_image_token_id),
-            end=int(processor.end_image_token_id),
+        return SpanTokens.named(
+            self.processor, "image_token_id", "start_image_token_id", "end_image_token_id"
         )
 
 

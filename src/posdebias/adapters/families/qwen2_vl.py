@@ -27,11 +27,8 @@ class Qwen2VLAdapter(HFAdapter):
     summary = "Qwen2-VL / Qwen2.5-VL (multimodal RoPE, vision start/end markers)"
 
     def span_tokens(self) -> SpanTokens:
-        config = self.model.config
-        return SpanTokens(
-            image=int(config.image_token_id),
-            start=int(config.vision_start_token_id),
-            end=int(config.vision_end_token_id),
+        return SpanTokens.named(
+            self.model.config, "image_token_id", "vision_start_token_id", "vision_end_token_id"
         )
 
     def prompt_position_ids(self, inputs: Any) -> Any:

@@ -41,6 +41,11 @@ class SpanTokens:
     start: int | None = None
     end: int | None = None
 
+    @classmethod
+    def named(cls, holder: Any, image: str, start: str, end: str) -> SpanTokens:
+        """The three ids ``holder`` (a model config or a processor) keeps under these names."""
+        return cls(*(int(getattr(holder, name)) for name in (image, start, end)))
+
 
 Run = tuple[int, int]
 

@@ -45,6 +45,13 @@ def score_tolerance(dtype: Any) -> float:
     return FLOAT32_TOLERANCE if dtype in (torch.float32, torch.float64) else HALF_TOLERANCE
 
 
+def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b|, in float64 on the CPU: the figure every comparison with a reference uses."""
+    import torch
+
+    return float(torch.max(torch.abs(a.double().cpu() - b.double().cpu())))
+
+
 def reference_scores(adapter: ModelAdapter, instance: Instance) -> torch.Tensor:
     """[N] float64 restricted label scores from the model's own forwards (no position ids, no
     cache) of the prompt alone and of prompt + each multi-token label prefix."""
@@ -113,10 +120,8 @@ def _known(adapter: ModelAdapter) -> bool:
 
 
 def _judge(adapter: ModelAdapter, scores: torch.Tensor, reference: torch.Tensor) -> None:
-    import torch
-
     verdicts, key = _verdicts(adapter)
-    difference = float(torch.max(torch.abs(scores.double().cpu() - reference)))
+    difference = max_difference(scores, reference)
     tolerance = score_tolerance(getattr(adapter.model, "dtype", None))
     if difference <= tolerance:
         verdicts[key] = None
