@@ -12,6 +12,7 @@ from posdebias import get_calibrator
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.api import Debiaser
 from posdebias.cli import main
+from posdebias.core.instance import Instance
 from posdebias.core.symmetry import cyclic_rotations
 from posdebias.errors import CalibrationError, InputError
 
@@ -137,7 +138,47 @@ def test_rank_poses_text_candidates_as_the_task_its_state_was_fitted_on(tmp_path
     assert "<- chosen" in rows[options[expected.choice]] and "image" not in out
     # another task's prompt is not the one the state was fitted with
     assert main([*command, "--task", "rerank", question, *options]) == 2
-    assert "fitted with another prompt" in capsys.readouterr().err
+    assert "fitted on multiple_choice queries, and this one is posed as rerank" in (
+        capsys.readouterr().err
+    )
+
+
+def test_states_of_several_tasks_pose_a_query_as_the_task_of_its_n(tmp_path, capsys):
+    """A folder of states fitted on pairs (N = 2) and on four options (N = 4): each query is
+    posed as its N's task; a query of neither is refused naming both tasks."""
+    import warnings
+
+    adapter = posdebias.load_adapter("posdebias/text-organism")
+    fruits = ["apple", "banana", "cherry", "grape", "lemon", "mango", "pear", "plum"]
+    others = ["stone", "car", "cloud", "chair", "river", "shoe", "hammer", "brick"]
+    stem = "Which of these is a fruit?"
+    pairs = [Instance(stem=stem, texts=(f, o), target=0, id=f"p{k}", task="pairwise_judge")
+             for k, (f, o) in enumerate(zip(fruits, others, strict=True))]  # fmt: skip
+    options = [Instance(stem=stem, texts=(o, f, others[k - 1], others[k - 2]), target=1,
+                        id=f"m{k}", task="multiple_choice")
+               for k, (f, o) in enumerate(zip(fruits, others, strict=True))]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fitted = Debiaser(adapter, "pride")
+        fitted.calibrate([*pairs, *options])
+    fitted.save(tmp_path / "mixed")
+    loaded = Debiaser.load(tmp_path / "mixed", adapter)
+    assert (loaded.fitted_task(2), loaded.fitted_task(4), loaded.fitted_task()) == (
+        "pairwise_judge", "multiple_choice", None)  # fmt: skip
+    posed = loaded.rank(stem, texts=["plum", "stone"], task="pairwise_judge")
+    assert np.allclose(
+        loaded.rank(stem, texts=["plum", "stone"]).probabilities, posed.probabilities
+    )
+    with pytest.raises(CalibrationError, match="fitted on multiple_choice queries, and this one "
+                       "is posed as rerank"):  # fmt: skip
+        loaded.rank(stem, texts=["plum", "stone", "car", "cloud"], task="rerank")
+    command = ["rank", "--calibration", str(tmp_path / "mixed"),
+               "--model", "posdebias/text-organism"]  # fmt: skip
+    assert main([*command, stem, "plum", "stone"]) == 0
+    assert "answer" in capsys.readouterr().out  # the judge's noun
+    assert main([*command, stem, "plum", "stone", "car"]) == 2
+    err = capsys.readouterr().err
+    assert "fitted on multiple_choice and pairwise_judge" in err and "--task" in err
 
 
 def test_rank_with_a_state_from_another_adapter_is_refused(tmp_path, capsys):

@@ -68,9 +68,13 @@ def test_a_state_fitted_on_another_tasks_prompt_is_still_refused(tmp_path, adapt
             "--orders", "2", "--calibration", str(state)]  # fmt: skip
     assert main(argv) == 2
     loaded = Debiaser.load(state, adapter)
-    assert loaded.rank(reranked[0].stem, texts=reranked[0].texts, task="rerank").best_text
-    with pytest.raises(CalibrationError, match="another prompt"):
-        loaded.rank(questions[0].stem, texts=questions[0].texts)
+    posed = loaded.rank(reranked[0].stem, texts=reranked[0].texts, task="rerank")
+    assert posed.best_text
+    # a query that names no task is posed as the one its state was fitted on
+    unnamed = loaded.rank(reranked[0].stem, texts=reranked[0].texts)
+    assert unnamed.probabilities.tolist() == posed.probabilities.tolist()
+    with pytest.raises(CalibrationError, match="fitted on rerank queries, and this one is posed"):
+        loaded.rank(questions[0].stem, texts=questions[0].texts, task="multiple_choice")
 
 
 def test_a_state_made_by_posdebias_calibrate_is_accepted_by_debiaser_load(

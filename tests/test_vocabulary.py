@@ -156,13 +156,22 @@ def test_a_run_directory_written_before_the_rename_resumes(tmp_path):
         assert CalibrationState.load(state).n == 4
 
 
-def test_text_runs_that_recorded_the_retrieval_prompt_resume(tmp_path, monkeypatch, capsys):
-    """A text run and a text study written when every run recorded the retrieval prompt resume
-    without a forward pass, to the numbers they had, and now record the prompt they posed."""
+@pytest.mark.parametrize("image_size", [None, 224])
+def test_text_runs_that_recorded_the_retrieval_prompt_resume(
+    tmp_path, monkeypatch, capsys, image_size
+):
+    """A text run and a text study written when every run recorded the retrieval prompt (and
+    the image settings, null or as configured, which a text model never used) resume without
+    a forward pass, to the numbers they had, and now record the prompt they posed."""
     monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
     run, study = tmp_path / "run", tmp_path / "study"
     shutil.copytree(TEXT_BEFORE / "run", run)
     shutil.copytree(TEXT_BEFORE / "sweep", study)
+    for record in (run / "run.json", run / "results.json", study / "sweep.json"):
+        written = json.loads(record.read_text())
+        assert written["adapter"]["image_size"] is None  # as the older version wrote it
+        written["adapter"] |= {"image_size": image_size, "max_patches": image_size}
+        record.write_text(json.dumps(written, indent=2))
     before = json.loads((run / "results.json").read_text())
     assert "Given {n} images" in json.dumps(before["adapter"]["prompt"])
     observed = {path: path.read_bytes() for path in (run / "observations.jsonl",
@@ -244,9 +253,21 @@ def test_a_text_model_refuses_the_image_options_it_would_not_use(tmp_path, capsy
         assert not [k for k in keys(json.loads((out / record).read_text())) if "image" in k]
 
 
-def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates():
-    from posdebias.evaluation.config import EvaluateConfig
+def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates(tmp_path, capsys):
+    from posdebias.evaluation.config import EvaluateConfig, load_config
     from posdebias.evaluation.job import build_decoders
+
+    config = tmp_path / "c.json"
+    sofa = {"name": "sofa", "options": {"within_image": True}}
+    config.write_text(json.dumps({"decoders": [sofa]}))
+    # recorded under its name: a run's settings hold no "within_image"
+    assert load_config(config).decoders[0].options == {"within_candidate": True}
+    sofa["options"] |= {"within_candidate": False}
+    config.write_text(json.dumps({"decoders": [sofa]}))
+    assert main(["evaluate", *TEXT_RUN, "--config", str(config)]) == 2
+    assert "within_image is the former name of within_candidate: give one" in (
+        capsys.readouterr().err
+    )
 
     for name in ("within_image", "within_candidate"):
         config = EvaluateConfig.model_validate(

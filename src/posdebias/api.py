@@ -32,6 +32,7 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
 from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
+from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import CalibrationError, InputError, ObservationError
 from posdebias.evaluation.runner import (
     ObservationCache,
@@ -440,15 +441,27 @@ class Debiaser:
         return state.prompt_hash in prompt_hashes(self.adapter, task, state.n)
 
     def _fitted_on(self, state: CalibrationState) -> str:
-        """The task whose prompt ``state`` was fitted with (retrieval where none fits: the gate
-        then names the mismatch)."""
-        return next((t for t in TASK_KINDS if self._fits_prompt(state, t)), "retrieval")
+        """The task ``state`` was fitted on: the first whose prompt and labels it records
+        (retrieval where none fits: the gate then names the mismatch)."""
+        return next(
+            (
+                t
+                for t in TASK_KINDS
+                if self._fits_prompt(state, t)
+                and state.label_set in (None, self.adapter.labels_for(state.n, t))
+            ),
+            "retrieval",
+        )
 
-    def fitted_task(self) -> str | None:
-        """The task the held states were fitted on: what a query is posed as unless it says
-        (None without states, or when they were fitted on several tasks)."""
+    def fitted_task(self, n: int | None = None) -> str | None:
+        """The task the held states (those for N = ``n``, if given) were fitted on: what a
+        query is posed as unless it says (None without states, or when they were fitted on
+        several tasks)."""
         tasks = {
-            self._fitted_on(s) for by_label in self._fitted.values() for s in by_label.values()
+            self._fitted_on(state)
+            for states_n, by_label in self._fitted.items()
+            if n in (None, states_n)
+            for state in by_label.values()
         }
         return tasks.pop() if len(tasks) == 1 else None
 
@@ -479,6 +492,13 @@ class Debiaser:
                         "Debiaser.calibrate(instances) takes instances of several N at once.",
                         RECALIBRATE[1],
                     ),
+                )
+            fitted_on = self._fitted_on(state)
+            if not self._fits_prompt(state, task) and self._fits_prompt(state, fitted_on):
+                raise CalibrationError(
+                    f"calibrator {label!r} was fitted on {fitted_on} queries, and this one is "
+                    f"posed as {task}: pose it as {fitted_on} (task=, --task) or calibrate on "
+                    f"{task} queries"
                 )
             states[label] = check_state(
                 state, self.adapter, calibrator, n, task, transfer=self.transfer
@@ -573,11 +593,20 @@ class Debiaser:
         """Rank the candidates for ``query`` with every calibrator (one forward pass per order).
 
         Image candidates: ``images``. Text candidates (options, answers, passages): ``texts``,
-        posed as ``multiple_choice`` unless ``task`` names another kind; both for images with a
-        text. ``stem_images``: images of the question itself.
+        posed as ``task``, else as the text task the states for their N were fitted on
+        (:meth:`fitted_task`), else as ``multiple_choice``; both for images with a text.
+        ``stem_images``: images of the question itself.
         """
+        task = self._posed_as(task, texts)
         instance = _query_instance(query, images, texts, stem_images, task)
         return self._rank_chunk([instance], self.batch_size, [explain])[0]
+
+    def _posed_as(self, task: str | None, texts: Sequence[str | None] | None) -> str | None:
+        """A text query's task when it names none: the text task its N's states were fitted on."""
+        if task is not None or texts is None:
+            return task
+        fitted = self.fitted_task(len(texts))
+        return fitted if fitted in TEXT_TASKS else None
 
     def rank_many(
         self,
@@ -618,7 +647,7 @@ class Debiaser:
         The answer is :meth:`rank`'s for the same query (equal up to float rounding: a batch's
         arithmetic may differ in the last bits). A bad query fails its own call only.
         """
-        instance = _query_instance(query, images, texts, stem_images, task)
+        instance = _query_instance(query, images, texts, stem_images, self._posed_as(task, texts))
         return await self._submit(instance, explain)
 
     async def arank_many(self, queries: Iterable[Query], *, explain: bool = False) -> list[Ranking]:

@@ -51,7 +51,7 @@ def test_builtin_keeps_its_model_type_against_a_plugin_at_equal_priority():
     assert registry.adapter_for_model_type("qwen3_vl") is Qwen3VLAdapter
     assert registry.adapter_class("my_qwen3") is SameClaim  # still usable by name
     claims = registry.model_type_claims()["qwen3_vl"]
-    assert [c.cls.name for c in claims] == ["qwen3_vl", "my_qwen3"]
+    assert [c.value.name for c in claims] == ["qwen3_vl", "my_qwen3"]
 
 
 def test_two_plugins_claiming_one_new_model_type_warn_and_the_first_wins():

@@ -20,7 +20,12 @@ from posdebias.core.labels import get_label_set
 from posdebias.core.layers import LayerSet
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.tasks import TaskTemplate, task_label_set
-from posdebias.errors import AdapterError, ConfigError, InputError, validation_message
+from posdebias.errors import (
+    AdapterError,
+    ConfigError,
+    InputError,
+    options_error,
+)
 
 
 @dataclass(frozen=True)
@@ -211,10 +216,7 @@ class Adapter(ABC):
         try:
             return cls.Options(**options)
         except ValidationError as exc:
-            allowed = ", ".join(cls.option_names()) or "none"
-            raise ConfigError(
-                validation_message(exc, f"adapter {cls.name!r}") + f"; options: {allowed}"
-            ) from None
+            raise options_error(exc, f"adapter {cls.name!r}", cls.option_names()) from None
 
     @classmethod
     def create(cls, **options: Any) -> Adapter:

@@ -37,7 +37,7 @@ SUBCOMMANDS: dict[str, str] = {
     "lmms-eval-task": "write lmms-eval tasks showing a benchmark in its N cyclic rotations",
     "organism": "the bundled model organism (train it from a seed)",
     "plugins": "list adapters, calibrators, decoders, bundled models and their plugins",
-    "rank": "rank images for a caption with a calibration",
+    "rank": "rank the candidates of one query (images or texts) with a calibration",
     "report": "re-render table and figures of a run, or compare two runs (--compare)",
     "sweep": "run a study of the paper (n, calibration_size, top_k, tau, transfer)",
 }

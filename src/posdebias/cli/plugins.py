@@ -229,11 +229,11 @@ def _model_types(registry: Any) -> Table:
         chosen, others = claims[0], claims[1:]
         table.add_row(
             model_type,
-            chosen.cls.name,
+            chosen.value.name,
             chosen.plugin,
-            str(adapter_priority(chosen.cls)),
+            str(adapter_priority(chosen.value)),
             ", ".join(
-                f"{o.cls.name} ({o.plugin}, priority {adapter_priority(o.cls)})" for o in others
+                f"{o.value.name} ({o.plugin}, priority {adapter_priority(o.value)})" for o in others
             )
             or "-",
         )

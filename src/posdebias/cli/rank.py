@@ -79,7 +79,14 @@ def run(args: argparse.Namespace) -> int:
         build_adapter(resolve_preset(config).config),
         transfer=args.calibration_transfer,
     )
-    task = args.task or debiaser.fitted_task() or "retrieval"
+    # the task of the states for this N, else of all the states (their N is then refused)
+    task = args.task or debiaser.fitted_task(len(args.candidates)) or debiaser.fitted_task()
+    if task is None:
+        fitted = sorted({debiaser.fitted_task(n) or "several tasks" for n in debiaser.calibrated_n})
+        raise InputError(
+            f"the calibration states were fitted on {' and '.join(fitted)}: say which task "
+            f"the {len(args.candidates)} candidates are posed as with --task"
+        )
     if task == "retrieval":
         for candidate in args.candidates:
             check_path_text(candidate)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
@@ -42,6 +42,13 @@ class SofaOptions(GeneratedOptions):
         validation_alias=AliasChoices("within_candidate", "within_image"),
         description="also open the later tokens of the same candidate (the authors' code)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"within_image", "within_candidate"} <= set(data):
+            raise ValueError("within_image is the former name of within_candidate: give one")
+        return data
 
 
 def require_effect(run: Any, adapter: Adapter) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -316,6 +317,17 @@ def _check_options(config: EvaluateConfig, source: str) -> None:
             except ValidationError as exc:
                 owner = f"{source}: {kind} {spec.key!r}"
                 raise options_error(exc, owner, options.model_fields) from None
+            # an option given by its former name is recorded by its name
+            spec.options = {_current_name(options, key): v for key, v in spec.options.items()}
+
+
+def _current_name(options: type[BaseModel], key: str) -> str:
+    """The option ``key`` names: itself, or the option it is a former name of."""
+    for name, field in options.model_fields.items():
+        former = field.validation_alias
+        if isinstance(former, AliasChoices) and key != name and key in former.choices:
+            return name
+    return key
 
 
 def orders_of(config: EvaluateConfig, n: int) -> int:

@@ -40,6 +40,7 @@ import numpy as np
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+from posdebias.adapters.hf.options import IMAGE_OPTIONS
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import Instance, candidate_noun, check_order_count
@@ -119,9 +120,10 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
             options["defaults"] = adapter_defaults(protocol)
         adapter = open_adapter(model, adapter=config.adapter.name, **options)
     elif config.adapter.name is None:
+        none = "" if config.task is None else f"; none poses {config.task}"
         raise InputError(
-            "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME "
-            "(the command line's default run uses the bundled model)"
+            "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME (the command "
+            f"line's default run takes the task's bundled model{none})"
         )
     else:
         adapter = get_registry().create_adapter(config.adapter.name, **options)
@@ -368,9 +370,10 @@ def saved_identity(
     saved: dict[str, Any], now: dict[str, Any] | None = None, retrieval_hash: str | None = None
 ) -> dict[str, Any]:
     """A run file's identity in today's terms, so that a run directory written by an older
-    version still resumes: a setting recorded as null that today's records leave out (a text
-    model's image settings) is dropped; a retrieval prompt recorded in its older form (before
-    retrieval became a task template) is recorded as that template, with its hash; a text run,
+    version still resumes: a setting today's records leave out is dropped where it was null or
+    a text model's image setting (it did nothing); a retrieval prompt recorded in its older
+    form (before retrieval became a task template) is recorded as that template, with its
+    hash; a text run,
     whose files recorded the retrieval template (``retrieval_hash``) instead of the prompt it
     posed, is read as recording this run's prompt (``now``: today's identity)."""
     adapter = saved.get("adapter")
@@ -378,8 +381,9 @@ def saved_identity(
         return saved
     adapter = {**adapter, **_former_template(adapter)}
     described = now.get("adapter") if now is not None else None
-    if isinstance(described, dict):  # a setting recorded empty that today's records leave out
-        adapter = {k: v for k, v in adapter.items() if v is not None or k in described}
+    if isinstance(described, dict):  # settings today's records leave out: empty, or unused
+        kept = {k: v for k, v in adapter.items() if v is not None and k not in IMAGE_OPTIONS}
+        adapter = {k: v for k, v in adapter.items() if k in described or k in kept}
     if (
         isinstance(described, dict)
         and retrieval_hash is not None

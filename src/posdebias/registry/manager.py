@@ -126,10 +126,6 @@ class Registered(Generic[T]):
     value: T
     plugin: str
 
-    @property
-    def cls(self) -> T:  # the name older code used for classes
-        return self.value
-
 
 @dataclass
 class _Staging:

@@ -36,7 +36,7 @@ from posdebias._images import min_image_side, open_image
 from posdebias._inputs import excerpt, file_identity
 from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
-from posdebias.adapters.base import Adapter, SofaSettings, split_tie
+from posdebias.adapters.base import Adapter, AdapterOptions, SofaSettings, split_tie
 from posdebias.adapters.hf.cache import PromptCache
 from posdebias.adapters.hf.generation import generate_many, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
@@ -166,6 +166,20 @@ class HFAdapter(Adapter):
         unused = (*IMAGE_OPTIONS, "prompt") if cls.text_only else ()
         return [name for name in names if name not in unused]
 
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> AdapterOptions:
+        """A text-only model refuses the options it would not use, before reading them (a
+        prompt file it would never pose is not opened)."""
+        if cls.text_only:
+            unused = [n for n in (*IMAGE_OPTIONS, "prompt") if options.get(n) is not None]
+            if unused:
+                raise ConfigError(
+                    f"adapter {cls.name!r} reads a text-only model, which shows no image and "
+                    f"poses no retrieval prompt: leave out the option(s) {', '.join(unused)} (a "
+                    "text task's prompt is the option task_prompt)"
+                )
+        return super().parse_options(options)
+
     def __init__(
         self, model: Any, processor: Any, *, model_id: str | None = None, **options: Any
     ) -> None:
@@ -180,14 +194,6 @@ class HFAdapter(Adapter):
             )
         opts = self.parse_options(options)
         assert isinstance(opts, HFAdapterOptions)  # every HF adapter's Options derive from it
-        if self.text_only:  # options it would accept and not use
-            unused = [n for n in (*IMAGE_OPTIONS, "prompt") if getattr(opts, n) is not None]
-            if unused:
-                raise ConfigError(
-                    f"adapter {self.name!r} reads a text-only model, which shows no image and "
-                    f"poses no retrieval prompt: leave out the option(s) {', '.join(unused)} (a "
-                    "text task's prompt is the option task_prompt)"
-                )
         self.model = model
         self.processor = processor
         tokenizer = getattr(processor, "tokenizer", None)
