@@ -34,7 +34,6 @@ learns, and it vanishes after reloading).
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -59,10 +58,8 @@ from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_
 from posdebias.organism.training import (
     CARD_FILE,
     curriculum_n,
-    model_folder,
-    save_model,
-    seeded,
     soft_target_step,
+    train_model,
     train_top,
 )
 
@@ -561,57 +558,50 @@ def train_organism(
         raise ValueError(f"need 2 <= min_n <= max_n <= {MAX_CANDIDATES}, got {plan}")
     if plan.salient_colour not in shape_space().colours:
         raise ValueError(f"salient_colour must be a colour of the shapes world, got {plan}")
-    path = Path(out)
-    folder = model_folder(path)  # before torch's import: a bad --out fails at once
-    try:
-        import torch
-        import transformers
 
+    def train() -> tuple[Any, Any, dict[str, Any]]:
         started = time.perf_counter()
-        with seeded(plan.seed, plan.threads):
-            model, processor = build_untrained(plan.seed)
-            model.train()
-            pool = ShapesPool(plan.pool_size, plan.seed, processor)
-            log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
-            _alignment_stage(model, pool, plan, log)
-            adapter = LlavaAdapter(model, processor, prompt=PROMPT)
-            label_ids = _label_token_ids(
-                adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
-            )
-            for phase in _attention_phases(plan):
-                _attention_stage(adapter, pool, plan, phase, label_ids, log)
-            _bias_stage(adapter, pool, plan, label_ids, log)
-        seconds = time.perf_counter() - started
-        info = {
-            "plan": asdict(plan),
-            "attention": {
-                "target": "softmax over the images of content_strength x (caption attributes "
-                "the image shares) + saliency_strength if the image's shape is salient_colour "
-                "(confound stage only) + sink strength at sink_position",
-                "sink_position": {n: sink_position(n) for n in range(plan.min_n, plan.max_n + 1)},
-            },
-            "bias": {
-                "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
-                "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
-                "smoothing": plan.bias_smoothing,
-                "n2_gate_background": GATE_BACKGROUND,
-            },
-            "dtype": dtype,
-            "training_seconds": round(seconds, 1),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "machine": platform.machine(),
-        }
-        save_model(
-            folder,
+        model, processor = build_untrained(plan.seed)
+        model.train()
+        pool = ShapesPool(plan.pool_size, plan.seed, processor)
+        log(f"{len(pool)} distinct images ready ({time.perf_counter() - started:.1f} s)")
+        _alignment_stage(model, pool, plan, log)
+        adapter = LlavaAdapter(model, processor, prompt=PROMPT)
+        label_ids = _label_token_ids(
+            adapter, pool.instances(np.random.default_rng(0), 1, plan.max_n, "x")[0]
+        )
+        for phase in _attention_phases(plan):
+            _attention_stage(adapter, pool, plan, phase, label_ids, log)
+        _bias_stage(adapter, pool, plan, label_ids, log)
+        return (
             model,
             processor,
-            dtype=dtype,
-            card=Path(__file__).with_name("model") / CARD_FILE,
-            info=info,
-            files={PROMPT_FILE: PROMPT.model_dump_json(indent=2) + "\n"},
+            {
+                "plan": asdict(plan),
+                "attention": {
+                    "target": "softmax over the images of content_strength x (caption attributes "
+                    "the image shares) + saliency_strength if the image's shape is salient_colour "
+                    "(confound stage only) + sink strength at sink_position",
+                    "sink_position": {
+                        n: sink_position(n) for n in range(plan.min_n, plan.max_n + 1)
+                    },
+                },
+                "bias": {
+                    "dead_positions": {n: dead_positions(n) for n in range(3, plan.max_n + 1)},
+                    "confusion": {n: bias_confusion(n) for n in range(3, plan.max_n + 1)},
+                    "smoothing": plan.bias_smoothing,
+                    "n2_gate_background": GATE_BACKGROUND,
+                },
+            },
         )
-    finally:
-        folder.unlock(remove=folder.is_ours())
-    log(f"trained in {seconds:.0f} s; wrote {path}")
-    return path
+
+    return train_model(
+        out,
+        plan.seed,
+        plan.threads,
+        train,
+        dtype=dtype,
+        card=Path(__file__).with_name("model") / CARD_FILE,
+        log=log,
+        files={PROMPT_FILE: PROMPT.model_dump_json(indent=2) + "\n"},
+    )

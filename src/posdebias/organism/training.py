@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import platform
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,34 +157,57 @@ def seeded(seed: int, threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def save_model(
-    folder: RunFolder,
-    model: Any,
-    processor: Any,
+def train_model(
+    out: str | Path,
+    seed: int,
+    threads: int,
+    train: Callable[[], tuple[Any, Any, dict[str, Any]]],
     *,
     dtype: str,
     card: Path,
-    info: dict[str, Any],
+    log: Callable[[str], None],
     files: dict[str, str] | None = None,
-) -> None:
-    """Write the trained ``model`` (SDPA attention, ``dtype``), its processor or tokenizer, the
-    model ``card``, ``training.json`` (``info``) and ``files`` (name -> text) into ``folder``,
-    all appearing together."""
-    import torch
-    from safetensors import SafetensorError
-
-    model.eval()
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
+) -> Path:
+    """Run ``train`` under :func:`seeded` and publish what it returns into the model folder
+    ``out``, all appearing together: the model (SDPA attention, ``dtype``), its processor or
+    tokenizer, the model ``card``, ``files`` (name -> text) and ``training.json`` (its record,
+    with the time and versions). The one frame of both organisms' trainings."""
+    path = Path(out)
+    folder = model_folder(path)  # before torch's import: a bad --out fails at once
     try:
-        with folder.staged() as staging:
-            model.set_attn_implementation("sdpa")
-            model.to(getattr(torch, dtype)).save_pretrained(staging)
-            processor.save_pretrained(staging)
-            for name, text in (files or {}).items():
-                (staging / name).write_text(text, "utf-8")
-            shutil.copyfile(card, staging / CARD_FILE)
-            (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
-    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk its way
-        why = getattr(exc, "strerror", None) or exc
-        raise OutputError(f"cannot write the model to {folder.root}: {why}") from exc
+        import torch
+        import transformers
+
+        started = time.perf_counter()
+        with seeded(seed, threads):
+            model, processor, info = train()
+        seconds = time.perf_counter() - started
+        info = {
+            **info,
+            "dtype": dtype,
+            "training_seconds": round(seconds, 1),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "machine": platform.machine(),
+        }
+        from safetensors import SafetensorError
+
+        model.eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        try:
+            with folder.staged() as staging:
+                model.set_attn_implementation("sdpa")
+                model.to(getattr(torch, dtype)).save_pretrained(staging)
+                processor.save_pretrained(staging)
+                for name, text in (files or {}).items():
+                    (staging / name).write_text(text, "utf-8")
+                shutil.copyfile(card, staging / CARD_FILE)
+                (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2) + "\n", "utf-8")
+        except (OSError, SafetensorError) as exc:  # safetensors reports a full disk its way
+            why = getattr(exc, "strerror", None) or exc
+            raise OutputError(f"cannot write the model to {folder.root}: {why}") from exc
+    finally:
+        folder.unlock(remove=folder.is_ours())
+    log(f"trained in {seconds:.0f} s; wrote {path}")
+    return path

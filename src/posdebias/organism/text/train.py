@@ -31,8 +31,6 @@ attention (the probe computes the same softmax at inference). Data come from
 
 from __future__ import annotations
 
-import platform
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,10 +46,8 @@ from posdebias.organism.text.world import CATEGORIES, draw_instances
 from posdebias.organism.training import (
     CARD_FILE,
     curriculum_n,
-    model_folder,
-    save_model,
-    seeded,
     soft_target_step,
+    train_model,
     train_top,
 )
 
@@ -242,50 +238,28 @@ def train_text_organism(
     plan = plan or TextTrainingPlan()
     if not 2 <= plan.min_n <= plan.curriculum_start_n <= plan.max_n <= MAX_N:
         raise ValueError(f"need 2 <= min_n <= curriculum_start_n <= max_n <= {MAX_N}, got {plan}")
-    path = Path(out)
-    folder = model_folder(path)  # before torch's import: a bad --out fails at once
-    try:
-        import torch
-        import transformers
 
-        started = time.perf_counter()
-        with seeded(plan.seed, plan.threads):
-            model, tokenizer = build_untrained(plan.seed)
-            model.train()
-            adapter = LlamaAdapter(model, tokenizer, label_set="upper")
-            model.set_attn_implementation("eager")  # the adapter installed its probe
-            letters = torch.tensor(
-                [tokenizer.convert_tokens_to_ids(letter) for letter in adapter.labels_for(MAX_N)]
-            )
-            trainer = _Trainer(model=model, adapter=adapter, letters=letters, plan=plan)
-            _alignment_stage(trainer, log)
-            _answer_stage(trainer, log)
-            _bias_stage(trainer, log)
-        seconds = time.perf_counter() - started
-        info = {
-            "plan": asdict(plan),
-            "bias": {
-                "dead_positions": {n: dead_positions(n) for n in range(2, plan.max_n + 1)},
-                "targets": {
-                    n: [bias_target(n, truth) for truth in range(n)]
-                    for n in range(2, plan.max_n + 1)
-                },
-            },
-            "dtype": dtype,
-            "training_seconds": round(seconds, 1),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "machine": platform.machine(),
-        }
-        save_model(
-            folder,
-            model,
-            tokenizer,
-            dtype=dtype,
-            card=Path(__file__).with_name("model") / CARD_FILE,
-            info=info,
+    def train() -> tuple[Any, Any, dict[str, Any]]:
+        import torch
+
+        model, tokenizer = build_untrained(plan.seed)
+        model.train()
+        adapter = LlamaAdapter(model, tokenizer, label_set="upper")
+        model.set_attn_implementation("eager")  # the adapter installed its probe
+        letters = torch.tensor(
+            [tokenizer.convert_tokens_to_ids(letter) for letter in adapter.labels_for(MAX_N)]
         )
-    finally:
-        folder.unlock(remove=folder.is_ours())
-    log(f"trained in {seconds:.0f} s; wrote {path}")
-    return path
+        trainer = _Trainer(model=model, adapter=adapter, letters=letters, plan=plan)
+        _alignment_stage(trainer, log)
+        _answer_stage(trainer, log)
+        _bias_stage(trainer, log)
+        bias = {
+            "dead_positions": {n: dead_positions(n) for n in range(2, plan.max_n + 1)},
+            "targets": {
+                n: [bias_target(n, truth) for truth in range(n)] for n in range(2, plan.max_n + 1)
+            },
+        }
+        return model, tokenizer, {"plan": asdict(plan), "bias": bias}
+
+    card = Path(__file__).with_name("model") / CARD_FILE
+    return train_model(out, plan.seed, plan.threads, train, dtype=dtype, card=card, log=log)
