@@ -83,29 +83,26 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
             "",
             *comparison_lines(stats.comparisons),
         ]
-    lines += [
-        "",
-        "## Position views",
-        "",
-        "Accuracy by the truth's position (%), with 95% intervals:",
-        "",
-        "| row | " + " | ".join(f"truth at {i + 1}" for i in range(n)) + " |",
-        "|---|" + "---:|" * n,
-    ]
-    for label, row in stats.rows.items():
-        cells = [value_interval_text(ci) for ci in row.accuracy_by_position]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"Choice distribution by position (% of all decisions, whatever the truth; an unbiased "
-        f"chooser picks each position {100.0 / n:.1f}% of the time):",
-        "",
-        "| row | " + " | ".join(f"chose {i + 1}" for i in range(n)) + " |",
-        "|---|" + "---:|" * n,
-    ]
-    for label, row in stats.rows.items():
-        cells = [value_interval_text(ci) for ci in row.choice_by_position]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "## Position views"]
+    for intro, column, field in (
+        ("Accuracy by the truth's position (%), with 95% intervals:", "truth at", "accuracy"),
+        (
+            "Choice distribution by position (% of all decisions, whatever the truth; an "
+            f"unbiased chooser picks each position {100.0 / n:.1f}% of the time):",
+            "chose",
+            "choice",
+        ),
+    ):
+        lines += [
+            "",
+            intro,
+            "",
+            "| row | " + " | ".join(f"{column} {i + 1}" for i in range(n)) + " |",
+            "|---|" + "---:|" * n,
+        ]
+        for label, row in stats.rows.items():
+            cells = [value_interval_text(ci) for ci in getattr(row, f"{field}_by_position")]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     circular = any(row.circular is not None for row in stats.rows.values())
     lines += [
         "",
