@@ -39,7 +39,7 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
     :func:`posdebias.benchmarks.load_benchmark` reads.
     """
 
-    folder = _cache(cache_dir) / f"organism-shapes-v{VERSION}"
+    folder = benchmark_cache(cache_dir) / f"organism-shapes-v{VERSION}"
 
     def build(out: Path) -> None:
         build_benchmark(
@@ -62,7 +62,8 @@ def bundled_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None = Non
     return cached_benchmark(folder / f"random-n{n}", build)
 
 
-def _cache(cache_dir: str | os.PathLike[str] | None) -> Path:
+def benchmark_cache(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """Where both organisms' benchmarks are cached: ``cache_dir`` (or the cache root)/benchmarks."""
     return (Path(cache_dir) if cache_dir is not None else cache_root()) / "benchmarks"
 
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from posdebias._io import cache_root
 from posdebias._rundir import CacheFolder
 from posdebias.benchmarks.tasks import build_task_benchmark
-from posdebias.organism.benchmark import cached_benchmark
+from posdebias.organism.benchmark import benchmark_cache, cached_benchmark
 from posdebias.organism.text.world import draw_questions
 
 #: Questions in the bundled benchmark (calibration is held out of them by seed).
@@ -40,8 +39,7 @@ def bundled_text_benchmark(n: int = 4, cache_dir: str | os.PathLike[str] | None 
     :func:`cache_root`), then reused; a folder that does not load is rebuilt. Returns a folder
     that :func:`posdebias.benchmarks.files.load_benchmark` reads.
     """
-    base = Path(cache_dir) if cache_dir is not None else cache_root()
-    folder = base / "benchmarks" / f"text-organism-v{VERSION}"
+    folder = benchmark_cache(cache_dir) / f"text-organism-v{VERSION}"
 
     def build(out: Path) -> None:
         questions = draw_questions(np.random.default_rng([BENCHMARK_SEED, n]), BENCHMARK_COUNT, n)
