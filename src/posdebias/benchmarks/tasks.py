@@ -59,6 +59,7 @@ from posdebias._inputs import (
     text_problem,
 )
 from posdebias._version import __version__
+from posdebias.benchmarks.build import BuildReport
 from posdebias.benchmarks.files import (
     MAX_N,
     MAX_STEM_IMAGES,
@@ -84,15 +85,6 @@ TASK_SOURCES: dict[str, tuple[str, ...]] = {
 }
 #: The source kind of every task source, for ``--source``.
 ALL_TASK_SOURCES = tuple(kind for kinds in TASK_SOURCES.values() for kind in kinds)
-
-
-@dataclass
-class TaskBuildReport:
-    """What a task build wrote and what it left out."""
-
-    out_dir: Path
-    manifest: BenchmarkManifest
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -746,7 +738,7 @@ def build_task_benchmark(
     seed: int = 0,
     setting: str | None = None,
     split: str = "test",
-) -> TaskBuildReport:
+) -> BuildReport:
     """Read ``data`` with ``source`` and write the benchmark folder ``out`` (module docstring).
 
     Everything is checked before anything is written; the two files appear together or not at
@@ -796,7 +788,7 @@ def build_task_benchmark(
         warnings.append(f"{skipped_n} instances with another number of candidates than N="
                         f"{chosen_n} were left out (-N chooses)")  # fmt: skip
     written = write_benchmark(out, records, manifest)
-    return TaskBuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
+    return BuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
 
 
 def _check_build_options(
