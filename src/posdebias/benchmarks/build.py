@@ -76,7 +76,8 @@ _DIGITS = 6  # similarities are rounded so the file does not carry float noise
 
 @dataclass
 class BuildReport:
-    """What a build did: where it wrote, how long each step took, what the cache did."""
+    """What a build did: where it wrote, how long each step took, what the cache did (a
+    task build from a source file has no steps timed and no cache)."""
 
     out_dir: Path
     manifest: BenchmarkManifest
@@ -123,29 +124,27 @@ class _Steps:
             self.progress.stop()
 
 
-def _check_options(
-    source: str,
-    setting: str,
-    n: int,
-    count: int,
-    pool_size: int | None,
-    threshold: float,
-    numbers: tuple[tuple[str, Any, int, int], ...] = (),
-) -> None:
-    """Every option checked before anything is read or written; ``numbers`` holds
-    (flag, value, minimum, maximum) of the other whole-number options."""
-    if source not in SOURCE_KINDS:
-        raise BenchmarkError(f"unknown source {source!r}; choose one of {list(SOURCE_KINDS)}")
+def _check_options(config: BuildConfig) -> None:
+    """Every option checked before anything is read or written (a config changed after it was
+    validated too)."""
+    spec, setting, n, pool_size = config.source, config.setting, config.n, config.pool_size
+    clip = config.adversarial or AdversarialOptions()
+    if spec.kind not in SOURCE_KINDS:
+        raise BenchmarkError(f"unknown source {spec.kind!r}; choose one of {list(SOURCE_KINDS)}")
     if setting not in SETTINGS:
         raise BenchmarkError(f"unknown setting {setting!r}; choose one of {list(SETTINGS)}")
     if not MIN_N <= n <= MAX_N:
         raise BenchmarkError(f"-N {n} is out of range; N must be {MIN_N}..{MAX_N}")
-    check_whole_number("--count", count, 1, defaults.MAX_INSTANCES, error=BenchmarkError)
+    check_whole_number("--count", config.count, 1, defaults.MAX_INSTANCES, error=BenchmarkError)
     if pool_size is not None and pool_size < n:
         raise BenchmarkError(f"--pool-size {pool_size} is smaller than N={n}")
-    if not -1.0 < threshold <= 1.0:
-        raise BenchmarkError(f"caption threshold {threshold} must be in (-1, 1]")
-    for flag, value, low, high in numbers:
+    if not -1.0 < clip.caption_threshold <= 1.0:
+        raise BenchmarkError(f"caption threshold {clip.caption_threshold} must be in (-1, 1]")
+    for flag, value, low, high in (
+        ("--seed", config.seed, 0, defaults.MAX_SEED),
+        ("--shapes-seed", spec.seed if isinstance(spec, ShapesSource) else 0, 0, defaults.MAX_SEED),
+        ("--batch-size", clip.batch_size, 1, defaults.MAX_BATCH_SIZE),
+    ):
         check_whole_number(flag, value, low, high, error=BenchmarkError)
 
 
@@ -156,26 +155,8 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
     together or not at all, so a failed build leaves no output. A shapes source is first
     generated into its root. See the CLI (``posdebias build --help``) and docs/benchmarks.md.
     """
-    spec = config.source
-    source, root = spec.kind, spec.root
-    setting, n, count, seed = config.setting, config.n, config.count, config.seed
-    pool_size = config.pool_size
-    clip = config.adversarial or AdversarialOptions()
-    caption_threshold = clip.caption_threshold
-    shapes_seed = spec.seed if isinstance(spec, ShapesSource) else 0
-    _check_options(
-        source,
-        setting,
-        n,
-        count,
-        pool_size,
-        caption_threshold,
-        (
-            ("--seed", seed, 0, defaults.MAX_SEED),
-            ("--shapes-seed", shapes_seed, 0, defaults.MAX_SEED),
-            ("--batch-size", clip.batch_size, 1, defaults.MAX_BATCH_SIZE),
-        ),
-    )
+    spec, n, count, pool_size = config.source, config.n, config.count, config.pool_size
+    _check_options(config)
     shapes_images = 0
     if isinstance(spec, ShapesSource):
         shapes_images = spec.images or pool_size or max(2 * count, n)
@@ -193,7 +174,7 @@ def build_benchmark(config: BuildConfig, *, console: Console | None = None) -> B
         # written beside the shared root and swapped in only once the build succeeds: a build
         # that fails (CLIP refused, a full disk) leaves the root other benchmarks use as it was
         staged = stage_shapes_dataset(
-            root,
+            spec.root,
             shapes_images,
             seed=spec.seed,
             space=spec.space or ShapeSpace(),

@@ -32,7 +32,9 @@ class _Source(_Strict):
     )
 
     def captions_file(self) -> Path | None:
-        return None
+        """The ``captions`` file of a source that reads one (COCO, Flickr8k, JSONL)."""
+        captions: Path | None = getattr(self, "captions", None)
+        return captions
 
     def instances_file(self) -> Path | None:
         return None
@@ -47,9 +49,6 @@ class CocoSource(_Source):
     )
     instances: UsablePath | None = Field(default=None, description="instances_*.json (categories)")
 
-    def captions_file(self) -> Path | None:
-        return self.captions
-
     def instances_file(self) -> Path | None:
         return self.instances
 
@@ -60,18 +59,12 @@ class Flickr8kSource(_Source):
     kind: Literal["flickr8k"] = "flickr8k"
     captions: UsablePath | None = Field(default=None, description="captions file (default: found)")
 
-    def captions_file(self) -> Path | None:
-        return self.captions
-
 
 class JsonlSource(_Source):
     """One JSON object per line: an image path and its captions."""
 
     kind: Literal["jsonl"] = "jsonl"
     captions: UsablePath | None = Field(default=None, description="the JSONL file (default: found)")
-
-    def captions_file(self) -> Path | None:
-        return self.captions
 
 
 class ShapesSource(_Source):

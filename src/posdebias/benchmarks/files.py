@@ -161,9 +161,9 @@ class InstanceRecord(_Strict):
             and len(self.images) != len(self.texts)
         ):
             raise ValueError(f"{len(self.images)} images but {len(self.texts)} texts")
-        for position in range(self.n):
-            image = self.images[position] if self.images is not None else None
-            text = self.texts[position] if self.texts is not None else None
+        absent = [None] * self.n
+        pairs = list(zip(self.images or absent, self.texts or absent, strict=True))
+        for position, (image, text) in enumerate(pairs):
             if image is None and (text is None or not text.strip()):
                 raise ValueError(f"candidate {position + 1} has neither an image nor a text")
             if text is not None and len(text) > MAX_TEXT_CHARS:
@@ -171,14 +171,7 @@ class InstanceRecord(_Strict):
                     f"candidate {position + 1}'s text has {len(text)} characters, over the "
                     f"limit of {MAX_TEXT_CHARS}"
                 )
-        keys = [
-            (
-                self.images[k] if self.images is not None else None,
-                self.texts[k] if self.texts is not None else None,
-            )
-            for k in range(self.n)
-        ]
-        if len(set(keys)) != len(keys):
+        if len(set(pairs)) != len(pairs):
             raise ValueError("two candidates are the same; each candidate must be different")
         if self.task == "pairwise_judge" and self.n != 2:
             raise ValueError(f"a pairwise judgement has 2 answers, got {self.n}")
@@ -594,16 +587,16 @@ class _LineChecker:
         return None
 
 
+#: The fields of a line an instance keeps in its metadata (where set).
+_METADATA = ("anchor_image_id", "setting", "caption_index", "similarities", "caption_similarities")
+
+
 def _instance(record: InstanceRecord, root: Path) -> Instance:
     """The instance of one validated line (image paths made absolute under ``root``)."""
     metadata: dict[str, Any] = {}
-    for name in ("anchor_image_id", "setting", "caption_index"):
+    for name in _METADATA:
         if getattr(record, name) is not None:
             metadata[name] = getattr(record, name)
-    if record.similarities is not None:
-        metadata["similarities"] = record.similarities
-    if record.caption_similarities is not None:
-        metadata["caption_similarities"] = record.caption_similarities
     if record.meta:
         metadata["meta"] = dict(record.meta)
     if record.task is None:

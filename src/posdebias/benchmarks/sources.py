@@ -64,15 +64,16 @@ class SourcePool:
         return bool(self.images) and all(image.categories is not None for image in self.images)
 
 
-def _read_text(path: Path, what: str, flag: str) -> str:
+def read_data_text(path: Path, what: str, flag: str = "--data") -> str:
+    """A source file's text, bounded and refused as every input is (``flag`` names it)."""
     return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint=f"check {flag}")
 
 
 def _read_json(path: Path, what: str, flag: str) -> Any:
-    return parse_json(_read_text(path, what, flag), str(path), error=BenchmarkError)
+    return parse_json(read_data_text(path, what, flag), str(path), error=BenchmarkError)
 
 
-def _check_root(root: Path) -> Path:
+def check_root(root: Path) -> Path:
     if not root.is_dir():
         raise BenchmarkError(f"--root {root} is not a folder; give the folder holding the images")
     return root.resolve()
@@ -172,7 +173,7 @@ def read_coco(
     ``root/../annotations`` or ``root``; without ``instances_file`` for the matching
     ``instances_*.json`` beside it. No instances file: the pool has no categories.
     """
-    root_path = _check_root(Path(root))
+    root_path = check_root(Path(root))
     captions_path, instances_path = _coco_files(root_path, captions_file, instances_file)
     file_names, captions = _coco_captions(captions_path)
     categories = None
@@ -340,7 +341,7 @@ def read_flickr8k(
     header ``image,caption``, or ``name.jpg#k<TAB>caption`` lines. Flickr8k has no object
     categories, so the adversarial category filter is skipped (and the manifest says so).
     """
-    root_path = _check_root(Path(root))
+    root_path = check_root(Path(root))
     if captions_file is None:
         candidates = [
             root_path / "captions.txt",
@@ -359,7 +360,7 @@ def read_flickr8k(
         captions_path = existing[0]
     else:
         captions_path = Path(captions_file)
-    text = _read_text(captions_path, "Flickr8k captions file", "--captions")
+    text = read_data_text(captions_path, "Flickr8k captions file", "--captions")
     problems = Problems(captions_path)
     lines = jsonl_lines(text)
     first = next((line.strip() for line in lines if line.strip()), "")
@@ -438,7 +439,7 @@ def read_jsonl(
     Paths are relative to ``root``. An image may appear on several lines (several captions);
     categories, if given, must be given for every image and agree between its lines.
     """
-    root_path = _check_root(Path(root))
+    root_path = check_root(Path(root))
     if captions_file is None:
         raise BenchmarkError("--source jsonl needs the JSONL file: pass it with --captions FILE")
     path = Path(captions_file)
@@ -446,7 +447,7 @@ def read_jsonl(
     captions: dict[str, list[str]] = {}
     categories: dict[str, tuple[str, ...] | None] = {}
     first_line: dict[str, int] = {}
-    text = _read_text(path, "JSONL captions file", "--captions")
+    text = read_data_text(path, "JSONL captions file", "--captions")
     for number, record in json_lines(text, problems):
         entry = _caption_line(record, root_path, problems, number)
         if entry is None:

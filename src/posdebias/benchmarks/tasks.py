@@ -50,19 +50,19 @@ from pydantic import ValidationError
 
 import posdebias.defaults as defaults
 from posdebias._inputs import (
-    DATA_LIMIT,
     check_whole_number,
     excerpt,
     file_decimal_number,
     file_whole_number,
     jsonl_lines,
     loads_json,
-    read_input_text,
     text_problem,
 )
 from posdebias._version import __version__
+from posdebias.benchmarks.build import BuildReport
 from posdebias.benchmarks.files import (
     MAX_N,
+    MAX_STEM_IMAGES,
     MIN_N,
     TASK_FORMAT_VERSION,
     AnnotationFile,
@@ -73,7 +73,7 @@ from posdebias.benchmarks.files import (
     write_benchmark,
 )
 from posdebias.benchmarks.problems import Problems, json_lines
-from posdebias.benchmarks.sources import line_image_path
+from posdebias.benchmarks.sources import check_root, line_image_path, read_data_text
 from posdebias.core.instance import MAX_TEXT_CHARS
 from posdebias.errors import BenchmarkError, InputError, validation_problems
 
@@ -85,16 +85,6 @@ TASK_SOURCES: dict[str, tuple[str, ...]] = {
 }
 #: The source kind of every task source, for ``--source``.
 ALL_TASK_SOURCES = tuple(kind for kinds in TASK_SOURCES.values() for kind in kinds)
-MAX_STEM_IMAGES = 16
-
-
-@dataclass
-class TaskBuildReport:
-    """What a task build wrote and what it left out."""
-
-    out_dir: Path
-    manifest: BenchmarkManifest
-    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -170,13 +160,9 @@ def _answer(value: Any, n: int, problems: Problems, line: int, field: str = "ans
     return index - 1
 
 
-def _read_data(path: Path, what: str) -> str:
-    return read_input_text(path, what, limit=DATA_LIMIT, error=BenchmarkError, hint="check --data")
-
-
 def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int, Any]]:
     """(line number, object) of a JSONL file, or of a JSON array (line = element number)."""
-    text = _read_data(path, what)
+    text = read_data_text(path, what)
     if text.lstrip().startswith("["):
         try:
             rows = loads_json(text)
@@ -189,10 +175,19 @@ def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int,
     yield from json_lines(text, problems)
 
 
-def _object(row: Any, keys: tuple[str, ...], problems: Problems, line: int) -> bool:
+def _object(
+    row: Any, keys: tuple[str, ...], problems: Problems, line: int, *, foreign: bool = False
+) -> bool:
+    """Whether ``row`` is an object of exactly ``keys`` (our layouts) or, ``foreign``, one
+    holding ``keys`` among columns of its own (MuirBench, BLINK, MT-Bench)."""
     if not isinstance(row, dict):
         problems.add("expected an object", line=line)
         return False
+    if foreign:
+        missing = [key for key in keys if key not in row]
+        if missing:
+            problems.add(f"missing columns {missing}", line=line)
+        return not missing
     unknown = sorted(str(key) for key in row if key not in keys)
     if unknown:
         problems.add(f"unknown keys {unknown[:5]}; allowed: {list(keys)}", line=line)
@@ -273,7 +268,7 @@ def read_mmlu(path: Path) -> _Read:
     items: list[_Item] = []
     for file in files:
         subject = re.sub(r"_(test|dev|val)\Z", "", file.stem)
-        reader = csv.reader(io.StringIO(_read_data(file, "MMLU CSV file"), newline=""))
+        reader = csv.reader(io.StringIO(read_data_text(file, "MMLU CSV file"), newline=""))
         try:
             for row in reader:
                 line = reader.line_num
@@ -321,12 +316,7 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
         ("options", ("image_list",)) if layout == "muirbench" else ("choices", ())
     )
     for line, row in _json_rows(path, f"{layout} file", problems):
-        if not isinstance(row, dict):
-            problems.add("expected an object", line=line)
-            continue
-        missing = [key for key in ("question", options_key, "answer") if key not in row]
-        if missing:
-            problems.add(f"missing columns {missing}", line=line)
+        if not _object(row, ("question", options_key, "answer"), problems, line, foreign=True):
             continue
         question = _text(row.get("question"), "'question'", problems, line)
         options = row.get(options_key)
@@ -430,6 +420,7 @@ def _turn_text(conversation: Any, index: int) -> Any:
 MT_TURN2_STEM = "{q1}\n\nFollow-up question (judge the answers to this one): {q2}"
 MT_TURN2_ANSWER = "Answer to the first question: {a1}\n\nAnswer to the follow-up question: {a2}"
 
+_MT_COLUMNS = ("question_id", "model_a", "model_b", "winner", "conversation_a")
 #: A human vote of the MT-Bench file -> which answer it prefers (None: a tie).
 _MT_WINNERS: dict[str, int | None] = {
     "model_a": 0,
@@ -501,16 +492,7 @@ def read_mtbench(path: Path) -> _Read:
     problems = Problems(path)
     pairs: dict[tuple[str, int, frozenset[str]], _Pair] = {}
     for line, row in _json_rows(path, "MT-Bench judgement file", problems):
-        if not isinstance(row, dict):
-            problems.add("expected an object", line=line)
-            continue
-        missing = [
-            key
-            for key in ("question_id", "model_a", "model_b", "winner", "conversation_a")
-            if key not in row
-        ]
-        if missing:
-            problems.add(f"missing columns {missing}", line=line)
+        if not _object(row, _MT_COLUMNS, problems, line, foreign=True):
             continue
         winner = row.get("winner")
         if not isinstance(winner, str) or winner not in _MT_WINNERS:
@@ -659,7 +641,7 @@ def _beir_qrels(
     """query id -> {passage id: relevance score} of a BEIR qrels file (tab separated)."""
     problems = Problems(path)
     relevant: dict[str, dict[str, float]] = {}
-    for line, row in enumerate(jsonl_lines(_read_data(path, "BEIR qrels file")), start=1):
+    for line, row in enumerate(jsonl_lines(read_data_text(path, "BEIR qrels file")), start=1):
         cells = row.strip().split("\t")
         if not row.strip() or (line == 1 and cells[0] in ("query-id", "query_id")):
             continue
@@ -756,7 +738,7 @@ def build_task_benchmark(
     seed: int = 0,
     setting: str | None = None,
     split: str = "test",
-) -> TaskBuildReport:
+) -> BuildReport:
     """Read ``data`` with ``source`` and write the benchmark folder ``out`` (module docstring).
 
     Everything is checked before anything is written; the two files appear together or not at
@@ -767,9 +749,7 @@ def build_task_benchmark(
     if not data.exists():
         raise BenchmarkError(f"--data {data} does not exist")
     base = data if data.is_dir() else data.parent
-    image_root = Path(root).resolve() if root is not None else base.resolve()
-    if root is not None and not image_root.is_dir():
-        raise BenchmarkError(f"--root {root} is not a folder; give the folder holding the images")
+    image_root = check_root(Path(root)) if root is not None else base.resolve()
     read = _read_source(source, data, image_root, n, count, seed, setting, split)
     if not read.items:
         raise BenchmarkError(f"{data} has no usable instances")
@@ -808,7 +788,7 @@ def build_task_benchmark(
         warnings.append(f"{skipped_n} instances with another number of candidates than N="
                         f"{chosen_n} were left out (-N chooses)")  # fmt: skip
     written = write_benchmark(out, records, manifest)
-    return TaskBuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
+    return BuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
 
 
 def _check_build_options(

@@ -484,6 +484,11 @@ def _is_benchmark(path: Path) -> bool:
     return (path / MANIFEST_FILE).is_file() if path.is_dir() else path.suffix == ".jsonl"
 
 
+#: What lm-eval and lmms-eval pass every model besides ``--model_args`` (None values are
+#: dropped): no setting of posdebias.
+_HARNESS_ARGUMENTS = ("max_batch_size",)
+
+
 class LaunchedHarness:
     """What the lm-eval and lmms-eval models share: one :class:`HarnessDebiaser` per process
     of the harness's run, its ranks and device from accelerate (both harnesses read
@@ -495,10 +500,17 @@ class LaunchedHarness:
     _world_size: int
     _device: Any
 
-    def _launch(self, config: HarnessConfig, adapter: Adapter | None = None) -> HarnessConfig:
-        """Start this process's harness (a rank without a device gets accelerate's); returns
-        the config it runs with."""
+    def _launch(
+        self, arguments: dict[str, Any], source: str, adapter: Adapter | None = None
+    ) -> HarnessConfig:
+        """Start this process's harness from its model arguments (``source`` names them in an
+        error; what the harness passes every model is dropped); a rank without a device gets
+        accelerate's. Returns the config it runs with."""
         from accelerate import Accelerator
+
+        for name in _HARNESS_ARGUMENTS:
+            arguments.pop(name, None)
+        config = HarnessConfig.from_arguments(arguments, source)
 
         self.accelerator = Accelerator()
         self._rank = self.accelerator.process_index

@@ -43,7 +43,6 @@ from posdebias.integrations import LM_EVAL_MODEL
 from posdebias.integrations.harness import (
     CALIBRATION_FILE,
     CALIBRATOR,
-    HarnessConfig,
     LaunchedHarness,
     TaskMappingError,
     check_task_labels,
@@ -54,9 +53,6 @@ from posdebias.integrations.lm_eval_tasks import doc_choices
 from posdebias.integrations.lmms_eval_tasks import check_calibration_items
 
 __all__ = ["LM_EVAL_MMLU_TEMPLATE", "PosdebiasLM", "harness_settings", "lm_eval_prompt", "main"]
-
-#: What lm-eval passes to every model besides ``--model_args`` (None values are dropped).
-_HARNESS_ARGUMENTS = ("max_batch_size",)
 
 #: lm-eval's MMLU prompt (``lm_eval/tasks/mmlu/default``), zero-shot, as a posdebias task
 #: template: the subject's description, the question, ``A. choice`` lines, ``Answer:``; the
@@ -107,8 +103,6 @@ class PosdebiasLM(LaunchedHarness, LM):
 
     def __init__(self, *, adapter: Adapter | None = None, **arguments: Any) -> None:
         super().__init__()
-        for name in _HARNESS_ARGUMENTS:
-            arguments.pop(name, None)
         if adapter is not None:
             if arguments.get("adapter_options") is not None:
                 raise ConfigError(
@@ -116,8 +110,7 @@ class PosdebiasLM(LaunchedHarness, LM):
                     "an adapter given is used as it was made"
                 )
             arguments.setdefault("pretrained", adapter.describe().get("model_id") or adapter.name)
-        config = HarnessConfig.from_arguments(arguments, "lm-eval --model_args of posdebias")
-        self._launch(config, adapter)
+        self._launch(arguments, "lm-eval --model_args of posdebias", adapter)
 
     # -- lm-eval's distributed primitives (its evaluator calls them with several ranks) ----
 

@@ -43,7 +43,6 @@ from posdebias.integrations.harness import (
     CALIBRATION_SPLIT,
     CALIBRATOR,
     LABELS,
-    HarnessConfig,
     LaunchedHarness,
     TaskMappingError,
     check_task_labels,
@@ -55,9 +54,6 @@ from posdebias.integrations.lmms_eval_tasks import (
     refusals_stop_the_command,
 )
 
-#: What lmms-eval passes to every model besides ``--model_args`` (None values are dropped).
-_HARNESS_ARGUMENTS = ("max_batch_size",)
-
 
 class PosdebiasLMM(LaunchedHarness, lmms):
     """lmms-eval's ``--model posdebias`` (see the module docstring)."""
@@ -66,13 +62,11 @@ class PosdebiasLMM(LaunchedHarness, lmms):
 
     def __init__(self, **arguments: Any) -> None:
         super().__init__()
-        for name in _HARNESS_ARGUMENTS:
-            arguments.pop(name, None)
         if arguments.get("device") in ("", None):
             arguments.pop("device", None)
-        config = HarnessConfig.from_arguments(arguments, "lmms-eval --model_args of posdebias")
         # lmms-eval's multi-process path reads lm.accelerator and lm.device (workaround 4)
-        self.batch_size_per_gpu = self._launch(config).batch_size
+        config = self._launch(arguments, "lmms-eval --model_args of posdebias")
+        self.batch_size_per_gpu = config.batch_size
 
     # -- requests ------------------------------------------------------------------------
 
@@ -114,12 +108,9 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             for ranking, (doc, task) in zip(rankings, docs, strict=True)
         ]
 
+    @refusals_stop_the_command()
     def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         """The calibrated label of each request's document."""
-        with refusals_stop_the_command():
-            return self._generate_until(requests)
-
-    def _generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         answers = []
         for ranking, label, _ in self._answer(requests):
             prediction = ranking.predictions[label]
@@ -128,13 +119,10 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             )
         return answers
 
+    @refusals_stop_the_command()
     def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
-        with refusals_stop_the_command():
-            return self._loglikelihood(requests)
-
-    def _loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         results = []
         for request, (ranking, label, _) in zip(requests, self._answer(requests), strict=True):
             labels = self.harness.labels(len(ranking.images))
@@ -145,8 +133,8 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             results.append(GenerationResult(text=(-logprob, is_choice)))
         return results
 
+    @refusals_stop_the_command()
     def generate_until_multi_round(self, requests: list[Request]) -> list[str]:
-        with refusals_stop_the_command():
-            raise TaskMappingError(
-                "posdebias answers one question per document; multi-round tasks are not supported"
-            )
+        raise TaskMappingError(
+            "posdebias answers one question per document; multi-round tasks are not supported"
+        )

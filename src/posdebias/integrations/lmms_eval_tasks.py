@@ -92,7 +92,7 @@ def refusals_stop_the_command() -> Iterator[None]:
     (one raised while loading a task arrives wrapped in a tenacity ``RetryError``, after five
     attempts) and exits 0 with no results, so a script would go on as if the run had worked.
     A ``SystemExit`` passes both. Called from Python (``simple_evaluate``, a test), the error
-    is raised as usual.
+    is raised as usual. Also a decorator (``@refusals_stop_the_command()``).
     """
     try:
         yield
@@ -227,11 +227,8 @@ def rotation_transform(
     (lm-eval hands a model no other split). ``fields`` and ``answer_base``: the layout of the
     documents (:func:`rotate_doc`)."""
 
+    @refusals_stop_the_command()
     def process_docs(dataset: Any) -> Any:
-        with refusals_stop_the_command():
-            return _rotated(dataset)
-
-    def _rotated(dataset: Any) -> Any:
         import datasets
 
         if items is not None and items_digest(dataset) != items:
