@@ -253,6 +253,22 @@ def test_a_text_model_refuses_the_image_options_it_would_not_use(tmp_path, capsy
         assert not [k for k in keys(json.loads((out / record).read_text())) if "image" in k]
 
 
+def test_a_run_that_shows_no_image_records_no_image_option():
+    """A text run through a server recorded the server's option "images" (how it would send
+    images it had none of); older records that hold it still resume."""
+    from posdebias.adapters.base import describe_adapter
+    from posdebias.adapters.server import ServerAdapter
+    from posdebias.evaluation.job import saved_identity
+
+    served = ServerAdapter(base_url="http://127.0.0.1:9/v1", model="m")
+    assert describe_adapter(served, 4, "multiple_choice")["images"] == "content"
+    text = describe_adapter(served, 4, "multiple_choice", images=False)
+    assert not [key for key in text if "image" in key]
+    older = {"adapter": {**text, "images": "placeholder"}}
+    assert saved_identity(older, {"adapter": text}, None, served.image_options) == {"adapter": text}
+    assert saved_identity(older, {"adapter": text}) != {"adapter": text}  # not for other keys
+
+
 def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates(tmp_path, capsys):
     from posdebias.evaluation.config import EvaluateConfig, load_config
     from posdebias.evaluation.job import build_decoders

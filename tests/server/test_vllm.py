@@ -309,6 +309,7 @@ def test_evaluation_through_the_server_equals_the_hf_adapter(
     assert [a["adapter"] for a in adapters] == ["openai", "qwen3"]
     assert adapters[0]["labels"] == adapters[1]["labels"] == ["A", "B", "C", "D"]
     assert adapters[0]["prompt_hash"] == adapters[1]["prompt_hash"]
+    assert not [key for a in adapters for key in a if "image" in key]  # a text run's records
     gap = assert_same_run(served_run, out)
     print(f"evaluation: max |server - qwen3 adapter| = {gap:.2e}")
 

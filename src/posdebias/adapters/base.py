@@ -192,12 +192,15 @@ class Adapter(ABC):
             first registered wins (built-ins register first) and the later one is warned about.
             Built-ins have 0: a plugin takes a built-in family over only deliberately, with a
             priority of 1 or more (or per run with ``--adapter NAME``).
+        image_options: the options that act on images only: the records of a run that shows
+            no image leave them out (:func:`describe_adapter`).
     """
 
     name: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     provides_attention: ClassVar[bool] = True
+    image_options: ClassVar[tuple[str, ...]] = ()
     label_set: str | None = None
     summary: ClassVar[str] = ""
     priority: ClassVar[int] = 0
@@ -335,11 +338,12 @@ class Adapter(ABC):
 
 
 def describe_adapter(
-    adapter: Adapter, n: int | None = None, task: str | None = None
+    adapter: Adapter, n: int | None = None, task: str | None = None, *, images: bool = True
 ) -> dict[str, Any]:
     """``adapter.describe(n)``, also for a plugin adapter whose ``describe`` takes no N; with
     ``task``, the prompt it records is that task's template (``describe`` records the
-    retrieval one), so a text run's files name the prompt it posed."""
+    retrieval one), so a text run's files name the prompt it posed; without ``images`` (a run
+    that shows none), its image options are left out."""
     try:
         takes_n = len(inspect.signature(adapter.describe).parameters) > 0
     except (TypeError, ValueError):
@@ -349,4 +353,5 @@ def describe_adapter(
     template = templates.get(task) if isinstance(templates, dict) and task else None
     if isinstance(template, TaskTemplate) and "prompt" in described:
         described = {**described, "prompt": template.recorded(), "prompt_hash": template.digest()}
-    return described
+    unused = () if images else getattr(adapter, "image_options", ())
+    return {k: v for k, v in described.items() if k not in unused}

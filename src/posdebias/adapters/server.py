@@ -592,6 +592,7 @@ class ServerAdapter(Adapter):
     name: ClassVar[str] = "openai"
     Options = ServerOptions
     provides_attention: ClassVar[bool] = False
+    image_options: ClassVar[tuple[str, ...]] = ("images", "image_placeholder")
     no_attention_reason: ClassVar[str] = NO_ATTENTION
     summary: ClassVar[str] = "a model behind an OpenAI-compatible server (vLLM, SGLang, ...)"
 

@@ -40,7 +40,6 @@ import numpy as np
 from posdebias._io import JsonlAppender
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
-from posdebias.adapters.hf.options import IMAGE_OPTIONS
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import Instance, candidate_noun, check_order_count
@@ -179,6 +178,12 @@ class InstanceSource:
     calibration: list[Instance]
     test: list[Instance]
     description: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shows_images(self) -> bool:
+        """Whether an instance shows an image (a candidate's or the question's): a run whose
+        instances show none records no image option."""
+        return any(instance.all_images for instance in (*self.calibration, *self.test))
 
 
 def split_held_out(
@@ -349,7 +354,7 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     task = source.test[0].task if source.test else None
     described = {
         k: v
-        for k, v in describe_adapter(adapter, n, task).items()
+        for k, v in describe_adapter(adapter, n, task, images=source.shows_images).items()
         if k not in ("device", "served_models")
     }
     # the benchmark is identified by its content hash: a moved folder still resumes
@@ -367,22 +372,25 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
 
 
 def saved_identity(
-    saved: dict[str, Any], now: dict[str, Any] | None = None, retrieval_hash: str | None = None
+    saved: dict[str, Any],
+    now: dict[str, Any] | None = None,
+    retrieval_hash: str | None = None,
+    image_options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A run file's identity in today's terms, so that a run directory written by an older
     version still resumes: a setting today's records leave out is dropped where it was null or
-    a text model's image setting (it did nothing); a retrieval prompt recorded in its older
-    form (before retrieval became a task template) is recorded as that template, with its
-    hash; a text run,
-    whose files recorded the retrieval template (``retrieval_hash``) instead of the prompt it
-    posed, is read as recording this run's prompt (``now``: today's identity)."""
+    one of the adapter's ``image_options`` (a run that showed no image did not use it); a
+    retrieval prompt recorded in its older form (before retrieval became a task template) is
+    recorded as that template, with its hash; a text run, whose files recorded the retrieval
+    template (``retrieval_hash``) instead of the prompt it posed, is read as recording this
+    run's prompt (``now``: today's identity)."""
     adapter = saved.get("adapter")
     if not isinstance(adapter, dict):
         return saved
     adapter = {**adapter, **_former_template(adapter)}
     described = now.get("adapter") if now is not None else None
     if isinstance(described, dict):  # settings today's records leave out: empty, or unused
-        kept = {k: v for k, v in adapter.items() if v is not None and k not in IMAGE_OPTIONS}
+        kept = {k: v for k, v in adapter.items() if v is not None and k not in image_options}
         adapter = {k: v for k, v in adapter.items() if k in described or k in kept}
     if (
         isinstance(described, dict)
@@ -610,7 +618,12 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
     retrieval = describe_adapter(prepared.adapter, prepared.n, "retrieval").get("prompt_hash")
 
     def read_saved(saved: dict[str, Any]) -> dict[str, Any]:
-        return saved_identity(saved, identity, None if retrieval is None else str(retrieval))
+        return saved_identity(
+            saved,
+            identity,
+            None if retrieval is None else str(retrieval),
+            prepared.adapter.image_options,
+        )
 
     logs: list[JsonlAppender] = []
     try:
@@ -815,7 +828,7 @@ def finish(prepared: Prepared, calibrated: Calibrated, evaluated: Evaluated) -> 
             config.model_dump(mode="json", exclude={"out"}) | {"task": source.test[0].task}
         ),
         adapter=AdapterDescription.model_validate(
-            describe_adapter(prepared.adapter, n, source.test[0].task)
+            describe_adapter(prepared.adapter, n, source.test[0].task, images=source.shows_images)
         ),
         source=SourceDescription.model_validate(source.description),
         n=n,

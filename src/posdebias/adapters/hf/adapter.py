@@ -146,6 +146,7 @@ class HFAdapter(Adapter):
     marked_layout: ClassVar[str | None] = None
     #: A text-only language model: its processor is its tokenizer, its prompts hold no image.
     text_only: ClassVar[bool] = False
+    image_options: ClassVar[tuple[str, ...]] = IMAGE_OPTIONS
     #: Whether the prompt is tokenised with the tokenizer's special tokens (a BOS), as the
     #: processor does; text models take them from the chat template instead.
     prompt_special_tokens: ClassVar[bool] = True
@@ -163,7 +164,7 @@ class HFAdapter(Adapter):
         """A text-only model takes neither the image options nor retrieval's prompt (it would
         not use them: they are refused, and its errors do not offer them)."""
         names = super().option_names()
-        unused = (*IMAGE_OPTIONS, "prompt") if cls.text_only else ()
+        unused = (*cls.image_options, "prompt") if cls.text_only else ()
         return [name for name in names if name not in unused]
 
     @classmethod
@@ -171,7 +172,7 @@ class HFAdapter(Adapter):
         """A text-only model refuses the options it would not use, before reading them (a
         prompt file it would never pose is not opened)."""
         if cls.text_only:
-            unused = [n for n in (*IMAGE_OPTIONS, "prompt") if options.get(n) is not None]
+            unused = [n for n in (*cls.image_options, "prompt") if options.get(n) is not None]
             if unused:
                 raise ConfigError(
                     f"adapter {cls.name!r} reads a text-only model, which shows no image and "

@@ -93,14 +93,15 @@ class SweepResult:
 
 
 def sweep_identity(
-    study: str, points: list[Point], adapter: Any, task: str | None = None
+    study: str, points: list[Point], adapter: Any, task: str | None = None, *, images: bool = True
 ) -> dict[str, Any]:
-    """What defines a study: the model's description (with ``task``'s prompt), every point's
-    settings, and the content hash of every benchmark a point reads (a benchmark swapped under
-    the same path refuses ``--resume`` instead of mixing old points with new ones)."""
+    """What defines a study: the model's description (with ``task``'s prompt; without
+    ``images``, no image option), every point's settings, and the content hash of every
+    benchmark a point reads (a benchmark swapped under the same path refuses ``--resume``
+    instead of mixing old points with new ones)."""
     described = {
         k: v
-        for k, v in describe_adapter(adapter, None, task).items()
+        for k, v in describe_adapter(adapter, None, task, images=images).items()
         if k not in ("device", "labels")
     }
     paths = {
@@ -151,14 +152,18 @@ def run_sweep(
             # every check of `posdebias evaluate`, for every point, before the directory
             prepared.append(prepare_point(point, study, adapter))
         task = prepared[0].source.test[0].task if prepared[0].source.test else None
-        identity = sweep_identity(study, points, adapter, task)
+        images = any(point.source.shows_images for point in prepared)
+        identity = sweep_identity(study, points, adapter, task, images=images)
         retrieval = describe_adapter(adapter, None, "retrieval").get("prompt_hash")
         directory = SweepDirectory(out)
         directory.prepare(
             identity,
             resume=resume,
             read_saved=lambda saved: saved_identity(
-                saved, identity, None if retrieval is None else str(retrieval)
+                saved,
+                identity,
+                None if retrieval is None else str(retrieval),
+                adapter.image_options,
             ),
         )
         try:
