@@ -269,6 +269,31 @@ def test_a_run_that_shows_no_image_records_no_image_option():
     assert saved_identity(older, {"adapter": text}) != {"adapter": text}  # not for other keys
 
 
+def test_a_text_model_folder_with_a_retrieval_prompt_file_loads(tmp_path):
+    """The folder's posdebias_prompt.json is a retrieval prompt, which a text model never
+    poses: it is not read (it was passed on as the option prompt, then refused)."""
+    import posdebias
+    from posdebias.testing import save_tiny_model
+
+    folder = save_tiny_model("qwen3", tmp_path / "model")
+    (folder / "posdebias_prompt.json").write_text(json.dumps({"instruction": "Pick one."}))
+    adapter = posdebias.load_adapter(folder)
+    assert adapter.task_templates["multiple_choice"].instruction != "Pick one."
+
+
+def test_the_reference_protocol_keeps_a_sofa_option_given_by_its_former_name(tmp_path):
+    from posdebias.evaluation.config import EvaluateConfig
+    from posdebias.evaluation.protocol import REFERENCE, apply_specs
+
+    for given in (False, True):
+        config = EvaluateConfig.model_validate(
+            {"decoders": [{"name": "sofa", "options": {"within_image": given}}]}
+        )
+        (sofa,) = apply_specs(REFERENCE, config, None).decoders
+        assert sofa.options["within_image"] is given and "within_candidate" not in sofa.options
+        assert sofa.options["answer"] == "generated"  # the protocol's other options
+
+
 def test_sofa_reads_its_option_under_the_name_it_had_before_text_candidates(tmp_path, capsys):
     from posdebias.evaluation.config import EvaluateConfig, load_config
     from posdebias.evaluation.job import build_decoders

@@ -410,8 +410,10 @@ def load_adapter(
                 "files of language models only (a vision model needs its Hugging Face folder)"
             )
         # a prompt file that is there but not a regular file is refused, never silently skipped
-        if prompt is None and gguf is None and os.path.lexists(Path(source, PROMPT_FILE)):
-            prompt = load_prompt_file(Path(source, PROMPT_FILE))
+        # (a retrieval prompt: a text-only model, which poses none, does not read it)
+        prompt_file = Path(source, PROMPT_FILE)
+        if prompt is None and gguf is None and not cls.text_only and os.path.lexists(prompt_file):
+            prompt = load_prompt_file(prompt_file)
         if device_map is None and device is not None:
             check_device(device)
         kwargs: dict[str, Any] = {

@@ -57,6 +57,11 @@ def test_only_the_declared_families_have_a_real_vocabulary_and_the_others_refuse
     for family in ("gemma3", "llama"):  # a vision-language and a text-only family
         with pytest.raises(InputError, match=f"tiny model for '{family}' \\(toy vocabulary only"):
             tiny_model_and_processor(family, real_vocabulary=True)
+    # a toy-only builder's own keywords still reach it
+    from posdebias.testing.tiny import BUILDERS
+
+    model, _ = BUILDERS["llama"]("llama", head_dim=32)
+    assert model.config.head_dim == 32
 
 
 def test_the_real_vocabulary_splits_digits_and_spaces():

@@ -318,10 +318,10 @@ def _check_options(config: EvaluateConfig, source: str) -> None:
                 owner = f"{source}: {kind} {spec.key!r}"
                 raise options_error(exc, owner, options.model_fields) from None
             # an option given by its former name is recorded by its name
-            spec.options = {_current_name(options, key): v for key, v in spec.options.items()}
+            spec.options = {current_option_name(options, key): v for key, v in spec.options.items()}
 
 
-def _current_name(options: type[BaseModel], key: str) -> str:
+def current_option_name(options: type[BaseModel], key: str) -> str:
     """The option ``key`` names: itself, or the option it is a former name of."""
     for name, field in options.model_fields.items():
         former = field.validation_alias

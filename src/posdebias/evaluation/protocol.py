@@ -39,7 +39,7 @@ the calibrators it affects (:func:`warn_left_out_layers`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -47,7 +47,12 @@ import numpy as np
 
 from posdebias.core.observation import Observation
 from posdebias.core.stages import EPSILON, PriorEstimator
-from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_of
+from posdebias.evaluation.config import (
+    CalibratorSpec,
+    EvaluateConfig,
+    current_option_name,
+    orders_of,
+)
 from posdebias.registry import get_registry
 
 #: The authors' candidate layers: 21..35 (inclusive) of their 36-layer models.
@@ -156,19 +161,29 @@ def apply_specs(
     :data:`REFERENCE_CALIBRATORS`)."""
     if protocol.name == "default":
         return config
+    registry = get_registry()
     calibrators = _with_defaults(
-        calibrator_specs(protocol, config.calibrators, num_layers), REFERENCE_CALIBRATORS
+        calibrator_specs(protocol, config.calibrators, num_layers),
+        REFERENCE_CALIBRATORS,
+        registry.calibrator_class,
     )
-    decoders = _with_defaults(list(config.decoders), REFERENCE_DECODERS)
+    decoders = _with_defaults(list(config.decoders), REFERENCE_DECODERS, registry.decoder_class)
     return config.model_copy(update={"calibrators": calibrators, "decoders": decoders})
 
 
 def _with_defaults(
-    specs: list[CalibratorSpec], defaults: dict[str, dict[str, Any]]
+    specs: list[CalibratorSpec],
+    defaults: dict[str, dict[str, Any]],
+    row_class: Callable[[str], Any],
 ) -> list[CalibratorSpec]:
+    """``specs`` with the ``defaults`` of their options that the user gave under no name (an
+    option given by its former name is given)."""
     updated = []
     for spec in specs:
-        extra = {k: v for k, v in defaults.get(spec.name, {}).items() if k not in spec.options}
+        proposed = defaults.get(spec.name, {})
+        options = row_class(spec.name).Options if proposed else None
+        given = {current_option_name(options, key) for key in spec.options} if options else ()
+        extra = {k: v for k, v in proposed.items() if k not in given}
         if extra:
             spec = spec.model_copy(update={"options": {**extra, **spec.options}})
         updated.append(spec)

@@ -41,17 +41,19 @@ REAL_VOCABULARY: tuple[str, ...] = tuple(
 )
 
 
-def _toy_vocabulary_only(build: Callable[[str], tuple[Any, Any]]) -> Builder:
+def _toy_vocabulary_only(build: Callable[..., tuple[Any, Any]]) -> Builder:
     """``build`` as a :data:`Builder`: the one refusal of a real vocabulary for the families
-    whose real one is not available offline."""
+    whose real one is not available offline (a builder's own keywords pass through)."""
 
-    def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
+    def tiny_model(
+        model_type: str, *, real_vocabulary: bool = False, **options: Any
+    ) -> tuple[Any, Any]:
         if real_vocabulary:
             raise InputError(
                 f"no real-vocabulary tiny model for {model_type!r} (toy vocabulary only); "
                 f"families with one: {', '.join(REAL_VOCABULARY)}"
             )
-        return build(model_type)
+        return build(model_type, **options)
 
     return tiny_model
 
