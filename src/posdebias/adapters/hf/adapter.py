@@ -997,7 +997,8 @@ class HFAdapter(Adapter):
             "transformers": transformers.__version__,
         }
         # a text-only model shows no image: its records name no image setting
-        return {k: v for k, v in described.items() if not (self.text_only and k in IMAGE_OPTIONS)}
+        unused = self.image_options if self.text_only else ()
+        return {k: v for k, v in described.items() if k not in unused}
 
 
 def _two_token_tie(label: str, tokens: Sequence[int], model: str | None) -> str:
