@@ -292,3 +292,19 @@ def test_posdebias_check_cli_on_a_saved_real_vocabulary_model(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout
     assert result.stdout.count("PASS") >= 5
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"real_vocabulary": "no"}, "real_vocabulary must be True or False, got 'no'"),
+        ({"real_vocabulary": 1}, "real_vocabulary must be True or False, got 1"),
+        ({"seed": -1}, "seed must be a whole number from 0"),
+        ({"seed": 1.5}, "seed must be a whole number from 0"),
+        ({"seed": True}, "seed must be a whole number from 0"),
+    ],
+)
+def test_a_tiny_models_settings_of_the_wrong_kind_are_refused(keywords, message):
+    """A truthy string would have asked for the real vocabulary; a float seed reached torch."""
+    with pytest.raises(InputError, match=message):
+        tiny_model_and_processor("llama", **keywords)

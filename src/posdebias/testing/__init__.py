@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias._inputs import check_whole_number, excerpt
 from posdebias.errors import InputError
 from posdebias.registry import Registry, get_registry
 from posdebias.testing.check import CheckReport, check_adapter
@@ -70,6 +71,9 @@ def tiny_model_and_processor(
     """
     import torch
 
+    check_whole_number("seed", seed, 0, 2**63 - 1)
+    if not isinstance(real_vocabulary, bool):  # "no" would ask for the real one
+        raise InputError(f"real_vocabulary must be True or False, got {excerpt(real_vocabulary)}")
     adapter = get_registry().adapter_for_model_type(family)
     # Only ask for a real vocabulary explicitly: plugin builders may not take the keyword.
     options = {"real_vocabulary": True} if real_vocabulary else {}
