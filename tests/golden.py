@@ -34,8 +34,8 @@ RUNS: dict[str, list[str]] = {
     "organism_n2": ["-N", "2", "--count", "60", "--orders", "2"],
     "organism_n12": ["-N", "12", "--count", "40", "--orders", "2"],
     "text_organism_default": ["--task", "multiple_choice", "--count", "60", "--orders", "2"],
-    # real pretrained weights from GGUF files of the package index (tests/real_models.py) on 30
-    # WordNet capitals questions (20 of them calibrate, the default M; 10 tested) x 2 orders
+    # real pretrained weights from GGUF files of the package index (tests/real_models.py) on 45
+    # WordNet capitals questions (20 of them calibrate, the default M) x 2 orders
     "real_smollm2": ["--model", "{smollm2}", "--benchmark", "{capitals}", "--orders", "2"],
     "real_gemma3": [
         "--model", "{gemma3}", "--chat-template", "raw", "--benchmark", "{capitals}",
@@ -60,7 +60,7 @@ def real_inputs(args: list[str], scratch: Path) -> list[str]:
     paths = {"{smollm2}": lambda: smollm2_gguf(), "{gemma3}": lambda: gemma3_gguf(scratch)}
     capitals = scratch / "capitals"
     if not capitals.exists():
-        wordnet_benchmark("capitals", 30, 4, 0, capitals)
+        wordnet_benchmark("capitals", 45, 4, 0, capitals)
     paths["{capitals}"] = lambda: capitals
     return [str(paths[arg]()) if arg in paths else arg for arg in args]
 
