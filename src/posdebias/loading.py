@@ -258,13 +258,38 @@ def _refuse_remote_code(source: str) -> None:
 _GGUF_READER_SWAP = threading.RLock()
 
 
+@functools.cache
+def _array_reader() -> type:
+    """``gguf.GGUFReader`` reading its file through a plain array view of the memory map.
+
+    Each slice of an ``np.memmap`` is wrapped in a new memmap object, and the reader slices the
+    file once per token of the vocabulary (12.8 million slices for Gemma 3's 262k tokens):
+    through a plain ``ndarray`` view of the same map, the same bytes parse 3.4 times faster
+    (10.5 -> 3.1 s on one CPU core). The view keeps the map open as its base.
+    """
+    import gguf.gguf_reader
+    import numpy as np
+
+    class ArrayReader(gguf.gguf_reader.GGUFReader):
+        @property
+        def data(self) -> Any:
+            return self._array
+
+        @data.setter
+        def data(self, value: Any) -> None:  # the reader's own np.memmap of the file
+            self._array = value.view(np.ndarray)
+
+    return ArrayReader
+
+
 @contextlib.contextmanager
 def one_gguf_parse() -> Iterator[None]:
     """Within this scope transformers gets one ``gguf.GGUFReader`` per file.
 
     transformers parses a GGUF file's metadata anew for the config, the tokenizer and the
     weights, and a parse is slow for a large vocabulary (Gemma 3's 262k tokens: 9.5 s each on
-    one CPU core); the reader is a read-only memory map, so one serves all three. Likewise it
+    one CPU core, 3 s with :func:`_array_reader`); the reader is a read-only memory map, so one
+    serves all three. Likewise it
     builds gguf's tensor-name map (about 25 ms) once per module of the model, the same map
     each time: one per architecture and depth serves the scope. The package attributes are
     swapped for the scope, so a load in another thread waits for it.
@@ -282,7 +307,7 @@ def one_gguf_parse() -> Iterator[None]:
             stat = os.stat(path)
             key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
             if key not in readers:
-                readers[key] = original(path, mode)
+                readers[key] = _array_reader()(path, mode)
             return readers[key]
 
         gguf.GGUFReader = shared_reader  # type: ignore[misc,assignment]

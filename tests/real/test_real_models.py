@@ -40,20 +40,21 @@ def adapters(gguf_files):
 
     torch.set_num_threads(1)
     options = {"smollm2": {}, "gemma3": {"chat_template": "raw"}}  # gemma3: a base model
-    original, loaded = gguf.GGUFReader, {}
+    reader = gguf.gguf_reader.GGUFReader  # a parse is its __init__, in any subclass too
+    original, loaded = reader.__init__, {}
 
-    def counted(*args, **kwargs):
+    def counted(self, *args, **kwargs):
         PARSES[name] = PARSES.get(name, 0) + 1
-        return original(*args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    gguf.GGUFReader = counted
+    reader.__init__ = counted
     try:
         for name in MODELS:
             loaded[name] = load_adapter(
                 gguf_files[name], label_set="upper", device="cpu", **options[name]
             )
     finally:
-        gguf.GGUFReader = original
+        reader.__init__ = original
     return loaded
 
 
