@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from posdebias._gguf import GGUF_MAGIC, GGUFDamaged, read_gguf_header
 from posdebias._inputs import excerpt
 from posdebias._weights import check_safetensors_only
@@ -268,7 +270,6 @@ def _array_reader() -> type:
     (10.5 -> 3.1 s on one CPU core). The view keeps the map open as its base.
     """
     import gguf.gguf_reader
-    import numpy as np
 
     class ArrayReader(gguf.gguf_reader.GGUFReader):
         @property
@@ -289,10 +290,9 @@ def one_gguf_parse() -> Iterator[None]:
     transformers parses a GGUF file's metadata anew for the config, the tokenizer and the
     weights, and a parse is slow for a large vocabulary (Gemma 3's 262k tokens: 9.5 s each on
     one CPU core, 3 s with :func:`_array_reader`); the reader is a read-only memory map, so one
-    serves all three. Likewise it
-    builds gguf's tensor-name map (about 25 ms) once per module of the model, the same map
-    each time: one per architecture and depth serves the scope. The package attributes are
-    swapped for the scope, so a load in another thread waits for it.
+    serves all three. Likewise it builds gguf's tensor-name map (about 25 ms) once per module
+    of the model, the same map each time: one per architecture and depth serves the scope. The
+    package attributes are swapped for the scope, so a load in another thread waits for it.
     """
     import gguf
 
