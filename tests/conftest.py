@@ -8,12 +8,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-# One torch thread per test process: `make test` runs two xdist workers on a 2-core machine, and
-# torch's default (a thread per core) in each would put four threads on two cores, which wait for
-# each other (the tiny models' tests took 12% longer that way). Set before any test imports torch;
-# a count the environment already sets is kept.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
