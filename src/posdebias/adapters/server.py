@@ -219,7 +219,6 @@ class _Deadline:
     """
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.end = time.monotonic() + seconds
         self.expired = False
         self._sockets: list[socket.socket] = []

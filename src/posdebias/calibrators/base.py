@@ -256,20 +256,16 @@ class Calibrator(ABC):
                 f"calibrator {self.name!r} returned invalid scores: {exc}"
             ) from None
         prediction = self._checked(prediction, observation.n)
-        if not explain:
-            return (
-                prediction
-                if prediction.evidence is None
-                else Prediction(
-                    scores=prediction.scores,
-                    choice=-1 if prediction.by_scores else prediction.choice,
-                )
-            )
-        own = prediction.evidence or Evidence()
+        if not explain and prediction.evidence is None:
+            return prediction
+        evidence = None  # unasked for: the calibrator's own is dropped
+        if explain:
+            own = prediction.evidence or Evidence()
+            evidence = own.merged(self._generic_evidence(observation))
         return Prediction(
             scores=prediction.scores,
             choice=-1 if prediction.by_scores else prediction.choice,
-            evidence=own.merged(self._generic_evidence(observation)),
+            evidence=evidence,
         )
 
     def _checked(self, prediction: object, n: int) -> Prediction:

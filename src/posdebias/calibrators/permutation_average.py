@@ -27,7 +27,7 @@ from pydantic import Field
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
-from posdebias.core.instance import Instance, rotation_order
+from posdebias.core.instance import Instance, random_orders, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
 from posdebias.errors import ConfigError, InputError
@@ -76,15 +76,7 @@ def random_permutations(n: int, count: int, seed: int) -> list[np.ndarray]:
             f"permutation_average: count {count} exceeds the N! = "
             f"{math.factorial(n)} distinct orders of N={n} candidates"
         )
-    rng = np.random.default_rng(seed)
-    chosen = [np.arange(n)]
-    seen = {tuple(chosen[0])}
-    while len(chosen) < count:
-        order = rng.permutation(n)
-        if tuple(order) not in seen:
-            seen.add(tuple(order))
-            chosen.append(order)
-    return chosen
+    return random_orders(n, count, seed, identity_first=True)
 
 
 class OrderCombiner(OrderedCalibrator):

@@ -108,19 +108,13 @@ class LayerSelector:
 # -- prior estimation ------------------------------------------------------------------------
 
 
-def _attention(observation: Observation) -> np.ndarray:
-    if observation.attention is None:  # callers check with require_attention first
-        raise ObservationError("an observation has no attention")
-    return observation.attention
-
-
 @dataclass(frozen=True)
 class PriorEstimator:
     """Static priors over all M*N symmetrised observations (Calibration steps 4 and 5)."""
 
     def attention_prior(self, observations: Sequence[Observation]) -> np.ndarray:
         """a_prior^(l) = mean of a^(l)(x) over all observations: an [L, N] array."""
-        return np.mean(np.stack([_attention(obs) for obs in observations]), axis=0)
+        return np.mean(np.stack([obs.attention_matrix for obs in observations]), axis=0)
 
     def logit_prior(self, observations: Sequence[Observation]) -> np.ndarray:
         """p_prior[j] = mean of s_j(x) over all observations (PriDe on the same budget)."""

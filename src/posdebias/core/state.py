@@ -283,6 +283,18 @@ class CalibrationState(BaseModel):
         )
 
 
+#: How a state that records another value of a field than its use is refused ({theirs}: the
+#: state's, {mine}: the use's).
+_MISMATCHES = {
+    "calibrator": "it was fitted by calibrator {theirs!r}, not {mine!r}",
+    "n": "it was made for N={theirs} candidates, not N={mine}",
+    "num_layers": "it has {theirs} layers but the model has {mine}",
+    "label_set": "its labels are {theirs}, not {mine}",
+    "adapter": "it was made with adapter {theirs!r}, not {mine!r}",
+    "model_id": "it was fitted on model {theirs!r}, not {mine!r}",
+}
+
+
 @dataclass(frozen=True)
 class StateUse:
     """Where a saved calibration state is about to be used: the one value a state is checked
@@ -308,37 +320,29 @@ class StateUse:
 
     def problems(self, state: CalibrationState) -> list[str]:
         """Every way ``state`` does not fit this use, in words."""
-        checks = (
-            self._calibrator,
-            self._n,
-            self._num_layers,
-            self._layers,
-            self._labels,
-            self._adapter,
-            self._options,
-            self._prompt,
-            self._model,
+        found = (
+            self._differs("calibrator", state),
+            self._differs("n", state),
+            self._differs("num_layers", state),
+            self._layers(state),
+            self._differs("label_set", state),
+            self._differs("adapter", state),
+            self._options(state),
+            self._prompt(state),
+            self._differs("model_id", state),
         )
-        return [problem for check in checks if (problem := check(state))]
+        return [problem for problem in found if problem]
 
     def transfers_model(self, state: CalibrationState) -> bool:
         """Whether the state was fitted on another model than this use's."""
-        return self._model(state) is not None
+        return self._differs("model_id", state) is not None
 
-    def _calibrator(self, state: CalibrationState) -> str | None:
-        if self.calibrator is None or self.calibrator == state.calibrator:
+    def _differs(self, name: str, state: CalibrationState) -> str | None:
+        """:data:`_MISMATCHES`'s words where the state records another ``name`` than this use."""
+        mine, theirs = getattr(self, name), getattr(state, name)
+        if mine is None or theirs in (None, mine):
             return None
-        return f"it was fitted by calibrator {state.calibrator!r}, not {self.calibrator!r}"
-
-    def _n(self, state: CalibrationState) -> str | None:
-        if self.n is None or self.n == state.n:
-            return None
-        return f"it was made for N={state.n} candidates, not N={self.n}"
-
-    def _num_layers(self, state: CalibrationState) -> str | None:
-        if self.num_layers is None or state.num_layers in (None, self.num_layers):
-            return None
-        return f"it has {state.num_layers} layers but the model has {self.num_layers}"
+        return _MISMATCHES[name].format(mine=mine, theirs=theirs)
 
     def _layers(self, state: CalibrationState) -> str | None:
         own = state.layer_set
@@ -348,16 +352,6 @@ class StateUse:
             f"its attention rows come from {own.describe()}, but this model's observations "
             f"read {self.layers.describe()}"
         )
-
-    def _labels(self, state: CalibrationState) -> str | None:
-        if self.label_set is None or state.label_set in (None, self.label_set):
-            return None
-        return f"its labels are {state.label_set}, not {self.label_set}"
-
-    def _adapter(self, state: CalibrationState) -> str | None:
-        if self.adapter is None or state.adapter in (None, self.adapter):
-            return None
-        return f"it was made with adapter {state.adapter!r}, not {self.adapter!r}"
 
     def _options(self, state: CalibrationState) -> str | None:
         mine, theirs = self.options, state.options
@@ -378,8 +372,3 @@ class StateUse:
             f"it was fitted with another prompt (hash {state.prompt_hash!r}, "
             f"now {self.prompt_hash!r})"
         )
-
-    def _model(self, state: CalibrationState) -> str | None:
-        if self.model_id is None or state.model_id in (None, self.model_id):
-            return None
-        return f"it was fitted on model {state.model_id!r}, not {self.model_id!r}"

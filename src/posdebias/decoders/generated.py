@@ -33,7 +33,6 @@ from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.core.answers import AnswerParser, Which
 from posdebias.core.instance import Instance
-from posdebias.core.tasks import task_label_set
 from posdebias.decoders.base import Decision, Decoder, DecoderOptions
 
 VARIANTS_TEXT = ", ".join(PROMPT_VARIANTS)
@@ -98,11 +97,6 @@ class SelfConsistencyOptions(CotOptions):
     )
 
 
-def label_set_of(adapter: Adapter, task: str = "retrieval") -> str:
-    """The label set ``adapter`` prompts ``task`` with (its option, else the task's own)."""
-    return task_label_set(task, adapter.label_set)
-
-
 def tie_label_of(adapter: Adapter, task: str) -> str | None:
     """The tie label ``adapter`` offers a pairwise judge (``task_prompt.tie_label``), else
     None: a generated verdict that names it is the tie (position N of the parsed answers)."""
@@ -149,7 +143,7 @@ class Generated(Decoder):
         decisions: list[Decision] = []
         for view, generation in zip(views, generations, strict=True):
             parser = AnswerParser(
-                label_set_of(adapter, view.task),
+                adapter.label_set_for(view.task),
                 view.n,
                 self.options.parse,
                 tie_label_of(adapter, view.task),

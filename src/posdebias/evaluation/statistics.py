@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from posdebias._inputs import check_whole_number
 from posdebias.defaults import MAX_RESAMPLES, MIN_RESAMPLES, RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.runner import InstanceRecord
@@ -129,16 +130,7 @@ class Outcomes:
 
 def check_resamples(resamples: int) -> int:
     """``resamples`` if it is in the accepted range, else an InputError naming the range."""
-    if (
-        isinstance(resamples, bool)
-        or not isinstance(resamples, int)
-        or not MIN_RESAMPLES <= resamples <= MAX_RESAMPLES
-    ):
-        raise InputError(
-            f"bootstrap resamples must be a whole number from {MIN_RESAMPLES} to "
-            f"{MAX_RESAMPLES:,}, got {resamples!r}"
-        )
-    return resamples
+    return check_whole_number("bootstrap resamples", resamples, MIN_RESAMPLES, MAX_RESAMPLES)
 
 
 def resample_weights(instances: int, resamples: int, seed: int | list[int]) -> np.ndarray:
