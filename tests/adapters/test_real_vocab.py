@@ -308,3 +308,20 @@ def test_a_tiny_models_settings_of_the_wrong_kind_are_refused(keywords, message)
     """A truthy string would have asked for the real vocabulary; a float seed reached torch."""
     with pytest.raises(InputError, match=message):
         tiny_model_and_processor("llama", **keywords)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"count": "3"}, "count must be a whole number from 1 to 100,000, got '3'"),
+        ({"count": 0}, "count must be a whole number from 1"),
+        ({"count": 2, "size": 2.5}, "size must be a whole number from 1 to 4,096"),
+        ({"count": 2, "seed": -3}, "seed must be a whole number from 0"),
+    ],
+)
+def test_test_images_of_the_wrong_kind_are_refused_before_any_file(keywords, message, tmp_path):
+    from posdebias.testing import write_test_images
+
+    with pytest.raises(InputError, match=message):
+        write_test_images(tmp_path / "images", **keywords)
+    assert not (tmp_path / "images").exists()  # nothing written, not even the folder

@@ -114,6 +114,10 @@ def write_test_images(
     """``count`` distinct small RGB PNG files (random noise, seeded) in ``directory``."""
     from PIL import Image
 
+    check_whole_number("count", count, 1, 100_000)
+    check_whole_number("size", size, 1, 4096)
+    check_whole_number("seed", seed, 0, 2**63 - 1)
+
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
