@@ -157,21 +157,15 @@ class Ranking:
         """JSON-ready dict of plain Python types (what a web service returns).
 
         ``images`` are written as text: a path as its text, an in-memory image as its key
-        (``<Image@7f...>``: JSON holds no pixels); a record holds ``images`` only where a
-        candidate has one and ``texts`` only where a candidate has one, so a text task's record
-        speaks of no image. ``choice``, ``order`` and ``probabilities`` are the answer of
-        ``calibrator``, for readers; ``predictions`` hold every calibrator's
+        (``<Image@7f...>``: JSON holds no pixels). ``choice``, ``order`` and ``probabilities``
+        are the answer of ``calibrator``, for readers; ``predictions`` hold every calibrator's
         (:meth:`Prediction.to_dict`). :meth:`from_dict` reads it back.
         """
-        candidates: dict[str, list[str | None]] = {}
-        if any(image is not None for image in self.images):
-            candidates["images"] = [None if i is None else image_key(i) for i in self.images]
-        if any(text is not None for text in self.texts):
-            candidates["texts"] = list(self.texts)
         return {
             "id": self.id,
             "query": self.query,
-            **candidates,
+            "images": [None if image is None else image_key(image) for image in self.images],
+            "texts": list(self.texts),
             "target": self.target,
             "calibrator": self.calibrator,
             "choice": self.choice,
@@ -184,21 +178,17 @@ class Ranking:
 
     @classmethod
     def from_dict(cls, payload: Any) -> Ranking:
-        """The ranking :meth:`to_dict` wrote (images come back as the text it wrote; a record
-        without ``images`` or ``texts`` has none, as do the lists of None that records held
-        before they could leave them out); an ObservationError names what a damaged record
-        lacks."""
+        """The ranking :meth:`to_dict` wrote (images come back as the text it wrote);
+        an ObservationError names what a damaged record lacks."""
         if not isinstance(payload, dict):
             raise ObservationError(
                 f"a ranking record must be a JSON object, got {type(payload).__name__}"
             )
         missing = sorted(_RANKING_FIELDS - set(payload))
-        if not {"images", "texts"} & set(payload):
-            missing.append("images or texts")
         if missing:
             raise ObservationError(f"ranking record misses field(s) {missing}")
         for name in ("images", "texts"):
-            if not isinstance(payload.get(name, []), list):
+            if not isinstance(payload[name], list):
                 raise ObservationError(
                     f"ranking record: {name} must be a list, got {type(payload[name]).__name__}"
                 )
@@ -213,14 +203,14 @@ class Ranking:
             raise ObservationError(f"ranking record: target must be an int, got {excerpt(target)}")
         ranking = cls(
             query=str(payload["query"]),
-            images=tuple(payload.get("images", [None] * len(payload.get("texts", [])))),
+            images=tuple(payload["images"]),
             predictions={
                 str(label): Prediction.from_dict(value) for label, value in predictions.items()
             },
             calibrator=str(payload["calibrator"]),
             id=str(payload["id"]),
             target=target,
-            texts=tuple(payload.get("texts", [None] * len(payload.get("images", [])))),
+            texts=tuple(payload["texts"]),
         )
         sizes = {len(ranking.scores), len(ranking.images)} | (
             {len(ranking.texts)} if ranking.texts else set()
@@ -233,7 +223,7 @@ class Ranking:
         return ranking
 
 
-_RANKING_FIELDS = {"id", "query", "target", "calibrator", "predictions"}
+_RANKING_FIELDS = {"id", "query", "images", "texts", "target", "calibrator", "predictions"}
 
 
 def _as_instance(query: Any) -> Instance:

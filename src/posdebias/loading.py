@@ -284,7 +284,7 @@ def one_gguf_parse() -> Iterator[None]:
     """Within this scope transformers gets one ``gguf.GGUFReader`` per file.
 
     transformers parses a GGUF file's metadata anew for the config, the tokenizer and the
-    weights, and a parse is slow for a large vocabulary (Gemma 3's 262k tokens: 9.5 s each on
+    weights, and a parse is slow for a large vocabulary (Gemma 3's 262k tokens: about 10 s each on
     one CPU core, 3 s with :func:`_array_reader`); the reader is a read-only memory map, so one
     serves all three. Likewise it builds gguf's tensor-name map (about 25 ms) once per module
     of the model, the same map each time: one per architecture and depth serves the scope. The

@@ -299,9 +299,10 @@ def test_posdebias_check_cli_on_a_saved_real_vocabulary_model(tmp_path):
     [
         ({"real_vocabulary": "no"}, "real_vocabulary must be True or False, got 'no'"),
         ({"real_vocabulary": 1}, "real_vocabulary must be True or False, got 1"),
-        ({"seed": -1}, "seed must be a whole number from 0"),
-        ({"seed": 1.5}, "seed must be a whole number from 0"),
-        ({"seed": True}, "seed must be a whole number from 0"),
+        ({"seed": 2**64}, "seed must be a whole number from -9,223,372,036,854,775,808"),
+        ({"seed": 1.5}, "seed must be a whole number from"),
+        ({"seed": True}, "seed must be a whole number from"),
+        ({"seed": np.float64(2.0)}, "seed must be a whole number from"),
     ],
 )
 def test_a_tiny_models_settings_of_the_wrong_kind_are_refused(keywords, message):
@@ -313,9 +314,9 @@ def test_a_tiny_models_settings_of_the_wrong_kind_are_refused(keywords, message)
 @pytest.mark.parametrize(
     ("keywords", "message"),
     [
-        ({"count": "3"}, "count must be a whole number from 1 to 100,000, got '3'"),
-        ({"count": 0}, "count must be a whole number from 1"),
-        ({"count": 2, "size": 2.5}, "size must be a whole number from 1 to 4,096"),
+        ({"count": "3"}, "count must be a whole number from 0 to 100,000, got '3'"),
+        ({"count": -1}, "count must be a whole number from 0"),
+        ({"count": 2, "size": 2.5}, "size must be a whole number from 1 to 65,535"),
         ({"count": 2, "seed": -3}, "seed must be a whole number from 0"),
     ],
 )
@@ -325,3 +326,20 @@ def test_test_images_of_the_wrong_kind_are_refused_before_any_file(keywords, mes
     with pytest.raises(InputError, match=message):
         write_test_images(tmp_path / "images", **keywords)
     assert not (tmp_path / "images").exists()  # nothing written, not even the folder
+
+
+def test_whole_numbers_of_every_integer_kind_still_make_models_and_images(tmp_path):
+    """numpy integers and negative torch seeds worked before the checks and still do."""
+    from posdebias.testing import write_test_images
+
+    model, _ = tiny_model_and_processor("llama", seed=np.int64(3), real_vocabulary=np.False_)
+    again, _ = tiny_model_and_processor("llama", seed=3)
+    import torch
+
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True)
+    )
+    tiny_model_and_processor("llama", seed=-5)
+    files = write_test_images(tmp_path, np.int64(2), size=np.int32(8), seed=np.uint64(7))
+    assert [f.name for f in files] == ["image_000.png", "image_001.png"]
+    assert write_test_images(tmp_path / "none", 0) == []

@@ -59,6 +59,14 @@ FAMILIES: tuple[str, ...] = _families(text_only=False)
 TEXT_FAMILIES: tuple[str, ...] = _families(text_only=True)
 
 
+def _whole_number(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int if it is a whole number from ``low`` to ``high`` (a numpy integer
+    too, as torch and numpy take it; a float or a bool is refused, never truncated)."""
+    if isinstance(value, np.integer):
+        value = int(value)
+    return check_whole_number(name, value, low, high)
+
+
 def tiny_model_and_processor(
     family: str, *, seed: int = 0, real_vocabulary: bool = False
 ) -> tuple[Any, Any]:
@@ -71,8 +79,8 @@ def tiny_model_and_processor(
     """
     import torch
 
-    check_whole_number("seed", seed, 0, 2**63 - 1)
-    if not isinstance(real_vocabulary, bool):  # "no" would ask for the real one
+    seed = _whole_number("seed", seed, -(2**63), 2**64 - 1)  # torch.manual_seed's range
+    if not isinstance(real_vocabulary, (bool, np.bool_)):  # "no" would ask for the real one
         raise InputError(f"real_vocabulary must be True or False, got {excerpt(real_vocabulary)}")
     adapter = get_registry().adapter_for_model_type(family)
     # Only ask for a real vocabulary explicitly: plugin builders may not take the keyword.
@@ -114,9 +122,9 @@ def write_test_images(
     """``count`` distinct small RGB PNG files (random noise, seeded) in ``directory``."""
     from PIL import Image
 
-    check_whole_number("count", count, 1, 100_000)
-    check_whole_number("size", size, 1, 4096)
-    check_whole_number("seed", seed, 0, 2**63 - 1)
+    count = _whole_number("count", count, 0, 100_000)
+    size = _whole_number("size", size, 1, 65_535)
+    seed = _whole_number("seed", seed, 0, 2**64 - 1)
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
