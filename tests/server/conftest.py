@@ -61,6 +61,9 @@ class VllmServer:
             **os.environ,
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            # the model runs inside the engine-core process instead of a third process of
+            # its own: one Python start fewer per server (measured 6-8 s of its 25-35 s)
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "OMP_NUM_THREADS": "1",
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
