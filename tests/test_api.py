@@ -143,6 +143,38 @@ def test_rank_poses_text_candidates_as_the_task_its_state_was_fitted_on(tmp_path
     )
 
 
+def test_rank_of_a_text_task_says_when_its_arguments_name_files(tmp_path, capsys, monkeypatch):
+    """A text task poses each argument as its own text: arguments that name files (images or a
+    passage were perhaps meant) are ranked as their paths, and a warning says so, naming each
+    one by position; texts that are no file (also ones no file system can hold) get none."""
+    from posdebias.testing import write_test_images
+
+    states = tmp_path / "states"
+    calibrate = ["calibrate", "--task", "multiple_choice", "--count", "4",
+                 "--calibrators", "vanilla", "--out", str(states)]  # fmt: skip
+    assert main(calibrate) == 0
+    monkeypatch.chdir(tmp_path)
+    images = [p.name for p in write_test_images(tmp_path, 2, size=8)]
+    (tmp_path / "[red]passage.txt").write_text("a passage")
+    command = ["rank", "--calibration", str(states), "--model", "posdebias/text-organism", "Q?"]
+    capsys.readouterr()
+    plain = ["Berlin", "x" * 5000, "Oslo", "/" + "y" * 300]
+    assert main([*command, *plain]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([*command, "Berlin", images[0], "[red]passage.txt", images[1]]) == 0
+    out, err = capsys.readouterr()
+    flat = " ".join(err.split())
+    assert (
+        f"options 2 ('{images[0]}'), 3 ('[red]passage.txt'), 4 ('{images[1]}') name files" in flat
+    )
+    assert "multiple_choice poses every argument as its own text: the path is ranked" in flat
+    assert images[0] in out and "[red]passage.txt" in out  # ranked as the texts given
+    assert main([*command, "Berlin", "Paris", images[1], "Oslo"]) == 0
+    assert f"warning: option 3 ('{images[1]}') names a file, but multiple_choice" in " ".join(
+        capsys.readouterr().err.split()
+    )
+
+
 def test_states_of_several_tasks_pose_a_query_as_the_task_of_its_n(tmp_path, capsys):
     """A folder of states fitted on pairs (N = 2) and on four options (N = 4): each query is
     posed as its N's task; a query of neither is refused naming both tasks."""

@@ -4,6 +4,7 @@ a caption, or the options, answers or passages of a text task)."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rich.table import Table
@@ -92,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             check_path_text(candidate)
         ranking = debiaser.rank(args.query, args.candidates, explain=args.explain)
     else:
+        _warn_of_files(args.candidates, task)
         ranking = debiaser.rank(args.query, texts=args.candidates, task=task, explain=args.explain)
     evidence = ranking.evidence
     extra = []
@@ -121,3 +123,21 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(str(position + 1), candidate, f"{probability:.4f}", *cells, mark)
     make_console().print(table)
     return 0
+
+
+def _warn_of_files(candidates: list[str], task: str) -> None:
+    """A text task poses each argument as its own text: say so where an argument names a file
+    (image files or a passage file were perhaps meant), since the ranking is then of the paths."""
+    files = [
+        f"{position} ({excerpt(candidate)})"
+        for position, candidate in enumerate(candidates, 1)
+        if os.path.isfile(candidate)  # False for a text no file system can hold
+    ]
+    if files:
+        make_console(stderr=True).print(
+            f"warning: {candidate_noun(task, plural=len(files) > 1)} {', '.join(files)} "
+            f"{'name files' if len(files) > 1 else 'names a file'}, but {task} poses every "
+            "argument as its own text: the path is ranked, not the file (to rank images, use "
+            "a calibration state fitted on retrieval)",
+            style="yellow",
+        )
