@@ -4,7 +4,7 @@ a caption, or the options, answers or passages of a text task)."""
 from __future__ import annotations
 
 import argparse
-import os
+from os.path import isfile
 from pathlib import Path
 
 from rich.table import Table
@@ -126,18 +126,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _warn_of_files(candidates: list[str], task: str) -> None:
-    """A text task poses each argument as its own text: say so where an argument names a file
-    (image files or a passage file were perhaps meant), since the ranking is then of the paths."""
-    files = [
-        f"{position} ({excerpt(candidate)})"
-        for position, candidate in enumerate(candidates, 1)
-        if os.path.isfile(candidate)  # False for a text no file system can hold
-    ]
-    if files:
+    """A text task poses each argument as its own text: say so where one names a file (images
+    or a passage file were perhaps meant), since its path is then what is ranked."""
+    files = [f"{k} ({excerpt(text)})" for k, text in enumerate(candidates, 1) if isfile(text)]
+    if files:  # isfile: False also for a text no file system can hold
+        many = len(files) > 1
         make_console(stderr=True).print(
-            f"warning: {candidate_noun(task, plural=len(files) > 1)} {', '.join(files)} "
-            f"{'name files' if len(files) > 1 else 'names a file'}, but {task} poses every "
-            "argument as its own text: the path is ranked, not the file (to rank images, use "
-            "a calibration state fitted on retrieval)",
+            f"warning: {candidate_noun(task, plural=many)} {', '.join(files)} "
+            f"{'name files' if many else 'names a file'}, but {task} poses every argument as "
+            "its own text: the path is ranked, not the file (to rank images, use a calibration "
+            "state fitted on retrieval)",
             style="yellow",
         )
