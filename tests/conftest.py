@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 
@@ -71,14 +72,32 @@ def _fresh_registry():
     reset_registry()
 
 
-@pytest.fixture(autouse=True)
-def _figures_only_where_asked(request, monkeypatch):
-    """A run's report and a study's draw their figures (most of a small run's time) only in a
-    test marked ``figures``; elsewhere report.md is written without them. Subprocesses draw them
-    as usual."""
-    if request.node.get_closest_marker("figures") is None:
-        monkeypatch.setattr("posdebias.evaluation.report.REPORT_FIGURES", ())
-        monkeypatch.setattr("posdebias.evaluation.sweep.figure_files", lambda *_: {})
+@contextlib.contextmanager
+def _figures_as_marked(node):
+    """A run's report and a study's draw their figures (most of a small run's time) only for a
+    test or module marked ``figures``; elsewhere report.md is written without them.
+    Subprocesses draw them as usual."""
+    if node.get_closest_marker("figures") is not None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("posdebias.evaluation.report.REPORT_FIGURES", ())
+        patch.setattr("posdebias.evaluation.sweep.figure_files", lambda *_: {})
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture shared by a module's tests (a finished run) draws figures only if its module
+    is marked ``figures``; a test's own fixtures, as the test is marked."""
+    with _figures_as_marked(request.node):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _figures_as_marked(item):
+        yield
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from posdebias.evaluation.table import interval_text
 
 matplotlib.use("Agg", force=True)
 
-pytestmark = pytest.mark.figures  # every test here reads the figures of a report
+# every test here reads the figures of a report; one worker makes the shared default run once
+pytestmark = [pytest.mark.figures, pytest.mark.xdist_group("report_statistics")]
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}
 
