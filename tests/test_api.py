@@ -175,6 +175,53 @@ def test_rank_of_a_text_task_says_when_its_arguments_name_files(tmp_path, capsys
     )
 
 
+@pytest.mark.parametrize(
+    ("task", "texts", "files", "noun"),
+    [
+        ("pairwise_judge", ["plum", "stone"], [1], "answer"),
+        ("rerank", ["plum", "stone", "car", "cloud"], [0, 2], "passages"),
+        ("rerank", ["plum", "stone", "car", "cloud"], [3], "passage"),
+    ],
+)
+def test_rank_says_when_arguments_name_files_in_each_text_tasks_own_words(
+    tmp_path, capsys, monkeypatch, task, texts, files, noun
+):
+    """The judge's answers and the reranker's passages, as the options above: arguments that
+    name files are ranked as their paths, and the warning names them in the task's noun."""
+    import warnings
+
+    from posdebias.testing import write_test_images
+
+    adapter = posdebias.load_adapter("posdebias/text-organism")
+    fruits = ["apple", "banana", "cherry", "grape", "lemon", "mango"]
+    others = ["stone", "car", "cloud", "chair", "river", "shoe", "hammer", "brick"]
+    stem = "Which of these is a fruit?"
+    fitting = [
+        Instance(stem=stem, texts=(fruit, *others[k : k + len(texts) - 1]), target=0,
+                 id=f"i{k}", task=task)
+        for k, fruit in enumerate(fruits)
+    ]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Debiaser(adapter, "pride").calibrate(fitting).save(tmp_path / "state.json")
+    monkeypatch.chdir(tmp_path)
+    names = [p.name for p in write_test_images(tmp_path, len(texts), size=8)]
+    given = [names[k] if k in files else text for k, text in enumerate(texts)]
+    command = ["rank", "--calibration", "state.json", "--model", "posdebias/text-organism", stem]
+    capsys.readouterr()
+    assert main([*command, *texts]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([*command, *given]) == 0
+    out, err = capsys.readouterr()
+    named = ", ".join(f"{k + 1} ('{names[k]}')" for k in files)
+    verb = "name files" if len(files) > 1 else "names a file"
+    assert (
+        f"warning: {noun} {named} {verb}, but {task} poses every argument as its own text"
+        in " ".join(err.split())
+    )
+    assert all(names[k] in out for k in files)  # ranked as the texts given
+
+
 def test_states_of_several_tasks_pose_a_query_as_the_task_of_its_n(tmp_path, capsys):
     """A folder of states fitted on pairs (N = 2) and on four options (N = 4): each query is
     posed as its N's task; a query of neither is refused naming both tasks."""
