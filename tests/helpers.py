@@ -230,3 +230,22 @@ def interrupted_cli(args, until, sig=None) -> tuple[int, str]:
     process.send_signal(signal.SIGKILL if sig is None else sig)
     _, err = process.communicate(timeout=60)
     return process.returncode, err
+
+
+def main_without_latency(args) -> int:
+    """`posdebias ARGS` in this process, the simulated model's ``latency`` not slept. The
+    latency of a kill-and-resume test's config is there so that its subprocess can be stopped
+    mid-run; nothing a run writes depends on it but the seconds it records, which those tests
+    leave out, so the in-process runs of the same config (the reference, the resume) skip it."""
+    import time
+    from types import SimpleNamespace
+
+    import pytest
+
+    from posdebias.adapters.families import synthetic
+    from posdebias.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(synthetic, "time", SimpleNamespace(perf_counter=time.perf_counter,
+                                                         sleep=lambda _seconds: None))  # fmt: skip
+        return main([str(arg) for arg in args])

@@ -20,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import build_shapes_benchmark, line_count, run_cli_with_file_size_limit, running_cli
+from helpers import (
+    build_shapes_benchmark,
+    line_count,
+    main_without_latency,
+    run_cli_with_file_size_limit,
+    running_cli,
+)
 from helpers import cli_run as cli
 from posdebias.core.state import CalibrationState
 from posdebias.evaluation.results import EvaluationResults
@@ -155,8 +161,8 @@ def test_a_second_process_on_a_run_directory_is_refused_with_the_holders_pid(tmp
         process.kill()
         process.wait()
     # the kernel released the lock of the killed holder: the next process resumes
-    code, err = cli(capsys, *SIM, "--config", tmp_path / "slow.yaml", "--out", run, "--resume")
-    assert code == 0, err
+    resume = [*SIM, "--config", tmp_path / "slow.yaml", "--out", run, "--resume"]
+    assert main_without_latency(resume) == 0, capsys.readouterr().err
 
 
 # -- 2. the observation cache key covers every input of the forward pass --------------------
