@@ -101,8 +101,8 @@ class VllmServer:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
                     if json.loads(response.read())["data"]:
                         return
-            except OSError:
-                time.sleep(1)
+            except OSError:  # not listening yet
+                time.sleep(0.25)
         self.stop()
         pytest.fail(f"vLLM did not answer within {STARTUP_SECONDS} s; log: {self.log}")
 
