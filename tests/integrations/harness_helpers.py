@@ -20,6 +20,14 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 HAS_LMMS_EVAL = importlib.util.find_spec("lmms_eval") is not None
 HARNESSES_PAGE = Path(__file__).parents[2] / "docs" / "harnesses.md"
 
+#: The Done-means comparison of both harnesses: the bundled organism's 40 test items rotated 4
+#: ways, as a generated-answer and a multiple-choice group, with these calibrator rows.
+CALIBRATORS = ("vanilla", "attention_guided")
+GROUPS = {"shapes_gen": "generate_until", "shapes_mc": "multiple_choice"}
+ORGANISM_ARGS = (
+    "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
+)
+
 
 def page_blocks(page: Path = HARNESSES_PAGE) -> list[tuple[str, str, str]]:
     """(marker, language, body) of every fenced block of ``page``, so tests run what it shows."""

@@ -5,17 +5,9 @@ evaluate on the same items and orders."""
 from __future__ import annotations
 
 import pytest
-from harness_helpers import require_lm_eval, run_lm_eval
+from harness_helpers import CALIBRATORS, GROUPS, ORGANISM_ARGS, require_lm_eval, run_lm_eval
 
 from posdebias.cli import main
-from posdebias.evaluation.config import EvaluateConfig
-from posdebias.evaluation.job import run_evaluation
-
-CALIBRATORS = ("vanilla", "attention_guided")
-GROUPS = {"shapes_gen": "generate_until", "shapes_mc": "multiple_choice"}
-ORGANISM_ARGS = (
-    "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
-)
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +29,6 @@ def one_run(rotated_tasks, tmp_path_factory) -> dict:
     return run_lm_eval(
         tmp_path_factory.mktemp("lm-eval-run"), ORGANISM_ARGS, ",".join(GROUPS), rotated_tasks
     )
-
-
-@pytest.fixture(scope="module")
-def own_evaluate(organism_benchmark):
-    config = EvaluateConfig(
-        model="posdebias/organism",
-        benchmark=organism_benchmark,
-        count=40,
-        calibration_count=5,
-        orders=4,
-        order_kind="cyclic",
-        seed=0,
-        calibrators=list(CALIBRATORS),
-    )
-    return run_evaluation(config)
 
 
 def test_lm_eval_table_equals_posdebias_evaluate_exactly(one_run, own_evaluate):

@@ -7,17 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from harness_helpers import require_lmms_eval, run_lmms_eval
+from harness_helpers import CALIBRATORS, GROUPS, ORGANISM_ARGS, require_lmms_eval, run_lmms_eval
 
 from posdebias.cli import main
 from posdebias.evaluation.config import EvaluateConfig
 from posdebias.evaluation.job import run_evaluation
-
-CALIBRATORS = ("vanilla", "attention_guided")
-GROUPS = {"shapes_gen": "generate_until", "shapes_mc": "multiple_choice"}
-ORGANISM_ARGS = (
-    "pretrained=posdebias/organism,calibrators=vanilla+attention_guided,calibration=task"
-)
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +33,6 @@ def one_process(rotated_tasks, tmp_path_factory) -> dict:
     return run_lmms_eval(
         tmp_path_factory.mktemp("run-1"), ORGANISM_ARGS, ",".join(GROUPS), rotated_tasks
     )
-
-
-@pytest.fixture(scope="module")
-def own_evaluate(organism_benchmark):
-    """posdebias's own evaluate on the same 40 items (the same 5 held out by seed 0) in the
-    same 4 cyclic orders."""
-    config = EvaluateConfig(
-        model="posdebias/organism",
-        benchmark=organism_benchmark,
-        count=40,
-        calibration_count=5,
-        orders=4,
-        order_kind="cyclic",
-        seed=0,
-        calibrators=list(CALIBRATORS),
-    )
-    return run_evaluation(config)
 
 
 def test_lmms_eval_table_equals_posdebias_evaluate_exactly(one_process, own_evaluate):
