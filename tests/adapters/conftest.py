@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from posdebias.core.instance import Instance
@@ -40,7 +42,7 @@ def family(request) -> str:
     return request.param
 
 
-@pytest.fixture(autouse=True)
+@contextlib.contextmanager
 def _one_torch_thread():
     """Tiny models run many small ops: one thread is faster, and far faster on a busy machine
     (no spinning thread barriers); restored afterwards for the other tests."""
@@ -48,5 +50,21 @@ def _one_torch_thread():
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """On one thread also while a fixture is made: the tiny models and saved folders that a
+    module's or the session's tests share are built before any test's own fixtures run."""
+    with _one_torch_thread():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _one_torch_thread():
+        yield
