@@ -95,3 +95,55 @@ def test_a_state_made_by_posdebias_calibrate_is_accepted_by_debiaser_load(
     with pytest.raises(CalibrationError, match="someone/else"):
         Debiaser.load(tmp_path / "other.json", adapter)
     assert Debiaser.load(tmp_path / "other.json", adapter, transfer=True).states
+
+
+#: chat templates a state can be fitted with: the model's own, none (the raw prompt) and one
+#: written for the occasion (a Jinja template)
+CHAT_TEMPLATES = {
+    "own": None,
+    "raw": "raw",
+    "jinja": "{% for m in messages %}USER SAYS: {{ m['content'] }}\n{% endfor %}",
+}
+
+
+@pytest.fixture(scope="module")
+def fitted_per_chat_template(organism, questions, tmp_path_factory):
+    """A pride state fitted through the API with each chat template, and the adapters."""
+    folder = tmp_path_factory.mktemp("chat")
+    adapters, states = {}, {}
+    for name, template in CHAT_TEMPLATES.items():
+        options = {} if template is None else {"chat_template": template}
+        adapters[name] = load_adapter(organism.name, **options)
+        debiaser = Debiaser(adapters[name], "pride")
+        debiaser.calibrate(questions[:3])
+        states[name] = debiaser.save(folder / f"{name}.json")
+    return adapters, states
+
+
+def test_a_state_is_used_only_with_the_chat_template_it_was_fitted_with(
+    fitted_per_chat_template, adapter, tmp_path, capsys
+):
+    """A chat template changes every prompt the model sees: a state fitted under one is refused
+    under another at every door (the API, `evaluate`), accepted under its own; a state fitted
+    with the model's own template keeps the prompt hash it had before templates were hashed."""
+    adapters, states = fitted_per_chat_template
+    hashes = {name: json.loads(path.read_text())["prompt_hash"] for name, path in states.items()}
+    assert len(set(hashes.values())) == 3
+    own = Debiaser(adapter, "pride")
+    assert hashes["own"] == own.adapter.task_templates["multiple_choice"].digest()
+    for fitted, path in states.items():
+        for used, used_adapter in adapters.items():
+            if used == fitted:
+                assert Debiaser.load(path, used_adapter).states
+                continue
+            with pytest.raises(CalibrationError, match="another prompt or chat template"):
+                Debiaser.load(path, used_adapter)
+    config = tmp_path / "raw.yaml"
+    config.write_text("task: multiple_choice\nadapter: {options: {chat_template: raw}}\n")
+    argv = ["evaluate", "--config", str(config), "--calibrators", "pride", "--count", "3",
+            "--orders", "1", "--calibration"]  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, str(states["own"]), "--out", str(tmp_path / "refused")]) == 2
+    assert "another prompt or chat template" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    assert main([*argv, str(states["raw"]), "--out", str(tmp_path / "run")]) == 0

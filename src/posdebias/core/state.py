@@ -369,6 +369,6 @@ class StateUse:
         ):
             return None
         return (
-            f"it was fitted with another prompt (hash {state.prompt_hash!r}, "
+            f"it was fitted with another prompt or chat template (hash {state.prompt_hash!r}, "
             f"now {self.prompt_hash!r})"
         )

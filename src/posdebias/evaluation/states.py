@@ -8,6 +8,7 @@ and lm-eval harnesses) records and checks states through :func:`state_metadata` 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,12 +34,11 @@ def _template(adapter: Adapter, task: str) -> TaskTemplate | None:
 def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str | None:
     """The prompt hash a calibration state records for ``task``: the digest of the adapter's
     template for that task (an adapter without task templates: the ``prompt_hash`` it
-    describes), so that a state fitted on one task's prompt is refused for another's."""
+    describes), so that a state fitted on one task's prompt is refused for another's, joined
+    with a chat template given as an option (it changes every prompt the model sees)."""
     template = _template(adapter, task)
-    if template is not None:
-        return template.digest()
-    hashed = describe_adapter(adapter, n).get("prompt_hash")
-    return None if hashed is None else str(hashed)
+    hashed = template.digest() if template else describe_adapter(adapter, n).get("prompt_hash")
+    return None if hashed is None else _with_chat_template(adapter, str(hashed))
 
 
 def former_prompt_hashes(adapter: Adapter, task: str) -> tuple[str, ...]:
@@ -46,7 +46,13 @@ def former_prompt_hashes(adapter: Adapter, task: str) -> tuple[str, ...]:
     before retrieval became a task template recorded its older form's digest."""
     template = _template(adapter, task) if task == "retrieval" else None
     former = None if template is None else former_digest(template)
-    return () if former is None else (former,)
+    return () if former is None else (_with_chat_template(adapter, former),)
+
+
+def _with_chat_template(adapter: Adapter, digest: str) -> str:
+    """``digest`` joined with the digest of a chat template given as an option (none: as is)."""
+    chat = describe_adapter(adapter).get("chat_template_sha256")
+    return digest if chat is None else hashlib.sha256(f"{digest}\x1f{chat}".encode()).hexdigest()
 
 
 def prompt_hashes(adapter: Adapter, task: str, n: int | None = None) -> tuple[str | None, ...]:
