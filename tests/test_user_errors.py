@@ -351,7 +351,8 @@ def test_tampered_run_logs_are_refused_not_trusted(finished_run, tmp_path, capsy
     lines[0] = json.dumps(bad)
     (out / "records.jsonl").write_text("\n".join(lines))
     code, _, err = run(["evaluate", *SIMULATED, "--count", "3", "--out", out, "--resume"], capsys)
-    assert code == 2 and "a run log record is corrupt" in err, name
+    assert code == 2 and "records.jsonl:1: a run log record is corrupt (" in err, name
+    assert err.rstrip().endswith("run again without --resume"), err  # the whole message
 
 
 @pytest.mark.parametrize(

@@ -369,8 +369,7 @@ class EvaluationResults(BaseModel):
             ) from None
         except ValueError as exc:
             raise InputError(
-                f"{source} is not a valid posdebias results file ({exc!s:.120}); nothing was "
-                "written"
+                f"{source} is not a valid posdebias results file ({exc}); nothing was written"
             ) from None
 
 

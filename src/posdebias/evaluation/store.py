@@ -214,6 +214,8 @@ class RunDirectory:
             for number, row in numbered_jsonl_records(path):
                 try:
                     record = InstanceRecord.from_dict(row, logged_at=f"{path}:{number}")
+                except ResumeError as exc:  # the check's own words, whole
+                    raise ResumeError(f"{path}:{number}: {exc}") from None
                 except (KeyError, TypeError, ValueError) as exc:
                     raise OutputError(
                         f"{path}:{number}: a record is not one posdebias wrote ({exc!s:.80}); "
