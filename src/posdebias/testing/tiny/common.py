@@ -155,6 +155,13 @@ def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+def chatml_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:
+    """:func:`text_config` on a ChatML vocabulary: ``<|im_end|>`` ends, ``<|endoftext|>`` pads."""
+    ids = tokenizer.convert_tokens_to_ids
+    extra |= {"eos_token_id": ids("<|im_end|>"), "pad_token_id": ids("<|endoftext|>")}
+    return text_config(len(tokenizer), **extra)
+
+
 def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:
     """A tiny SigLIP vision tower without its pooling head (the features of every patch)."""
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, chatml_text_config, tiny_vision
 
 MODEL_TYPES = ("internvl",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -68,9 +68,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         model_type,
         text_config={
             "model_type": "qwen2",
-            **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
-            "pad_token_id": ids("<|endoftext|>"),
-            "tie_word_embeddings": real_vocabulary,
+            **chatml_text_config(tokenizer, tie_word_embeddings=real_vocabulary),
         },
         tie_word_embeddings=real_vocabulary,
         vision_config=tiny_vision(image_size=[size, size], patch_size=[14, 14]),

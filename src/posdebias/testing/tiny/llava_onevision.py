@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, chatml_text_config, tiny_vision
 
 MODEL_TYPES = ("llava_onevision",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -63,9 +63,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         model_type,
         text_config={
             "model_type": "qwen2",
-            **text_config(len(tokenizer), eos_token_id=ids("<|im_end|>")),
-            "pad_token_id": ids("<|endoftext|>"),
-            "tie_word_embeddings": real_vocabulary,
+            **chatml_text_config(tokenizer, tie_word_embeddings=real_vocabulary),
         },
         tie_word_embeddings=real_vocabulary,
         vision_config={"model_type": "siglip_vision_model", **tiny_vision(image_size=size)},

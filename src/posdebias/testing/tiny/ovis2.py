@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml_text_config, tiny_vision
 
 MODEL_TYPES = ("ovis2",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -52,9 +52,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         image_seq_length=4,
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(
-        len(tokenizer), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>")
-    )
+    text = chatml_text_config(tokenizer)
     config = AutoConfig.for_model(
         model_type,
         text_config={"model_type": "qwen2", **text},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import text_config, tiny_qwen_vision
+from posdebias.testing.tiny.common import chatml_text_config, tiny_qwen_vision
 from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
@@ -81,13 +81,8 @@ def qwen3_vl_model(
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
         model_type,
-        text_config=text_config(
-            len(tokenizer),
-            bos_token_id=None,
-            eos_token_id=ids("<|im_end|>"),
-            pad_token_id=ids("<|endoftext|>"),
-            tie_word_embeddings=tie,
-            **text,
+        text_config=chatml_text_config(
+            tokenizer, bos_token_id=None, tie_word_embeddings=tie, **text
         ),
         vision_config=vision,
         image_token_id=ids("<|image_pad|>"),
