@@ -193,10 +193,16 @@ def test_the_printed_command_has_every_model_argument_the_tasks_need(
     assert main(["build", "--source", "mcq", "--data", str(data), "--out", str(mcq)]) == 0
     capsys.readouterr()
     held = str(defaults.CALIBRATION_COUNT)  # the model's default size is not repeated
+    # the model answers each task in the task's own labels (letters here) unless told otherwise
     assert _hint(mcq, tmp_path / "a", "--calibration-count", held, capsys=capsys) == [
         "calibration=task",
         "calibrators=vanilla+attention_guided",
-        "label_set=upper",
+        "pretrained=MODEL",
+    ]
+    assert _hint(mcq, tmp_path / "b", "--label-set", "lower", capsys=capsys) == [
+        "calibration=CALIBRATION",
+        "calibrators=vanilla+attention_guided",
+        "label_set=lower",
         "pretrained=MODEL",
     ]
     assert _hint(organism_benchmark, tmp_path / "my tasks", "--calibration-count", "8",

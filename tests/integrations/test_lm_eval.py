@@ -13,7 +13,7 @@ import pytest
 from harness_helpers import page_blocks, require_lm_eval
 
 import posdebias
-from posdebias.errors import ConfigError, InputError
+from posdebias.errors import CalibrationError, ConfigError, InputError
 from posdebias.integrations.harness import TaskMappingError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,3 +324,33 @@ def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_pat
     assert row["rstd,none"] == pytest.approx(ours.rstd)
     assert row["cons,none"] == pytest.approx(ours.consistency)
     assert row["circular,none"] == pytest.approx(100 * np.mean(np.all(targets == choices, axis=1)))
+
+
+def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path):
+    """The task's own labels whatever the door: without label_set the model answers a
+    multiple-choice document in letters, accepting the state `posdebias calibrate` fitted (in
+    letters, as the command line poses the task), and a pairwise judgement in A or B."""
+    require_lm_eval()
+    from posdebias.cli import main
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
+    states = tmp_path / "states"
+    assert main(["calibrate", "--model", "posdebias/text-organism", "--count", "3",
+                 "--calibrators", "pride", "--out", str(states)]) == 0  # fmt: skip
+    fitted = PosdebiasLM(
+        pretrained="posdebias/text-organism", calibrators="pride", calibration=str(states)
+    )
+    options = {"id": "m", "question": "Which is a colour?", "texts": ["dog", "red", "car", "sun"]}
+    assert fitted.generate_until([request("generate_until", ("q", {}), options, 0)])[0] in "ABCD"
+    judged = {"id": "j", "question": "Which answer is right?", "texts": ["Paris", "Rome"],
+              "task": "pairwise_judge"}  # fmt: skip
+    judge = PosdebiasLM(pretrained="posdebias/text-organism", calibrators="vanilla")
+    assert judge.generate_until([request("generate_until", ("q", {}), judged, 0)])[0] in "AB"
+    # a label set named is used, and a state fitted in other labels is refused for it
+    with pytest.raises(CalibrationError, match=r"its labels are \['A', 'B', 'C', 'D'\], not \['a'"):
+        PosdebiasLM(
+            pretrained="posdebias/text-organism",
+            calibrators="pride",
+            calibration=str(states),
+            label_set="lower",
+        ).generate_until([request("generate_until", ("q", {}), options, 0)])

@@ -118,7 +118,11 @@ class HarnessConfig(BaseModel):
         default=False, description="allow a saved state fitted on another model"
     )
     adapter: str | None = Field(default=None, description="adapter name (default: by model)")
-    label_set: str = Field(default="digits", description="digits, upper, lower, roman, words")
+    label_set: str | None = Field(
+        default=None,
+        description="digits, upper, lower, roman or words (default: each task's own, as at "
+        "every door: upper for multiple_choice and pairwise_judge, digits otherwise)",
+    )
     adapter_options: str | None = Field(
         default=None,
         description="a JSON file of further adapter options (task_prompt, answer_prefix, ...)",
@@ -403,8 +407,9 @@ class HarnessDebiaser:
 
     # -- answers -------------------------------------------------------------------------
 
-    def labels(self, n: int) -> list[str]:
-        return self.adapter.labels_for(n)
+    def labels(self, instance: Instance) -> list[str]:
+        """The labels the model answers ``instance`` with (its task's own unless named)."""
+        return self.adapter.labels_for(instance.n, instance.task)
 
     def answers(self, instances: Sequence[Instance]) -> list[Ranking]:
         """Every calibrator's answer per instance; each distinct view is observed once per

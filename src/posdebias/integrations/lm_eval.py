@@ -165,7 +165,7 @@ class PosdebiasLM(LaunchedHarness, LM):
         answers = []
         rankings = self.harness.answers(instances)
         for ranking, doc, task, instance in zip(rankings, docs, tasks, instances, strict=True):
-            labels = self.harness.labels(instance.n)
+            labels = self.harness.labels(instance)
             check_task_labels(task, doc_choices(doc), labels)
             label = self.harness.calibrator_label(doc.get(CALIBRATOR), task)
             answers.append((ranking, label, labels))

@@ -13,8 +13,8 @@ string: the query and the candidates come from :func:`~posdebias.integrations.ha
 (a task it cannot read is refused naming the task), and the prompt is the model's own posdebias
 prompt.
 
-* ``generate_until``: the calibrated label (``"2"``, ``"B"``: the label set of the model,
-  which must be the one the task expects, ``label_set=upper`` for letters);
+* ``generate_until``: the calibrated label (``"2"``, ``"B"``: the task's own label set unless
+  ``label_set`` names another, which must then be the one the task expects);
 * ``loglikelihood`` (multiple-choice tasks: one request per label): the calibrated
   log-probability of that label, NEGATED, because lmms-eval 0.7.3 scores multiple choice with
   ``argmin`` (it expects a loss, the negative log-likelihood, as its own models return).
@@ -91,8 +91,8 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             "--calibration-count M`, or pass calibration=<saved state or benchmark folder>"
         )
 
-    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, dict[str, Any]]]:
-        """(ranking, calibrator label, doc) per request; calibrated once on first use."""
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, list[str]]]:
+        """(ranking, calibrator label, labels) per request; calibrated once on first use."""
         docs = [self._doc(request) for request in requests]
         tasks = [task for _, task in docs]
         self.harness.calibrate(lambda: self._task_items(tasks))
@@ -101,22 +101,23 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             expected = doc.get(LABELS)
             if expected is None and instance.task != "retrieval":  # a foreign task's letters
                 expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
-            check_task_labels(task, expected, self.harness.labels(instance.n))
+            check_task_labels(task, expected, self.harness.labels(instance))
         rankings = self.harness.answers(instances)
         return [
-            (ranking, self.harness.calibrator_label(doc.get(CALIBRATOR), task), doc)
-            for ranking, (doc, task) in zip(rankings, docs, strict=True)
+            (
+                ranking,
+                self.harness.calibrator_label(doc.get(CALIBRATOR), task),
+                self.harness.labels(instance),
+            )
+            for ranking, (doc, task), instance in zip(rankings, docs, instances, strict=True)
         ]
 
     @refusals_stop_the_command()
     def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         """The calibrated label of each request's document."""
         answers = []
-        for ranking, label, _ in self._answer(requests):
-            prediction = ranking.predictions[label]
-            answers.append(
-                GenerationResult(text=self.harness.labels(len(ranking.images))[prediction.choice])
-            )
+        for ranking, label, labels in self._answer(requests):
+            answers.append(GenerationResult(text=labels[ranking.predictions[label].choice]))
         return answers
 
     @refusals_stop_the_command()
@@ -124,8 +125,7 @@ class PosdebiasLMM(LaunchedHarness, lmms):
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
         results = []
-        for request, (ranking, label, _) in zip(requests, self._answer(requests), strict=True):
-            labels = self.harness.labels(len(ranking.images))
+        for request, (ranking, label, labels) in zip(requests, self._answer(requests), strict=True):
             logprob, is_choice = label_loglikelihood(
                 ranking.predictions[label], labels, request.args[1], request.task_name
             )

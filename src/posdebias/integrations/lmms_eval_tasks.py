@@ -582,7 +582,7 @@ def rotated_tasks_command(
     the tasks :func:`write_rotated_tasks` wrote, with every
     model argument they need: the calibrators, the calibration (``task`` when a split was held
     out, with its size unless it is the model's default), and the label set when it is not the
-    model's default (``label_set=upper`` for a multiple-choice benchmark). ``MODEL`` (and
+    task's own (the model's default). ``MODEL`` (and
     without a held-out split ``CALIBRATION``) are for the user to fill in."""
     fields = HarnessConfig.model_fields
     task = load_benchmark(benchmark).instances[0].task
@@ -594,7 +594,7 @@ def rotated_tasks_command(
     else:
         arguments.append("calibration=CALIBRATION")
     labels = answer_label_set(task, label_set)
-    if labels != fields["label_set"].default:
+    if labels != answer_label_set(task):  # the model answers each task in its own by default
         arguments.append(f"label_set={labels}")
     return shlex.join(
         [

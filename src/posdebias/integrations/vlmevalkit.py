@@ -104,7 +104,7 @@ class PosdebiasVLM(_Base):
         """The calibrated label for a message whose images are the candidates."""
         instance = message_instance(message, dataset)
         ranking = self.harness.answers([instance])[0]
-        return self.harness.labels(instance.n)[ranking.choice]
+        return self.harness.labels(instance)[ranking.choice]
 
 
 def message_instance(message: Sequence[dict[str, Any]], dataset: str | None) -> Instance:
