@@ -118,11 +118,7 @@ class HarnessConfig(BaseModel):
         default=False, description="allow a saved state fitted on another model"
     )
     adapter: str | None = Field(default=None, description="adapter name (default: by model)")
-    label_set: str | None = Field(
-        default=None,
-        description="digits, upper, lower, roman or words (default: each task's own, as at "
-        "every door: upper for multiple_choice and pairwise_judge, digits otherwise)",
-    )
+    label_set: str | None = Field(default=None, description="digits, upper, ... (default: task's)")
     adapter_options: str | None = Field(
         default=None,
         description="a JSON file of further adapter options (task_prompt, answer_prefix, ...)",
@@ -407,8 +403,7 @@ class HarnessDebiaser:
 
     # -- answers -------------------------------------------------------------------------
 
-    def labels(self, instance: Instance) -> list[str]:
-        """The labels the model answers ``instance`` with (its task's own unless named)."""
+    def labels(self, instance: Instance) -> list[str]:  # the task's own unless one is named
         return self.adapter.labels_for(instance.n, instance.task)
 
     def answers(self, instances: Sequence[Instance]) -> list[Ranking]:

@@ -97,19 +97,17 @@ class PosdebiasLMM(LaunchedHarness, lmms):
         tasks = [task for _, task in docs]
         self.harness.calibrate(lambda: self._task_items(tasks))
         instances = [doc_instance(doc, task) for doc, task in docs]
-        for (doc, task), instance in zip(docs, instances, strict=True):
+        labels = [self.harness.labels(instance) for instance in instances]
+        for (doc, task), instance, names in zip(docs, instances, labels, strict=True):
             expected = doc.get(LABELS)
             if expected is None and instance.task != "retrieval":  # a foreign task's letters
                 expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
-            check_task_labels(task, expected, self.harness.labels(instance))
-        rankings = self.harness.answers(instances)
+            check_task_labels(task, expected, names)
         return [
-            (
-                ranking,
-                self.harness.calibrator_label(doc.get(CALIBRATOR), task),
-                self.harness.labels(instance),
+            (ranking, self.harness.calibrator_label(doc.get(CALIBRATOR), task), names)
+            for ranking, (doc, task), names in zip(
+                self.harness.answers(instances), docs, labels, strict=True
             )
-            for ranking, (doc, task), instance in zip(rankings, docs, instances, strict=True)
         ]
 
     @refusals_stop_the_command()
