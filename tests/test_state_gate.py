@@ -97,22 +97,26 @@ def test_a_state_made_by_posdebias_calibrate_is_accepted_by_debiaser_load(
     assert Debiaser.load(tmp_path / "other.json", adapter, transfer=True).states
 
 
-#: chat templates a state can be fitted with: the model's own, none (the raw prompt) and one
-#: written for the occasion (a Jinja template)
-CHAT_TEMPLATES = {
-    "own": None,
-    "raw": "raw",
-    "jinja": "{% for m in messages %}USER SAYS: {{ m['content'] }}\n{% endfor %}",
+#: prompt settings a state can be fitted with: the model's own chat template, none (the raw
+#: prompt), one written for the occasion (Jinja), an answer prefix, scores after the
+#: checkpoint's generation config
+PROMPT_SETTINGS = {
+    "own": {},
+    "raw": {"chat_template": "raw"},
+    "jinja": {
+        "chat_template": "{% for m in messages %}USER SAYS: {{ m['content'] }}\n{% endfor %}"
+    },
+    "prefix": {"answer_prefix": "Answer: "},
+    "processed": {"logits_processors": "generation_config"},
 }
 
 
 @pytest.fixture(scope="module")
-def fitted_per_chat_template(organism, questions, tmp_path_factory):
-    """A pride state fitted through the API with each chat template, and the adapters."""
-    folder = tmp_path_factory.mktemp("chat")
+def fitted_per_setting(organism, questions, tmp_path_factory):
+    """A pride state fitted through the API under each prompt setting, and the adapters."""
+    folder = tmp_path_factory.mktemp("settings")
     adapters, states = {}, {}
-    for name, template in CHAT_TEMPLATES.items():
-        options = {} if template is None else {"chat_template": template}
+    for name, options in PROMPT_SETTINGS.items():
         adapters[name] = load_adapter(organism.name, **options)
         debiaser = Debiaser(adapters[name], "pride")
         debiaser.calibrate(questions[:3])
@@ -120,23 +124,23 @@ def fitted_per_chat_template(organism, questions, tmp_path_factory):
     return adapters, states
 
 
-def test_a_state_is_used_only_with_the_chat_template_it_was_fitted_with(
-    fitted_per_chat_template, adapter, tmp_path, capsys
+def test_a_state_is_used_only_with_the_prompt_settings_it_was_fitted_with(
+    fitted_per_setting, adapter, tmp_path, capsys
 ):
-    """A chat template changes every prompt the model sees: a state fitted under one is refused
-    under another at every door (the API, `evaluate`), accepted under its own; a state fitted
-    with the model's own template keeps the prompt hash it had before templates were hashed."""
-    adapters, states = fitted_per_chat_template
+    """A chat template, an answer prefix or processed logits change what the model reads or
+    how it is scored: a state fitted under one setting is refused under another at every door
+    (the API, `evaluate`), accepted under its own; a state fitted with the defaults keeps the
+    prompt hash it had before these settings were hashed (its task template's digest)."""
+    adapters, states = fitted_per_setting
     hashes = {name: json.loads(path.read_text())["prompt_hash"] for name, path in states.items()}
-    assert len(set(hashes.values())) == 3
-    own = Debiaser(adapter, "pride")
-    assert hashes["own"] == own.adapter.task_templates["multiple_choice"].digest()
+    assert len(set(hashes.values())) == len(PROMPT_SETTINGS)
+    assert hashes["own"] == adapter.task_templates["multiple_choice"].digest()
     for fitted, path in states.items():
         for used, used_adapter in adapters.items():
             if used == fitted:
                 assert Debiaser.load(path, used_adapter).states
                 continue
-            with pytest.raises(CalibrationError, match="another prompt or chat template"):
+            with pytest.raises(CalibrationError, match="fitted with another prompt"):
                 Debiaser.load(path, used_adapter)
     config = tmp_path / "raw.yaml"
     config.write_text("task: multiple_choice\nadapter: {options: {chat_template: raw}}\n")
@@ -144,6 +148,6 @@ def test_a_state_is_used_only_with_the_chat_template_it_was_fitted_with(
             "--orders", "1", "--calibration"]  # fmt: skip
     capsys.readouterr()
     assert main([*argv, str(states["own"]), "--out", str(tmp_path / "refused")]) == 2
-    assert "another prompt or chat template" in capsys.readouterr().err
+    assert "chat template or prompt options" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
     assert main([*argv, str(states["raw"]), "--out", str(tmp_path / "run")]) == 0

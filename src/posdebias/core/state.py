@@ -369,6 +369,6 @@ class StateUse:
         ):
             return None
         return (
-            f"it was fitted with another prompt or chat template (hash {state.prompt_hash!r}, "
-            f"now {self.prompt_hash!r})"
+            "it was fitted with another prompt (task template, chat template or prompt options "
+            f"such as answer_prefix; hash {state.prompt_hash!r}, now {self.prompt_hash!r})"
         )

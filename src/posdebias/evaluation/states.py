@@ -9,6 +9,7 @@ and lm-eval harnesses) records and checks states through :func:`state_metadata` 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,30 +36,41 @@ def task_prompt_hash(adapter: Adapter, task: str, n: int | None = None) -> str |
     """The prompt hash a calibration state records for ``task``: the digest of the adapter's
     template for that task (an adapter without task templates: the ``prompt_hash`` it
     describes), so that a state fitted on one task's prompt is refused for another's, joined
-    with a chat template given as an option (it changes every prompt the model sees)."""
+    with the prompt options given (:data:`PROMPT_OPTIONS`, a chat template)."""
     template = _template(adapter, task)
     hashed = template.digest() if template else describe_adapter(adapter, n).get("prompt_hash")
-    return None if hashed is None else _with_chat_template(adapter, str(hashed))
+    return None if hashed is None else _with_prompt_options(adapter, str(hashed))
 
 
-def former_prompt_hashes(adapter: Adapter, task: str) -> tuple[str, ...]:
-    """Other hashes a state fitted with the same prompt may record: a retrieval state made
-    before retrieval became a task template recorded its older form's digest."""
-    template = _template(adapter, task) if task == "retrieval" else None
-    former = None if template is None else former_digest(template)
-    return () if former is None else (_with_chat_template(adapter, former),)
+#: Adapter options that change what the model reads or how its answer is scored beside the
+#: task template: a state fitted under other values measured another prompt.
+PROMPT_OPTIONS = ("answer_prefix", "answer_space", "logits_processors", "image_size", "max_patches")
 
 
-def _with_chat_template(adapter: Adapter, digest: str) -> str:
-    """``digest`` joined with the digest of a chat template given as an option (none: as is)."""
+def _with_prompt_options(adapter: Adapter, digest: str) -> str:
+    """``digest`` joined with the prompt options set away from their defaults and the digest of
+    a chat template given as an option (none of them: as is)."""
+    options = getattr(adapter, "options", None)  # a plugin adapter may keep none
+    fields = getattr(type(options), "model_fields", {})
+    given = {k: getattr(options, k) for k in PROMPT_OPTIONS if k in fields}
+    given = {k: v for k, v in given.items() if v != fields[k].default}
     chat = describe_adapter(adapter).get("chat_template_sha256")
-    return digest if chat is None else hashlib.sha256(f"{digest}\x1f{chat}".encode()).hexdigest()
+    if chat is not None:
+        given["chat_template"] = chat
+    if not given:
+        return digest
+    joined = f"{digest}\x1f{json.dumps(given, sort_keys=True, default=str)}"
+    return hashlib.sha256(joined.encode()).hexdigest()
 
 
 def prompt_hashes(adapter: Adapter, task: str, n: int | None = None) -> tuple[str | None, ...]:
     """Every hash a state fitted with ``adapter``'s prompt for ``task`` may record: today's
-    (:func:`task_prompt_hash`) and the older ones (:func:`former_prompt_hashes`)."""
-    return (task_prompt_hash(adapter, task, n), *former_prompt_hashes(adapter, task))
+    (:func:`task_prompt_hash`), then a retrieval template's older form's (recorded by states
+    made before retrieval became a task template)."""
+    template = _template(adapter, task) if task == "retrieval" else None
+    older = None if template is None else former_digest(template)
+    own = task_prompt_hash(adapter, task, n)
+    return (own,) if older is None else (own, _with_prompt_options(adapter, older))
 
 
 def state_metadata(adapter: Adapter, task: str, n: int | None = None) -> dict[str, Any]:
@@ -85,7 +97,7 @@ def state_use(
         adapter=adapter.name,
         options=calibrator.options.model_dump(mode="json"),
         prompt_hash=metadata["prompt_hash"],
-        former_prompt_hashes=former_prompt_hashes(adapter, task),
+        former_prompt_hashes=tuple(h for h in prompt_hashes(adapter, task, n)[1:] if h),
         model_id=None if transfer else metadata["model_id"],
     )
 
