@@ -107,14 +107,15 @@ class OrderCombiner(OrderedCalibrator):
             return self.permutations(instance.n, instance_seed(self.options.seed, instance))
         return self.permutations(instance.n)
 
-    def _scores_by_candidate(
+    def _predict_in_orders(
         self,
         observation: Observation,
+        state: CalibrationState,
         rotations: Sequence[Observation] | None,
         orders: Sequence[np.ndarray] | None,
-    ) -> np.ndarray:
-        """[orders, N] label scores of every observed order, by the view's candidate position
-        (the view's candidate k sits at position argsort(order)[k] of the permuted order)."""
+    ) -> Prediction:
+        """:meth:`_combine` of the [orders, N] label scores of every observed order, by the
+        view's candidate position (candidate k sits at argsort(order)[k] of the order)."""
         if orders is None:
             if self.options.permutations == "random" and self.options.draw == "per_instance":
                 raise InputError(
@@ -123,7 +124,11 @@ class OrderCombiner(OrderedCalibrator):
                 )
             orders = self.permutations(observation.n)
         assert rotations is not None  # predict() checks there is one observation per order
-        return scores_by_candidate(rotations, orders)
+        return self._combine(scores_by_candidate(rotations, orders))
+
+    def _combine(self, per_order: np.ndarray) -> Prediction:
+        """The prediction from the [orders, N] scores by candidate (each subclass its own)."""
+        raise NotImplementedError
 
 
 class PermutationAverage(OrderCombiner):
@@ -132,14 +137,7 @@ class PermutationAverage(OrderCombiner):
     options: PermutationAverageOptions
     summary = "average label scores over several candidate orders (one forward pass each)"
 
-    def _predict_in_orders(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-        orders: Sequence[np.ndarray] | None,
-    ) -> Prediction:
-        per_order = self._scores_by_candidate(observation, rotations, orders)
+    def _combine(self, per_order: np.ndarray) -> Prediction:
         return Prediction(scores=averaged_scores(per_order, self.options.average))
 
 

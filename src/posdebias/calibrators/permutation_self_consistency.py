@@ -15,7 +15,7 @@ in it): the ranking and the choice are the method's output, the probabilities ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -24,9 +24,8 @@ from pydantic import Field
 from posdebias._markers import hookimpl
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.permutation_average import OrderCombiner, OrderOptions
-from posdebias.core.observation import Observation, Prediction, log_softmax
+from posdebias.core.observation import Prediction, log_softmax
 from posdebias.core.ranking import borda, kemeny
-from posdebias.core.state import CalibrationState
 
 
 class PermutationSelfConsistencyOptions(OrderOptions):
@@ -43,14 +42,7 @@ class PermutationSelfConsistency(OrderCombiner):
     options: PermutationSelfConsistencyOptions
     summary = "central (Kemeny) ranking of the rankings read in several candidate orders"
 
-    def _predict_in_orders(
-        self,
-        observation: Observation,
-        state: CalibrationState,
-        rotations: Sequence[Observation] | None,
-        orders: Sequence[np.ndarray] | None,
-    ) -> Prediction:
-        per_order = self._scores_by_candidate(observation, rotations, orders)
+    def _combine(self, per_order: np.ndarray) -> Prediction:
         rankings = np.argsort(-per_order, axis=1, kind="stable")  # best first, per order
         aggregate = kemeny if self.options.aggregation == "kemeny" else borda
         ranking = aggregate(rankings)
