@@ -341,11 +341,12 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
         pretrained="posdebias/text-organism", calibrators="pride", calibration=str(states)
     )
     options = {"id": "m", "question": "Which is a colour?", "texts": ["dog", "red", "car", "sun"]}
-    assert fitted.generate_until([request("generate_until", ("q", {}), options, 0)])[0] in "ABCD"
+    answer = fitted.generate_until([request("generate_until", ("q", {}), options, 0)])[0]
+    assert answer in ("A", "B", "C", "D")
     judged = {"id": "j", "question": "Which answer is right?", "texts": ["Paris", "Rome"],
               "task": "pairwise_judge"}  # fmt: skip
     judge = PosdebiasLM(pretrained="posdebias/text-organism", calibrators="vanilla")
-    assert judge.generate_until([request("generate_until", ("q", {}), judged, 0)])[0] in "AB"
+    assert judge.generate_until([request("generate_until", ("q", {}), judged, 0)])[0] in ("A", "B")
     # a label set named is used, and a state fitted in other labels is refused for it
     with pytest.raises(CalibrationError, match=r"its labels are \['A', 'B', 'C', 'D'\], not \['a'"):
         PosdebiasLM(
