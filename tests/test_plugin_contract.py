@@ -118,10 +118,19 @@ class Undeclared(Calibrator):
         return Prediction(scores=observation.label_logprobs)
 
 
+class Forgetful(Undeclared):
+    name = "forgetful"
+    reads_fitted = ("bias_matrix",)
+
+    def _fit(self, observations):
+        return {"logit_prior": [0.0] * observations[0].n}
+
+
 @hookimpl
 def posdebias_register_calibrators(register):
     register(Offset)
     register(Undeclared)
+    register(Forgetful)
 """
 )
 
@@ -224,6 +233,22 @@ def test_a_plugin_calibrator_persists_its_own_fitted_parameters(site, tmp_path):
     assert undeclared.returncode == 1 and "internal error" not in undeclared.stderr
     assert "calibrator 'undeclared' from plugin 'posdebias_offset'" in undeclared.stderr
     assert "fields the calibration state does not have (secret)" in undeclared.stderr
+
+    forgetful, _ = evaluate(site, tmp_path, "forgetful", name="run3")
+    assert forgetful.returncode == 1 and "calibrator 'forgetful' from plugin" in forgetful.stderr
+    assert "reads 'bias_matrix' from its state (reads_fitted) but its _fit" in forgetful.stderr
+
+    # a saved state whose own parameters were edited is refused when loaded: exit 2, no run
+    state["extra"]["offsets"] = "four numbers"
+    edited = tmp_path / "edited" / "offset.json"
+    edited.parent.mkdir()
+    edited.write_text(json.dumps(state))
+    refused = run_cli(site, "evaluate", "--adapter", "synthetic", "--calibrators", "offset",
+                      "--count", "6", "--orders", "1", "--calibration", str(edited),
+                      "--out", str(tmp_path / "run4"))  # fmt: skip
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "its own fitted parameters (extra)" in refused.stderr and "offsets" in refused.stderr
+    assert not (tmp_path / "run4").exists()
 
 
 BROKEN_ADAPTER = '''

@@ -151,3 +151,41 @@ def test_a_state_is_used_only_with_the_prompt_settings_it_was_fitted_with(
     assert "chat template or prompt options" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
     assert main([*argv, str(states["raw"]), "--out", str(tmp_path / "run")]) == 0
+
+
+#: a calibrator, the fitted field its predictions read, and how a state can lose it
+INCOMPLETE = [
+    ("pride", "logit_prior"),
+    ("batch", "logit_prior"),
+    ("attention_guided", "bias_matrix"),
+    ("attention_guided", "attention_prior"),
+]
+
+
+@pytest.mark.parametrize(("calibrator", "field"), INCOMPLETE)
+def test_a_state_missing_what_its_calibrator_reads_is_refused_before_any_run(
+    calibrator, field, tmp_path, capsys
+):
+    """A hand-edited state without a fitted array its calibrator reads is refused when it is
+    loaded, by the API and by `evaluate` (exit 2, no run folder), naming the array; the
+    complete state is accepted."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"task: multiple_choice\ncalibrators: [{calibrator}]\n")
+    assert main(["calibrate", "--config", str(config), "--count", "3", "--out",
+                 str(tmp_path / "states")]) == 0  # fmt: skip
+    saved = json.loads((tmp_path / "states" / f"{calibrator}.json").read_text())
+    assert saved[field] is not None
+    saved[field] = None
+    cut = tmp_path / "cut" / f"{calibrator}.json"
+    cut.parent.mkdir()
+    cut.write_text(json.dumps(saved))
+    adapter = load_adapter(get_registry().default_model("multiple_choice").name)
+    with pytest.raises(CalibrationError, match=f"it holds no fitted '{field}', which calibrator"):
+        Debiaser.load(cut, adapter)
+    assert Debiaser.load(tmp_path / "states", adapter).states
+    argv = ["evaluate", "--config", str(config), "--count", "3", "--orders", "1",
+            "--calibration"]  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, str(cut), "--out", str(tmp_path / "refused")]) == 2
+    assert f"no fitted '{field}'" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()

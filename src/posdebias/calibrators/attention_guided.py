@@ -61,14 +61,21 @@ class AttentionGuided(Calibrator):
             **self.options.fit_attention(observations),
         }
 
+    def _falls_back(self, state: CalibrationState) -> bool:
+        """Whether predictions use the logit prior alone (no layer beat chance when fitted)."""
+        choice = state.layer_choice
+        return self.options.fallback and choice is not None and not choice.informative
+
+    def fitted_fields(self, state: CalibrationState) -> tuple[str, ...]:
+        return ("logit_prior",) if self._falls_back(state) else ("attention_prior", "bias_matrix")
+
     def _predict(
         self,
         observation: Observation,
         state: CalibrationState,
         rotations: Sequence[Observation] | None,
     ) -> Prediction:
-        choice = state.layer_choice
-        if self.options.fallback and choice is not None and not choice.informative:
+        if self._falls_back(state):
             # no layer beat chance on the calibration set: the answer's own calibration
             prior = state.fitted("logit_prior")
             return Prediction(

@@ -65,6 +65,9 @@ class Calibrator(ABC):
         Fitted: a pydantic model of the calibrator's own fitted parameters, for fields the
             calibration state does not have; ``_fit`` returns them (a dict or the model) and
             they are saved, validated, in ``CalibrationState.extra``; :meth:`fitted` reads them.
+        reads_fitted: the fitted fields of the calibration state (``bias_matrix``,
+            ``logit_prior``, ...) that ``_predict`` reads; a saved state lacking one is refused
+            when it is loaded, before any run starts (:meth:`fitted_fields`).
     """
 
     name: ClassVar[str]
@@ -75,6 +78,7 @@ class Calibrator(ABC):
     needs_rotations: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     Fitted: ClassVar[type[BaseModel] | None] = None
+    reads_fitted: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -127,6 +131,11 @@ class Calibrator(ABC):
         pass the same orders to :meth:`predict` as ``orders``)."""
         return [instance.permuted(order) for order in self.permutations_for(instance)]
 
+    def fitted_fields(self, state: CalibrationState) -> tuple[str, ...]:
+        """The fitted fields ``_predict`` reads from ``state`` (default :attr:`reads_fitted`;
+        a calibrator whose reads depend on what it fitted overrides this)."""
+        return self.reads_fitted
+
     # -- fitting -----------------------------------------------------------------------------
 
     def fit(
@@ -156,7 +165,7 @@ class Calibrator(ABC):
         if not self.needs_targets:  # a label-free fit cannot peek at the truth
             observations = [dataclasses.replace(obs, target=None) for obs in observations]
         fitted = self._split_fitted(self._fit(observations) if self.needs_fit else {})
-        return CalibrationState(
+        state = CalibrationState(
             calibrator=self.name,
             options=self.options.model_dump(mode="json"),
             n=n,
@@ -166,6 +175,13 @@ class Calibrator(ABC):
             **fitted,
             **metadata,
         )
+        missing = [name for name in self.fitted_fields(state) if getattr(state, name) is None]
+        if missing:
+            raise PluginContractError(
+                f"calibrator {self.name!r} reads {', '.join(map(repr, missing))} from its state "
+                "(reads_fitted) but its _fit did not return it"
+            )
+        return state
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any] | BaseModel:
         """Return the fitted state fields (arrays as nested lists) and, for a calibrator with a

@@ -54,6 +54,7 @@ def batch_prior(label_logprobs: np.ndarray, average: Literal["log", "prob"] = "l
 
 class Batch(Calibrator):
     name = "batch"
+    reads_fitted = ("logit_prior",)
     Options = BatchOptions
     options: BatchOptions
     needs_fit = True

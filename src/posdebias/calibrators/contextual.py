@@ -89,6 +89,7 @@ def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) 
 
 class Contextual(Calibrator):
     name = "contextual"
+    reads_fitted = ("logit_prior",)
     Options = ContextualOptions
     options: ContextualOptions
     needs_fit = True

@@ -89,6 +89,7 @@ def estimation_ids(ids: Sequence[str], alpha: float, seed: int) -> list[str]:
 
 class PriDe(OrderedCalibrator):
     name = "pride"
+    reads_fitted = ("logit_prior",)
     Options = PriDeOptions
     options: PriDeOptions
     Fitted = PriDeFitted

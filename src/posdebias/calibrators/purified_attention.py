@@ -16,6 +16,7 @@ from posdebias.core.state import CalibrationState
 
 class PurifiedAttention(Calibrator):
     name = "purified_attention"
+    reads_fitted = ("attention_prior",)
     Options = PosteriorOptions
     options: PosteriorOptions
     needs_attention = True

@@ -317,6 +317,11 @@ class StateUse:
     #: hashes the same prompt had in older versions (a retrieval prompt's older form)
     former_prompt_hashes: tuple[str, ...] = ()
     model_id: str | None = None
+    #: the fitted fields the using calibrator reads, and the model of its own parameters
+    #: (``extra``): a state that lacks them (edited, cut, or fitted by an older plugin) is
+    #: refused here rather than at its first prediction
+    fitted: tuple[str, ...] = ()
+    own_parameters: type[BaseModel] | None = None
 
     def problems(self, state: CalibrationState) -> list[str]:
         """Every way ``state`` does not fit this use, in words."""
@@ -330,6 +335,8 @@ class StateUse:
             self._options(state),
             self._prompt(state),
             self._differs("model_id", state),
+            self._missing(state),
+            self._own(state),
         )
         return [problem for problem in found if problem]
 
@@ -360,6 +367,26 @@ class StateUse:
         changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in changed)
         return f"it was fitted with other options ({shown})"
+
+    def _missing(self, state: CalibrationState) -> str | None:
+        missing = [name for name in self.fitted if getattr(state, name, None) is None]
+        if not missing:
+            return None
+        return (
+            f"it holds no fitted {', '.join(map(repr, missing))}, which calibrator "
+            f"{state.calibrator!r} reads (an edited or incomplete file)"
+        )
+
+    def _own(self, state: CalibrationState) -> str | None:
+        if self.own_parameters is None:
+            return None
+        try:
+            self.own_parameters.model_validate(state.extra)
+        except ValidationError as exc:
+            return "its own fitted parameters " + validation_message(
+                exc, "(extra)", unknown="field"
+            )
+        return None
 
     def _prompt(self, state: CalibrationState) -> str | None:
         if self.prompt_hash is None or state.prompt_hash in (

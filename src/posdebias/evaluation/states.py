@@ -83,11 +83,18 @@ def state_metadata(adapter: Adapter, task: str, n: int | None = None) -> dict[st
 
 
 def state_use(
-    adapter: Adapter, calibrator: Calibrator, n: int, task: str, *, transfer: bool = False
+    state: CalibrationState,
+    adapter: Adapter,
+    calibrator: Calibrator,
+    n: int,
+    task: str,
+    *,
+    transfer: bool = False,
 ) -> StateUse:
-    """The use of a state by ``calibrator`` through ``adapter`` on ``task`` with N candidates:
-    the calibrator, N, layers, labels, adapter, options, prompt and (unless ``transfer``) the
-    model must be those the state was made for."""
+    """The use of ``state`` by ``calibrator`` through ``adapter`` on ``task`` with N
+    candidates: the calibrator, N, layers, labels, adapter, options, prompt and (unless
+    ``transfer``) the model must be those the state was made for, and it must hold what the
+    calibrator reads from it."""
     metadata = state_metadata(adapter, task, n)
     return StateUse(
         calibrator=calibrator.name,
@@ -99,6 +106,8 @@ def state_use(
         prompt_hash=metadata["prompt_hash"],
         former_prompt_hashes=tuple(h for h in prompt_hashes(adapter, task, n)[1:] if h),
         model_id=None if transfer else metadata["model_id"],
+        fitted=calibrator.fitted_fields(state),
+        own_parameters=calibrator.Fitted,
     )
 
 
@@ -113,7 +122,7 @@ def check_state(
 ) -> CalibrationState:
     """``state`` if it fits this use (see :func:`state_use`), else a CalibrationError naming
     every mismatch. The one gate of every door."""
-    state.check_compatible(state_use(adapter, calibrator, n, task, transfer=transfer))
+    state.check_compatible(state_use(state, adapter, calibrator, n, task, transfer=transfer))
     return state
 
 
