@@ -187,5 +187,8 @@ def test_a_state_missing_what_its_calibrator_reads_is_refused_before_any_run(
             "--calibration"]  # fmt: skip
     capsys.readouterr()
     assert main([*argv, str(cut), "--out", str(tmp_path / "refused")]) == 2
-    assert f"no fitted '{field}'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"it holds no fitted '{field}', which calibrator '{calibrator}' reads" in err
+    if field == "bias_matrix":  # one message whole, as docs/errors.md shows it
+        assert "it holds no fitted 'bias_matrix', which calibrator 'attention_guided' reads" in err
     assert not (tmp_path / "refused").exists()
