@@ -335,8 +335,7 @@ class StateUse:
             self._options(state),
             self._prompt(state),
             self._differs("model_id", state),
-            self._missing(state),
-            self._own(state),
+            self._fitted(state),
         )
         return [problem for problem in found if problem]
 
@@ -368,24 +367,19 @@ class StateUse:
         shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in changed)
         return f"it was fitted with other options ({shown})"
 
-    def _missing(self, state: CalibrationState) -> str | None:
+    def _fitted(self, state: CalibrationState) -> str | None:
         missing = [name for name in self.fitted if getattr(state, name, None) is None]
-        if not missing:
-            return None
-        return (
-            f"it holds no fitted {', '.join(map(repr, missing))}, which calibrator "
-            f"{state.calibrator!r} reads (an edited or incomplete file)"
-        )
-
-    def _own(self, state: CalibrationState) -> str | None:
-        if self.own_parameters is None:
-            return None
-        try:
-            self.own_parameters.model_validate(state.extra)
-        except ValidationError as exc:
-            return "its own fitted parameters " + validation_message(
-                exc, "(extra)", unknown="field"
+        if missing:
+            return (
+                f"it holds no fitted {', '.join(map(repr, missing))}, which calibrator "
+                f"{state.calibrator!r} reads (an edited or incomplete file)"
             )
+        try:
+            if self.own_parameters is not None:
+                self.own_parameters.model_validate(state.extra)
+        except ValidationError as exc:
+            own = validation_message(exc, "(extra)", unknown="field")
+            return f"its own fitted parameters {own}"
         return None
 
     def _prompt(self, state: CalibrationState) -> str | None:

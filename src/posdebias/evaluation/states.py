@@ -82,35 +82,6 @@ def state_metadata(adapter: Adapter, task: str, n: int | None = None) -> dict[st
     }
 
 
-def state_use(
-    state: CalibrationState,
-    adapter: Adapter,
-    calibrator: Calibrator,
-    n: int,
-    task: str,
-    *,
-    transfer: bool = False,
-) -> StateUse:
-    """The use of ``state`` by ``calibrator`` through ``adapter`` on ``task`` with N
-    candidates: the calibrator, N, layers, labels, adapter, options, prompt and (unless
-    ``transfer``) the model must be those the state was made for, and it must hold what the
-    calibrator reads from it."""
-    metadata = state_metadata(adapter, task, n)
-    return StateUse(
-        calibrator=calibrator.name,
-        n=n,
-        layers=adapter.attention_layers if calibrator.needs_attention else None,
-        label_set=adapter.labels_for(n, task),
-        adapter=adapter.name,
-        options=calibrator.options.model_dump(mode="json"),
-        prompt_hash=metadata["prompt_hash"],
-        former_prompt_hashes=tuple(h for h in prompt_hashes(adapter, task, n)[1:] if h),
-        model_id=None if transfer else metadata["model_id"],
-        fitted=calibrator.fitted_fields(state),
-        own_parameters=calibrator.Fitted,
-    )
-
-
 def check_state(
     state: CalibrationState,
     adapter: Adapter,
@@ -120,9 +91,25 @@ def check_state(
     *,
     transfer: bool = False,
 ) -> CalibrationState:
-    """``state`` if it fits this use (see :func:`state_use`), else a CalibrationError naming
-    every mismatch. The one gate of every door."""
-    state.check_compatible(state_use(state, adapter, calibrator, n, task, transfer=transfer))
+    """``state`` if it fits its use by ``calibrator`` through ``adapter`` on ``task`` with N
+    candidates, else a CalibrationError naming every mismatch: the calibrator, N, layers,
+    labels, adapter, options, prompt and (unless ``transfer``) the model must be those it was
+    made for, and it must hold what the calibrator reads from it. The one gate of every door."""
+    current, *former = prompt_hashes(adapter, task, n)
+    use = StateUse(
+        calibrator=calibrator.name,
+        n=n,
+        layers=adapter.attention_layers if calibrator.needs_attention else None,
+        label_set=adapter.labels_for(n, task),
+        adapter=adapter.name,
+        options=calibrator.options.model_dump(mode="json"),
+        prompt_hash=current,
+        former_prompt_hashes=tuple(h for h in former if h),
+        model_id=None if transfer else describe_adapter(adapter, n).get("model_id"),
+        fitted=calibrator.fitted_fields(state),
+        own_parameters=calibrator.Fitted,
+    )
+    state.check_compatible(use)
     return state
 
 
