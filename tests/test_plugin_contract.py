@@ -120,17 +120,33 @@ class Undeclared(Calibrator):
 
 class Forgetful(Undeclared):
     name = "forgetful"
-    reads_fitted = ("bias_matrix",)
+
+    def state_reads(self, state):
+        return ("bias_matrix",)
 
     def _fit(self, observations):
         return {"logit_prior": [0.0] * observations[0].n}
 
 
+class Misnamed(Forgetful):
+    name = "misnamed"
+
+    def state_reads(self, state):
+        return ("logit_priors", "offsets")
+
+
+class Unfitted(Undeclared):
+    name = "unfitted"
+    needs_fit = False
+
+    def state_reads(self, state):
+        return ("logit_prior",)
+
+
 @hookimpl
 def posdebias_register_calibrators(register):
-    register(Offset)
-    register(Undeclared)
-    register(Forgetful)
+    for calibrator in (Offset, Undeclared, Forgetful, Misnamed, Unfitted):
+        register(calibrator)
 """
 )
 
@@ -234,9 +250,18 @@ def test_a_plugin_calibrator_persists_its_own_fitted_parameters(site, tmp_path):
     assert "calibrator 'undeclared' from plugin 'posdebias_offset'" in undeclared.stderr
     assert "fields the calibration state does not have (secret)" in undeclared.stderr
 
-    forgetful, _ = evaluate(site, tmp_path, "forgetful", name="run3")
-    assert forgetful.returncode == 1 and "calibrator 'forgetful' from plugin" in forgetful.stderr
-    assert "reads 'bias_matrix' from its state (reads_fitted) but its _fit" in forgetful.stderr
+    # what a calibrator says its predictions read must be what its fit filled
+    told = {
+        "forgetful": "state_reads (what _predict reads) names ['bias_matrix'], but its _fit did "
+        "not fill them",
+        "misnamed": "state_reads (what _predict reads) names ['logit_priors', 'offsets'], "
+        "neither fitted fields of the calibration state (attention_prior, bias_matrix,",
+        "unfitted": "names ['logit_prior'], but needs_fit is False",
+    }
+    for calibrator, said in told.items():
+        failed, _ = evaluate(site, tmp_path, calibrator, name=f"run-{calibrator}")
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr
+        assert f"calibrator '{calibrator}' from plugin" in failed.stderr and said in failed.stderr
 
     # a saved state whose own parameters were edited is refused when loaded: exit 2, no run
     state["extra"]["offsets"] = "four numbers"

@@ -153,34 +153,53 @@ def test_a_state_is_used_only_with_the_prompt_settings_it_was_fitted_with(
     assert main([*argv, str(states["raw"]), "--out", str(tmp_path / "run")]) == 0
 
 
-#: a calibrator, the fitted field its predictions read, and how a state can lose it
+#: a calibrator (a row of a config), a field its predictions read, and how a state loses it
 INCOMPLETE = [
-    ("pride", "logit_prior"),
-    ("batch", "logit_prior"),
-    ("attention_guided", "bias_matrix"),
-    ("attention_guided", "attention_prior"),
+    ("pride", "logit_prior", "null"),
+    ("batch", "logit_prior", "deleted"),
+    ("contextual", "logit_prior", "null"),
+    ("attention_guided", "bias_matrix", "null"),
+    ("attention_guided", "attention_prior", "deleted"),
+    ("attention_guided", "layer_choice", "null"),
+    ("purified_attention", "layer_choice", "deleted"),
+    ("attention_readout", "layer_choice", "null"),
+    ("label_free", "bias_matrix", "deleted"),
 ]
+#: PriDe's test workflow, whose state holds own parameters (the estimation items)
+TESTED_PRIDE = "{name: pride, label: tested, options: {workflow: test, alpha: 0.5}}"
 
 
-@pytest.mark.parametrize(("calibrator", "field"), INCOMPLETE)
-def test_a_state_missing_what_its_calibrator_reads_is_refused_before_any_run(
-    calibrator, field, tmp_path, capsys
-):
-    """A hand-edited state without a fitted array its calibrator reads is refused when it is
-    loaded, by the API and by `evaluate` (exit 2, no run folder), naming the array; the
-    complete state is accepted."""
+def _calibrated(tmp_path, row: str):
+    """The config running calibrator ``row``, and the file `posdebias calibrate` saved."""
     config = tmp_path / "config.yaml"
-    config.write_text(f"task: multiple_choice\ncalibrators: [{calibrator}]\n")
+    config.write_text(f"task: multiple_choice\ncalibrators: [{row}]\n")
     assert main(["calibrate", "--config", str(config), "--count", "3", "--out",
                  str(tmp_path / "states")]) == 0  # fmt: skip
-    saved = json.loads((tmp_path / "states" / f"{calibrator}.json").read_text())
+    (state,) = (tmp_path / "states").glob("*.json")
+    return config, state
+
+
+@pytest.mark.parametrize(("row", "field", "how"), INCOMPLETE)
+def test_a_state_missing_what_its_calibrator_reads_is_refused_before_any_run(
+    row, field, how, tmp_path, capsys
+):
+    """A hand-edited state without a field its calibrator reads (a fitted array, the layer
+    choice) is refused when it is loaded, by the API and by `evaluate`
+    (exit 2, no run folder), naming the field and the file; the complete state is accepted."""
+    config, state = _calibrated(tmp_path, row)
+    saved = json.loads(state.read_text())
     assert saved[field] is not None
-    saved[field] = None
-    cut = tmp_path / "cut" / f"{calibrator}.json"
+    if how == "null":
+        saved[field] = None
+    else:
+        del saved[field]
+    cut = tmp_path / "cut" / state.name
     cut.parent.mkdir()
     cut.write_text(json.dumps(saved))
+    calibrator = saved["calibrator"]
+    said = f"it holds no fitted '{field}', which calibrator '{calibrator}' reads"
     adapter = load_adapter(get_registry().default_model("multiple_choice").name)
-    with pytest.raises(CalibrationError, match=f"it holds no fitted '{field}', which calibrator"):
+    with pytest.raises(CalibrationError, match=f"calibration state '{calibrator}' .*{said}"):
         Debiaser.load(cut, adapter)
     assert Debiaser.load(tmp_path / "states", adapter).states
     argv = ["evaluate", "--config", str(config), "--count", "3", "--orders", "1",
@@ -188,7 +207,43 @@ def test_a_state_missing_what_its_calibrator_reads_is_refused_before_any_run(
     capsys.readouterr()
     assert main([*argv, str(cut), "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err
-    assert f"it holds no fitted '{field}', which calibrator '{calibrator}' reads" in err
-    if field == "bias_matrix":  # one message whole, as docs/errors.md shows it
+    assert f"calibration state {cut} does not fit this use: {said}" in err
+    if field == "bias_matrix" and calibrator == "attention_guided":  # as docs/errors.md shows
         assert "it holds no fitted 'bias_matrix', which calibrator 'attention_guided' reads" in err
     assert not (tmp_path / "refused").exists()
+    assert main([*argv, str(tmp_path / "states"), "--out", str(tmp_path / "run")]) == 0
+
+
+def test_own_parameters_of_a_state_are_checked_and_another_calibrators_state_named_as_such(
+    tmp_path, capsys
+):
+    """A state's own parameters (PriDe's estimation items) with a key its calibrator does not
+    know, or of the wrong type, are refused; a state of another calibrator is refused as that,
+    not for lacking what the using calibrator reads."""
+    config, state = _calibrated(tmp_path, TESTED_PRIDE)
+    saved = json.loads(state.read_text())
+    argv = ["evaluate", "--config", str(config), "--count", "3", "--orders", "1",
+            "--out", str(tmp_path / "refused"), "--calibration"]  # fmt: skip
+    edits = {
+        "estimation_id": "its own fitted parameters (extra) hold unknown ['estimation_id']",
+        "estimation_ids": "its own fitted parameters (extra): estimation_ids: Input should be",
+    }
+    for key, said in edits.items():
+        edited = tmp_path / key / state.name
+        edited.parent.mkdir()
+        edited.write_text(json.dumps({**saved, "extra": {**saved["extra"], key: "q1"}}))
+        capsys.readouterr()
+        assert main([*argv, str(edited)]) == 2
+        assert said in capsys.readouterr().err
+        assert not (tmp_path / "refused").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    batch = {**saved, "calibrator": "batch", "options": {}, "extra": {}}
+    (other / "attention_guided.json").write_text(json.dumps(batch))
+    guided = ["evaluate", "--task", "multiple_choice", "--calibrators", "attention_guided",
+              "--count", "3", "--orders", "1", "--calibration", str(other)]  # fmt: skip
+    capsys.readouterr()
+    assert main(guided) == 2
+    err = capsys.readouterr().err
+    assert "it was fitted by calibrator 'batch', not 'attention_guided'" in err
+    assert "holds no fitted" not in err

@@ -501,7 +501,7 @@ class Debiaser:
                     f"{task} queries"
                 )
             states[label] = check_state(
-                state, self.adapter, calibrator, n, task, transfer=self.transfer
+                state, self.adapter, calibrator, n, task, transfer=self.transfer, source=repr(label)
             )
         return states
 
@@ -573,7 +573,9 @@ class Debiaser:
                     f"{list(self.calibrators)}"
                 )
             task = self._fitted_on(state)
-            check_state(state, self.adapter, calibrator, state.n, task, transfer=transfer)
+            check_state(
+                state, self.adapter, calibrator, state.n, task, transfer=transfer, source=repr(stem)
+            )
             fitted.setdefault(state.n, {})[label] = state
         self._fitted = fitted
         self.transfer = transfer

@@ -66,8 +66,10 @@ class AttentionGuided(Calibrator):
         choice = state.layer_choice
         return self.options.fallback and choice is not None and not choice.informative
 
-    def fitted_fields(self, state: CalibrationState) -> tuple[str, ...]:
-        return ("logit_prior",) if self._falls_back(state) else ("attention_prior", "bias_matrix")
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        if self._falls_back(state):
+            return ("logit_prior",)
+        return ("attention_prior", "bias_matrix", *self.options.layer_reads())
 
     def _predict(
         self,

@@ -23,6 +23,9 @@ class AttentionReadout(Calibrator):
     needs_fit = True  # the layers are chosen on the calibration set (layer_selection)
     summary = "argmax of the raw attention of the chosen layers"
 
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        return self.options.layer_reads()
+
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         return self.options.fit_attention(observations, prior=False)
 

@@ -19,7 +19,7 @@ from posdebias._version import __version__
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
-from posdebias.core.state import CalibrationState
+from posdebias.core.state import STATE_FIELDS, CalibrationState, missing_reads
 from posdebias.errors import (
     CalibrationError,
     InputError,
@@ -27,19 +27,6 @@ from posdebias.errors import (
     PluginContractError,
     options_error,
     validation_message,
-)
-
-#: The fitted fields every calibration state has (the built-in stages' results).
-STATE_FIELDS = frozenset(
-    {
-        "observed_profile",
-        "bias_matrix",
-        "gamma",
-        "attention_prior",
-        "logit_prior",
-        "layer_choice",
-        "diagnostics",
-    }
 )
 
 
@@ -65,9 +52,6 @@ class Calibrator(ABC):
         Fitted: a pydantic model of the calibrator's own fitted parameters, for fields the
             calibration state does not have; ``_fit`` returns them (a dict or the model) and
             they are saved, validated, in ``CalibrationState.extra``; :meth:`fitted` reads them.
-        reads_fitted: the fitted fields of the calibration state (``bias_matrix``,
-            ``logit_prior``, ...) that ``_predict`` reads; a saved state lacking one is refused
-            when it is loaded, before any run starts (:meth:`fitted_fields`).
     """
 
     name: ClassVar[str]
@@ -78,7 +62,6 @@ class Calibrator(ABC):
     needs_rotations: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     Fitted: ClassVar[type[BaseModel] | None] = None
-    reads_fitted: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         try:
@@ -131,10 +114,12 @@ class Calibrator(ABC):
         pass the same orders to :meth:`predict` as ``orders``)."""
         return [instance.permuted(order) for order in self.permutations_for(instance)]
 
-    def fitted_fields(self, state: CalibrationState) -> tuple[str, ...]:
-        """The fitted fields ``_predict`` reads from ``state`` (default :attr:`reads_fitted`;
-        a calibrator whose reads depend on what it fitted overrides this)."""
-        return self.reads_fitted
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        """What ``_predict`` reads from ``state`` under these options: fitted fields of the
+        calibration state (``bias_matrix``, ``layer_choice``, ...) and fields of ``Fitted``.
+        Every door refuses a saved state lacking one before a run starts; a fit that leaves
+        one empty is a plugin contract error. Default: nothing."""
+        return ()
 
     # -- fitting -----------------------------------------------------------------------------
 
@@ -175,13 +160,30 @@ class Calibrator(ABC):
             **fitted,
             **metadata,
         )
-        missing = [name for name in self.fitted_fields(state) if getattr(state, name) is None]
-        if missing:
-            raise PluginContractError(
-                f"calibrator {self.name!r} reads {', '.join(map(repr, missing))} from its state "
-                "(reads_fitted) but its _fit did not return it"
-            )
+        self._check_reads(state)
         return state
+
+    def _check_reads(self, state: CalibrationState) -> None:
+        """:meth:`state_reads` names fields a fit of this calibrator filled."""
+        reads = self.state_reads(state)
+        own = set(self.Fitted.model_fields) if self.Fitted is not None else set()
+        if not isinstance(reads, tuple) or not all(isinstance(name, str) for name in reads):
+            raise PluginContractError(
+                f"calibrator {self.name!r}: state_reads returned {reads!r}, not a tuple of names"
+            )
+        problem = ""
+        if unknown := [name for name in reads if name not in STATE_FIELDS | own]:
+            problem = (
+                f"names {unknown}, neither fitted fields of the calibration state "
+                f"({', '.join(sorted(STATE_FIELDS))}) nor fields of its Fitted model"
+            )
+        elif missing := missing_reads(state, reads):
+            fitted = "its _fit did not fill them" if self.needs_fit else "needs_fit is False"
+            problem = f"names {missing}, but {fitted}"
+        if problem:
+            raise PluginContractError(
+                f"calibrator {self.name!r}: state_reads (what _predict reads) {problem}"
+            )
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any] | BaseModel:
         """Return the fitted state fields (arrays as nested lists) and, for a calibrator with a

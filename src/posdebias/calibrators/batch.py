@@ -54,7 +54,6 @@ def batch_prior(label_logprobs: np.ndarray, average: Literal["log", "prob"] = "l
 
 class Batch(Calibrator):
     name = "batch"
-    reads_fitted = ("logit_prior",)
     Options = BatchOptions
     options: BatchOptions
     needs_fit = True
@@ -67,6 +66,9 @@ class Batch(Calibrator):
         test: Sequence[Instance] | None = None,
     ) -> list[Instance] | None:
         return None if test is None else list(test)
+
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        return ("logit_prior",)
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         scores = np.stack([obs.label_logprobs for obs in observations])

@@ -89,7 +89,6 @@ def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) 
 
 class Contextual(Calibrator):
     name = "contextual"
-    reads_fitted = ("logit_prior",)
     Options = ContextualOptions
     options: ContextualOptions
     needs_fit = True
@@ -102,6 +101,9 @@ class Contextual(Calibrator):
         test: Sequence[Instance] | None = None,
     ) -> list[Instance]:
         return [content_free(view, text) for text in self.options.texts for view in calibration]
+
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        return ("logit_prior",)
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         scores = np.stack([obs.label_logprobs for obs in observations])

@@ -37,6 +37,7 @@ from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import read_masses
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.stages import EPSILON, BiasProfiler
+from posdebias.core.state import CalibrationState
 from posdebias.errors import InputError
 
 MIN_VARIANCE = 1e-12
@@ -181,6 +182,9 @@ class LabelFree(AttentionGuided):
     options: LabelFreeOptions
     needs_targets = False
     summary = "attention_guided calibrated without targets (EM over the cyclic rotations)"
+
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        return ("attention_prior", "bias_matrix")  # no layer choice: none without targets
 
     def _fit(self, observations: Sequence[Observation]) -> dict[str, Any]:
         """Fit on the symmetrised calibration set in the order of

@@ -249,6 +249,10 @@ class LayerSelectionOptions(CalibratorOptions):
             "informative_layers": False,
         }
 
+    def layer_reads(self) -> tuple[str, ...]:
+        """The state field a prediction reads its layers from (evidence selection's choice)."""
+        return ("layer_choice",) if self.layer_selection == "evidence" else ()
+
     def rows_for(self, observation: Observation, state: CalibrationState) -> np.ndarray:
         """The attention rows read for ``observation``: the state's chosen rows (those that see
         every candidate of this view), else the paper's per-instance choice by mass."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import posdebias.defaults as defaults
 from posdebias._markers import hookimpl
@@ -71,6 +71,8 @@ class PriDeOptions(CalibratorOptions):
 
 
 class PriDeFitted(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     #: the test items answered by permutation averaging (workflow: test)
     estimation_ids: list[str] = Field(default_factory=list)
 
@@ -89,7 +91,6 @@ def estimation_ids(ids: Sequence[str], alpha: float, seed: int) -> list[str]:
 
 class PriDe(OrderedCalibrator):
     name = "pride"
-    reads_fitted = ("logit_prior",)
     Options = PriDeOptions
     options: PriDeOptions
     Fitted = PriDeFitted
@@ -117,6 +118,10 @@ class PriDe(OrderedCalibrator):
         self._chosen = (chosen, len({view.id for view in test}))
         keep = set(chosen)
         return [rotated for view in test if view.id in keep for rotated in cyclic_rotations(view)]
+
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        # not estimation_ids: a state fitted without the test set (the API) has none
+        return ("logit_prior",)
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         fitted: dict[str, Any] = {

@@ -16,12 +16,14 @@ from posdebias.core.state import CalibrationState
 
 class PurifiedAttention(Calibrator):
     name = "purified_attention"
-    reads_fitted = ("attention_prior",)
     Options = PosteriorOptions
     options: PosteriorOptions
     needs_attention = True
     needs_fit = True
     summary = "argmax of the attention posterior pi (static attention prior removed)"
+
+    def state_reads(self, state: CalibrationState) -> tuple[str, ...]:
+        return ("attention_prior", *self.options.layer_reads())
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         return self.options.fit_attention(observations)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,6 +37,31 @@ CREATE = (
     "create it with Debiaser.calibrate(instances) and Debiaser.save(path).",
     "create it with `posdebias calibrate`.",
 )
+
+
+#: The fitted fields of every calibration state (the built-in stages' results); a calibrator's
+#: own fitted parameters go to ``extra`` instead.
+STATE_FIELDS = frozenset(
+    {
+        "observed_profile",
+        "bias_matrix",
+        "gamma",
+        "attention_prior",
+        "logit_prior",
+        "layer_choice",
+        "diagnostics",
+    }
+)
+
+
+def missing_reads(state: CalibrationState, reads: Sequence[str]) -> list[str]:
+    """The names of ``reads`` that ``state`` holds no value for: a fitted field left empty, or
+    an own parameter (a field of the calibrator's ``Fitted`` model) absent from ``extra``."""
+    return [
+        name
+        for name in reads
+        if (getattr(state, name) is None if name in STATE_FIELDS else name not in state.extra)
+    ]
 
 
 def calibration_error(message: str, advice: tuple[str, str]) -> CalibrationError:
@@ -257,11 +283,14 @@ class CalibrationState(BaseModel):
 
     # -- compatibility ---------------------------------------------------------------------
 
-    def check_compatible(self, use: StateUse | None = None, /, **fields: Any) -> None:
+    def check_compatible(
+        self, use: StateUse | None = None, /, *, source: str | None = None, **fields: Any
+    ) -> None:
         """Refuse to use this state where it was not made for (each mismatch named).
 
         ``use`` says where it is about to be used (:class:`StateUse`); the same fields may be
         given as keywords instead (``state.check_compatible(n=4, calibrator="pride")``).
+        ``source`` names the state in the message (its file or label).
         """
         use = use if use is not None else StateUse(**fields)
         problems = use.problems(self)
@@ -278,7 +307,9 @@ class CalibrationState(BaseModel):
                 "pass --calibration-transfer (config: calibration_transfer: true)."
             )
         raise calibration_error(
-            "calibration state does not fit this use: " + "; ".join(problems) + ". ",
+            f"calibration state{f' {source}' if source else ''} does not fit this use: "
+            + "; ".join(problems)
+            + ". ",
             (library, cli),
         )
 
@@ -299,7 +330,10 @@ _MISMATCHES = {
 class StateUse:
     """Where a saved calibration state is about to be used: the one value a state is checked
     against (:meth:`CalibrationState.check_compatible`). A field left None is not checked,
-    nor is a value the state does not record.
+    nor is a value the state does not record, except what the calibrator reads: ``reads``
+    names it (fitted fields and own parameters), ``own_parameters`` is the model the state's
+    ``extra`` must validate against, and a state lacking either is refused here rather than
+    at its first prediction.
 
     ``layers``: the layer set of the observations (or the adapter's); a state whose attention
     rows come from other model layers, or layers of another kind, is refused. ``options`` are
@@ -317,10 +351,7 @@ class StateUse:
     #: hashes the same prompt had in older versions (a retrieval prompt's older form)
     former_prompt_hashes: tuple[str, ...] = ()
     model_id: str | None = None
-    #: the fitted fields the using calibrator reads, and the model of its own parameters
-    #: (``extra``): a state that lacks them (edited, cut, or fitted by an older plugin) is
-    #: refused here rather than at its first prediction
-    fitted: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
     own_parameters: type[BaseModel] | None = None
 
     def problems(self, state: CalibrationState) -> list[str]:
@@ -335,7 +366,7 @@ class StateUse:
             self._options(state),
             self._prompt(state),
             self._differs("model_id", state),
-            self._fitted(state),
+            self._reads(state),
         )
         return [problem for problem in found if problem]
 
@@ -367,20 +398,28 @@ class StateUse:
         shown = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in changed)
         return f"it was fitted with other options ({shown})"
 
-    def _fitted(self, state: CalibrationState) -> str | None:
-        missing = [name for name in self.fitted if getattr(state, name, None) is None]
+    def _reads(self, state: CalibrationState) -> str | None:
+        if self.calibrator not in (None, state.calibrator):
+            return None  # another calibrator's state: refused as such, its fields are its own
+        found = []
+        missing = missing_reads(state, self.reads)
         if missing:
-            return (
+            found.append(
                 f"it holds no fitted {', '.join(map(repr, missing))}, which calibrator "
                 f"{state.calibrator!r} reads (an edited or incomplete file)"
             )
+        own = self.own_parameters
+        unknown = sorted(set(state.extra) - set(own.model_fields)) if own is not None else []
+        if unknown:
+            found.append(f"its own fitted parameters (extra) hold unknown {unknown}")
         try:
-            if self.own_parameters is not None:
-                self.own_parameters.model_validate(state.extra)
+            if own is not None:
+                own.model_validate(state.extra)
         except ValidationError as exc:
-            own = validation_message(exc, "(extra)", unknown="field")
-            return f"its own fitted parameters {own}"
-        return None
+            found.append(
+                "its own fitted parameters " + validation_message(exc, "(extra)", unknown="field")
+            )
+        return "; ".join(found) or None
 
     def _prompt(self, state: CalibrationState) -> str | None:
         if self.prompt_hash is None or state.prompt_hash in (

@@ -279,13 +279,22 @@ def saved_states(
     saved = load_states(config.calibration)
     task = config_task(config)
     provided: dict[str, CalibrationState] = {}
+    folder = config.calibration.is_dir()
     for label, calibrator in calibrators.items():
         state = pick_state(saved, label, calibrator)
         if state is not None:
+            key = next(key for key, value in saved.items() if value is state)
+            source = config.calibration / f"{key}.json" if folder else config.calibration
             provided[label] = check_state(
-                state, adapter, calibrator, n, task, transfer=config.calibration_transfer
+                state,
+                adapter,
+                calibrator,
+                n,
+                task,
+                transfer=config.calibration_transfer,
+                source=str(source),
             )
-    if not provided and not config.calibration.is_dir():
+    if not provided and not folder:
         # one state file that no calibrator of the run uses is a mistake, not a default
         (state,) = saved.values()
         names = ", ".join(sorted({c.name for c in calibrators.values()}))

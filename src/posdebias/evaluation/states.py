@@ -90,11 +90,13 @@ def check_state(
     task: str,
     *,
     transfer: bool = False,
+    source: str | None = None,
 ) -> CalibrationState:
     """``state`` if it fits its use by ``calibrator`` through ``adapter`` on ``task`` with N
-    candidates, else a CalibrationError naming every mismatch: the calibrator, N, layers,
-    labels, adapter, options, prompt and (unless ``transfer``) the model must be those it was
-    made for, and it must hold what the calibrator reads from it. The one gate of every door."""
+    candidates, else a CalibrationError naming every mismatch (and ``source``, the state's file
+    or label): the calibrator, N, layers, labels, adapter, options, prompt and (unless
+    ``transfer``) the model must be those it was made for, and it must hold what the
+    calibrator reads from it. The one gate of every door."""
     current, *former = prompt_hashes(adapter, task, n)
     use = StateUse(
         calibrator=calibrator.name,
@@ -106,10 +108,10 @@ def check_state(
         prompt_hash=current,
         former_prompt_hashes=tuple(h for h in former if h),
         model_id=None if transfer else describe_adapter(adapter, n).get("model_id"),
-        fitted=calibrator.fitted_fields(state),
+        reads=calibrator.state_reads(state),
         own_parameters=calibrator.Fitted,
     )
-    state.check_compatible(use)
+    state.check_compatible(use, source=source)
     return state
 
 
