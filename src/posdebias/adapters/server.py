@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from posdebias._inputs import MAX_FILE_MAGNITUDE, MiB, excerpt, loads_json
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.base import (
     Adapter,
     Generation,
@@ -1241,6 +1241,4 @@ def _restricted_from_paths(plan: Any, vocabulary: dict[str, int], paths: list[To
     return scores[0].double().numpy()
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(ServerAdapter)
+posdebias_register_adapters = register_hook(ServerAdapter)

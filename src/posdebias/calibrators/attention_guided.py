@@ -7,13 +7,13 @@ visual posterior pi, subtract the expected bias b = E_pi[B[k, :]] from the label
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
@@ -100,6 +100,4 @@ class AttentionGuided(Calibrator):
         )
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(AttentionGuided)
+posdebias_register_calibrators = register_hook(AttentionGuided)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import LayerSelectionOptions
 from posdebias.core.observation import Evidence, Observation, Prediction
@@ -43,6 +43,4 @@ class AttentionReadout(Calibrator):
         )
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(AttentionReadout)
+posdebias_register_calibrators = register_hook(AttentionReadout)

@@ -23,13 +23,13 @@ needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
@@ -88,6 +88,4 @@ class Batch(Calibrator):
         )
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(Batch)
+posdebias_register_calibrators = register_hook(Batch)

@@ -21,14 +21,14 @@ attention and no labels are needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator, CalibratorOptions
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
@@ -129,6 +129,4 @@ class Contextual(Calibrator):
         return Prediction(scores=scores)
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(Contextual)
+posdebias_register_calibrators = register_hook(Contextual)

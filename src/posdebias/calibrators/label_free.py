@@ -25,15 +25,14 @@ fitting a conditional profile to noise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from pydantic import Field
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.attention_guided import AttentionGuided, AttentionGuidedOptions
-from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import read_masses
 from posdebias.core.observation import Observation, log_softmax
 from posdebias.core.stages import EPSILON, BiasProfiler
@@ -284,6 +283,4 @@ class LabelFree(AttentionGuided):
         }
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(LabelFree)
+posdebias_register_calibrators = register_hook(LabelFree)

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 import posdebias.defaults as defaults
-from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
+from posdebias._markers import register_hook
+from posdebias.calibrators.base import CalibratorOptions, OrderedCalibrator
 from posdebias.core.instance import Instance, random_orders, rotation_order
 from posdebias.core.observation import Observation, Prediction, log_mean_exp, log_softmax
 from posdebias.core.state import CalibrationState
@@ -161,6 +161,4 @@ def averaged_scores(per_order: np.ndarray, average: Literal["log", "prob"] = "lo
     return log_softmax(averaged)
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(PermutationAverage)
+posdebias_register_calibrators = register_hook(PermutationAverage)

@@ -15,14 +15,12 @@ in it): the ranking and the choice are the method's output, the probabilities ar
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator
+from posdebias._markers import register_hook
 from posdebias.calibrators.permutation_average import OrderCombiner, OrderOptions
 from posdebias.core.observation import Prediction, log_softmax
 from posdebias.core.ranking import borda, kemeny
@@ -51,6 +49,4 @@ class PermutationSelfConsistency(OrderCombiner):
         return Prediction(scores=log_softmax(-place), choice=int(ranking[0]))
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(PermutationSelfConsistency)
+posdebias_register_calibrators = register_hook(PermutationSelfConsistency)

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._markers import hookimpl
-from posdebias.calibrators.base import Calibrator, CalibratorOptions, OrderedCalibrator
+from posdebias._markers import register_hook
+from posdebias.calibrators.base import CalibratorOptions, OrderedCalibrator
 from posdebias.calibrators.permutation_average import averaged_scores, scores_by_candidate
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Observation, Prediction, log_softmax
@@ -167,6 +167,4 @@ class PriDe(OrderedCalibrator):
         )
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(PriDe)
+posdebias_register_calibrators = register_hook(PriDe)

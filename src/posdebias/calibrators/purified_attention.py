@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator
 from posdebias.calibrators.options import PosteriorOptions
 from posdebias.core.observation import Evidence, Observation, Prediction, log_softmax
@@ -45,6 +45,4 @@ class PurifiedAttention(Calibrator):
         )
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(PurifiedAttention)
+posdebias_register_calibrators = register_hook(PurifiedAttention)

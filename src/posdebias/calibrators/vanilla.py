@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.observation import Observation, Prediction
 from posdebias.core.state import CalibrationState
@@ -23,6 +23,4 @@ class Vanilla(Calibrator):
         return Prediction(scores=observation.label_logprobs)
 
 
-@hookimpl
-def posdebias_register_calibrators(register: Callable[[type[Calibrator]], None]) -> None:
-    register(Vanilla)
+posdebias_register_calibrators = register_hook(Vanilla)

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from posdebias._inputs import excerpt
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.base import Adapter, ReplyRequest, ReplyScore
 from posdebias.core.instance import Instance
 from posdebias.core.tasks import check_placeholders
@@ -175,10 +175,7 @@ def check_text_candidates(instance: Instance, decoder: str) -> list[str]:
     return [text for text in instance.texts if text is not None]
 
 
-@hookimpl
-def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
-    for decoder in (Cloze, ClozeMean):
-        register(decoder)
+posdebias_register_decoders = register_hook(Cloze, ClozeMean)
 
 
 __all__ = ["Cloze", "ClozeMean", "order_free_choice", "reply_value"]

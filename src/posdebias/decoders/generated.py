@@ -22,13 +22,13 @@ An answer that names no valid label is no answer: it counts as wrong and as a pa
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 import posdebias.defaults as defaults
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.base import Adapter, GenerationSettings
 from posdebias.adapters.hf.prompt import PROMPT_VARIANTS
 from posdebias.core.answers import AnswerParser, Which
@@ -208,10 +208,7 @@ def majority_vote(answers: Sequence[int | None], *, fallback: str = "none") -> i
     return next(answer for answer in valid if counts[answer] == best)
 
 
-@hookimpl
-def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
-    for decoder in (Generated, Instruction, ChainOfThought, SelfConsistency):
-        register(decoder)
+posdebias_register_decoders = register_hook(Generated, Instruction, ChainOfThought, SelfConsistency)
 
 
 __all__ = [

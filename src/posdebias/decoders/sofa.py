@@ -10,18 +10,18 @@ candidates). The mask itself is posdebias.adapters.attention.sofa.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import AliasChoices, Field, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.attention.sofa import SofaSettings, sofa_attention
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import Instance
-from posdebias.decoders.base import Decision, Decoder
+from posdebias.decoders.base import Decision
 from posdebias.decoders.generated import Generated, GeneratedOptions
 from posdebias.errors import AdapterError
 
@@ -105,6 +105,4 @@ class Sofa(Generated):
         ]
 
 
-@hookimpl
-def posdebias_register_decoders(register: Callable[[type[Decoder]], None]) -> None:
-    register(Sofa)
+posdebias_register_decoders = register_hook(Sofa)

@@ -12,10 +12,9 @@ the command line knows the organism exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.organism.benchmark import BENCHMARK_COUNT, bundled_benchmark
 from posdebias.registry.bundled import BundledModel
 
@@ -47,6 +46,4 @@ ORGANISM = BundledModel(
 )
 
 
-@hookimpl
-def posdebias_register_models(register: Callable[[BundledModel], None]) -> None:
-    register(ORGANISM)
+posdebias_register_models = register_hook(ORGANISM)

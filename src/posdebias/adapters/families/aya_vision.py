@@ -17,10 +17,7 @@ token indices, so positions count from each row's first real token (the default)
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
@@ -48,6 +45,4 @@ class AyaVisionAdapter(HFAdapter):
         return {self.tokens.image, *owned}
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(AyaVisionAdapter)
+posdebias_register_adapters = register_hook(AyaVisionAdapter)

@@ -15,10 +15,7 @@ all softmax attention over 1-D token indices.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
@@ -44,6 +41,4 @@ class Cohere2VisionAdapter(HFAdapter):
         return {self.tokens.image, *(self.vocabulary_id(t) for t in (*markers, line_break))}
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Cohere2VisionAdapter)
+posdebias_register_adapters = register_hook(Cohere2VisionAdapter)

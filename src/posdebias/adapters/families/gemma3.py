@@ -18,10 +18,7 @@ global layers by default (docs/method.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import SpanTokens
 
@@ -40,6 +37,4 @@ class Gemma3Adapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Gemma3Adapter)
+posdebias_register_adapters = register_hook(Gemma3Adapter)

@@ -4,10 +4,7 @@ global ones (``layer_types``); the probe reads the global layers, which see ever
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -19,6 +16,4 @@ class Gemma3TextAdapter(HFTextAdapter):
     summary = "Gemma 3 text language models (text candidates; global layers read)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Gemma3TextAdapter)
+posdebias_register_adapters = register_hook(Gemma3TextAdapter)

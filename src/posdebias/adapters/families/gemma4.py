@@ -25,10 +25,7 @@ layer's output never passes on. So the adapter needs nothing of its own but the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
@@ -43,6 +40,4 @@ class Gemma4Adapter(HFAdapter):
         return SpanTokens.named(self.model.config, "image_token_id", "boi_token_id", "eoi_token_id")
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Gemma4Adapter)
+posdebias_register_adapters = register_hook(Gemma4Adapter)

@@ -23,12 +23,10 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
 from typing import Any
 
 from posdebias._images import min_image_side
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.spans import SpanTokens, position_runs
@@ -234,6 +232,4 @@ class GenericAdapter(HFAdapter):
         return None
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(GenericAdapter)
+posdebias_register_adapters = register_hook(GenericAdapter)

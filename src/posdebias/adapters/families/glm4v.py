@@ -12,10 +12,7 @@ with GLM's marker tokens; GLM-4.5V (``glm4v_moe``) only swaps the MLPs for exper
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.hf.spans import SpanTokens
 
@@ -34,6 +31,4 @@ class Glm4vAdapter(Qwen2VLAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Glm4vAdapter)
+posdebias_register_adapters = register_hook(Glm4vAdapter)

@@ -26,11 +26,9 @@ with 1-D RoPE, so positions count from each row's first real token (the default)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens
 from posdebias.errors import AdapterError
 
@@ -107,6 +105,4 @@ class Idefics2Adapter(HFAdapter):
         return spans
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Idefics2Adapter)
+posdebias_register_adapters = register_hook(Idefics2Adapter)

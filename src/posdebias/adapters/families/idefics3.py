@@ -18,10 +18,7 @@ but not the plain newline text tokens between rows of tiles. The language model 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import ImageSpan, SpanTokens
 from posdebias.errors import AdapterError
@@ -85,6 +82,4 @@ class Idefics3Adapter(HFAdapter):
         return spans
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Idefics3Adapter)
+posdebias_register_adapters = register_hook(Idefics3Adapter)

@@ -7,10 +7,7 @@ whole block including both markers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import SpanTokens
 
@@ -28,6 +25,4 @@ class InternVLAdapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(InternVLAdapter)
+posdebias_register_adapters = register_hook(InternVLAdapter)

@@ -11,10 +11,7 @@ cached label steps are the model's own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
 
 _CONTENT = "<|media_content|>"
@@ -43,6 +40,4 @@ class KimiK25Adapter(HFAdapter):
         return find_marked_spans(input_ids, {begin}, end, num_images, layout)
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(KimiK25Adapter)
+posdebias_register_adapters = register_hook(KimiK25Adapter)

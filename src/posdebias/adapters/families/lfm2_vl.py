@@ -11,10 +11,7 @@ Positions are 1-D (RoPE over token indices).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
 
 
@@ -38,6 +35,4 @@ class Lfm2VlAdapter(HFAdapter):
         return find_marked_spans(input_ids, start, end, num_images, layout)
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Lfm2VlAdapter)
+posdebias_register_adapters = register_hook(Lfm2VlAdapter)

@@ -4,10 +4,7 @@ RoPE, every layer global.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -19,6 +16,4 @@ class LlamaAdapter(HFTextAdapter):
     summary = "Llama 3 language models (text candidates)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(LlamaAdapter)
+posdebias_register_adapters = register_hook(LlamaAdapter)

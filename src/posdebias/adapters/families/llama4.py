@@ -20,11 +20,9 @@ dependence on padding; the adapter's numbers never depend on the batch size).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import BatchingUnsafe, HFAdapter, PreparedBatch
 from posdebias.adapters.hf.spans import SpanTokens
 from posdebias.core.instance import Instance
@@ -105,6 +103,4 @@ class Llama4Adapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Llama4Adapter)
+posdebias_register_adapters = register_hook(Llama4Adapter)

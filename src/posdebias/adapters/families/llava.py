@@ -10,10 +10,7 @@ break tokens instead; its spans come from
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.mistral3 import pixtral_spans, pixtral_tokens
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import ImageSpan
@@ -52,6 +49,4 @@ class LlavaAdapter(HFAdapter):
         return super().image_spans(input_ids, num_images, replacements)
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(LlavaAdapter)
+posdebias_register_adapters = register_hook(LlavaAdapter)

@@ -10,10 +10,7 @@ reads still images exactly the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 
 
@@ -26,6 +23,4 @@ class LlavaNextAdapter(HFAdapter):
     split_by_processor_counts = True
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(LlavaNextAdapter)
+posdebias_register_adapters = register_hook(LlavaNextAdapter)

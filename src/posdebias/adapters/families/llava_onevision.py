@@ -9,10 +9,7 @@ span includes its image-newline token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 
 
@@ -25,6 +22,4 @@ class LlavaOnevisionAdapter(HFAdapter):
     split_by_processor_counts = True
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(LlavaOnevisionAdapter)
+posdebias_register_adapters = register_hook(LlavaOnevisionAdapter)

@@ -4,10 +4,7 @@ config with a ``sliding_window`` makes every layer sliding (layers.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -19,6 +16,4 @@ class MistralAdapter(HFTextAdapter):
     summary = "Mistral language models (text candidates)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(MistralAdapter)
+posdebias_register_adapters = register_hook(MistralAdapter)

@@ -19,10 +19,7 @@ Pixtral vision tower and processor); :class:`~posdebias.adapters.families.llava.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import ImageSpan, SpanTokens, find_closed_spans
 from posdebias.errors import AdapterError
@@ -72,6 +69,4 @@ class Mistral3Adapter(HFAdapter):
         return pixtral_spans(self, input_ids, num_images)
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Mistral3Adapter)
+posdebias_register_adapters = register_hook(Mistral3Adapter)

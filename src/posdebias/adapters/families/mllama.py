@@ -28,12 +28,10 @@ candidates are refused: a text has no tokens among the cross-attention layers' k
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.attention import CrossAttentionSpans
-from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter, ImageSpan, PreparedBatch, SpanTokens, span_matrix
 from posdebias.core.layers import GLOBAL, LayerSet
 from posdebias.errors import AdapterError
@@ -107,6 +105,4 @@ class MllamaAdapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(MllamaAdapter)
+posdebias_register_adapters = register_hook(MllamaAdapter)

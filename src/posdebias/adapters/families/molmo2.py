@@ -13,10 +13,7 @@ the processor would prepend (the checkpoints' chat templates do not write it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
 
 _COLUMN = "<im_col>"
@@ -60,6 +57,4 @@ class Molmo2Adapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Molmo2Adapter)
+posdebias_register_adapters = register_hook(Molmo2Adapter)

@@ -4,10 +4,7 @@ norm, 1-D RoPE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -19,6 +16,4 @@ class Olmo2Adapter(HFTextAdapter):
     summary = "OLMo 2 language models (text candidates)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Olmo2Adapter)
+posdebias_register_adapters = register_hook(Olmo2Adapter)

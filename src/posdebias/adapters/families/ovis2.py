@@ -14,10 +14,7 @@ the span is the whole block, one run. The language model is Qwen2 with 1-D RoPE.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter, ImageSpan, SpanTokens, find_marked_spans
 from posdebias.errors import AdapterError
 
@@ -60,6 +57,4 @@ class Ovis2Adapter(HFAdapter):
         )
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Ovis2Adapter)
+posdebias_register_adapters = register_hook(Ovis2Adapter)

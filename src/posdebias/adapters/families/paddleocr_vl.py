@@ -10,10 +10,7 @@ checkpoints' chat template writes every image of a user turn before its texts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
 
 
@@ -25,6 +22,4 @@ class PaddleOCRVLAdapter(Qwen2VLAdapter):
     summary = "PaddleOCR-VL (3-D positions from get_rope_index, image start/end markers)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(PaddleOCRVLAdapter)
+posdebias_register_adapters = register_hook(PaddleOCRVLAdapter)

@@ -23,11 +23,10 @@ given labels computes a loss over every position.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 
 #: PaliGemma's prompt, for processors without a chat template: every message's images and
@@ -86,6 +85,4 @@ class PaliGemmaAdapter(HFAdapter):
         return full
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(PaliGemmaAdapter)
+posdebias_register_adapters = register_hook(PaliGemmaAdapter)

@@ -5,10 +5,7 @@ family).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -20,6 +17,4 @@ class Phi3Adapter(HFTextAdapter):
     summary = "Phi-3 / Phi-4-mini language models (text candidates)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Phi3Adapter)
+posdebias_register_adapters = register_hook(Phi3Adapter)

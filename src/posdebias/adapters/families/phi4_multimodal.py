@@ -25,14 +25,12 @@ reference) are refused instead.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias._weights import check_safetensors_only
-from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.errors import AdapterError, InputError
 
@@ -114,6 +112,4 @@ def _hooked_apart(model: Any) -> bool:
     return _hooked(_vision_tower(model)) and not _hooked(model.model)
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Phi4MultimodalAdapter)
+posdebias_register_adapters = register_hook(Phi4MultimodalAdapter)

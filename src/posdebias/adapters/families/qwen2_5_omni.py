@@ -12,11 +12,9 @@ sends no audio.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
 from posdebias.adapters.hf.spans import SpanTokens
 from posdebias.errors import AdapterError
@@ -51,6 +49,4 @@ class Qwen2_5OmniAdapter(Qwen2VLAdapter):
         return positions
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen2_5OmniAdapter)
+posdebias_register_adapters = register_hook(Qwen2_5OmniAdapter)

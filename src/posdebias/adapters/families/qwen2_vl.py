@@ -9,11 +9,9 @@ them explicitly, also for the cached decoding steps of multi-token labels.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import SpanTokens
 from posdebias.errors import AdapterError
@@ -48,6 +46,4 @@ class Qwen2VLAdapter(HFAdapter):
         return positions
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen2VLAdapter)
+posdebias_register_adapters = register_hook(Qwen2VLAdapter)

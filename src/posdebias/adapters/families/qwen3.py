@@ -4,10 +4,7 @@ prompts, 1-D RoPE; dense and mixture-of-experts layers alike have softmax attent
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.hf.text import HFTextAdapter
 
 
@@ -19,6 +16,4 @@ class Qwen3Adapter(HFTextAdapter):
     summary = "Qwen3 / Qwen3-MoE language models (text candidates)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen3Adapter)
+posdebias_register_adapters = register_hook(Qwen3Adapter)

@@ -12,10 +12,7 @@ cropped after a cached decoding step; adapters/cache.py restores it from a copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
 
 
@@ -27,6 +24,4 @@ class Qwen3_5Adapter(Qwen2VLAdapter):
     summary = "Qwen3.5 / Qwen3.5-MoE (hybrid: full-attention layers read, linear layers skipped)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen3_5Adapter)
+posdebias_register_adapters = register_hook(Qwen3_5Adapter)

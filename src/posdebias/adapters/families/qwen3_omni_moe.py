@@ -9,10 +9,7 @@ model whose layers all have softmax attention.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_5_omni import Qwen2_5OmniAdapter
 
 
@@ -24,6 +21,4 @@ class Qwen3OmniMoeAdapter(Qwen2_5OmniAdapter):
     summary = "Qwen3-Omni-MoE thinker (interleaved multimodal RoPE, DeepStack, 16 px patches)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen3OmniMoeAdapter)
+posdebias_register_adapters = register_hook(Qwen3OmniMoeAdapter)

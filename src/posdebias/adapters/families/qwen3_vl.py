@@ -12,10 +12,7 @@ token), not Qwen2-VL's 14.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from posdebias._markers import hookimpl
-from posdebias.adapters.base import Adapter
+from posdebias._markers import register_hook
 from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
 
 
@@ -27,6 +24,4 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
     summary = "Qwen3-VL / Qwen3-VL-MoE (interleaved multimodal RoPE, DeepStack, 16 px patches)"
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(Qwen3VLAdapter)
+posdebias_register_adapters = register_hook(Qwen3VLAdapter)

@@ -22,14 +22,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.adapters.base import Adapter, AdapterOptions, Generation, LabelSetName, sample_seed
 from posdebias.core.instance import Instance, candidate_noun
 from posdebias.core.labels import check_candidate_count, get_label_set
@@ -277,6 +277,4 @@ def synthetic_instances(count: int, n: int, seed: int = 0, prefix: str = "syn") 
     return instances
 
 
-@hookimpl
-def posdebias_register_adapters(register: Callable[[type[Adapter]], None]) -> None:
-    register(SyntheticAdapter)
+posdebias_register_adapters = register_hook(SyntheticAdapter)

@@ -13,10 +13,9 @@ benchmark through the ``posdebias_register_models`` hook, with ``task="multiple_
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from posdebias._markers import hookimpl
+from posdebias._markers import register_hook
 from posdebias.organism.text.benchmark import BENCHMARK_COUNT, bundled_text_benchmark
 from posdebias.registry.bundled import BundledModel
 
@@ -41,6 +40,4 @@ TEXT_ORGANISM = BundledModel(
 )
 
 
-@hookimpl
-def posdebias_register_models(register: Callable[[BundledModel], None]) -> None:
-    register(TEXT_ORGANISM)
+posdebias_register_models = register_hook(TEXT_ORGANISM)

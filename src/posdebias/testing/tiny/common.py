@@ -9,6 +9,7 @@ point.
 from __future__ import annotations
 
 import functools
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -302,8 +303,6 @@ def build_real_tokenizer(
 ) -> Any:
     """A ``PreTrainedTokenizerFast`` on a real Qwen vocabulary with its special tokens on their
     official ids, then ``extra_tokens`` (the family's own, e.g. ``<image>``) in order."""
-    import tempfile
-
     from transformers import PreTrainedTokenizerFast
 
     specials = tuple(dict.fromkeys([*real_vocabulary_specials(vocabulary), *extra_tokens]))
