@@ -247,3 +247,27 @@ def test_own_parameters_of_a_state_are_checked_and_another_calibrators_state_nam
     err = capsys.readouterr().err
     assert "it was fitted by calibrator 'batch', not 'attention_guided'" in err
     assert "holds no fitted" not in err
+
+
+def test_a_state_whose_attention_rows_name_no_layers_is_counted_against_the_model(tmp_path, capsys):
+    """Layers read by mass (no layer choice) and the state's layer fields deleted: an attention
+    prior with fewer rows than the model reads is refused (it was an IndexError after the run
+    folder was made); with the right number of rows the state is read as dense layers."""
+    row = "{name: purified_attention, options: {layer_selection: mass}}"
+    config, state = _calibrated(tmp_path, row)
+    saved = json.loads(state.read_text())
+    for field in ("num_layers", "layers", "layer_kinds", "layer_choice"):
+        saved.pop(field, None)
+    argv = ["evaluate", "--config", str(config), "--count", "3", "--orders", "1",
+            "--calibration"]  # fmt: skip
+    cut = tmp_path / "cut" / state.name
+    cut.parent.mkdir()
+    cut.write_text(json.dumps({**saved, "attention_prior": saved["attention_prior"][:1]}))
+    capsys.readouterr()
+    assert main([*argv, str(cut), "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    rows = len(saved["attention_prior"])
+    assert f"its attention prior has 1 rows, but this model's observations read {rows} (" in err
+    assert "internal error" not in err and not (tmp_path / "refused").exists()
+    cut.write_text(json.dumps(saved))
+    assert main([*argv, str(cut), "--out", str(tmp_path / "run")]) == 0

@@ -382,7 +382,13 @@ class StateUse:
         return _MISMATCHES[name].format(mine=mine, theirs=theirs)
 
     def _layers(self, state: CalibrationState) -> str | None:
-        own = state.layer_set
+        own, prior = state.layer_set, state.attention_prior
+        rows = None if own is not None or prior is None else len(prior)  # no layers recorded
+        if self.layers is not None and rows is not None and rows != len(self.layers):
+            return (
+                f"its attention prior has {rows} rows, but this model's observations read "
+                f"{len(self.layers)} ({self.layers.describe()})"
+            )
         if self.layers is None or own is None or self.layers == own:
             return None
         return (
