@@ -105,6 +105,21 @@ def _content(seed: int, stem: str, candidate: str) -> float:
     return float(_rng("content", seed, stem, candidate).normal())
 
 
+@functools.lru_cache(maxsize=256)
+def _layer_profile(
+    seed: int, n: int, sink_strength: float, informative: tuple[float, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every layer's sinks [L, N] and mass [L]: the same for every view of a run, so drawn once
+    (read-only: shared by every observation)."""
+    num_layers = len(informative)
+    rng = _rng("layers", seed, n, num_layers)
+    sinks = sink_strength * rng.normal(size=(num_layers, n))
+    sinks[:, 0] += sink_strength  # a first-image sink in every layer
+    mass = 0.05 + 0.1 * rng.random(num_layers) + 0.3 * np.array(informative)
+    sinks.flags.writeable = mass.flags.writeable = False
+    return sinks, mass
+
+
 class SyntheticAdapter(Adapter):
     """The simulated model (see the module docstring for its equations)."""
 
@@ -142,12 +157,8 @@ class SyntheticAdapter(Adapter):
         return self.options.bias_scale * bias
 
     def _static_layer_profile(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = _rng("layers", self.options.seed, n, self.options.num_layers)
-        sinks = self.options.sink_strength * rng.normal(size=(self.options.num_layers, n))
-        sinks[:, 0] += self.options.sink_strength  # a first-image sink in every layer
-        informative = self._informative()
-        mass = 0.05 + 0.1 * rng.random(self.options.num_layers) + 0.3 * informative
-        return sinks, mass
+        opts = self.options
+        return _layer_profile(opts.seed, n, opts.sink_strength, tuple(self._informative()))
 
     @staticmethod
     def matching_position(instance: Instance) -> int | None:
