@@ -510,13 +510,10 @@ class Evaluator:
         wanted = shown + [
             v for groups in rotations.values() for group in groups if group for v in group
         ]
-        observations = dict(
-            zip(
-                (observation_key(v) for v in wanted),
-                observe_cached(self.adapter, wanted, self.cache, batch_size=self.batch_size),
-                strict=True,
-            )
-        )
+        # by view object (each is alive in `wanted` until the end): a view's observation_key
+        # stats its image files, and the views are looked up once per calibrator
+        observed = observe_cached(self.adapter, wanted, self.cache, batch_size=self.batch_size)
+        observations = {id(v): o for v, o in zip(wanted, observed, strict=True)}
         record = InstanceRecord(
             instance_id=instance.id,
             orders=[order.tolist() for order in orders],
@@ -535,10 +532,10 @@ class Evaluator:
                     rotated = rotations[label][t]
                     if rotated is not None:
                         used = rotated
-                        group = [observations[observation_key(r)] for r in used]
+                        group = [observations[id(r)] for r in used]
                     prediction = tie_broken(
                         calibrator.predict(
-                            observations[observation_key(view)],
+                            observations[id(view)],
                             state,
                             rotations=group,
                             orders=view_orders[label][t],
@@ -550,7 +547,7 @@ class Evaluator:
                     choices.append(prediction.choice)
                     images.append(int(orders[t][prediction.choice]))
                     rankings.append([int(orders[t][k]) for k in prediction.ranking])
-                    tie = tie_verdict(group or [observations[observation_key(view)]], prediction)
+                    tie = tie_verdict(group or [observations[id(view)]], prediction)
                     if tie is not None:
                         ties.append(tie)
             except Exception as exc:
