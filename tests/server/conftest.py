@@ -68,6 +68,10 @@ class VllmServer:
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            # its IPC sockets and temporary files beside its log, not in the system's /tmp (a
+            # killed server leaves its sockets behind)
+            "TMPDIR": str(self.log.parent),
+            "VLLM_RPC_BASE_PATH": str(self.log.parent),
         }
         env.pop("PYTHONPATH", None)  # the server runs on its own environment only
         command = [
