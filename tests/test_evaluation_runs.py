@@ -176,7 +176,7 @@ def test_data_parallel_run_equals_single_process(tmp_path):
     accelerate = Path(sys.executable).with_name("accelerate")
     launch = "launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no"
     command = [str(accelerate), *launch.split(), "--dynamo_backend", "no", "-m", "posdebias"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchelastic's too
     result = subprocess.run(
         [*command, *args, "--out", str(parallel)],
         capture_output=True,

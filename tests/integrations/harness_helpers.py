@@ -93,7 +93,8 @@ def write_task_module(benchmark: Path, out: Path, name: str, *flags: str) -> Any
 
 
 def offline_env(tmp: Path) -> dict[str, str]:
-    """The environment of an lmms-eval run: no network, caches inside ``tmp``, one thread."""
+    """The environment of an lmms-eval run: no network, caches and temporary files inside
+    ``tmp`` (accelerate's torchelastic folders too), one thread."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "POSDEBIAS_"))}
     env.update(
         HF_HOME=str(tmp / "hf"),
@@ -101,6 +102,7 @@ def offline_env(tmp: Path) -> dict[str, str]:
         HF_DATASETS_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         POSDEBIAS_CACHE_DIR=str(tmp / "posdebias-cache"),
+        TMPDIR=str(tmp),
         OMP_NUM_THREADS="1",
         TOKENIZERS_PARALLELISM="false",
         WANDB_MODE="disabled",
