@@ -281,12 +281,11 @@ def saved_states(
     provided: dict[str, CalibrationState] = {}
     folder = config.calibration.is_dir()
     for label, calibrator in calibrators.items():
-        state = pick_state(saved, label, calibrator)
-        if state is not None:
-            key = next(key for key, value in saved.items() if value is state)
+        key = pick_state(saved, label, calibrator)
+        if key is not None:
             source = config.calibration / f"{key}.json" if folder else config.calibration
             provided[label] = check_state(
-                state,
+                saved[key],
                 adapter,
                 calibrator,
                 n,

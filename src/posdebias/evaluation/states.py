@@ -117,11 +117,12 @@ def check_state(
 
 def pick_state(
     saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
-) -> CalibrationState | None:
-    """The saved state of a calibrator: the one under its label, else one its kind fitted."""
-    return saved.get(label) or next(
-        (s for s in saved.values() if s.calibrator == calibrator.name), None
-    )
+) -> str | None:
+    """Which saved state a calibrator uses (its key): the one under its label, else one its
+    kind fitted."""
+    if label in saved:
+        return label
+    return next((key for key, s in saved.items() if s.calibrator == calibrator.name), None)
 
 
 def load_states(path: Path) -> dict[str, CalibrationState]:

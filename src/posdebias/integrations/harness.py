@@ -349,15 +349,15 @@ class HarnessDebiaser:
         saved = load_states(path)
         states: dict[str, CalibrationState] = {}
         for label, calibrator in self.debiaser.calibrators.items():
-            state = pick_state(saved, label, calibrator)
-            if state is None:
+            key = pick_state(saved, label, calibrator)
+            if key is None:
                 if calibrator.needs_fit:
                     raise CalibrationError(
                         f"calibration {path} holds no state for calibrator {label!r} (it holds "
                         f"{sorted(saved)}); calibrate it with `posdebias calibrate`"
                     )
                 continue
-            states[label] = state
+            states[label] = saved[key]
         self.debiaser.use_states(states, transfer=self.config.calibration_transfer)
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
