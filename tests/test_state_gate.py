@@ -271,3 +271,45 @@ def test_a_state_whose_attention_rows_name_no_layers_is_counted_against_the_mode
     assert "internal error" not in err and not (tmp_path / "refused").exists()
     cut.write_text(json.dumps(saved))
     assert main([*argv, str(cut), "--out", str(tmp_path / "run")]) == 0
+
+
+def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
+    """Two broken states in one folder: `evaluate` and `Debiaser.load` name both (each with its
+    file or label), whether the files cannot be read or do not fit the use; one broken state
+    is reported as before."""
+    config = tmp_path / "config.yaml"
+    config.write_text("task: multiple_choice\ncalibrators: [attention_guided, pride]\n")
+    states = tmp_path / "states"
+    assert main(["calibrate", "--config", str(config), "--count", "3", "--out", str(states)]) == 0
+    guided, pride = states / "attention_guided.json", states / "pride.json"
+    argv = ["evaluate", "--config", str(config), "--count", "3", "--orders", "1",
+            "--out", str(tmp_path / "refused"), "--calibration", str(states)]  # fmt: skip
+    adapter = load_adapter(get_registry().default_model("multiple_choice").name)
+
+    for path, field in ((guided, "bias_matrix"), (pride, "logit_prior")):
+        path.write_text(json.dumps({**json.loads(path.read_text()), field: None}))
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: 2 calibration states cannot be used:\n  - calibration state" in err
+    assert f"{guided} does not fit this use: it holds no fitted 'bias_matrix'" in err
+    assert f"{pride} does not fit this use: it holds no fitted 'logit_prior'" in err
+    with pytest.raises(CalibrationError, match="2 calibration states") as refused:
+        Debiaser.load(states, adapter)
+    assert "'attention_guided'" in str(refused.value) and "'pride'" in str(refused.value)
+
+    guided.write_text("{not json")
+    pride.write_text("[]")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: 2 calibration states cannot be used:" in err
+    assert str(guided) in err and str(pride) in err
+    with pytest.raises(CalibrationError, match="2 calibration states"):
+        Debiaser.load(states, adapter)
+
+    pride.unlink()  # one broken state: its own message, no list
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot be used" not in err
+    assert f"error: calibration file {guided} is not valid JSON" in err
+    assert not (tmp_path / "refused").exists()

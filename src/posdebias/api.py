@@ -40,7 +40,13 @@ from posdebias.evaluation.runner import (
     fit_calibrators,
     observe_cached,
 )
-from posdebias.evaluation.states import check_state, load_states, prompt_hashes, state_metadata
+from posdebias.evaluation.states import (
+    StateRefusals,
+    check_state,
+    load_states,
+    prompt_hashes,
+    state_metadata,
+)
 from posdebias.registry import get_registry
 
 Query: TypeAlias = Instance | tuple[str, Sequence[ImageRef]]
@@ -564,6 +570,7 @@ class Debiaser:
         fitted on; each query is checked again for its own task and N when it is ranked.
         ``transfer``: states fitted on another model are used on purpose."""
         fitted: dict[int, dict[str, CalibrationState]] = {}
+        refusals = StateRefusals()
         for stem, state in states.items():
             label = stem.removesuffix(f".n{state.n}")
             calibrator = self.calibrators.get(label)
@@ -572,11 +579,18 @@ class Debiaser:
                     f"a state is given for calibrator {label!r}, but this debiaser runs "
                     f"{list(self.calibrators)}"
                 )
-            task = self._fitted_on(state)
-            check_state(
-                state, self.adapter, calibrator, state.n, task, transfer=transfer, source=repr(stem)
-            )
-            fitted.setdefault(state.n, {})[label] = state
+            with refusals.checking():
+                check_state(
+                    state,
+                    self.adapter,
+                    calibrator,
+                    state.n,
+                    self._fitted_on(state),
+                    transfer=transfer,
+                    source=repr(stem),
+                )
+                fitted.setdefault(state.n, {})[label] = state
+        refusals.raise_any()
         self._fitted = fitted
         self.transfer = transfer
 

@@ -85,6 +85,7 @@ from posdebias.evaluation.runner import (
     summarize,
 )
 from posdebias.evaluation.states import (
+    StateRefusals,
     check_state,
     load_states,
     pick_state,
@@ -280,19 +281,22 @@ def saved_states(
     task = config_task(config)
     provided: dict[str, CalibrationState] = {}
     folder = config.calibration.is_dir()
+    refusals = StateRefusals()
     for label, calibrator in calibrators.items():
         key = pick_state(saved, label, calibrator)
         if key is not None:
             source = config.calibration / f"{key}.json" if folder else config.calibration
-            provided[label] = check_state(
-                saved[key],
-                adapter,
-                calibrator,
-                n,
-                task,
-                transfer=config.calibration_transfer,
-                source=str(source),
-            )
+            with refusals.checking():
+                provided[label] = check_state(
+                    saved[key],
+                    adapter,
+                    calibrator,
+                    n,
+                    task,
+                    transfer=config.calibration_transfer,
+                    source=str(source),
+                )
+    refusals.raise_any()
     if not provided and not folder:
         # one state file that no calibrator of the run uses is a mistake, not a default
         (state,) = saved.values()

@@ -8,10 +8,11 @@ and lm-eval harnesses) records and checks states through :func:`state_metadata` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,32 @@ def check_state(
     return state
 
 
+class StateRefusals:
+    """The refusals of several states checked together, raised as one error that names them all
+    (a folder with two unusable states says so at once, not one per attempt)."""
+
+    def __init__(self) -> None:
+        self.errors: list[CalibrationError] = []
+
+    @contextlib.contextmanager
+    def checking(self) -> Iterator[None]:
+        """Keep a CalibrationError raised inside the block for :meth:`raise_any`."""
+        try:
+            yield
+        except CalibrationError as exc:
+            self.errors.append(exc)
+
+    def raise_any(self) -> None:
+        """Raise the one refusal as it was, several as one CalibrationError listing each."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            listed = "\n".join(f"  - {error}" for error in self.errors)
+            raise CalibrationError(
+                f"{len(self.errors)} calibration states cannot be used:\n{listed}"
+            )
+
+
 def pick_state(
     saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
 ) -> str | None:
@@ -131,7 +158,12 @@ def load_states(path: Path) -> dict[str, CalibrationState]:
         files = sorted(path.glob("*.json"))
         if not files:
             raise CalibrationError(f"{path} holds no calibration state (*.json)")
-        return {file.stem: CalibrationState.load(file) for file in files}
+        states, refusals = {}, StateRefusals()
+        for file in files:
+            with refusals.checking():
+                states[file.stem] = CalibrationState.load(file)
+        refusals.raise_any()
+        return states
     state = CalibrationState.load(path)
     return {state.calibrator: state}
 
