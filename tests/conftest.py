@@ -75,9 +75,17 @@ def _fresh_registry():
 @contextlib.contextmanager
 def _figures_as_marked(node):
     """A run's report and a study's draw their figures (most of a small run's time) only for a
-    test or module marked ``figures``; elsewhere report.md is written without them.
-    Subprocesses draw them as usual."""
-    if node.get_closest_marker("figures") is not None:
+    test or module marked ``figures``, in the formats the marker names if it names any
+    (``figures("png")``: a test that reads only the PNGs); elsewhere report.md is written
+    without them. Subprocesses draw them as usual."""
+    marked = node.get_closest_marker("figures")
+    if marked is not None and marked.args:  # the formats the test reads, e.g. figures("svg")
+        with pytest.MonkeyPatch.context() as patch:
+            for module in ("figures", "report"):
+                patch.setattr(f"posdebias.evaluation.{module}.FORMATS", marked.args)
+            yield
+        return
+    if marked is not None:
         yield
         return
     with pytest.MonkeyPatch.context() as patch:

@@ -156,7 +156,7 @@ def test_majority_vote_rule():
     assert majority_vote([None], fallback="first") == 0
 
 
-@pytest.mark.figures
+@pytest.mark.figures("png")
 def test_the_shipped_config_runs_every_row_on_the_organism(tmp_path):
     """examples/paper_baselines.yaml: every row of the paper's comparison in one run (here on 3
     instances x 2 orders; the shipped count is 40 x 5)."""

@@ -31,7 +31,7 @@ def results_without_timing(path: Path) -> dict:
     return payload
 
 
-@pytest.mark.figures
+@pytest.mark.figures("png")
 def test_calibrate_evaluate_report(tmp_path, capsys):
     states = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "--out", str(states)]) == 0

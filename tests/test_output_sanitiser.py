@@ -100,7 +100,7 @@ def _files_clean(folder: Path) -> list[Path]:
     return checked
 
 
-@pytest.mark.figures  # the figures' texts are checked too
+@pytest.mark.figures("svg")  # the figures' texts are checked too
 @pytest.mark.parametrize("hostile", ["b\x1b[2J", "m\x1b]0;pwned\x07", "c\x9b31m"])
 def test_files_for_people_hold_no_escape_sequences_of_a_benchmark_name(tmp_path, capsys, hostile):
     # a benchmark folder named with ESC sequences put raw ones into report.md and one raw

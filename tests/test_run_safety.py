@@ -652,7 +652,7 @@ def test_calibrate_on_a_full_disk_leaves_no_state_file(tmp_path, capsys):
     assert [p.name for p in out.iterdir() if not p.name.startswith(".posdebias")] == []
 
 
-@pytest.mark.figures
+@pytest.mark.figures("png")
 def test_report_on_a_corrupt_results_file_writes_nothing(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     with monkeypatch.context() as undone:  # the figures of the last report are what is read

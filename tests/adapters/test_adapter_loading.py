@@ -219,7 +219,7 @@ def test_too_many_candidates_for_the_label_set(image_files):
         adapter.observe(Instance("a cat", images, 0, "big"))
 
 
-@pytest.mark.figures
+@pytest.mark.figures("png")
 def test_cli_calibrate_evaluate_report_on_a_saved_tiny_model(saved, tmp_path):
     """`posdebias build` -> `calibrate --model DIR` -> `evaluate --calibration` with every
     calibrator -> `report`, on a real (tiny) Qwen2.5-VL checkpoint on disk."""
