@@ -47,13 +47,15 @@ demo: $(STAMP)
 	$(BIN)/posdebias evaluate --out runs/demo
 
 # --dist loadgroup: the harness tests (tests/integrations) and the vLLM tests (tests/server) each
-# run on one worker, so their fixtures (lmms-eval runs, the vLLM server) are made once.
+# run on one worker, so their fixtures (lmms-eval runs, the vLLM server) are made once;
+# --no-loadscope-reorder: the groups of minutes run first (tests/conftest.py orders them).
 test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .  # code blocks of the Markdown pages included
 	$(BIN)/lint-imports --no-cache  # layers point down, no cycles (pyproject.toml)
 	$(BIN)/mypy  # strictness in pyproject.toml [tool.mypy]
-	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	POSDEBIAS_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(BIN)/python -m pytest -q -n 2 --dist loadgroup \
+		--no-loadscope-reorder
 	$(MAKE) docs
 
 # The documentation site (mkdocs.yml): --strict fails on any warning, broken links and anchors

@@ -34,18 +34,31 @@ if INSTALLED_PLUGINS:
 UNGROUPED = pytest.StashKey[str]()
 
 
+def _group(item) -> str:
+    """The ``xdist_group`` of a test as ``--dist loadgroup`` names it ("" for none)."""
+    return "_".join(sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")}))  # fmt: skip
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """``--dist loadgroup`` keeps each ``xdist_group`` on one worker, so its fixtures (the vLLM
     server, the real models, the harness runs) are made once, by renaming its tests
     ``NODEID@GROUP``. A pytest that ignores the rename splits the groups silently and every
-    worker makes every group's fixtures (minutes): noted here, refused by :func:`_grouped`."""
+    worker makes every group's fixtures (minutes): noted here, refused by :func:`_grouped`.
+
+    Longest work first: a worker runs a group whole, and a group of minutes handed out last
+    leaves the other worker idle while it finishes (the real models' group: about 4 minutes).
+    So the groups holding ``slow`` tests come first, then the other groups, then the modules in
+    their usual order (``make test`` keeps this order with ``--no-loadscope-reorder``; xdist
+    would otherwise hand out modules and groups by their number of tests)."""
     if not getattr(config.option, "loadgroup", False):
         return
+    slow = {_group(item) for item in items if item.get_closest_marker("slow")} - {""}
+    items.sort(key=lambda item: 2 if not _group(item) else 0 if _group(item) in slow else 1)
     for item in items:
-        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                         for m in item.iter_markers("xdist_group")})  # fmt: skip
-        if groups and not item.nodeid.endswith("@" + "_".join(groups)):
+        group = _group(item)
+        if group and not item.nodeid.endswith("@" + group):
             config.stash[UNGROUPED] = item.nodeid
             return
 
