@@ -294,16 +294,25 @@ def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
     assert "error: 2 calibration states cannot be used:\n  - calibration state" in err
     assert f"{guided} does not fit this use: it holds no fitted 'bias_matrix'" in err
     assert f"{pride} does not fit this use: it holds no fitted 'logit_prior'" in err
+    assert err.count("Calibrate again") == 1  # the advice both share, once, for the command line
+    assert err.endswith("Calibrate again for this model and setting (`posdebias calibrate`).\n")
     with pytest.raises(CalibrationError, match="2 calibration states") as refused:
         Debiaser.load(states, adapter)
-    assert "'attention_guided'" in str(refused.value) and "'pride'" in str(refused.value)
+    said = str(refused.value)
+    assert "'attention_guided'" in said and "'pride'" in said
+    assert said.endswith("(Debiaser.calibrate(instances)).")  # the library's advice
 
     guided.write_text("{not json")
     pride.write_text("[]")
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "error: 2 calibration states cannot be used:" in err
-    assert str(guided) in err and str(pride) in err
+    assert f"{guided} is not valid JSON" in err and f"{pride}: expected a JSON object" in err
+    pride.write_text("{also not json")  # now both share their advice: said once, at the end
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("calibrate`") == 1 and f"{pride} is not valid JSON" in err
+    assert err.endswith("\nCreate it with `posdebias calibrate`.\n")
     with pytest.raises(CalibrationError, match="2 calibration states"):
         Debiaser.load(states, adapter)
 

@@ -132,14 +132,32 @@ class StateRefusals:
             self.errors.append(exc)
 
     def raise_any(self) -> None:
-        """Raise the one refusal as it was, several as one CalibrationError listing each."""
+        """Raise the one refusal as it was, several as one CalibrationError listing each
+        reason (the advice they share said once at the end, the command line's on the
+        command line)."""
         if len(self.errors) == 1:
             raise self.errors[0]
-        if self.errors:
-            listed = "\n".join(f"  - {error}" for error in self.errors)
-            raise CalibrationError(
-                f"{len(self.errors)} calibration states cannot be used:\n{listed}"
-            )
+        if not self.errors:
+            return
+        advice = {error.cli_advice for error in self.errors}
+        shared = advice.pop() if len(advice) == 1 else None
+
+        def listed(cli: bool) -> str:
+            lines = []
+            for error in self.errors:
+                text = error.cli_message() if cli else str(error)
+                if shared is not None:
+                    text = text.removesuffix(shared[cli]).rstrip(" ;")
+                lines.append(f"  - {text}")
+            if shared is not None:
+                lines.append(shared[cli][:1].upper() + shared[cli][1:])
+            return "\n".join(lines)
+
+        library = listed(cli=False)
+        raise CalibrationError(
+            f"{len(self.errors)} calibration states cannot be used:\n{library}",
+            cli_advice=(library, listed(cli=True)),
+        )
 
 
 def pick_state(
