@@ -291,12 +291,12 @@ def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "error: 2 calibration states cannot be used:\n  - calibration state" in err
+    assert "error: 2 problems with the calibration states:\n  - calibration state" in err
     assert f"{guided} does not fit this use: it holds no fitted 'bias_matrix'" in err
     assert f"{pride} does not fit this use: it holds no fitted 'logit_prior'" in err
     assert err.count("Calibrate again") == 1  # the advice both share, once, for the command line
     assert err.endswith("Calibrate again for this model and setting (`posdebias calibrate`).\n")
-    with pytest.raises(CalibrationError, match="2 calibration states") as refused:
+    with pytest.raises(CalibrationError, match="2 problems with the calibration states") as refused:
         Debiaser.load(states, adapter)
     said = str(refused.value)
     assert "'attention_guided'" in said and "'pride'" in said
@@ -306,14 +306,14 @@ def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
     pride.write_text("[]")
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "error: 2 calibration states cannot be used:" in err
+    assert "error: 2 problems with the calibration states:" in err
     assert f"{guided} is not valid JSON" in err and f"{pride}: expected a JSON object" in err
     pride.write_text("{also not json")  # now both share their advice: said once, at the end
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("calibrate`") == 1 and f"{pride} is not valid JSON" in err
     assert err.endswith("\nCreate it with `posdebias calibrate`.\n")
-    with pytest.raises(CalibrationError, match="2 calibration states"):
+    with pytest.raises(CalibrationError, match="2 problems with the calibration states"):
         Debiaser.load(states, adapter)
 
     pride.unlink()  # one broken state: its own message, no list
@@ -322,3 +322,19 @@ def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
     assert "cannot be used" not in err
     assert f"error: calibration file {guided} is not valid JSON" in err
     assert not (tmp_path / "refused").exists()
+
+
+def test_one_state_refused_for_two_labels_is_named_once(tmp_path, capsys):
+    """Two rows of one calibrator (same options, other labels) pick the same saved state: its
+    refusal is said once, as itself, not as a list of two equal problems."""
+    states = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "-N", "5", "--calibrators", "pride",
+                 "--out", str(states)]) == 0  # fmt: skip
+    config = tmp_path / "config.yaml"
+    config.write_text("calibrators: [{name: pride, label: one}, {name: pride, label: two}]\n")
+    capsys.readouterr()
+    argv = ["evaluate", "--adapter", "synthetic", "--config", str(config), "--count", "3",
+            "--calibration", str(states / "pride.json")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "problems with" not in err and err.count("made for N=5 candidates, not N=4") == 1

@@ -129,7 +129,8 @@ class StateRefusals:
         try:
             yield
         except CalibrationError as exc:
-            self.errors.append(exc)
+            if all(str(exc) != str(error) for error in self.errors):  # one state, two labels
+                self.errors.append(exc)
 
     def raise_any(self) -> None:
         """Raise the one refusal as it was, several as one CalibrationError listing each
@@ -155,7 +156,7 @@ class StateRefusals:
 
         library = listed(cli=False)
         raise CalibrationError(
-            f"{len(self.errors)} calibration states cannot be used:\n{library}",
+            f"{len(self.errors)} problems with the calibration states:\n{library}",
             cli_advice=(library, listed(cli=True)),
         )
 
