@@ -5,6 +5,7 @@ recorded split, and refusals that name the task."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -347,6 +348,14 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
               "task": "pairwise_judge"}  # fmt: skip
     judge = PosdebiasLM(pretrained="posdebias/text-organism", calibrators="vanilla")
     assert judge.generate_until([request("generate_until", ("q", {}), judged, 0)])[0] in ("A", "B")
+    # calibrators the saved states do not cover are named together
+    said = "holds no state for calibrators 'attention_guided', 'purified_attention' (it holds"
+    with pytest.raises(CalibrationError, match=re.escape(said)):
+        PosdebiasLM(
+            pretrained="posdebias/text-organism",
+            calibrators="pride+attention_guided+purified_attention",
+            calibration=str(states),
+        ).generate_until([request("generate_until", ("q", {}), options, 0)])
     # a label set named is used, and a state fitted in other labels is refused for it
     with pytest.raises(CalibrationError, match=r"its labels are \['A', 'B', 'C', 'D'\], not \['a'"):
         PosdebiasLM(

@@ -348,16 +348,20 @@ class HarnessDebiaser:
     def _load_saved(self, path: Path) -> None:
         saved = load_states(path)
         states: dict[str, CalibrationState] = {}
+        missing: list[str] = []
         for label, calibrator in self.debiaser.calibrators.items():
             key = pick_state(saved, label, calibrator)
-            if key is None:
-                if calibrator.needs_fit:
-                    raise CalibrationError(
-                        f"calibration {path} holds no state for calibrator {label!r} (it holds "
-                        f"{sorted(saved)}); calibrate it with `posdebias calibrate`"
-                    )
-                continue
-            states[label] = saved[key]
+            if key is not None:
+                states[label] = saved[key]
+            elif calibrator.needs_fit:
+                missing.append(label)
+        if missing:  # every calibrator without its state, named at once
+            which = "calibrator" if len(missing) == 1 else "calibrators"
+            raise CalibrationError(
+                f"calibration {path} holds no state for {which} {', '.join(map(repr, missing))} "
+                f"(it holds {sorted(saved)}); calibrate {'it' if len(missing) == 1 else 'them'} "
+                "with `posdebias calibrate`"
+            )
         self.debiaser.use_states(states, transfer=self.config.calibration_transfer)
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
