@@ -420,7 +420,8 @@ class StateUse:
             found.append(f"its own fitted parameters (extra) hold unknown {unknown}")
         try:
             if own is not None:
-                own.model_validate(state.extra)
+                # the known keys: an unknown one is named once, above
+                own.model_validate({k: v for k, v in state.extra.items() if k not in unknown})
         except ValidationError as exc:
             found.append(
                 "its own fitted parameters " + validation_message(exc, "(extra)", unknown="field")
