@@ -339,3 +339,65 @@ def test_one_state_refused_for_two_labels_is_named_once(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "problems with" not in err and err.count("made for N=5 candidates, not N=4") == 1
+
+
+def test_a_folders_refusals_are_listed_together_with_each_advice_once(tmp_path, capsys):
+    """Unreadable files and states that do not fit, in one folder, are named in one list
+    (the command line and the API alike), each distinct advice once at its end, a path with a
+    line break on its own line, a long list cut short before its advice."""
+    from posdebias.registry import get_registry
+
+    folder = tmp_path / "states\nx"  # a line break in the path must not start a list item
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride,attention_guided",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    pride = folder / "pride.json"
+    pride.write_text(json.dumps({**json.loads(pride.read_text()), "model_id": "other/model"}))
+    (folder / "attention_guided.json").write_text("{not json")
+    (folder / "zz.json").write_text("[]")  # a reason without advice
+    argv = ["evaluate", "--adapter", "synthetic", "--calibrators", "pride,attention_guided",
+            "--count", "3", "--out", str(tmp_path / "refused"),
+            "--calibration", str(folder)]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    items = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert err.startswith("error: 3 problems with the calibration states:\n") and len(items) == 3
+    assert "is not valid JSON" in items[0] and "expected a JSON object" in items[1]
+    assert "fitted on model 'other/model'" in items[2] and "states\\nx" in items[2]
+    assert err.count("create it with") + err.count("Create it with") == 1
+    assert err.count("Calibrate again") == 1 and err.count("--calibration-transfer") == 1
+    assert not (tmp_path / "refused").exists()
+
+    adapter = get_registry().create_adapter("synthetic")
+    pride.write_text(json.dumps({**json.loads(pride.read_text()), "options": {"bogus": 1}}))
+    with pytest.raises(CalibrationError) as refused:  # a state whose options are refused too
+        Debiaser.load(folder, adapter)
+    said = str(refused.value)
+    assert said.startswith("3 problems with the calibration states:")
+    assert "calibration state 'pride': calibrator 'pride': unknown option 'bogus'" in said
+    assert said.count("Debiaser.calibrate(instances) and Debiaser.save(path)") == 1
+
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(25):
+        (many / f"s{i:02d}.json").write_text("{x")
+    assert main([*argv[:-1], str(many)]) == 2
+    err = capsys.readouterr().err
+    assert "  ... and 5 more\nCreate it with `posdebias calibrate`.\n" in err
+    assert len([line for line in err.splitlines() if line.startswith("  - ")]) == 20
+
+
+def test_one_state_picked_by_two_rows_names_each_row(tmp_path, capsys):
+    """Two rows of one calibrator with other options pick the same saved state: each refusal
+    names the row it was checked for."""
+    states = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "-N", "5", "--calibrators", "pride",
+                 "--out", str(states)]) == 0  # fmt: skip
+    config = tmp_path / "config.yaml"
+    two = "{name: pride, label: two, options: {alpha: 0.5, workflow: test}}"
+    config.write_text(f"calibrators: [{{name: pride, label: one}}, {two}]\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "--config", str(config), "--count", "3",
+                 "--calibration", str(states)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "2 problems" in err and "pride.json (for 'one')" in err and "(for 'two')" in err

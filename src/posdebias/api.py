@@ -552,33 +552,53 @@ class Debiaser:
         """A debiaser from what :meth:`save` wrote (a file, or a directory of files in name
         order); refused if made with another adapter or prompt, or on another model unless
         ``transfer`` says that is intended."""
-        states = load_states(Path(path))
+        refusals = StateRefusals()  # unreadable files and refused states, named together
+        states = load_states(Path(path), refusals)
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
         for stem, state in states.items():
             label = stem.removesuffix(f".n{state.n}")
             if label not in calibrators:  # the same calibrator fitted for another N: checked
-                calibrators[label] = registry.create_calibrator(state.calibrator, **state.options)
+                with refusals.checking():
+                    try:
+                        calibrators[label] = registry.create_calibrator(
+                            state.calibrator, **state.options
+                        )
+                    except InputError as exc:
+                        raise CalibrationError(f"calibration state {stem!r}: {exc}") from None
+        if not calibrators:
+            refusals.raise_any()
         debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
-        debiaser.use_states(states, transfer=transfer)
+        made = {k: v for k, v in states.items() if k.removesuffix(f".n{v.n}") in calibrators}
+        debiaser.use_states(made, transfer=transfer, refusals=refusals)
         return debiaser
 
-    def use_states(self, states: Mapping[str, CalibrationState], *, transfer: bool = False) -> None:
+    def use_states(
+        self,
+        states: Mapping[str, CalibrationState],
+        *,
+        transfer: bool = False,
+        refusals: StateRefusals | None = None,
+    ) -> None:
         """Use saved ``states`` (by calibrator label, ``<label>.n<N>`` for one of several N),
         each checked by the one gate of every door
         (:func:`~posdebias.evaluation.states.check_state`) for the task whose prompt it was
         fitted on; each query is checked again for its own task and N when it is ranked.
-        ``transfer``: states fitted on another model are used on purpose."""
+        ``transfer``: states fitted on another model are used on purpose. ``refusals``: those
+        found while the states were read (unreadable files), raised with these checks' own."""
+        refusals = refusals if refusals is not None else StateRefusals()
         fitted: dict[int, dict[str, CalibrationState]] = {}
-        refusals = StateRefusals()
         for stem, state in states.items():
             label = stem.removesuffix(f".n{state.n}")
             calibrator = self.calibrators.get(label)
             if calibrator is None:
-                raise CalibrationError(
-                    f"a state is given for calibrator {label!r}, but this debiaser runs "
-                    f"{list(self.calibrators)}"
+                refusals.add(
+                    CalibrationError(
+                        f"a state is given for calibrator {label!r}, but this debiaser runs "
+                        f"{list(self.calibrators)}"
+                    )
                 )
+                continue
             with refusals.checking():
                 check_state(
                     state,

@@ -356,6 +356,17 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
             calibrators="pride+attention_guided+purified_attention",
             calibration=str(states),
         ).generate_until([request("generate_until", ("q", {}), options, 0)])
+    # an unreadable state file is named with them, once (not also as a missing state)
+    (states / "attention_guided.json").write_text("{not json")
+    with pytest.raises(CalibrationError, match="2 problems with the calibration states") as got:
+        PosdebiasLM(
+            pretrained="posdebias/text-organism",
+            calibrators="pride+attention_guided+purified_attention",
+            calibration=str(states),
+        ).generate_until([request("generate_until", ("q", {}), options, 0)])
+    assert "attention_guided.json is not valid JSON" in str(got.value)
+    assert "holds no state for calibrator 'purified_attention' (" in str(got.value)
+    (states / "attention_guided.json").unlink()
     # a label set named is used, and a state fitted in other labels is refused for it
     with pytest.raises(CalibrationError, match=r"its labels are \['A', 'B', 'C', 'D'\], not \['a'"):
         PosdebiasLM(

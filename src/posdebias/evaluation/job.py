@@ -277,25 +277,35 @@ def saved_states(
     intended)."""
     if config.calibration is None:
         return {}
-    saved = load_states(config.calibration)
+    refusals = StateRefusals()  # unreadable files and refused states, named together
+    saved = load_states(config.calibration, refusals)
     task = config_task(config)
     provided: dict[str, CalibrationState] = {}
     folder = config.calibration.is_dir()
-    refusals = StateRefusals()
+    fits: dict[tuple[str, str, str], bool] = {}  # a state's use by a calibrator: whether it fits
     for label, calibrator in calibrators.items():
         key = pick_state(saved, label, calibrator)
-        if key is not None:
-            source = config.calibration / f"{key}.json" if folder else config.calibration
+        if key is None:
+            continue
+        use = (key, calibrator.name, calibrator.options.model_dump_json())
+        if use not in fits:  # two rows alike (other labels) are one use: checked and named once
+            source = str(config.calibration / f"{key}.json" if folder else config.calibration)
+            if label not in (key, calibrator.name):  # a state several rows may pick
+                source += f" (for {label!r})"
             with refusals.checking():
-                provided[label] = check_state(
+                check_state(
                     saved[key],
                     adapter,
                     calibrator,
                     n,
                     task,
                     transfer=config.calibration_transfer,
-                    source=str(source),
+                    source=source,
                 )
+                fits[use] = True
+            fits.setdefault(use, False)
+        if fits[use]:
+            provided[label] = saved[key]
     refusals.raise_any()
     if not provided and not folder:
         # one state file that no calibrator of the run uses is a mistake, not a default

@@ -18,11 +18,12 @@ from typing import Any
 
 from posdebias._io import remove_stale, write_files_together
 from posdebias._rundir import RunFolder
+from posdebias._text import one_line
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.state import CalibrationState, StateUse
 from posdebias.core.tasks import TaskTemplate, former_digest
-from posdebias.errors import CalibrationError, ConfigError, OutputError
+from posdebias.errors import CalibrationError, ConfigError, InputError, OutputError
 from posdebias.evaluation.config import SAFE_LABEL
 
 
@@ -116,49 +117,54 @@ def check_state(
     return state
 
 
+#: At most this many problems are listed (a folder of hundreds of broken files): the rest counted.
+LISTED_PROBLEMS = 20
+
+
 class StateRefusals:
-    """The refusals of several states checked together, raised as one error that names them all
-    (a folder with two unusable states says so at once, not one per attempt)."""
+    """The refusals of the states one use loads and checks, raised together: a folder with two
+    unusable files, or a file unreadable beside a state that does not fit, says so at once.
+
+    Each refusal keeps its reason; the advice refusals give is said once, after the list (the
+    command line's own on the command line), and a path in a reason stays on its line."""
 
     def __init__(self) -> None:
-        self.errors: list[CalibrationError] = []
+        self.errors: list[InputError] = []
+
+    def add(self, error: InputError) -> None:
+        if all(str(error) != str(seen) for seen in self.errors):  # one state, two equal uses
+            self.errors.append(error)
 
     @contextlib.contextmanager
     def checking(self) -> Iterator[None]:
-        """Keep a CalibrationError raised inside the block for :meth:`raise_any`."""
+        """Keep an InputError raised inside the block for :meth:`raise_any`."""
         try:
             yield
-        except CalibrationError as exc:
-            if all(str(exc) != str(error) for error in self.errors):  # one state, two labels
-                self.errors.append(exc)
+        except InputError as exc:
+            self.add(exc)
 
     def raise_any(self) -> None:
-        """Raise the one refusal as it was, several as one CalibrationError listing each
-        reason (the advice they share said once at the end, the command line's on the
-        command line)."""
+        """Raise the one refusal as it was, several as one CalibrationError listing them."""
         if len(self.errors) == 1:
             raise self.errors[0]
-        if not self.errors:
-            return
-        advice = {error.cli_advice for error in self.errors}
-        shared = advice.pop() if len(advice) == 1 else None
+        if self.errors:
+            library = self._listed(cli=False)
+            raise CalibrationError(library, cli_advice=(library, self._listed(cli=True)))
 
-        def listed(cli: bool) -> str:
-            lines = []
-            for error in self.errors:
-                text = error.cli_message() if cli else str(error)
-                if shared is not None:
-                    text = text.removesuffix(shared[cli]).rstrip(" ;")
-                lines.append(f"  - {text}")
-            if shared is not None:
-                lines.append(shared[cli][:1].upper() + shared[cli][1:])
-            return "\n".join(lines)
-
-        library = listed(cli=False)
-        raise CalibrationError(
-            f"{len(self.errors)} problems with the calibration states:\n{library}",
-            cli_advice=(library, listed(cli=True)),
-        )
+    def _listed(self, cli: bool) -> str:
+        reasons: list[str] = []
+        advice: list[str] = []
+        for error in self.errors:
+            text = error.cli_message() if cli else str(error)
+            said = error.cli_advice[cli] if error.cli_advice is not None else ""
+            if said and text.endswith(said):
+                text = text.removesuffix(said)
+                advice += [] if said in advice else [said]
+            reasons.append(f"  - {one_line(text.rstrip(' ;.'))}")
+        if len(reasons) > LISTED_PROBLEMS:
+            reasons[LISTED_PROBLEMS:] = [f"  ... and {len(reasons) - LISTED_PROBLEMS} more"]
+        lines = [f"{len(self.errors)} problems with the calibration states:", *reasons]
+        return "\n".join([*lines, *(said[:1].upper() + said[1:] for said in advice)])
 
 
 def pick_state(
@@ -171,19 +177,23 @@ def pick_state(
     return next((key for key, s in saved.items() if s.calibrator == calibrator.name), None)
 
 
-def load_states(path: Path) -> dict[str, CalibrationState]:
-    """Calibration states from a file or a directory of ``<label>.json`` files."""
+def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
+    """Calibration states from a file or a directory of ``<label>.json`` files. With
+    ``refusals`` a folder's files that cannot be read are kept there (raised with the checks'
+    refusals that follow) and the others returned; else they are raised here."""
     if path.is_dir():
         files = sorted(path.glob("*.json"))
         if not files:
             raise CalibrationError(f"{path} holds no calibration state (*.json)")
-        states, refusals = {}, StateRefusals()
+        own = refusals if refusals is not None else StateRefusals()
+        states = {}
         for file in files:
-            with refusals.checking():
+            with own.checking():
                 states[file.stem] = CalibrationState.load(file)
-        refusals.raise_any()
+        if refusals is None:
+            own.raise_any()
         return states
-    state = CalibrationState.load(path)
+    state = CalibrationState.load(path)  # one file: nothing else to name beside it
     return {state.calibrator: state}
 
 

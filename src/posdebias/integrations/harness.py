@@ -33,7 +33,13 @@ from posdebias.core.instance import Instance
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
 from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
-from posdebias.evaluation.states import load_states, pick_state, save_states, states_folder
+from posdebias.evaluation.states import (
+    StateRefusals,
+    load_states,
+    pick_state,
+    save_states,
+    states_folder,
+)
 from posdebias.loading import load_adapter
 from posdebias.registry import get_registry
 
@@ -346,23 +352,28 @@ class HarnessDebiaser:
         _PROVENANCE = provenance
 
     def _load_saved(self, path: Path) -> None:
-        saved = load_states(path)
+        refusals = StateRefusals()  # unreadable files, missing and refused states, together
+        saved = load_states(path, refusals)
         states: dict[str, CalibrationState] = {}
         missing: list[str] = []
         for label, calibrator in self.debiaser.calibrators.items():
             key = pick_state(saved, label, calibrator)
             if key is not None:
                 states[label] = saved[key]
-            elif calibrator.needs_fit:
-                missing.append(label)
-        if missing:  # every calibrator without its state, named at once
+            elif calibrator.needs_fit and not (path / f"{label}.json").is_file():
+                missing.append(label)  # (a file of its own that cannot be read is named above)
+        if missing:
             which = "calibrator" if len(missing) == 1 else "calibrators"
-            raise CalibrationError(
-                f"calibration {path} holds no state for {which} {', '.join(map(repr, missing))} "
-                f"(it holds {sorted(saved)}); calibrate {'it' if len(missing) == 1 else 'them'} "
-                "with `posdebias calibrate`"
+            refusals.add(
+                CalibrationError(
+                    f"calibration {path} holds no state for {which} "
+                    f"{', '.join(map(repr, missing))} (it holds {sorted(saved)}); calibrate "
+                    f"{'it' if len(missing) == 1 else 'them'} with `posdebias calibrate`"
+                )
             )
-        self.debiaser.use_states(states, transfer=self.config.calibration_transfer)
+        self.debiaser.use_states(
+            states, transfer=self.config.calibration_transfer, refusals=refusals
+        )
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
             {
