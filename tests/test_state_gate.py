@@ -401,3 +401,42 @@ def test_one_state_picked_by_two_rows_names_each_row(tmp_path, capsys):
                  "--calibration", str(states)]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "2 problems" in err and "pride.json (for 'one')" in err and "(for 'two')" in err
+
+
+def test_a_version_1_state_naming_layers_gives_each_door_its_advice(tmp_path):
+    """A version 1 state cannot name layers: the library's message says how to re-create it in
+    Python, the command line's with `posdebias calibrate`."""
+    from posdebias import CalibrationState
+
+    states = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "attention_guided",
+                 "--out", str(states)]) == 0  # fmt: skip
+    path = states / "attention_guided.json"
+    payload = json.loads(path.read_text())
+    assert payload["layers"]
+    path.write_text(json.dumps({**payload, "schema_version": 1}))
+    with pytest.raises(CalibrationError, match="cannot name attention layers") as refused:
+        CalibrationState.load(path)
+    assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
+    assert refused.value.cli_message().endswith("create it with `posdebias calibrate`.")
+
+
+def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_advice(tmp_path):
+    """`Calibrator.fitted` on a state whose own parameters do not validate (one built in
+    Python, past the gate): a CalibrationError with the library's advice, and the command
+    line's for the command line."""
+    from posdebias import CalibrationState
+    from posdebias.registry import get_calibrator
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"calibrators: [{TESTED_PRIDE}]\n")
+    assert main(["calibrate", "--adapter", "synthetic", "--config", str(config), "--out",
+                 str(tmp_path / "states")]) == 0  # fmt: skip
+    state = CalibrationState.load(tmp_path / "states" / "tested.json")
+    pride = get_calibrator("pride", workflow="test", alpha=0.5)
+    assert pride.fitted(state).estimation_ids
+    broken = state.model_copy(update={"extra": {"estimation_ids": 5}})
+    with pytest.raises(CalibrationError, match="calibration state of 'pride': extra: ") as refused:
+        pride.fitted(broken)
+    assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
+    assert refused.value.cli_message().endswith("create it with `posdebias calibrate`.")

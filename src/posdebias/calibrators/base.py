@@ -19,9 +19,14 @@ from posdebias._version import __version__
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.observation import Evidence, Observation, Prediction
 from posdebias.core.stages import LayerSelector, mean_attention, require_attention
-from posdebias.core.state import STATE_FIELDS, CalibrationState, missing_reads
+from posdebias.core.state import (
+    CREATE,
+    STATE_FIELDS,
+    CalibrationState,
+    calibration_error,
+    missing_reads,
+)
 from posdebias.errors import (
-    CalibrationError,
     InputError,
     ObservationError,
     PluginContractError,
@@ -224,12 +229,10 @@ class Calibrator(ABC):
         try:
             return self.Fitted.model_validate(state.extra)
         except ValidationError as exc:
-            raise CalibrationError(
-                validation_message(
-                    exc, f"calibration state of {self.name!r}: extra", unknown="field"
-                )
-                + "; re-create it with `posdebias calibrate`"
-            ) from None
+            said = validation_message(
+                exc, f"calibration state of {self.name!r}: extra", unknown="field"
+            )
+            raise calibration_error(f"{said}; ", CREATE) from None
 
     # -- prediction --------------------------------------------------------------------------
 

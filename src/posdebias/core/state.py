@@ -270,9 +270,8 @@ class CalibrationState(BaseModel):
                 CREATE,
             )
         if version == 1 and ("layers" in payload or "layer_kinds" in payload):
-            raise CalibrationError(
-                f"{source}: a version 1 calibration state cannot name attention layers; "
-                "re-create it with `posdebias calibrate`"
+            raise calibration_error(
+                f"{source}: a version 1 calibration state cannot name attention layers; ", CREATE
             )
         try:
             return cls.model_validate({**payload, "schema_version": SCHEMA_VERSION}, strict=True)
