@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -428,7 +429,7 @@ def test_library_errors_give_library_advice_and_the_cli_keeps_cli_advice(tmp_pat
         debiaser.rank("q", ["a", "b", "c"])
     assert "Debiaser.calibrate(instances)" in str(caught.value)
     assert "posdebias" not in str(caught.value)
-    assert "`posdebias calibrate`" in caught.value.cli_message()
+    assert "`posdebias calibrate`" in caught.value.message_for("cli")
     with pytest.raises(CalibrationError, match=r"Debiaser\.calibrate\(instances\) and Debiaser"):
         Debiaser.load(tmp_path / "missing.json", SyntheticAdapter())
     path = debiaser.save(tmp_path / "cal.json")
@@ -438,6 +439,23 @@ def test_library_errors_give_library_advice_and_the_cli_keeps_cli_advice(tmp_pat
     )
     err = capsys.readouterr().err
     assert "`posdebias calibrate`" in err and "Debiaser" not in err
+
+
+def test_rank_names_its_own_flag_for_a_state_of_another_model(tmp_path, capsys):
+    """`rank` refuses a state fitted on another model with the flag it takes (it reads no
+    config file); with the flag the state ranks."""
+    debiaser = Debiaser(SyntheticAdapter(), ["pride"])
+    debiaser.calibrate(synthetic_instances(2, 4))
+    path = debiaser.save(tmp_path / "cal.json")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_id": "someone/else"}))
+    command = ["rank", "--calibration", str(path), "--adapter", "synthetic", "q", "a", "b", "c"]
+    capsys.readouterr()
+    assert main([*command, "d"]) == 2
+    err = capsys.readouterr().err
+    assert "fitted on model 'someone/else'" in err
+    assert err.rstrip().endswith("pass --calibration-transfer.")
+    assert "config" not in err and "Debiaser" not in err
+    assert main([*command, "d", "--calibration-transfer"]) == 0
 
 
 def test_labelled_calibrators_refuse_unlabelled_instances_with_advice():

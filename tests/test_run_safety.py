@@ -277,8 +277,18 @@ def test_saved_states_of_another_prompt_are_refused(tmp_path):
         state.check_compatible(prompt_hash="bbb", model_id="m")
     with pytest.raises(CalibrationError, match="fitted on model 'm', not 'n'") as caught:
         state.check_compatible(prompt_hash="aaa", model_id="n")
-    # the library names Debiaser.load(transfer=True); the command line names the flag
-    assert "--calibration-transfer" in caught.value.cli_message()
+    # each door names its own way to say the transfer is meant, and no other door's
+    error = caught.value
+    assert str(error).endswith("pass transfer=True to Debiaser.load (or Debiaser.use_states).")
+    assert error.message_for("cli").endswith("pass --calibration-transfer.")
+    assert error.message_for("harness").endswith(
+        "pass calibration_transfer=True in the model arguments."
+    )
+    assert "`posdebias calibrate`, or calibration=task" in error.message_for("harness")
+    for door in ("cli", "harness"):
+        assert "Debiaser" not in error.message_for(door)
+    assert "config" not in error.message_for("cli")  # `rank` has no config file
+    assert "posdebias calibrate" not in str(error)
 
 
 def test_a_state_of_another_model_needs_the_transfer_flag(tmp_path, capsys):

@@ -418,7 +418,7 @@ def test_a_version_1_state_naming_layers_gives_each_door_its_advice(tmp_path):
     with pytest.raises(CalibrationError, match="cannot name attention layers") as refused:
         CalibrationState.load(path)
     assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
-    assert refused.value.cli_message().endswith("create it with `posdebias calibrate`.")
+    assert refused.value.message_for("cli").endswith("create it with `posdebias calibrate`.")
 
 
 def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_advice(tmp_path):
@@ -439,4 +439,4 @@ def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_a
     with pytest.raises(CalibrationError, match="calibration state of 'pride': extra: ") as refused:
         pride.fitted(broken)
     assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
-    assert refused.value.cli_message().endswith("create it with `posdebias calibrate`.")
+    assert refused.value.message_for("cli").endswith("create it with `posdebias calibrate`.")

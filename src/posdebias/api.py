@@ -493,10 +493,9 @@ class Debiaser:
                 raise calibration_error(
                     f"calibrator {label!r} was fitted for {shown} candidates, but this query "
                     f"has N={n}: a fitted calibration serves the N it was fitted for. ",
-                    (
-                        f"Calibrate with instances of N={n} as well: "
-                        "Debiaser.calibrate(instances) takes instances of several N at once.",
-                        RECALIBRATE[1],
+                    RECALIBRATE._replace(
+                        library=f"Calibrate with instances of N={n} as well: "
+                        "Debiaser.calibrate(instances) takes instances of several N at once."
                     ),
                 )
             fitted_on = self._fitted_on(state)

@@ -6,35 +6,68 @@ usage, 1 for runtime failures) instead of a traceback.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+
+#: Where a user meets posdebias: Python (``Debiaser``, ``load_adapter``), the ``posdebias``
+#: command, or a harness (lm-evaluation-harness, lmms-eval) given model arguments.
+Door = Literal["library", "cli", "harness"]
+DOORS: tuple[Door, ...] = ("library", "cli", "harness")
+
+
+class Advice(NamedTuple):
+    """What to do about an error, said the way each door does it: the library names the method
+    to call, the command line the command or flag, a harness the model argument (``None``: as
+    the command line says it, a harness user works in a shell)."""
+
+    library: str
+    cli: str
+    harness: str | None = None
+
+    def at(self, door: Door) -> str:
+        if door == "harness" and self.harness is not None:
+            return self.harness
+        return self.cli if door in ("cli", "harness") else self.library
+
+    def then(self, more: Advice) -> Advice:
+        """This advice followed by ``more``, door by door."""
+        return Advice(*(self.at(door) + more.at(door) for door in DOORS))
 
 
 class PosdebiasError(Exception):
     """Base class of every error posdebias raises on purpose.
 
-    ``cli_advice`` replaces the end of the message when the command line reports the error:
+    ``advice`` (:class:`Advice`) replaces the end of the message as each door reports it:
     library callers read the method to call (``str(error)``), command-line users the command
-    to run (:meth:`cli_message`).
+    to run, harness users the model argument (:meth:`message_for`).
     """
 
     exit_code: int = 1
 
-    def __init__(self, *args: object, cli_advice: tuple[str, str] | None = None) -> None:
+    def __init__(self, *args: object, advice: Advice | None = None) -> None:
         super().__init__(*args)
-        self.cli_advice = cli_advice
+        self.advice = advice
 
-    def cli_message(self) -> str:
-        """The message as the command line shows it (library advice swapped for CLI advice)."""
+    def message_for(self, door: Door) -> str:
+        """The message as ``door`` shows it (the library's advice swapped for the door's)."""
         text = str(self)
-        if self.cli_advice is not None:
-            library, cli = self.cli_advice
-            if text.endswith(library):
-                return text[: len(text) - len(library)] + cli
+        if self.advice is not None and text.endswith(self.advice.library):
+            return text[: len(text) - len(self.advice.library)] + self.advice.at(door)
         return text
+
+    def said_at(self, door: Door) -> PosdebiasError:
+        """This error, of its own type, whose message is :meth:`message_for` ``door`` (what a
+        harness raises to its user)."""
+        text = self.message_for(door)
+        if text == str(self):
+            return self
+        said = copy.copy(self)
+        said.args = (text,)
+        return said
 
 
 class InputError(PosdebiasError, ValueError):

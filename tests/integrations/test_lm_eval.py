@@ -366,6 +366,8 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
         ).generate_until([request("generate_until", ("q", {}), options, 0)])
     assert "attention_guided.json is not valid JSON" in str(got.value)
     assert "holds no state for calibrator 'purified_attention' (" in str(got.value)
+    assert "Create it with `posdebias calibrate`." in str(got.value)  # a harness user's advice
+    assert "Debiaser" not in str(got.value)
     (states / "attention_guided.json").unlink()
     # a label set named is used, and a state fitted in other labels is refused for it
     with pytest.raises(CalibrationError, match=r"its labels are \['A', 'B', 'C', 'D'\], not \['a'"):
@@ -375,3 +377,30 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
             calibration=str(states),
             label_set="lower",
         ).generate_until([request("generate_until", ("q", {}), options, 0)])
+
+
+def test_a_state_of_another_model_is_refused_in_the_harness_words(tmp_path):
+    """A harness user is told the model argument that says a calibration transfer is meant
+    (calibration_transfer=True), not the Python keyword or the command's flag; with it the
+    state answers."""
+    require_lm_eval()
+    from posdebias.cli import main
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
+    states = tmp_path / "states"
+    assert main(["calibrate", "--model", "posdebias/text-organism", "--count", "3",
+                 "--calibrators", "pride", "--out", str(states)]) == 0  # fmt: skip
+    saved = states / "pride.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "model_id": "someone/else"}))
+    options = {"id": "m", "question": "Which is a colour?", "texts": ["dog", "red", "car", "sun"]}
+    asked = [request("generate_until", ("q", {}), options, 0)]
+    arguments = {"pretrained": "posdebias/text-organism", "calibrators": "pride",
+                 "calibration": str(states)}  # fmt: skip
+    with pytest.raises(CalibrationError, match="fitted on model 'someone/else'") as refused:
+        PosdebiasLM(**arguments).generate_until(asked)
+    said = str(refused.value)
+    assert said.endswith("pass calibration_transfer=True in the model arguments.")
+    assert "or calibration=task or calibration=<a benchmark folder>" in said
+    assert "Debiaser" not in said and "--calibration-transfer" not in said
+    answer = PosdebiasLM(**arguments, calibration_transfer=True).generate_until(asked)[0]
+    assert answer in ("A", "B", "C", "D")

@@ -46,7 +46,7 @@ from posdebias.core.instance import (
     Instance,
     text_key,
 )
-from posdebias.errors import BenchmarkError, validation_problems
+from posdebias.errors import Advice, BenchmarkError, validation_problems
 
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -479,9 +479,9 @@ def _image_root(
     if manifest is not None:
         return _manifest_root(manifest, jsonl_path.parent)
     raise BenchmarkError(
-        f"{jsonl_path} has no {MANIFEST_FILE} beside it; {_ROOT_ADVICE[0]}",
-        cli_advice=(
-            _ROOT_ADVICE[0],
+        f"{jsonl_path} has no {MANIFEST_FILE} beside it; {_ROOT_ADVICE.library}",
+        advice=Advice(
+            _ROOT_ADVICE.library,
             f"give the folder posdebias build wrote (with its {MANIFEST_FILE})",
         ),
     )
@@ -500,7 +500,7 @@ def _file_problems(
         )
     if check_images and _reads_images(manifest) and not root.is_dir():
         raise BenchmarkError(
-            f"the image root {root} does not exist; {_ROOT_ADVICE[0]}", cli_advice=_ROOT_ADVICE
+            f"the image root {root} does not exist; {_ROOT_ADVICE.library}", advice=_ROOT_ADVICE
         )
     if manifest is not None and check_images:
         problems += _source_changed(manifest, root)
@@ -639,16 +639,16 @@ def _manifest_root(manifest: BenchmarkManifest, folder: Path) -> Path:
         return Path(root)
     try:
         return confined_path(
-            folder, root, "the manifest's root", error=BenchmarkError, hint=_ROOT_ADVICE[0]
+            folder, root, "the manifest's root", error=BenchmarkError, hint=_ROOT_ADVICE.library
         )
     except BenchmarkError as exc:
-        raise BenchmarkError(str(exc), cli_advice=_ROOT_ADVICE) from None
+        raise BenchmarkError(str(exc), advice=_ROOT_ADVICE) from None
 
 
 #: Where the images of a benchmark are when its manifest does not say it usably: the library
 #: takes the root as an argument; on the command line the benchmark is rebuilt (no command
 #: takes a root for a benchmark it reads).
-_ROOT_ADVICE = (
+_ROOT_ADVICE = Advice(
     "pass the image root yourself: load_benchmark(path, root=...)",
     "put the images back where the manifest says, or rebuild the benchmark where they are now "
     "with posdebias build",

@@ -171,7 +171,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except PosdebiasError as exc:
         if debug:
             raise
-        print(f"error: {printable(exc.cli_message())}", file=sys.stderr)
+        print(f"error: {printable(exc.message_for('cli'))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

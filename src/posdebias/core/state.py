@@ -15,7 +15,7 @@ import posdebias.defaults as defaults
 from posdebias._inputs import STATE_LIMIT, loads_json, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
-from posdebias.errors import CalibrationError, ObservationError, validation_message
+from posdebias.errors import Advice, CalibrationError, ObservationError, validation_message
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
@@ -27,15 +27,26 @@ Matrix = list[list[float]]
 #: and small enough that the corrections' sums, products and exponentials stay finite.
 MAX_FITTED = 1e5
 
-#: The advice that ends a calibration error: the method to call in Python, and the command to
-#: run on the command line (:meth:`PosdebiasError.cli_message` swaps them).
-RECALIBRATE = (
+#: The advice that ends a calibration error: the method to call in Python, the command to run
+#: on the command line, the model argument of a harness (:meth:`PosdebiasError.message_for`).
+RECALIBRATE = Advice(
     "Calibrate again for this model and setting (Debiaser.calibrate(instances)).",
     "Calibrate again for this model and setting (`posdebias calibrate`).",
+    "Calibrate again for this model and setting (`posdebias calibrate`, or calibration=task "
+    "or calibration=<a benchmark folder> in the model arguments).",
 )
-CREATE = (
+CREATE = Advice(
     "create it with Debiaser.calibrate(instances) and Debiaser.save(path).",
     "create it with `posdebias calibrate`.",
+)
+#: Said after RECALIBRATE when the state was fitted on another model.
+TRANSFER = Advice(
+    " To use a state fitted on another model on purpose (calibration transfer), pass "
+    "transfer=True to Debiaser.load (or Debiaser.use_states).",
+    " To use a state fitted on another model on purpose (calibration transfer), pass "
+    "--calibration-transfer.",
+    " To use a state fitted on another model on purpose (calibration transfer), pass "
+    "calibration_transfer=True in the model arguments.",
 )
 
 
@@ -64,9 +75,9 @@ def missing_reads(state: CalibrationState, reads: Sequence[str]) -> list[str]:
     ]
 
 
-def calibration_error(message: str, advice: tuple[str, str]) -> CalibrationError:
-    """A :class:`CalibrationError` ending in library advice, with the CLI's advice attached."""
-    return CalibrationError(f"{message}{advice[0]}", cli_advice=advice)
+def calibration_error(message: str, advice: Advice) -> CalibrationError:
+    """A :class:`CalibrationError` ending in library advice, with the other doors' attached."""
+    return CalibrationError(f"{message}{advice.library}", advice=advice)
 
 
 class LayerChoiceRecord(BaseModel):
@@ -295,21 +306,14 @@ class CalibrationState(BaseModel):
         problems = use.problems(self)
         if not problems:
             return
-        library, cli = RECALIBRATE
+        advice = RECALIBRATE
         if use.transfers_model(self):
-            library += (
-                " To use a state fitted on another model on purpose (calibration transfer), "
-                "pass transfer=True to Debiaser.load."
-            )
-            cli += (
-                " To use a state fitted on another model on purpose (calibration transfer), "
-                "pass --calibration-transfer (config: calibration_transfer: true)."
-            )
+            advice = advice.then(TRANSFER)
         raise calibration_error(
             f"calibration state{f' {source}' if source else ''} does not fit this use: "
             + "; ".join(problems)
             + ". ",
-            (library, cli),
+            advice,
         )
 
 

@@ -23,7 +23,14 @@ from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.state import CalibrationState, StateUse
 from posdebias.core.tasks import TaskTemplate, former_digest
-from posdebias.errors import CalibrationError, ConfigError, InputError, OutputError
+from posdebias.errors import (
+    Advice,
+    CalibrationError,
+    ConfigError,
+    Door,
+    InputError,
+    OutputError,
+)
 from posdebias.evaluation.config import SAFE_LABEL
 
 
@@ -148,15 +155,17 @@ class StateRefusals:
         if len(self.errors) == 1:
             raise self.errors[0]
         if self.errors:
-            library = self._listed(cli=False)
-            raise CalibrationError(library, cli_advice=(library, self._listed(cli=True)))
+            library = self._listed("library")
+            raise CalibrationError(
+                library, advice=Advice(library, self._listed("cli"), self._listed("harness"))
+            )
 
-    def _listed(self, cli: bool) -> str:
+    def _listed(self, door: Door) -> str:
         reasons: list[str] = []
         advice: list[str] = []
         for error in self.errors:
-            text = error.cli_message() if cli else str(error)
-            said = error.cli_advice[cli] if error.cli_advice is not None else ""
+            text = error.message_for(door)
+            said = error.advice.at(door) if error.advice is not None else ""
             if said and text.endswith(said):
                 text = text.removesuffix(said)
                 advice += [] if said in advice else [said]

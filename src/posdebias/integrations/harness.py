@@ -11,10 +11,11 @@ or the task's own held-out items), shares that calibration across the harness's 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,13 @@ from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, sha256_fil
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
-from posdebias.errors import CalibrationError, ConfigError, InputError, validation_message
+from posdebias.errors import (
+    CalibrationError,
+    ConfigError,
+    InputError,
+    PosdebiasError,
+    validation_message,
+)
 from posdebias.evaluation.states import (
     StateRefusals,
     load_states,
@@ -242,6 +249,20 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         raise TaskMappingError(f"task {task!r}: {exc}") from None
 
 
+@contextlib.contextmanager
+def said_to_harness_users() -> Iterator[None]:
+    """posdebias' errors as a harness user meets them: their advice names the model argument
+    or command to use, not the Python method (``transfer=True`` is ``calibration_transfer=True``
+    in the model arguments). Also a decorator."""
+    try:
+        yield
+    except PosdebiasError as exc:
+        said = exc.said_at("harness")
+        if said is exc:
+            raise
+        raise said from exc.__cause__
+
+
 def _shared_calibration_folder(folder: Path) -> RunFolder:
     """A harness calibration folder of the cache (``states/``, then the ``provenance.json``
     that says it is complete), checked through the run-directory layer before anything is
@@ -268,6 +289,7 @@ class HarnessDebiaser:
     calibration and writes it, the others wait at ``barrier`` and read it.
     """
 
+    @said_to_harness_users()
     def __init__(
         self,
         config: HarnessConfig,
@@ -306,6 +328,7 @@ class HarnessDebiaser:
 
     # -- calibration ---------------------------------------------------------------------
 
+    @said_to_harness_users()
     def calibrate(self, task_items: Callable[[], list[Instance]] | None = None) -> None:
         """Calibrate once (later calls return at once). ``task_items`` gives the task's
         held-out items for ``calibration=task``."""
@@ -421,6 +444,7 @@ class HarnessDebiaser:
     def labels(self, instance: Instance) -> list[str]:  # the task's own unless one is named
         return self.adapter.labels_for(instance.n, instance.task)
 
+    @said_to_harness_users()
     def answers(self, instances: Sequence[Instance]) -> list[Ranking]:
         """Every calibrator's answer per instance; each distinct view is observed once per
         run, however many tasks (calibrator rows) ask for it."""

@@ -99,7 +99,7 @@ def refusals_stop_the_command() -> Iterator[None]:
     except PosdebiasError as error:
         if not _in_lmms_eval_command():
             raise
-        print(f"error: {printable(error.cli_message())}", file=sys.stderr, flush=True)
+        print(f"error: {printable(error.message_for('harness'))}", file=sys.stderr, flush=True)
         raise SystemExit(error.exit_code) from error
 
 
