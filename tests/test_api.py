@@ -460,8 +460,12 @@ def test_rank_names_its_own_flag_for_a_state_of_another_model(tmp_path, capsys):
 
 def test_labelled_calibrators_refuse_unlabelled_instances_with_advice():
     unlabelled = [replace(i, target=None) for i in synthetic_instances(2, 4)]
-    with pytest.raises(InputError, match="have no target.*Debiaser\\(adapter, 'label_free'\\)"):
+    with pytest.raises(InputError, match="have no target.*fits without them") as refused:
         Debiaser(SyntheticAdapter(), ["attention_guided", "label_free"]).calibrate(unlabelled)
+    # the calibrators named are those that fit without targets (purified_attention needs them)
+    said = str(refused.value)
+    assert "(pride, label_free, contextual, batch)" in said
+    assert "purified_attention" not in said and "attention_guided']" in said
     state = Debiaser(SyntheticAdapter(), "label_free").calibrate(unlabelled)
     assert state.diagnostics["attention_informative"] is True
 

@@ -37,6 +37,7 @@ from posdebias.errors import CalibrationError, InputError, ObservationError
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
+    check_targets,
     fit_calibrators,
     observe_cached,
 )
@@ -400,14 +401,7 @@ class Debiaser:
         for group in groups.values():
             check_calibration_size(len(group))
         fitting = {label: c for label, c in self.calibrators.items() if c.needs_fit}
-        labelled = [label for label, c in fitting.items() if c.needs_targets]
-        unknown = [instance.id for instance in instances if instance.target is None]
-        if labelled and unknown:
-            raise InputError(
-                f"calibrators {labelled} fit from labelled instances, but instances "
-                f"{unknown[:3]} have no target; give each instance its target, or calibrate "
-                "without labels with Debiaser(adapter, 'label_free')"
-            )
+        check_targets(fitting, instances)  # every N's instances, before any is fitted
         fitted: dict[int, dict[str, CalibrationState]] = {}
         with self._threads():
             for n, group in groups.items():

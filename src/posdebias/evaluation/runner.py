@@ -39,6 +39,7 @@ from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeErro
 from posdebias.evaluation.logcheck import check_record_row, chosen_key, truth_problem
 from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
+from posdebias.registry import get_registry
 
 #: sha256 of files already read, by :func:`file_identity`, so a path alias or a moved folder
 #: finds it without resolving the path (``realpath`` took 14% of an N = 12 run: a run asks
@@ -268,6 +269,22 @@ def _with_instances(
     ]
 
 
+def check_targets(calibrators: Mapping[str, Calibrator], instances: Sequence[Instance]) -> None:
+    """Refuse calibration instances without a target when a calibrator fits from labels
+    (before any forward pass), naming the registered calibrators that fit without them."""
+    labelled = [label for label, c in calibrators.items() if c.needs_fit and c.needs_targets]
+    unknown = [instance.id for instance in instances if instance.target is None]
+    if labelled and unknown:
+        registry = get_registry()
+        classes = {name: registry.calibrator_class(name) for name in registry.calibrator_names()}
+        free = [name for name, c in classes.items() if c.needs_fit and not c.needs_targets]
+        raise InputError(
+            f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
+            "labelled instances; give the targets, or calibrate a calibrator that fits "
+            f"without them ({', '.join(free)}) on them"
+        )
+
+
 def fit_calibrators(
     adapter: Adapter,
     calibrators: Mapping[str, Calibrator],
@@ -291,14 +308,7 @@ def fit_calibrators(
     n = symmetrized[0].n if symmetrized else None
     if any(c.needs_fit for c in calibrators.values()) and not symmetrized:
         raise InputError("calibration needs at least one instance")
-    labelled = [label for label, c in calibrators.items() if c.needs_fit and c.needs_targets]
-    unknown = [instance.id for instance in calibration_instances if instance.target is None]
-    if labelled and unknown:
-        raise InputError(
-            f"calibration instances {unknown[:3]} have no target, but {labelled} fit from "
-            "labelled instances; give the targets, or calibrate a label-free calibrator "
-            "(label_free, purified_attention, pride, contextual, batch) on them"
-        )
+    check_targets(calibrators, calibration_instances)
     observations: list[Observation] = []
     cache = cache if cache is not None else ObservationCache()
     wanted = {
