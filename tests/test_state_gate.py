@@ -13,7 +13,7 @@ import pytest
 from posdebias import Debiaser
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import main
-from posdebias.errors import CalibrationError
+from posdebias.errors import CalibrationError, CalibrationErrors
 from posdebias.loading import default_label_set, load_adapter
 from posdebias.registry import get_registry
 
@@ -376,6 +376,11 @@ def test_a_folders_refusals_are_listed_together_with_each_advice_once(tmp_path, 
     assert said.startswith("3 problems with the calibration states:")
     assert "calibration state 'pride': calibrator 'pride': unknown option 'bogus'" in said
     assert said.count("Debiaser.calibrate(instances) and Debiaser.save(path)") == 1
+    # each refusal, for a caller that handles them one by one, with its own advice
+    assert isinstance(refused.value, CalibrationErrors)
+    apart = [str(error) for error in refused.value.errors]
+    assert len(apart) == 3 and "is not valid JSON" in apart[0] and "bogus" in apart[2]
+    assert apart[0].endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
 
     many = tmp_path / "many"
     many.mkdir()

@@ -7,7 +7,7 @@ usage, 1 for runtime failures) instead of a traceback.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
@@ -93,6 +93,17 @@ class ObservationError(InputError):
 
 class CalibrationError(InputError):
     """A calibration state is missing, corrupt, or made for another setting."""
+
+
+class CalibrationErrors(CalibrationError):
+    """Several calibration problems found at once (the states of a folder): the message lists
+    them; ``errors`` holds each one, in the order found, for callers that handle them apart."""
+
+    def __init__(
+        self, *args: object, advice: Advice | None = None, errors: Sequence[InputError] = ()
+    ) -> None:
+        super().__init__(*args, advice=advice)
+        self.errors = tuple(errors)
 
 
 class BenchmarkError(InputError):

@@ -26,6 +26,7 @@ from posdebias.core.tasks import TaskTemplate, former_digest
 from posdebias.errors import (
     Advice,
     CalibrationError,
+    CalibrationErrors,
     ConfigError,
     Door,
     InputError,
@@ -156,9 +157,8 @@ class StateRefusals:
             raise self.errors[0]
         if self.errors:
             library = self._listed("library")
-            raise CalibrationError(
-                library, advice=Advice(library, self._listed("cli"), self._listed("harness"))
-            )
+            advice = Advice(library, self._listed("cli"), self._listed("harness"))
+            raise CalibrationErrors(library, advice=advice, errors=self.errors)
 
     def _listed(self, door: Door) -> str:
         reasons: list[str] = []
