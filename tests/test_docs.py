@@ -153,3 +153,20 @@ def test_the_adapters_page_has_a_row_for_every_built_in_adapter_and_its_model_ty
     expected = {a.name: sorted(a.model_types) for a in _built_in_adapters()}
     expected.pop("synthetic")
     assert {name: sorted(types) for name, types in rows.items()} == expected
+
+
+def test_the_api_page_says_which_calibrators_need_calibration_and_labels_as_they_do():
+    """docs/api.md's "Which calibrators need what" names, per sentence, the built-in calibrators
+    that need no calibration and those that fit from labelled instances: the classes say so."""
+    from posdebias.registry import get_registry
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    paragraph = text.split("**Which calibrators need what.**", 1)[1].split("\n\n", 1)[0]
+    no_fit, rest = paragraph.split("need no calibration", 1)
+    labelled = rest.split("forward pass.", 1)[1].split("fit from labelled instances", 1)[0]
+    registry = get_registry()
+    classes = {name: registry.calibrator_class(name) for name in registry.calibrator_names()}
+    assert set(re.findall(r"`(\w+)`", no_fit)) == {n for n, c in classes.items() if not c.needs_fit}
+    assert set(re.findall(r"`(\w+)`", labelled)) == {
+        n for n, c in classes.items() if c.needs_fit and c.needs_targets
+    }

@@ -453,3 +453,23 @@ def test_pickled_weights_are_refused(tmp_path, capsys, tiny_llava, bench):
     weights.unlink()
     code, err = evaluate_model(model, bench, capsys)
     assert code == 2 and "safetensors weights only" in err
+
+
+def test_a_harness_raises_an_error_on_in_its_own_words_whatever_its_constructor():
+    """A plugin's error type whose constructor takes more than a message is said in a harness'
+    words and raised on as itself (type, fields, traceback), not rebuilt."""
+    from posdebias.core.state import RECALIBRATE
+    from posdebias.errors import CalibrationError
+    from posdebias.integrations.harness import said_to_harness_users
+
+    class PathError(CalibrationError):
+        def __init__(self, path, why, *, advice=None):
+            super().__init__(f"{path}: {why}; {advice.library}", advice=advice)
+            self.path = path
+
+    error = PathError("a.json", "broken", advice=RECALIBRATE)
+    with pytest.raises(PathError) as raised, said_to_harness_users():
+        raise error
+    assert raised.value is error and raised.value.path == "a.json"
+    assert str(error) == f"a.json: broken; {RECALIBRATE.harness}"
+    assert error.message_for("cli") == str(error)  # said once: the same at every door now

@@ -284,7 +284,7 @@ def test_saved_states_of_another_prompt_are_refused(tmp_path):
     assert error.message_for("harness").endswith(
         "pass calibration_transfer=True in the model arguments."
     )
-    assert "`posdebias calibrate`, or calibration=task" in error.message_for("harness")
+    assert "`posdebias calibrate`, or calibration=<a benchmark" in error.message_for("harness")
     for door in ("cli", "harness"):
         assert "Debiaser" not in error.message_for(door)
     assert "config" not in error.message_for("cli")  # `rank` has no config file

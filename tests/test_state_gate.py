@@ -313,7 +313,7 @@ def test_every_unusable_state_of_a_folder_is_named_at_once(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("calibrate`") == 1 and f"{pride} is not valid JSON" in err
-    assert err.endswith("\nCreate it with `posdebias calibrate`.\n")
+    assert err.endswith("\n`posdebias calibrate` writes calibration states.\n")
     with pytest.raises(CalibrationError, match="2 problems with the calibration states"):
         Debiaser.load(states, adapter)
 
@@ -364,7 +364,7 @@ def test_a_folders_refusals_are_listed_together_with_each_advice_once(tmp_path, 
     assert err.startswith("error: 3 problems with the calibration states:\n") and len(items) == 3
     assert "is not valid JSON" in items[0] and "expected a JSON object" in items[1]
     assert "fitted on model 'other/model'" in items[2] and "states\\nx" in items[2]
-    assert err.count("create it with") + err.count("Create it with") == 1
+    assert err.count("`posdebias calibrate` writes calibration states.") == 1
     assert err.count("Calibrate again") == 1 and err.count("--calibration-transfer") == 1
     assert not (tmp_path / "refused").exists()
 
@@ -375,12 +375,12 @@ def test_a_folders_refusals_are_listed_together_with_each_advice_once(tmp_path, 
     said = str(refused.value)
     assert said.startswith("3 problems with the calibration states:")
     assert "calibration state 'pride': calibrator 'pride': unknown option 'bogus'" in said
-    assert said.count("Debiaser.calibrate(instances) and Debiaser.save(path)") == 1
+    assert said.count("Debiaser.calibrate(instances) and Debiaser.save(path) write") == 1
     # each refusal, for a caller that handles them one by one, with its own advice
     assert isinstance(refused.value, CalibrationErrors)
     apart = [str(error) for error in refused.value.errors]
     assert len(apart) == 3 and "is not valid JSON" in apart[0] and "bogus" in apart[2]
-    assert apart[0].endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
+    assert apart[0].endswith("Debiaser.save(path) write calibration states.")
 
     many = tmp_path / "many"
     many.mkdir()
@@ -388,8 +388,35 @@ def test_a_folders_refusals_are_listed_together_with_each_advice_once(tmp_path, 
         (many / f"s{i:02d}.json").write_text("{x")
     assert main([*argv[:-1], str(many)]) == 2
     err = capsys.readouterr().err
-    assert "  ... and 5 more\nCreate it with `posdebias calibrate`.\n" in err
+    assert "  ... and 5 more\n`posdebias calibrate` writes calibration states.\n" in err
     assert len([line for line in err.splitlines() if line.startswith("  - ")]) == 20
+
+
+def test_an_advice_that_another_extends_is_said_once_whole(tmp_path, capsys):
+    """A state of another model (calibrate again, or allow the transfer) beside a state of
+    another adapter (calibrate again): the advice is said once, with the transfer, at every
+    door."""
+    folder = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride,attention_guided",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    for name, changes in (
+        ("pride", {"model_id": "other/model"}),
+        ("attention_guided", {"adapter": "llava"}),
+    ):
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "pride,attention_guided",
+                 "--count", "3", "--calibration", str(folder), "--out",
+                 str(tmp_path / "refused")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.startswith("error: 2 problems with the calibration states:\n")
+    assert err.count("Calibrate again") == 1 and err.count("--calibration-transfer") == 1
+    with pytest.raises(CalibrationErrors) as refused:
+        Debiaser.load(folder, get_registry().create_adapter("synthetic"))
+    for door in ("library", "cli", "harness"):
+        said = refused.value.message_for(door)
+        assert said.count("Calibrate again") == 1 and said.count("calibration transfer") == 1
 
 
 def test_one_state_picked_by_two_rows_names_each_row(tmp_path, capsys):
@@ -422,8 +449,9 @@ def test_a_version_1_state_naming_layers_gives_each_door_its_advice(tmp_path):
     path.write_text(json.dumps({**payload, "schema_version": 1}))
     with pytest.raises(CalibrationError, match="cannot name attention layers") as refused:
         CalibrationState.load(path)
-    assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
-    assert refused.value.message_for("cli").endswith("create it with `posdebias calibrate`.")
+    assert str(refused.value).endswith("Debiaser.save(path) write calibration states.")
+    said = refused.value.message_for("cli")
+    assert said.endswith("; `posdebias calibrate` writes calibration states.")
 
 
 def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_advice(tmp_path):
@@ -443,5 +471,6 @@ def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_a
     broken = state.model_copy(update={"extra": {"estimation_ids": 5}})
     with pytest.raises(CalibrationError, match="calibration state of 'pride': extra: ") as refused:
         pride.fitted(broken)
-    assert str(refused.value).endswith("Debiaser.calibrate(instances) and Debiaser.save(path).")
-    assert refused.value.message_for("cli").endswith("create it with `posdebias calibrate`.")
+    assert str(refused.value).endswith("Debiaser.save(path) write calibration states.")
+    said = refused.value.message_for("cli")
+    assert said.endswith("; `posdebias calibrate` writes calibration states.")

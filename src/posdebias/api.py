@@ -33,7 +33,7 @@ from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
 from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
-from posdebias.errors import CalibrationError, InputError, ObservationError
+from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
@@ -381,15 +381,16 @@ class Debiaser:
     def calibrate(self, instances: Sequence[Instance]) -> CalibrationState:
         """Fit every calibrator that needs it on the N cyclic rotations of ``instances``.
 
-        Calibrators that fit from labels (attention_guided) need each instance's ``target``;
-        label-free ones (label_free, purified_attention, pride, contextual, batch) use instances
-        without targets too. ``pride`` with ``workflow: test`` is PriDe's own workflow: calibrate
-        on the instances you will rank; a share ``alpha`` of them is then answered by
-        permutation averaging and their prior debiases the rest. The rotations are observed
-        once and shared; when no calibrator needs a fit nothing is observed. A fitted state
-        serves one N (a bias matrix is N x N): instances of several N fit one state per N, and
-        queries of each N are then answered. Returns the first calibrator's state for the first
-        instance's N (all are in :meth:`states_for`).
+        Calibrators that fit from labels (attention_guided, attention_readout and
+        purified_attention: their layers are chosen by how often they point at the target) need each
+        instance's ``target``; label-free ones (label_free, pride, contextual, batch) use instances
+        without targets too. ``pride`` with ``workflow: test`` is PriDe's own workflow: calibrate on
+        the instances you will rank; a share ``alpha`` of them is then answered by permutation
+        averaging and their prior debiases the rest. The rotations are observed once and shared;
+        when no calibrator needs a fit nothing is observed. A fitted state serves one N (a bias
+        matrix is N x N): instances of several N fit one state per N, and queries of each N are then
+        answered. Returns the first calibrator's state for the first instance's N (all are in
+        :meth:`states_for`).
         """
 
         instances = list(instances)
@@ -487,17 +488,26 @@ class Debiaser:
                 raise calibration_error(
                     f"calibrator {label!r} was fitted for {shown} candidates, but this query "
                     f"has N={n}: a fitted calibration serves the N it was fitted for. ",
-                    RECALIBRATE._replace(
-                        library=f"Calibrate with instances of N={n} as well: "
-                        "Debiaser.calibrate(instances) takes instances of several N at once."
+                    Advice(
+                        f"Calibrate with instances of N={n} as well: "
+                        "Debiaser.calibrate(instances) takes instances of several N at once.",
+                        RECALIBRATE.cli,
+                        RECALIBRATE.harness,
                     ),
                 )
             fitted_on = self._fitted_on(state)
             if not self._fits_prompt(state, task) and self._fits_prompt(state, fitted_on):
-                raise CalibrationError(
+                raise calibration_error(
                     f"calibrator {label!r} was fitted on {fitted_on} queries, and this one is "
-                    f"posed as {task}: pose it as {fitted_on} (task=, --task) or calibrate on "
-                    f"{task} queries"
+                    f"posed as {task}: ",
+                    Advice(
+                        f"pose it as {fitted_on} (task={fitted_on!r}) or calibrate on {task} "
+                        "queries",
+                        f"pose it as {fitted_on} (--task {fitted_on}) or calibrate on {task} "
+                        "queries",
+                        f"calibrate on {task} queries (calibration=<a benchmark folder of "
+                        f"{task} queries> in the model arguments)",
+                    ),
                 )
             states[label] = check_state(
                 state, self.adapter, calibrator, n, task, transfer=self.transfer, source=repr(label)

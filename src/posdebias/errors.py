@@ -6,7 +6,6 @@ usage, 1 for runtime failures) instead of a traceback.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -59,15 +58,13 @@ class PosdebiasError(Exception):
             return text[: len(text) - len(self.advice.library)] + self.advice.at(door)
         return text
 
-    def said_at(self, door: Door) -> PosdebiasError:
-        """This error, of its own type, whose message is :meth:`message_for` ``door`` (what a
-        harness raises to its user)."""
+    def say_at(self, door: Door) -> None:
+        """Word this error's message for ``door`` in place (:meth:`message_for`), so that a
+        harness raises it on with its own traceback, cause and type."""
         text = self.message_for(door)
-        if text == str(self):
-            return self
-        said = copy.copy(self)
-        said.args = (text,)
-        return said
+        if self.advice is not None and text != str(self):
+            self.args = (text,)
+            self.advice = Advice(*(self.advice.at(door),) * 3)  # said: the same at every door
 
 
 class InputError(PosdebiasError, ValueError):
@@ -104,6 +101,11 @@ class CalibrationErrors(CalibrationError):
     ) -> None:
         super().__init__(*args, advice=advice)
         self.errors = tuple(errors)
+
+    def say_at(self, door: Door) -> None:
+        super().say_at(door)
+        for error in self.errors:
+            error.say_at(door)
 
 
 class BenchmarkError(InputError):

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import socket
 import threading
 from collections.abc import Iterator, Mapping
@@ -34,7 +35,7 @@ from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.prompt import PROMPT_FILE, load_prompt_file
 from posdebias.adapters.server import ServerAdapter
 from posdebias.core.tasks import TASK_LABEL_SETS, TaskTemplate, task_label_set
-from posdebias.errors import AdapterError, InputError
+from posdebias.errors import AdapterError, Advice, InputError
 from posdebias.registry import get_registry
 from posdebias.registry.manager import PLUGIN_GUIDE
 
@@ -50,9 +51,11 @@ def _adapter_class(model_type: str, adapter: str | None) -> type[HFAdapter]:
                 "evaluate --adapter openai --base-url URL --model NAME`)"
             )
         if not issubclass(cls, HFAdapter):
+            names = ", ".join(_hf_adapter_names())
+            either = f"name one that does or none (the model's family picks it): {names}"
             raise InputError(
-                f"adapter {adapter!r} does not wrap Hugging Face models; drop --model or choose "
-                f"one of: {', '.join(_hf_adapter_names())}"
+                f"adapter {adapter!r} does not wrap Hugging Face models; {either}",
+                advice=Advice(either, f"drop --model or choose one of: {names}", either),
             )
         return cls
     found = registry.adapter_for_model_type(model_type)
@@ -220,15 +223,22 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def remote_code_message(source: str, detail: str) -> str:
-    """Why a model with its own Python code is refused, and how to allow it."""
-    return (
+def remote_code_error(source: str, detail: str) -> InputError:
+    """Why a model with its own Python code is refused, and how to allow it (each door's way)."""
+    check = f"`posdebias check --model {shlex.quote(source)} --trust-remote-code`"
+    advice = Advice(
+        "pass trust_remote_code=True (load_adapter), then see whether the generic adapter "
+        "scores it right with posdebias.testing.check_adapter",
+        f"opt in with --trust-remote-code, then run {check} to see whether the generic "
+        "adapter scores it right",
+        'opt in with "trust_remote_code": true in the adapter_options file of the model '
+        f"arguments, then run {check} to see whether the generic adapter scores it right",
+    )
+    return InputError(
         f"model {source!r} ships its own Python code ({detail}); posdebias never runs a "
         "model's code unless you allow it, because that code can do anything your user account "
-        "can. If you trust its source, opt in with --trust-remote-code (posdebias check / "
-        "evaluate) or `trust_remote_code: true` in the adapter options of the config file "
-        "(adapter: {options: {trust_remote_code: true}}), then run `posdebias check --model "
-        f"{source!r} --trust-remote-code` to see whether the generic adapter scores it right"
+        f"can. If you trust its source, {advice.library}",
+        advice=advice,
     )
 
 
@@ -249,11 +259,8 @@ def _refuse_remote_code(source: str) -> None:
     auto_map = data.get("auto_map")
     if auto_map and data.get("model_type") not in CONFIG_MAPPING:
         classes = ", ".join(f"{key} -> {value}" for key, value in dict(auto_map).items())
-        raise InputError(
-            remote_code_message(
-                source, f"model_type {data.get('model_type')!r}, auto_map {classes}"
-            )
-        )
+        detail = f"model_type {data.get('model_type')!r}, auto_map {classes}"
+        raise remote_code_error(source, detail)
 
 
 #: held while :func:`one_gguf_parse` lends the ``gguf`` package its shared reader
@@ -337,7 +344,7 @@ def _load_config(source: str, revision: str | None, trust_remote_code: bool, **f
         ) from None
     except ValueError as exc:
         if not trust_remote_code and "trust_remote_code" in str(exc):
-            raise InputError(remote_code_message(source, "its config needs custom code")) from None
+            raise remote_code_error(source, "its config needs custom code") from None
         raise AdapterError(
             f"cannot load {source!r}: {exc}. Known adapter families: {known_families()}; other "
             f"families need an adapter plugin (see {PLUGIN_GUIDE})"
@@ -478,9 +485,7 @@ def load_adapter(
             raise InputError(f"cannot load model {source!r}: {exc}") from None
         except ValueError as exc:
             if not trust_remote_code and "trust_remote_code" in str(exc):
-                raise InputError(
-                    remote_code_message(source, "its processor needs custom code")
-                ) from None
+                raise remote_code_error(source, "its processor needs custom code") from None
             raise AdapterError(
                 f"{source!r} (model_type {config.model_type!r}) cannot be loaded as an image-text "
                 f"model: {exc}. Known adapter families: {known_families()}; see {PLUGIN_GUIDE}"

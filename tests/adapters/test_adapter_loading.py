@@ -171,8 +171,10 @@ def test_unknown_families_fall_back_to_generic_and_adapter_names_are_checked(sav
     assert _adapter_class("some_new_family", None) is GenericAdapter
     with pytest.raises(UnknownNameError, match=r"known adapters: .*llava.*Plugins page"):
         posdebias.load_adapter(saved["llava"], adapter="nope")
-    with pytest.raises(InputError, match="does not wrap Hugging Face models"):
+    with pytest.raises(InputError, match="does not wrap Hugging Face models") as refused:
         posdebias.load_adapter(saved["llava"], adapter="synthetic")
+    assert "name one that does or none" in str(refused.value) and "--" not in str(refused.value)
+    assert "drop --model or choose one of: " in refused.value.message_for("cli")
 
 
 def test_generic_adapter_matches_the_specific_one(make_instances):

@@ -67,9 +67,14 @@ def test_custom_code_is_refused_by_default_with_why_and_how(custom_code_model, c
     message = str(error.value)
     assert "ships its own Python code" in message and "auto_map" in message
     assert "can do anything your user account can" in message
-    assert "--trust-remote-code" in message and "trust_remote_code: true" in message
+    # each door names its own way to opt in
+    assert "pass trust_remote_code=True (load_adapter)" in message and "--" not in message
+    harness = error.value.message_for("harness")
+    assert '"trust_remote_code": true in the adapter_options file' in harness
     assert main(["evaluate", "--model", str(directory)]) == 2
-    assert "ships its own Python code" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "ships its own Python code" in err and "opt in with --trust-remote-code, then" in err
+    assert "trust_remote_code=True" not in err and "adapter_options" not in err
     assert main(["check", "--model", str(directory)]) == 2
     assert not marker.exists()  # the model's code never ran
 

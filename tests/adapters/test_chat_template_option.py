@@ -29,8 +29,11 @@ def base_model():
 
 
 def test_a_model_without_a_template_is_refused_naming_the_option(base_model):
-    with pytest.raises(AdapterError, match="no chat template.*--chat-template"):
+    with pytest.raises(AdapterError, match="no chat template.*option chat_template") as refused:
         get_adapter(*base_model, label_set="upper")
+    assert "--chat-template" not in str(refused.value)  # a flag is no Python argument
+    assert "--chat-template raw for the prompt" in refused.value.message_for("cli")
+    assert '"chat_template" in the adapter_options file' in refused.value.message_for("harness")
 
 
 @pytest.mark.parametrize("adds_bos", [True, False])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -366,7 +367,7 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
         ).generate_until([request("generate_until", ("q", {}), options, 0)])
     assert "attention_guided.json is not valid JSON" in str(got.value)
     assert "holds no state for calibrator 'purified_attention' (" in str(got.value)
-    assert "Create it with `posdebias calibrate`." in str(got.value)  # a harness user's advice
+    assert "\n`posdebias calibrate` writes calibration states." in str(got.value)  # harness words
     assert "Debiaser" not in str(got.value)
     (states / "attention_guided.json").unlink()
     # a label set named is used, and a state fitted in other labels is refused for it
@@ -400,7 +401,27 @@ def test_a_state_of_another_model_is_refused_in_the_harness_words(tmp_path):
         PosdebiasLM(**arguments).generate_until(asked)
     said = str(refused.value)
     assert said.endswith("pass calibration_transfer=True in the model arguments.")
-    assert "or calibration=task or calibration=<a benchmark folder>" in said
+    assert "calibration=task" not in said  # VLMEvalKit's model takes no calibration=task
+    # the error goes on as it was raised: its traceback reaches the check that refused it
+    frames = [frame.name for frame in traceback.extract_tb(refused.value.__traceback__)]
+    assert frames[-1] == "check_compatible", frames
+    assert "(`posdebias calibrate`, or calibration=<a benchmark folder> in the model" in said
     assert "Debiaser" not in said and "--calibration-transfer" not in said
     answer = PosdebiasLM(**arguments, calibration_transfer=True).generate_until(asked)[0]
     assert answer in ("A", "B", "C", "D")
+
+
+def test_the_adapter_model_argument_names_the_adapter_to_load_with(tmp_path):
+    """``adapter=NAME`` in lm-eval's --model_args is the adapter posdebias loads ``pretrained``
+    with (as for load_adapter); an adapter object given from Python is wrapped."""
+    require_lm_eval()
+    from posdebias.errors import UnknownNameError
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
+    named = "pretrained=posdebias/text-organism,adapter=llama,calibrators=vanilla"
+    lm = PosdebiasLM.create_from_arg_string(named, {})
+    assert lm.harness.adapter.name == "llama"
+    with pytest.raises(UnknownNameError, match="unknown adapter 'nosuch'"):
+        PosdebiasLM.create_from_arg_string(named.replace("llama", "nosuch"), {})
+    wrapped = PosdebiasLM(adapter=lm.harness.adapter, calibrators="vanilla")
+    assert wrapped.harness.adapter is lm.harness.adapter

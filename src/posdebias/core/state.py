@@ -32,12 +32,12 @@ MAX_FITTED = 1e5
 RECALIBRATE = Advice(
     "Calibrate again for this model and setting (Debiaser.calibrate(instances)).",
     "Calibrate again for this model and setting (`posdebias calibrate`).",
-    "Calibrate again for this model and setting (`posdebias calibrate`, or calibration=task "
-    "or calibration=<a benchmark folder> in the model arguments).",
+    "Calibrate again for this model and setting (`posdebias calibrate`, or "
+    "calibration=<a benchmark folder> in the model arguments).",
 )
 CREATE = Advice(
-    "create it with Debiaser.calibrate(instances) and Debiaser.save(path).",
-    "create it with `posdebias calibrate`.",
+    "Debiaser.calibrate(instances) and Debiaser.save(path) write calibration states.",
+    "`posdebias calibrate` writes calibration states.",
 )
 #: Said after RECALIBRATE when the state was fitted on another model.
 TRANSFER = Advice(

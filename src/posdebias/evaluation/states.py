@@ -168,12 +168,20 @@ class StateRefusals:
             said = error.advice.at(door) if error.advice is not None else ""
             if said and text.endswith(said):
                 text = text.removesuffix(said)
-                advice += [] if said in advice else [said]
+                advice = _merged(advice, said)
             reasons.append(f"  - {one_line(text.rstrip(' ;.'))}")
         if len(reasons) > LISTED_PROBLEMS:
             reasons[LISTED_PROBLEMS:] = [f"  ... and {len(reasons) - LISTED_PROBLEMS} more"]
         lines = [f"{len(self.errors)} problems with the calibration states:", *reasons]
         return "\n".join([*lines, *(said[:1].upper() + said[1:] for said in advice)])
+
+
+def _merged(advice: list[str], said: str) -> list[str]:
+    """``advice`` with ``said`` added unless it is said already: one advice that another
+    extends (calibrate again; calibrate again, or allow the transfer) is said once, whole."""
+    if any(known.startswith(said) for known in advice):
+        return advice  # said already, or within a longer advice
+    return [*(known for known in advice if not said.startswith(known)), said]
 
 
 def pick_state(

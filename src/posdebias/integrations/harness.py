@@ -253,14 +253,13 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
 def said_to_harness_users() -> Iterator[None]:
     """posdebias' errors as a harness user meets them: their advice names the model argument
     or command to use, not the Python method (``transfer=True`` is ``calibration_transfer=True``
-    in the model arguments). Also a decorator."""
+    in the model arguments). The error goes on as it was raised (type, traceback, cause).
+    Also a decorator."""
     try:
         yield
     except PosdebiasError as exc:
-        said = exc.said_at("harness")
-        if said is exc:
-            raise
-        raise said from exc.__cause__
+        exc.say_at("harness")
+        raise
 
 
 def _shared_calibration_folder(folder: Path) -> RunFolder:

@@ -84,7 +84,8 @@ def lm_eval_prompt(description: str = "") -> dict[str, Any]:
 @register_model(LM_EVAL_MODEL)
 class PosdebiasLM(LaunchedHarness, LM):
     """lm-eval's ``--model posdebias`` (see the module docstring). ``adapter``: an adapter
-    already made (``posdebias.get_adapter`` on a loaded model), instead of ``pretrained``."""
+    already made (``posdebias.get_adapter`` on a loaded model), instead of ``pretrained``; or,
+    a name (as ``--model_args`` give it), the adapter ``pretrained`` is loaded with."""
 
     @classmethod
     def create_from_arg_string(
@@ -101,8 +102,10 @@ class PosdebiasLM(LaunchedHarness, LM):
     ) -> PosdebiasLM:
         return cls(**harness_settings(dict(arg_dict), additional_config or {}))
 
-    def __init__(self, *, adapter: Adapter | None = None, **arguments: Any) -> None:
+    def __init__(self, *, adapter: Adapter | str | None = None, **arguments: Any) -> None:
         super().__init__()
+        if isinstance(adapter, str):  # the model argument adapter=NAME, as for load_adapter
+            arguments["adapter"], adapter = adapter, None
         if adapter is not None:
             if arguments.get("adapter_options") is not None:
                 raise ConfigError(

@@ -81,6 +81,7 @@ from posdebias.core.tasks import (
 )
 from posdebias.errors import (
     AdapterError,
+    Advice,
     ConfigError,
     InputError,
     ModelCodeError,
@@ -227,11 +228,18 @@ class HFAdapter(Adapter):
                 else self.default_chat_template or getattr(tokenizer, "chat_template", None)
             )
         if not getattr(processor, "chat_template", None) and not self.chat_template_override:
+            advice = Advice(
+                "give it with the adapter option chat_template (a template, a file holding one, "
+                "or 'raw' for the prompt's text as it is)",
+                "give it with --chat-template FILE or TEXT (adapter option chat_template), or "
+                "--chat-template raw for the prompt's text as it is",
+                'give it with "chat_template" in the adapter_options file of the model arguments '
+                '(a template, a file holding one, or "raw" for the prompt\'s text as it is)',
+            )
             raise AdapterError(
                 f"{model_id or type(model).__name__} has no chat template (a base model?); "
-                "posdebias renders prompts with one: give it with --chat-template FILE or TEXT "
-                "(adapter option chat_template), or --chat-template raw for the prompt's text "
-                "as it is"
+                f"posdebias renders prompts with one: {advice.library}",
+                advice=advice,
             )
         #: the options as parsed: one home for what they say (the label set and the variant are
         #: also the adapter contract's attributes)
