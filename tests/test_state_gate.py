@@ -419,6 +419,24 @@ def test_an_advice_that_another_extends_is_said_once_whole(tmp_path, capsys):
         assert said.count("Calibrate again") == 1 and said.count("calibration transfer") == 1
 
 
+def test_states_saved_for_several_n_serve_the_run_of_each_n(tmp_path, capsys):
+    """`Debiaser.save` writes ``<label>.n<N>.json`` per N; `evaluate` of each N uses the state of
+    its N (it picked the first file and refused it for N = 5)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    debiaser = Debiaser(SyntheticAdapter(), ["pride"])
+    debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
+    folder = debiaser.save(tmp_path / "states")
+    assert sorted(path.name for path in folder.iterdir()) == ["pride.n4.json", "pride.n5.json"]
+    for n in (5, 4):
+        argv = ["evaluate", "--adapter", "synthetic", "-N", str(n), "--calibrators", "pride",
+                "--calibration", str(folder), "--count", "3",
+                "--out", str(tmp_path / f"n{n}")]  # fmt: skip
+        assert main(argv) == 0, capsys.readouterr().err
+    assert main([*argv[:4], "6", *argv[5:-1], str(tmp_path / "n6")]) == 2
+    assert "made for N=4 candidates, not N=6" in capsys.readouterr().err
+
+
 def test_one_state_picked_by_two_rows_names_each_row(tmp_path, capsys):
     """Two rows of one calibrator with other options pick the same saved state: each refusal
     names the row it was checked for."""

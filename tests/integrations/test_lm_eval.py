@@ -425,3 +425,31 @@ def test_the_adapter_model_argument_names_the_adapter_to_load_with(tmp_path):
         PosdebiasLM.create_from_arg_string(named.replace("llama", "nosuch"), {})
     wrapped = PosdebiasLM(adapter=lm.harness.adapter, calibrators="vanilla")
     assert wrapped.harness.adapter is lm.harness.adapter
+
+
+def test_states_saved_for_several_n_answer_documents_of_each_n(tmp_path):
+    """A folder `Debiaser.save` wrote for N = 4 and 5 (``pride.n4.json``, ``pride.n5.json``):
+    the harness model answers documents of both N (it took the first file for every N)."""
+    require_lm_eval()
+    from posdebias.core.instance import Instance
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
+    words = ["dog", "red", "car", "sun", "cup"]
+    instances = [
+        Instance(stem=f"Which is a colour? ({i})", texts=tuple(words[:n]), target=1,
+                 id=f"q{n}-{i}", task="multiple_choice")
+        for n in (4, 5)
+        for i in range(2)
+    ]  # fmt: skip
+    debiaser = posdebias.Debiaser(posdebias.load_adapter("posdebias/text-organism"), ["pride"])
+    debiaser.calibrate(instances)
+    folder = debiaser.save(tmp_path / "states")
+    assert sorted(path.name for path in folder.iterdir()) == ["pride.n4.json", "pride.n5.json"]
+    lm = PosdebiasLM(
+        pretrained="posdebias/text-organism", calibrators="pride", calibration=str(folder)
+    )
+    for n in (4, 5):
+        options = {"id": f"m{n}", "question": "Which is a colour?", "texts": words[:n]}
+        answer = lm.generate_until([request("generate_until", ("q", {}), options, 0)])[0]
+        assert answer in "ABCDE"[:n]
+    assert sorted(lm.harness.debiaser.calibrated_n) == [4, 5]

@@ -284,7 +284,7 @@ def saved_states(
     folder = config.calibration.is_dir()
     fits: dict[tuple[str, str, str], bool] = {}  # a state's use by a calibrator: whether it fits
     for label, calibrator in calibrators.items():
-        key = pick_state(saved, label, calibrator)
+        key = pick_state(saved, label, calibrator, n)
         if key is None:
             continue
         use = (key, calibrator.name, calibrator.options.model_dump_json())

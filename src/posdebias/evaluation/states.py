@@ -184,14 +184,30 @@ def _merged(advice: list[str], said: str) -> list[str]:
     return [*(known for known in advice if not said.startswith(known)), said]
 
 
-def pick_state(
+def row_states(
     saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
+) -> dict[str, CalibrationState]:
+    """The saved states a calibrator row uses, by key: those saved under its label
+    (``<label>.json``, or ``<label>.n<N>.json`` per N as :meth:`Debiaser.save` writes several
+    N), else those its kind fitted under the first other label that holds one."""
+
+    def stem(key: str) -> str:
+        return key.removesuffix(f".n{saved[key].n}")
+
+    own = {key: state for key, state in saved.items() if stem(key) == label}
+    if own:
+        return own
+    kind = [key for key, state in saved.items() if state.calibrator == calibrator.name]
+    return {key: saved[key] for key in kind if stem(key) == stem(kind[0])}
+
+
+def pick_state(
+    saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator, n: int
 ) -> str | None:
-    """Which saved state a calibrator uses (its key): the one under its label, else one its
-    kind fitted."""
-    if label in saved:
-        return label
-    return next((key for key, s in saved.items() if s.calibrator == calibrator.name), None)
+    """Which saved state a calibrator row uses for N = ``n`` (its key): of its states
+    (:func:`row_states`), the one fitted for ``n``, else the first (refused for its N)."""
+    found = row_states(saved, label, calibrator)
+    return next((key for key, state in found.items() if state.n == n), next(iter(found), None))
 
 
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:

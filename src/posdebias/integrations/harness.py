@@ -43,7 +43,7 @@ from posdebias.errors import (
 from posdebias.evaluation.states import (
     StateRefusals,
     load_states,
-    pick_state,
+    row_states,
     save_states,
     states_folder,
 )
@@ -379,10 +379,11 @@ class HarnessDebiaser:
         states: dict[str, CalibrationState] = {}
         missing: list[str] = []
         for label, calibrator in self.debiaser.calibrators.items():
-            key = pick_state(saved, label, calibrator)
-            if key is not None:
-                states[label] = saved[key]
-            elif calibrator.needs_fit and not (path / f"{label}.json").is_file():
+            found = row_states(saved, label, calibrator)  # one per N the states were fitted for
+            for state in found.values():
+                states[label if len(found) == 1 else f"{label}.n{state.n}"] = state
+            own_files = [*path.glob(f"{label}.json"), *path.glob(f"{label}.n*.json")]
+            if not found and calibrator.needs_fit and not own_files:
                 missing.append(label)  # (a file of its own that cannot be read is named above)
         if missing:
             which = "calibrator" if len(missing) == 1 else "calibrators"
