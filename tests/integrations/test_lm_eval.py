@@ -453,3 +453,37 @@ def test_states_saved_for_several_n_answer_documents_of_each_n(tmp_path):
         answer = lm.generate_until([request("generate_until", ("q", {}), options, 0)])[0]
         assert answer in "ABCDE"[:n]
     assert sorted(lm.harness.debiaser.calibrated_n) == [4, 5]
+
+
+def test_every_process_of_a_harness_run_holds_each_n_its_first_process_fitted(tmp_path):
+    """Rank 0 fits on calibration items of N = 4 and 5 and writes the states for the others;
+    rank 1 reads both N (it kept the first N only, so its documents of the other N were
+    refused while rank 0 answered them)."""
+    from posdebias.core.instance import Instance
+    from posdebias.integrations.harness import HarnessConfig, HarnessDebiaser
+
+    words = ["dog", "red", "car", "sun", "cup"]
+    items = [
+        Instance(stem=f"Which is a colour? ({i})", texts=tuple(words[:n]), target=1,
+                 id=f"q{n}-{i}", task="multiple_choice")
+        for n in (4, 5)
+        for i in range(2)
+    ]  # fmt: skip
+    config = HarnessConfig(
+        pretrained="posdebias/text-organism",
+        calibrators=["pride", "vanilla"],
+        calibration="task",
+        cache_dir=str(tmp_path / "cache"),
+    )
+    adapter = posdebias.load_adapter("posdebias/text-organism")
+    ranks = [HarnessDebiaser(config, rank=r, world_size=2, adapter=adapter) for r in (0, 1)]
+    for harness in ranks:  # rank 0 first: the others read what it wrote
+        harness.calibrate(lambda: items)
+    first, second = (harness.debiaser for harness in ranks)
+    assert first.calibrated_n == second.calibrated_n == [4, 5]
+    for n in (4, 5):
+        assert second.states_for(n)["pride"] == first.states_for(n)["pride"]
+        query = Instance(stem="Which is red?", texts=tuple(words[:n]), id=f"r{n}",
+                         task="multiple_choice")  # fmt: skip
+        (one,), (other,) = (harness.answers([query]) for harness in ranks)
+        assert one.of("pride").scores.tolist() == other.of("pride").scores.tolist()

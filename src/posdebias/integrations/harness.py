@@ -428,15 +428,19 @@ class HarnessDebiaser:
         if self.rank == 0:
             shared = _shared_calibration_folder(folder)  # refused before any fit
             self.debiaser.calibrate(items)
-            fitted = {label: self.debiaser.states[label] for label in self.fitting}
+            several = len(self.debiaser.calibrated_n) > 1  # <label>.n<N>.json, as save() does
+            fitted = {
+                f"{label}.n{n}" if several else label: self.debiaser.states_for(n)[label]
+                for n in self.debiaser.calibrated_n
+                for label in self.fitting
+            }
             # the states first, the provenance that marks the folder complete last
             save_states(fitted, shared.path("states"))
             shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder)})
         if self.world_size > 1:
             self.barrier()
-        if self.rank != 0:
-            states = load_states(folder / "states")
-            self.debiaser.states = {label: states[label] for label in self.fitting}
+        if self.rank != 0:  # every N rank 0 fitted, through the gate as any saved state
+            self.debiaser.use_states(load_states(folder / "states"))
         self._record({**origin, "states": str(folder / "states"), "shared_by_rank": 0})
 
     # -- answers -------------------------------------------------------------------------
