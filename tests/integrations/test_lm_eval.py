@@ -427,29 +427,36 @@ def test_the_adapter_model_argument_names_the_adapter_to_load_with(tmp_path):
     assert wrapped.harness.adapter is lm.harness.adapter
 
 
-def test_states_saved_for_several_n_answer_documents_of_each_n(tmp_path):
-    """A folder `Debiaser.save` wrote for N = 4 and 5 (``pride.n4.json``, ``pride.n5.json``):
-    the harness model answers documents of both N (it took the first file for every N)."""
-    require_lm_eval()
-    from posdebias.core.instance import Instance
-    from posdebias.integrations.lm_eval import PosdebiasLM
+WORDS = ["dog", "red", "car", "sun", "cup"]
 
-    words = ["dog", "red", "car", "sun", "cup"]
-    instances = [
-        Instance(stem=f"Which is a colour? ({i})", texts=tuple(words[:n]), target=1,
+
+def _colour_questions():
+    """Two labelled questions of N = 4 and two of N = 5 ("red" the answer, second)."""
+    from posdebias.core.instance import Instance
+
+    return [
+        Instance(stem=f"Which is a colour? ({i})", texts=tuple(WORDS[:n]), target=1,
                  id=f"q{n}-{i}", task="multiple_choice")
         for n in (4, 5)
         for i in range(2)
     ]  # fmt: skip
+
+
+def test_states_saved_for_several_n_answer_documents_of_each_n(tmp_path):
+    """A folder `Debiaser.save` wrote for N = 4 and 5 (``pride.n4.json``, ``pride.n5.json``):
+    the harness model answers documents of both N (it took the first file for every N)."""
+    require_lm_eval()
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
     debiaser = posdebias.Debiaser(posdebias.load_adapter("posdebias/text-organism"), ["pride"])
-    debiaser.calibrate(instances)
+    debiaser.calibrate(_colour_questions())
     folder = debiaser.save(tmp_path / "states")
     assert sorted(path.name for path in folder.iterdir()) == ["pride.n4.json", "pride.n5.json"]
     lm = PosdebiasLM(
         pretrained="posdebias/text-organism", calibrators="pride", calibration=str(folder)
     )
     for n in (4, 5):
-        options = {"id": f"m{n}", "question": "Which is a colour?", "texts": words[:n]}
+        options = {"id": f"m{n}", "question": "Which is a colour?", "texts": WORDS[:n]}
         answer = lm.generate_until([request("generate_until", ("q", {}), options, 0)])[0]
         assert answer in "ABCDE"[:n]
     assert sorted(lm.harness.debiaser.calibrated_n) == [4, 5]
@@ -462,13 +469,7 @@ def test_every_process_of_a_harness_run_holds_each_n_its_first_process_fitted(tm
     from posdebias.core.instance import Instance
     from posdebias.integrations.harness import HarnessConfig, HarnessDebiaser
 
-    words = ["dog", "red", "car", "sun", "cup"]
-    items = [
-        Instance(stem=f"Which is a colour? ({i})", texts=tuple(words[:n]), target=1,
-                 id=f"q{n}-{i}", task="multiple_choice")
-        for n in (4, 5)
-        for i in range(2)
-    ]  # fmt: skip
+    items = _colour_questions()
     config = HarnessConfig(
         pretrained="posdebias/text-organism",
         calibrators=["pride", "vanilla"],
@@ -483,7 +484,7 @@ def test_every_process_of_a_harness_run_holds_each_n_its_first_process_fitted(tm
     assert first.calibrated_n == second.calibrated_n == [4, 5]
     for n in (4, 5):
         assert second.states_for(n)["pride"] == first.states_for(n)["pride"]
-        query = Instance(stem="Which is red?", texts=tuple(words[:n]), id=f"r{n}",
+        query = Instance(stem="Which is red?", texts=tuple(WORDS[:n]), id=f"r{n}",
                          task="multiple_choice")  # fmt: skip
         (one,), (other,) = (harness.answers([query]) for harness in ranks)
         assert one.of("pride").scores.tolist() == other.of("pride").scores.tolist()
