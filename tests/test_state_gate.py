@@ -6,6 +6,7 @@ uses. On the bundled text model (a real tiny Llama)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -435,6 +436,109 @@ def test_states_saved_for_several_n_serve_the_run_of_each_n(tmp_path, capsys):
         assert main(argv) == 0, capsys.readouterr().err
     assert main([*argv[:4], "6", *argv[5:-1], str(tmp_path / "n6")]) == 2
     assert "made for N=4 candidates, not N=6" in capsys.readouterr().err
+
+
+def test_two_states_of_one_row_for_one_n_are_refused_at_every_door(tmp_path, capsys):
+    """`pride.json` beside a later save's `pride.n4.json`, both for N = 4: every door refuses
+    the folder naming both files (evaluate took one, the API and the harness the other)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    folder = tmp_path / "states"
+    debiaser = Debiaser(SyntheticAdapter(), ["pride"])
+    debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
+    debiaser.save(folder)
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "--seed", "5",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    assert sorted(p.name for p in folder.glob("*.json")) == [
+        "pride.json", "pride.n4.json", "pride.n5.json"
+    ]  # fmt: skip
+    said = "holds two states of 'pride' for N=4 (pride.json and pride.n4.json): keep one"
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
+                 "--calibration", str(folder), "--out", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert said in capsys.readouterr().err and not (tmp_path / "run").exists()
+    with pytest.raises(CalibrationError, match=re.escape(said)):
+        Debiaser.load(folder, SyntheticAdapter())
+    assert main(["rank", "--adapter", "synthetic", "--calibration", str(folder), "q", "a", "b",
+                 "c", "d"]) == 2  # fmt: skip
+    assert said in capsys.readouterr().err
+    # the N = 5 state alone is no ambiguity: its run goes on
+    assert main(["evaluate", "--adapter", "synthetic", "-N", "5", "--calibrators", "pride",
+                 "--count", "3", "--calibration", str(folder / "pride.n5.json"),
+                 "--out", str(tmp_path / "n5")]) == 0  # fmt: skip
+
+
+def test_a_label_that_reads_as_a_state_per_n_is_refused_where_it_is_given(tmp_path, capsys):
+    """`<label>.n<N>.json` is the state of one of several N, so no label ends in `.n<N>`: the
+    config, the API and a hand-renamed file say so (a label `lf.n4` was read as row `lf`)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.errors import ConfigError
+
+    config = tmp_path / "c.yaml"
+    config.write_text("calibrators: [{name: label_free, label: lf.n4}]\n")
+    assert main(["calibrate", "--adapter", "synthetic", "--config", str(config),
+                 "--out", str(tmp_path / "s")]) == 2  # fmt: skip
+    assert "not ending in '.' or in '.n' and a number" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="calibrator label 'x.n12' cannot name a file"):
+        Debiaser(SyntheticAdapter(), {"x.n12": "pride"})
+    with pytest.raises(ConfigError, match="calibrator label '../evil' cannot name a file"):
+        Debiaser(SyntheticAdapter(), {"../evil": "pride"})
+    debiaser = Debiaser(SyntheticAdapter(), ["pride", "vanilla"])
+    debiaser.calibrate(synthetic_instances(8, 4))
+    folder = debiaser.save(tmp_path / "states")
+    (folder / "pride.json").rename(folder / "pride.n5.json")
+    with pytest.raises(CalibrationError, match=re.escape(
+        "pride.n5.json holds a state for N=4, but its name says N=5: name it pride.n4.json"
+    )):  # fmt: skip
+        Debiaser.load(folder, SyntheticAdapter())
+
+
+def test_api_save_never_replaces_a_file_it_did_not_make(tmp_path):
+    """`Debiaser.save` into a folder writes as `posdebias calibrate --out` does: a file that is
+    no state is kept, and nothing is written."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.errors import OutputError
+
+    folder = tmp_path / "ow"
+    folder.mkdir()
+    (folder / "pride.json").write_text('{"my": "notes"}')
+    debiaser = Debiaser(SyntheticAdapter(), ["pride", "vanilla"])
+    debiaser.calibrate(synthetic_instances(8, 4))
+    with pytest.raises(OutputError, match="is not a calibration state"):
+        debiaser.save(folder)
+    assert (folder / "pride.json").read_text() == '{"my": "notes"}'
+    assert sorted(p.name for p in folder.iterdir()) == ["pride.json"]
+
+
+def test_a_row_of_one_kind_uses_the_state_fitted_with_its_options(tmp_path, capsys):
+    """Two states of one kind under other labels (`fast`: iterations 0, `full`: the defaults):
+    a `label_free` row takes the one fitted with its options (it took the first and refused)."""
+    config = tmp_path / "two.yaml"
+    config.write_text("calibrators: [{name: label_free, label: fast, options: {iterations: 0}}, "
+                      "{name: label_free, label: full}]\n")  # fmt: skip
+    folder = tmp_path / "two"
+    assert main(["calibrate", "--adapter", "synthetic", "--config", str(config),
+                 "--out", str(folder)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "label_free",
+                 "--count", "3", "--calibration", str(folder),
+                 "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
+    used = json.loads((tmp_path / "run" / "states" / "label_free.json").read_text())
+    assert used == json.loads((folder / "full.json").read_text())
+
+
+def test_a_calibrator_that_needs_no_fit_serves_any_n_beside_states_of_others(tmp_path, capsys):
+    """`vanilla.n4.json` and `vanilla.n5.json` (a several-N save): `evaluate -N 6` runs vanilla
+    without them, as the API does (it refused the N = 4 file)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    debiaser = Debiaser(SyntheticAdapter(), ["vanilla"])
+    debiaser.calibrate([*synthetic_instances(4, 4), *synthetic_instances(4, 5)])
+    folder = debiaser.save(tmp_path / "v")
+    assert sorted(p.name for p in folder.iterdir()) == ["vanilla.n4.json", "vanilla.n5.json"]
+    assert main(["evaluate", "--adapter", "synthetic", "-N", "6", "--calibrators", "vanilla",
+                 "--count", "3", "--calibration", str(folder),
+                 "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
 
 
 def test_one_state_picked_by_two_rows_names_each_row(tmp_path, capsys):

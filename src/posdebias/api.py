@@ -43,9 +43,12 @@ from posdebias.evaluation.runner import (
 )
 from posdebias.evaluation.states import (
     StateRefusals,
+    check_label,
     check_state,
     load_states,
     prompt_hashes,
+    row_label,
+    save_states,
     state_metadata,
 )
 from posdebias.registry import get_registry
@@ -319,6 +322,8 @@ class Debiaser:
                 specs[label] = spec
         if not specs:
             raise InputError("a Debiaser needs at least one calibrator")
+        for label in specs:
+            check_label(label)  # it names the state's file, as in a config
         if options and (len(specs) != 1 or not isinstance(next(iter(specs.values())), str)):
             raise InputError(
                 f"options {sorted(options)} apply to one calibrator given by name; with several, "
@@ -535,12 +540,15 @@ class Debiaser:
             )
         if len(fitted) == 1 and len(self.calibrators) == 1:
             return next(iter(fitted.values()))[self.primary].save(path)
-        folder = Path(path)
-        for n, states in fitted.items():
-            for label, state in states.items():
-                name = f"{label}.n{n}.json" if len(fitted) > 1 else f"{label}.json"
-                state.save(folder / name)
-        return folder
+        save_states(
+            {
+                f"{label}.n{n}" if len(fitted) > 1 else label: state
+                for n, states in fitted.items()
+                for label, state in states.items()
+            },
+            path,
+        )  # together, never over a file that is not a state
+        return Path(path)
 
     @classmethod
     def load(
@@ -560,7 +568,7 @@ class Debiaser:
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
         for stem, state in states.items():
-            label = stem.removesuffix(f".n{state.n}")
+            label = row_label(stem, state)
             if label not in calibrators:  # the same calibrator fitted for another N: checked
                 with refusals.checking():
                     try:
@@ -572,7 +580,7 @@ class Debiaser:
         if not calibrators:
             refusals.raise_any()
         debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
-        made = {k: v for k, v in states.items() if k.removesuffix(f".n{v.n}") in calibrators}
+        made = {k: v for k, v in states.items() if row_label(k, v) in calibrators}
         debiaser.use_states(made, transfer=transfer, refusals=refusals)
         return debiaser
 
@@ -592,7 +600,7 @@ class Debiaser:
         refusals = refusals if refusals is not None else StateRefusals()
         fitted: dict[int, dict[str, CalibrationState]] = {}
         for stem, state in states.items():
-            label = stem.removesuffix(f".n{state.n}")
+            label = row_label(stem, state)
             calibrator = self.calibrators.get(label)
             if calibrator is None:
                 refusals.add(

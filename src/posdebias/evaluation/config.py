@@ -30,8 +30,21 @@ from posdebias.core.tasks import default_orders
 from posdebias.errors import ConfigError, UnknownNameError, options_error, validation_message
 from posdebias.registry import get_registry
 
-#: What a calibrator label may be: it becomes a file name.
-SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+#: What a calibrator label may be: it becomes a file name (``<label>.json``; a label ending in
+#: ``.n<N>`` would read as the state of one of several N, ``<label>.n<N>.json``).
+SAFE_LABEL = re.compile(r"^(?![^\n]*\.n[0-9]+\Z)[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+LABEL_RULE = (
+    "use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit, not ending "
+    "in '.' or in '.n' and a number (the name of a state per N)"
+)
+
+
+def label_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a calibrator label (:data:`LABEL_RULE`), or None."""
+    if isinstance(value, str) and SAFE_LABEL.fullmatch(value) and not value.endswith("."):
+        return None
+    return LABEL_RULE
+
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS
 
@@ -50,12 +63,10 @@ class CalibratorSpec(_Strict):
     @field_validator("label")
     @classmethod
     def _safe_label(cls, value: str | None) -> str | None:
-        """A label names files (``states/<label>.json``): letters, digits, ``_ . -`` only."""
-        if value is not None and (not SAFE_LABEL.fullmatch(value) or value.endswith(".")):
-            raise ValueError(
-                "a label names a file: use 1 to 64 letters, digits, '_', '.' or '-', starting "
-                "with a letter or digit"
-            )
+        """A label names files (``states/<label>.json``): :data:`LABEL_RULE`."""
+        problem = None if value is None else label_problem(value)
+        if problem is not None:
+            raise ValueError(f"a label names a file: {problem}")
         return value
 
     @property

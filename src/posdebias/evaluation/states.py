@@ -32,7 +32,7 @@ from posdebias.errors import (
     InputError,
     OutputError,
 )
-from posdebias.evaluation.config import SAFE_LABEL
+from posdebias.evaluation.config import label_problem
 
 
 def _template(adapter: Adapter, task: str) -> TaskTemplate | None:
@@ -189,25 +189,29 @@ def row_states(
 ) -> dict[str, CalibrationState]:
     """The saved states a calibrator row uses, by key: those saved under its label
     (``<label>.json``, or ``<label>.n<N>.json`` per N as :meth:`Debiaser.save` writes several
-    N), else those its kind fitted under the first other label that holds one."""
-
-    def stem(key: str) -> str:
-        return key.removesuffix(f".n{saved[key].n}")
-
-    own = {key: state for key, state in saved.items() if stem(key) == label}
-    if own:
-        return own
-    kind = [key for key, state in saved.items() if state.calibrator == calibrator.name]
-    return {key: saved[key] for key in kind if stem(key) == stem(kind[0])}
+    N), else those its kind fitted under another label, with its options where one has them."""
+    rows: dict[str, dict[str, CalibrationState]] = {}
+    for key, state in saved.items():
+        rows.setdefault(row_label(key, state), {})[key] = state
+    if label in rows:
+        return rows[label]
+    options = calibrator.options.model_dump(mode="json")
+    kind = [row for row in rows.values() if next(iter(row.values())).calibrator == calibrator.name]
+    alike = [row for row in kind if all(state.options == options for state in row.values())]
+    return (alike or kind or [{}])[0]
 
 
 def pick_state(
     saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator, n: int
 ) -> str | None:
     """Which saved state a calibrator row uses for N = ``n`` (its key): of its states
-    (:func:`row_states`), the one fitted for ``n``, else the first (refused for its N)."""
+    (:func:`row_states`), the one fitted for ``n``; else the first, to be refused for its N,
+    when the calibrator needs a fit (one that needs none serves any N without it)."""
     found = row_states(saved, label, calibrator)
-    return next((key for key, state in found.items() if state.n == n), next(iter(found), None))
+    fitted_for_n = next((key for key, state in found.items() if state.n == n), None)
+    if fitted_for_n is None and calibrator.needs_fit:
+        return next(iter(found), None)
+    return fitted_for_n
 
 
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
@@ -223,6 +227,7 @@ def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, 
         for file in files:
             with own.checking():
                 states[file.stem] = CalibrationState.load(file)
+        states = _unambiguous(path, states, own)
         if refusals is None:
             own.raise_any()
         return states
@@ -230,19 +235,61 @@ def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, 
     return {state.calibrator: state}
 
 
+def _unambiguous(
+    folder: Path, states: dict[str, CalibrationState], refusals: StateRefusals
+) -> dict[str, CalibrationState]:
+    """A folder's states less those refused as ambiguous: a ``<label>.n<N>.json`` whose state
+    is for another N, and two files of one row for one N (``pride.json`` beside a later save's
+    ``pride.n4.json``: each door would pick its own)."""
+    kept: dict[str, CalibrationState] = {}
+    for key, state in states.items():
+        label = row_label(key, state)
+        match = _PER_N.fullmatch(label)
+        if match is not None:
+            refusals.add(
+                CalibrationError(
+                    f"{folder / key}.json holds a state for N={state.n}, but its name says "
+                    f"N={match['n']}: name it {match['label']}.n{state.n}.json"
+                )
+            )
+        else:
+            kept[key] = state
+    by_use: dict[tuple[str, int], list[str]] = {}
+    for key, state in kept.items():
+        by_use.setdefault((row_label(key, state), state.n), []).append(key)
+    for (label, n), keys in by_use.items():
+        if len(keys) > 1:
+            names = " and ".join(f"{key}.json" for key in keys)
+            refusals.add(
+                CalibrationError(
+                    f"{folder} holds two states of {label!r} for N={n} ({names}): keep one "
+                    "(a state per N is <label>.n<N>.json, one N alone <label>.json)"
+                )
+            )
+            for key in keys:
+                del kept[key]
+    return kept
+
+
 def check_label(label: str) -> str:
     """``label`` if it is safe as a file name, else a ConfigError saying what is allowed."""
-    if not isinstance(label, str) or not SAFE_LABEL.fullmatch(label) or label.endswith("."):
-        shown = repr(label)[:70]
-        raise ConfigError(
-            f"calibrator label {shown} cannot name a file: use 1 to 64 letters, digits, '_', "
-            "'.' or '-', starting with a letter or digit"
-        )
+    problem = label_problem(label)
+    if problem is not None:
+        raise ConfigError(f"calibrator label {repr(label)[:70]} cannot name a file: {problem}")
     return label
 
 
-#: A state file of a folder of states: ``<label>.json`` (see :data:`SAFE_LABEL`).
-_STATE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\.json\Z")
+#: A state file of a folder of states: ``<label>.json`` or ``<label>.n<N>.json`` (a label:
+#: :func:`~posdebias.evaluation.config.label_problem`).
+_STATE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}(\.n[0-9]{1,3})?\.json\Z")
+#: The key of the state of one of several N: ``<label>.n<N>`` (:meth:`Debiaser.save`).
+_PER_N = re.compile(r"(?P<label>.+)\.n(?P<n>[0-9]+)\Z")
+
+
+def row_label(key: str, state: CalibrationState) -> str:
+    """The calibrator row a saved state's key names: the key, less ``.n<N>`` for its N."""
+    match = _PER_N.fullmatch(key)
+    return match["label"] if match and int(match["n"]) == state.n else key
 
 
 def states_folder(folder: str | Path, *, flag: str = "--out") -> RunFolder:
@@ -255,15 +302,16 @@ def states_folder(folder: str | Path, *, flag: str = "--out") -> RunFolder:
 
 
 def save_states(states: Mapping[str, CalibrationState], folder: str | Path) -> list[Path]:
-    """Write ``<label>.json`` for every state into ``folder``, together or not at all.
+    """Write ``<key>.json`` for every state into ``folder`` (a key: its label, or
+    ``<label>.n<N>`` for the state of one of several N), together or not at all.
 
     A folder holding other files than calibration states is refused: saving must not replace
     a file we did not make.
     """
     root = Path(folder)
-    files = {
-        f"{check_label(label)}.json": state.to_json().encode() for label, state in states.items()
-    }
+    for key, state in states.items():
+        check_label(row_label(key, state))
+    files = {f"{key}.json": state.to_json().encode() for key, state in states.items()}
     if root.exists() and not root.is_dir():
         raise OutputError(f"{root} is a file; give a folder for the calibration states")
     if root.is_dir():

@@ -436,7 +436,7 @@ class HarnessDebiaser:
             }
             # the states first, the provenance that marks the folder complete last
             save_states(fitted, shared.path("states"))
-            shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder)})
+            shared.write_json(PROVENANCE_FILE, {**origin, "states": str(folder / "states")})
         if self.world_size > 1:
             self.barrier()
         if self.rank != 0:  # every N rank 0 fitted, through the gate as any saved state

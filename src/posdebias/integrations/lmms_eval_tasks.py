@@ -43,7 +43,7 @@ from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.labels import LABEL_SETS, get_label_set
 from posdebias.core.tasks import TASK_LABEL_SETS, task_template
 from posdebias.errors import InputError, PosdebiasError
-from posdebias.evaluation.config import SAFE_LABEL
+from posdebias.evaluation.config import label_problem
 from posdebias.evaluation.job import split_held_out
 from posdebias.evaluation.metrics import compute_metrics
 from posdebias.integrations.harness import (
@@ -482,8 +482,9 @@ def write_rotated_tasks(
     if not labels_out:
         raise InputError("give at least one calibrator")
     for label in labels_out:
-        if not SAFE_LABEL.fullmatch(label):
-            raise InputError(f"calibrator {label!r}: not a name")
+        problem = label_problem(label)
+        if problem is not None:
+            raise InputError(f"calibrator {label!r}: not a name ({problem})")
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
     check_whole_number("the calibration count", calibration_count, 0, defaults.MAX_CALIBRATION)
