@@ -439,20 +439,20 @@ def test_states_saved_for_several_n_serve_the_run_of_each_n(tmp_path, capsys):
 
 
 def test_two_states_of_one_row_for_one_n_are_refused_at_every_door(tmp_path, capsys):
-    """`pride.json` beside a later save's `pride.n4.json`, both for N = 4: every door refuses
-    the folder naming both files (evaluate took one, the API and the harness the other)."""
+    """A folder holding two states of one row for one N (`pride.json`, a hand copy, beside
+    `pride.n4.json`): every door refuses it naming both (evaluate took one, the API and the
+    harnesses the other, and printed other numbers)."""
     from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.integrations.harness import HarnessConfig, HarnessDebiaser
 
     folder = tmp_path / "states"
     debiaser = Debiaser(SyntheticAdapter(), ["pride"])
     debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
     debiaser.save(folder)
-    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "--seed", "5",
-                 "--out", str(folder)]) == 0  # fmt: skip
-    assert sorted(p.name for p in folder.glob("*.json")) == [
-        "pride.json", "pride.n4.json", "pride.n5.json"
-    ]  # fmt: skip
-    said = "holds two states of 'pride' for N=4 (pride.json and pride.n4.json): keep one"
+    other = Debiaser(SyntheticAdapter(), ["pride"])
+    other.calibrate(synthetic_instances(6, 4))
+    other.states["pride"].save(folder / "pride.json")
+    said = "2 states of 'pride' for N=4 (pride.json, pride.n4.json): keep one"
     capsys.readouterr()
     assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
                  "--calibration", str(folder), "--out", str(tmp_path / "run")]) == 2  # fmt: skip
@@ -462,10 +462,103 @@ def test_two_states_of_one_row_for_one_n_are_refused_at_every_door(tmp_path, cap
     assert main(["rank", "--adapter", "synthetic", "--calibration", str(folder), "q", "a", "b",
                  "c", "d"]) == 2  # fmt: skip
     assert said in capsys.readouterr().err
+    config = HarnessConfig(pretrained="synthetic", calibrators=["pride"], calibration=str(folder))
+    with pytest.raises(CalibrationError, match=re.escape(said)):
+        HarnessDebiaser(config, adapter=SyntheticAdapter()).calibrate()
     # the N = 5 state alone is no ambiguity: its run goes on
     assert main(["evaluate", "--adapter", "synthetic", "-N", "5", "--calibrators", "pride",
                  "--count", "3", "--calibration", str(folder / "pride.n5.json"),
                  "--out", str(tmp_path / "n5")]) == 0  # fmt: skip
+
+
+def test_a_save_replaces_every_state_of_its_labels_and_keeps_the_others(tmp_path, capsys):
+    """Saving a row's states replaces all its files in the folder (another N's, or named the
+    other way), so no writer leaves a folder that the next read refuses or reads stale N from;
+    the states of other labels stay."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    folder = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "label_free",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    debiaser = Debiaser(SyntheticAdapter(), ["pride", "vanilla"])
+    debiaser.calibrate(synthetic_instances(8, 4))
+    debiaser.save(folder)
+    debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
+    debiaser.save(folder)
+    names = sorted(p.name for p in folder.glob("*.json"))
+    assert names == ["label_free.json", "pride.n4.json", "pride.n5.json", "vanilla.n4.json",
+                     "vanilla.n5.json"]  # fmt: skip
+    debiaser.calibrate(synthetic_instances(8, 6))
+    debiaser.save(folder)
+    assert sorted(p.name for p in folder.glob("*.json")) == [
+        "label_free.json", "pride.json", "vanilla.json"
+    ]  # fmt: skip
+    assert Debiaser.load(folder, SyntheticAdapter()).calibrated_n == [4, 6]  # label_free: N=4
+    capsys.readouterr()
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "-N", "5",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    assert json.loads((folder / "pride.json").read_text())["n"] == 5
+
+
+def test_the_state_of_a_calibrator_that_needs_no_fit_for_another_n_is_not_needed(tmp_path, capsys):
+    """`--calibration vanilla.json` (N = 4) for a run of N = 5: vanilla runs without it, and
+    pride is fitted by the run (the message said the run had no vanilla calibrator)."""
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride,vanilla",
+                 "--out", str(tmp_path / "c4")]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "-N", "5", "--calibrators",
+                 "pride,vanilla", "--count", "3", "--calibration",
+                 str(tmp_path / "c4" / "vanilla.json"),
+                 "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
+
+
+def test_a_row_of_one_kind_takes_the_state_of_its_n_among_others_alike(tmp_path, capsys):
+    """States of one kind and options under two other labels, for N = 4 (`a`) and N = 5 (`b`):
+    a `pride` row of N = 5 takes `b` (it took `a` and refused it for its N)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    folder = tmp_path / "kind"
+    for label, n in (("a", 4), ("b", 5)):
+        debiaser = Debiaser(SyntheticAdapter(), {label: "pride"})
+        debiaser.calibrate(synthetic_instances(8, n))
+        debiaser.states[label].save(folder / f"{label}.json")
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "-N", "5", "--calibrators", "pride",
+                 "--count", "3", "--calibration", str(folder),
+                 "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
+    used = json.loads((tmp_path / "run" / "states" / "pride.json").read_text())
+    assert used == json.loads((folder / "b.json").read_text())
+
+
+def test_a_label_of_an_earlier_run_that_reads_as_a_state_per_n_still_loads():
+    """A label ending in `.n<N>` is refused for a new run, yet the configuration of a run
+    written before the rule (its results.json) still reads."""
+    from posdebias.errors import ConfigError
+    from posdebias.evaluation.config import EvaluateConfig, load_config
+
+    row = {"name": "pride", "label": "x.n4"}
+    assert EvaluateConfig.model_validate({"calibrators": [row]}).calibrators[0].label == "x.n4"
+    with pytest.raises(ConfigError, match="label 'x.n4': use 1 to 64"):
+        load_config(None, adapter="synthetic", calibrators=[row])
+
+
+def test_a_sweep_takes_no_saved_calibration(tmp_path, capsys):
+    """Every point of a study fits its own calibrators: a saved calibration in the config is
+    refused (the calibration_size study printed the saved state's numbers at every size), and
+    `--calibration` is not read as `--calibration-count`."""
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride",
+                 "--out", str(tmp_path / "c")]) == 0  # fmt: skip
+    config = tmp_path / "c.yaml"
+    config.write_text(f"calibration: {tmp_path / 'c'}\n")
+    capsys.readouterr()
+    assert main(["sweep", "calibration_size", "--adapter", "synthetic", "--config", str(config),
+                 "--out", str(tmp_path / "sweep")]) == 2  # fmt: skip
+    assert "so it takes no saved calibration: drop 'calibration'" in capsys.readouterr().err
+    assert not (tmp_path / "sweep").exists()
+    with pytest.raises(SystemExit):
+        main(["sweep", "calibration_size", "--adapter", "synthetic", "--calibration", "7",
+              "--out", str(tmp_path / "sweep")])  # fmt: skip
+    assert "unrecognized arguments: --calibration 7" in capsys.readouterr().err
 
 
 def test_a_label_that_reads_as_a_state_per_n_is_refused_where_it_is_given(tmp_path, capsys):

@@ -44,12 +44,15 @@ from posdebias.evaluation.runner import (
 from posdebias.evaluation.states import (
     StateRefusals,
     check_label,
+    check_replaceable,
     check_state,
     load_states,
+    name_problem,
     prompt_hashes,
     row_label,
     save_states,
     state_metadata,
+    two_states_error,
 )
 from posdebias.registry import get_registry
 
@@ -539,6 +542,7 @@ class Debiaser:
                 f"calibrators {missing} are not calibrated: call .calibrate(instances) first"
             )
         if len(fitted) == 1 and len(self.calibrators) == 1:
+            check_replaceable(Path(path))
             return next(iter(fitted.values()))[self.primary].save(path)
         save_states(
             {
@@ -567,7 +571,12 @@ class Debiaser:
         states = load_states(Path(path), refusals)
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
-        for stem, state in states.items():
+        for stem, state in list(states.items()):
+            misnamed = name_problem(stem, state)
+            if misnamed is not None:  # pride.n5.json holding N = 4: no row of its own
+                refusals.add(CalibrationError(misnamed))
+                del states[stem]
+                continue
             label = row_label(stem, state)
             if label not in calibrators:  # the same calibrator fitted for another N: checked
                 with refusals.checking():
@@ -599,8 +608,16 @@ class Debiaser:
         found while the states were read (unreadable files), raised with these checks' own."""
         refusals = refusals if refusals is not None else StateRefusals()
         fitted: dict[int, dict[str, CalibrationState]] = {}
+        uses: dict[tuple[str, int], list[str]] = {}
+        for stem, state in states.items():
+            uses.setdefault((row_label(stem, state), state.n), []).append(stem)
+        for (label, n), stems in uses.items():
+            if len(stems) > 1:  # each door would pick its own
+                refusals.add(two_states_error(label, n, stems))
         for stem, state in states.items():
             label = row_label(stem, state)
+            if len(uses[label, state.n]) > 1:
+                continue
             calibrator = self.calibrators.get(label)
             if calibrator is None:
                 refusals.add(

@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
 
@@ -44,6 +44,13 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 2 in one clear line; an option is read only when written whole
+    (``--calibration`` of a command without it was read as its ``--calibration-count``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {printable(message)}\n")

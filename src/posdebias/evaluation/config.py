@@ -30,9 +30,11 @@ from posdebias.core.tasks import default_orders
 from posdebias.errors import ConfigError, UnknownNameError, options_error, validation_message
 from posdebias.registry import get_registry
 
-#: What a calibrator label may be: it becomes a file name (``<label>.json``; a label ending in
-#: ``.n<N>`` would read as the state of one of several N, ``<label>.n<N>.json``).
-SAFE_LABEL = re.compile(r"^(?![^\n]*\.n[0-9]+\Z)[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+#: What a calibrator label may be: it becomes a file name (``<label>.json``).
+SAFE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")
+#: A label a new run may not take, though files written before may hold it: it would read as
+#: the state of one of several N (``<label>.n<N>.json``).
+_PER_N_LABEL = re.compile(r".*\.n[0-9]+\Z")
 LABEL_RULE = (
     "use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit, not ending "
     "in '.' or in '.n' and a number (the name of a state per N)"
@@ -41,9 +43,23 @@ LABEL_RULE = (
 
 def label_problem(value: object) -> str | None:
     """Why ``value`` cannot be a calibrator label (:data:`LABEL_RULE`), or None."""
-    if isinstance(value, str) and SAFE_LABEL.fullmatch(value) and not value.endswith("."):
+    if isinstance(value, str) and _safe_file_label(value) and not _PER_N_LABEL.fullmatch(value):
         return None
     return LABEL_RULE
+
+
+def _safe_file_label(value: str) -> bool:
+    return SAFE_LABEL.fullmatch(value) is not None and not value.endswith(".")
+
+
+def check_new_labels(config: EvaluateConfig, source: str = "configuration") -> EvaluateConfig:
+    """``config`` if a new run can name its states by its calibrators' labels
+    (:func:`label_problem`); the config model itself reads the labels of earlier files."""
+    for spec in config.calibrators:
+        problem = None if spec.label is None else label_problem(spec.label)
+        if problem is not None:
+            raise ConfigError(f"{source}: calibrators: label {spec.label!r}: {problem}")
+    return config
 
 
 DEFAULT_CALIBRATORS = defaults.CALIBRATORS
@@ -64,9 +80,8 @@ class CalibratorSpec(_Strict):
     @classmethod
     def _safe_label(cls, value: str | None) -> str | None:
         """A label names files (``states/<label>.json``): :data:`LABEL_RULE`."""
-        problem = None if value is None else label_problem(value)
-        if problem is not None:
-            raise ValueError(f"a label names a file: {problem}")
+        if value is not None and not _safe_file_label(value):
+            raise ValueError(f"a label names a file: {LABEL_RULE}")
         return value
 
     @property
@@ -242,9 +257,10 @@ def checked_config(config: EvaluateConfig) -> EvaluateConfig:
     try:
         # what was given, not the defaults it was filled with: a default that depends on
         # another field (M on the protocol) follows a change of that field
-        return EvaluateConfig.model_validate(config.model_dump(exclude_unset=True))
+        checked = EvaluateConfig.model_validate(config.model_dump(exclude_unset=True))
     except ValidationError as exc:
         raise config_error(exc, "configuration") from None
+    return check_new_labels(checked)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -306,7 +322,7 @@ def config_from_data(data: dict[str, Any], source: str, **overrides: Any) -> Eva
     except ValidationError as exc:
         raise config_error(exc, source) from None
     _check_options(config, source)
-    return config
+    return check_new_labels(config, source)
 
 
 def _check_options(config: EvaluateConfig, source: str) -> None:

@@ -284,7 +284,9 @@ def saved_states(
     folder = config.calibration.is_dir()
     fits: dict[tuple[str, str, str], bool] = {}  # a state's use by a calibrator: whether it fits
     for label, calibrator in calibrators.items():
-        key = pick_state(saved, label, calibrator, n)
+        key = None
+        with refusals.checking():  # two states of the row for this N: named with the others
+            key = pick_state(saved, label, calibrator, n)
         if key is None:
             continue
         use = (key, calibrator.name, calibrator.options.model_dump_json())
@@ -307,10 +309,12 @@ def saved_states(
         if fits[use]:
             provided[label] = saved[key]
     refusals.raise_any()
-    if not provided and not folder:
-        # one state file that no calibrator of the run uses is a mistake, not a default
+    kinds = {c.name for c in calibrators.values()}
+    if not provided and not folder and next(iter(saved.values())).calibrator not in kinds:
+        # one state file that no calibrator of the run uses is a mistake, not a default (one
+        # of a calibrator that needs no fit, made for another N, is just not needed)
         (state,) = saved.values()
-        names = ", ".join(sorted({c.name for c in calibrators.values()}))
+        names = ", ".join(sorted(kinds))
         raise CalibrationError(
             f"calibration file {config.calibration} holds a state fitted by calibrator "
             f"{state.calibrator!r}, but this run has no {state.calibrator!r} calibrator (it "

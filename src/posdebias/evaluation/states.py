@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,20 +185,60 @@ def _merged(advice: list[str], said: str) -> list[str]:
 
 
 def row_states(
-    saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
+    saved: Mapping[str, CalibrationState],
+    label: str,
+    calibrator: Calibrator,
+    n: int | None = None,
 ) -> dict[str, CalibrationState]:
     """The saved states a calibrator row uses, by key: those saved under its label
     (``<label>.json``, or ``<label>.n<N>.json`` per N as :meth:`Debiaser.save` writes several
-    N), else those its kind fitted under another label, with its options where one has them."""
+    N), else those its kind fitted under another label: fitted with the row's options where
+    some are, holding N = ``n`` where some do. Two of its states of its kind for one N are
+    refused (a CalibrationError naming both files: each door would pick its own)."""
     rows: dict[str, dict[str, CalibrationState]] = {}
     for key, state in saved.items():
         rows.setdefault(row_label(key, state), {})[key] = state
-    if label in rows:
-        return rows[label]
-    options = calibrator.options.model_dump(mode="json")
-    kind = [row for row in rows.values() if next(iter(row.values())).calibrator == calibrator.name]
-    alike = [row for row in kind if all(state.options == options for state in row.values())]
-    return (alike or kind or [{}])[0]
+    found = rows.get(label)
+    if found is None:
+        options = calibrator.options.model_dump(mode="json")
+
+        def rank(row: dict[str, CalibrationState]) -> tuple[bool, bool]:  # best first
+            states = row.values()
+            return (any(s.options != options for s in states), all(s.n != n for s in states))
+
+        kind = [
+            row
+            for row in rows.values()
+            if all(s.calibrator == calibrator.name for s in row.values())
+        ]
+        found = min(kind, key=rank, default={})
+    by_n: dict[int, list[str]] = {}
+    for key, state in found.items():
+        if state.calibrator == calibrator.name:
+            by_n.setdefault(state.n, []).append(key)
+    for n_twice, keys in sorted(by_n.items()):
+        if len(keys) > 1:
+            raise two_states_error(label, n_twice, keys)
+    return found
+
+
+def two_states_error(label: str, n: int, keys: Sequence[str]) -> CalibrationError:
+    """A row with two states of its kind for one N: each door would pick its own."""
+    return CalibrationError(
+        f"{len(keys)} states of {label!r} for N={n} ({', '.join(f'{k}.json' for k in keys)}): "
+        "keep one (a state per N is <label>.n<N>.json, one N alone <label>.json)"
+    )
+
+
+def name_problem(key: str, state: CalibrationState) -> str | None:
+    """Why a state's file name misleads (``pride.n5.json`` holding N = 4), or None."""
+    match = _PER_N.fullmatch(key)
+    if match is None or int(match["n"]) == state.n:
+        return None
+    return (
+        f"{key}.json holds a state for N={state.n}, but its name says N={int(match['n'])}: "
+        f"name it {match['label']}.n{state.n}.json"
+    )
 
 
 def pick_state(
@@ -207,11 +247,14 @@ def pick_state(
     """Which saved state a calibrator row uses for N = ``n`` (its key): of its states
     (:func:`row_states`), the one fitted for ``n``; else the first, to be refused for its N,
     when the calibrator needs a fit (one that needs none serves any N without it)."""
-    found = row_states(saved, label, calibrator)
-    fitted_for_n = next((key for key, state in found.items() if state.n == n), None)
-    if fitted_for_n is None and calibrator.needs_fit:
+    found = row_states(saved, label, calibrator, n)
+    for_n = sorted(
+        (key for key, state in found.items() if state.n == n),
+        key=lambda key: found[key].calibrator != calibrator.name,  # its kind first
+    )
+    if not for_n and calibrator.needs_fit:
         return next(iter(found), None)
-    return fitted_for_n
+    return next(iter(for_n), None)
 
 
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
@@ -227,48 +270,11 @@ def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, 
         for file in files:
             with own.checking():
                 states[file.stem] = CalibrationState.load(file)
-        states = _unambiguous(path, states, own)
         if refusals is None:
             own.raise_any()
         return states
     state = CalibrationState.load(path)  # one file: nothing else to name beside it
     return {state.calibrator: state}
-
-
-def _unambiguous(
-    folder: Path, states: dict[str, CalibrationState], refusals: StateRefusals
-) -> dict[str, CalibrationState]:
-    """A folder's states less those refused as ambiguous: a ``<label>.n<N>.json`` whose state
-    is for another N, and two files of one row for one N (``pride.json`` beside a later save's
-    ``pride.n4.json``: each door would pick its own)."""
-    kept: dict[str, CalibrationState] = {}
-    for key, state in states.items():
-        label = row_label(key, state)
-        match = _PER_N.fullmatch(label)
-        if match is not None:
-            refusals.add(
-                CalibrationError(
-                    f"{folder / key}.json holds a state for N={state.n}, but its name says "
-                    f"N={match['n']}: name it {match['label']}.n{state.n}.json"
-                )
-            )
-        else:
-            kept[key] = state
-    by_use: dict[tuple[str, int], list[str]] = {}
-    for key, state in kept.items():
-        by_use.setdefault((row_label(key, state), state.n), []).append(key)
-    for (label, n), keys in by_use.items():
-        if len(keys) > 1:
-            names = " and ".join(f"{key}.json" for key in keys)
-            refusals.add(
-                CalibrationError(
-                    f"{folder} holds two states of {label!r} for N={n} ({names}): keep one "
-                    "(a state per N is <label>.n<N>.json, one N alone <label>.json)"
-                )
-            )
-            for key in keys:
-                del kept[key]
-    return kept
 
 
 def check_label(label: str) -> str:
@@ -305,25 +311,39 @@ def save_states(states: Mapping[str, CalibrationState], folder: str | Path) -> l
     """Write ``<key>.json`` for every state into ``folder`` (a key: its label, or
     ``<label>.n<N>`` for the state of one of several N), together or not at all.
 
-    A folder holding other files than calibration states is refused: saving must not replace
-    a file we did not make.
+    The states saved replace every state of their labels in the folder (another N's, or one
+    named the other way: a folder never holds two states of a row for one N); other labels'
+    states stay. A file that is not a calibration state is never replaced: the save is refused.
     """
     root = Path(folder)
-    for key, state in states.items():
-        check_label(row_label(key, state))
+    rows = {check_label(row_label(key, state)) for key, state in states.items()}
     files = {f"{key}.json": state.to_json().encode() for key, state in states.items()}
     if root.exists() and not root.is_dir():
         raise OutputError(f"{root} is a file; give a folder for the calibration states")
+    replaced: list[Path] = []
     if root.is_dir():
         remove_stale(root)
         for name in files:
-            existing = root / name
-            if existing.is_symlink() or (existing.exists() and not is_state_file(existing)):
-                raise OutputError(
-                    f"{existing} exists and is not a calibration state; posdebias does not "
-                    "replace files it did not make: move it or choose another folder"
-                )
-    return write_files_together(root, files)
+            check_replaceable(root / name)
+        for file in sorted(root.glob("*.json")):
+            if file.name not in files and not file.is_symlink():
+                with contextlib.suppress(InputError, OSError):  # not a state: not ours
+                    if row_label(file.stem, CalibrationState.load(file)) in rows:
+                        replaced.append(file)
+    written = write_files_together(root, files)
+    for file in replaced:
+        file.unlink(missing_ok=True)
+    return written
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse to write a state where something posdebias did not make is (a file of another
+    kind, a folder, a link)."""
+    if path.is_symlink() or (path.exists() and (path.is_dir() or not is_state_file(path))):
+        raise OutputError(
+            f"{path} exists and is not a calibration state; posdebias does not replace files "
+            "it did not make: move it or choose another location"
+        )
 
 
 def is_state_file(path: Path) -> bool:

@@ -379,7 +379,9 @@ class HarnessDebiaser:
         states: dict[str, CalibrationState] = {}
         missing: list[str] = []
         for label, calibrator in self.debiaser.calibrators.items():
-            found = row_states(saved, label, calibrator)  # one per N the states were fitted for
+            found = {}
+            with refusals.checking():  # two states of the row for one N: named with the rest
+                found = row_states(saved, label, calibrator)  # one per N they were fitted for
             for state in found.values():
                 states[label if len(found) == 1 else f"{label}.n{state.n}"] = state
             own_files = [*path.glob(f"{label}.json"), *path.glob(f"{label}.n*.json")]

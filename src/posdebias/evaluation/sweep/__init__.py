@@ -38,7 +38,7 @@ from typing import Any
 from posdebias._inputs import excerpt
 from posdebias.adapters.base import describe_adapter
 from posdebias.benchmarks.files import load_benchmark
-from posdebias.errors import ResumeError
+from posdebias.errors import ConfigError, ResumeError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
 from posdebias.evaluation.job import Prepared, build_adapter, saved_identity
@@ -140,6 +140,12 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or resume) a study into ``out``; returns the rows and the files written."""
     config = checked_config(config)
+    if config.calibration is not None:  # its points would all read one state, silently
+        raise ConfigError(
+            "a sweep fits its own calibrators at every point (the calibration_size study "
+            "varies them), so it takes no saved calibration: drop 'calibration' "
+            f"({config.calibration}) from the configuration, or run `posdebias evaluate` with it"
+        )
     points = plan_points(study, config, spec)
     started = time.perf_counter()
     resolved = resolve_preset(config)
