@@ -471,11 +471,13 @@ def test_two_states_of_one_row_for_one_n_are_refused_at_every_door(tmp_path, cap
                  "--out", str(tmp_path / "n5")]) == 0  # fmt: skip
 
 
-def test_a_save_replaces_every_state_of_its_labels_and_keeps_the_others(tmp_path, capsys):
-    """Saving a row's states replaces all its files in the folder (another N's, or named the
-    other way), so no writer leaves a folder that the next read refuses or reads stale N from;
-    the states of other labels stay."""
+def test_a_save_that_would_leave_other_states_of_its_labels_is_refused(tmp_path, capsys):
+    """A state of the same name is replaced and other labels' states stay; a save that would
+    leave another state of a label it writes (another N's, named the other way, or a link to
+    one) is refused naming it, with nothing written or deleted: no writer leaves a folder with
+    two states of a row for one N, or with N the calibration no longer has."""
     from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.errors import OutputError
 
     folder = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "label_free",
@@ -483,21 +485,32 @@ def test_a_save_replaces_every_state_of_its_labels_and_keeps_the_others(tmp_path
     debiaser = Debiaser(SyntheticAdapter(), ["pride", "vanilla"])
     debiaser.calibrate(synthetic_instances(8, 4))
     debiaser.save(folder)
+    debiaser.save(folder)  # the same names again: replaced
+    before = {p.name: p.read_bytes() for p in folder.glob("*.json")}
+    assert sorted(before) == ["label_free.json", "pride.json", "vanilla.json"]
     debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
-    debiaser.save(folder)
-    names = sorted(p.name for p in folder.glob("*.json"))
-    assert names == ["label_free.json", "pride.n4.json", "pride.n5.json", "vanilla.n4.json",
-                     "vanilla.n5.json"]  # fmt: skip
-    debiaser.calibrate(synthetic_instances(8, 6))
-    debiaser.save(folder)
-    assert sorted(p.name for p in folder.glob("*.json")) == [
-        "label_free.json", "pride.json", "vanilla.json"
-    ]  # fmt: skip
-    assert Debiaser.load(folder, SyntheticAdapter()).calibrated_n == [4, 6]  # label_free: N=4
+    with pytest.raises(OutputError, match=re.escape(
+        "holds other states of 'pride', 'vanilla' that this save would not replace "
+        "(pride.json, vanilla.json)"
+    )):  # fmt: skip
+        debiaser.save(folder)
+    assert {p.name: p.read_bytes() for p in folder.glob("*.json")} == before
+
+    several = debiaser.save(tmp_path / "several")
     capsys.readouterr()
-    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "-N", "5",
-                 "--out", str(folder)]) == 0  # fmt: skip
-    assert json.loads((folder / "pride.json").read_text())["n"] == 5
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "-N", "6",
+                 "--out", str(several)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "holds other states of 'pride' that this save would not replace (pride.n4.json, " in err
+    assert sorted(p.name for p in several.glob("*.json")) == [
+        "pride.n4.json", "pride.n5.json", "vanilla.n4.json", "vanilla.n5.json"
+    ]  # fmt: skip
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "pride.json").symlink_to(several / "pride.n5.json")
+    with pytest.raises(OutputError, match=re.escape("would not replace (pride.json)")):
+        debiaser.save(linked)
+    assert sorted(p.name for p in linked.iterdir()) == ["pride.json"]
 
 
 def test_the_state_of_a_calibrator_that_needs_no_fit_for_another_n_is_not_needed(tmp_path, capsys):

@@ -311,29 +311,37 @@ def save_states(states: Mapping[str, CalibrationState], folder: str | Path) -> l
     """Write ``<key>.json`` for every state into ``folder`` (a key: its label, or
     ``<label>.n<N>`` for the state of one of several N), together or not at all.
 
-    The states saved replace every state of their labels in the folder (another N's, or one
-    named the other way: a folder never holds two states of a row for one N); other labels'
-    states stay. A file that is not a calibration state is never replaced: the save is refused.
+    A state of the same name is replaced; other labels' states stay. A save that would leave
+    another state of a label it writes (another N's, or one named the other way) is refused,
+    naming it: the folder would hold two states of a row for one N, or N the saved calibration
+    no longer has, and nothing is deleted for the user. A file that is not a calibration state
+    is never replaced.
     """
     root = Path(folder)
     rows = {check_label(row_label(key, state)) for key, state in states.items()}
     files = {f"{key}.json": state.to_json().encode() for key, state in states.items()}
     if root.exists() and not root.is_dir():
         raise OutputError(f"{root} is a file; give a folder for the calibration states")
-    replaced: list[Path] = []
     if root.is_dir():
         remove_stale(root)
         for name in files:
             check_replaceable(root / name)
+        others: dict[str, str] = {}  # file name -> its row
         for file in sorted(root.glob("*.json")):
-            if file.name not in files and not file.is_symlink():
-                with contextlib.suppress(InputError, OSError):  # not a state: not ours
-                    if row_label(file.stem, CalibrationState.load(file)) in rows:
-                        replaced.append(file)
-    written = write_files_together(root, files)
-    for file in replaced:
-        file.unlink(missing_ok=True)
-    return written
+            if file.name not in files:
+                with contextlib.suppress(InputError, OSError):  # not a state: not a row's
+                    label = row_label(file.stem, CalibrationState.load(file))
+                    if label in rows:
+                        others[file.name] = label
+        if others:
+            labels = ", ".join(map(repr, sorted(set(others.values()))))
+            raise OutputError(
+                f"{root} holds other states of {labels} that this save would not replace "
+                f"({', '.join(others)}): the folder would hold two states of a calibrator for "
+                "one N, or N this calibration does not have; remove them, or save into another "
+                "folder"
+            )
+    return write_files_together(root, files)
 
 
 def check_replaceable(path: Path) -> None:
