@@ -501,7 +501,8 @@ def test_a_save_that_would_leave_other_states_of_its_labels_is_refused(tmp_path,
     assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride", "-N", "6",
                  "--out", str(several)]) == 2  # fmt: skip
     err = capsys.readouterr().err
-    assert "holds other states of 'pride' that this save would not replace (pride.n4.json, " in err
+    said = "holds other states of 'pride' that this save would not replace (pride.n4.json, pride.n5.json)"  # noqa: E501
+    assert said in err
     assert sorted(p.name for p in several.glob("*.json")) == [
         "pride.n4.json", "pride.n5.json", "vanilla.n4.json", "vanilla.n5.json"
     ]  # fmt: skip
