@@ -51,6 +51,7 @@ from posdebias.evaluation.states import (
     prompt_hashes,
     row_label,
     save_states,
+    state_key,
     state_metadata,
     two_states_error,
 )
@@ -546,7 +547,7 @@ class Debiaser:
             return next(iter(fitted.values()))[self.primary].save(path)
         save_states(
             {
-                f"{label}.n{n}" if len(fitted) > 1 else label: state
+                state_key(label, n, len(fitted) > 1): state
                 for n, states in fitted.items()
                 for label, state in states.items()
             },

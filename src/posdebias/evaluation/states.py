@@ -292,6 +292,12 @@ _STATE_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}(\.n[0-9]{1,3})?\.jso
 _PER_N = re.compile(r"(?P<label>.+)\.n(?P<n>[0-9]+)\Z")
 
 
+def state_key(label: str, n: int, several: bool) -> str:
+    """The key (file stem) of a row's state: ``<label>``, or ``<label>.n<N>`` when the row has
+    states for several N (:func:`row_label` reads it back)."""
+    return f"{label}.n{n}" if several else label
+
+
 def row_label(key: str, state: CalibrationState) -> str:
     """The calibrator row a saved state's key names: the key, less ``.n<N>`` for its N."""
     match = _PER_N.fullmatch(key)

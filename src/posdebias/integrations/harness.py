@@ -45,6 +45,7 @@ from posdebias.evaluation.states import (
     load_states,
     row_states,
     save_states,
+    state_key,
     states_folder,
 )
 from posdebias.loading import load_adapter
@@ -383,7 +384,7 @@ class HarnessDebiaser:
             with refusals.checking():  # two states of the row for one N: named with the rest
                 found = row_states(saved, label, calibrator)  # one per N they were fitted for
             for state in found.values():
-                states[label if len(found) == 1 else f"{label}.n{state.n}"] = state
+                states[state_key(label, state.n, len(found) > 1)] = state
             own_files = [*path.glob(f"{label}.json"), *path.glob(f"{label}.n*.json")]
             if not found and calibrator.needs_fit and not own_files:
                 missing.append(label)  # (a file of its own that cannot be read is named above)
@@ -432,7 +433,7 @@ class HarnessDebiaser:
             self.debiaser.calibrate(items)
             several = len(self.debiaser.calibrated_n) > 1  # <label>.n<N>.json, as save() does
             fitted = {
-                f"{label}.n{n}" if several else label: self.debiaser.states_for(n)[label]
+                state_key(label, n, several): self.debiaser.states_for(n)[label]
                 for n in self.debiaser.calibrated_n
                 for label in self.fitting
             }
