@@ -422,7 +422,9 @@ def test_an_advice_that_another_extends_is_said_once_whole(tmp_path, capsys):
 
 def test_states_saved_for_several_n_serve_the_run_of_each_n(tmp_path, capsys):
     """`Debiaser.save` writes ``<label>.n<N>.json`` per N; `evaluate` of each N uses the state of
-    its N (it picked the first file and refused it for N = 5)."""
+    its N (it picked the first file and refused it for N = 5). A run of another N is refused
+    naming every N the states serve, at the command line as in Python (the command line named
+    the N = 4 file alone: "made for N=4")."""
     from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 
     debiaser = Debiaser(SyntheticAdapter(), ["pride"])
@@ -435,7 +437,21 @@ def test_states_saved_for_several_n_serve_the_run_of_each_n(tmp_path, capsys):
                 "--out", str(tmp_path / f"n{n}")]  # fmt: skip
         assert main(argv) == 0, capsys.readouterr().err
     assert main([*argv[:4], "6", *argv[5:-1], str(tmp_path / "n6")]) == 2
-    assert "made for N=4 candidates, not N=6" in capsys.readouterr().err
+    said = (
+        "calibrator 'pride' was fitted for N=4, N=5 candidates (pride.n4.json, pride.n5.json), "
+        "but this run has N=6: a fitted calibration serves the N it was fitted for. "
+        "Calibrate again for this model and setting (`posdebias calibrate`)."
+    )
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "n6").exists()
+    query = synthetic_instances(1, 6)[0]
+    with pytest.raises(CalibrationError) as refused:
+        list(Debiaser.load(folder, SyntheticAdapter()).rank_many([query]))
+    assert str(refused.value) == (
+        "calibrator 'pride' was fitted for N=4, N=5 candidates, but this query has N=6: a fitted "
+        "calibration serves the N it was fitted for. Calibrate with instances of N=6 as well: "
+        "Debiaser.calibrate(instances) takes instances of several N at once."
+    )
 
 
 def test_two_states_of_one_row_for_one_n_are_refused_at_every_door(tmp_path, capsys):

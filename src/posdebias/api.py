@@ -31,7 +31,7 @@ from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
 from posdebias.core.observation import Evidence, Prediction, tie_broken
-from posdebias.core.state import RECALIBRATE, CalibrationState, calibration_error
+from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
 from posdebias.evaluation.runner import (
@@ -46,6 +46,7 @@ from posdebias.evaluation.states import (
     check_label,
     check_replaceable,
     check_state,
+    fitted_for_other_n,
     load_states,
     name_problem,
     prompt_hashes,
@@ -493,17 +494,7 @@ class Debiaser:
                         f"calibrator {label!r} is not calibrated: call .calibrate(instances) "
                         "or Debiaser.load(path, adapter) first"
                     )
-                shown = ", ".join(f"N={k}" for k in fitted_for)
-                raise calibration_error(
-                    f"calibrator {label!r} was fitted for {shown} candidates, but this query "
-                    f"has N={n}: a fitted calibration serves the N it was fitted for. ",
-                    Advice(
-                        f"Calibrate with instances of N={n} as well: "
-                        "Debiaser.calibrate(instances) takes instances of several N at once.",
-                        RECALIBRATE.cli,
-                        RECALIBRATE.harness,
-                    ),
-                )
+                raise fitted_for_other_n(label, fitted_for, n, "this query")
             fitted_on = self._fitted_on(state)
             if not self._fits_prompt(state, task) and self._fits_prompt(state, fitted_on):
                 raise calibration_error(

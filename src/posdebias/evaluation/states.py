@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from posdebias._rundir import RunFolder
 from posdebias._text import one_line
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.calibrators.base import Calibrator
-from posdebias.core.state import CalibrationState, StateUse
+from posdebias.core.state import RECALIBRATE, CalibrationState, StateUse, calibration_error
 from posdebias.core.tasks import TaskTemplate, former_digest
 from posdebias.errors import (
     Advice,
@@ -241,20 +241,43 @@ def name_problem(key: str, state: CalibrationState) -> str | None:
     )
 
 
+def fitted_for_other_n(
+    label: str, fitted_n: Iterable[int], n: int, asker: str, files: Sequence[str] = ()
+) -> CalibrationError:
+    """A calibrator whose states serve other N than the ``n`` that ``asker`` ("this run",
+    "this query") has: every N it was fitted for (and their ``files``) named, with each
+    door's way to fit N."""
+    shown = ", ".join(f"N={k}" for k in sorted(set(fitted_n)))
+    where = f" ({', '.join(files)})" if files else ""
+    return calibration_error(
+        f"calibrator {label!r} was fitted for {shown} candidates{where}, but {asker} has N={n}: a "
+        "fitted calibration serves the N it was fitted for. ",
+        Advice(
+            f"Calibrate with instances of N={n} as well: Debiaser.calibrate(instances) takes "
+            "instances of several N at once.",
+            RECALIBRATE.cli,
+            RECALIBRATE.harness,
+        ),
+    )
+
+
 def pick_state(
     saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator, n: int
 ) -> str | None:
     """Which saved state a calibrator row uses for N = ``n`` (its key): of its states
-    (:func:`row_states`), the one fitted for ``n``; else the first, to be refused for its N,
-    when the calibrator needs a fit (one that needs none serves any N without it)."""
+    (:func:`row_states`), the one fitted for ``n``. A calibrator that needs a fit and has
+    states of other N only is refused: with one, that state goes to the gate (which names all
+    it does not fit); with several, every N they serve is named (one that needs no fit serves
+    any N without one)."""
     found = row_states(saved, label, calibrator, n)
     for_n = sorted(
         (key for key, state in found.items() if state.n == n),
         key=lambda key: found[key].calibrator != calibrator.name,  # its kind first
     )
-    if not for_n and calibrator.needs_fit:
-        return next(iter(found), None)
-    return next(iter(for_n), None)
+    if for_n or not calibrator.needs_fit or len(found) < 2:
+        return next(iter(for_n or (found if calibrator.needs_fit else ())), None)
+    files = [f"{key}.json" for key in found]
+    raise fitted_for_other_n(label, (s.n for s in found.values()), n, "this run", files)
 
 
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
