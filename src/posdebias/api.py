@@ -52,6 +52,7 @@ from posdebias.evaluation.states import (
     prompt_hashes,
     row_label,
     save_states,
+    state_file,
     state_key,
     state_metadata,
     two_states_error,
@@ -577,12 +578,14 @@ class Debiaser:
                             state.calibrator, **state.options
                         )
                     except InputError as exc:
-                        raise CalibrationError(f"calibration state {stem!r}: {exc}") from None
+                        where = state_file(Path(path), stem)
+                        raise CalibrationError(f"calibration state {where}: {exc}") from None
         if not calibrators:
             refusals.raise_any()
         debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
         made = {k: v for k, v in states.items() if row_label(k, v) in calibrators}
-        debiaser.use_states(made, transfer=transfer, refusals=refusals)
+        sources = {key: state_file(Path(path), key) for key in made}
+        debiaser.use_states(made, transfer=transfer, refusals=refusals, sources=sources)
         return debiaser
 
     def use_states(
@@ -591,13 +594,15 @@ class Debiaser:
         *,
         transfer: bool = False,
         refusals: StateRefusals | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> None:
         """Use saved ``states`` (by calibrator label, ``<label>.n<N>`` for one of several N),
         each checked by the one gate of every door
         (:func:`~posdebias.evaluation.states.check_state`) for the task whose prompt it was
         fitted on; each query is checked again for its own task and N when it is ranked.
         ``transfer``: states fitted on another model are used on purpose. ``refusals``: those
-        found while the states were read (unreadable files), raised with these checks' own."""
+        found while the states were read (unreadable files), raised with these checks' own.
+        ``sources``: where each state was read from (its file), named when it is refused."""
         refusals = refusals if refusals is not None else StateRefusals()
         fitted: dict[int, dict[str, CalibrationState]] = {}
         uses: dict[tuple[str, int], list[str]] = {}
@@ -627,7 +632,7 @@ class Debiaser:
                     state.n,
                     self._fitted_on(state),
                     transfer=transfer,
-                    source=repr(stem),
+                    source=(sources or {}).get(stem, repr(stem)),
                 )
                 fitted.setdefault(state.n, {})[label] = state
         refusals.raise_any()

@@ -383,7 +383,8 @@ def test_a_text_task_is_answered_in_its_own_labels_without_a_label_set(tmp_path)
 def test_a_state_of_another_model_is_refused_in_the_harness_words(tmp_path):
     """A harness user is told the model argument that says a calibration transfer is meant
     (calibration_transfer=True), not the Python keyword or the command's flag; with it the
-    state answers."""
+    state answers. The refusal names the state's file (and the row it serves, when its name is
+    another's), not the row's key alone."""
     require_lm_eval()
     from posdebias.cli import main
     from posdebias.integrations.lm_eval import PosdebiasLM
@@ -400,6 +401,7 @@ def test_a_state_of_another_model_is_refused_in_the_harness_words(tmp_path):
     with pytest.raises(CalibrationError, match="fitted on model 'someone/else'") as refused:
         PosdebiasLM(**arguments).generate_until(asked)
     said = str(refused.value)
+    assert said.startswith(f"calibration state {saved} does not fit this use: it was fitted on")
     assert said.endswith("pass calibration_transfer=True in the model arguments.")
     assert "calibration=task" not in said  # VLMEvalKit's model takes no calibration=task
     # the error goes on as it was raised: its traceback reaches the check that refused it
@@ -409,6 +411,12 @@ def test_a_state_of_another_model_is_refused_in_the_harness_words(tmp_path):
     assert "Debiaser" not in said and "--calibration-transfer" not in said
     answer = PosdebiasLM(**arguments, calibration_transfer=True).generate_until(asked)[0]
     assert answer in ("A", "B", "C", "D")
+    saved.rename(states / "mine.json")  # a state of its kind under another name serves the row
+    with pytest.raises(CalibrationError) as refused:
+        PosdebiasLM(**arguments).generate_until(asked)
+    assert str(refused.value).startswith(
+        f"calibration state {states / 'mine.json'} (for 'pride') does not fit this use"
+    )
 
 
 def test_the_adapter_model_argument_names_the_adapter_to_load_with(tmp_path):

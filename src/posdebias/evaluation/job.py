@@ -90,6 +90,7 @@ from posdebias.evaluation.states import (
     load_states,
     pick_state,
     save_states,
+    state_file,
     state_metadata,
 )
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
@@ -291,7 +292,7 @@ def saved_states(
             continue
         use = (key, calibrator.name, calibrator.options.model_dump_json())
         if use not in fits:  # two rows alike (other labels) are one use: checked and named once
-            source = str(config.calibration / f"{key}.json" if folder else config.calibration)
+            source = state_file(config.calibration, key)
             if label not in (key, calibrator.name):  # a state several rows may pick
                 source += f" (for {label!r})"
             with refusals.checking():

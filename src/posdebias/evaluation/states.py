@@ -280,6 +280,11 @@ def pick_state(
     raise fitted_for_other_n(label, (s.n for s in found.values()), n, "this run", files)
 
 
+def state_file(path: Path, key: str) -> str:
+    """The file a state of :func:`load_states` (key ``key``) was read from, as refusals name it."""
+    return str(path / f"{key}.json" if path.is_dir() else path)
+
+
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
     """Calibration states from a file or a directory of ``<label>.json`` files. With
     ``refusals`` a folder's files that cannot be read are kept there (raised with the checks'

@@ -45,6 +45,7 @@ from posdebias.evaluation.states import (
     load_states,
     row_states,
     save_states,
+    state_file,
     state_key,
     states_folder,
 )
@@ -378,13 +379,16 @@ class HarnessDebiaser:
         refusals = StateRefusals()  # unreadable files, missing and refused states, together
         saved = load_states(path, refusals)
         states: dict[str, CalibrationState] = {}
+        sources: dict[str, str] = {}  # each state's file, named when it is refused
         missing: list[str] = []
         for label, calibrator in self.debiaser.calibrators.items():
             found = {}
             with refusals.checking():  # two states of the row for one N: named with the rest
                 found = row_states(saved, label, calibrator)  # one per N they were fitted for
-            for state in found.values():
-                states[state_key(label, state.n, len(found) > 1)] = state
+            for key, state in found.items():
+                row = state_key(label, state.n, len(found) > 1)
+                states[row] = state
+                sources[row] = state_file(path, key) + (f" (for {label!r})" if row != key else "")
             own_files = [*path.glob(f"{label}.json"), *path.glob(f"{label}.n*.json")]
             if not found and calibrator.needs_fit and not own_files:
                 missing.append(label)  # (a file of its own that cannot be read is named above)
@@ -398,7 +402,7 @@ class HarnessDebiaser:
                 )
             )
         self.debiaser.use_states(
-            states, transfer=self.config.calibration_transfer, refusals=refusals
+            states, transfer=self.config.calibration_transfer, refusals=refusals, sources=sources
         )
         files = sorted(path.glob("*.json")) if path.is_dir() else [path]
         self._record(
