@@ -90,7 +90,6 @@ from posdebias.errors import (
 
 if TYPE_CHECKING:
     from posdebias.adapters.attention import CrossAttentionSpans
-    from posdebias.adapters.base import Generation, GenerationSettings
     from posdebias.adapters.hf.scoring import LabelPlan, Prefix
 
 
@@ -858,11 +857,7 @@ class HFAdapter(Adapter):
         masses = recorder.attention(self.attention_layers) if recorder is not None else None
         return output, masses
 
-    def verify(self, instance: Instance) -> None:
-        """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
-        equal the model's own forward (verify.py; cached per model, so the first observed
-        batch then needs no extra work)."""
-        verify_instance(self, instance)
+    verify = verify_instance  # the label scores against the model's own forward (verify.py)
 
     def _observe_batch(self, instances: list[Instance]) -> list[Observation]:
         refuse_unsupported(self)
@@ -930,16 +925,7 @@ class HFAdapter(Adapter):
 
         return apply
 
-    def generate_many(
-        self,
-        instances: Sequence[Instance],
-        settings: GenerationSettings,
-        *,
-        batch_size: int = 1,
-        seeds: Sequence[int] | None = None,
-    ) -> list[Generation]:
-
-        return generate_many(self, instances, settings, batch_size=batch_size, seeds=seeds)
+    generate_many = generate_many  # generation.py
 
     def _decode_step(
         self,

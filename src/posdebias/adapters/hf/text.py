@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from posdebias.adapters.base import ReplyRequest, ReplyScore
+from posdebias.adapters.base import ReplyRequest
 from posdebias.adapters.hf.adapter import HFAdapter
 from posdebias.adapters.hf.replies import reply_tokens, score_replies
 from posdebias.errors import AdapterError
@@ -46,7 +46,4 @@ class HFTextAdapter(HFAdapter):
         for request in requests:
             reply_tokens(self, request)
 
-    def score_replies(
-        self, requests: Sequence[ReplyRequest], *, batch_size: int = 1
-    ) -> list[ReplyScore]:
-        return score_replies(self, requests, batch_size=batch_size)
+    score_replies = score_replies  # replies.py
