@@ -62,7 +62,6 @@ from posdebias.adapters.hf.prompt import (
     PromptOptions,
     check_answer_joins,
     check_instance_prompts,
-    check_joined_control_tokens,
     check_template_control_tokens,
     control_tokens,
     message_texts,
@@ -727,7 +726,7 @@ class ServerAdapter(Adapter):
     ) -> str:
         """The prompt's text as the local tokenizer's chat template writes it (images as the
         template's image items, or the placeholder text), refused if the data complete one of
-        the model's special tokens where fields meet (:func:`check_joined_control_tokens`,
+        the model's special tokens where fields meet (:func:`refuse_joined_control_tokens`,
         against the same prompt with neutral data and file names)."""
 
         if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
@@ -742,8 +741,12 @@ class ServerAdapter(Adapter):
 
         rendered = text(instance, names=True)
         neutral = text(neutral_instance(instance), names=False)
-        check_joined_control_tokens(
-            instance, rendered, neutral, self.control_tokens, self.options.model
+        refuse_joined_control_tokens(
+            f"instance {excerpt(instance.id)}",
+            rendered,
+            neutral,
+            self.control_tokens,
+            self.options.model,
         )
         return rendered
 

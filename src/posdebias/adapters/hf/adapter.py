@@ -45,12 +45,12 @@ from posdebias.adapters.hf.options import IMAGE_OPTIONS, LOADING_OPTIONS, HFAdap
 from posdebias.adapters.hf.prompt import (
     check_answer_joins,
     check_instance_prompts,
-    check_joined_control_tokens,
     check_template_control_tokens,
     control_tokens,
     neutral_instance,
     neutral_prompts,
     posed_messages,
+    refuse_joined_control_tokens,
     resolve_chat_template,
     template_fields,
 )
@@ -588,12 +588,12 @@ class HFAdapter(Adapter):
     ) -> str:
         """The prompt text of one instance (chat template + generation prompt; ``variant``:
         see :meth:`messages_for`), refused if the data complete one of the
-        model's special tokens where fields meet (:func:`check_joined_control_tokens`)."""
+        model's special tokens where fields meet (:func:`refuse_joined_control_tokens`)."""
         text = self.chat_text(self.messages_for(instance, variant=variant))
         if self.control_tokens is not None:
             neutral = neutral_instance(instance)
-            check_joined_control_tokens(
-                instance,
+            refuse_joined_control_tokens(
+                f"instance {excerpt(instance.id)}",
                 text,
                 self.chat_text(self.messages_for(neutral, variant=variant)),
                 self.control_tokens,

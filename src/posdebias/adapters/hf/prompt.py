@@ -313,25 +313,9 @@ def _orders_to_check(n: int) -> Iterator[list[int]]:
 
 def neutral_instance(instance: Instance) -> Instance:
     """``instance`` with its stem and every candidate text replaced by ``x``: the prompt the
-    templates alone write (see :func:`check_joined_control_tokens`)."""
+    templates alone write (see :func:`refuse_joined_control_tokens`)."""
     texts = tuple(None if text is None else "x" for text in instance.texts)
     return dataclasses.replace(instance, stem="x", texts=texts)
-
-
-def check_joined_control_tokens(
-    instance: Instance, rendered: str, neutral: str, pattern: re.Pattern[str] | None, model: str
-) -> None:
-    """Refuse ``instance`` if its ``rendered`` prompt (as the model reads it: the chat
-    template's output) holds one of the model's special tokens more often than ``neutral``,
-    the same prompt with neutral data (:func:`neutral_instance`): a token no field holds
-    alone, written where a field meets the next (a stem ending in ``<|im_`` and an option
-    starting ``end|>``, a template's text completed by the data, a system prompt completed
-    by the user's turn). The templates' own tokens (a chain-of-thought prompt's ``<think>``)
-    are in both and pass; a separator the chat template writes between two fields keeps them
-    apart, as it does for the tokenizer."""
-    refuse_joined_control_tokens(
-        f"instance {excerpt(instance.id)}", rendered, neutral, pattern, model
-    )
 
 
 def joined_token(pattern: re.Pattern[str] | None, joined: str, apart: str) -> str | None:
@@ -346,8 +330,15 @@ def joined_token(pattern: re.Pattern[str] | None, joined: str, apart: str) -> st
 def refuse_joined_control_tokens(
     where: str, rendered: str, neutral: str, pattern: re.Pattern[str] | None, model: str
 ) -> None:
-    """:func:`check_joined_control_tokens` for any prompt: ``where`` names what it poses
-    (an instance, a cloze question) in the error."""
+    """Refuse the ``rendered`` prompt (as the model reads it: the chat template's output) if it
+    holds one of the model's special tokens more often than ``neutral``, the same prompt with
+    neutral data (:func:`neutral_instance`): a token no field holds alone, written where a
+    field meets the next (a stem ending in ``<|im_`` and an option starting ``end|>``, a
+    template's text completed by the data, a system prompt completed by the user's turn).
+    The templates' own tokens (a chain-of-thought prompt's ``<think>``) are in both and pass;
+    a separator the chat template writes between two fields keeps them apart, as it does for
+    the tokenizer. ``where`` names what it poses (an instance, a cloze question) in the
+    error."""
     token = joined_token(pattern, rendered, neutral)
     if token is not None:
         raise InputError(
