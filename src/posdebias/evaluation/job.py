@@ -487,7 +487,7 @@ class RunFiles:
     def close(self) -> None:
         """Close the logs and release the run directory's lock."""
         self.close_logs()
-        self.directory.unlock()
+        self.directory.folder.unlock()
 
 
 @dataclass(frozen=True)

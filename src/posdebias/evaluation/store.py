@@ -108,19 +108,7 @@ class RunDirectory:
             self.root, marker=RUN_FILE, own=_OWN_NAMES, subfolders=(STATES_DIR, FIGURES_DIR)
         )
 
-    # -- ownership, locking and identity (the one run-directory layer: posdebias._rundir) -----
-
-    def check_ours(self) -> None:
-        """Refuse a folder we did not make: a non-empty folder that is not a run directory,
-        or one whose files are symbolic links (writing there would change their targets)."""
-        self.folder.check()
-
-    def lock(self) -> None:
-        """Take the directory's exclusive lock and clear what a killed writer left behind."""
-        self.folder.lock()
-
-    def unlock(self) -> None:
-        self.folder.unlock()
+    # -- ownership, locking and identity: self.folder (the one run-directory layer: _rundir) --
 
     def started(self) -> bool:
         """Whether the run has produced anything beyond its set-up (a record or results)."""
@@ -143,10 +131,10 @@ class RunDirectory:
         input found late) is started again: with the same configuration it keeps its cached
         observations, with another one it starts afresh.
         """
-        self.check_ours()
+        self.folder.check()  # a folder we did not make, or links where we keep our files
         self.folder.create()
         if self.rank in (None, 0):
-            self.lock()
+            self.folder.lock()
         written = {FORMAT_KEY: FORMAT_VERSION, **identity}
         saved = self.folder.read_json(RUN_FILE, "run file")
         if saved is None:
