@@ -467,3 +467,9 @@ def truncate_torn_tail(path: str | os.PathLike[str]) -> None:
         data = handle.read()
         if data and not data.endswith(b"\n"):
             handle.truncate(data.rfind(b"\n") + 1)
+
+
+def open_log(path: str | os.PathLike[str]) -> JsonlAppender:
+    """The run log at ``path`` opened for appending, a killed writer's torn last line cut."""
+    truncate_torn_tail(path)
+    return JsonlAppender(path)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from posdebias._io import JsonlAppender
+from posdebias._io import JsonlAppender, open_log
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
@@ -661,12 +661,12 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
             directory.prepare(identity, resume=resume, read_saved=read_saved)
             if shard.distributed:
                 shard.wait()
-        logs.append(directory.open_observation_log())
+        logs.append(open_log(directory.observations_path))
         cache = PersistentObservationCache(logs[-1])
         cache.load(directory.observation_logs())
         decisions = DecisionCache()
         if prepared.decoders:
-            logs.append(directory.open_generation_log())
+            logs.append(open_log(directory.generations_path))
             decisions = DecisionCache(logs[-1])
             decisions.load(directory.generation_logs())
         earlier = logged_records(prepared, directory)
@@ -752,7 +752,7 @@ def evaluate_shard(
     with contextlib.ExitStack() as stack:
         record_log = None
         if prepared.files is not None:
-            record_log = stack.enter_context(prepared.files.directory.open_record_log())
+            record_log = stack.enter_context(open_log(prepared.files.directory.records_path))
 
         def record_made(record: InstanceRecord) -> None:
             nonlocal seen

@@ -35,7 +35,6 @@ from posdebias._io import (
     JsonlAppender,
     numbered_jsonl_records,
     read_jsonl_records,
-    truncate_torn_tail,
 )
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.core.observation import Observation
@@ -179,20 +178,8 @@ class RunDirectory:
     def record_logs(self) -> list[Path]:
         return sorted(self.root.glob("records*.jsonl"))
 
-    def open_observation_log(self) -> JsonlAppender:
-        truncate_torn_tail(self.observations_path)
-        return JsonlAppender(self.observations_path)
-
     def generation_logs(self) -> list[Path]:
         return sorted(self.root.glob("generations*.jsonl"))
-
-    def open_generation_log(self) -> JsonlAppender:
-        truncate_torn_tail(self.generations_path)
-        return JsonlAppender(self.generations_path)
-
-    def open_record_log(self) -> JsonlAppender:
-        truncate_torn_tail(self.records_path)
-        return JsonlAppender(self.records_path)
 
     def read_records(self) -> dict[str, InstanceRecord]:
         """Completed instance records from every rank's log; a later line for the same

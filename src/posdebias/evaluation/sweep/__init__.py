@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._inputs import excerpt
+from posdebias._io import open_log
 from posdebias.adapters.base import describe_adapter
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ConfigError, ResumeError
@@ -225,14 +226,14 @@ def _run_points(
     on_point: Callable[[Point, dict[str, Any]], None] | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every point not finished before (its file read back), with the shared logs open."""
-    log = directory.open_log(OBSERVATIONS_FILE)
+    log = open_log(directory.log_path(OBSERVATIONS_FILE))
     generation_log = None
     try:
         cache = PersistentObservationCache(log)
         cache.load([directory.log_path(OBSERVATIONS_FILE)])  # not made again after a kill
         decisions = DecisionCache()
         if config.decoders:
-            generation_log = directory.open_log(GENERATIONS_FILE)
+            generation_log = open_log(directory.log_path(GENERATIONS_FILE))
             decisions = DecisionCache(generation_log)
             decisions.load([directory.log_path(GENERATIONS_FILE)])  # nor its generated answers
         timing = directory.read_timing()

@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
-from posdebias._io import JsonlAppender, truncate_torn_tail
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import ResumeError
 
@@ -169,11 +168,6 @@ class SweepDirectory:
 
     def log_path(self, name: str) -> Path:
         return self.folder.path(name)
-
-    def open_log(self, name: str) -> JsonlAppender:
-        path = self.folder.path(name)
-        truncate_torn_tail(path)
-        return JsonlAppender(path)
 
     # -- points and timing ------------------------------------------------------------------
 
