@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
-from posdebias._threads import available_cpus
+from posdebias._threads import check_threads
 from posdebias.organism.text.train import TextTrainingPlan, train_text_organism
 from posdebias.organism.train import TrainingPlan, train_organism
 
@@ -79,8 +79,7 @@ def _plan(plan: PlanT, args: argparse.Namespace, stages: tuple[str, ...]) -> Pla
     """``plan`` with the flags' settings, each checked first (``stages``: the plan's step
     fields that ``--steps`` gives, in order)."""
     check_whole_number("--seed", args.seed, 0, defaults.MAX_SEED)
-    # more threads than CPUs only slows training; far more crash the thread pool
-    check_whole_number("--threads", args.threads, 1, max_threads())
+    check_threads(args.threads, "--threads")  # 1 to the CPUs this process may use
     settings = {"seed": args.seed, "threads": args.threads}
     for stage, steps in zip(stages, args.steps or (), strict=False):
         check_whole_number("--steps", steps, 1, MAX_STEPS)
@@ -93,11 +92,6 @@ def _plan(plan: PlanT, args: argparse.Namespace, stages: tuple[str, ...]) -> Pla
 
 #: Most steps of one training stage (the recipes use 300 to 2,000).
 MAX_STEPS = 1_000_000
-
-
-def max_threads() -> int:
-    """Most ``--threads``: the CPUs this process may use."""
-    return available_cpus()
 
 
 def run(args: argparse.Namespace) -> int:
