@@ -652,10 +652,6 @@ class ServerAdapter(Adapter):
     def num_layers(self) -> None:
         return None
 
-    @property
-    def attention_layers(self) -> None:
-        return None
-
     # -- prompts ---------------------------------------------------------------------------
 
     def check_instances(self, instances: Sequence[Instance]) -> None:
