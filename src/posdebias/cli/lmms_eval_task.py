@@ -68,30 +68,25 @@ def add_task_parser(subparsers: argparse._SubParsersAction, harness: Harness) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    shared = {  # what the tasks are written with and the command must pass again
+        "name": args.name,
+        "calibrators": parse_names(args.calibrators),
+        "calibration_count": args.calibration_count,
+        "label_set": args.label_set,
+        "harness": args.harness,
+    }
     paths = write_rotated_tasks(
         args.benchmark,
         args.out,
-        name=args.name,
-        calibrators=parse_names(args.calibrators),
         output_type=args.output_type,
         rotations=args.rotations,
         count=args.count,
-        calibration_count=args.calibration_count,
         seed=args.seed,
-        label_set=args.label_set,
-        harness=args.harness,
+        **shared,
     )
     console = make_console()
     for path in paths:
         console.print(str(path))
-    command = rotated_tasks_command(
-        args.benchmark,
-        args.out,
-        name=args.name,
-        calibrators=parse_names(args.calibrators),
-        calibration_count=args.calibration_count,
-        label_set=args.label_set,
-        harness=args.harness,
-    )
+    command = rotated_tasks_command(args.benchmark, args.out, **shared)
     console.print(f"run: {command}", soft_wrap=True)  # one line: a command to copy
     return 0
