@@ -190,7 +190,7 @@ def run_sweep(
             timing["total_seconds_last_invocation"] = round(seconds, 3)
             directory.write_timing(timing)
         finally:
-            directory.close()
+            directory.folder.unlock()
     return SweepResult(out, rows, figure, report, seconds)
 
 
@@ -226,16 +226,16 @@ def _run_points(
     on_point: Callable[[Point, dict[str, Any]], None] | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every point not finished before (its file read back), with the shared logs open."""
-    log = open_log(directory.log_path(OBSERVATIONS_FILE))
+    log = open_log(directory.folder.path(OBSERVATIONS_FILE))
     generation_log = None
     try:
         cache = PersistentObservationCache(log)
-        cache.load([directory.log_path(OBSERVATIONS_FILE)])  # not made again after a kill
+        cache.load([directory.folder.path(OBSERVATIONS_FILE)])  # not made again after a kill
         decisions = DecisionCache()
         if config.decoders:
-            generation_log = open_log(directory.log_path(GENERATIONS_FILE))
+            generation_log = open_log(directory.folder.path(GENERATIONS_FILE))
             decisions = DecisionCache(generation_log)
-            decisions.load([directory.log_path(GENERATIONS_FILE)])  # nor its generated answers
+            decisions.load([directory.folder.path(GENERATIONS_FILE)])  # nor its generated answers
         timing = directory.read_timing()
         done: list[dict[str, Any]] = []
         for point, ready in zip(points, prepared, strict=True):

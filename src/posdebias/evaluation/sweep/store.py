@@ -161,14 +161,6 @@ class SweepDirectory:
                 f"(differs in: {shown}). Use the original settings or a new --out."
             )
 
-    def close(self) -> None:
-        self.folder.unlock()
-
-    # -- logs -------------------------------------------------------------------------------
-
-    def log_path(self, name: str) -> Path:
-        return self.folder.path(name)
-
     # -- points and timing ------------------------------------------------------------------
 
     def point_path(self, index: int) -> Path:
