@@ -37,8 +37,9 @@ from posdebias._inputs import excerpt, file_identity
 from posdebias.adapters.attention import install_probe, recording
 from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions, SofaSettings, split_tie
+from posdebias.adapters.hf import generation
 from posdebias.adapters.hf.cache import PromptCache
-from posdebias.adapters.hf.generation import generate_many, generation_config_processors
+from posdebias.adapters.hf.generation import generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.options import IMAGE_OPTIONS, LOADING_OPTIONS, HFAdapterOptions
@@ -521,8 +522,8 @@ class HFAdapter(Adapter):
             if token_id is None or token_id == self.tokenizer.unk_token_id:
                 raise InputError(f"end_token {end_token!r} is not a token of this tokenizer")
             return int(token_id)
-        generation = getattr(self.model, "generation_config", None)
-        candidate = getattr(generation, "eos_token_id", None) if generation else None
+        defaults = getattr(self.model, "generation_config", None)
+        candidate = getattr(defaults, "eos_token_id", None) if defaults else None
         if candidate is None:
             candidate = self.tokenizer.eos_token_id
         if isinstance(candidate, (list, tuple)):
@@ -925,7 +926,7 @@ class HFAdapter(Adapter):
 
         return apply
 
-    generate_many = generate_many  # generation.py
+    generate_many = generation.generate_many  # the adapter's samples, seeded per instance
 
     def _decode_step(
         self,

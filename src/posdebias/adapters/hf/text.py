@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from posdebias.adapters.base import ReplyRequest
+from posdebias.adapters.hf import replies
 from posdebias.adapters.hf.adapter import HFAdapter
-from posdebias.adapters.hf.replies import reply_tokens, score_replies
+from posdebias.adapters.hf.replies import reply_tokens
 from posdebias.errors import AdapterError
 
 
@@ -46,4 +47,4 @@ class HFTextAdapter(HFAdapter):
         for request in requests:
             reply_tokens(self, request)
 
-    score_replies = score_replies  # replies.py
+    score_replies = replies.score_replies  # each reply's log-probability given its prompt
