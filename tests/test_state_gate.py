@@ -721,3 +721,94 @@ def test_own_parameters_read_in_python_that_do_not_validate_give_each_door_its_a
     assert str(refused.value).endswith("Debiaser.save(path) write calibration states.")
     said = refused.value.message_for("cli")
     assert said.endswith("; `posdebias calibrate` writes calibration states.")
+
+
+def _harness_on(folder, calibrators=("pride",)):
+    """A harness model (as lm-eval and lmms-eval make it) on the synthetic adapter, reading
+    the saved states of ``folder``."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+    from posdebias.integrations.harness import HarnessConfig, HarnessDebiaser
+
+    config = HarnessConfig(
+        pretrained="synthetic", calibrators=list(calibrators), calibration=str(folder)
+    )
+    harness = HarnessDebiaser(config, adapter=SyntheticAdapter())
+    harness.calibrate()
+    return harness
+
+
+def test_states_of_its_kind_saved_apart_per_n_serve_each_n_at_every_door(tmp_path, capsys):
+    """`calibrate -N 4 --out k/n4.json` and `-N 5 --out k/n5.json`: a `pride` row takes each N's
+    state, as from one several-N save (the harness kept the first file's N only, and refused
+    queries of N = 5); a run of N = 6 is refused naming both N and files (it named n4.json
+    alone)."""
+    from posdebias.adapters.families.synthetic import synthetic_instances
+
+    folder = tmp_path / "k"
+    for n in (4, 5):
+        assert main(["calibrate", "--adapter", "synthetic", "-N", str(n), "--calibrators",
+                     "pride", "--out", str(folder / f"n{n}.json")]) == 0  # fmt: skip
+    argv = ["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
+            "--calibration", str(folder)]  # fmt: skip
+    for n in (4, 5):
+        assert main([*argv, "-N", str(n), "--out", str(tmp_path / f"run{n}")]) == 0
+    harness = _harness_on(folder)
+    assert harness.debiaser.calibrated_n == [4, 5]
+    for n in (4, 5):
+        assert harness.answers(synthetic_instances(1, n))[0].of("pride") is not None
+    capsys.readouterr()
+    assert main([*argv, "-N", "6", "--out", str(tmp_path / "run6")]) == 2
+    assert (
+        "calibrator 'pride' was fitted for N=4, N=5 candidates (n4.json, n5.json), but this run "
+        "has N=6" in capsys.readouterr().err
+    )
+
+
+def test_a_file_whose_name_says_another_n_is_refused_at_every_door(tmp_path, capsys):
+    """`pride.n5.json` holding a state for N = 4: `evaluate -N 4` used it without a word while
+    `Debiaser.load` refused it; now every door says to rename it."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+
+    folder = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    (folder / "pride.json").rename(folder / "pride.n5.json")
+    said = "pride.n5.json holds a state for N=4, but its name says N=5: name it pride.n4.json"
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
+                 "--calibration", str(folder), "--out", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert said in capsys.readouterr().err and not (tmp_path / "run").exists()
+    for door in (lambda: Debiaser.load(folder, SyntheticAdapter()), lambda: _harness_on(folder)):
+        with pytest.raises(CalibrationError, match=re.escape(said)):
+            door()
+
+
+def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path):
+    """A loaded state that a query's task refuses is named by the file it was read from
+    (it was named 'pride', a file the folder does not hold); at a harness too, where a row's
+    own file is named as it is, and a state of its kind under another name says the row."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+
+    debiaser = Debiaser(SyntheticAdapter(), ["pride"])
+    debiaser.calibrate([*synthetic_instances(8, 4), *synthetic_instances(8, 5)])
+    folder = debiaser.save(tmp_path / "states")
+    loaded = Debiaser.load(folder, SyntheticAdapter())
+    with pytest.raises(CalibrationError) as refused:
+        loaded.rank("q", texts=list("abcd"), task="multiple_choice")
+    assert str(refused.value).startswith(
+        f"calibration state {folder / 'pride.n4.json'} does not fit this use: its labels are"
+    )
+    (folder / "pride.n5.json").unlink()
+    moved = json.loads((folder / "pride.n4.json").read_text())
+    (folder / "pride.n4.json").write_text(json.dumps({**moved, "model_id": "other/model"}))
+    with pytest.raises(CalibrationError) as refused:
+        _harness_on(folder)
+    assert str(refused.value).startswith(
+        f"calibration state {folder / 'pride.n4.json'} does not fit this use: it was fitted on"
+    )
+    (folder / "pride.n4.json").rename(folder / "mine.json")
+    with pytest.raises(CalibrationError) as refused:
+        _harness_on(folder)
+    assert str(refused.value).startswith(
+        f"calibration state {folder / 'mine.json'} (for 'pride') does not fit this use"
+    )

@@ -344,6 +344,8 @@ class Debiaser:
         }
         # N -> label -> state; replaced whole, never changed in place (see thread safety)
         self._fitted: dict[int, dict[str, CalibrationState]] = {}
+        # (N, label) -> (a state read from a file, that file): named when a query refuses it
+        self._files: dict[tuple[int, str], tuple[CalibrationState, str]] = {}
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _MicroBatcher] = (
             weakref.WeakKeyDictionary()
         )
@@ -373,6 +375,7 @@ class Debiaser:
         fitted: dict[int, dict[str, CalibrationState]] = {}
         for label, state in states.items():
             fitted.setdefault(state.n, {})[label] = state
+        self._files = {}
         self._fitted = fitted
 
     @property
@@ -436,6 +439,7 @@ class Debiaser:
                 if warning:
                     where = f" (N={n})" if len(fitted) > 1 else ""
                     warnings.warn(f"{label}{where}: {warning}", CalibrationWarning, stacklevel=2)
+        self._files = {}
         self._fitted = fitted
         return fitted[instances[0].n][self.primary]
 
@@ -510,8 +514,10 @@ class Debiaser:
                         f"{task} queries> in the model arguments)",
                     ),
                 )
+            read = self._files.get((n, label))
+            source = read[1] if read is not None and read[0] is state else repr(label)
             states[label] = check_state(
-                state, self.adapter, calibrator, n, task, transfer=self.transfer, source=repr(label)
+                state, self.adapter, calibrator, n, task, transfer=self.transfer, source=source
             )
         return states
 
@@ -605,6 +611,7 @@ class Debiaser:
         ``sources``: where each state was read from (its file), named when it is refused."""
         refusals = refusals if refusals is not None else StateRefusals()
         fitted: dict[int, dict[str, CalibrationState]] = {}
+        files: dict[tuple[int, str], tuple[CalibrationState, str]] = {}
         uses: dict[tuple[str, int], list[str]] = {}
         for stem, state in states.items():
             uses.setdefault((row_label(stem, state), state.n), []).append(stem)
@@ -635,7 +642,10 @@ class Debiaser:
                     source=(sources or {}).get(stem, repr(stem)),
                 )
                 fitted.setdefault(state.n, {})[label] = state
+                if sources is not None and stem in sources:
+                    files[state.n, label] = (state, sources[stem])
         refusals.raise_any()
+        self._files = files
         self._fitted = fitted
         self.transfer = transfer
 

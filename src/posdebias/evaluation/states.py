@@ -185,33 +185,35 @@ def _merged(advice: list[str], said: str) -> list[str]:
 
 
 def row_states(
-    saved: Mapping[str, CalibrationState],
-    label: str,
-    calibrator: Calibrator,
-    n: int | None = None,
+    saved: Mapping[str, CalibrationState], label: str, calibrator: Calibrator
 ) -> dict[str, CalibrationState]:
     """The saved states a calibrator row uses, by key: those saved under its label
     (``<label>.json``, or ``<label>.n<N>.json`` per N as :meth:`Debiaser.save` writes several
-    N), else those its kind fitted under another label: fitted with the row's options where
-    some are, holding N = ``n`` where some do. Two of its states of its kind for one N are
-    refused (a CalibrationError naming both files: each door would pick its own)."""
+    N), else those its kind fitted under other labels (fitted with the row's options where
+    some are), for each N the first such row's (``calibrate -N 4 --out n4.json`` and ``-N 5
+    --out n5.json`` serve N = 4 and 5 as one save would). A file whose name says another N
+    than it holds, or two states of the row's kind for one N, are refused (a CalibrationError
+    naming the files: each door would pick its own)."""
     rows: dict[str, dict[str, CalibrationState]] = {}
     for key, state in saved.items():
         rows.setdefault(row_label(key, state), {})[key] = state
     found = rows.get(label)
     if found is None:
         options = calibrator.options.model_dump(mode="json")
-
-        def rank(row: dict[str, CalibrationState]) -> tuple[bool, bool]:  # best first
-            states = row.values()
-            return (any(s.options != options for s in states), all(s.n != n for s in states))
-
         kind = [
             row
             for row in rows.values()
             if all(s.calibrator == calibrator.name for s in row.values())
         ]
-        found = min(kind, key=rank, default={})
+        alike = [row for row in kind if all(s.options == options for s in row.values())]
+        found = {}
+        for row in alike or kind:
+            served = {state.n for state in found.values()}
+            found.update({key: s for key, s in row.items() if s.n not in served})
+    for key, state in found.items():
+        misnamed = name_problem(key, state)
+        if misnamed is not None:
+            raise CalibrationError(misnamed)
     by_n: dict[int, list[str]] = {}
     for key, state in found.items():
         if state.calibrator == calibrator.name:
@@ -269,15 +271,16 @@ def pick_state(
     states of other N only is refused: with one, that state goes to the gate (which names all
     it does not fit); with several, every N they serve is named (one that needs no fit serves
     any N without one)."""
-    found = row_states(saved, label, calibrator, n)
+    found = row_states(saved, label, calibrator)
     for_n = sorted(
         (key for key, state in found.items() if state.n == n),
         key=lambda key: found[key].calibrator != calibrator.name,  # its kind first
     )
-    if for_n or not calibrator.needs_fit or len(found) < 2:
+    kin = {key: state for key, state in found.items() if state.calibrator == calibrator.name}
+    if for_n or not calibrator.needs_fit or len(kin) < 2:
         return next(iter(for_n or (found if calibrator.needs_fit else ())), None)
-    files = [f"{key}.json" for key in found]
-    raise fitted_for_other_n(label, (s.n for s in found.values()), n, "this run", files)
+    files = [f"{key}.json" for key in kin]
+    raise fitted_for_other_n(label, (s.n for s in kin.values()), n, "this run", files)
 
 
 def state_file(path: Path, key: str) -> str:
