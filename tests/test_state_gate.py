@@ -812,3 +812,23 @@ def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path):
     assert str(refused.value).startswith(
         f"calibration state {folder / 'mine.json'} (for 'pride') does not fit this use"
     )
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_a_bundled_text_models_state_serves_its_default_run(tmp_path, capsys, how):
+    """`calibrate --model posdebias/text-organism` then `evaluate` of the same model without
+    `--task`: both pose the model's own multiple-choice questions, so the state fits (evaluate
+    checked it against the retrieval prompt and refused it: "fitted with another prompt")."""
+    if how == "flag":
+        model = ["--model", "posdebias/text-organism"]
+    else:
+        config = tmp_path / "run.yaml"
+        config.write_text("adapter: {options: {model: posdebias/text-organism}}\n")
+        model = ["--config", str(config)]
+    assert main(["calibrate", *model, "--calibrators", "pride", "--count", "8",
+                 "--out", str(tmp_path / "cal")]) == 0  # fmt: skip
+    assert main(["evaluate", *model, "--calibrators", "pride", "--count", "3", "--orders", "1",
+                 "--calibration", str(tmp_path / "cal"),
+                 "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["calibrators"]["pride"]["calibration"]["source"] == "saved"

@@ -145,11 +145,15 @@ def _takes_option(config: EvaluateConfig, name: str) -> bool:
 
 def config_task(config: EvaluateConfig) -> str:
     """The task a run poses: ``--task``, else its benchmark's (read from the manifest; a
-    benchmark that cannot be read is reported when it is loaded)."""
+    benchmark that cannot be read is reported when it is loaded), else the task of the bundled
+    model it runs on that model's own questions (``calibrate`` and ``evaluate --model
+    posdebias/text-organism`` alike)."""
     if config.task is not None:
         return config.task
     if config.benchmark is None:
-        return "retrieval"
+        model = named_model(config)
+        bundled = None if model is None else get_registry().bundled_model(model)
+        return "retrieval" if bundled is None else bundled.task
     folder = Path(config.benchmark)
     manifest = folder / MANIFEST_FILE if folder.is_dir() else folder.parent / MANIFEST_FILE
     try:
