@@ -25,7 +25,11 @@ def _commands(tmp_path: Path, out: Path) -> dict[str, list[object]]:
     return {
         "evaluate": [*SIM, "--count", "2", "--out", out],
         "sweep": [*SWEEP, "--calibrators", "attention_guided", "--out", out],
-        "build": ["build", "--source", "shapes", "--root", shapes, "-N", "2", "--out", out],
+        # the inputs' count: the shapes root is reused, not regenerated at the default count
+        "build": [
+            *("build", "--source", "shapes", "--root", shapes, "--count", "6", "-N", "2"),
+            *("--out", out),
+        ],
         "build shapes root": [
             *("build", "--source", "shapes", "--root", out, "--count", "6", "-N", "2"),
             *("--out", tmp_path / "built"),
