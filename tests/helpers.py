@@ -69,6 +69,26 @@ def build_shapes_benchmark(directory, *, count: int = 12, n: int = 4, seed: int 
     return out
 
 
+#: ``python -m posdebias`` without the figures of a run's report or a study: the same entry point
+#: (``posdebias/__main__.py``) in a fresh process, for a subprocess whose test reads none of
+#: them (drawing them is most of a small run's time; tests/conftest.py does the same in this
+#: process). report.md is still written, without the figures' links.
+POSDEBIAS_WITHOUT_FIGURES = (
+    "import runpy\n"
+    "import posdebias.evaluation.report as report, posdebias.evaluation.sweep as sweep\n"
+    "report.REPORT_FIGURES = ()\n"
+    "sweep.figure_files = lambda *_: {}\n"
+    "runpy.run_module('posdebias', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def posdebias_command() -> list[str]:
+    """The command line of ``python -m posdebias`` drawing no figure (the arguments follow)."""
+    import sys
+
+    return [sys.executable, "-c", POSDEBIAS_WITHOUT_FIGURES]
+
+
 def run_cli_with_file_size_limit(args, limit: int, *, cwd=None):
     """`posdebias ARGS` in a subprocess whose files cannot grow beyond ``limit`` bytes.
 

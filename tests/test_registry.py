@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 import posdebias
+from helpers import posdebias_command
 from posdebias.errors import ConfigError, PosdebiasPluginWarning, UnknownNameError
 from posdebias.registry import Registry, hookspecs
 
@@ -72,11 +72,12 @@ def write_distribution(
 
 
 def run_cli(site: Path, *args: str, env: dict[str, str] | None = None):
+    """`python -m posdebias ARGS` with ``site`` installed; no test here reads a figure."""
     # keep the caller's PYTHONPATH after the site: the source under test comes first there
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     environment = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "posdebias", *args],
+        [*posdebias_command(), *args],
         capture_output=True,
         text=True,
         env=environment,

@@ -24,6 +24,7 @@ from helpers import (
     build_shapes_benchmark,
     line_count,
     main_without_latency,
+    posdebias_command,
     run_cli_with_file_size_limit,
     running_cli,
 )
@@ -413,7 +414,7 @@ def test_a_run_stopped_after_its_last_record_resumes_to_the_same_files(tmp_path,
         (cut / name).unlink()
     shutil.rmtree(cut / "figures")
     result = subprocess.run(
-        [sys.executable, "-m", "posdebias", *map(str, args), "--out", str(cut), "--resume"],
+        [*posdebias_command(), *map(str, args), "--out", str(cut), "--resume"],  # no figures
         capture_output=True,
         text=True,
         timeout=300,
