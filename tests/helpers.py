@@ -89,6 +89,19 @@ def posdebias_command() -> list[str]:
     return [sys.executable, "-c", POSDEBIAS_WITHOUT_FIGURES]
 
 
+def without_figures_path(folder) -> str:
+    """A PYTHONPATH whose module ``posdebias_without_figures`` is :func:`posdebias_command`'s
+    program (written into ``folder``), the caller's path after it: for a launcher that takes a
+    module (``accelerate launch -m posdebias_without_figures``)."""
+    import os
+    from pathlib import Path
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "posdebias_without_figures.py").write_text(POSDEBIAS_WITHOUT_FIGURES)
+    paths = [str(folder), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    return os.pathsep.join(p for p in paths if p)
+
+
 def run_cli_with_file_size_limit(args, limit: int, *, cwd=None):
     """`posdebias ARGS` in a subprocess whose files cannot grow beyond ``limit`` bytes.
 
