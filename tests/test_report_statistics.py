@@ -193,6 +193,7 @@ def _as_version_1(run: Path) -> None:
     (run / "results.json").write_text(json.dumps(payload))
 
 
+@pytest.mark.figures("png")  # no figure is read: only that the missing statistics draw none
 def test_version_1_results_still_report(default_run, tmp_path, capsys):
     old = tmp_path / "old"
     old.mkdir()
