@@ -832,3 +832,29 @@ def test_a_bundled_text_models_state_serves_its_default_run(tmp_path, capsys, ho
                  "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err  # fmt: skip
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["calibrators"]["pride"]["calibration"]["source"] == "saved"
+
+
+def test_a_state_file_whose_name_no_label_may_have_is_named_with_the_other_refusals(tmp_path):
+    """`pri\\nde.json` (a copy of a state under a name no calibrator label may have) beside a
+    broken file: `Debiaser.load` names both, the file's own name and what to do (it stopped at
+    the label's ConfigError, naming neither file and dropping the other refusal)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+
+    folder = tmp_path / "states"
+    assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride",
+                 "--out", str(folder)]) == 0  # fmt: skip
+    (folder / "pri\nde.json").write_bytes((folder / "pride.json").read_bytes())
+    (folder / "zz.json").write_text("[]")
+    with pytest.raises(CalibrationErrors) as refused:
+        Debiaser.load(folder, SyntheticAdapter())
+    broken, misnamed = (str(error) for error in refused.value.errors)  # in the order found
+    assert broken == f"{folder / 'zz.json'}: expected a JSON object, got list"
+    assert misnamed == (
+        f"calibration state {folder}/pri\nde.json: its name 'pri\\nde' cannot be a "
+        "calibrator label (use 1 to 64 letters, digits, '_', '.' or '-', starting with a letter "
+        "or digit, not ending in '.' or in '.n' and a number (the name of a state per N)): "
+        "rename the file"
+    )
+    (folder / "zz.json").unlink()
+    with pytest.raises(CalibrationError, match="'pri\\\\nde' cannot be a calibrator label"):
+        Debiaser.load(folder, SyntheticAdapter())

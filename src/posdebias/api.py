@@ -34,6 +34,7 @@ from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
+from posdebias.evaluation.config import label_problem
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
@@ -577,6 +578,17 @@ class Debiaser:
                 del states[stem]
                 continue
             label = row_label(stem, state)
+            unfit = label_problem(label)
+            if unfit is not None:  # a hand-named file: no row can carry its name
+                where = state_file(Path(path), stem)
+                refusals.add(
+                    CalibrationError(
+                        f"calibration state {where}: its name {excerpt(label)} cannot be a "
+                        f"calibrator label ({unfit}): rename the file"
+                    )
+                )
+                del states[stem]
+                continue
             if label not in calibrators:  # the same calibrator fitted for another N: checked
                 with refusals.checking():
                     try:
