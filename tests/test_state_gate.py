@@ -764,16 +764,28 @@ def test_states_of_its_kind_saved_apart_per_n_serve_each_n_at_every_door(tmp_pat
     )
 
 
-def test_a_file_whose_name_says_another_n_is_refused_at_every_door(tmp_path, capsys):
-    """`pride.n5.json` holding a state for N = 4: `evaluate -N 4` used it without a word while
-    `Debiaser.load` refused it; now every door says to rename it."""
+@pytest.mark.parametrize("name", ["pride.n5.json", "my pride.json"])
+@pytest.mark.parametrize("beside", [False, True])
+def test_a_file_whose_name_cannot_name_its_row_is_refused_at_every_door(
+    tmp_path, capsys, name, beside
+):
+    """`pride.n5.json` holding a state for N = 4, or `my pride.json`, alone or beside a good
+    `pride.json`: `evaluate` and the harness used it (or passed it over) without a word while
+    `Debiaser.load` refused it; now every door names it and says to rename it."""
     from posdebias.adapters.families.synthetic import SyntheticAdapter
 
+    said = {
+        "pride.n5.json": "pride.n5.json holds a state for N=4, but its name says N=5: name it "
+        "pride.n4.json",
+        "my pride.json": "my pride.json: its name 'my pride' cannot be a calibrator label",
+    }[name]
     folder = tmp_path / "states"
     assert main(["calibrate", "--adapter", "synthetic", "--calibrators", "pride",
                  "--out", str(folder)]) == 0  # fmt: skip
-    (folder / "pride.json").rename(folder / "pride.n5.json")
-    said = "pride.n5.json holds a state for N=4, but its name says N=5: name it pride.n4.json"
+    if beside:
+        (folder / name).write_bytes((folder / "pride.json").read_bytes())
+    else:
+        (folder / "pride.json").rename(folder / name)
     capsys.readouterr()
     assert main(["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
                  "--calibration", str(folder), "--out", str(tmp_path / "run")]) == 2  # fmt: skip
@@ -781,6 +793,30 @@ def test_a_file_whose_name_says_another_n_is_refused_at_every_door(tmp_path, cap
     for door in (lambda: Debiaser.load(folder, SyntheticAdapter()), lambda: _harness_on(folder)):
         with pytest.raises(CalibrationError, match=re.escape(said)):
             door()
+
+
+def test_states_fitted_with_other_options_for_other_n_are_refused_for_their_options(
+    tmp_path, capsys
+):
+    """States of the row's kind for N = 4 and 5, both fitted with other options than the
+    row's: a run of N = 6 names the options too (not as if the row were fitted for N = 4 and
+    5: it was fitted for no N)."""
+    folder = tmp_path / "states"
+    for n, top_k in ((4, 1), (5, 2)):
+        config = tmp_path / f"c{n}.yaml"
+        row = f"{{name: attention_guided, label: a{n}, options: {{top_k: {top_k}}}}}"
+        config.write_text(f"calibrators: [{row}]\n")
+        assert main(["calibrate", "--adapter", "synthetic", "-N", str(n), "--config", str(config),
+                     "--out", str(folder / f"a{n}.json")]) == 0  # fmt: skip
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("calibrators: [{name: attention_guided, label: mine, options: {top_k: 3}}]\n")
+    capsys.readouterr()
+    assert main(["evaluate", "--adapter", "synthetic", "-N", "6", "--config", str(mine),
+                 "--count", "3", "--calibration", str(folder),
+                 "--out", str(tmp_path / "run")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"calibration state {folder / 'a4.json'} (for 'mine') does not fit this use" in err
+    assert "fitted with other options" in err and "was fitted for N=4, N=5" not in err
 
 
 def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path):
@@ -847,7 +883,7 @@ def test_a_state_file_whose_name_no_label_may_have_is_named_with_the_other_refus
     (folder / "zz.json").write_text("[]")
     with pytest.raises(CalibrationErrors) as refused:
         Debiaser.load(folder, SyntheticAdapter())
-    broken, misnamed = (str(error) for error in refused.value.errors)  # in the order found
+    misnamed, broken = (str(error) for error in refused.value.errors)  # in the files' order
     assert broken == f"{folder / 'zz.json'}: expected a JSON object, got list"
     assert misnamed == (
         f"calibration state {folder}/pri\nde.json: its name 'pri\\nde' cannot be a "

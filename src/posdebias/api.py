@@ -34,7 +34,6 @@ from posdebias.core.observation import Evidence, Prediction, tie_broken
 from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
-from posdebias.evaluation.config import label_problem
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
@@ -49,7 +48,6 @@ from posdebias.evaluation.states import (
     check_state,
     fitted_for_other_n,
     load_states,
-    name_problem,
     prompt_hashes,
     row_label,
     save_states,
@@ -571,24 +569,8 @@ class Debiaser:
         states = load_states(Path(path), refusals)
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
-        for stem, state in list(states.items()):
-            misnamed = name_problem(stem, state)
-            if misnamed is not None:  # pride.n5.json holding N = 4: no row of its own
-                refusals.add(CalibrationError(misnamed))
-                del states[stem]
-                continue
+        for stem, state in states.items():
             label = row_label(stem, state)
-            unfit = label_problem(label)
-            if unfit is not None:  # a hand-named file: no row can carry its name
-                where = state_file(Path(path), stem)
-                refusals.add(
-                    CalibrationError(
-                        f"calibration state {where}: its name {excerpt(label)} cannot be a "
-                        f"calibrator label ({unfit}): rename the file"
-                    )
-                )
-                del states[stem]
-                continue
             if label not in calibrators:  # the same calibrator fitted for another N: checked
                 with refusals.checking():
                     try:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from posdebias._inputs import excerpt
 from posdebias._io import remove_stale, write_files_together
 from posdebias._rundir import RunFolder
 from posdebias._text import one_line
@@ -191,9 +192,8 @@ def row_states(
     (``<label>.json``, or ``<label>.n<N>.json`` per N as :meth:`Debiaser.save` writes several
     N), else those its kind fitted under other labels (fitted with the row's options where
     some are), for each N the first such row's (``calibrate -N 4 --out n4.json`` and ``-N 5
-    --out n5.json`` serve N = 4 and 5 as one save would). A file whose name says another N
-    than it holds, or two states of the row's kind for one N, are refused (a CalibrationError
-    naming the files: each door would pick its own)."""
+    --out n5.json`` serve N = 4 and 5 as one save would). Two states of the row's kind for one
+    N are refused (a CalibrationError naming the files: each door would pick its own)."""
     rows: dict[str, dict[str, CalibrationState]] = {}
     for key, state in saved.items():
         rows.setdefault(row_label(key, state), {})[key] = state
@@ -210,10 +210,6 @@ def row_states(
         for row in alike or kind:
             served = {state.n for state in found.values()}
             found.update({key: s for key, s in row.items() if s.n not in served})
-    for key, state in found.items():
-        misnamed = name_problem(key, state)
-        if misnamed is not None:
-            raise CalibrationError(misnamed)
     by_n: dict[int, list[str]] = {}
     for key, state in found.items():
         if state.calibrator == calibrator.name:
@@ -232,15 +228,24 @@ def two_states_error(label: str, n: int, keys: Sequence[str]) -> CalibrationErro
     )
 
 
-def name_problem(key: str, state: CalibrationState) -> str | None:
-    """Why a state's file name misleads (``pride.n5.json`` holding N = 4), or None."""
+def file_name_problem(file: Path, state: CalibrationState) -> str | None:
+    """Why a folder's state file cannot name the row it serves (``pride.n5.json`` holding
+    N = 4; a name no calibrator label may have), or None."""
+    key = file.stem
     match = _PER_N.fullmatch(key)
-    if match is None or int(match["n"]) == state.n:
-        return None
-    return (
-        f"{key}.json holds a state for N={state.n}, but its name says N={int(match['n'])}: "
-        f"name it {match['label']}.n{state.n}.json"
-    )
+    if match is not None and int(match["n"]) != state.n:
+        return (
+            f"{file} holds a state for N={state.n}, but its name says N={int(match['n'])}: "
+            f"name it {match['label']}.n{state.n}.json"
+        )
+    label = row_label(key, state)
+    unfit = label_problem(label)
+    if unfit is not None:
+        return (
+            f"calibration state {file}: its name {excerpt(label)} cannot be a calibrator "
+            f"label ({unfit}): rename the file"
+        )
+    return None
 
 
 def fitted_for_other_n(
@@ -276,7 +281,12 @@ def pick_state(
         (key for key, state in found.items() if state.n == n),
         key=lambda key: found[key].calibrator != calibrator.name,  # its kind first
     )
-    kin = {key: state for key, state in found.items() if state.calibrator == calibrator.name}
+    options = calibrator.options.model_dump(mode="json")
+    kin = {  # fitted as the row asks, for other N (else the gate names each mismatch of one)
+        key: state
+        for key, state in found.items()
+        if state.calibrator == calibrator.name and state.options == options
+    }
     if for_n or not calibrator.needs_fit or len(kin) < 2:
         return next(iter(for_n or (found if calibrator.needs_fit else ())), None)
     files = [f"{key}.json" for key in kin]
@@ -290,8 +300,9 @@ def state_file(path: Path, key: str) -> str:
 
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
     """Calibration states from a file or a directory of ``<label>.json`` files. With
-    ``refusals`` a folder's files that cannot be read are kept there (raised with the checks'
-    refusals that follow) and the others returned; else they are raised here."""
+    ``refusals`` a folder's files that cannot be read, or whose names cannot name their row
+    (:func:`file_name_problem`), are kept there (raised with the checks' refusals that follow)
+    and the others returned; else they are raised here."""
     if path.is_dir():
         files = sorted(path.glob("*.json"))
         if not files:
@@ -300,7 +311,11 @@ def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, 
         states = {}
         for file in files:
             with own.checking():
-                states[file.stem] = CalibrationState.load(file)
+                state = CalibrationState.load(file)
+                misnamed = file_name_problem(file, state)
+                if misnamed is not None:  # each door would read another row from it
+                    raise CalibrationError(misnamed)
+                states[file.stem] = state
         if refusals is None:
             own.raise_any()
         return states
