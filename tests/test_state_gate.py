@@ -894,3 +894,13 @@ def test_a_state_file_whose_name_no_label_may_have_is_named_with_the_other_refus
     (folder / "zz.json").unlink()
     with pytest.raises(CalibrationError, match="'pri\\\\nde' cannot be a calibrator label"):
         Debiaser.load(folder, SyntheticAdapter())
+
+
+def test_check_poses_a_bundled_models_own_task_as_evaluate_does(capsys):
+    """`check --model posdebias/text-organism` without `--task` checks the multiple-choice
+    prompt that `evaluate` and `calibrate` of the same arguments pose (it assumed retrieval
+    and stopped: "a text-only model: it has no retrieval prompt")."""
+    for argv in (["--model", "posdebias/text-organism"], ["--task", "multiple_choice"]):
+        assert main(["check", *argv]) == 0, capsys.readouterr().err
+        rows = capsys.readouterr().out
+        assert "options rotated by 1" in rows and "all 7 checks passed" in rows

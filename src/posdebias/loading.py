@@ -509,6 +509,13 @@ def load_adapter(
     )
 
 
+def bundled_task(model: str | os.PathLike[str] | None) -> str | None:
+    """The task a bundled model poses (its own questions'), or None for any other model: what
+    a run or a check of it poses unless a task or a benchmark is named, at every door."""
+    bundled = None if model is None else get_registry().bundled_model(os.fspath(model))
+    return None if bundled is None else bundled.task
+
+
 def default_label_set(
     task: str | None = None, model: str | os.PathLike[str] | None = None
 ) -> str | None:
@@ -517,9 +524,8 @@ def default_label_set(
     :func:`~posdebias.core.tasks.task_label_set`. Without a task, a bundled model's own task
     decides; else None: the adapter labels each instance by its task's own set. A task that
     does not exist is an InputError."""
-    if task is None and model is not None:
-        bundled = get_registry().bundled_model(os.fspath(model))
-        task = None if bundled is None else bundled.task
+    if task is None:
+        task = bundled_task(model)
     if task is None:
         return None
     if task not in TASK_LABEL_SETS:

@@ -22,7 +22,7 @@ from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
 from posdebias.evaluation.job import check_task
-from posdebias.loading import load_adapter
+from posdebias.loading import bundled_task, load_adapter
 from posdebias.registry import get_registry
 from posdebias.testing.check import FAIL, PASS, check_adapter, check_instances
 
@@ -52,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--task",
         choices=TASK_KINDS,
-        help="task kind of the check's instances (retrieval, or the benchmark's; "
+        help="task kind of the check's instances (default: the benchmark's, a bundled model's "
+        "own, else retrieval; "
         "multiple_choice, pairwise_judge, rerank: text candidates, and images too on a "
         "vision-language model)",
     )
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if benchmark is not None:
         check_task(args.task, benchmark.task, args.benchmark)
         args.task = benchmark.task
-    args.task = args.task or "retrieval"
+    args.task = args.task or bundled_task(args.model) or "retrieval"  # as evaluate poses it
     args.n = _checked_n(args.n, args.task, benchmark)
     import transformers
 

@@ -95,7 +95,7 @@ from posdebias.evaluation.states import (
 )
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
 from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
-from posdebias.loading import default_label_set, open_adapter, served
+from posdebias.loading import bundled_task, default_label_set, open_adapter, served
 from posdebias.registry import get_registry
 
 
@@ -151,9 +151,7 @@ def config_task(config: EvaluateConfig) -> str:
     if config.task is not None:
         return config.task
     if config.benchmark is None:
-        model = named_model(config)
-        bundled = None if model is None else get_registry().bundled_model(model)
-        return "retrieval" if bundled is None else bundled.task
+        return bundled_task(named_model(config)) or "retrieval"
     folder = Path(config.benchmark)
     manifest = folder / MANIFEST_FILE if folder.is_dir() else folder.parent / MANIFEST_FILE
     try:
