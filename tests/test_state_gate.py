@@ -819,7 +819,7 @@ def test_states_fitted_with_other_options_for_other_n_are_refused_for_their_opti
     assert "fitted with other options" in err and "was fitted for N=4, N=5" not in err
 
 
-def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path):
+def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path, capsys):
     """A loaded state that a query's task refuses is named by the file it was read from
     (it was named 'pride', a file the folder does not hold); at a harness too, where a row's
     own file is named as it is, and a state of its kind under another name says the row."""
@@ -837,17 +837,19 @@ def test_a_state_refused_for_a_query_is_named_by_its_file(tmp_path):
     (folder / "pride.n5.json").unlink()
     moved = json.loads((folder / "pride.n4.json").read_text())
     (folder / "pride.n4.json").write_text(json.dumps({**moved, "model_id": "other/model"}))
+    argv = ["evaluate", "--adapter", "synthetic", "--calibrators", "pride", "--count", "3",
+            "--calibration", str(folder), "--out", str(tmp_path / "run")]  # fmt: skip
     with pytest.raises(CalibrationError) as refused:
         _harness_on(folder)
-    assert str(refused.value).startswith(
-        f"calibration state {folder / 'pride.n4.json'} does not fit this use: it was fitted on"
-    )
+    said = f"calibration state {folder / 'pride.n4.json'} does not fit this use: it was fitted on"
+    assert str(refused.value).startswith(said)
+    assert main(argv) == 2 and said in capsys.readouterr().err  # the row's own: no "(for"
     (folder / "pride.n4.json").rename(folder / "mine.json")
     with pytest.raises(CalibrationError) as refused:
         _harness_on(folder)
-    assert str(refused.value).startswith(
-        f"calibration state {folder / 'mine.json'} (for 'pride') does not fit this use"
-    )
+    said = f"calibration state {folder / 'mine.json'} (for 'pride') does not fit this use"
+    assert str(refused.value).startswith(said)
+    assert main(argv) == 2 and said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("how", ["flag", "config"])

@@ -89,6 +89,7 @@ from posdebias.evaluation.states import (
     check_state,
     load_states,
     pick_state,
+    row_label,
     save_states,
     state_file,
     state_metadata,
@@ -295,7 +296,7 @@ def saved_states(
         use = (key, calibrator.name, calibrator.options.model_dump_json())
         if use not in fits:  # two rows alike (other labels) are one use: checked and named once
             source = state_file(config.calibration, key)
-            if label not in (key, calibrator.name):  # a state several rows may pick
+            if row_label(key, saved[key]) != label:  # a state of its kind under another name
                 source += f" (for {label!r})"
             with refusals.checking():
                 check_state(
