@@ -89,9 +89,8 @@ from posdebias.evaluation.states import (
     check_state,
     load_states,
     pick_state,
-    row_label,
+    row_source,
     save_states,
-    state_file,
     state_metadata,
 )
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
@@ -295,9 +294,7 @@ def saved_states(
             continue
         use = (key, calibrator.name, calibrator.options.model_dump_json())
         if use not in fits:  # two rows alike (other labels) are one use: checked and named once
-            source = state_file(config.calibration, key)
-            if row_label(key, saved[key]) != label:  # a state of its kind under another name
-                source += f" (for {label!r})"
+            source = row_source(config.calibration, key, saved[key], label)
             with refusals.checking():
                 check_state(
                     saved[key],

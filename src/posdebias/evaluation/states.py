@@ -298,6 +298,13 @@ def state_file(path: Path, key: str) -> str:
     return str(path / f"{key}.json" if path.is_dir() else path)
 
 
+def row_source(path: Path, key: str, state: CalibrationState, row: str) -> str:
+    """The file of the state a calibrator ``row`` uses, as refusals name it: with
+    ``(for 'ROW')`` when it is a state of the row's kind saved under another name."""
+    other = row_label(key, state) != row
+    return state_file(path, key) + (f" (for {row!r})" if other else "")
+
+
 def load_states(path: Path, refusals: StateRefusals | None = None) -> dict[str, CalibrationState]:
     """Calibration states from a file or a directory of ``<label>.json`` files. With
     ``refusals`` a folder's files that cannot be read, or whose names cannot name their row

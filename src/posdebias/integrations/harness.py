@@ -43,10 +43,9 @@ from posdebias.errors import (
 from posdebias.evaluation.states import (
     StateRefusals,
     load_states,
-    row_label,
+    row_source,
     row_states,
     save_states,
-    state_file,
     state_key,
     states_folder,
 )
@@ -389,8 +388,7 @@ class HarnessDebiaser:
             for key, state in found.items():
                 row = state_key(label, state.n, len(found) > 1)
                 states[row] = state
-                other = row_label(key, state) != label  # a state of its kind under another name
-                sources[row] = state_file(path, key) + (f" (for {label!r})" if other else "")
+                sources[row] = row_source(path, key, state, label)
             own_files = [*path.glob(f"{label}.json"), *path.glob(f"{label}.n*.json")]
             if not found and calibrator.needs_fit and not own_files:
                 missing.append(label)  # (a file of its own that cannot be read is named above)
