@@ -32,7 +32,7 @@ def test_bundled_folder_holds_a_complete_small_model():
 
 def test_loads_offline_by_name_through_the_llama_adapter(text_cache_dir):
     import posdebias
-    from posdebias.adapters.families.llama import LlamaAdapter
+    from posdebias.adapters.families.text import LlamaAdapter
     from posdebias.registry import get_registry
 
     assert get_registry().default_model("multiple_choice").name == MODEL_NAME

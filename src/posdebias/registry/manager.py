@@ -72,12 +72,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.phi4_multimodal",
     "posdebias.adapters.families.qwen2_5_omni",
     "posdebias.adapters.families.qwen3_omni_moe",
-    "posdebias.adapters.families.qwen3",
-    "posdebias.adapters.families.llama",
-    "posdebias.adapters.families.gemma3_text",
-    "posdebias.adapters.families.mistral",
-    "posdebias.adapters.families.phi3",
-    "posdebias.adapters.families.olmo2",
+    "posdebias.adapters.families.text",
     "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type
     "posdebias.calibrators.vanilla",

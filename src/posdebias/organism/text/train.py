@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from posdebias.adapters.families.llama import LlamaAdapter
+from posdebias.adapters.families.text import LlamaAdapter
 from posdebias.adapters.hf.spans import span_matrix
 from posdebias.core.instance import Instance
 from posdebias.organism.text.build import build_untrained
