@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from posdebias.testing.tiny.common import (
-    build_tokenizer,
     cohere2_text_config,
     command_template,
+    command_tokenizer,
     tiny_siglip,
 )
 
@@ -24,14 +24,8 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     from transformers.models.aya_vision import AyaVisionProcessor
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
 
-    tokenizer = build_tokenizer(
+    tokenizer = command_tokenizer(
         [
-            "<BOS_TOKEN>",
-            "<|END_OF_TURN_TOKEN|>",
-            "<PAD>",
-            "<|START_OF_TURN_TOKEN|>",
-            "<|USER_TOKEN|>",
-            "<|CHATBOT_TOKEN|>",
             "<image>",
             "<|START_OF_IMG|>",
             "<|END_OF_IMG|>",
@@ -42,8 +36,6 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         ],
         chat_template=_TEMPLATE,
         eos_token="<|END_OF_TURN_TOKEN|>",
-        pad_token="<PAD>",
-        bos_token="<BOS_TOKEN>",
     )
     # The checkpoints: 364 px tiles, 14 px patches, pixel shuffle 2 -> 169 tokens per tile, up
     # to 12 tiles + a global view. Here 56 px tiles -> (56 / 28)^2 = 4 tokens per tile, up to 2
@@ -62,7 +54,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     )
     config = AutoConfig.for_model(
         model_type,
-        text_config=cohere2_text_config(tokenizer, "<|END_OF_TURN_TOKEN|>"),
+        text_config=cohere2_text_config(tokenizer),
         vision_config=tiny_siglip(size, patch),
         downsample_factor=downsample,
         image_token_index=tokenizer.convert_tokens_to_ids("<|IMG_PATCH|>"),

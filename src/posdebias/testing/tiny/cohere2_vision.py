@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from posdebias.testing.tiny.common import (
-    build_tokenizer,
     cohere2_text_config,
     command_template,
+    command_tokenizer,
     tiny_siglip,
 )
 
@@ -34,22 +34,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "eoi_token": "<|END_OF_IMG|>",
         "img_line_break_token": "<|IMG_LINE_BREAK|>",
     }
-    tokenizer = build_tokenizer(
-        [
-            "<BOS_TOKEN>",
-            "<|END_OF_TURN_TOKEN|>",
-            "<PAD>",
-            "<|START_OF_TURN_TOKEN|>",
-            "<|USER_TOKEN|>",
-            "<|CHATBOT_TOKEN|>",
-            "<|START_RESPONSE|>",
-            "<|END_RESPONSE|>",
-            *markers.values(),
-        ],
+    tokenizer = command_tokenizer(
+        ["<|START_RESPONSE|>", "<|END_RESPONSE|>", *markers.values()],
         chat_template=_TEMPLATE,
         eos_token="<|END_RESPONSE|>",
-        pad_token="<PAD>",
-        bos_token="<BOS_TOKEN>",
         named_tokens=markers,
     )
     # The checkpoints: 512 px tiles, 16 px patches, pixel shuffle 2 -> 16 x 16 tokens per tile
@@ -64,7 +52,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     )
     config = AutoConfig.for_model(
         model_type,
-        text_config=cohere2_text_config(tokenizer, "<|END_RESPONSE|>"),
+        text_config=cohere2_text_config(tokenizer),
         vision_config=tiny_siglip(size, patch),
         downsample_factor=downsample,
         alignment_intermediate_size=128,

@@ -76,17 +76,26 @@ def command_template(image: str, response_start: str = "") -> str:
     )
 
 
-def cohere2_text_config(tokenizer: Any, eos_token: str) -> dict[str, Any]:
-    """A tiny Cohere 2 language model (Aya Vision, Command A Vision): 3 sliding-window layers
-    with RoPE, then 1 global layer without positions; ``<BOS_TOKEN>`` and ``<PAD>`` tokens."""
-    ids = tokenizer.convert_tokens_to_ids
+def command_tokenizer(tokens: Sequence[str], **options: Any) -> Any:
+    """The toy tokenizer of Cohere's Command format (Aya Vision, Command A Vision): its BOS,
+    end-of-turn, padding and turn tokens, then the family's ``tokens`` (``options``: the rest
+    of :func:`build_tokenizer`'s)."""
+    turn = ("<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>")
+    specials = ["<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>", "<PAD>", *turn, *tokens]
+    return build_tokenizer(specials, pad_token="<PAD>", bos_token="<BOS_TOKEN>", **options)
+
+
+def cohere2_text_config(tokenizer: Any) -> dict[str, Any]:
+    """A tiny Cohere 2 language model (Aya Vision, Command A Vision) on a
+    :func:`command_tokenizer`: 3 sliding-window layers with RoPE, then 1 global layer without
+    positions."""
     return {
         "model_type": "cohere2",
         **text_config(len(tokenizer), num_hidden_layers=4),
         "sliding_window": 4096,
-        "bos_token_id": ids("<BOS_TOKEN>"),
-        "eos_token_id": ids(eos_token),
-        "pad_token_id": ids("<PAD>"),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
     }
 
 

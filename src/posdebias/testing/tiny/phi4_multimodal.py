@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
 
 MODEL_TYPES = ("phi4_multimodal",)
 
@@ -62,13 +62,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         bos_token_id=ids("<|endoftext|>"),
         eos_token_id=ids("<|end|>"),
         pad_token_id=ids("<|endoftext|>"),
-        vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "image_token_id": ids("<|image|>"),
-        },
+        vision_config=tiny_vision(image_token_id=ids("<|image|>")),
         audio_config={
             "num_blocks": 2,
             "hidden_size": 32,

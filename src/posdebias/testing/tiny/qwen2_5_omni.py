@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chatml_text_config
 from posdebias.testing.tiny.qwen2_vl import QWEN2_5_VISION
 
 MODEL_TYPES = ("qwen2_5_omni_thinker",)
@@ -100,15 +100,12 @@ def omni_tokenizer(tokens: OmniTokens, chat_template: str) -> Any:
 
 def omni_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:
     """The tiny language model: 3-D RoPE sections of a 16-wide head."""
-    ids = tokenizer.convert_tokens_to_ids
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
-    return text_config(
-        len(tokenizer),
+    return chatml_text_config(
+        tokenizer,
         head_dim=16,
         rope_parameters={**rope, **extra.pop("rope", {})},
         bos_token_id=None,
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("<|endoftext|>"),
         **extra,
     )
 

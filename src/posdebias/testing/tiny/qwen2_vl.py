@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_qwen_vision
+from posdebias.testing.tiny.common import (
+    build_tokenizer,
+    chatml,
+    chatml_text_config,
+    tiny_qwen_vision,
+)
 
 MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 REAL_VOCABULARY = MODEL_TYPES
@@ -97,12 +102,10 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         }
     config = AutoConfig.for_model(
         model_type,
-        text_config=text_config(
-            len(tokenizer),
+        text_config=chatml_text_config(
+            tokenizer,
             rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]},
             bos_token_id=None,
-            eos_token_id=ids("<|im_end|>"),
-            pad_token_id=ids("<|endoftext|>"),
             tie_word_embeddings=real_vocabulary,
         ),
         vision_config=vision,
