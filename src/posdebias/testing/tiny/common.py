@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ def command_template(image: str, response_start: str = "") -> str:
     )
 
 
-def command_tokenizer(tokens: Sequence[str], **options: Any) -> Any:
+def command_tokenizer(tokens: Iterable[str], **options: Any) -> Any:
     """The toy tokenizer of Cohere's Command format (Aya Vision, Command A Vision): its BOS,
     end-of-turn, padding and turn tokens, then the family's ``tokens`` (``options``: the rest
     of :func:`build_tokenizer`'s)."""
@@ -163,6 +163,14 @@ def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
         "initializer_range": 0.2,  # larger than real init: peaked attention, varied scores
         **extra,
     }
+
+
+def chatml_tokenizer(tokens: Iterable[str], **options: Any) -> Any:
+    """A tokenizer of the ChatML vocabulary :func:`chatml_text_config` reads: ``<|im_end|>``
+    ends, ``<|endoftext|>`` pads, the family's ``tokens`` follow (``options``: the rest of
+    :func:`build_tokenizer`'s)."""
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", *tokens]
+    return build_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>", **options)
 
 
 def chatml_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, chatml_text_config, tiny_vision
+from posdebias.testing.tiny.common import chatml, chatml_text_config, chatml_tokenizer, tiny_vision
 
 MODEL_TYPES = ("internvl",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -28,19 +28,9 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
     from transformers.models.got_ocr2 import GotOcr2ImageProcessor
     from transformers.models.internvl import InternVLProcessor, InternVLVideoProcessor
 
-    tokenizer = build_tokenizer(
-        [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|endoftext|>",
-            "<img>",
-            "</img>",
-            "<IMG_CONTEXT>",
-            "<video>",
-        ],
+    tokenizer = chatml_tokenizer(
+        ["<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
         chat_template=CHAT_TEMPLATE if real_vocabulary else chatml("<IMG_CONTEXT>\n"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
         named_tokens={
             "start_image_token": "<img>",
             "end_image_token": "</img>",

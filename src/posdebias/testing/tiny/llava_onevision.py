@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, chatml_text_config, tiny_vision
+from posdebias.testing.tiny.common import chatml, chatml_text_config, chatml_tokenizer, tiny_vision
 
 MODEL_TYPES = ("llava_onevision",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -37,11 +37,9 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         LlavaOnevisionVideoProcessor,
     )
 
-    tokenizer = build_tokenizer(
-        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<image>", "<video>"],
+    tokenizer = chatml_tokenizer(
+        ["<image>", "<video>"],
         chat_template=CHAT_TEMPLATE if real_vocabulary else chatml("<image>"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
         named_tokens={"image_token": "<image>", "video_token": "<video>"},
         vocabulary="qwen2" if real_vocabulary else None,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml_text_config
+from posdebias.testing.tiny.common import chatml_text_config, chatml_tokenizer
 from posdebias.testing.tiny.qwen2_vl import QWEN2_5_VISION
 
 MODEL_TYPES = ("qwen2_5_omni_thinker",)
@@ -89,13 +89,7 @@ def omni_chat_template(tokens: OmniTokens, *, default_system: bool) -> str:
 def omni_tokenizer(tokens: OmniTokens, chat_template: str) -> Any:
     """The toy ChatML tokenizer with the family's markers as named special tokens."""
     named = asdict(tokens)
-    return build_tokenizer(
-        ["<|im_start|>", "<|im_end|>", "<|endoftext|>", *named.values()],
-        chat_template=chat_template,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        named_tokens=named,
-    )
+    return chatml_tokenizer(named.values(), chat_template=chat_template, named_tokens=named)
 
 
 def omni_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from posdebias.testing.tiny.common import (
-    build_tokenizer,
     chatml,
     chatml_text_config,
+    chatml_tokenizer,
     tiny_qwen_vision,
 )
 
@@ -43,21 +43,11 @@ def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
     """The tokenizer of the Qwen-VL layout (ChatML, ``<|vision_start|>`` + ``<|image_pad|>`` +
     ``<|vision_end|>``): the toy one with a ChatML template, or with ``vocabulary`` the real one
     with ``chat_template`` (the checkpoints')."""
-    return build_tokenizer(
-        [
-            "<|im_start|>",
-            "<|im_end|>",
-            "<|endoftext|>",
-            "<|vision_start|>",
-            "<|vision_end|>",
-            "<|image_pad|>",
-            "<|video_pad|>",
-        ],
+    return chatml_tokenizer(
+        ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
         chat_template=chat_template
         if vocabulary is not None
         else chatml("<|vision_start|><|image_pad|><|vision_end|>"),
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
         named_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
         vocabulary=vocabulary,
     )
