@@ -573,9 +573,6 @@ def open_adapter(model: str, *, adapter: str | None = None, **options: Any) -> A
                 f"adapter {adapter!r} talks to a server that loads the model itself; the "
                 f"loading options {unused} do not apply (set them on the server)"
             )
-        named = options.pop("model", None)
-        if named is not None and named != model:
-            raise InputError(f"two models given: {model!r} and the option model={named!r}")
         return get_registry().create_adapter(adapter, model=model, **options)
     return load_adapter(model, adapter=adapter, **options)
 
