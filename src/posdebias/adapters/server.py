@@ -303,12 +303,7 @@ class ServerClient:
     answers of at most :data:`MAX_RESPONSE_BYTES`, read within the timeout."""
 
     def __init__(self, options: ServerOptions) -> None:
-        self.base_url = options.base_url
-        self.timeout = options.timeout
-        self.retries = options.retries
-        self.backoff = options.backoff
-        self.model = options.model
-        self.other_model = options.other_model
+        self.options = options
         #: the model names the server's answers gave other than the one asked for
         self.served_models: set[str] = set()
         self._served_lock = threading.Lock()
@@ -317,14 +312,14 @@ class ServerClient:
             self._headers["Authorization"] = f"Bearer {_api_key(options.api_key_env)}"
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        url = f"{self.base_url}/{path}"
+        url = f"{self.options.base_url}/{path}"
         data = json.dumps(body).encode()
         problem = ""
-        attempts = self.retries + 1
+        attempts = self.options.retries + 1
         for attempt in range(attempts):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            deadline = _Deadline(self.timeout)
+                time.sleep(self.options.backoff * 2 ** (attempt - 1))
+            deadline = _Deadline(self.options.timeout)
             with deadline:  # the whole attempt: connect, headers, body, an error's body
                 raw, problem = self._attempt(url, data, deadline)
             if raw is not None:
@@ -342,9 +337,9 @@ class ServerClient:
         opener = urllib.request.build_opener(
             urllib.request.ProxyHandler({}), _NoRedirect(), *deadline.handlers()
         )
-        slow = f"no complete answer within the timeout of {self.timeout:g} s"
+        slow = f"no complete answer within the timeout of {self.options.timeout:g} s"
         try:
-            with opener.open(request, timeout=self.timeout) as response:
+            with opener.open(request, timeout=self.options.timeout) as response:
                 return self._read(response, url, deadline), ""
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
@@ -376,7 +371,7 @@ class ServerClient:
         """An answer naming another model than the one asked for is refused, or warned about
         once per name and recorded (``served_models``), as the option ``other_model`` says."""
         served = payload.get("model")
-        if served is None or served == self.model:
+        if served is None or served == self.options.model:
             return
         if not isinstance(served, str) or not served or len(served) > 1000:
             raise AdapterError(
@@ -385,9 +380,9 @@ class ServerClient:
             )
         message = (
             f"server {excerpt(url)} answered as model {excerpt(served)}, not the requested "
-            f"{excerpt(self.model)}"
+            f"{excerpt(self.options.model)}"
         )
-        if self.other_model == "refuse":
+        if self.options.other_model == "refuse":
             raise AdapterError(
                 f"{message}; give the served model's name as model (see /v1/models), or set "
                 "the adapter option other_model: warn to accept such answers"
@@ -822,7 +817,7 @@ class ServerAdapter(Adapter):
     def _echo_scores_all(self, instances: Sequence[Instance], pool: Any) -> list[Any]:
         """Each prompt alone (its token count), then every label after it, then the end token
         after the labels that another label continues; the restricted softmax per instance."""
-        prepared = [self._prepare(instance) for instance in instances]
+        prepared = [(self._context(i), self.scored_answers(i)) for i in instances]
         bases = list(pool.map(lambda item: self._score_prompt(item[0]), prepared))
         jobs = [(i, label) for i, (_, labels) in enumerate(prepared) for label in labels]
 
@@ -859,11 +854,6 @@ class ServerAdapter(Adapter):
             self.options.answer_prefix + label
             for label in scored_labels(instance.task, template, labels)
         ]
-
-    def _prepare(self, instance: Instance) -> tuple[Any, list[str]]:
-        """The request context of one instance and its labels."""
-        labels = self.scored_answers(instance)
-        return self._context(instance), labels
 
     def _context(self, instance: Instance, variant: str | None = None) -> Any:
         """What a request poses ``instance`` with: its chat messages (endpoint chat), or the
