@@ -39,13 +39,15 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from posdebias.core.layers import LayerSet
 from posdebias.errors import AdapterError
 
 if TYPE_CHECKING:
     import torch
+
+T = TypeVar("T")
 
 KEY_CHUNK = 512  # keys upcast to float32 at a time in half-precision models
 
@@ -219,16 +221,21 @@ class AttentionRecorder:
 
 
 @contextlib.contextmanager
+def scoped(variable: contextvars.ContextVar[T | None], value: T) -> Iterator[T]:
+    """``variable`` set to ``value`` inside this block only: how the probe, SoFA and shared-prefix
+    decoding are switched on (each thread or task sees its own; nothing leaks after the block)."""
+    token = variable.set(value)
+    try:
+        yield value
+    finally:
+        variable.reset(token)
+
+
 def recording(
     span_matrix: torch.Tensor, cross: CrossAttentionSpans | None = None
-) -> Iterator[AttentionRecorder]:
+) -> contextlib.AbstractContextManager[AttentionRecorder]:
     """Record the probe inside this block only (one forward pass of the prompt)."""
-    recorder = AttentionRecorder(span_matrix, cross)
-    token = _ACTIVE.set(recorder)
-    try:
-        yield recorder
-    finally:
-        _ACTIVE.reset(token)
+    return scoped(_ACTIVE, AttentionRecorder(span_matrix, cross))
 
 
 def active_recorder() -> AttentionRecorder | None:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from posdebias.adapters.attention.probe import cap_scores
+from posdebias.adapters.attention.probe import cap_scores, scoped
 
 if TYPE_CHECKING:
     import torch
@@ -86,14 +85,9 @@ def share_prefix(cache: Any, samples: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def decoding_over(cache: Any) -> Iterator[None]:
+def decoding_over(cache: Any) -> contextlib.AbstractContextManager[Any]:
     """Decoding steps inside this block attend through the shared prefix of ``cache``."""
-    token = _ACTIVE.set(cache)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+    return scoped(_ACTIVE, cache)
 
 
 def shared_prefix_attention(

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from posdebias.adapters.attention.probe import scoped
 from posdebias.adapters.base import SofaSettings
 from posdebias.errors import AdapterError
 
@@ -146,20 +147,14 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
 def sofa_attention(
     settings: SofaSettings, *, capture: dict[int, Any] | None = None
-) -> Iterator[SofaRun]:
+) -> contextlib.AbstractContextManager[SofaRun]:
     """Run the adapter's prompt passes under SoFA inside this block.
 
     ``capture`` (tests): receives, per layer index, the mask each layer of the prompt pass used.
     """
-    run = SofaRun(settings, set(), capture)
-    token = _RUN.set(run)
-    try:
-        yield run
-    finally:
-        _RUN.reset(token)
+    return scoped(_RUN, SofaRun(settings, set(), capture))
 
 
 @contextlib.contextmanager
@@ -179,11 +174,8 @@ def sofa_scope(
             "reads its images through cross-attention layers (the prompt holds one placeholder "
             "token per image), so SoFA does not apply to it"
         )
-    token = _SCOPE.set(_Scope(run, spans, length))
-    try:
+    with scoped(_SCOPE, _Scope(run, spans, length)):
         yield
-    finally:
-        _SCOPE.reset(token)
 
 
 def adjust_mask(
