@@ -11,6 +11,7 @@ seconds for Gemma 3's). Format: https://github.com/ggml-org/ggml/blob/master/doc
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Mapping
@@ -140,10 +141,7 @@ def read_gguf_header(path: Path, block_sizes: Mapping[int, tuple[int, int]]) -> 
                 raise GGUFDamaged(
                     f"{label} has rows of {shape[0]} values, not whole blocks of {per_block}"
                 )
-            values = 1
-            for size in shape:
-                values *= size
-            end = max(end, offset + values // per_block * block_bytes)
+            end = max(end, offset + math.prod(shape) // per_block * block_bytes)
         if tensor_count == 0:  # no data section: the header is the whole file
             return GGUFHeader(version, architecture, 0, cursor.pos)
         data_start = -(-cursor.pos // alignment) * alignment
