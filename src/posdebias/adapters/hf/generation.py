@@ -101,13 +101,6 @@ def generation_config_warpers(model: Any, settings: GenerationSettings) -> Any:
     )
 
 
-def _inherited_warpers(adapter: ModelAdapter, settings: GenerationSettings) -> Any:
-    """The generation config's sampling warpers when the settings ask for them, else None."""
-    if settings.do_sample and settings.sampling_config == "generation_config":
-        return generation_config_warpers(adapter.model, settings)
-    return None
-
-
 def _stop_ids(adapter: ModelAdapter) -> set[int]:
     ids: set[int] = set()
     generation = getattr(adapter.model, "generation_config", None)
@@ -173,7 +166,11 @@ def _generate_batch(
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
             extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
-        warpers = _inherited_warpers(adapter, settings)
+        warpers = (  # the generation config's sampling warpers, where the settings ask for them
+            generation_config_warpers(adapter.model, settings)
+            if settings.do_sample and settings.sampling_config == "generation_config"
+            else None
+        )
         processors = None
         if adapter.options.logits_processors != "none":
             prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)

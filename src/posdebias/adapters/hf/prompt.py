@@ -427,16 +427,12 @@ def _fenced(template: TaskTemplate) -> TaskTemplate:
 def message_texts(messages: list[dict]) -> list[str]:
     """Each message's text parts joined, as a chat template writes them (text parts next to
     each other meet)."""
-    texts = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        else:
-            texts.append(
-                "".join(p.get("text", "") for p in content or () if p.get("type") == "text")
-            )
-    return texts
+    return [
+        content
+        if isinstance(content := message.get("content"), str)
+        else "".join(p.get("text", "") for p in content or () if p.get("type") == "text")
+        for message in messages
+    ]
 
 
 def neutral_candidates(task: str, n: int) -> Instance:
