@@ -718,10 +718,8 @@ class ServerAdapter(Adapter):
         """The prompt's text as the local tokenizer's chat template writes it (images as the
         template's image items, or the placeholder text), refused if the data complete one of
         the model's special tokens where fields meet (:func:`refuse_joined_control_tokens`,
-        against the same prompt with neutral data and file names)."""
-
-        if self.tokenizer is None:  # no local tokenizer: no special tokens known to check
-            return ""
+        against the same prompt with neutral data and file names). Called only where the
+        local tokenizer's special tokens are known (``control_tokens``)."""
 
         def text(shown: Instance, names: bool) -> str:
             messages = joined_text_messages(self._posed(shown, variant, encode=False, names=names))

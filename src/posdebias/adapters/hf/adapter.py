@@ -858,11 +858,7 @@ class HFAdapter(Adapter):
         masses = recorder.attention(self.attention_layers) if recorder is not None else None
         return output, masses
 
-    def verify(self, instance: Instance) -> None:
-        """Stop with :class:`AdapterError` unless this adapter's label scores of ``instance``
-        equal the model's own forward (verify.py; cached per model, so the first observed
-        batch then needs no extra work)."""
-        verify_instance(self, instance)
+    verify = verify_instance  # label scores against the model's own forward, cached per model
 
     def _observe_batch(self, instances: list[Instance]) -> list[Observation]:
         refuse_unsupported(self)
