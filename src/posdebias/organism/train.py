@@ -58,6 +58,7 @@ from posdebias.organism.build import IMAGE_SIZE, PROMPT, build_untrained, shape_
 from posdebias.organism.training import (
     CARD_FILE,
     curriculum_n,
+    optimize,
     soft_target_step,
     train_model,
     train_top,
@@ -397,10 +398,7 @@ def _alignment_stage(model: Any, pool: ShapesPool, plan: TrainingPlan, log: Call
             truth = values[chosen, group][:, None].expand(-1, tokens.shape[1])
             loss = loss + cross_entropy(scores.flatten(0, 1), truth.flatten())
             correct.append((scores.argmax(dim=-1) == truth).float().mean().item())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        optimize(optimizer, loss, schedule)
         if step % 50 == 0 or step == plan.alignment_steps - 1:
             matching = (logits.argmax(dim=1) == targets).float().mean().item()
             log(
@@ -497,10 +495,7 @@ def _attention_stage(
         masses = attention[:, layers, :]  # [B, layers, N]: raw masses, image total included
         attention_loss = -(wanted[:, None, :] * torch.log(masses + 1e-6)).sum(dim=-1).mean()
         loss = answer_loss + phase.attention_weight * attention_loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        optimize(optimizer, loss, schedule)
         if step % 50 == 0 or step == phase.steps - 1:
             correct = (logits[:, labels[:n]].argmax(dim=1) == targets).float().mean().item()
             found = (masses.argmax(dim=-1) == targets[:, None]).float().mean().item()

@@ -111,6 +111,15 @@ def train_top(model: Any, language_model: Any, learning_rate: float) -> Any:
     return torch.optim.AdamW(trained, lr=learning_rate)
 
 
+def optimize(optimizer: Any, loss: Any, schedule: Any = None) -> None:
+    """One optimizer step on ``loss`` (gradients cleared first), then one of ``schedule``."""
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if schedule is not None:
+        schedule.step()
+
+
 def soft_target_step(optimizer: Any, logits: Any, label_ids: Any, targets: Any) -> float:
     """One optimizer step on the cross-entropy of the label distribution (the log-softmax over
     the whole vocabulary, at the labels' tokens) against soft ``targets`` [B, N]; the loss."""
@@ -118,9 +127,7 @@ def soft_target_step(optimizer: Any, logits: Any, label_ids: Any, targets: Any) 
 
     log_probs = torch.log_softmax(logits, dim=-1)[:, label_ids]
     loss = -(targets * log_probs).sum(dim=1).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    optimize(optimizer, loss)
     return float(loss.item())
 
 

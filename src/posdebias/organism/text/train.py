@@ -46,6 +46,7 @@ from posdebias.organism.text.world import CATEGORIES, draw_instances
 from posdebias.organism.training import (
     CARD_FILE,
     curriculum_n,
+    optimize,
     soft_target_step,
     train_model,
     train_top,
@@ -165,9 +166,7 @@ def _alignment_stage(trainer: _Trainer, log: Callable[[str], None]) -> None:
         weights = normalize(embeddings.weight, dim=-1)
         logits = weights[member_ids] @ weights[category_ids].T / plan.alignment_temperature
         loss = cross_entropy(logits, kinds)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        optimize(optimizer, loss)
         if step % 50 == 0 or step == plan.alignment_steps - 1:
             right = (logits.argmax(dim=1) == kinds).float().mean().item()
             log(f"stage 0 step {step}: loss {loss.item():.3f} words in their category {right:.2f}")
@@ -193,10 +192,7 @@ def _answer_stage(trainer: _Trainer, log: Callable[[str], None]) -> None:
         attention_loss = -torch.log(mass + 1e-6).mean()
         label_loss = -torch.log(on_letter + 1e-6).mean()
         loss = answer_loss + plan.attention_weight * attention_loss + plan.label_weight * label_loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+        optimize(optimizer, loss, schedule)
         if step % 50 == 0 or step == plan.answer_steps - 1:
             right = (logits[:, trainer.letters[:n]].argmax(dim=1) == targets).float().mean()
             log(
