@@ -175,24 +175,21 @@ def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int,
     yield from json_lines(text, problems)
 
 
-def _object(
-    row: Any, keys: tuple[str, ...], problems: Problems, line: int, *, foreign: bool = False
-) -> bool:
-    """Whether ``row`` is an object of exactly ``keys`` (our layouts) or, ``foreign``, one
-    holding ``keys`` among columns of its own (MuirBench, BLINK, MT-Bench)."""
-    if not isinstance(row, dict):
-        problems.add("expected an object", line=line)
-        return False
-    if foreign:
-        missing = [key for key in keys if key not in row]
-        if missing:
+def _objects(
+    path: Path, what: str, keys: tuple[str, ...], problems: Problems, *, foreign: bool = False
+) -> Iterable[tuple[int, dict]]:
+    """(line number, row) of the rows of ``path`` (:func:`_json_rows`) that are objects of
+    exactly ``keys`` (our layouts) or, ``foreign``, hold ``keys`` among columns of their own
+    (MuirBench, BLINK, MT-Bench); every other row is a problem."""
+    for line, row in _json_rows(path, what, problems):
+        if not isinstance(row, dict):
+            problems.add("expected an object", line=line)
+        elif foreign and (missing := [key for key in keys if key not in row]):
             problems.add(f"missing columns {missing}", line=line)
-        return not missing
-    unknown = sorted(str(key) for key in row if key not in keys)
-    if unknown:
-        problems.add(f"unknown keys {unknown[:5]}; allowed: {list(keys)}", line=line)
-        return False
-    return True
+        elif not foreign and (unknown := sorted(str(key) for key in row if key not in keys)):
+            problems.add(f"unknown keys {unknown[:5]}; allowed: {list(keys)}", line=line)
+        else:
+            yield line, row
 
 
 def _row_id(value: Any, fallback: str) -> str:
@@ -210,9 +207,7 @@ def read_mcq(path: Path, root: Path) -> _Read:
     """``{id, question, options, answer, images?}`` per line (see the module docstring)."""
     problems = Problems(path)
     items: list[_Item] = []
-    for line, row in _json_rows(path, "multiple-choice file", problems):
-        if not _object(row, _MCQ_KEYS, problems, line):
-            continue
+    for line, row in _objects(path, "multiple-choice file", _MCQ_KEYS, problems):
         question = _text(row.get("question"), "'question'", problems, line)
         options = row.get("options")
         if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
@@ -315,9 +310,8 @@ def read_muirbench(path: Path, root: Path, *, layout: str = "muirbench") -> _Rea
     options_key, image_keys = (
         ("options", ("image_list",)) if layout == "muirbench" else ("choices", ())
     )
-    for line, row in _json_rows(path, f"{layout} file", problems):
-        if not _object(row, ("question", options_key, "answer"), problems, line, foreign=True):
-            continue
+    keys = ("question", options_key, "answer")
+    for line, row in _objects(path, f"{layout} file", keys, problems, foreign=True):
         question = _text(row.get("question"), "'question'", problems, line)
         options = row.get(options_key)
         if not isinstance(options, list) or not MIN_N <= len(options) <= MAX_N:
@@ -382,9 +376,7 @@ def read_pairwise(path: Path) -> _Read:
     """``{id, question, answers: [a, b], preferred}`` per line; ``preferred`` 1 / 2 or A / B."""
     problems = Problems(path)
     items: list[_Item] = []
-    for line, row in _json_rows(path, "pairwise file", problems):
-        if not _object(row, _PAIRWISE_KEYS, problems, line):
-            continue
+    for line, row in _objects(path, "pairwise file", _PAIRWISE_KEYS, problems):
         question = _text(row.get("question"), "'question'", problems, line)
         answers = row.get("answers")
         if not isinstance(answers, list) or len(answers) != 2:
@@ -491,9 +483,7 @@ def read_mtbench(path: Path) -> _Read:
     (``counts.tie_pairs``), not posed. Turn 2 keeps turn 1 (:func:`_mt_turn`)."""
     problems = Problems(path)
     pairs: dict[tuple[str, int, frozenset[str]], _Pair] = {}
-    for line, row in _json_rows(path, "MT-Bench judgement file", problems):
-        if not _object(row, _MT_COLUMNS, problems, line, foreign=True):
-            continue
+    for line, row in _objects(path, "MT-Bench judgement file", _MT_COLUMNS, problems, foreign=True):
         winner = row.get("winner")
         if not isinstance(winner, str) or winner not in _MT_WINNERS:
             problems.add(f"winner {excerpt(winner)} is not model_a, model_b or tie", line=line)
