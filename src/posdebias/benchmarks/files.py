@@ -593,22 +593,11 @@ _METADATA = ("anchor_image_id", "setting", "caption_index", "similarities", "cap
 
 def _instance(record: InstanceRecord, root: Path) -> Instance:
     """The instance of one validated line (image paths made absolute under ``root``)."""
-    metadata: dict[str, Any] = {}
-    for name in _METADATA:
-        if getattr(record, name) is not None:
-            metadata[name] = getattr(record, name)
+    metadata: dict[str, Any] = {
+        name: getattr(record, name) for name in _METADATA if getattr(record, name) is not None
+    }
     if record.meta:
         metadata["meta"] = dict(record.meta)
-    if record.task is None:
-        images = [image for image in record.images or [] if image is not None]
-        return Instance(
-            stem=record.query,
-            images=tuple(str(root / image) for image in images),
-            target=record.target,
-            id=record.id,
-            metadata=metadata,
-            candidate_ids=tuple(images),
-        )
     n = record.n
     images_in = record.images or [None] * n
     texts = tuple(record.texts or [None] * n)
@@ -625,7 +614,7 @@ def _instance(record: InstanceRecord, root: Path) -> Instance:
         candidate_ids=ids,
         texts=texts,
         stem_images=tuple(str(root / image) for image in record.stem_images or []),
-        task=record.task,
+        task=record.task or "retrieval",
     )
 
 
