@@ -183,16 +183,15 @@ class TaskTemplate(BaseModel):
                 )
             sample["tie"] = self.tie_label
         stem = {**sample, **dict.fromkeys(STEM_PLACEHOLDERS, "q")}
+        candidate = {**sample, "label": "A", "index": 1, "text": "t", "image": ""}
         fields = {
             "instruction": (self.instruction, stem),
             "stem": (self.stem, stem),
-            "candidate": (self.candidate, {**sample, "label": "A", "index": 1, "text": "t"}),
+            "candidate": (self.candidate, candidate),
             "candidate_separator": (self.candidate_separator, sample),
             "query": (self.query, stem),
         }
         for name, (template, values) in fields.items():
-            if name == "candidate":
-                values = {**values, "image": ""}
             allowed = ", ".join("{" + key + "}" for key in values)
             try:
                 check_placeholders(template, values)
