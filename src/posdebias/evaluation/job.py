@@ -285,7 +285,7 @@ def saved_states(
     task = config_task(config)
     provided: dict[str, CalibrationState] = {}
     folder = config.calibration.is_dir()
-    fits: dict[tuple[str, str, str], bool] = {}  # a state's use by a calibrator: whether it fits
+    checked: set[tuple[str, str, str]] = set()  # a state's uses by a calibrator
     for label, calibrator in calibrators.items():
         key = None
         with refusals.checking():  # two states of the row for this N: named with the others
@@ -293,9 +293,9 @@ def saved_states(
         if key is None:
             continue
         use = (key, calibrator.name, calibrator.options.model_dump_json())
-        if use not in fits:  # two rows alike (other labels) are one use: checked and named once
-            source = row_source(config.calibration, key, saved[key], label)
-            with refusals.checking():
+        if use not in checked:  # two rows alike (other labels) are one use: checked, named once
+            checked.add(use)
+            with refusals.checking():  # a refusal is raised below: nothing is provided then
                 check_state(
                     saved[key],
                     adapter,
@@ -303,12 +303,9 @@ def saved_states(
                     n,
                     task,
                     transfer=config.calibration_transfer,
-                    source=source,
+                    source=row_source(config.calibration, key, saved[key], label),
                 )
-                fits[use] = True
-            fits.setdefault(use, False)
-        if fits[use]:
-            provided[label] = saved[key]
+        provided[label] = saved[key]
     refusals.raise_any()
     kinds = {c.name for c in calibrators.values()}
     if not provided and not folder and next(iter(saved.values())).calibrator not in kinds:
