@@ -572,14 +572,13 @@ class Debiaser:
         for stem, state in states.items():
             label = row_label(stem, state)
             if label not in calibrators:  # the same calibrator fitted for another N: checked
-                with refusals.checking():
-                    try:
-                        calibrators[label] = registry.create_calibrator(
-                            state.calibrator, **state.options
-                        )
-                    except InputError as exc:
-                        where = state_file(Path(path), stem)
-                        raise CalibrationError(f"calibration state {where}: {exc}") from None
+                try:
+                    calibrators[label] = registry.create_calibrator(
+                        state.calibrator, **state.options
+                    )
+                except InputError as exc:
+                    where = state_file(Path(path), stem)
+                    refusals.add(CalibrationError(f"calibration state {where}: {exc}"))
         if not calibrators:
             refusals.raise_any()
         debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
