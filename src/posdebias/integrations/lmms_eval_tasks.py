@@ -373,9 +373,11 @@ def choice_records(
     return {metric: record for metric in METRICS}
 
 
-def records_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, ...]:
+def records_arrays(
+    records: Sequence[Mapping[str, Any]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """[items, rotations] arrays (targets, choices, chosen base candidates) of the items seen
-    in every rotation (a ``--limit`` run may cut an item short: it is left out)."""
+    in every rotation (a ``--limit`` run may cut an item short: it is left out), and N."""
     by_item: dict[str, dict[int, Mapping[str, Any]]] = defaultdict(dict)
     for record in records:
         by_item[record["item"]][int(record["rotation"])] = record
@@ -389,12 +391,11 @@ def records_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, ..
     targets = np.array([[row["target"] for row in rows] for rows in items])
     choices = np.array([[row["choice"] for row in rows] for rows in items])
     chosen = np.array([[row["chosen"] for row in rows] for rows in items])
-    return targets, choices, chosen, np.array([items[0][0]["n"]])
+    return targets, choices, chosen, int(items[0][0]["n"])
 
 
 def _metrics(records: Sequence[Mapping[str, Any]]) -> Any:
-    targets, choices, chosen, n = records_arrays(records)
-    return compute_metrics(targets, choices, chosen, int(n[0]))
+    return compute_metrics(*records_arrays(records))
 
 
 def accuracy(records: Sequence[Mapping[str, Any]]) -> float:
