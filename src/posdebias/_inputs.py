@@ -394,11 +394,9 @@ def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) ->
     """``yaml.safe_load`` that refuses a document whose aliases expand beyond
     :data:`YAML_MAX_NODES` nodes (a "billion laughs" bomb) or that refers to itself, and reads
     a number with an exponent as a number (:class:`_Loader`)."""
+    loader: _Loader | None = None
     try:
         loader = _Loader(text)  # the reader refuses some characters right away
-    except yaml.YAMLError as exc:
-        raise error(f"{what} cannot be parsed as YAML: {_bounded(str(exc))}") from None
-    try:
         node = loader.get_single_node()
         if node is None:
             return None
@@ -409,7 +407,8 @@ def load_yaml(text: str, what: str, *, error: type[InputError] = ConfigError) ->
     except RecursionError:
         raise error(f"{what} is nested too deeply to be a configuration") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _bounded(text: str, limit: int = 400) -> str:
