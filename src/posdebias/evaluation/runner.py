@@ -445,18 +445,12 @@ class CostAccount:
     seconds: float = 0.0
     instances: int = 0
 
-    def per_instance(self, seconds_per_pass: float | None) -> dict[str, float]:
-        """Passes and seconds per test instance (all orders). The seconds follow one cost
-        model in every run: ``passes x seconds_per_pass + the calibrator's own seconds``, with
-        the run's mean cost of a pass, however many of the passes were cached or shared with
-        another row. Without a measured pass (all reused) the seconds are left out."""
+    def seconds_per_instance(self, seconds_per_pass: float) -> float:
+        """Seconds per test instance (all orders), one cost model in every run: ``passes x
+        seconds_per_pass + the calibrator's own seconds``, with the run's mean cost of a pass,
+        however many of the passes were cached or shared with another row."""
         count = max(self.instances, 1)
-        cost = {"forward_passes_per_instance": self.forward_passes / count}
-        if seconds_per_pass is not None:
-            own = self.seconds / count
-            cost["seconds_per_instance"] = cost["forward_passes_per_instance"] * seconds_per_pass
-            cost["seconds_per_instance"] += own
-        return cost
+        return self.forward_passes / count * seconds_per_pass + self.seconds / count
 
 
 class Evaluator:
@@ -493,10 +487,6 @@ class Evaluator:
         self.costs = {label: CostAccount() for label in self.calibrators}
         #: label -> message, for third-party calibrators that raised (dropped from the run)
         self.failures: dict[str, str] = {}
-
-    @property
-    def needs_rotations(self) -> bool:
-        return any(c.needs_rotations for c in self.calibrators.values())
 
     def evaluate_instance(self, instance: Instance) -> InstanceRecord:
         if instance.target is None:
@@ -580,15 +570,12 @@ class Evaluator:
         return record
 
     def seconds_per_instance(self) -> dict[str, float]:
-        """Row -> seconds per test instance by :meth:`CostAccount.per_instance`'s one cost
-        model (empty when no forward pass ran in this process to measure a pass by)."""
+        """Row -> seconds per test instance by :meth:`CostAccount.seconds_per_instance`'s one
+        cost model (empty when no forward pass ran in this process to measure a pass by)."""
         per_pass = self.cache.seconds_per_pass()
-        costs = {label: cost.per_instance(per_pass) for label, cost in self.costs.items()}
-        return {
-            label: cost["seconds_per_instance"]
-            for label, cost in costs.items()
-            if "seconds_per_instance" in cost
-        }
+        if per_pass is None:
+            return {}
+        return {label: cost.seconds_per_instance(per_pass) for label, cost in self.costs.items()}
 
     def _drop(self, label: str, message: str) -> None:
         """Stop running a failed third-party calibrator; the others carry on."""
