@@ -322,40 +322,6 @@ def saved_states(
     return provided
 
 
-def resolve_states(
-    config: EvaluateConfig,
-    adapter: Adapter,
-    calibrators: dict[str, Calibrator],
-    calibration: list[Instance],
-    n: int,
-    cache: ObservationCache,
-    provided: dict[str, CalibrationState] | None = None,
-    test: list[Instance] | None = None,
-) -> dict[str, CalibrationState]:
-    """Saved states where ``--calibration`` gives them (checked against this model and
-    setting), freshly fitted ones for the rest (``test``: the run's test instances, for a
-    calibrator that fits on the test views, e.g. batch calibration)."""
-    if provided is None:
-        provided = saved_states(config, adapter, calibrators, n)
-    missing = {label: c for label, c in calibrators.items() if label not in provided}
-    fitted = (
-        fit_calibrators(
-            adapter,
-            missing,
-            calibration,
-            batch_size=config.batch_size,
-            cache=cache,
-            metadata=state_metadata(
-                adapter, calibration[0].task if calibration else config_task(config), n
-            ),
-            test_views=None if test is None else scored_views(test, **order_settings(config, n)),
-        )
-        if missing
-        else {}
-    )
-    return {label: provided.get(label) or fitted[label] for label in calibrators}
-
-
 def check_attention(adapter: Adapter, calibrators: dict[str, Calibrator]) -> None:
     """Refuse, before any forward pass, a calibrator that needs attention the adapter lacks."""
     if adapter.provides_attention:
@@ -675,19 +641,30 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
 
 
 def calibrate(prepared: Prepared) -> Calibrated:
-    """Phase 2: fit what ``--calibration`` does not provide; save every state (rank 0)."""
-    config, adapter, source = prepared.config, prepared.adapter, prepared.source
+    """Phase 2: fit what ``--calibration`` does not provide (on the calibration set, or on
+    the test views for a calibrator that fits on them, e.g. batch calibration); save every
+    state (rank 0)."""
+    config, adapter, source, n = prepared.config, prepared.adapter, prepared.source, prepared.n
     calibrators = dict(prepared.calibrators)
-    states = resolve_states(
-        config,
-        adapter,
-        calibrators,
-        source.calibration,
-        prepared.n,
-        prepared.cache,
-        dict(prepared.provided),
-        source.test,
+    missing = {label: c for label, c in calibrators.items() if label not in prepared.provided}
+    fitted = (
+        fit_calibrators(
+            adapter,
+            missing,
+            source.calibration,
+            batch_size=config.batch_size,
+            cache=prepared.cache,
+            metadata=state_metadata(
+                adapter,
+                source.calibration[0].task if source.calibration else config_task(config),
+                n,
+            ),
+            test_views=scored_views(source.test, **order_settings(config, n)),
+        )
+        if missing
+        else {}
     )
+    states = {label: prepared.provided.get(label) or fitted[label] for label in calibrators}
     protocol = get_protocol(config.protocol)
     if protocol.reference_layers and source.calibration and adapter.provides_attention:
         observed = observe_cached(
