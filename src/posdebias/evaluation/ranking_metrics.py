@@ -100,15 +100,10 @@ def relevance_grades(instance: Instance) -> np.ndarray:
     return grades
 
 
-def check_relevance(instances: Sequence[Instance]) -> bool:
-    """Read every instance's grades (a bad one is an InputError before any forward pass);
-    whether any instance gave graded relevance of its own."""
-    graded = False
+def check_relevance(instances: Sequence[Instance]) -> None:
+    """Read every instance's grades: a bad one is an InputError before any forward pass."""
     for instance in instances:
         relevance_grades(instance)
-        meta = instance.metadata.get("meta") or {}
-        graded = graded or (isinstance(meta, Mapping) and RELEVANCE_KEY in meta)
-    return graded
 
 
 def cutoffs_for(n: int) -> list[int]:
