@@ -45,18 +45,12 @@ def _cells(
     padded: bool,
     order_independent: bool = False,
 ) -> list[str]:
-    if padded:  # aligned in a terminal
-        cells = [
-            f"{row.accuracy_mean:6.2f} ± {row.accuracy_std:5.2f}",
-            f"{row.rstd:6.2f}",
-            f"{row.consistency:6.2f}",
-        ]
-    else:
-        cells = [
-            f"{row.accuracy_mean:.2f} ± {row.accuracy_std:.2f}",
-            f"{row.rstd:.2f}",
-            f"{row.consistency:.2f}",
-        ]
+    wide, narrow = ("6", "5") if padded else ("", "")  # aligned in a terminal
+    cells = [
+        f"{row.accuracy_mean:{wide}.2f} ± {row.accuracy_std:{narrow}.2f}",
+        f"{row.rstd:{wide}.2f}",
+        f"{row.consistency:{wide}.2f}",
+    ]
     found = None if statistics is None else statistics.rows.get(label)
     if found is not None:
         intervals = (found.accuracy, found.rstd, found.consistency)
