@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -391,6 +392,20 @@ def saved_identity(
     return {**saved, "adapter": adapter}
 
 
+def identity_reader(
+    adapter: Adapter, n: int | None, identity: dict[str, Any]
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How a run or sweep directory of this adapter reads its saved identity in today's terms
+    (:func:`saved_identity`, against today's ``identity``)."""
+    retrieval = describe_adapter(adapter, n, "retrieval").get("prompt_hash")
+    return partial(
+        saved_identity,
+        now=identity,
+        retrieval_hash=None if retrieval is None else str(retrieval),
+        image_options=adapter.image_options,
+    )
+
+
 def _former_template(adapter: dict[str, Any]) -> dict[str, Any]:
     """The prompt and hash of a retrieval prompt recorded in its older form, as the template it
     is; nothing for any other record."""
@@ -605,16 +620,7 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
     shard = prepared.shard
     directory = RunDirectory(out, rank=shard.rank if shard.distributed else None)
     identity = run_identity(prepared.config, prepared.adapter, prepared.source, prepared.n)
-    retrieval = describe_adapter(prepared.adapter, prepared.n, "retrieval").get("prompt_hash")
-
-    def read_saved(saved: dict[str, Any]) -> dict[str, Any]:
-        return saved_identity(
-            saved,
-            identity,
-            None if retrieval is None else str(retrieval),
-            prepared.adapter.image_options,
-        )
-
+    read_saved = identity_reader(prepared.adapter, prepared.n, identity)
     logs: list[JsonlAppender] = []
     try:
         if shard.distributed and not shard.is_main:

@@ -42,7 +42,7 @@ from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ConfigError, ResumeError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
-from posdebias.evaluation.job import Prepared, build_adapter, saved_identity
+from posdebias.evaluation.job import Prepared, build_adapter, identity_reader
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.store import PersistentObservationCache
 from posdebias.evaluation.sweep.outputs import (
@@ -161,17 +161,9 @@ def run_sweep(
         task = prepared[0].source.test[0].task if prepared[0].source.test else None
         images = any(point.source.shows_images for point in prepared)
         identity = sweep_identity(study, points, adapter, task, images=images)
-        retrieval = describe_adapter(adapter, None, "retrieval").get("prompt_hash")
         directory = SweepDirectory(out)
         directory.prepare(
-            identity,
-            resume=resume,
-            read_saved=lambda saved: saved_identity(
-                saved,
-                identity,
-                None if retrieval is None else str(retrieval),
-                adapter.image_options,
-            ),
+            identity, resume=resume, read_saved=identity_reader(adapter, None, identity)
         )
         try:
             done, timing = _run_points(study, points, prepared, directory, config, on_point)
