@@ -527,12 +527,8 @@ class Evaluator:
             try:
                 for t, view in enumerate(shown):
                     started = time.perf_counter()
-                    group = None
-                    used = [view]
                     rotated = rotations[label][t]
-                    if rotated is not None:
-                        used = rotated
-                        group = [observations[id(r)] for r in used]
+                    group = None if rotated is None else [observations[id(r)] for r in rotated]
                     prediction = tie_broken(
                         calibrator.predict(
                             observations[id(view)],
@@ -543,7 +539,7 @@ class Evaluator:
                         view.candidate_ids,
                     )
                     cost.seconds += time.perf_counter() - started
-                    cost.forward_passes += len(used)
+                    cost.forward_passes += 1 if rotated is None else len(rotated)
                     choices.append(prediction.choice)
                     images.append(int(orders[t][prediction.choice]))
                     rankings.append([int(orders[t][k]) for k in prediction.ranking])
