@@ -44,17 +44,6 @@ class _KeyRecorder(ObservationCache):
         self.inner.put(key, observation)
 
 
-#: The columns an order-independent row (cloze) leaves empty (see posdebias.evaluation.table).
-ORDER_METRICS = (
-    "rstd",
-    "rstd_low",
-    "rstd_high",
-    "consistency",
-    "consistency_low",
-    "consistency_high",
-)
-
-
 def _digest(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
@@ -149,6 +138,7 @@ def run_point(
             else round(passes, 4),
         }
         if row.order_independent:  # the same choice in every order: no position bias to measure
-            entry.update(dict.fromkeys(ORDER_METRICS))
+            # RStd and Cons. with their intervals left empty (see posdebias.evaluation.table)
+            entry.update(dict.fromkeys(k for k in entry if k.startswith(("rstd", "consistency"))))
         rows.append(entry)
     return rows, sorted(_digest(key) for key in recorder.keys), recorder.made
