@@ -256,18 +256,24 @@ def left_out_layers(
     return left, accuracy
 
 
-def layer_mapping_warning(
-    protocol: Protocol, observations: Sequence[Observation], num_layers: int | None
-) -> str | None:
-    """The warning of the reference protocol when its layer mapping leaves out layers the
-    model's own attention shows to be informative on the labelled calibration set; None when
-    nothing is left out (or the protocol maps no layers)."""
+def warn_left_out_layers(
+    protocol: Protocol,
+    observations: Sequence[Observation],
+    num_layers: int | None,
+    states: dict[str, Any],
+    specs: Sequence[CalibratorSpec],
+) -> dict[str, Any]:
+    """``states`` with a warning in the diagnostics of every calibrator that selects among the
+    mapped layers when the reference protocol's layer mapping leaves out layers the model's own
+    attention shows to be informative on the labelled calibration set, so results.json, the
+    report and the command line carry it (``states`` as they are when nothing is left out, or
+    the protocol maps no layers)."""
     if not protocol.reference_layers or num_layers is None or num_layers >= REFERENCE_DEPTH:
-        return None
+        return states
     start, stop = reference_layer_range(num_layers)
     left, accuracy = left_out_layers(observations, (start, stop))
     if not left:
-        return None
+        return states
     layers = observations[0].layers
     indices = list(layers.indices if layers is not None else range(accuracy.size))
     shown = ", ".join(f"{layer} ({100 * accuracy[indices.index(layer)]:.0f}%)" for layer in left)
@@ -276,7 +282,7 @@ def layer_mapping_warning(
         for layer, value in zip(indices, accuracy, strict=True)
         if start <= layer < stop
     ]
-    return (
+    message = (
         f"protocol reference maps this {num_layers}-layer model's candidate layers to "
         f"{start}..{stop - 1}, leaving out layer(s) {shown} whose attention alone finds the "
         f"truth on the calibration set far more often than the layers kept "
@@ -284,26 +290,9 @@ def layer_mapping_warning(
         f"than on all layers. Set layer_range: [0, {num_layers}] on them (or use protocol "
         "default) to keep every layer."
     )
-
-
-def warn_left_out_layers(
-    protocol: Protocol,
-    observations: Sequence[Observation],
-    num_layers: int | None,
-    states: dict[str, Any],
-    specs: Sequence[CalibratorSpec],
-) -> dict[str, Any]:
-    """``states`` with the layer-mapping warning (:func:`layer_mapping_warning`) in the
-    diagnostics of every calibrator that selects among the mapped layers, so results.json, the
-    report and the command line carry it."""
-    message = layer_mapping_warning(protocol, observations, num_layers)
-    if message is None or num_layers is None:
-        return states
-    mapped = list(reference_layer_range(num_layers))
-    left = left_out_layers(observations, (mapped[0], mapped[1]))[0]
     updated = dict(states)
     for spec in specs:
-        if list(spec.options.get("layer_range") or []) != mapped or spec.key not in states:
+        if list(spec.options.get("layer_range") or []) != [start, stop] or spec.key not in states:
             continue
         state = states[spec.key]
         diagnostics = dict(state.diagnostics)
