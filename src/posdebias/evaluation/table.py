@@ -60,13 +60,15 @@ def _cells(
     return cells
 
 
-def results_table(
+def print_results_table(
     metrics: Mapping[str, Metrics],
     title: str | None = None,
+    console: Console | None = None,
     generated: Collection[str] = (),
     statistics: RunStatistics | None = None,
     order_independent: Collection[str] = (),
-) -> Table:
+) -> None:
+    """The paper's table in the terminal (its 95% intervals with ``statistics``)."""
     table = Table(title=title, title_justify="left")
     table.add_column("calibrator", style="bold")
     table.add_column("Acc ↑", justify="right")
@@ -80,25 +82,12 @@ def results_table(
             cells.append(_parse_failures(label, row, generated))
         table.add_row(*cells)
     if statistics is not None:
-        table.caption = f"[low, high]: 95% bootstrap interval ({_resamples(statistics)})"
+        boot = statistics.bootstrap
+        table.caption = (
+            f"[low, high]: 95% bootstrap interval ({boot.resamples} resamples of the test "
+            f"instances, seed {boot.seed})"
+        )
         table.caption_justify = "left"
-    return table
-
-
-def _resamples(statistics: RunStatistics) -> str:
-    settings = statistics.bootstrap
-    return f"{settings.resamples} resamples of the test instances, seed {settings.seed}"
-
-
-def print_results_table(
-    metrics: Mapping[str, Metrics],
-    title: str | None = None,
-    console: Console | None = None,
-    generated: Collection[str] = (),
-    statistics: RunStatistics | None = None,
-    order_independent: Collection[str] = (),
-) -> None:
-    table = results_table(metrics, title, generated, statistics, order_independent)
     (console or SafeConsole()).print(table)
 
 
