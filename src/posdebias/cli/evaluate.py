@@ -35,23 +35,6 @@ def add_row_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_statistics_arguments(parser: argparse.ArgumentParser, *, comparisons: bool = True) -> None:
-    """--resamples: the bootstrap; --baseline (``comparisons``): the paired comparisons."""
-    parser.add_argument(
-        "--resamples",
-        type=int,
-        help="bootstrap resamples of the test instances for the 95%% intervals (1000; 100 to "
-        "100000)",
-    )
-    if not comparisons:
-        return
-    parser.add_argument(
-        "--baseline",
-        help="a row every other row is also compared with, besides vanilla (paired bootstrap "
-        "and exact McNemar test)",
-    )
-
-
 def add_ci_argument(parser: argparse.ArgumentParser) -> None:
     """--ci: the printed table also shows the 95% intervals (report.md always does)."""
     parser.add_argument(
@@ -141,7 +124,18 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, comparisons: bool = Tr
         help="default, or reference: the authors' evaluation (see the method page)",
     )
     parser.add_argument("--batch-size", type=int, dest="batch_size", help="forward batch size")
-    add_statistics_arguments(parser, comparisons=comparisons)
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        help="bootstrap resamples of the test instances for the 95%% intervals (1000; 100 to "
+        "100000)",
+    )
+    if comparisons:
+        parser.add_argument(
+            "--baseline",
+            help="a row every other row is also compared with, besides vanilla (paired "
+            "bootstrap and exact McNemar test)",
+        )
 
 
 #: Flags of `posdebias evaluate` that set no field of the config (the rest are checked against
