@@ -18,7 +18,6 @@ from posdebias.evaluation.config import CalibratorSpec, EvaluateConfig, orders_o
 from posdebias.registry import get_registry
 
 STUDIES = ("n", "calibration_size", "top_k", "tau", "transfer")
-#: The decoder rows' generated answers (one JSON line per decided view), shared by every point.
 
 #: Values a study sweeps when the config gives none.
 DEFAULT_VALUES: dict[str, list[float]] = {
