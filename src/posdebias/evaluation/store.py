@@ -91,6 +91,22 @@ def _differences(saved: Mapping[str, Any], now: Mapping[str, Any], where: str = 
     return found
 
 
+def read_identity(
+    folder: RunFolder,
+    marker: str,
+    what: str,
+    read_saved: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any] | None:
+    """The identity a run or sweep directory's ``marker`` file saved, read in today's terms
+    (``read_saved``); None before the directory has one."""
+    saved = folder.read_json(marker, what)
+    if saved is None:
+        return None
+    if not isinstance(saved, dict):
+        raise ResumeError(f"{folder.root / marker} is corrupt (not a JSON object); use a new --out")
+    return read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
+
+
 class RunDirectory:
     """Files of one evaluation run (see the module docstring)."""
 
@@ -135,16 +151,11 @@ class RunDirectory:
         if self.rank in (None, 0):
             self.folder.lock()
         written = {FORMAT_KEY: FORMAT_VERSION, **identity}
-        saved = self.folder.read_json(RUN_FILE, "run file")
+        saved = read_identity(self.folder, RUN_FILE, "run file", read_saved)
         if saved is None:
             if self.rank in (None, 0):
                 self.folder.write_json(RUN_FILE, written)
             return
-        if not isinstance(saved, dict):
-            raise ResumeError(
-                f"{self.root / RUN_FILE} is corrupt (not a JSON object); use a new --out"
-            )
-        saved = read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
         differences = _differences(saved, dict(identity))
         if not self.started():
             if differences and self.rank in (None, 0):

@@ -28,6 +28,7 @@ import posdebias.defaults as defaults
 from posdebias._inputs import excerpt
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import ResumeError
+from posdebias.evaluation.store import read_identity
 
 SWEEP_FILE = "sweep.json"
 POINTS_DIR = "points"
@@ -132,34 +133,24 @@ class SweepDirectory:
         folder.create()
         folder.lock()
         try:
-            saved = folder.read_json(SWEEP_FILE, "sweep file")
+            saved = read_identity(folder, SWEEP_FILE, "sweep file", read_saved)
             if saved is None:
                 folder.write_json(SWEEP_FILE, {FORMAT_KEY: FORMAT_VERSION, **identity})
-            else:
-                self._check_identity(saved, identity, read_saved)
+            elif saved != identity:
+                keys = sorted(
+                    k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
+                )
+                shown = ", ".join(excerpt(k, 40) if k not in identity else k for k in keys[:10])
+                raise ResumeError(
+                    f"cannot resume {self.out}: it was made with a different study or "
+                    f"configuration (differs in: {shown}). Use the original settings or a new "
+                    "--out."
+                )
             folder.path(f"{POINTS_DIR}/x")  # a linked or planted points/ is refused
             (self.out / POINTS_DIR).mkdir(exist_ok=True)
         except BaseException:
             folder.unlock()
             raise
-
-    def _check_identity(
-        self,
-        saved: Any,
-        identity: dict[str, Any],
-        read_saved: Callable[[dict[str, Any]], dict[str, Any]],
-    ) -> None:
-        marker = self.out / SWEEP_FILE
-        if not isinstance(saved, dict):
-            raise ResumeError(f"{marker} is corrupt (not a JSON object); use a new --out")
-        saved = read_saved({k: v for k, v in saved.items() if k != FORMAT_KEY})
-        if saved != identity:
-            keys = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
-            shown = ", ".join(excerpt(k, 40) if k not in identity else k for k in keys[:10])
-            raise ResumeError(
-                f"cannot resume {self.out}: it was made with a different study or configuration "
-                f"(differs in: {shown}). Use the original settings or a new --out."
-            )
 
     # -- points and timing ------------------------------------------------------------------
 
