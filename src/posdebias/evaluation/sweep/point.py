@@ -44,10 +44,6 @@ class _KeyRecorder(ObservationCache):
         self.inner.put(key, observation)
 
 
-def _digest(key: str) -> str:
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
-
-
 def point_instances(point: Point, adapter: Any, study: str) -> InstanceSource:
     """The calibration and test instances of a point. Transfer: calibration held out of A by
     seed, test = B minus its own held-out calibration, so every pair tests B on the same
@@ -141,4 +137,5 @@ def run_point(
             # RStd and Cons. with their intervals left empty (see posdebias.evaluation.table)
             entry.update(dict.fromkeys(k for k in entry if k.startswith(("rstd", "consistency"))))
         rows.append(entry)
-    return rows, sorted(_digest(key) for key in recorder.keys), recorder.made
+    digests = sorted(hashlib.sha1(key.encode()).hexdigest()[:16] for key in recorder.keys)
+    return rows, digests, recorder.made
