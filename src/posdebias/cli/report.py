@@ -14,7 +14,6 @@ from posdebias._inputs import check_whole_number
 from posdebias._io import DirectoryLock
 from posdebias.cli import make_console, printable
 from posdebias.cli.evaluate import add_ci_argument, print_results
-from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.compare import RunComparison, compare_runs
 from posdebias.evaluation.export import FORMATS as EXPORT_FORMATS
@@ -43,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--resamples",
         type=int,
-        default=RESAMPLES,
+        default=defaults.RESAMPLES,
         help="--compare: bootstrap resamples of the shared instances (1000; 100 to 100000)",
     )
     parser.add_argument(
