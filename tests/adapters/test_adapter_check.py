@@ -12,7 +12,7 @@ from adapter_reference import tiny_chameleon, tiny_granite4_vision, tiny_pair
 from helpers import build_shapes_benchmark
 from posdebias import get_adapter, get_registry, hookimpl
 from posdebias._images import min_image_side
-from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
+from posdebias.adapters.families.qwen2_vl import Qwen3VLAdapter
 from posdebias.adapters.hf import HFAdapter
 from posdebias.adapters.hf.spans import ImageSpan
 from posdebias.cli import main

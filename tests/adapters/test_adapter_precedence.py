@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 import posdebias
-from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
+from posdebias.adapters.families.qwen2_vl import Qwen3VLAdapter
 from posdebias.registry import Registry
 
 
@@ -80,7 +80,7 @@ def test_a_higher_priority_takes_a_family_over_deliberately_without_a_warning():
 
 PLUGIN = """
 from posdebias import hookimpl
-from posdebias.adapters.families.qwen3_vl import Qwen3VLAdapter
+from posdebias.adapters.families.qwen2_vl import Qwen3VLAdapter
 
 
 class MyQwen(Qwen3VLAdapter):
@@ -121,11 +121,11 @@ def test_plugins_command_shows_what_each_model_type_resolves_to(tmp_path, priori
         if line.startswith("│") and ("qwen" in line or "llava" in line)
     }
     if priority == 0:
-        assert rows["qwen3_vl"][:3] == ["qwen3_vl", "posdebias.adapters.families.qwen3_vl", "0"]
+        assert rows["qwen3_vl"][:3] == ["qwen3_vl", "posdebias.adapters.families.qwen2_vl", "0"]
         assert rows["qwen3_vl"][3] == "my_qwen (myqwen, priority 0)"
         assert "claims model_type 'qwen3_vl'" in result.stderr  # the warning is visible
     else:
         assert rows["qwen3_vl"][:3] == ["my_qwen", "myqwen", "1"]
-        assert rows["qwen3_vl"][3] == "qwen3_vl (posdebias.adapters.families.qwen3_vl, priority 0)"
+        assert rows["qwen3_vl"][3] == "qwen3_vl (posdebias.adapters.families.qwen2_vl, priority 0)"
         assert "claims model_type" not in result.stderr
     assert rows["llava"][:2] == ["llava", "posdebias.adapters.families.llava"]

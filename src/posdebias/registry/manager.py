@@ -49,7 +49,6 @@ PLUGIN_GUIDE = "the Plugins page of the posdebias documentation"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.synthetic",
     "posdebias.adapters.families.qwen2_vl",
-    "posdebias.adapters.families.qwen3_vl",
     "posdebias.adapters.families.idefics3",
     "posdebias.adapters.families.mistral3",
     "posdebias.adapters.families.glm4v",
@@ -59,7 +58,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.llava_onevision",
     "posdebias.adapters.families.internvl",
     "posdebias.adapters.families.llava",
-    "posdebias.adapters.families.llava_next",
     "posdebias.adapters.families.lfm2_vl",
     "posdebias.adapters.families.molmo2",
     "posdebias.adapters.families.kimi_k25",
@@ -73,7 +71,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "posdebias.adapters.families.paligemma",
     "posdebias.adapters.families.phi4_multimodal",
     "posdebias.adapters.families.qwen2_5_omni",
-    "posdebias.adapters.families.qwen3_omni_moe",
     "posdebias.adapters.families.text",
     "posdebias.adapters.server",
     "posdebias.adapters.families.generic",  # last: the fallback when no family claims a model_type

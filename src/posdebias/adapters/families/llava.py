@@ -1,10 +1,13 @@
-"""LLaVA (1.5 and relatives): each image becomes a run of ``<image>`` tokens.
+"""The LLaVA layout: each image becomes a run of ``<image>`` tokens.
 
-Runs of adjacent images touch, so they are split with the processor's replacement counts. The
-processor must know the vision tower's ``patch_size`` (saved in ``processor_config.json`` of the
-``llava-hf`` checkpoints) to expand ``<image>`` to the right number of tokens. Pixtral-12B in
-the ``llava`` format (a Pixtral vision tower and processor) lays each image out in rows closed by
-break tokens instead; its spans come from
+LLaVA (1.5 and relatives) and LLaVA-NeXT, which differs from the shared machinery only in data
+and so shares this module and its hook.
+
+For LLaVA, runs of adjacent images touch, so they are split with the processor's replacement
+counts. The processor must know the vision tower's ``patch_size`` (saved in
+``processor_config.json`` of the ``llava-hf`` checkpoints) to expand ``<image>`` to the right
+number of tokens. Pixtral-12B in the ``llava`` format (a Pixtral vision tower and processor) lays
+each image out in rows closed by break tokens instead; its spans come from
 :func:`posdebias.adapters.families.mistral3.pixtral_spans`.
 """
 
@@ -49,4 +52,23 @@ class LlavaAdapter(HFAdapter):
         return super().image_spans(input_ids, num_images, replacements)
 
 
-posdebias_register_adapters = register_hook(LlavaAdapter)
+class LlavaNextAdapter(HFAdapter):
+    """LLaVA-NeXT (``llava-hf/llava-v1.6-mistral-7b-hf`` and relatives), LLaVA-NeXT-Video:
+    any-resolution tiles in ONE run of ``<image>``.
+
+    The processor expands each ``<image>`` into the base view's tokens, then the tiles' tokens
+    with one image-newline feature per row, all as ``<image>`` tokens in one contiguous run per
+    image; consecutive images' runs touch when nothing stands between them in the prompt. So the
+    spans are the runs split by the processor's own per-image counts (its replacement offsets),
+    with no markers; the language model uses 1-D positions (Llama / Mistral / Vicuna). The video
+    variant reads still images exactly the same way.
+    """
+
+    name = "llava_next"
+    model_types = ("llava_next", "llava_next_video")
+    summary = "LLaVA-NeXT / LLaVA-NeXT-Video (any-resolution tiles, one run per image)"
+    split_by_processor_counts = True
+
+
+# registration order is the order the registry lists them in
+posdebias_register_adapters = register_hook(LlavaAdapter, LlavaNextAdapter)

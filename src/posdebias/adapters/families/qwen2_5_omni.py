@@ -1,4 +1,7 @@
-"""Qwen2.5-Omni thinker: ``<|vision_bos|>`` + run of ``<|IMAGE|>`` + ``<|vision_eos|>``.
+"""The Qwen2.5-Omni thinker: ``<|vision_bos|>`` + run of ``<|IMAGE|>`` + ``<|vision_eos|>``.
+
+Qwen2.5-Omni and Qwen3-Omni-MoE, which differs only in data and so shares this module and its
+hook.
 
 The thinker is the part of Qwen2.5-Omni that reads text, images, audio and video and writes
 text (the talker turns that text into speech; posdebias needs only the thinker). Its Qwen2.5
@@ -49,4 +52,20 @@ class Qwen2_5OmniAdapter(Qwen2VLAdapter):
         return positions
 
 
-posdebias_register_adapters = register_hook(Qwen2_5OmniAdapter)
+class Qwen3OmniMoeAdapter(Qwen2_5OmniAdapter):
+    """Qwen3-Omni-MoE thinker checkpoints (``model_type`` ``qwen3_omni_moe_thinker``):
+    ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
+
+    The Qwen2.5-Omni thinker's layout (positions from the model's own ``get_rope_index``, passed
+    explicitly) with Qwen3-VL's vision side: interleaved multimodal RoPE sections, DeepStack
+    features added to the first language layers inside the prompt forward, 16 px patches; a
+    mixture-of-experts language model whose layers all have softmax attention.
+    """
+
+    name = "qwen3_omni_moe"
+    model_types = ("qwen3_omni_moe_thinker",)
+    summary = "Qwen3-Omni-MoE thinker (interleaved multimodal RoPE, DeepStack, 16 px patches)"
+
+
+# registration order is the order the registry lists them in
+posdebias_register_adapters = register_hook(Qwen2_5OmniAdapter, Qwen3OmniMoeAdapter)

@@ -1,4 +1,7 @@
-"""Qwen2-VL and Qwen2.5-VL: ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
+"""The Qwen2-VL layout: ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
+
+Qwen2-VL, Qwen2.5-VL and Qwen3-VL, which differs only in data and so shares this module and its
+hook.
 
 Their language model uses multimodal RoPE: image tokens get (temporal, height, width) positions
 and the text after an image continues from the largest of them, so positions are NOT token
@@ -46,4 +49,22 @@ class Qwen2VLAdapter(HFAdapter):
         return positions
 
 
-posdebias_register_adapters = register_hook(Qwen2VLAdapter)
+class Qwen3VLAdapter(Qwen2VLAdapter):
+    """Qwen3-VL / Qwen3-VL-MoE (``Qwen/Qwen3-VL-8B-Instruct``, ``Qwen/Qwen3-VL-30B-A3B-...``).
+
+    The prompt layout and the multimodal RoPE are Qwen2-VL's (interleaved sections instead of
+    contiguous ones, which the model's ``get_rope_index`` / rotary embedding handle), so the
+    adapter is Qwen2-VL's with the model's own ``get_rope_index``.
+    DeepStack adds visual features of intermediate vision layers to the hidden states of the
+    first language layers at the image-token positions; that happens inside the prompt forward,
+    so the probe and the cached decoding steps need nothing extra. Patches are 16 px (32 px per
+    merged token), not Qwen2-VL's 14.
+    """
+
+    name = "qwen3_vl"
+    model_types = ("qwen3_vl", "qwen3_vl_moe")
+    summary = "Qwen3-VL / Qwen3-VL-MoE (interleaved multimodal RoPE, DeepStack, 16 px patches)"
+
+
+# registration order is the order the registry lists them in
+posdebias_register_adapters = register_hook(Qwen2VLAdapter, Qwen3VLAdapter)

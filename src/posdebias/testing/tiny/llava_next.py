@@ -1,5 +1,5 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.llava_next.LlavaNextAdapter`, built offline in code."""
+:class:`~posdebias.adapters.families.llava.LlavaNextAdapter`, built offline in code."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.qwen3_omni_moe.Qwen3OmniMoeAdapter` (the Qwen3-Omni-MoE
+:class:`~posdebias.adapters.families.qwen2_5_omni.Qwen3OmniMoeAdapter` (the Qwen3-Omni-MoE
 thinker), built offline in code from its real config, model and processor classes: the Omni
 pieces of the Qwen2.5-Omni builder with Qwen3-VL's vision side (16 px patches, DeepStack) and
 a mixture-of-experts language model."""
