@@ -136,7 +136,9 @@ def expectation_maximisation(
     # image_at[r, i]: the base image at position i of rotation r
     image_at = (np.arange(n)[None, :] + np.arange(n)[:, None]) % n
 
-    def m_step(targets: np.ndarray) -> tuple[np.ndarray, float]:
+    def m_step(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """Lobs from the soft targets, fit[m, r, i] (the squared distance of rotation r's
+        scores to its row i) and the variance of the scores around their rows."""
         weights = targets[:, image_at]  # [M, r, i]: probability that position i holds the truth
         total = weights.sum(axis=(0, 1))  # = M for every row
         if average == "log":
@@ -144,26 +146,20 @@ def expectation_maximisation(
         else:
             mean = np.einsum("mri,mrj->ij", weights, np.exp(scores)) / total[:, None]
             profile = np.log(np.maximum(mean, EPSILON))
-        residual = ((scores[:, :, None, :] - profile[None, None, :, :]) ** 2).sum(axis=3)
-        variance = float((weights * residual).sum() / (m * n * n))
-        return profile, max(variance, MIN_VARIANCE)
-
-    def e_step(profile: np.ndarray, variance: float) -> np.ndarray:
-        log_target = attention_evidence.copy()
-        if use_scores:
-            # fit[m, r, i] = squared distance of rotation r's scores to profile row i
-            fit = ((scores[:, :, None, :] - profile[None, None, :, :]) ** 2).sum(axis=3)
-            log_target -= fit[:, np.arange(n)[:, None], positions].sum(axis=1) / (2 * variance)
-        return np.exp(log_softmax(log_target))
+        fit = ((scores[:, :, None, :] - profile[None, None, :, :]) ** 2).sum(axis=3)
+        variance = float((weights * fit).sum() / (m * n * n))
+        return profile, fit, max(variance, MIN_VARIANCE)
 
     targets = np.exp(log_softmax(attention_evidence))
-    profile, variance = m_step(targets)
+    profile, fit, variance = m_step(targets)
     done, converged = 0, not use_scores
     while use_scores and done < iterations:
-        updated = e_step(profile, variance)
+        # E-step: the attention evidence, less how badly each image as truth fits the scores
+        misfit = fit[:, np.arange(n)[:, None], positions].sum(axis=1) / (2 * variance)
+        updated = np.exp(log_softmax(attention_evidence - misfit))
         change = float(np.max(np.abs(updated - targets)))
         targets = updated
-        profile, variance = m_step(targets)
+        profile, fit, variance = m_step(targets)
         done += 1
         if change < tolerance:
             converged = True
@@ -219,17 +215,21 @@ class LabelFree(AttentionGuided):
             "instances": m,
         }
 
-        def static_prior(warning: str, **found: Any) -> dict[str, Any]:
-            """No conditional profile: every row is the static logit prior (PriDe), and why."""
-            profile = np.tile(scores.reshape(m * n, n).mean(axis=0), (n, 1))
-            diagnostics.update(attention_informative=False, **found, warning=warning)
+        def fitted(profile: np.ndarray, gamma: float, **found: Any) -> dict[str, Any]:
+            """The state fields of a profile, with what the fit ``found`` in its diagnostics."""
+            diagnostics.update(found)
             return {
                 "observed_profile": profile.tolist(),
-                "gamma": 0.0,
-                "bias_matrix": profile.tolist(),
+                "gamma": gamma,
+                "bias_matrix": BiasProfiler.bias_matrix(profile, gamma).tolist(),
                 "attention_prior": prior.tolist(),
                 "diagnostics": diagnostics,
             }
+
+        def static_prior(warning: str, **found: Any) -> dict[str, Any]:
+            """No conditional profile: every row is the static logit prior (PriDe), and why."""
+            profile = np.tile(scores.reshape(m * n, n).mean(axis=0), (n, 1))
+            return fitted(profile, 0.0, attention_informative=False, **found, warning=warning)
 
         if consistency < self.options.min_consistency:
             return static_prior(
@@ -267,20 +267,14 @@ class LabelFree(AttentionGuided):
                 attention_shift=shift,
                 **facts,
             )
-        gamma = BiasProfiler.visual_gain(profile)
-        diagnostics.update(
+        return fitted(
+            profile,
+            BiasProfiler.visual_gain(profile),
             attention_informative=True,
             attention_shift=shift if shifted else 0,
             **facts,
             soft_targets=targets.tolist(),
         )
-        return {
-            "observed_profile": profile.tolist(),
-            "gamma": gamma,
-            "bias_matrix": BiasProfiler.bias_matrix(profile, gamma).tolist(),
-            "attention_prior": prior.tolist(),
-            "diagnostics": diagnostics,
-        }
 
 
 posdebias_register_calibrators = register_hook(LabelFree)
