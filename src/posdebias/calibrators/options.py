@@ -47,9 +47,7 @@ def instance_groups(observations: Sequence[Observation]) -> np.ndarray:
         return 1, content.hexdigest()
 
     keys = [key(obs) for obs in observations]
-    number: dict[tuple[int, str], int] = {}
-    for k in sorted(set(keys)):
-        number[k] = len(number)
+    number = {k: i for i, k in enumerate(sorted(set(keys)))}
     # identical orders of no known instance stand alone too (each is as good as the other)
     groups = np.array([number[k] for k in keys])
     alone = [v for v, k in enumerate(keys) if k[0] == 1]
@@ -132,15 +130,11 @@ class LayerSelectionOptions(CalibratorOptions):
             raise ValueError(f"layer_range start {value[0]} must be below stop {value[1]}")
         return value
 
-    def kinds(self) -> tuple[str, ...]:
-        if self.layer_kinds is not None:
-            return self.layer_kinds
-        return LAYER_KINDS if self.layer_selection == "evidence" else (GLOBAL,)
-
     def selector(self) -> LayerSelector:
-        return LayerSelector(
-            top_k=self.top_k, layer_range=self.layer_range, layer_kinds=self.kinds()
-        )
+        kinds = self.layer_kinds
+        if kinds is None:
+            kinds = LAYER_KINDS if self.layer_selection == "evidence" else (GLOBAL,)
+        return LayerSelector(top_k=self.top_k, layer_range=self.layer_range, layer_kinds=kinds)
 
     def readings(self, observations: Sequence[Observation] | None = None) -> tuple[str, ...]:
         """The readings of a candidate's attention the fit may choose from; given the

@@ -44,8 +44,7 @@ class PermutationSelfConsistency(OrderCombiner):
         rankings = np.argsort(-per_order, axis=1, kind="stable")  # best first, per order
         aggregate = kemeny if self.options.aggregation == "kemeny" else borda
         ranking = aggregate(rankings)
-        place = np.empty(ranking.size, dtype=np.float64)
-        place[ranking] = np.arange(ranking.size)
+        place = np.argsort(ranking)  # each candidate's place in the ranking
         return Prediction(scores=log_softmax(-place), choice=int(ranking[0]))
 
 
