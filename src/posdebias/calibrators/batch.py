@@ -44,14 +44,6 @@ class BatchOptions(CalibratorOptions):
     )
 
 
-def batch_prior(label_logprobs: np.ndarray, average: Literal["log", "prob"] = "log") -> np.ndarray:
-    """The bias b of a batch ([B, N] log-scores -> [N]): the mean log-score (``log``, the
-    paper's), or the log of the mean label distribution (``prob``)."""
-    if average == "log":
-        return np.asarray(label_logprobs.mean(axis=0))
-    return log_mean_exp(label_logprobs, axis=0)
-
-
 class Batch(Calibrator):
     name = "batch"
     Options = BatchOptions
@@ -72,8 +64,12 @@ class Batch(Calibrator):
 
     def _fit(self, observations: list[Observation]) -> dict[str, Any]:
         scores = np.stack([obs.label_logprobs for obs in observations])
+        if self.options.average == "log":  # the bias b: the mean log-score (the paper's)
+            prior = scores.mean(axis=0)
+        else:  # or the log of the mean label distribution
+            prior = log_mean_exp(scores, axis=0)
         return {
-            "logit_prior": batch_prior(scores, self.options.average).tolist(),
+            "logit_prior": prior.tolist(),
             "diagnostics": {"batch_views": len(observations)},
         }
 

@@ -82,11 +82,6 @@ def content_free(instance: Instance, text: str) -> Instance:
 _MAX_EXPONENT = 700.0
 
 
-def contextual_scores(probabilities: np.ndarray, content_free_mean: np.ndarray) -> np.ndarray:
-    """log softmax(W p) with W = diag(p_cf)^-1 (Zhao et al. 2021, b = 0)."""
-    return log_softmax(probabilities / content_free_mean)
-
-
 class Contextual(Calibrator):
     name = "contextual"
     Options = ContextualOptions
@@ -120,7 +115,8 @@ class Contextual(Calibrator):
     ) -> Prediction:
         prior = state.fitted("logit_prior")
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            scores = contextual_scores(np.exp(observation.label_logprobs), np.exp(prior))
+            # log softmax(W p) with W = diag(p_cf)^-1 (Zhao et al. 2021, b = 0)
+            scores = log_softmax(np.exp(observation.label_logprobs) / np.exp(prior))
         if not np.all(np.isfinite(scores)):
             # a prior far below zero (exp underflows to 0): the same ratios p / p_cf, taken
             # in log space and capped where exp would overflow, so the scores stay finite
