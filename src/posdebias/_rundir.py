@@ -228,21 +228,16 @@ class RunFolder:
                 )
         return self.root / relative
 
-    def exists(self, relative: str) -> bool:
-        return os.path.lexists(self.path(relative))
-
-    def read_json(
-        self, relative: str, what: str, *, limit: int = CONFIG_LIMIT, advice: str = ""
-    ) -> Any | None:
+    def read_json(self, relative: str, what: str) -> Any | None:
         """Our JSON file ``relative`` (None when it does not exist), refused with a message
         naming it when it is a link, not a regular file, too large, not UTF-8 JSON, or of a
         newer format version."""
         path = self.path(relative)
         if not os.path.lexists(path):
             return None
-        hint = advice or f"delete it, or use a new {self.flag}"
+        hint = f"delete it, or use a new {self.flag}"
         data = read_input_bytes(
-            path, what, limit=limit, error=ResumeError, hint=hint, follow_links=False
+            path, what, limit=CONFIG_LIMIT, error=ResumeError, hint=hint, follow_links=False
         )
         try:
             text = data.decode("utf-8")
@@ -254,11 +249,9 @@ class RunFolder:
         check_format_version(payload, path)
         return payload
 
-    def read_model(
-        self, relative: str, model: type[Model], what: str, *, limit: int = CONFIG_LIMIT
-    ) -> Model | None:
+    def read_model(self, relative: str, model: type[Model], what: str) -> Model | None:
         """:meth:`read_json` validated against ``model`` (every problem named)."""
-        payload = self.read_json(relative, what, limit=limit)
+        payload = self.read_json(relative, what)
         return None if payload is None else self.validate(payload, model, relative, what)
 
     def validate(self, payload: Any, model: type[Model], relative: str, what: str) -> Model:
