@@ -23,17 +23,17 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
 
+#: Why a write failed, by ``errno``, where the system's own words say less.
+_WHY: dict[int | None, str] = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "the file system refuses a larger file (a disk quota or file-size limit)",
+    errno.ELOOP: "it is a symbolic link, and posdebias does not write through links",
+    **dict.fromkeys((errno.EACCES, errno.EPERM, errno.EROFS), "permission denied"),
+}
+
+
 def _output_error(path: Path, exc: OSError) -> OutputError:
-    if exc.errno == errno.ENOSPC:
-        why = "the disk is full"
-    elif exc.errno == errno.EFBIG:
-        why = "the file system refuses a larger file (a disk quota or file-size limit)"
-    elif exc.errno == errno.ELOOP:
-        why = "it is a symbolic link, and posdebias does not write through links"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        why = "permission denied"
-    else:
-        why = exc.strerror or str(exc)
+    why = _WHY.get(exc.errno) or exc.strerror or str(exc)
     return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
 
 
@@ -327,13 +327,11 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
-    except OSError as exc:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
-        raise _output_error(target, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
+        if isinstance(exc, OSError):
+            raise _output_error(target, exc) from exc
         raise
     return target
 
@@ -421,31 +419,29 @@ def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, 
     data = read_input_bytes(
         source, "run log", limit=DATA_LIMIT, error=ResumeError, follow_links=False
     )
+
+    def corrupt(number: int, why: str) -> ResumeError:
+        return ResumeError(
+            f"{source}:{number}: the run log is corrupt ({why}); delete the run directory and "
+            "start again without --resume"
+        )
+
     lines = data.split(b"\n")
     complete = lines[:-1]  # after the last newline: a torn line or b''
     for number, raw in enumerate(complete, start=1):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ResumeError(
-                f"{source}:{number}: the run log is corrupt (not UTF-8 text: {exc.reason} at "
-                f"byte {exc.start}); delete the run directory and start again without --resume"
-            ) from None
+            raise corrupt(number, f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
         if not line.strip():
             continue
         try:
             value = loads_json(line)
         except RecursionError:
-            raise ResumeError(
-                f"{source}:{number}: the run log is corrupt (nested too deeply); delete the "
-                "run directory and start again without --resume"
-            ) from None
+            raise corrupt(number, "nested too deeply") from None
         except ValueError as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
-            raise ResumeError(
-                f"{source}:{number}: the run log is corrupt ({why}); "
-                "delete the run directory and start again without --resume"
-            ) from exc
+            raise corrupt(number, why) from exc
         yield number, value
 
 
