@@ -18,7 +18,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -108,15 +108,7 @@ class Ranking:
             raise InputError(
                 f"no prediction of calibrator {calibrator!r}; this ranking has {self.calibrators}"
             )
-        return Ranking(
-            self.query,
-            self.images,
-            self.predictions,
-            calibrator,
-            self.id,
-            self.target,
-            self.texts,
-        )
+        return replace(self, calibrator=calibrator)
 
     @property
     def prediction(self) -> Prediction:
@@ -251,8 +243,7 @@ def _as_instance(query: Any) -> Instance:
                 f"the images of query {caption!r} must be a list of image references, got "
                 f"{type(images).__name__}"
             )
-        keys = "\x1f".join(image_key(image) for image in images)
-        ident = "query-" + hashlib.sha1(f"{caption}\x1e{keys}".encode()).hexdigest()[:12]
+        ident = _query_id(caption, [image_key(image) for image in images])
         return Instance(stem=caption, images=tuple(images), target=None, id=ident)
     raise InputError(
         "each query must be an Instance (any task) or a (caption, images) pair (retrieval), "
@@ -520,10 +511,8 @@ class Debiaser:
             )
         return states
 
-    @contextlib.contextmanager
-    def _threads(self) -> Iterator[int]:
-        with torch_threads(self.threads, user=self.threads is not None) as count:
-            yield count
+    def _threads(self) -> contextlib.AbstractContextManager[int]:
+        return torch_threads(self.threads, user=self.threads is not None)
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -908,19 +897,21 @@ def _query_instance(
             "string; pass texts=[...]"
         )
     texts = tuple(texts or ())
-    keys = "\x1f".join(
-        [image_key(image) for image in (*stem_images, *images) if image is not None]
-        + [text or "" for text in texts]
-    )
-    ident = "query-" + hashlib.sha1(f"{query}\x1e{keys}".encode()).hexdigest()[:12]
+    keys = [image_key(image) for image in (*stem_images, *images) if image is not None]
     return Instance(
         stem=query,
         images=tuple(images),
         texts=texts,
         stem_images=tuple(stem_images),
-        id=ident,
+        id=_query_id(query, keys + [text or "" for text in texts]),
         task=task or "multiple_choice",
     )
+
+
+def _query_id(query: str, keys: list[str]) -> str:
+    """The id of a query given without one: a hash of its text and its candidates' keys."""
+    joined = "\x1f".join(keys)
+    return "query-" + hashlib.sha1(f"{query}\x1e{joined}".encode()).hexdigest()[:12]
 
 
 def _label(spec: CalibratorSpec) -> str:
