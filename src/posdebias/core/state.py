@@ -325,6 +325,8 @@ _MISMATCHES = {
     "num_layers": "it has {theirs} layers but the model has {mine}",
     "label_set": "its labels are {theirs}, not {mine}",
     "adapter": "it was made with adapter {theirs!r}, not {mine!r}",
+    "prompt_hash": "it was fitted with another prompt (task template, chat template or prompt "
+    "options such as answer_prefix; hash {theirs!r}, now {mine!r})",
     "model_id": "it was fitted on model {theirs!r}, not {mine!r}",
 }
 
@@ -367,7 +369,7 @@ class StateUse:
             self._differs("label_set", state),
             self._differs("adapter", state),
             self._options(state),
-            self._prompt(state),
+            self._differs("prompt_hash", state, *self.former_prompt_hashes),
             self._differs("model_id", state),
             self._reads(state),
         )
@@ -377,10 +379,11 @@ class StateUse:
         """Whether the state was fitted on another model than this use's."""
         return self._differs("model_id", state) is not None
 
-    def _differs(self, name: str, state: CalibrationState) -> str | None:
-        """:data:`_MISMATCHES`'s words where the state records another ``name`` than this use."""
+    def _differs(self, name: str, state: CalibrationState, *also: Any) -> str | None:
+        """:data:`_MISMATCHES`'s words where the state records another ``name`` than this use
+        (and than the values ``also`` accepted)."""
         mine, theirs = getattr(self, name), getattr(state, name)
-        if mine is None or theirs in (None, mine):
+        if mine is None or theirs in (None, mine, *also):
             return None
         return _MISMATCHES[name].format(mine=mine, theirs=theirs)
 
@@ -430,15 +433,3 @@ class StateUse:
                 "its own fitted parameters " + validation_message(exc, "(extra)", unknown="field")
             )
         return "; ".join(found) or None
-
-    def _prompt(self, state: CalibrationState) -> str | None:
-        if self.prompt_hash is None or state.prompt_hash in (
-            None,
-            self.prompt_hash,
-            *self.former_prompt_hashes,
-        ):
-            return None
-        return (
-            "it was fitted with another prompt (task template, chat template or prompt options "
-            f"such as answer_prefix; hash {state.prompt_hash!r}, now {self.prompt_hash!r})"
-        )
