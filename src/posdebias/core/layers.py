@@ -146,7 +146,9 @@ RELABELINGS = 2000
 """Random relabelings of the truth behind the chance test where there are more distinct ones
 (N ** instances); fewer are enumerated exactly."""
 
-_EPSILON = 1e-20
+EPSILON = 1e-20
+"""Guard for every log of an attention mass or probability (docs/method.md, Inference step 2)."""
+
 _CELLS_PER_CHUNK = 20_000_000  # relabelings x views x rows compared at once (bounds memory)
 
 
@@ -263,7 +265,7 @@ def _score_rows(masses: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np
     views = masses.shape[0]
     total = np.sort(masses, axis=0).sum(axis=0)  # in sorted order: independent of view order
     prior = (total - masses) / (views - 1) if views > 1 else masses
-    purified = np.log(masses + _EPSILON) - np.log(prior + _EPSILON)  # [V, L, N]
+    purified = np.log(masses + EPSILON) - np.log(prior + EPSILON)  # [V, L, N]
     shifted = np.exp(purified - purified.max(axis=2, keepdims=True))
     posterior = shifted / shifted.sum(axis=2, keepdims=True)
     truth_mass = posterior[np.arange(views), :, targets].sum(axis=0)

@@ -14,12 +14,9 @@ from typing import Literal
 import numpy as np
 
 import posdebias.defaults as defaults
-from posdebias.core.layers import GLOBAL, LayerSet
+from posdebias.core.layers import EPSILON, GLOBAL, LayerSet
 from posdebias.core.observation import Observation, log_mean_exp, log_softmax, softmax
 from posdebias.errors import InputError, ObservationError
-
-EPSILON = 1e-20
-"""Guard for every log of an attention mass or probability (docs/method.md, Inference step 2)."""
 
 
 def _require_targets(observations: Sequence[Observation]) -> None:
@@ -95,9 +92,7 @@ class LayerSelector:
     def select(self, attention: np.ndarray, layers: LayerSet | None = None) -> np.ndarray:
         """Row positions of the K candidate layers with the largest S^(l) = sum_k a^(l)_k, in
         ascending order; ``layers`` names the rows (None: dense, rows = layers 0..L-1)."""
-        candidates = self.candidates(
-            layers if layers is not None else LayerSet.dense(attention.shape[0])
-        )
+        candidates = self.candidates(attention.shape[0] if layers is None else layers)
         mass = attention[candidates].sum(axis=1)
         k = min(self.top_k, candidates.size)
         # stable sort on -mass: ties go to the lower layer, deterministically
