@@ -25,19 +25,22 @@ def precedence(rankings: np.ndarray) -> np.ndarray:
     rankings = np.asarray(rankings, dtype=np.int64)
     if rankings.ndim != 2 or rankings.shape[0] == 0:
         raise InputError(f"rankings must be a non-empty [R, N] array, got {rankings.shape}")
-    count, n = rankings.shape
-    place = np.empty_like(rankings)
-    place[np.arange(count)[:, None], rankings] = np.arange(n)
+    place = _places(rankings)
     return (place[:, :, None] < place[:, None, :]).sum(axis=0)
 
 
 def borda(rankings: np.ndarray) -> np.ndarray:
     """Candidates by mean position over the rankings (ties: lower candidate index first)."""
-    rankings = np.asarray(rankings, dtype=np.int64)
+    place = _places(np.asarray(rankings, dtype=np.int64))
+    return np.lexsort((np.arange(place.shape[1]), place.sum(axis=0)))
+
+
+def _places(rankings: np.ndarray) -> np.ndarray:
+    """[R, N]: the position each ranking (best first) puts each candidate at."""
     count, n = rankings.shape
     place = np.empty_like(rankings)
     place[np.arange(count)[:, None], rankings] = np.arange(n)
-    return np.lexsort((np.arange(n), place.sum(axis=0)))
+    return place
 
 
 def _exact(p: np.ndarray, start: np.ndarray) -> np.ndarray:
