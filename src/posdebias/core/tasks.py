@@ -107,6 +107,18 @@ def check_placeholders(template: str, values: dict[str, Any]) -> None:
             )
 
 
+def _format_problem(template: str, values: dict[str, Any]) -> str | None:
+    """Why ``template`` cannot be formatted with ``values`` (:func:`check_placeholders`, then a
+    trial format), naming the placeholders it may use; None when it can."""
+    try:
+        check_placeholders(template, values)
+        template.format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        allowed = ", ".join("{" + key + "}" for key in values)
+        return f"{excerpt(template)} is invalid ({str(exc)[:120]}); placeholders: {allowed}"
+    return None
+
+
 def candidate_parts(candidate: str) -> tuple[str, str, str]:
     """A candidate template split where the image and the text go: (before the image, between
     image and text, after the text), each a template of the other placeholders. Found by
@@ -192,15 +204,9 @@ class TaskTemplate(BaseModel):
             "query": (self.query, stem),
         }
         for name, (template, values) in fields.items():
-            allowed = ", ".join("{" + key + "}" for key in values)
-            try:
-                check_placeholders(template, values)
-                template.format(**values)
-            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
-                raise ValueError(
-                    f"{name} template {excerpt(template)} is invalid ({str(exc)[:120]}); "
-                    f"placeholders: {allowed}"
-                ) from None
+            problem = _format_problem(template, values)
+            if problem is not None:
+                raise ValueError(f"{name} template {problem}")
         if not any(
             name in STEM_PLACEHOLDERS
             for text in (self.instruction, self.stem, self.query)
@@ -596,15 +602,11 @@ def template_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
         )
     values = {"n": 2, "range": "1 to 2", "first": "1", "last": "2", "label": "1", "index": 1}
     for name, text in (("image_prefix", prefix), ("image_suffix", suffix)):
-        try:
-            check_placeholders(text, values)
-            text.format(**values)
-        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
-            allowed = ", ".join("{" + key + "}" for key in values)
+        problem = _format_problem(text, values)
+        if problem is not None:
             raise ConfigError(
-                f"prompt: {name} {excerpt(text)} is invalid ({str(exc)[:120]}); placeholders: "
-                f"{allowed} (the image goes between image_prefix and image_suffix)"
-            ) from None
+                f"prompt: {name} {problem} (the image goes between image_prefix and image_suffix)"
+            )
     rest = {name: value for name, value in fields.items() if name not in FORMER_FIELDS}
     return {
         **rest,
