@@ -40,12 +40,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from posdebias.core.labels import LabelSet, get_label_set
 
 Which = Literal["first", "last", "last_number", "answer_is"]
-WHICH: tuple[str, ...] = ("first", "last", "last_number", "answer_is")
+WHICH: tuple[str, ...] = get_args(Which)
 
 _ALONE_BEFORE = r"(?<![A-Za-z0-9])"
 _ALONE_AFTER = r"(?![A-Za-z0-9])"

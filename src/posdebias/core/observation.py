@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from posdebias.core.instance import rotation_order
 from posdebias.core.layers import LayerSet
 from posdebias.errors import ObservationError
 
@@ -192,7 +193,7 @@ class Observation:
         Matches :meth:`Instance.rotated`: useful for symmetry tests and for the
         synthetic model; a real model must be run again on the rotated instance.
         """
-        index = (np.arange(self.n) + shift) % self.n
+        index = rotation_order(self.n, shift)
         return Observation(
             label_logprobs=self.label_logprobs[index],
             attention=None if self.attention is None else self.attention[:, index],
