@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -209,17 +209,12 @@ class Instance:
         """The same instance with candidates shown in ``order`` (new i shows old order[i])."""
         checked = check_permutation(order, self.n)
         target = self.target
-        return Instance(
-            stem=self.stem,
+        return replace(
+            self,
             images=tuple(self.images[k] for k in checked),
             target=None if target is None else int(np.flatnonzero(checked == target)[0]),
-            id=self.id,
-            metadata=self.metadata,
             candidate_ids=tuple(self.candidate_ids[k] for k in checked),
             texts=tuple(self.texts[k] for k in checked),
-            stem_images=self.stem_images,
-            task=self.task,
-            content_free=self.content_free,
         )
 
     def rotated(self, shift: int) -> Instance:

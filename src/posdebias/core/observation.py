@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -194,14 +194,12 @@ class Observation:
         synthetic model; a real model must be run again on the rotated instance.
         """
         index = rotation_order(self.n, shift)
-        return Observation(
+        return replace(
+            self,
             label_logprobs=self.label_logprobs[index],
             attention=None if self.attention is None else self.attention[:, index],
             target=None if self.target is None else (self.target - shift) % self.n,
-            layers=self.layers,
             span_lengths=None if self.span_lengths is None else self.span_lengths[index],
-            tie_logprob=self.tie_logprob,
-            instance_id=self.instance_id,
         )
 
     def to_dict(self) -> dict[str, Any]:
