@@ -1,8 +1,8 @@
 """The plugin manager behind a typed facade: the rest of the code asks the :class:`Registry`.
 
-Built-ins are ordinary plugins: each built-in adapter, calibrator or bundled model is one module
-with its own hook implementation (``register_hook``), listed by module name in
-:data:`BUILTIN_PLUGINS` (so an in-tree family is one module plus one line there). Third-party
+Built-ins are ordinary plugins: each built-in calibrator or bundled model is one module with its
+own hook implementation (``register_hook``), listed by module name in :data:`BUILTIN_PLUGINS`; so
+is each family, unless it differs from a sibling only in data and shares its module. Third-party
 plugins come from the entry-point group ``posdebias``. Hooks are called through pluggy as
 historic hooks: the registry makes each call once, and pluggy replays it for every plugin while
 that plugin is registered, so what a plugin registers is attributed to it and a plugin that
