@@ -90,17 +90,14 @@ def run(args: argparse.Namespace) -> int:
     transformers.logging.set_verbosity_error()  # our rows say what matters
     model = args.model
     own_questions = None
-    if model is None:  # the task's bundled default model (an organism), else retrieval's
-        registry = get_registry()
-        default = registry.default_model(args.task)
-        if default is None and args.task == "retrieval":
-            default = registry.default_model()
+    if model is None:  # the task's bundled default model (an organism)
+        default = get_registry().default_model(args.task)
         if default is None:
             raise InputError(
                 f"no bundled model poses {args.task}: name a model to check: --model ID_OR_PATH"
             )
         model = default.name
-        if default.task == args.task != "retrieval" and default.benchmark is not None:
+        if args.task != "retrieval" and default.benchmark is not None:
             # a bundled text model knows its own words only: check it on its own questions
             own_questions = default.benchmark
     if args.images and (benchmark is not None or own_questions is not None):
