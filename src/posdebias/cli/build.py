@@ -210,15 +210,12 @@ def run_task(args: argparse.Namespace, task: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    task = args.task or task_of(args.source)
-    if task is not None and task != "retrieval":
-        if task_of(args.source) not in (None, task):
-            raise BenchmarkError(
-                f"--source {args.source} builds {task_of(args.source)}, not {task}"
-            )
+    source_task = task_of(args.source)
+    task = args.task or source_task or "retrieval"
+    if source_task not in (None, task):
+        raise BenchmarkError(f"--source {args.source} builds {source_task}, not {task}")
+    if task != "retrieval":
         return run_task(args, task)
-    if task_of(args.source) is not None:
-        raise BenchmarkError(f"--source {args.source} builds {task_of(args.source)}, not retrieval")
     if args.data is not None:
         raise BenchmarkError("--data is for candidate-task sources; retrieval reads --captions")
     check_whole_numbers(
