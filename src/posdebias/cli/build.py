@@ -117,37 +117,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+#: Flags of `posdebias build` that set nothing of a retrieval build's config (the command's
+#: own, a candidate task's, and --no-cache, read as ``use_cache``); every other one does.
+_NOT_SETTINGS = frozenset(
+    {"command", "debug", "handler", "config", "task", "data", "split", "no_cache"}
+)
+
+
 def load_build_config(args: argparse.Namespace) -> BuildConfig:
     """The build config of a command line: the --config file, overridden by flags."""
     data = read_config_file(args.config) if args.config is not None else {}
-    flags = {
-        name: getattr(args, name)
-        for name in (
-            "source",
-            "root",
-            "captions",
-            "instances",
-            "setting",
-            "n",
-            "count",
-            "seed",
-            "clip_model",
-            "clip_pretrained",
-            "pool_size",
-            "caption_threshold",
-            "drop_category_supersets",
-            "cache_dir",
-            "device",
-            "batch_size",
-            "skip_missing_images",
-            "shapes_images",
-            "shapes_seed",
-            "shapes_image_size",
-            "out",
-        )
-    }
+    flags = {name: value for name, value in vars(args).items() if name not in _NOT_SETTINGS}
     flags["use_cache"] = False if args.no_cache else None
-    flags["shapes_space"] = args.shapes_space
     return build_config_from(data, flags, str(args.config) if args.config else "build options")
 
 
