@@ -181,23 +181,16 @@ def run(args: argparse.Namespace) -> int:
     for column in ("kind", "name", "summary", "plugin", "distribution", "version"):
         table.add_column(column)
     entries = _entries(registry)
-    for kind, name, cls in entries:
+    registered = [
+        (kind, name, str(getattr(cls, "summary", "") or "")) for kind, name, cls in entries
+    ]
+    registered += [
+        ("model", model.name, model.summary + (" (the default run)" if model.default else ""))
+        for model in registry.bundled_models()
+    ]
+    for kind, name, summary in registered:
         info = plugins[registry.provider(kind, name)]
-        table.add_row(
-            kind,
-            name,
-            str(getattr(cls, "summary", "") or ""),
-            info.name,
-            info.distribution or "-",
-            info.version or "-",
-        )
-    for model in registry.bundled_models():
-        info = plugins[registry.provider("model", model.name)]
-        summary = model.summary + (" (the default run)" if model.default else "")
-        table.add_row(
-            "model", model.name, str(summary), info.name, info.distribution or "-",
-            info.version or "-",
-        )  # fmt: skip
+        table.add_row(kind, name, summary, info.name, info.distribution or "-", info.version or "-")
     console.print(table)
     console.print(_model_types(registry))
     if args.options:
