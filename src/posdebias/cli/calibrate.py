@@ -13,6 +13,7 @@ from posdebias.cli.evaluate import (
     add_server_argument,
     add_task_argument,
     config_flags,
+    print_fit_warning,
     with_model_options,
 )
 from posdebias.errors import InputError, OutputError
@@ -95,10 +96,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"{label}: {paths[label]} (N={state.n}, {state.num_observations} observations)"
         )
-        if state.diagnostics.get("warning"):
-            make_console(stderr=True).print(
-                f"warning: {label}: {state.diagnostics['warning']}", markup=False
-            )
+        print_fit_warning(label, state.diagnostics)
     return 0
 
 

@@ -171,6 +171,13 @@ def print_results(
         console.print(note, markup=False)
 
 
+def print_fit_warning(label: str, diagnostics: dict[str, Any]) -> None:
+    """The warning a calibrator's fit left in its ``diagnostics``, if any, on stderr (evaluate
+    and calibrate)."""
+    if diagnostics.get("warning"):
+        make_console(stderr=True).print(f"warning: {label}: {diagnostics['warning']}")
+
+
 def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> EvaluateConfig:
     """``config`` with the model flags that are adapter options (--chat-template,
     --trust-remote-code, --base-url) merged into ``adapter.options``."""
@@ -265,10 +272,7 @@ def run(args: argparse.Namespace) -> int:
     if results.judge:
         console.print(judge_table(results.judge))
     for label, result in results.calibrators.items():
-        if result.diagnostics.get("warning"):
-            make_console(stderr=True).print(
-                f"warning: {label}: {result.diagnostics['warning']}", markup=False
-            )
+        print_fit_warning(label, result.diagnostics)
     if config.out is not None:
         with DirectoryLock(config.out):
             report = write_report(results, config.out)
