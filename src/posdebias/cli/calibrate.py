@@ -10,7 +10,6 @@ from posdebias._rundir import RunFolder
 from posdebias.cli import make_console
 from posdebias.cli.evaluate import (
     add_model_arguments,
-    add_server_argument,
     add_task_argument,
     config_flags,
     print_fit_warning,
@@ -32,7 +31,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--config", type=Path, help="YAML, TOML or JSON config file")
     add_model_arguments(parser)
-    add_server_argument(parser)
     parser.add_argument("--benchmark", type=Path, help="benchmark directory (posdebias build)")
     add_task_argument(parser)
     parser.add_argument(

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "right for this model: scores against the model's own forward, the probe against eager "
         "attention, batch size 1 against 2, image rotation. Run it first on a new model.",
     )
-    add_model_arguments(parser)
+    add_model_arguments(parser, base_url=False)
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     parser.add_argument(
         "--dtype", default="float32", help="model dtype (default float32: the tolerances are)"

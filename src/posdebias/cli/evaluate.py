@@ -44,9 +44,10 @@ def add_ci_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model / --adapter / --chat-template / --threads, shared by every command that runs a
-    model."""
+def add_model_arguments(parser: argparse.ArgumentParser, *, base_url: bool = True) -> None:
+    """--model / --adapter / --chat-template / --threads / --trust-remote-code, shared by every
+    command that runs a model; --base-url too where these become adapter options
+    (:func:`with_model_options`; ``check`` passes them itself: ``base_url=False``)."""
     parser.add_argument(
         "--model", help="Hugging Face model id, local model folder or GGUF file (a language model)"
     )
@@ -69,16 +70,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow the model's own Python code from its repository (runs that code)",
     )
-
-
-def add_server_argument(parser: argparse.ArgumentParser) -> None:
-    """--base-url: the model behind an OpenAI-compatible server (adapter option base_url)."""
-    parser.add_argument(
-        "--base-url",
-        dest="base_url",
-        help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
-        "http://127.0.0.1:8000/v1",
-    )
+    if base_url:
+        parser.add_argument(
+            "--base-url",
+            dest="base_url",
+            help="API root of an OpenAI-compatible server (with --adapter openai), e.g. "
+            "http://127.0.0.1:8000/v1",
+        )
 
 
 def add_task_argument(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +94,6 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, comparisons: bool = Tr
     of a sweep): task, orders, instances, seed, protocol, batching and the statistics (a study
     makes no paired comparisons: ``comparisons=False``). One declaration, so the two commands
     cannot offer different settings."""
-    add_server_argument(parser)
     add_task_argument(parser)
     parser.add_argument(
         "--orders",
@@ -182,9 +179,9 @@ def with_model_options(config: EvaluateConfig, args: argparse.Namespace) -> Eval
     """``config`` with the model flags that are adapter options (--chat-template,
     --trust-remote-code, --base-url) merged into ``adapter.options``."""
     flags = {
-        "chat_template": getattr(args, "chat_template", None),
-        "trust_remote_code": True if getattr(args, "trust_remote_code", False) else None,
-        "base_url": getattr(args, "base_url", None),
+        "chat_template": args.chat_template,
+        "trust_remote_code": True if args.trust_remote_code else None,
+        "base_url": args.base_url,
     }
     given = {key: value for key, value in flags.items() if value is not None}
     if not given:

@@ -12,7 +12,7 @@ from rich.table import Table
 from posdebias._inputs import excerpt, load_yaml
 from posdebias.api import Debiaser
 from posdebias.cli import check_path_text, make_console
-from posdebias.cli.evaluate import add_model_arguments, add_server_argument, with_model_options
+from posdebias.cli.evaluate import add_model_arguments, with_model_options
 from posdebias.core.instance import TASK_KINDS, candidate_noun
 from posdebias.errors import InputError
 from posdebias.evaluation.config import load_config
@@ -24,7 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("rank")
     parser.add_argument("--calibration", type=Path, required=True, help="calibration state")
     add_model_arguments(parser)
-    add_server_argument(parser)
     parser.add_argument(
         "--adapter-option",
         action="append",
