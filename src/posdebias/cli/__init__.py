@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from rich.console import Console
+from rich.table import Table
 
 from posdebias._inputs import excerpt, path_name_problem
 from posdebias._text import SafeConsole, printable
@@ -72,6 +73,14 @@ def make_console(stderr: bool = False, *, one_line_rows: bool = False) -> Consol
     if not console.is_terminal:
         console = SafeConsole(stderr=stderr, width=10_000 if one_line_rows else 160)
     return console
+
+
+def listing_table(title: str, columns: Sequence[str]) -> Table:
+    """A table of plain columns under a left-justified title, as the commands list things."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    return table
 
 
 def build_parser(args: Sequence[str] = ()) -> argparse.ArgumentParser:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.table import Table
-
 import posdebias.defaults as defaults
 from posdebias._inputs import check_whole_number
 from posdebias._text import safe_text
 from posdebias._threads import apply_threads
 from posdebias.benchmarks.files import Benchmark, load_benchmark
-from posdebias.cli import make_console
+from posdebias.cli import listing_table, make_console
 from posdebias.cli.evaluate import add_model_arguments
 from posdebias.core.instance import TASK_KINDS
 from posdebias.errors import InputError
@@ -138,12 +136,10 @@ def run(args: argparse.Namespace) -> int:
     apply_threads()  # --threads (or the default) now that torch is loaded
     report = check_adapter(adapter, instances)
     console = make_console()
-    table = Table(
-        title=f"posdebias check: {report.model}, adapter {report.adapter!r}",
-        title_justify="left",
+    table = listing_table(
+        f"posdebias check: {report.model}, adapter {report.adapter!r}",
+        ("check", "result", "figure", "likely cause"),
     )
-    for column in ("check", "result", "figure", "likely cause"):
-        table.add_column(column)
     colours = {PASS: "green", FAIL: "red"}
     for result in report.results:
         # the result is styled (colour in a terminal), never written as markup: a pipe and a

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from posdebias._version import __version__
-from posdebias.cli import make_console
+from posdebias.cli import listing_table, make_console
 from posdebias.errors import InputError
 from posdebias.registry import PluginInfo, Registry, get_registry
 from posdebias.registry.manager import adapter_priority
@@ -59,9 +59,9 @@ def _run_families(args: argparse.Namespace) -> int:
     if args.markdown:
         print(coverage_markdown(rows), end="")
         return 0
-    table = Table(title="image-text families of transformers", title_justify="left")
-    for column in ("model_type", "verdict", "adapter, or why"):
-        table.add_column(column)
+    table = listing_table(
+        "image-text families of transformers", ("model_type", "verdict", "adapter, or why")
+    )
     for row in rows:
         table.add_row(escape(row.model_type), row.verdict, escape(row.detail))
     make_console().print(table)
@@ -177,9 +177,9 @@ def run(args: argparse.Namespace) -> int:
     console = make_console(one_line_rows=True)
     console.print(f"posdebias {__version__}")
     plugins: dict[str, PluginInfo] = {info.name: info for info in registry.plugins()}
-    table = Table(title="registered", title_justify="left")
-    for column in ("kind", "name", "summary", "plugin", "distribution", "version"):
-        table.add_column(column)
+    table = listing_table(
+        "registered", ("kind", "name", "summary", "plugin", "distribution", "version")
+    )
     entries = _entries(registry)
     registered = [
         (kind, name, str(getattr(cls, "summary", "") or "")) for kind, name, cls in entries
@@ -196,9 +196,9 @@ def run(args: argparse.Namespace) -> int:
     if args.options:
         for kind, name, cls in entries:
             rows = option_rows(cls.Options)
-            options = Table(title=f"{kind} {name}: options", title_justify="left")
-            for column in ("option", "type", "default", "range", "description"):
-                options.add_column(column)
+            options = listing_table(
+                f"{kind} {name}: options", ("option", "type", "default", "range", "description")
+            )
             for option, type_, default, description, range_ in rows:
                 options.add_row(option, type_, default, range_, description)
             if not rows:
@@ -212,12 +212,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _model_types(registry: Any) -> Table:
     """model_type -> the adapter it resolves to (precedence: docs/adapters.md)."""
-    table = Table(
-        title="model types (anything else: generic, if it can reproduce the positions)",
-        title_justify="left",
+    table = listing_table(
+        "model types (anything else: generic, if it can reproduce the positions)",
+        ("model_type", "adapter", "plugin", "priority", "also claimed by"),
     )
-    for column in ("model_type", "adapter", "plugin", "priority", "also claimed by"):
-        table.add_column(column)
     for model_type, claims in registry.model_type_claims().items():
         chosen, others = claims[0], claims[1:]
         table.add_row(

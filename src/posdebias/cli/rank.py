@@ -7,11 +7,9 @@ import argparse
 from os.path import isfile
 from pathlib import Path
 
-from rich.table import Table
-
 from posdebias._inputs import excerpt, load_yaml
 from posdebias.api import Debiaser
-from posdebias.cli import check_path_text, make_console
+from posdebias.cli import check_path_text, listing_table, make_console
 from posdebias.cli.evaluate import add_model_arguments, with_model_options
 from posdebias.core.instance import TASK_KINDS, candidate_noun
 from posdebias.errors import InputError
@@ -107,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
             )
             if values is not None
         ]
-    table = Table(title=f"{ranking.calibrator}: {args.query!r}", title_justify="left")
     noun = candidate_noun(task, plural=False)
-    for column in ("position", noun, "probability", *(title for title, _ in extra), ""):
-        table.add_column(column)
+    table = listing_table(
+        f"{ranking.calibrator}: {args.query!r}",
+        ("position", noun, "probability", *(title for title, _ in extra), ""),
+    )
     for position, (candidate, probability) in enumerate(
         zip(args.candidates, ranking.probabilities, strict=True)
     ):
