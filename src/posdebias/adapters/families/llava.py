@@ -1,7 +1,7 @@
 """The LLaVA layout: each image becomes a run of ``<image>`` tokens.
 
-LLaVA (1.5 and relatives) and LLaVA-NeXT, which differs from the shared machinery only in data
-and so shares this module and its hook.
+LLaVA (1.5 and relatives), and LLaVA-NeXT and LLaVA-OneVision, which differ from the shared
+machinery only in data and so share this module and its hook.
 
 For LLaVA, runs of adjacent images touch, so they are split with the processor's replacement
 counts. The processor must know the vision tower's ``patch_size`` (saved in
@@ -70,5 +70,22 @@ class LlavaNextAdapter(HFAdapter):
     split_by_processor_counts = True
 
 
+class LlavaOnevisionAdapter(HFAdapter):
+    """LLaVA-OneVision (``llava-hf/llava-onevision-qwen2-7b-ov-hf`` and relatives): every
+    image's tokens are ``<image>``, with no start or end markers.
+
+    In multi-image mode (images passed nested, one list per prompt, as :class:`HFAdapter` does; a
+    flat list silently switches the processor to single-image "anyres" tiling) each image becomes
+    ``num_image_tokens`` patch tokens plus one image-newline token, and consecutive images form ONE
+    contiguous run. The run is split per image with the processor's own replacement counts; each
+    span includes its image-newline token.
+    """
+
+    name = "llava_onevision"
+    model_types = ("llava_onevision",)
+    summary = "LLaVA-OneVision (multi-image mode, one contiguous run split per image)"
+    split_by_processor_counts = True
+
+
 # registration order is the order the registry lists them in
-posdebias_register_adapters = register_hook(LlavaAdapter, LlavaNextAdapter)
+posdebias_register_adapters = register_hook(LlavaAdapter, LlavaNextAdapter, LlavaOnevisionAdapter)

@@ -1,7 +1,7 @@
 """The Qwen2-VL layout: ``<|vision_start|>`` + run of ``<|image_pad|>`` + ``<|vision_end|>``.
 
-Qwen2-VL, Qwen2.5-VL and Qwen3-VL, which differs only in data and so shares this module and its
-hook.
+Qwen2-VL, Qwen2.5-VL, and Qwen3-VL, Qwen3.5 and PaddleOCR-VL, which differ from it only in data
+and so share this module and its hook.
 
 Their language model uses multimodal RoPE: image tokens get (temporal, height, width) positions
 and the text after an image continues from the largest of them, so positions are NOT token
@@ -66,5 +66,43 @@ class Qwen3VLAdapter(Qwen2VLAdapter):
     summary = "Qwen3-VL / Qwen3-VL-MoE (interleaved multimodal RoPE, DeepStack, 16 px patches)"
 
 
+class Qwen3_5Adapter(Qwen2VLAdapter):
+    """Qwen3.5 / Qwen3.5-MoE (``Qwen/Qwen3.5-27B``, ``Qwen/Qwen3.5-35B-A3B`` and relatives): a
+    hybrid language model, linear attention in 3 of every 4 layers.
+
+    The prompt layout and the multimodal RoPE are Qwen2-VL's (``<|vision_start|>`` + run of
+    ``<|image_pad|>`` + ``<|vision_end|>``; positions from the model's own ``get_rope_index`` with
+    the processor's ``mm_token_type_ids``), with 16 px patches. What differs is the language model:
+    ``layer_types`` makes every fourth layer ``full_attention`` (softmax, read by the probe) and the
+    others ``linear_attention`` (Gated DeltaNet: a recurrent state, no attention matrix, so no
+    attention row exists for them). Observations therefore have one row per full-attention layer
+    (layers 3, 7, 11, ... of the model), all global. The linear layers' recurrent state cannot be
+    cropped after a cached decoding step; adapters/cache.py restores it from a copy.
+    """
+
+    name = "qwen3_5"
+    model_types = ("qwen3_5", "qwen3_5_moe")
+    summary = "Qwen3.5 / Qwen3.5-MoE (hybrid: full-attention layers read, linear layers skipped)"
+
+
+class PaddleOCRVLAdapter(Qwen2VLAdapter):
+    """PaddleOCR-VL (``PaddlePaddle/PaddleOCR-VL``): ``<|IMAGE_START|>`` + run of
+    ``<|IMAGE_PLACEHOLDER|>`` + ``<|IMAGE_END|>``.
+
+    Its ERNIE-4.5 language model uses multimodal RoPE: image tokens get (temporal, height, width)
+    positions and the text after an image continues from the largest of them, the Qwen2-VL scheme,
+    computed by the model's own ``get_rope_index`` from the processor's ``mm_token_type_ids``. So
+    the adapter is Qwen2-VL's (positions passed
+    explicitly, also for the cached label steps) with the config's start / end markers. The
+    checkpoints' chat template writes every image of a user turn before its texts.
+    """
+
+    name = "paddleocr_vl"
+    model_types = ("paddleocr_vl",)
+    summary = "PaddleOCR-VL (3-D positions from get_rope_index, image start/end markers)"
+
+
 # registration order is the order the registry lists them in
-posdebias_register_adapters = register_hook(Qwen2VLAdapter, Qwen3VLAdapter)
+posdebias_register_adapters = register_hook(
+    Qwen2VLAdapter, Qwen3VLAdapter, Qwen3_5Adapter, PaddleOCRVLAdapter
+)

@@ -1,5 +1,5 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.llava_onevision.LlavaOnevisionAdapter`, built offline
+:class:`~posdebias.adapters.families.llava.LlavaOnevisionAdapter`, built offline
 in code."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.paddleocr_vl.PaddleOCRVLAdapter`, built offline in code."""
+:class:`~posdebias.adapters.families.qwen2_vl.PaddleOCRVLAdapter`, built offline in code."""
 
 from __future__ import annotations
 

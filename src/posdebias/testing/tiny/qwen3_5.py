@@ -1,5 +1,5 @@
 """Tiny random-weight test models of the family of
-:class:`~posdebias.adapters.families.qwen3_5.Qwen3_5Adapter`, built offline in code."""
+:class:`~posdebias.adapters.families.qwen2_vl.Qwen3_5Adapter`, built offline in code."""
 
 from __future__ import annotations
 
