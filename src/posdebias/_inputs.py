@@ -329,6 +329,14 @@ def loads_json(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
 
 
+def json_failure(exc: ValueError | RecursionError) -> str:
+    """Why :func:`loads_json` refused a text, in a few words (never the text itself): the
+    syntax error, ``nested too deeply``, or what was wrong with a value."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:EXCERPT_CHARS]
+
+
 def parse_json(text: str | bytes, what: str, *, error: type[InputError] = InputError) -> Any:
     """:func:`loads_json` with every failure (syntax, nesting too deep, a number too long or
     not finite) as ``error``; the message says where, not what the text was."""
@@ -336,10 +344,8 @@ def parse_json(text: str | bytes, what: str, *, error: type[InputError] = InputE
         return loads_json(text)
     except json.JSONDecodeError as exc:
         raise error(f"{what}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise error(f"{what}: not usable JSON (nested too deeply)") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise error(f"{what}: not usable JSON ({str(exc)[:EXCERPT_CHARS]})") from None
+    except (RecursionError, ValueError) as exc:  # e.g. an integer of more than 4300 digits
+        raise error(f"{what}: not usable JSON ({json_failure(exc)})") from None
 
 
 def confined_path(

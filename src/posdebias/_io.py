@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, loads_json, read_input_bytes
+from posdebias._inputs import DATA_LIMIT, json_failure, loads_json, read_input_bytes
 from posdebias.errors import OutputError, ResumeError
 
 try:
@@ -437,11 +437,9 @@ def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, 
             continue
         try:
             value = loads_json(line)
-        except RecursionError:
-            raise corrupt(number, "nested too deeply") from None
-        except ValueError as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
-            raise corrupt(number, why) from exc
+        except (RecursionError, ValueError) as exc:
+            cause = None if isinstance(exc, RecursionError) else exc  # no deep traceback
+            raise corrupt(number, json_failure(exc)) from cause
         yield number, value
 
 

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from posdebias._inputs import jsonl_lines, loads_json
+from posdebias._inputs import json_failure, jsonl_lines, loads_json
 from posdebias.errors import BenchmarkError
 
 _MAX_LISTED = 20
@@ -63,11 +63,8 @@ def json_lines(text: str, problems: Problems) -> Iterator[tuple[int, Any]]:
             continue
         try:
             value = loads_json(line)
-        except json.JSONDecodeError as exc:
-            problems.add(f"not valid JSON ({exc.msg})", line=number)
-            continue
         except (RecursionError, ValueError) as exc:
-            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:80]
-            problems.add(f"not usable JSON ({why})", line=number)
+            kind = "valid" if isinstance(exc, json.JSONDecodeError) else "usable"
+            problems.add(f"not {kind} JSON ({json_failure(exc)})", line=number)
             continue
         yield number, value

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._inputs import STATE_LIMIT, loads_json, read_input_text
+from posdebias._inputs import STATE_LIMIT, json_failure, loads_json, read_input_text
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
 from posdebias.errors import Advice, CalibrationError, ObservationError, validation_message
@@ -259,10 +259,8 @@ class CalibrationState(BaseModel):
         try:
             payload = loads_json(text)
         except (ValueError, RecursionError) as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
-            why = "nested too deeply" if isinstance(exc, RecursionError) else why
             raise calibration_error(
-                f"calibration file {source} is not valid JSON ({why}); ", CREATE
+                f"calibration file {source} is not valid JSON ({json_failure(exc)}); ", CREATE
             ) from None
         return cls.from_payload(payload, source=str(source))
 
