@@ -109,14 +109,7 @@ class ShapeSpace(BaseModel):
                 raise ValueError(f"{field} must name at least one value")
         if not self.shapes:
             raise ValueError("shapes must name at least one shape kind")
-        names = [
-            *self.colours,
-            *self.shapes,
-            *self.sizes,
-            *self.positions,
-            *self.backgrounds,
-        ]
-        bad = [name for name in names if not _NAME.fullmatch(name)]
+        bad = [name for name in self._names() if not _NAME.fullmatch(name)]
         if bad:
             raise ValueError(
                 f"attribute names must be lowercase words separated by single spaces: {bad}"
@@ -158,12 +151,14 @@ class ShapeSpace(BaseModel):
             if sum(abs(a - b) for a, b in zip(rgb, base, strict=True)) >= _MIN_CONTRAST
         ]
 
+    def _names(self) -> list[str]:
+        """Every attribute name (each a caption word or words), in declaration order."""
+        return [*self.colours, *self.shapes, *self.sizes, *self.positions, *self.backgrounds]
+
     def vocabulary(self) -> list[str]:
         """Every word a caption can contain, sorted (for building a word-level tokenizer)."""
-        words = set(GRAMMAR_WORDS)
-        for name in [*self.colours, *self.shapes, *self.sizes, *self.positions, *self.backgrounds]:
-            words.update(name.split(" "))
-        return sorted(words)
+        words = {word for name in self._names() for word in name.split(" ")}
+        return sorted(words | set(GRAMMAR_WORDS))
 
     def category_id(self, shape: str) -> int:
         """COCO-style category id of a shape kind: its 1-based place in :attr:`shapes`."""
@@ -294,12 +289,12 @@ def captions_for(attributes: ShapeAttributes) -> list[str]:
 
 
 def _star(cx: float, cy: float, radius: float) -> list[tuple[float, float]]:
-    points = []
-    for k in range(10):
-        r = radius if k % 2 == 0 else radius * 0.45
-        angle = -math.pi / 2 + k * math.pi / 5
-        points.append((cx + r * math.cos(angle), cy + r * math.sin(angle)))
-    return points
+    """Ten points, alternately on the outer and the inner radius, from the top clockwise."""
+    radii = (radius, radius * 0.45) * 5
+    angles = (-math.pi / 2 + k * math.pi / 5 for k in range(10))
+    return [
+        (cx + r * math.cos(a), cy + r * math.sin(a)) for r, a in zip(radii, angles, strict=True)
+    ]
 
 
 def _draw(draw: ImageDraw.ImageDraw, obj: ShapeObject, side: float) -> None:
