@@ -34,6 +34,7 @@ The figures are float32 comparisons: load the model in float32 to check it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -121,12 +122,10 @@ def check_images(count: int, *, seed: int = 0) -> list[Any]:
     from PIL import Image
 
     rng = np.random.default_rng(seed)
-    images = []
-    for index in range(count):
-        width, height = _SIZES[index % len(_SIZES)]
-        pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
-        images.append(Image.fromarray(pixels))
-    return images
+    return [
+        Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
+        for width, height in itertools.islice(itertools.cycle(_SIZES), count)
+    ]
 
 
 #: Option texts of the candidate-task check instances (different lengths and word shapes).

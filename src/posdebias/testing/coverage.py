@@ -22,6 +22,7 @@ it, and a test keeps the two equal.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -114,9 +115,7 @@ def coverage_markdown(rows: list[FamilyVerdict]) -> str:
     """The table as Markdown (the Adapters page embeds exactly this)."""
     import transformers
 
-    counts = {
-        kind: sum(1 for row in rows if row.verdict == kind) for kind in (BUILT_IN, GENERIC, REFUSED)
-    }
+    counts = Counter(row.verdict for row in rows)
     checked = sum(1 for row in rows if row.verdict == GENERIC and row.detail.startswith("checked"))
     unchecked = sum(1 for row in rows if row.detail.startswith(_UNCHECKED))
     lines = [
