@@ -20,7 +20,7 @@ from posdebias.core.instance import Instance
 from posdebias.evaluation.statistics import (
     HEADLINE,
     LEVEL,
-    Interval,
+    HeadlineIntervals,
     Outcomes,
     bootstrap_interval,
     headline_samples,
@@ -33,16 +33,6 @@ GROUP_KEY = "group"
 UNGROUPED = "(no group)"
 
 
-class GroupRow(BaseModel):
-    """One row's headline measures on one group (or their macro average), in percent."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    accuracy: Interval
-    rstd: Interval
-    consistency: Interval
-
-
 class GroupStatistics(BaseModel):
     """The groups section of a results file."""
 
@@ -50,8 +40,10 @@ class GroupStatistics(BaseModel):
 
     key: str = Field(default=GROUP_KEY, description="the benchmark metadata key of the group")
     instances: dict[str, int] = Field(description="group -> test instances (sorted by name)")
-    rows: dict[str, dict[str, GroupRow]] = Field(description="row -> group -> measures")
-    macro: dict[str, GroupRow] = Field(description="row -> unweighted mean over the groups")
+    rows: dict[str, dict[str, HeadlineIntervals]] = Field(description="row -> group -> measures")
+    macro: dict[str, HeadlineIntervals] = Field(
+        description="row -> unweighted mean over the groups"
+    )
 
 
 def group_of(instance: Instance) -> str | None:
@@ -80,8 +72,8 @@ def group_statistics(
     weights = {
         g: resample_weights(len(members[g]), resamples, [seed, k]) for k, g in enumerate(groups)
     }
-    rows: dict[str, dict[str, GroupRow]] = {}
-    macro: dict[str, GroupRow] = {}
+    rows: dict[str, dict[str, HeadlineIntervals]] = {}
+    macro: dict[str, HeadlineIntervals] = {}
     for label, outcome in outcomes.items():
         found = {
             g: headline_samples(
@@ -96,7 +88,7 @@ def group_statistics(
             for g in groups
         }
         rows[label] = {
-            g: GroupRow(
+            g: HeadlineIntervals(
                 **{
                     name: bootstrap_interval(*found[g][name], LEVEL, bounds)
                     for name, bounds in HEADLINE.items()
@@ -104,7 +96,7 @@ def group_statistics(
             )
             for g in groups
         }
-        macro[label] = GroupRow(
+        macro[label] = HeadlineIntervals(
             **{
                 name: bootstrap_interval(
                     float(np.mean([found[g][name][0] for g in groups])),

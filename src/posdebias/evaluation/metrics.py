@@ -46,6 +46,12 @@ class Metrics(BaseModel):
     rstd_population: float = 0.0
 
 
+def consistent(choices: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """[I]: whether an instance chose one candidate under all its orders (Cons.'s numerator;
+    an order without an answer makes it inconsistent)."""
+    return np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
+
+
 def compute_metrics(
     targets: np.ndarray, choices: np.ndarray, chosen: np.ndarray, n: int
 ) -> Metrics:
@@ -78,8 +84,7 @@ def compute_metrics(
     seen = recall[~np.isnan(recall)]
     rstd = float(np.std(seen, ddof=1)) if seen.size > 1 else 0.0
     rstd_population = float(np.std(seen, ddof=0)) if seen.size > 1 else 0.0
-    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
-    consistency = 100.0 * float(np.mean(same))
+    consistency = 100.0 * float(np.mean(consistent(choices, chosen)))
     answered = choices.ravel()[choices.ravel() >= 0]
     selection = 100.0 * np.bincount(answered, minlength=n)[:n] / choices.size
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from posdebias._inputs import check_whole_number
 from posdebias.defaults import MAX_RESAMPLES, MIN_RESAMPLES, RESAMPLES
 from posdebias.errors import InputError
+from posdebias.evaluation.metrics import consistent
 from posdebias.evaluation.runner import InstanceRecord
 
 LEVEL = 0.95
@@ -69,14 +70,19 @@ class BootstrapSettings(BaseModel):
     unit: str = Field(default="instance", description="what is resampled (all its orders kept)")
 
 
-class RowStatistics(BaseModel):
-    """Intervals of one row's metrics and its position views (all percentages)."""
+class HeadlineIntervals(BaseModel):
+    """A row's headline measures with their intervals (on all instances, or on one group)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     accuracy: Interval = Field(description="Acc, the mean accuracy over the T orders")
     rstd: Interval = Field(description="RStd, std of the recall per truth position (pp)")
     consistency: Interval = Field(description="Cons., % instances with one candidate in all orders")
+
+
+class RowStatistics(HeadlineIntervals):
+    """Intervals of one row's metrics and its position views (all percentages)."""
+
     accuracy_by_position: list[Interval | None] = Field(
         description="accuracy (recall) per truth position; None where the truth never sat"
     )
@@ -242,14 +248,13 @@ def headline_samples(
     targets, choices, chosen = outcome.targets, outcome.choices, outcome.chosen
     correct = targets == choices
     per_instance = correct.mean(axis=1)  # Acc = mean over orders = mean over instances of this
-    same = np.all(chosen == chosen[:, :1], axis=1) & np.all(choices >= 0, axis=1)
     positions = np.arange(n)
     counts = (targets[:, :, None] == positions).sum(axis=1).astype(float)  # [I, N]
     hits = ((targets[:, :, None] == positions) & correct[:, :, None]).sum(axis=1).astype(float)
     recall, recall_samples = _pooled(weights, hits, counts, hits)
     return {
         "accuracy": instance_mean(per_instance, weights),
-        "consistency": instance_mean(same.astype(float), weights),
+        "consistency": instance_mean(consistent(choices, chosen).astype(float), weights),
         "rstd": (float(_rstd(recall)[0]), _rstd(recall_samples)),
         "recall": (recall, recall_samples),
     }
