@@ -461,12 +461,13 @@ SWEEP_PANELS = (
 )
 
 
-def _band(row: dict[str, Any], metric: str) -> tuple[float, float] | None:
-    """A row's 95% interval of ``metric``, or None (rows of an older study have none)."""
+def row_interval(row: dict[str, Any], metric: str) -> Interval | None:
+    """A study row's ``metric`` with its 95% interval, or None (rows of an older study have
+    none)."""
     low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
     if low in (None, "") or high in (None, ""):
         return None
-    return float(low), float(high)
+    return Interval(value=float(row[metric]), low=float(low), high=float(high))
 
 
 def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
@@ -487,11 +488,7 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
                 if any(r[metric] in (None, "") for r in mine):
                     continue  # an order-independent row (cloze) has no RStd or Cons.
                 values = [float(r[metric]) for r in mine]
-                bands = [
-                    None if band is None else Interval(value=v, low=band[0], high=band[1])
-                    for v, band in zip(values, (_band(r, metric) for r in mine), strict=True)
-                ]
-                errors = _errors(bands, values)
+                errors = _errors([row_interval(r, metric) for r in mine], values)
                 axis.bar(
                     [i + k * width for i in range(len(points))],
                     values,
@@ -522,12 +519,12 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
                     label=plain(label),
                     **style,
                 )
-                spans = [_band(r, metric) for r in mine]
+                spans = [row_interval(r, metric) for r in mine]
                 if all(span is not None for span in spans):
                     axis.fill_between(
                         xs,
-                        [span[0] for span in spans if span is not None],
-                        [span[1] for span in spans if span is not None],
+                        [span.low for span in spans if span is not None],
+                        [span.high for span in spans if span is not None],
                         color=style["color"],
                         alpha=0.2,
                         linewidth=0,

@@ -13,7 +13,7 @@ from typing import Any
 from posdebias._text import file_text, one_line
 from posdebias.core.instance import candidate_noun
 from posdebias.evaluation.export import HEADLINE
-from posdebias.evaluation.figures import render, sweep_figure
+from posdebias.evaluation.figures import render, row_interval, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 
 COLUMNS = (
@@ -140,9 +140,9 @@ def sweep_report_text(
                     if metric == "accuracy"
                     else f"{value:.2f}"
                 )
-                low, high = mine[label].get(f"{metric}_low"), mine[label].get(f"{metric}_high")
-                if low not in (None, "") and high not in (None, ""):
-                    cell += f" [{float(low):.1f}, {float(high):.1f}]"
+                interval = row_interval(mine[label], metric)
+                if interval is not None:
+                    cell += f" [{interval.low:.1f}, {interval.high:.1f}]"
                 cells.append(cell)
             lines.append(f"| {point} | " + " | ".join(cells) + " |")
         lines.append("")
