@@ -28,6 +28,8 @@ from posdebias.evaluation.table import (
 )
 
 FIGURES = "figures"
+#: Every file a report may draw into FIGURES (those it does not draw this time are removed).
+_FIGURE_FILES = [f"{name}.{fmt}" for name, _, _ in REPORT_FIGURES for fmt in FORMATS]
 
 __all__ = ["FIGURES", "comparison_lines", "p_value_text", "plain", "write_report"]
 
@@ -192,7 +194,7 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     drawn = RunFolder(root / FIGURES, marker=None, own=own, flag="RUN_DIR")
     top = RunFolder(root, marker=None, own=own, flag="RUN_DIR")
     top.refuse_links([FIGURES, "report.md"])
-    drawn.refuse_links(f"{name}.{fmt}" for name, _, _ in REPORT_FIGURES for fmt in FORMATS)
+    drawn.refuse_links(_FIGURE_FILES)
     rendered: dict[str, bytes] = {}
     written: list[tuple[str, str]] = []
     for name, title, draw in REPORT_FIGURES:
@@ -283,9 +285,8 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
 def _remove_outdated(figures: Path, keep: set[str]) -> None:
     """Delete figures of ours this report does not draw (e.g. a comparison an earlier version
     drew), so the folder never shows a figure the results no longer hold."""
-    for name, _title, _draw in REPORT_FIGURES:
-        for fmt in FORMATS:
-            path = figures / f"{name}.{fmt}"
-            if path.name not in keep and path.is_file() and not path.is_symlink():
-                with contextlib.suppress(OSError):
-                    path.unlink()
+    for name in _FIGURE_FILES:
+        path = figures / name
+        if name not in keep and path.is_file() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.unlink()
