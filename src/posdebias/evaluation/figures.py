@@ -476,67 +476,57 @@ def sweep_figure(study: str, rows: list[dict[str, Any]], xlabel: str) -> Any:
     plt = pyplot()
     labels = list(dict.fromkeys(row["calibrator"] for row in rows))
     figure, axes = plt.subplots(1, 3, figsize=(PAGE, 2.5), layout="constrained")
-    if study == "transfer":
-        points = list(dict.fromkeys(row["point"] for row in rows))
-        width = 0.8 / max(len(labels), 1)
-        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
-            for k, label in enumerate(labels):
-                mine = [
+    transfer = study == "transfer"
+    points = list(dict.fromkeys(row["point"] for row in rows))
+    width = 0.8 / max(len(labels), 1)
+    for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
+        for k, label in enumerate(labels):
+            mine = (
+                [
                     next(r for r in rows if r["point"] == p and r["calibrator"] == label)
                     for p in points
                 ]
-                if any(r[metric] in (None, "") for r in mine):
-                    continue  # an order-independent row (cloze) has no RStd or Cons.
-                values = [float(r[metric]) for r in mine]
-                errors = _errors([row_interval(r, metric) for r in mine], values)
+                if transfer
+                else [row for row in rows if row["calibrator"] == label]
+            )
+            if any(r[metric] in (None, "") for r in mine):
+                continue  # an order-independent row (cloze) has no RStd or Cons.
+            values = [float(r[metric]) for r in mine]
+            spans = [row_interval(r, metric) for r in mine]
+            if transfer:
                 axis.bar(
                     [i + k * width for i in range(len(points))],
                     values,
                     width,
                     label=plain(label),
                     **bar_style(k),
-                    yerr=errors,
+                    yerr=_errors(spans, values),
                     error_kw={"elinewidth": 0.6, "capsize": 1.2, "ecolor": "black"},
                 )
+                continue
+            xs = [float(r["value"]) for r in mine]
+            style = line_style(k)
+            axis.plot(xs, values, markersize=3, linewidth=1.0, label=plain(label), **style)
+            if all(span is not None for span in spans):
+                axis.fill_between(
+                    xs,
+                    [span.low for span in spans if span is not None],
+                    [span.high for span in spans if span is not None],
+                    color=style["color"],
+                    alpha=0.2,
+                    linewidth=0,
+                )
+        if transfer:
             axis.set_xticks([i + 0.4 - width / 2 for i in range(len(points))])
             axis.set_xticklabels([plain(p) for p in points], rotation=30, ha="right")
-            axis.set_xlabel("calibration -> test benchmark")
-            axis.set_title(title)
-            axis.set_ylabel(ylabel)
-    else:
-        for axis, (metric, title, ylabel) in zip(axes, SWEEP_PANELS, strict=True):
-            for k, label in enumerate(labels):
-                mine = [row for row in rows if row["calibrator"] == label]
-                if any(r[metric] in (None, "") for r in mine):
-                    continue  # an order-independent row (cloze) has no RStd or Cons.
-                xs = [float(r["value"]) for r in mine]
-                style = line_style(k)
-                axis.plot(
-                    xs,
-                    [float(r[metric]) for r in mine],
-                    markersize=3,
-                    linewidth=1.0,
-                    label=plain(label),
-                    **style,
-                )
-                spans = [row_interval(r, metric) for r in mine]
-                if all(span is not None for span in spans):
-                    axis.fill_between(
-                        xs,
-                        [span.low for span in spans if span is not None],
-                        [span.high for span in spans if span is not None],
-                        color=style["color"],
-                        alpha=0.2,
-                        linewidth=0,
-                    )
-            axis.set_xlabel(xlabel)
-            axis.set_ylabel(ylabel)
-            axis.set_title(title)
-            if study == "tau":
-                axis.set_xscale("log")
-        if study == "n":
-            ns = sorted({float(row["value"]) for row in rows})
-            axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance (100/N)")
+        axis.set_xlabel("calibration -> test benchmark" if transfer else xlabel)
+        axis.set_ylabel(ylabel)
+        axis.set_title(title)
+        if study == "tau":
+            axis.set_xscale("log")
+    if study == "n":
+        ns = sorted({float(row["value"]) for row in rows})
+        axes[0].plot(ns, [100 / n for n in ns], "k:", linewidth=1, label="chance (100/N)")
     handles, names = axes[0].get_legend_handles_labels()
     figure.legend(
         handles,
