@@ -577,6 +577,28 @@ class LaunchedHarness:
         self._device = self.accelerator.device if config.device is None else config.device
         return config
 
+    def _predictions(
+        self,
+        docs: Sequence[Mapping[str, Any]],
+        tasks: Sequence[str],
+        task_items: Callable[[], list[Instance]],
+        expected: Callable[[Mapping[str, Any], Instance], Sequence[str] | None],
+    ) -> list[tuple[Prediction, list[str]]]:
+        """Per document: the prediction of the calibrator its task scores and the labels the
+        model answers with; calibrated once on first use (``task_items``: the task's held-out
+        items), and a task ``expected`` to answer with other labels is refused first."""
+        self.harness.calibrate(task_items)
+        instances = [doc_instance(doc, task) for doc, task in zip(docs, tasks, strict=True)]
+        labels = [self.harness.labels(instance) for instance in instances]
+        for doc, task, instance, names in zip(docs, tasks, instances, labels, strict=True):
+            check_task_labels(task, expected(doc, instance), names)
+        return [
+            (ranking.predictions[self.harness.calibrator_label(doc.get(CALIBRATOR), task)], names)
+            for ranking, doc, task, names in zip(
+                self.harness.answers(instances), docs, tasks, labels, strict=True
+            )
+        ]
+
     @property
     def device(self) -> Any:
         """The torch device the harness gathers its per-rank counts on."""

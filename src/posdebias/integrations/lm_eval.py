@@ -38,14 +38,13 @@ from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf.prompt import RAW_CHAT_TEMPLATE
 from posdebias.core.instance import Instance
+from posdebias.core.observation import Prediction
 from posdebias.errors import ConfigError, InputError
 from posdebias.integrations import LM_EVAL_MODEL
 from posdebias.integrations.harness import (
     CALIBRATION_FILE,
-    CALIBRATOR,
     LaunchedHarness,
     TaskMappingError,
-    check_task_labels,
     doc_instance,
     label_loglikelihood,
 )
@@ -155,42 +154,26 @@ class PosdebiasLM(LaunchedHarness, LM):
             "calibration=<saved state or benchmark folder>"
         )
 
-    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, list[str]]]:
-        """(ranking, calibrator label, the document's labels) per request."""
-        docs = [dict(request.doc) for request in requests]
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Prediction, list[str]]]:
+        """(prediction, the document's labels) per request."""
+        # an lm-eval `answer` is the task's truth in the task's own terms (MMLU: an index
+        # from 0); the model needs none, and a rotated document carries its `target`
+        docs = [{k: v for k, v in request.doc.items() if k != "answer"} for request in requests]
         tasks = [str(request.task_name) for request in requests]
-        self.harness.calibrate(lambda: self._task_items(docs, tasks))
-        instances = []
-        for doc, task in zip(docs, tasks, strict=True):
-            # an lm-eval `answer` is the task's truth in the task's own terms (MMLU: an index
-            # from 0); the model needs none, and a rotated document carries its `target`
-            instances.append(doc_instance({k: v for k, v in doc.items() if k != "answer"}, task))
-        answers = []
-        rankings = self.harness.answers(instances)
-        for ranking, doc, task, instance in zip(rankings, docs, tasks, instances, strict=True):
-            labels = self.harness.labels(instance)
-            check_task_labels(task, doc_choices(doc), labels)
-            label = self.harness.calibrator_label(doc.get(CALIBRATOR), task)
-            answers.append((ranking, label, labels))
-        return answers
+        return self._predictions(
+            docs, tasks, lambda: self._task_items(docs, tasks), lambda doc, _: doc_choices(doc)
+        )
 
     def loglikelihood(self, requests: list[Request]) -> list[tuple[float, bool]]:
         """Per (document, label) request: (calibrated log-probability, is the argmax)."""
         return [
-            label_loglikelihood(
-                ranking.predictions[label], labels, request.args[1], request.task_name
-            )
-            for request, (ranking, label, labels) in zip(
-                requests, self._answer(requests), strict=True
-            )
+            label_loglikelihood(prediction, labels, request.args[1], request.task_name)
+            for request, (prediction, labels) in zip(requests, self._answer(requests), strict=True)
         ]
 
     def generate_until(self, requests: list[Request]) -> list[str]:
         """The calibrated label of each request's document."""
-        return [
-            labels[ranking.predictions[label].choice]
-            for ranking, label, labels in self._answer(requests)
-        ]
+        return [labels[prediction.choice] for prediction, labels in self._answer(requests)]
 
     def loglikelihood_rolling(self, requests: list[Request]) -> list[float]:
         raise TaskMappingError(

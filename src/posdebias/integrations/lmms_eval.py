@@ -28,7 +28,7 @@ turned into the text ``"(-1.25, True)"`` by its output unwrapping); the negated 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lmms_eval.api.instance import GenerationResult
@@ -37,15 +37,14 @@ from lmms_eval.api.model import lmms
 
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
+from posdebias.core.observation import Prediction
 from posdebias.core.tasks import TASK_LABEL_SETS
 from posdebias.errors import InputError
 from posdebias.integrations.harness import (
     CALIBRATION_SPLIT,
-    CALIBRATOR,
     LABELS,
     LaunchedHarness,
     TaskMappingError,
-    check_task_labels,
     doc_instance,
     label_loglikelihood,
 )
@@ -70,10 +69,6 @@ class PosdebiasLMM(LaunchedHarness, lmms):
 
     # -- requests ------------------------------------------------------------------------
 
-    def _doc(self, request: Request) -> tuple[dict[str, Any], str]:
-        *_, doc_id, task, split = request.args
-        return self.task_dict[task][split][doc_id], task
-
     def _task_items(self, tasks: Sequence[str]) -> list[Instance]:
         """The held-out items of the first task, by name, with a calibration split (by name,
         so every process picks the same one whichever requests it holds)."""
@@ -91,41 +86,29 @@ class PosdebiasLMM(LaunchedHarness, lmms):
             "--calibration-count M`, or pass calibration=<saved state or benchmark folder>"
         )
 
-    def _answer(self, requests: Sequence[Request]) -> list[tuple[Any, str, list[str]]]:
-        """(ranking, calibrator label, labels) per request; calibrated once on first use."""
-        docs = [self._doc(request) for request in requests]
-        tasks = [task for _, task in docs]
-        self.harness.calibrate(lambda: self._task_items(tasks))
-        instances = [doc_instance(doc, task) for doc, task in docs]
-        labels = [self.harness.labels(instance) for instance in instances]
-        for (doc, task), instance, names in zip(docs, instances, labels, strict=True):
-            expected = doc.get(LABELS)
-            if expected is None and instance.task != "retrieval":  # a foreign task's letters
-                expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
-            check_task_labels(task, expected, names)
-        return [
-            (ranking, self.harness.calibrator_label(doc.get(CALIBRATOR), task), names)
-            for ranking, (doc, task), names in zip(
-                self.harness.answers(instances), docs, labels, strict=True
-            )
-        ]
+    def _answer(self, requests: Sequence[Request]) -> list[tuple[Prediction, list[str]]]:
+        """(prediction, labels) per request."""
+        where = [request.args[-3:] for request in requests]  # (doc_id, task, split)
+        docs = [self.task_dict[task][split][doc_id] for doc_id, task, split in where]
+        tasks = [task for _, task, _ in where]
+        return self._predictions(docs, tasks, lambda: self._task_items(tasks), _expected_labels)
 
     @refusals_stop_the_command()
     def generate_until(self, requests: list[Request]) -> list[GenerationResult]:
         """The calibrated label of each request's document."""
-        answers = []
-        for ranking, label, labels in self._answer(requests):
-            answers.append(GenerationResult(text=labels[ranking.predictions[label].choice]))
-        return answers
+        return [
+            GenerationResult(text=labels[prediction.choice])
+            for prediction, labels in self._answer(requests)
+        ]
 
     @refusals_stop_the_command()
     def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
         results = []
-        for request, (ranking, label, labels) in zip(requests, self._answer(requests), strict=True):
+        for request, (prediction, labels) in zip(requests, self._answer(requests), strict=True):
             logprob, is_choice = label_loglikelihood(
-                ranking.predictions[label], labels, request.args[1], request.task_name
+                prediction, labels, request.args[1], request.task_name
             )
             # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
             results.append(GenerationResult(text=(-logprob, is_choice)))
@@ -136,3 +119,11 @@ class PosdebiasLMM(LaunchedHarness, lmms):
         raise TaskMappingError(
             "posdebias answers one question per document; multi-round tasks are not supported"
         )
+
+
+def _expected_labels(doc: Mapping[str, Any], instance: Instance) -> list[str] | None:
+    """A rotated task's own labels, else a foreign multiple-choice task's letters."""
+    expected = doc.get(LABELS)
+    if expected is None and instance.task != "retrieval":
+        expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
+    return expected
