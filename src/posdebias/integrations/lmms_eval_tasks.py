@@ -322,8 +322,7 @@ def doc_to_target_index(doc: Mapping[str, Any]) -> int:
     return int(doc["target"])
 
 
-def doc_to_choice(doc: Mapping[str, Any]) -> list[str]:
-    return doc_labels(doc)
+doc_to_choice = doc_labels
 
 
 def parse_choice(response: Any, labels: Sequence[str]) -> int:
