@@ -334,12 +334,8 @@ def parse_choice(response: Any, labels: Sequence[str]) -> int:
         response = response[0]
     if isinstance(response, str):
         text = response.strip()
-        if text in labels:
-            return labels.index(text)
-        for word in re.findall(r"[A-Za-z0-9\-]+", text):
-            if word in labels:
-                return labels.index(word)
-        return -1
+        words = [text, *re.findall(r"[A-Za-z0-9\-]+", text)]
+        return next((labels.index(word) for word in words if word in labels), -1)
     losses = [float(pair[0]) for pair in response]
     return int(np.argmin(losses))
 
