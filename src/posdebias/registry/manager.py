@@ -19,14 +19,12 @@ it; the other plugins keep working. Environment variables:
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 import inspect
 import os
 import threading
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -119,6 +117,16 @@ class Registered(Generic[T]):
     plugin: str
 
 
+@dataclass
+class _Staging:
+    """What the plugin being registered provides, kept until it registered without error."""
+
+    adapters: list[tuple[str, type[Adapter]]] = field(default_factory=list)
+    calibrators: list[tuple[str, type[Calibrator]]] = field(default_factory=list)
+    decoders: list[tuple[str, type[Decoder]]] = field(default_factory=list)
+    models: list[tuple[str, BundledModel]] = field(default_factory=list)
+
+
 def adapter_priority(cls: type) -> int:
     """An adapter's claim strength on its model_types (``Adapter.priority``, default 0)."""
     value = getattr(cls, "priority", 0)
@@ -156,17 +164,6 @@ def _check_model(model: object) -> str:
     return model.name
 
 
-#: What a plugin may register, by kind, and the check that names each registered thing (a
-#: PluginError when it cannot be registered). Kind ``K`` comes through the hook
-#: ``posdebias_register_Ks`` and is listed in ``PluginInfo.Ks``.
-_CHECKS: dict[str, Callable[[Any], str]] = {
-    "adapter": functools.partial(_check_class, base=Adapter, kind="adapter"),
-    "calibrator": functools.partial(_check_class, base=Calibrator, kind="calibrator"),
-    "decoder": functools.partial(_check_class, base=Decoder, kind="decoder"),
-    "model": _check_model,
-}
-
-
 class Registry:
     """Adapters, calibrators and bundled models from the built-in and installed plugins."""
 
@@ -185,13 +182,12 @@ class Registry:
             "decoder": self._decoders,
             "model": self._models,
         }
-        #: what the plugin being registered provides, by kind, kept until it registered cleanly
-        self._staging: dict[str, list[tuple[str, Any]]] | None = None
-        for kind in _CHECKS:
-            register = functools.partial(self._stage, kind)
-            getattr(self._pm.hook, f"posdebias_register_{kind}s").call_historic(
-                kwargs={"register": register}
-            )
+        self._staging: _Staging | None = None
+        hook = self._pm.hook
+        hook.posdebias_register_adapters.call_historic(kwargs={"register": self._adapter})
+        hook.posdebias_register_calibrators.call_historic(kwargs={"register": self._calibrator})
+        hook.posdebias_register_decoders.call_historic(kwargs={"register": self._decoder})
+        hook.posdebias_register_models.call_historic(kwargs={"register": self._model})
         for module in BUILTIN_PLUGINS:
             self.add_plugin(
                 importlib.import_module(module),
@@ -256,7 +252,7 @@ class Registry:
             raise PluginError(f"a plugin named {name!r} is already registered")
         info = PluginInfo(name, distribution, version)
         self._plugins[name] = info
-        staging = self._staging = {kind: [] for kind in _CHECKS}
+        staging = self._staging = _Staging()
         try:
             self._pm.register(plugin, name=name)  # pluggy replays the hook calls for it here
         except pluggy.PluginValidationError as exc:
@@ -275,16 +271,31 @@ class Registry:
             self._pm.unregister(name=name)
             self._fail(name, f"implements an unknown hook: {exc}", distribution, version)
             return info
-        for kind, table in self._tables.items():
-            self._store(kind, staging[kind], table, info, getattr(info, f"{kind}s"))
+        self._store("adapter", staging.adapters, self._adapters, info, info.adapters)
+        self._store("calibrator", staging.calibrators, self._calibrators, info, info.calibrators)
+        self._store("decoder", staging.decoders, self._decoders, info, info.decoders)
+        self._store("model", staging.models, self._models, info, info.models)
         return info
 
-    def _stage(self, kind: str, value: Any) -> None:
-        """The ``register`` callback of ``kind``'s hook: stages what the plugin being registered
-        provides; it is stored only if the whole plugin registers cleanly."""
+    # The ``register`` callbacks the hooks receive: they stage what the plugin being registered
+    # provides; it is stored only if the whole plugin registers cleanly.
+
+    def _stage(self) -> _Staging:
         if self._staging is None:
             raise PluginError("register() may only be called from within a posdebias hook")
-        self._staging[kind].append((_CHECKS[kind](value), value))
+        return self._staging
+
+    def _adapter(self, cls: type[Adapter]) -> None:
+        self._stage().adapters.append((_check_class(cls, Adapter, "adapter"), cls))
+
+    def _calibrator(self, cls: type[Calibrator]) -> None:
+        self._stage().calibrators.append((_check_class(cls, Calibrator, "calibrator"), cls))
+
+    def _decoder(self, cls: type[Decoder]) -> None:
+        self._stage().decoders.append((_check_class(cls, Decoder, "decoder"), cls))
+
+    def _model(self, model: BundledModel) -> None:
+        self._stage().models.append((_check_model(model), model))
 
     def _store(
         self,
