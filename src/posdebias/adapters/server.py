@@ -815,23 +815,24 @@ class ServerAdapter(Adapter):
     def _echo_scores_all(self, instances: Sequence[Instance], pool: Any) -> list[Any]:
         """Each prompt alone (its token count), then every label after it, then the end token
         after the labels that another label continues; the restricted softmax per instance."""
-        prepared = [(self._context(i), self.scored_answers(i)) for i in instances]
-        bases = list(pool.map(lambda item: self._score_prompt(item[0]), prepared))
-        jobs = [(i, label) for i, (_, labels) in enumerate(prepared) for label in labels]
+        # each instance's labels before its context, which reads its images: labels refused first
+        prepared = [(self.scored_answers(i), self._context(i)) for i in instances]
+        bases = list(pool.map(lambda item: self._score_prompt(item[1]), prepared))
+        jobs = [(i, label) for i, (labels, _) in enumerate(prepared) for label in labels]
 
         def continuation(job: tuple[int, str], with_end: bool = False) -> TokenScores:
             index, label = job
             answer = label + ((self.end_text or "") if with_end else "")
-            return self._continuation(prepared[index][0], bases[index], answer)
+            return self._continuation(prepared[index][1], bases[index], answer)
 
         first = list(pool.map(continuation, jobs))
         scored: list[dict[str, TokenScores]] = [{} for _ in instances]
         for (index, label), tokens in zip(jobs, first, strict=True):
             scored[index][label] = tokens
-        plans = [self._plan(labels, scored[i]) for i, (_, labels) in enumerate(prepared)]
+        plans = [self._plan(labels, scored[i]) for i, (labels, _) in enumerate(prepared)]
         ending = [
             (index, label)
-            for index, (_, labels) in enumerate(prepared)
+            for index, (labels, _) in enumerate(prepared)
             for label, path in zip(labels, plans[index][0].paths, strict=True)
             if len(path) > len(scored[index][label])
         ]
@@ -840,7 +841,7 @@ class ServerAdapter(Adapter):
             scored[index][label] = tokens
         return [
             _restricted_from_paths(plan, vocabulary, [scored[i][label] for label in labels])
-            for i, ((_, labels), (plan, vocabulary)) in enumerate(zip(prepared, plans, strict=True))
+            for i, ((labels, _), (plan, vocabulary)) in enumerate(zip(prepared, plans, strict=True))
         ]
 
     def scored_answers(self, instance: Instance) -> list[str]:
