@@ -28,8 +28,13 @@ from posdebias.evaluation.table import (
 )
 
 FIGURES = "figures"
-#: Every file a report may draw into FIGURES (those it does not draw this time are removed).
-_FIGURE_FILES = [f"{name}.{fmt}" for name, _, _ in REPORT_FIGURES for fmt in FORMATS]
+
+
+def _figure_files() -> list[str]:
+    """Every file a report may draw into FIGURES (those it does not draw this time are
+    removed), read when a report is written: a run without figures draws none and removes none."""
+    return [f"{name}.{fmt}" for name, _, _ in REPORT_FIGURES for fmt in FORMATS]
+
 
 __all__ = ["FIGURES", "comparison_lines", "p_value_text", "plain", "write_report"]
 
@@ -194,7 +199,7 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
     drawn = RunFolder(root / FIGURES, marker=None, own=own, flag="RUN_DIR")
     top = RunFolder(root, marker=None, own=own, flag="RUN_DIR")
     top.refuse_links([FIGURES, "report.md"])
-    drawn.refuse_links(_FIGURE_FILES)
+    drawn.refuse_links(_figure_files())
     rendered: dict[str, bytes] = {}
     written: list[tuple[str, str]] = []
     for name, title, draw in REPORT_FIGURES:
@@ -285,7 +290,7 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
 def _remove_outdated(figures: Path, keep: set[str]) -> None:
     """Delete figures of ours this report does not draw (e.g. a comparison an earlier version
     drew), so the folder never shows a figure the results no longer hold."""
-    for name in _FIGURE_FILES:
+    for name in _figure_files():
         path = figures / name
         if name not in keep and path.is_file() and not path.is_symlink():
             with contextlib.suppress(OSError):
