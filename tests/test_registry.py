@@ -211,6 +211,44 @@ def test_in_process_plugin_object():
     assert registry.provider("calibrator", "echo") == "inline"
 
 
+def test_register_takes_its_documented_parameter_by_name(tmp_path):
+    """docs/plugins.md documents ``register(cls)`` and ``register(model)``: a plugin that passes
+    the argument by that name registers (it was skipped with a TypeError once)."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+    from posdebias.calibrators.vanilla import Vanilla
+    from posdebias.decoders.cloze import Cloze
+    from posdebias.registry.bundled import BundledModel
+
+    registry = Registry(load_entry_points=False)
+
+    class Plugin:
+        @posdebias.hookimpl
+        def posdebias_register_adapters(self, register):
+            register(cls=type("ByName", (SyntheticAdapter,), {"name": "by_name"}))
+
+        @posdebias.hookimpl
+        def posdebias_register_calibrators(self, register):
+            register(cls=type("ByName", (Vanilla,), {"name": "by_name"}))
+
+        @posdebias.hookimpl
+        def posdebias_register_decoders(self, register):
+            register(cls=type("ByName", (Cloze,), {"name": "by_name"}))
+
+        @posdebias.hookimpl
+        def posdebias_register_models(self, register):
+            (tmp_path / "config.json").write_text("{}")
+            register(model=BundledModel(name="by-name", path=tmp_path))
+
+    info = registry.add_plugin(Plugin(), name="by_name")
+    assert info.error is None
+    assert (info.adapters, info.calibrators, info.decoders, info.models) == (
+        ["by_name"],
+        ["by_name"],
+        ["by_name"],
+        ["by-name"],
+    )
+
+
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(UnknownNameError, match="known calibrators: attention_guided, "):
         posdebias.get_calibrator("attention_guidd")
