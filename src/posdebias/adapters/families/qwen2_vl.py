@@ -90,11 +90,11 @@ class PaddleOCRVLAdapter(Qwen2VLAdapter):
     ``<|IMAGE_PLACEHOLDER|>`` + ``<|IMAGE_END|>``.
 
     Its ERNIE-4.5 language model uses multimodal RoPE: image tokens get (temporal, height, width)
-    positions and the text after an image continues from the largest of them, the Qwen2-VL scheme,
-    computed by the model's own ``get_rope_index`` from the processor's ``mm_token_type_ids``. So
-    the adapter is Qwen2-VL's (positions passed
-    explicitly, also for the cached label steps) with the config's start / end markers. The
-    checkpoints' chat template writes every image of a user turn before its texts.
+    positions and the text after an image continues from the largest of them, the Qwen2-VL
+    scheme, computed by the model's own ``get_rope_index`` from the processor's
+    ``mm_token_type_ids``. So the adapter is Qwen2-VL's (positions passed explicitly, also for
+    the cached label steps) with the config's start / end markers. The checkpoints' chat
+    template writes every image of a user turn before its texts.
     """
 
     name = "paddleocr_vl"
