@@ -102,17 +102,21 @@ def score_tolerance(adapter: HFAdapter) -> float:
 
 def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
     """[N] restricted label log-probabilities of a one-row batch by full forwards of
-    prompt + label tokens (no KV cache, positions computed by the model itself)."""
+    prompt + label tokens (no KV cache, positions computed by the model itself). Labels whose
+    paths feed the same tokens share one forward (twelve digits: two forwards, not twelve)."""
     inputs = dict(batch.inputs)
     prompt = inputs["input_ids"]
     length = prompt.shape[1]
     totals = []
+    forwards: dict[tuple, torch.Tensor] = {}
     for path in batch.plan.paths:
-        extra = torch.tensor([list(path[:-1])], dtype=prompt.dtype)
-        # the label tokens as the model's own generation feeds them (PaliGemma: suffix tokens)
-        full = adapter.extended_inputs(dict(inputs), extra)
-        with torch.no_grad():
-            logits = adapter.model_forward(**full).logits[0].double()
+        if path[:-1] not in forwards:
+            extra = torch.tensor([list(path[:-1])], dtype=prompt.dtype)
+            # the label tokens as the model's own generation feeds them (PaliGemma: suffixes)
+            full = adapter.extended_inputs(dict(inputs), extra)
+            with torch.no_grad():
+                forwards[path[:-1]] = adapter.model_forward(**full).logits[0].double()
+        logits = forwards[path[:-1]]
         total = torch.zeros((), dtype=torch.float64)
         for depth, token in enumerate(path):
             valid = list(batch.plan.options[path[:depth]])
