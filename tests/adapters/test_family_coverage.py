@@ -25,6 +25,9 @@ from posdebias.testing.coverage import (
     recorded_sweep,
 )
 
+#: One worker runs the module, so the coverage table (about 4 s) is built once, not on each.
+pytestmark = pytest.mark.xdist_group("family_coverage")
+
 DOC = Path(__file__).parents[2] / "docs" / "adapters.md"
 REGENERATE = "posdebias plugins --families --markdown"
 

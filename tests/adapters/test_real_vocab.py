@@ -21,6 +21,10 @@ from posdebias.testing import tiny_model_and_processor
 from posdebias.testing.tiny import REAL_VOCABULARY
 from posdebias.testing.tiny.common import real_vocabulary_specials
 
+#: One worker runs the module, so each family's real-vocabulary model (its BPE conversion:
+#: about 17 s for the seven) is built once, not on each worker.
+pytestmark = pytest.mark.xdist_group("real_vocab")
+
 REAL_FAMILIES = (
     "qwen2_5_vl",
     "qwen2_vl",
