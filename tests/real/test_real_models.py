@@ -148,23 +148,23 @@ def _study_tool():
 
 
 def test_the_real_models_page_is_rebuilt_from_real_observations(adapters, tmp_path):
-    """The page's script on six real questions: its block holds every calibrator with an
+    """The page's script on four real questions: its block holds every calibrator with an
     interval, the cloze ceiling, the per-layer figure and the time; its vanilla and cloze
     figures equal a recount from the recorded scores; only the block of the page changes."""
     import json
 
     study_tool = _study_tool()
-    path = wordnet_questions("capitals", 6, 4, 3, tmp_path / "q.jsonl")
+    path = wordnet_questions("capitals", 4, 4, 3, tmp_path / "q.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     payload = study_tool.observations(adapters["smollm2"], rows)
     record = {"model": "smollm2", "relation": "capitals", **payload}
     study_tool.observation_file(tmp_path, "smollm2", "capitals", 4).write_text(json.dumps(record))
-    assert len(payload["views"]) == len(payload["content_free"]) == 24
+    assert len(payload["views"]) == len(payload["content_free"]) == 16
     assert all(len(scores) == 4 for scores in payload["cloze"].values())
 
     figure = tmp_path / "layers.png"
     block = study_tool.render(
-        tmp_path, 2, 0, figure, sets=(("capitals", 4, 6, 3),), models={"smollm2": "S"}, sizes=(2,)
+        tmp_path, 2, 0, figure, sets=(("capitals", 4, 4, 3),), models={"smollm2": "S"}, sizes=(2,)
     )
     for row in study_tool.ROWS:
         assert f"| {row.label} | " in block
@@ -174,7 +174,7 @@ def test_the_real_models_page_is_rebuilt_from_real_observations(adapters, tmp_pa
     study = study_tool.Study.read(study_tool.observation_file(tmp_path, "smollm2", "capitals", 4))
     rng, recount = np.random.default_rng(0), []
     for _ in range(2):
-        test = [study.ids[i] for i in rng.permutation(6)[2:]]
+        test = [study.ids[i] for i in rng.permutation(4)[2:]]
         views = [view for key in test for view in study.views[key]]
         recount.append(np.mean([view.label_logprobs.argmax() == view.target for view in views]))
     vanilla = study_tool.measure(study, 2, 2, 0)["rows"]["vanilla"]
