@@ -50,6 +50,18 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
+def within(sandbox: Path, folder: str, name: str) -> Path:
+    """``sandbox/folder/name`` where that stays in the test's own folder. The commands write
+    where they are told, so a name that leaves it (absolute like ``/tmp/x``, a random ``/...``,
+    or ``..`` enough times) put runs in the machine's ``/tmp`` and ``/``: such a name is kept,
+    made relative, under ``sandbox/folder/outside``."""
+    path = sandbox / folder / name
+    own = os.path.realpath(sandbox.parent) + os.sep
+    if "\x00" in name or os.path.realpath(path).startswith(own):
+        return path
+    return sandbox / folder / "outside" / name.lstrip("/").replace("..", "._")
+
+
 def run_confined(sandbox: Path, run_dir: Path | None, args: list) -> tuple[int, str]:
     """Run the CLI from inside ``sandbox``; return (exit code, stderr) after checking that
     nothing in the sandbox outside ``run_dir`` changed."""
@@ -139,7 +151,7 @@ def test_random_captions_ids_and_image_names(sandbox, shapes, query, ident, imag
 @FUZZ
 @given(name=markup_text)
 def test_random_output_paths(sandbox, name):
-    run_dir = sandbox / "runs" / name
+    run_dir = within(sandbox, "runs", name)
     args = ["evaluate", *SIMULATED, "--count", "1", "--orders", "1", "--calibration-count", "1"]
     args += ["--calibrators", "vanilla", "--out", run_dir]
     code, err = run_confined(sandbox, run_dir, args)
@@ -198,7 +210,7 @@ sweep_value = st.one_of(
     name=markup_text,
 )
 def test_random_sweeps(sandbox, study, values, count, orders, name):
-    out = sandbox / "sweeps" / name
+    out = within(sandbox, "sweeps", name)
     args = ["sweep", study, "--values", ",".join(values), *SIMULATED, "--count", count]
     args += ["--orders", orders, "--calibration-count", "1", "--calibrators"]
     args += ["vanilla,attention_guided", "--out", out]
@@ -219,7 +231,7 @@ def test_random_shapes_builds(sandbox, n, count, seed, images, size, name):
     made = sandbox / "made"
     shutil.rmtree(made, ignore_errors=True)
     args = ["build", "--source", "shapes", "--root", made / "shapes", "-N", n, "--count", count]
-    args += ["--seed", seed, "--setting", "random", "--out", made / name]
+    args += ["--seed", seed, "--setting", "random", "--out", within(sandbox, "made", name)]
     args += [] if images is None else ["--shapes-images", images]
     args += [] if size is None else ["--shapes-image-size", size]
     code, err = run_confined(sandbox, made, args)
@@ -239,7 +251,7 @@ def test_random_shapes_builds(sandbox, n, count, seed, images, size, name):
 def test_random_calibrations(sandbox, count, n, seed, batch, label, name, one_file):
     config = sandbox / "config.json"
     config.write_text(json.dumps({"calibrators": [{"name": "pride", "label": label}]}))
-    out = sandbox / "states" / (name + (".json" if one_file else ""))
+    out = within(sandbox, "states", name + (".json" if one_file else ""))
     args = ["calibrate", *SIMULATED, "--config", config, "--count", count, "-N", n]
     args += ["--seed", seed, "--batch-size", batch, "--out", out]
     code, err = run_confined(sandbox, out.parent if one_file else out, args)
