@@ -74,7 +74,7 @@ def test_a_data_parallel_run_needs_a_run_directory(tmp_path):
         prepare(resolve_preset(config, None), shard=Shard(rank=0, world=2))
 
 
-def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
+def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path, torch_threads_elsewhere):
     """A preset for the simulated model: its batch, its benchmark, its threads."""
     import torch
 
@@ -98,7 +98,7 @@ def test_a_preset_fills_only_what_the_config_leaves_open(tmp_path):
     named = resolve_preset(load_config(None, adapter="synthetic"), preset)
     assert named.preset is None and named.config.model is None
     # the preset's benchmark factory is what prepare reads (with the preset's threads)
-    before = torch.get_num_threads()
+    before = torch_threads_elsewhere
     resolved = ResolvedConfig(load_config(None, adapter="synthetic", n=3), preset)
     with resolved.threads():
         prepared = prepare(resolved, shard=Shard())

@@ -244,10 +244,10 @@ def test_settings_of_the_async_path_are_checked():
 # -- threads ----------------------------------------------------------------------------------
 
 
-def test_the_debiaser_runs_torch_on_its_threads_and_restores_them():
+def test_the_debiaser_runs_torch_on_its_threads_and_restores_them(torch_threads_elsewhere):
     import torch
 
-    before = torch.get_num_threads()
+    before = torch_threads_elsewhere
     adapter = RecordingAdapter()
     Debiaser(adapter, "vanilla", threads=1).rank("q", ["a", "b", "c", "d"])
     Debiaser(adapter, "vanilla").rank("q", ["a", "b", "c", "d"])
@@ -309,7 +309,9 @@ def test_commands_that_run_a_model_refuse_a_bad_thread_count(
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
-def test_threads_flag_sets_torch_threads_for_the_run(tmp_path, capsys, monkeypatch):
+def test_threads_flag_sets_torch_threads_for_the_run(
+    tmp_path, capsys, monkeypatch, torch_threads_elsewhere
+):
     import torch
 
     seen = []
@@ -320,7 +322,7 @@ def test_threads_flag_sets_torch_threads_for_the_run(tmp_path, capsys, monkeypat
         return original(self, instances, batch_size=batch_size)
 
     monkeypatch.setattr(SyntheticAdapter, "observe_many", observe_many)
-    before = torch.get_num_threads()
+    before = torch_threads_elsewhere
     assert main(["evaluate", "--adapter", "synthetic", "--count", "3", "--threads", "1"]) == 0
     assert seen and set(seen) == {1} and torch.get_num_threads() == before
 

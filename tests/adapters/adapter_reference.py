@@ -115,12 +115,14 @@ def reforward_scores(adapter: HFAdapter, batch: PreparedBatch) -> torch.Tensor:
             # the label tokens as the model's own generation feeds them (PaliGemma: suffixes)
             full = adapter.extended_inputs(dict(inputs), extra)
             with torch.no_grad():
-                forwards[path[:-1]] = adapter.model_forward(**full).logits[0].double()
+                # the rows that predict the label's tokens (the prompt's last on), in float64
+                logits = adapter.model_forward(**full).logits[0, length - 1 :]
+                forwards[path[:-1]] = logits.double()
         logits = forwards[path[:-1]]
         total = torch.zeros((), dtype=torch.float64)
         for depth, token in enumerate(path):
             valid = list(batch.plan.options[path[:depth]])
-            restricted = torch.log_softmax(logits[length - 1 + depth, valid], dim=-1)
+            restricted = torch.log_softmax(logits[depth, valid], dim=-1)
             total = total + restricted[valid.index(token)]
         totals.append(total)
     scores = torch.stack(totals)
