@@ -149,10 +149,34 @@ def shared_and_repeated_samples(adapter: HFAdapter, instances: list) -> tuple[li
     return [g.tokens for g in shared], [g.tokens for g in plain]
 
 
+def seeded_model(config, seed: int = 0):
+    """``config``'s model with weights drawn from ``seed``, the global RNG left as it was: drawn
+    from whatever earlier tests left in the RNG, a tiny model's near-tied logits made a greedy
+    comparison pass or fail by the order the tests ran in."""
+    from transformers import AutoModelForImageTextToText
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AutoModelForImageTextToText.from_config(config).eval()
+
+
+def greedy_generate(model, inputs: dict, steps: int) -> list[int]:
+    """The new tokens of transformers' own greedy ``generate`` of one row: up to ``steps``,
+    fewer where it stops at an end-of-sequence token. (Kept going with ``min_new_tokens``, it
+    bans that token, so wherever a random model's best next token is the end it picks another
+    one than the adapter does.) Compare with the adapter's tokens cut to this length."""
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=steps, do_sample=False)
+    tokens = out[0, inputs["input_ids"].shape[1] :].tolist()
+    ends = model.generation_config.eos_token_id
+    assert len(tokens) == steps or tokens[-1] in (ends if isinstance(ends, list) else [ends])
+    return tokens
+
+
 def tiny_granite4_vision() -> tuple:
     """A tiny Granite 4 Vision from its real classes: 128 px images in 32 px patches, a window
     Q-Former halving each side, DeepStack features injected at the first language layer."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig
     from transformers.models.granite4_vision import Granite4VisionProcessor
     from transformers.models.llava_next import LlavaNextImageProcessor
 
@@ -191,14 +215,14 @@ def tiny_granite4_vision() -> tuple:
         spatial_target_layers=[0, 1, 0, 1],
         projector_dropout=0.0,
     )  # fmt: skip
-    return AutoModelForImageTextToText.from_config(config).eval(), processor
+    return seeded_model(config), processor
 
 
 def tiny_chameleon() -> tuple:
     """A tiny Chameleon from its real classes: a flat config (no text sub-config: the model's own
     config is its language model's) beside a VQ-GAN of 16 codes; each 64 px image becomes 16
     image tokens whose embeddings are the codes' vocabulary entries."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig
     from transformers.models.chameleon import ChameleonImageProcessor, ChameleonProcessor
 
     from posdebias.testing import build_tokenizer
@@ -232,7 +256,7 @@ def tiny_chameleon() -> tuple:
         eos_token_id=vocabulary["</s>"],
         pad_token_id=vocabulary["<pad>"],
     )
-    return AutoModelForImageTextToText.from_config(config).eval(), processor
+    return seeded_model(config), processor
 
 
 def tiny_step3p7() -> tuple:
@@ -240,7 +264,7 @@ def tiny_step3p7() -> tuple:
     its tiles (56 px, 1 token each), which the processor cuts from a large or wide image and
     writes as ``<patch_start><im_patch><patch_end>``, a ``<patch_newline>`` after each row of
     tiles, then ``<im_start>`` + the view's tokens + ``<im_end>``."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig
     from transformers.models.step3p7 import Step3p7ImageProcessor, Step3p7Processor
 
     from posdebias.testing import build_tokenizer
@@ -268,4 +292,4 @@ def tiny_step3p7() -> tuple:
                        "num_attention_heads": 4, "image_size": 56, "patch_size": 14},
         image_token_id=ids("<im_patch>"),
     )  # fmt: skip
-    return AutoModelForImageTextToText.from_config(config).eval(), processor
+    return seeded_model(config), processor
