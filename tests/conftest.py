@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 # Each xdist worker (and each process it starts) runs torch and OpenMP on one thread: ``make
 # test`` runs two workers on two cores, and torch's default of a thread per core made each
 # worker's threads wait, spinning, for the core the other worker holds (the whole suite: 990 ->
-# 958 s of test time). Set before any test module imports torch; the tests of posdebias' own
+# 941-958 s of test time). Set before any test module imports torch; the tests of posdebias' own
 # thread handling set the counts they need (``torch_threads_elsewhere``, monkeypatch).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -83,14 +83,18 @@ def _grouped(request):
 
 
 @pytest.fixture
-def torch_threads_elsewhere():
-    """torch on one thread more than posdebias' default for the test, restored after: a scope
-    that sets the default and restores torch's count is seen doing both (with the suite's one
-    thread, both counts would be 1). Yields the count the scope must restore."""
+def torch_threads_elsewhere(monkeypatch):
+    """Three thread counts that differ, so a scope seen applying or restoring one did so:
+    posdebias' default is every CPU (``OMP_NUM_THREADS``, one elsewhere in the suite), a count
+    the test chooses is 1, and torch starts on one more than the default. Yields that count,
+    the one a scope must restore."""
     import torch
 
-    from posdebias._threads import default_threads
+    from posdebias._threads import available_cpus, default_threads
 
+    if available_cpus() < 2:
+        pytest.skip("one CPU: a chosen thread count cannot differ from the default")
+    monkeypatch.setenv("OMP_NUM_THREADS", str(available_cpus()))
     before = torch.get_num_threads()
     torch.set_num_threads(default_threads() + 1)
     try:

@@ -35,8 +35,9 @@ def noise_free_models(draw):
             max_size=n,
         )
     )
-    # sinks no stronger than the attention's evidence, and at most 1: with two candidates and a
-    # sink of 2 the EM settles on the wrong candidate in a few fits (docs/method.md, "Limits")
+    # sinks no stronger than the attention's evidence, and at most 1: a stronger sink inside each
+    # layer's softmax does not cancel from the product over the rotations, and the attention
+    # itself points at a wrong candidate in a few fits at any N (docs/method.md, label_free)
     sink_strength = draw(st.floats(0, 1))
     options = dict(
         bias=bias,
@@ -58,8 +59,8 @@ def test_noise_free_observations_give_the_labelled_bias_matrix(model):
     instances = synthetic_instances(m, n, seed=seed)
     observations = observe_rotations(adapter, instances)
     labelled = get_calibrator("attention_guided").fit(observations)
-    # the consistency check is per rotation; strong positional sinks can fool it where the
-    # product over the rotations (what the fit uses) still finds the image: the check is off
+    # the consistency check is per rotation; positional sinks can fool it where the product
+    # over the rotations (what the fit uses) still finds the image: the check is off
     # likewise the shift check: with an arbitrary bias the scores need not favour the truth
     free = get_calibrator("label_free", min_consistency=-1, check_shift=False).fit(observations)
     assert free.diagnostics["attention_informative"] is True

@@ -258,7 +258,7 @@ def test_the_debiaser_runs_torch_on_its_threads_and_restores_them(torch_threads_
     assert adapter.threads[-1] == 1 and torch.get_num_threads() == before
 
 
-def test_a_count_the_user_chose_holds_over_a_presets_and_the_default():
+def test_a_count_the_user_chose_holds_over_a_presets_and_the_default(torch_threads_elsewhere):
     from posdebias._threads import available_cpus
     from posdebias.evaluation.config import EvaluateConfig
     from posdebias.evaluation.preset import Preset, ResolvedConfig

@@ -65,7 +65,7 @@ def test_a_language_model_that_keeps_no_cache_of_its_own_generates_with_one(make
     for index, instance in enumerate(instances):
         expected = greedy_generate(model, adapter.prepare_batch([instance]).inputs, 5)
         (tokens,) = batched[index].tokens  # one greedy sample
-        assert tokens[: len(expected)] == expected
+        assert len(tokens) == 5 and tokens[: len(expected)] == expected
 
 
 @pytest.mark.parametrize("family", GENERATING)

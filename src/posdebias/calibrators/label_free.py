@@ -7,8 +7,8 @@ the same while its position moves, so each instance has ONE latent variable, whi
 truth. Two pieces of evidence speak about it:
 
 * attention: the purified-attention posterior pi of every rotation, mapped back to images and
-  multiplied over the N rotations. Each image visits every position once, so any purely
-  positional artefact of the attention cancels from this product;
+  multiplied over the N rotations. Each image visits every position once, so a positional
+  factor of the attention cancels from this product (a strong sink inside a softmax need not);
 * label scores: how well the rotation's label log-probabilities fit the current conditional
   profile Lobs[i, :] of the position i the truth would occupy there (a Gaussian in log space,
   shared variance), as the paper observes that profiles within a truth position are nearly
