@@ -151,8 +151,8 @@ def shared_and_repeated_samples(adapter: HFAdapter, instances: list) -> tuple[li
 
 def seeded_model(config, seed: int = 0):
     """``config``'s model with weights drawn from ``seed``, the global RNG left as it was: drawn
-    from whatever earlier tests left in the RNG, a tiny model's near-tied logits made a greedy
-    comparison pass or fail by the order the tests ran in."""
+    from whatever earlier tests left in the RNG, the model a test checked depended on the order
+    the tests ran in (and with it whether its greedy answer met the end token)."""
     from transformers import AutoModelForImageTextToText
 
     with torch.random.fork_rng(devices=[]):
