@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # Each xdist worker (and each process it starts) runs torch and OpenMP on one thread: ``make
-# test`` runs two workers on two cores, and torch's default of a thread per core made each
-# worker's threads wait, spinning, for the core the other worker holds (the whole suite: 990 ->
-# 941-958 s of test time). Set before any test module imports torch; the tests of posdebias' own
-# thread handling set the counts they need (``torch_threads_elsewhere``, monkeypatch).
+# test`` runs two workers on two cores, and with torch's default of a thread per core each
+# worker's threads wait, spinning, for the core the other worker holds (posdebias._threads).
+# Set before any test module imports torch; the tests of posdebias' own thread handling set
+# the counts they need (``torch_threads_elsewhere``, monkeypatch).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 settings.register_profile(
