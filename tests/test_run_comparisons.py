@@ -112,3 +112,26 @@ def _cyclic(tmp_path: Path) -> Path:
     config = tmp_path / "cyclic.yaml"
     config.write_text("order_kind: cyclic\n")
     return config
+
+
+def test_compare_refuses_two_benchmarks_that_reuse_their_ids(tmp_path, capsys):
+    """Two shapes benchmarks both name their instances random-00000, ...: the ids are shared,
+    the questions are not, so a pairing by id would be a wrong number: refused (exit 2)."""
+    from helpers import build_shapes_benchmark
+
+    runs = []
+    for seed in (1, 2):
+        bench = build_shapes_benchmark(tmp_path / f"b{seed}", count=8, n=3, seed=seed)
+        out = tmp_path / f"run{seed}"
+        flags = ["--benchmark", str(bench), "--count", "5", "--calibration-count", "3"]
+        assert main(["evaluate", *flags, "--orders", "2", "--calibrators", "vanilla",
+                     "--out", str(out)]) == 0  # fmt: skip
+        runs.append(out)
+    same = set(json.loads((runs[0] / "results.json").read_text())["test_ids"])
+    assert same & set(json.loads((runs[1] / "results.json").read_text())["test_ids"])
+    capsys.readouterr()
+    assert main(["report", "--compare", *map(str, runs)]) == 2
+    err = capsys.readouterr().err
+    assert "other instances under the same ids" in err and "different benchmarks" in err
+    assert "Traceback" not in err
+    assert compare_runs(runs[0], runs[0]).instances == 5  # one benchmark pairs with itself

@@ -180,6 +180,21 @@ def test_transfer_refuses_benchmarks_of_different_n(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("second", ["same", "spelled", "copy"])
+def test_transfer_refuses_a_benchmark_named_twice(tmp_path, capsys, second):
+    """The same benchmark twice (the same folder, another spelling of it, a copy) would be
+    four points of one in-domain pair: refused before anything runs."""
+    import shutil
+
+    a = build_shapes_benchmark(tmp_path / "a", count=8, n=3)
+    other = {"same": a, "spelled": f"{a}/./", "copy": shutil.copytree(a, tmp_path / "copy")}
+    out = tmp_path / "transfer"
+    assert sweep("transfer", out, "--benchmarks", a, other[second]) == 2
+    err = capsys.readouterr().err
+    assert "benchmarks repeat (the same content)" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("study", "args", "message"),
     [
@@ -188,6 +203,8 @@ def test_transfer_refuses_benchmarks_of_different_n(tmp_path, capsys):
         ("top_k", ["--values", "1.5"], "whole numbers"),
         ("n", ["--values", "1,2"], "at least 2"),
         ("tau", ["--values", "x"], "comma-separated numbers"),
+        ("top_k", ["--values", "1,,2"], "comma-separated numbers"),
+        ("top_k", ["--values", "1,2,"], "comma-separated numbers"),
         ("tau", ["--values", "1,nan"], "finite number"),
         ("tau", ["--values", "1,inf"], "finite number"),
         ("tau", ["--values", "1,1e999"], "finite number"),

@@ -70,22 +70,26 @@ def study_setup(study: str, tmp_path, order_kind: str) -> tuple[EvaluateConfig, 
     return EvaluateConfig(**base), SweepSpec(benchmarks=[a, b])
 
 
-def equivalent_evaluations(study: str, config: EvaluateConfig, spec: SweepSpec) -> dict:
-    """Point label -> the evaluate config with the same instances and settings.
+def equivalent_evaluations(
+    study: str, config: EvaluateConfig, spec: SweepSpec
+) -> list[tuple[str, EvaluateConfig]]:
+    """(point label, the evaluate config with the same instances and settings).
 
     calibration_size: a point calibrates on the first M of one held-out pool (nested sets),
-    which is the evaluation's own hold-out at the largest M. transfer: a benchmark calibrating
-    itself holds its calibration out as an evaluation does."""
+    which is the evaluation's own hold-out at the largest M. transfer: every pair is the
+    evaluation with ``--calibration-benchmark A --benchmark B``, and a benchmark calibrating
+    itself is also the evaluation without it (its calibration held out as by default)."""
     points = plan_points(study, config, spec)
     if study == "calibration_size":
-        return {points[-1].label: points[-1].config}
+        return [(points[-1].label, points[-1].config)]
+    pairs = [(p.label, p.config) for p in points]
     if study == "transfer":
-        return {
-            p.label: p.config.model_copy(update={"calibration_benchmark": None})
+        pairs += [
+            (p.label, p.config.model_copy(update={"calibration_benchmark": None}))
             for p in points
             if p.calibration_benchmark == p.benchmark
-        }
-    return {p.label: p.config for p in points}
+        ]
+    return pairs
 
 
 @pytest.mark.parametrize("order_kind", ["random", "cyclic"])
@@ -95,7 +99,7 @@ def test_every_sweep_point_is_the_evaluation_with_its_settings(tmp_path, study, 
     result = run_sweep(study, config, spec, tmp_path / "sweep")
     expected = equivalent_evaluations(study, config, spec)
     assert expected
-    for label, evaluate_config in expected.items():
+    for label, evaluate_config in expected:
         assert sweep_rows(result.rows, label) == evaluate_rows(evaluate_config), label
 
 
@@ -117,3 +121,33 @@ def test_a_sweep_point_runs_the_checks_of_evaluate_before_its_directory(tmp_path
     with pytest.raises(InputError, match="only 3 rotations"):
         run_sweep("top_k", config.model_copy(update={"orders": 4}), spec, tmp_path / "cyclic")
     assert not (tmp_path / "cyclic").exists()
+
+
+@pytest.mark.parametrize("calibration_count", [2, 3, 10])
+def test_a_calibration_benchmark_never_lends_test_instances_and_holds_what_is_asked(
+    tmp_path, calibration_count
+):
+    """`--calibration-benchmark` tests the instances a run without it tests (its calibration
+    never among them, even when it is the evaluated benchmark), calibrates on M of it chosen by
+    seed (all of it when M is its size) and refuses an M it cannot hold."""
+    a = build_shapes_benchmark(tmp_path / "a", count=10, n=3, seed=1)
+    b = build_shapes_benchmark(tmp_path / "b", count=12, n=3, seed=2)
+    config, _ = study_setup("top_k", tmp_path, "random")
+    config = config.model_copy(update={"calibration_count": calibration_count, "count": 20})
+    plain = run_evaluation(config.model_copy(update={"benchmark": b}))
+    assert plain is not None
+    for source in (a, b):
+        results = run_evaluation(
+            config.model_copy(update={"benchmark": b, "calibration_benchmark": source})
+        )
+        assert results is not None
+        assert results.test_ids == plain.test_ids  # B less its own held-out calibration
+        assert len(results.calibration_ids) == calibration_count
+        if source == b:
+            assert results.calibration_ids == plain.calibration_ids
+            assert not set(results.calibration_ids) & set(results.test_ids)
+    too_many = config.model_copy(
+        update={"benchmark": b, "calibration_benchmark": a, "calibration_count": 11}
+    )
+    with pytest.raises(InputError, match=r"has 10 instances, fewer than the calibration count 11"):
+        run_evaluation(too_many)

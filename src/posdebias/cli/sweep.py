@@ -69,7 +69,7 @@ def _values(text: str | None) -> list[float] | None:
     if text is None:
         return None
     try:
-        return [float(part) for part in text.split(",") if part.strip()]
+        return [float(part) for part in text.split(",")]  # an empty value is refused
     except ValueError:
         raise InputError(f"--values must be comma-separated numbers, got {text!r}") from None
 

@@ -24,7 +24,7 @@ from posdebias.defaults import RESAMPLES
 from posdebias.errors import InputError
 from posdebias.evaluation.protocol import order_settings
 from posdebias.evaluation.results import EvaluationResults
-from posdebias.evaluation.runner import InstanceRecord, check_logged_truth
+from posdebias.evaluation.runner import InstanceRecord, check_logged_truth, observation_key
 from posdebias.evaluation.statistics import (
     DIFFERENCE,
     LEVEL,
@@ -71,6 +71,7 @@ class _Run:
     root: Path
     results: EvaluationResults
     records: dict[str, InstanceRecord]
+    contents: dict[str, tuple[str, int]]  # id -> (what the model was shown, the truth)
 
 
 def _open(root: Path) -> _Run:
@@ -83,13 +84,15 @@ def _open(root: Path) -> _Run:
         )
     records = directory.read_records()
     settings = results.settings
+    instances = _test_instances(root, results)
     check_logged_truth(
         records,
-        _test_instances(root, results),
+        instances,
         **order_settings(settings, results.n),
         fix=f"evaluate again into a new --out (its results.json in {root} came from the same log)",
     )
-    return _Run(root, results, {i: records[i] for i in results.test_ids if i in records})
+    contents = {inst.id: (observation_key(inst), inst.target) for inst in instances}
+    return _Run(root, results, {i: records[i] for i in results.test_ids if i in records}, contents)
 
 
 def _test_instances(root: Path, results: EvaluationResults) -> list[Instance]:
@@ -131,6 +134,12 @@ def compare_runs(
             "comparison needs runs over the same instances"
         )
     shared = [i for i in a.records if i in b.records]
+    if differ := [i for i in shared if a.contents.get(i) != b.contents.get(i)]:
+        raise InputError(
+            f"{a.root} and {b.root} hold {len(differ)} other instances under the same ids "
+            f"(e.g. {differ[0]!r}: its question, candidates or answer differ): they ran on "
+            "different benchmarks, so nothing pairs. Compare runs of one benchmark"
+        )
     if not shared:
         raise InputError(
             f"{a.root} and {b.root} share no test instance (compared by instance id): there is "

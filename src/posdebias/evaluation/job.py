@@ -202,9 +202,9 @@ def split_held_out(
             "--calibration-count; calibrate: --count) or give a separate calibration file."
         )
     chosen = set(np.random.default_rng(seed).choice(len(instances), count, replace=False).tolist())
-    calibration = [inst for i, inst in enumerate(instances) if i in chosen]
-    test = [inst for i, inst in enumerate(instances) if i not in chosen]
-    return calibration, test
+    return [inst for i, inst in enumerate(instances) if i in chosen], [
+        inst for i, inst in enumerate(instances) if i not in chosen
+    ]
 
 
 def check_task(wanted: str | None, task: str, path: Path) -> None:
@@ -260,16 +260,22 @@ def load_instances(
             )
         calibration = benchmark.instances[: config.calibration_count]
         return InstanceSource(calibration, benchmark.instances[: config.count], description)
+    # the test instances are those of a run without calibration_benchmark (the benchmark less
+    # its own held-out calibration): the two runs, and a transfer study's pairs, pair up
+    calibration, test = split_held_out(benchmark.instances, config.calibration_count, config.seed)
     if config.calibration_benchmark is not None:
         held = load_benchmark(config.calibration_benchmark)
         check_task(config.task or benchmark.task, held.task, config.calibration_benchmark)
-        calibration = held.instances[: config.calibration_count]
-        test = benchmark.instances
+        if config.calibration_count > len(held.instances):
+            raise InputError(
+                f"the calibration benchmark {config.calibration_benchmark} has "
+                f"{len(held.instances)} instances, fewer than the calibration count "
+                f"{config.calibration_count}; lower --calibration-count"
+            )
+        calibration = held.instances  # all of it (the choice of every one), or M by seed:
+        if config.calibration_count < len(held.instances):
+            calibration = split_held_out(held.instances, config.calibration_count, config.seed)[0]
         description["calibration_benchmark_sha256"] = held.fingerprint
-    else:
-        calibration, test = split_held_out(
-            benchmark.instances, config.calibration_count, config.seed
-        )
     return InstanceSource(calibration, test[: config.count], description)
 
 

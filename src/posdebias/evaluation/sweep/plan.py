@@ -182,6 +182,9 @@ def _transfer_points(config: EvaluateConfig, spec: SweepSpec) -> list[Point]:
             "sweep.benchmarks in the config)"
         )
     loaded = [load_benchmark(path) for path in spec.benchmarks]
+    if len({b.fingerprint for b in loaded}) < len(loaded):
+        named = ", ".join(map(str, spec.benchmarks))
+        raise InputError(f"the transfer study's benchmarks repeat (the same content): {named}")
     tasks = {str(path): b.task for path, b in zip(spec.benchmarks, loaded, strict=True)}
     if len(set(tasks.values())) > 1:
         listed = ", ".join(f"{path} ({task})" for path, task in tasks.items())

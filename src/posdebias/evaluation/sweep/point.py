@@ -6,9 +6,7 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
-from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.observation import Observation
-from posdebias.errors import InputError
 from posdebias.evaluation.decoding import DecisionCache
 from posdebias.evaluation.distributed import Shard
 from posdebias.evaluation.job import (
@@ -19,7 +17,6 @@ from posdebias.evaluation.job import (
     finish,
     load_instances,
     prepare,
-    split_held_out,
 )
 from posdebias.evaluation.preset import ResolvedConfig, resolve_preset
 from posdebias.evaluation.runner import ObservationCache
@@ -45,24 +42,13 @@ class _KeyRecorder(ObservationCache):
 
 
 def point_instances(point: Point, adapter: Any, study: str) -> InstanceSource:
-    """The calibration and test instances of a point. Transfer: calibration held out of A by
-    seed, test = B minus its own held-out calibration, so every pair tests B on the same
-    instances."""
-
-    config = point.config
-    if study != "transfer":
-        source = load_instances(config, adapter, resolve_preset(config).benchmark_factory())
-        if study == "calibration_size":
-            source.calibration = source.calibration[: int(point.value)]
-        return source
-
-    if config.benchmark is None or config.calibration_benchmark is None:
-        raise InputError(f"point {point.label}: transfer needs both benchmarks")
-    a = load_benchmark(config.calibration_benchmark)
-    b = load_benchmark(config.benchmark)
-    calibration, _ = split_held_out(a.instances, config.calibration_count, config.seed)
-    _, test = split_held_out(b.instances, config.calibration_count, config.seed)
-    return InstanceSource(calibration, test[: config.count], {"benchmark": str(config.benchmark)})
+    """The calibration and test instances of a point: those of ``posdebias evaluate`` with its
+    settings (a transfer point: calibration held out of A by seed, the test B less its own
+    held-out calibration, so every pair tests B on the same instances)."""
+    source = load_instances(point.config, adapter, resolve_preset(point.config).benchmark_factory())
+    if study == "calibration_size":
+        source.calibration = source.calibration[: int(point.value)]
+    return source
 
 
 def prepare_point(point: Point, study: str, adapter: Any) -> Prepared:
