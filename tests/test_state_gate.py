@@ -5,6 +5,7 @@ uses. On the bundled text model (a real tiny Llama)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import replace
@@ -15,6 +16,8 @@ from posdebias import Debiaser
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import main
 from posdebias.errors import CalibrationError, CalibrationErrors
+from posdebias.evaluation.config import config_from_data
+from posdebias.evaluation.job import build_adapter
 from posdebias.loading import default_label_set, load_adapter
 from posdebias.registry import get_registry
 
@@ -906,3 +909,60 @@ def test_check_poses_a_bundled_models_own_task_as_evaluate_does(capsys):
         assert main(["check", *argv]) == 0, capsys.readouterr().err
         rows = capsys.readouterr().out
         assert "options rotated by 1" in rows and "all 7 checks passed" in rows
+
+
+def test_rank_poses_a_text_query_with_its_tasks_labels_on_a_model_of_any_path(
+    tmp_path, organism, questions, capsys
+):
+    """`posdebias rank` names no task when it builds the adapter: it labelled every query of a
+    model that is not bundled with retrieval's digits and refused the states `calibrate` made
+    for multiple choice (letters). The text organism copied to a folder is such a model."""
+    import shutil
+
+    model = shutil.copytree(organism.path, tmp_path / "model")
+    states = tmp_path / "states"
+    assert main(["calibrate", "--model", str(model), "--benchmark", str(organism.benchmark(4)),
+                 "--count", "3", "--calibrators", "pride", "--out", str(states)]) == 0  # fmt: skip
+    capsys.readouterr()
+    for task in ([], ["--task", "multiple_choice"]):
+        assert main(["rank", "--model", str(model), "--calibration", str(states), *task,
+                     questions[0].stem, *questions[0].texts]) == 0  # fmt: skip
+        assert "<- chosen" in capsys.readouterr().out
+    config = config_from_data({"model": str(model)}, "test")
+    adapter = build_adapter(config)
+    assert adapter.label_set is None  # each query's task's own set
+    assert adapter.labels_for(2, "pairwise_judge") == ["A", "B"]
+    assert adapter.labels_for(2, "rerank") == ["1", "2"]
+
+
+def test_the_bundled_text_model_reranks_with_its_own_labels_at_every_door(
+    tmp_path, organism, adapter, capsys
+):
+    """The bundled text model knows its letters only: the API posed rerank queries with them,
+    `calibrate` and `evaluate` with rerank's digits (refused: they tokenize alike). Every door
+    now takes the model's own labels, and a state of one door is accepted by the other."""
+    source = organism.benchmark(4)
+    bench = tmp_path / "rerank"
+    bench.mkdir()
+    lines = [json.loads(line) for line in (source / "benchmark.jsonl").read_text().splitlines()]
+    data = "".join(json.dumps({**line, "task": "rerank"}) + "\n" for line in lines[:12]).encode()
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest.update(task="rerank", benchmark_sha256=hashlib.sha256(data).hexdigest())
+    (bench / "benchmark.jsonl").write_bytes(data)
+    (bench / "manifest.json").write_text(json.dumps(manifest))
+    cli_state = tmp_path / "cli.json"
+    calibrate = ["calibrate", "--model", organism.name, "--benchmark", str(bench), "--count", "3",
+                 "--calibrators", "pride", "--out", str(cli_state)]  # fmt: skip
+    assert main(calibrate) == 0, capsys.readouterr().err
+    reranked = load_benchmark(bench).instances
+    debiaser = Debiaser(adapter, "pride")
+    debiaser.calibrate(reranked[:3])
+    api_state = debiaser.save(tmp_path / "api.json")
+    for state in (cli_state, api_state):
+        out = tmp_path / f"run-{state.stem}"
+        assert main(["evaluate", "--model", organism.name, "--benchmark", str(bench),
+                     "--calibration", str(state), "--calibrators", "pride", "--count", "4",
+                     "--orders", "2", "--calibration-count", "3",
+                     "--out", str(out)]) == 0, capsys.readouterr().err  # fmt: skip
+        assert json.loads((out / "run.json").read_text())["adapter"]["labels"] == list("ABCD")
+        Debiaser.load(state, adapter)  # and the API takes either

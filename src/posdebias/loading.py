@@ -521,11 +521,10 @@ def default_label_set(
 ) -> str | None:
     """The label set a task prompts with unless one is named, the same at every door (the
     command line, :func:`load_adapter`, :func:`get_adapter`): the task's own by the one rule,
-    :func:`~posdebias.core.tasks.task_label_set`. Without a task, a bundled model's own task
-    decides; else None: the adapter labels each instance by its task's own set. A task that
-    does not exist is an InputError."""
-    if task is None:
-        task = bundled_task(model)
+    :func:`~posdebias.core.tasks.task_label_set`. A bundled model's own task decides whatever
+    the task (it knows its own words only); without a task, None: the adapter labels each
+    instance by its task's own set. A task that does not exist is an InputError."""
+    task = bundled_task(model) or task
     if task is None:
         return None
     if task not in TASK_LABEL_SETS:

@@ -111,10 +111,10 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     if protocol.query_trailing_space and _takes_option(config, "answer_space"):
         options.setdefault("answer_space", True)  # the protocol's prompt, as an option
     if model is not None or _takes_option(config, "label_set"):
-        # the task's own labels, named in run.json / results.json, as at every door
-        task = config_task(config) if config.task or config.benchmark else None
-        chosen = default_label_set(task, model) or default_label_set(config_task(config))
-        options.setdefault("label_set", chosen)
+        # the task's own labels, named in run.json / results.json, as at every door; a model
+        # asked no task (rank) labels each query by its own task's set
+        task = config_task(config) if config.task or config.benchmark or model is None else None
+        options.setdefault("label_set", default_label_set(task, model))
     adapter: Adapter
     if model is not None:
         if not served(config.adapter.name):
