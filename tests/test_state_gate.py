@@ -966,3 +966,26 @@ def test_the_bundled_text_model_reranks_with_its_own_labels_at_every_door(
                      "--out", str(out)]) == 0, capsys.readouterr().err  # fmt: skip
         assert json.loads((out / "run.json").read_text())["adapter"]["labels"] == list("ABCD")
         Debiaser.load(state, adapter)  # and the API takes either
+
+
+def test_a_harness_calibration_count_the_task_cannot_hold_is_refused():
+    """``calibration_count=7`` on a task whose calibration split holds 4 calibrated on 4
+    without a word; the default (not asked for) still takes what the split holds."""
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.errors import ConfigError
+    from posdebias.integrations.harness import HarnessConfig, HarnessDebiaser
+
+    items = synthetic_instances(4, 4, 0, "cal")
+    for source in ("task", None):
+        asked = {"calibration_count": 7} if source else {}
+        config = HarnessConfig(
+            pretrained="synthetic", calibrators=["pride"], calibration="task", **asked
+        )
+        harness = HarnessDebiaser(config, adapter=SyntheticAdapter())
+        if source:
+            with pytest.raises(ConfigError, match="calibration_count=7, but the task's"):
+                harness.calibrate(lambda: items)
+        else:
+            harness.calibrate(lambda: items)
+            assert harness.provenance is not None
+            assert harness.provenance["calibration_ids"] == [item.id for item in items]

@@ -88,10 +88,19 @@ def test_aggregations_are_posdebias_metrics():
 
 
 def test_an_item_cut_short_by_limit_is_left_out():
+    targets = np.array([[0, 1], [1, 0]])
+    records = records_from(targets, targets, targets, 2)
+    records.append({"item": "late", "rotation": 0, "target": 0, "choice": 1, "chosen": 1, "n": 2})
+    assert tasks.accuracy(records) == 100.0 and tasks.circular(records) == 100.0
+
+
+def test_circular_eval_is_no_number_without_every_rotation():
+    """A task written with ``--rotations 2`` for N = 4 shows half the rotations: "right in
+    every rotation" over two of them is a number `evaluate` never gives (it leaves
+    CircularEval absent): NaN, while Acc is over the rotations shown."""
     targets = np.array([[0, 3], [1, 0]])
     records = records_from(targets, targets, targets, 4)
-    records.append({"item": "late", "rotation": 0, "target": 0, "choice": 1, "chosen": 1, "n": 4})
-    assert tasks.accuracy(records) == 100.0 and tasks.circular(records) == 100.0
+    assert tasks.accuracy(records) == 100.0 and np.isnan(tasks.circular(records))
 
 
 def test_parse_choice_reads_labels_and_losses():
@@ -133,6 +142,8 @@ def test_writer_holds_out_what_evaluate_holds_out(organism_benchmark, tmp_path):
         (["--name", "ok", "--count", "10000000"], "the count must be a whole number from 1 to"),
         (["--name", "ok", "--seed", "-2"], "the seed must be a whole number from 0 to"),
         (["--name", "ok", "--calibrators", "vanilla,vanilla"], "calibrators repeated"),
+        (["--name", "ok", "--calibrators", "vanilla,bogus"], "unknown calibrator 'bogus'"),
+        (["--name", "ok", "--calibrators", "Vanilla"], "unknown calibrator 'Vanilla'"),
     ],
 )
 def test_bad_arguments_exit_2_and_write_nothing(

@@ -350,11 +350,11 @@ class HarnessDebiaser:
                     "calibration=task needs a task with a held-out 'calibration' split (write "
                     "one with `posdebias lmms-eval-task --calibration-count M`)"
                 )
-            items = task_items()[: self.config.calibration_count]
+            items = task_items()
             origin: dict[str, Any] = {"source": "task", "split": CALIBRATION_SPLIT}
         elif path.exists():
             benchmark = load_benchmark(path)
-            items = benchmark.instances[: self.config.calibration_count]
+            items = benchmark.instances
             origin = {
                 "source": "benchmark",
                 "path": str(path.resolve()),
@@ -367,6 +367,13 @@ class HarnessDebiaser:
             )
         if not items:
             raise CalibrationError(f"calibration from {origin['source']}: no items to fit on")
+        count = self.config.calibration_count  # the default: as many as there are, up to it
+        if len(items) < count and "calibration_count" in self.config.model_fields_set:
+            raise ConfigError(
+                f"calibration_count={count}, but the {origin['source']}'s calibration holds "
+                f"{len(items)} items; ask for at most {len(items)} (or write the task with more)"
+            )
+        items = items[:count]
         origin["calibration_ids"] = [item.id for item in items]
         self._fit_shared(items, origin)
 

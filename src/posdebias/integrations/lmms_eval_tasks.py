@@ -60,6 +60,7 @@ from posdebias.integrations.harness import (
     current_provenance,
     doc_instance,
 )
+from posdebias.registry import get_registry
 
 OutputType = Literal["generate_until", "multiple_choice"]
 Harness = Literal["lmms-eval", "lm-eval"]
@@ -233,8 +234,9 @@ def rotation_transform(
 
         if items is not None and items_digest(dataset) != items:
             raise InputError(
-                "the task's items differ from the ones `posdebias lmms-eval-task` wrote from "
-                "the benchmark (the items file was edited): write the tasks again"
+                "the task's items differ from the ones posdebias wrote from the benchmark (the "
+                "items file was edited): write the tasks again (`posdebias lm-eval-task`, "
+                "`posdebias lmms-eval-task`)"
             )
         rows = []
         for index, doc in enumerate(dataset):
@@ -409,9 +411,11 @@ def consistency(records: Sequence[Mapping[str, Any]]) -> float:
 
 
 def circular(records: Sequence[Mapping[str, Any]]) -> float:
-    """CircularEval (%): items answered right in every rotation."""
-    targets, choices, _, _ = records_arrays(records)
-    return 100.0 * float(np.mean(np.all(targets == choices, axis=1)))
+    """CircularEval (%): items answered right in every rotation; NaN, no number, when the
+    task shows fewer rotations than N (``--rotations``), as ``evaluate`` leaves it absent."""
+    targets, choices, _, n = records_arrays(records)
+    right = np.all(targets == choices, axis=1)
+    return 100.0 * float(np.mean(right)) if targets.shape[1] == n else float("nan")
 
 
 # -- writing the tasks ----------------------------------------------------------------------
@@ -481,6 +485,7 @@ def write_rotated_tasks(
         problem = label_problem(label)
         if problem is not None:
             raise InputError(f"calibrator {label!r}: not a name ({problem})")
+        get_registry().calibrator_class(label)  # an unknown one: refused before any file
     if len(set(labels_out)) != len(labels_out):
         raise InputError(f"calibrators repeated: {labels_out}")
     check_whole_number("the calibration count", calibration_count, 0, defaults.MAX_CALIBRATION)
