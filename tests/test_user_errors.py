@@ -617,3 +617,33 @@ def test_a_path_too_long_for_any_file_system_on_the_command_line(tmp_path, capsy
     code, _, err = run(args, capsys)
     assert code == 2 and "is too long" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == (["c.yaml"] if "config" in where else [])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "--adapter", "synthetic", "--count", "2", "--out", ""],
+        ["calibrate", "--adapter", "synthetic", "--count", "2", "--out", " "],
+        ["sweep", "top_k", "--adapter", "synthetic", "--values", "1", "--out", ""],
+        ["build", "--source", "shapes", "--root", "shapes", "--count", "4", "--out", ""],
+        ["evaluate", "--adapter", "synthetic", "--benchmark", ""],
+        ["evaluate", "--config", "{config}"],
+    ],
+)
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(
+    tmp_path, monkeypatch, capsys, argv
+):
+    """``--out "$UNSET"`` (or ``out: ""`` in a config) wrote a whole run into the current
+    folder: Path("") is ".". Refused with exit 2; the folder stays empty."""
+    config = tmp_path / "c.yaml"
+    config.write_text('out: ""\nadapter: {name: synthetic}\ncount: 2\n')
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    try:
+        code = main([arg.replace("{config}", str(config)) for arg in argv])
+    except SystemExit as usage:  # argparse's usage error
+        code = usage.code
+    assert code == 2
+    assert "an empty path: name a file or folder" in capsys.readouterr().err
+    assert not list(here.iterdir())

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, Strict
+from pydantic import AfterValidator, BeforeValidator, Strict
 
 import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, InputError
@@ -266,11 +266,17 @@ def _usable_path(value: Any) -> Any:
     return value
 
 
+def _written(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():  # else Path("") is the current folder
+        raise ValueError("an empty path: name a file or folder")
+    return value
+
+
 #: A path or a model id in a config file: refused by validation when no file system could
 #: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``. A path is written as text,
 #: also where the rest of a model reads its values strictly (as written: ``true`` is no 1).
-UsablePath = Annotated[Path, Strict(False), AfterValidator(_usable_path)]
-UsableName = Annotated[str, AfterValidator(_usable_path)]
+UsablePath = Annotated[Path, Strict(False), BeforeValidator(_written), AfterValidator(_usable_path)]
+UsableName = Annotated[str, BeforeValidator(_written), AfterValidator(_usable_path)]
 
 
 def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int, int] | None:

@@ -46,11 +46,17 @@ SUBCOMMANDS: dict[str, str] = {
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors exit 2 in one clear line; an option is read only when written whole
-    (``--calibration`` of a command without it was read as its ``--calibration-count``)."""
+    (``--calibration`` of a command without it was read as its ``--calibration-count``); an
+    empty path (``--out "$UNSET"``) is refused, not read as the current folder."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        if action.type is Path and not arg_string.strip():
+            raise argparse.ArgumentError(action, "an empty path: name a file or folder")
+        return super()._get_value(action, arg_string)
 
     def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
