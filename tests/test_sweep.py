@@ -102,6 +102,10 @@ def test_existing_directory_needs_resume_and_the_same_study(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert sweep("tau", out, "--values", "1,3", "--count", "4", "--orders", "2", "--resume") == 2
     assert "different study or configuration" in capsys.readouterr().err
+    # the setting that differs is named with both values, as `evaluate --resume` names it
+    assert sweep("tau", out, "--values", "1,2", "--count", "4", "--orders", "3", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "points.0.config.orders: 2 there, 3 now" in err and "points.1.config.orders" in err
     before = (out / "results.csv").read_bytes()
     assert sweep("tau", out, "--values", "1,2", "--count", "4", "--orders", "2", "--resume") == 0
     assert (out / "results.csv").read_bytes() == before

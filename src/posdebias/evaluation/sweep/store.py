@@ -25,10 +25,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 import posdebias.defaults as defaults
-from posdebias._inputs import excerpt
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import ResumeError
-from posdebias.evaluation.store import read_identity
+from posdebias.evaluation.store import read_identity, setting_differences
 
 SWEEP_FILE = "sweep.json"
 POINTS_DIR = "points"
@@ -137,10 +136,7 @@ class SweepDirectory:
             if saved is None:
                 folder.write_json(SWEEP_FILE, {FORMAT_KEY: FORMAT_VERSION, **identity})
             elif saved != identity:
-                keys = sorted(
-                    k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
-                )
-                shown = ", ".join(excerpt(k, 40) if k not in identity else k for k in keys[:10])
+                shown = "; ".join(setting_differences(saved, identity)[:10])
                 raise ResumeError(
                     f"cannot resume {self.out}: it was made with a different study or "
                     f"configuration (differs in: {shown}). Use the original settings or a new "
