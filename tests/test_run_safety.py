@@ -685,7 +685,18 @@ def test_report_on_a_corrupt_results_file_writes_nothing(tmp_path, capsys, monke
     def no_calibrators(payload):
         payload["calibrators"] = {}
 
-    for damage in (confusion_3x3, recall_short, divergence_wrong, no_calibrators, None):
+    def accuracy_below_zero(payload):
+        payload["calibrators"]["vanilla"]["metrics"]["accuracy_mean"] = -5.0
+
+    def rstd_absurd(payload):  # its row blew the table past its width
+        payload["calibrators"]["pride"]["metrics"]["rstd"] = 1e300
+
+    def selection_over_100(payload):
+        payload["calibrators"]["pride"]["metrics"]["selection_rate"][0] = 100.5
+
+    damages = (confusion_3x3, recall_short, divergence_wrong, no_calibrators, accuracy_below_zero,
+               rstd_absurd, selection_over_100, None)  # fmt: skip
+    for damage in damages:
         payload = json.loads(json.dumps(good))
         if damage is None:
             text = json.dumps(payload)[:-40]  # truncated JSON

@@ -20,10 +20,16 @@ Inputs are arrays of shape [I, T] (I instances, T orders):
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from posdebias.errors import InputError
+
+#: A percentage, or a spread (std) of percentages: 0 to 100 (a results file saying otherwise
+#: was edited, and is refused rather than drawn)
+Percent = Annotated[float, Field(ge=0, le=100)]
 
 
 class Metrics(BaseModel):
@@ -31,19 +37,19 @@ class Metrics(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    accuracy_mean: float
-    accuracy_std: float
-    accuracy_per_order: list[float]
-    recall_per_position: list[float | None]
-    rstd: float
-    consistency: float
-    confusion: list[list[float | None]]
-    selection_rate: list[float]
+    accuracy_mean: Percent
+    accuracy_std: Percent
+    accuracy_per_order: list[Percent]
+    recall_per_position: list[Percent | None]
+    rstd: Percent
+    consistency: Percent
+    confusion: list[list[Percent | None]]
+    selection_rate: list[Percent]
     num_instances: int
     num_orders: int
-    no_answer: float = 0.0
+    no_answer: Percent = 0.0
     #: RStd with ddof 0 (PriDe's code); ``rstd`` has ddof 1
-    rstd_population: float = 0.0
+    rstd_population: Percent = 0.0
 
 
 def consistent(choices: np.ndarray, chosen: np.ndarray) -> np.ndarray:
