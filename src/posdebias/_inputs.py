@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, BeforeValidator, Strict
+from pydantic import BeforeValidator, Strict
 
 import posdebias.defaults as defaults
 from posdebias.errors import ConfigError, InputError
@@ -260,23 +260,19 @@ def path_name_problem(name: str | os.PathLike[str]) -> str | None:
 
 
 def _usable_path(value: Any) -> Any:
-    problem = path_name_problem(value)
-    if problem is not None:
-        raise ValueError(f"the path {problem}")
-    return value
-
-
-def _written(value: Any) -> Any:
     if isinstance(value, str) and not value.strip():  # else Path("") is the current folder
         raise ValueError("an empty path: name a file or folder")
+    problem = path_name_problem(value) if isinstance(value, str | os.PathLike) else None
+    if problem is not None:
+        raise ValueError(f"the path {problem}")
     return value
 
 
 #: A path or a model id in a config file: refused by validation when no file system could
 #: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``. A path is written as text,
 #: also where the rest of a model reads its values strictly (as written: ``true`` is no 1).
-UsablePath = Annotated[Path, Strict(False), BeforeValidator(_written), AfterValidator(_usable_path)]
-UsableName = Annotated[str, BeforeValidator(_written), AfterValidator(_usable_path)]
+UsablePath = Annotated[Path, Strict(False), BeforeValidator(_usable_path)]
+UsableName = Annotated[str, BeforeValidator(_usable_path)]
 
 
 def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int, int] | None:

@@ -71,7 +71,7 @@ class _Run:
     root: Path
     results: EvaluationResults
     records: dict[str, InstanceRecord]
-    contents: dict[str, tuple[str, int]]  # id -> (what the model was shown, the truth)
+    contents: dict[str, tuple[str, int | None]]  # id -> (what the model was shown, the truth)
 
 
 def _open(root: Path) -> _Run:

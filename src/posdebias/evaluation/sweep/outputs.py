@@ -15,32 +15,10 @@ from posdebias.core.instance import candidate_noun
 from posdebias.evaluation.export import HEADLINE
 from posdebias.evaluation.figures import render, row_interval, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
+from posdebias.evaluation.sweep.store import PointRow
 
-COLUMNS = (
-    "study",
-    "point",
-    "value",
-    "calibration_benchmark",
-    "benchmark",
-    "n",
-    "orders",
-    "instances",
-    "calibration_instances",
-    "calibrator",
-    "accuracy",
-    "accuracy_std",
-    "accuracy_low",
-    "accuracy_high",
-    "rstd",
-    "rstd_low",
-    "rstd_high",
-    "consistency",
-    "consistency_low",
-    "consistency_high",
-    "forward_passes_per_instance",
-    "point_forward_passes",
-    "point_new_forward_passes",
-)
+#: The columns of results.csv: a point's row (:class:`PointRow`), then the point's costs.
+COLUMNS = (*PointRow.model_fields, "point_forward_passes", "point_new_forward_passes")
 
 
 def with_costs(done: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import posdebias.defaults as defaults
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import ResumeError
+from posdebias.evaluation.metrics import Percent
 from posdebias.evaluation.store import read_identity, setting_differences
 
 SWEEP_FILE = "sweep.json"
@@ -45,9 +46,6 @@ class _Saved(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
-Percent = Annotated[float, Field(ge=0, le=100)]
-#: A standard deviation of percentages (at most 100).
-Spread = Annotated[float, Field(ge=0, le=100)]
 Count = Annotated[int, Field(ge=0, le=10**12)]
 Seconds = Annotated[float, Field(ge=0, le=10**9)]
 
@@ -65,16 +63,16 @@ class PointRow(_Saved):
     instances: Annotated[int, Field(ge=1, le=defaults.MAX_INSTANCES)]
     calibration_instances: Count
     calibrator: str
+    # in the order of results.csv; the 95% bootstrap intervals are absent in points an older
+    # version wrote; RStd and Cons. None for an order-independent row (cloze): no position bias
     accuracy: Percent
-    accuracy_std: Spread
-    # None for an order-independent row (cloze): no position bias to measure
-    rstd: Spread | None
-    consistency: Percent | None
-    # 95% bootstrap intervals; absent in points an older version wrote
+    accuracy_std: Percent
     accuracy_low: Percent | None = None
     accuracy_high: Percent | None = None
-    rstd_low: Spread | None = None
-    rstd_high: Spread | None = None
+    rstd: Percent | None
+    rstd_low: Percent | None = None
+    rstd_high: Percent | None = None
+    consistency: Percent | None
     consistency_low: Percent | None = None
     consistency_high: Percent | None = None
     forward_passes_per_instance: Annotated[float, Field(ge=0, le=10**9)]
