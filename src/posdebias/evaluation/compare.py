@@ -136,9 +136,9 @@ def compare_runs(
     shared = [i for i in a.records if i in b.records]
     if differ := [i for i in shared if a.contents.get(i) != b.contents.get(i)]:
         raise InputError(
-            f"{a.root} and {b.root} hold {len(differ)} other instances under the same ids "
-            f"(e.g. {differ[0]!r}: its question, candidates or answer differ): they ran on "
-            "different benchmarks, so nothing pairs. Compare runs of one benchmark"
+            f"{a.root} and {b.root} hold {len(differ)} other instances under the same ids (e.g. "
+            f"{differ[0]!r}: question, candidates or answer): they ran on different benchmarks,"
+            " so nothing pairs. Compare runs of one benchmark"
         )
     if not shared:
         raise InputError(

@@ -111,8 +111,7 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     if protocol.query_trailing_space and _takes_option(config, "answer_space"):
         options.setdefault("answer_space", True)  # the protocol's prompt, as an option
     if model is not None or _takes_option(config, "label_set"):
-        # the task's own labels, named in run.json / results.json, as at every door; a model
-        # asked no task (rank) labels each query by its own task's set
+        # the task's labels (run.json names them); a model asked no task (rank): each query's
         task = config_task(config) if config.task or config.benchmark or model is None else None
         options.setdefault("label_set", default_label_set(task, model))
     adapter: Adapter
@@ -264,17 +263,16 @@ def load_instances(
     # its own held-out calibration): the two runs, and a transfer study's pairs, pair up
     calibration, test = split_held_out(benchmark.instances, config.calibration_count, config.seed)
     if config.calibration_benchmark is not None:
-        held = load_benchmark(config.calibration_benchmark)
+        held, count = load_benchmark(config.calibration_benchmark), config.calibration_count
         check_task(config.task or benchmark.task, held.task, config.calibration_benchmark)
-        if config.calibration_count > len(held.instances):
+        if count > len(held.instances):
             raise InputError(
                 f"the calibration benchmark {config.calibration_benchmark} has "
-                f"{len(held.instances)} instances, fewer than the calibration count "
-                f"{config.calibration_count}; lower --calibration-count"
+                f"{len(held.instances)} instances, fewer than the calibration count {count}"
             )
         calibration = held.instances  # all of it (the choice of every one), or M by seed:
-        if config.calibration_count < len(held.instances):
-            calibration = split_held_out(held.instances, config.calibration_count, config.seed)[0]
+        if count < len(held.instances):
+            calibration = split_held_out(held.instances, count, config.seed)[0]
         description["calibration_benchmark_sha256"] = held.fingerprint
     return InstanceSource(calibration, test[: config.count], description)
 

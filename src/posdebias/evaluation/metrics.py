@@ -27,8 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posdebias.errors import InputError
 
-#: A percentage, or a spread (std) of percentages: 0 to 100 (a results file saying otherwise
-#: was edited, and is refused rather than drawn)
+#: A percentage or a spread of percentages: 0 to 100 (a file saying otherwise is refused)
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
