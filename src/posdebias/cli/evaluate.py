@@ -207,7 +207,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--calibration-benchmark",
         type=Path,
         dest="calibration_benchmark",
-        help="benchmark the calibration instances come from (default: held out of --benchmark)",
+        help="calibrate on M instances of this benchmark (by --seed); the test is as without it",
     )
     parser.add_argument(
         "--calibration-transfer",
