@@ -74,9 +74,7 @@ class PersistentObservationCache(ObservationCache):
             self._log.append({"key": key, "observation": observation.to_dict()})
 
 
-def setting_differences(
-    saved: Mapping[str, Any], now: Mapping[str, Any], where: str = ""
-) -> list[str]:
+def differing(saved: Mapping[str, Any], now: Mapping[str, Any], where: str = "") -> list[str]:
     """Each setting that differs between two run or study identities, named by its path
     (``adapter.prompt.query``, ``points.0.config.orders``: nested settings and lists of the
     same length are compared item by item, so the message names the one that changed)."""
@@ -89,7 +87,7 @@ def setting_differences(
         if isinstance(there, list) and isinstance(here, list) and len(there) == len(here):
             there, here = dict(enumerate(there)), dict(enumerate(here))
         if isinstance(there, dict) and isinstance(here, dict):
-            found += setting_differences(there, here, f"{name}.")
+            found += differing(there, here, f"{name}.")
         else:
             found.append(f"{name}: {excerpt(there)} there, {excerpt(here)} now")
     return found
@@ -160,7 +158,7 @@ class RunDirectory:
             if self.rank in (None, 0):
                 self.folder.write_json(RUN_FILE, written)
             return
-        differences = setting_differences(saved, dict(identity))
+        differences = differing(saved, dict(identity))
         if not self.started():
             if differences and self.rank in (None, 0):
                 self._reset()

@@ -28,7 +28,7 @@ import posdebias.defaults as defaults
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import ResumeError
 from posdebias.evaluation.metrics import Percent
-from posdebias.evaluation.store import read_identity, setting_differences
+from posdebias.evaluation.store import differing, read_identity
 
 SWEEP_FILE = "sweep.json"
 POINTS_DIR = "points"
@@ -134,7 +134,7 @@ class SweepDirectory:
             if saved is None:
                 folder.write_json(SWEEP_FILE, {FORMAT_KEY: FORMAT_VERSION, **identity})
             elif saved != identity:
-                shown = "; ".join(setting_differences(saved, identity)[:10])
+                shown = "; ".join(differing(saved, identity)[:10])
                 raise ResumeError(
                     f"cannot resume {self.out}: it was made with a different study or "
                     f"configuration (differs in: {shown}). Use the original settings or a new "
