@@ -989,29 +989,3 @@ def test_a_harness_calibration_count_the_task_cannot_hold_is_refused():
             harness.calibrate(lambda: items)
             assert harness.provenance is not None
             assert harness.provenance["calibration_ids"] == [item.id for item in items]
-
-
-def test_states_saved_per_n_under_other_names_serve_rank_and_the_api_as_evaluate(
-    tmp_path, organism, questions, capsys
-):
-    """`calibrate -N 3 --out cal/n3.json` and `-N 4 --out cal/n4.json`: `evaluate` runs the
-    row pride on either N, while `rank` and `Debiaser.load` read two rows, n3 and n4, and
-    refused every query for the other's N. One row now, as the docs say of every door."""
-    folder = tmp_path / "cal"
-    folder.mkdir()
-    for n in (3, 4):
-        out = str(folder / f"n{n}.json")
-        assert main(["calibrate", "--task", "multiple_choice", "-N", str(n), "--count", "3",
-                     "--calibrators", "pride", "--out", out]) == 0  # fmt: skip
-    loaded = Debiaser.load(folder, load_adapter(organism.name))
-    assert list(loaded.calibrators) == ["pride"] and loaded.calibrated_n == [3, 4]
-    question = questions[0]
-    for texts in (question.texts, question.texts[:3]):
-        capsys.readouterr()
-        assert main(["rank", "--model", organism.name, "--calibration", str(folder),
-                     question.stem, *texts]) == 0, capsys.readouterr().err  # fmt: skip
-        assert "pride" in capsys.readouterr().out
-    assert main(["evaluate", "--task", "multiple_choice", "-N", "3", "--calibrators", "pride",
-                 "--count", "3", "--orders", "1", "--calibration", str(folder)]) == 0  # fmt: skip
-    (folder / "n3.json").replace(folder / "pride.json")  # a file named for the row: its own
-    assert set(Debiaser.load(folder, load_adapter(organism.name)).calibrators) == {"pride", "n4"}

@@ -50,7 +50,6 @@ from posdebias.evaluation.states import (
     load_states,
     prompt_hashes,
     row_label,
-    rows_of_folder,
     save_states,
     state_file,
     state_key,
@@ -556,9 +555,7 @@ class Debiaser:
         order); refused if made with another adapter or prompt, or on another model unless
         ``transfer`` says that is intended."""
         refusals = StateRefusals()  # unreadable files and refused states, named together
-        saved = load_states(Path(path), refusals)
-        files = rows_of_folder(saved)  # row key -> the key of its file
-        states = {key: saved[file] for key, file in files.items()}
+        states = load_states(Path(path), refusals)
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
         for stem, state in states.items():
@@ -569,13 +566,13 @@ class Debiaser:
                         state.calibrator, **state.options
                     )
                 except InputError as exc:
-                    where = state_file(Path(path), files[stem])
+                    where = state_file(Path(path), stem)
                     refusals.add(CalibrationError(f"calibration state {where}: {exc}"))
         if not calibrators:
             refusals.raise_any()
         debiaser = cls(adapter, calibrators, batch_size=batch_size, threads=threads)
         made = {k: v for k, v in states.items() if row_label(k, v) in calibrators}
-        sources = {key: state_file(Path(path), files[key]) for key in made}
+        sources = {key: state_file(Path(path), key) for key in made}
         debiaser.use_states(made, transfer=transfer, refusals=refusals, sources=sources)
         return debiaser
 

@@ -357,22 +357,6 @@ def row_label(key: str, state: CalibrationState) -> str:
     return match["label"] if match and int(match["n"]) == state.n else key
 
 
-def rows_of_folder(states: Mapping[str, CalibrationState]) -> dict[str, str]:
-    """Row key -> file key of a folder's states where the files are the rows (the API, ``rank``),
-    as ``evaluate`` reads them: one calibrator's states of several N under other names
-    (``cal/n4.json``, ``cal/n5.json``, same options) are one row named for it."""
-    kinds: dict[str, list[str]] = {}
-    for key, state in states.items():
-        kinds.setdefault(json.dumps([state.calibrator, state.options]), []).append(key)
-    taken, files = {row_label(key, state) for key, state in states.items()}, {k: k for k in states}
-    for keys in kinds.values():
-        name = states[keys[0]].calibrator
-        if len({states[key].n for key in keys}) == len(keys) > 1 and name not in taken:
-            for key in keys:
-                files[f"{name}.n{states[key].n}"] = files.pop(key)
-    return files
-
-
 def states_folder(folder: str | Path, *, flag: str = "--out") -> RunFolder:
     """A folder of calibration states (``posdebias calibrate --out DIR``) through the one
     run-directory layer: a folder is ours when it holds only state files, which are never
