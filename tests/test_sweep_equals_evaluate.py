@@ -151,3 +151,23 @@ def test_a_calibration_benchmark_never_lends_test_instances_and_holds_what_is_as
     )
     with pytest.raises(InputError, match=r"has 10 instances, fewer than the calibration count 11"):
         run_evaluation(too_many)
+
+
+def test_a_benchmark_too_small_to_hold_out_m_is_tested_whole_with_a_calibration_benchmark(
+    tmp_path,
+):
+    """Calibrating on another benchmark needs none of the evaluated one: one of M instances or
+    fewer is tested whole (a run without a calibration benchmark is refused: nothing would be
+    left to test), and the simulated model, which makes its own instances, refuses one."""
+    a = build_shapes_benchmark(tmp_path / "a", count=10, n=3, seed=1)
+    b = build_shapes_benchmark(tmp_path / "b", count=4, n=3, seed=2)
+    config, _ = study_setup("top_k", tmp_path, "random")
+    config = config.model_copy(update={"calibration_count": 5, "benchmark": b})
+    with pytest.raises(InputError, match="holding out 5 for calibration leaves none to test"):
+        run_evaluation(config)
+    results = run_evaluation(config.model_copy(update={"calibration_benchmark": a}))
+    assert results is not None and len(results.test_ids) == 4
+    assert len(results.calibration_ids) == 5
+    synthetic = config.model_copy(update={"benchmark": None, "calibration_benchmark": a})
+    with pytest.raises(InputError, match="makes retrieval instances of its own, to test and to"):
+        run_evaluation(synthetic)

@@ -647,3 +647,26 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
     assert code == 2
     assert "an empty path: name a file or folder" in capsys.readouterr().err
     assert not list(here.iterdir())
+
+
+def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch):
+    """``Debiaser.load("")``, ``save("")`` and a harness's ``calibration=`` of an unset
+    variable read or wrote the current folder's states."""
+    from posdebias import Debiaser
+    from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
+    from posdebias.errors import InputError
+    from posdebias.integrations.harness import HarnessConfig
+
+    monkeypatch.chdir(tmp_path)
+    debiaser = Debiaser(SyntheticAdapter(), "pride")
+    debiaser.calibrate(synthetic_instances(3, 4))
+    with pytest.raises(InputError, match="Debiaser.save: an empty path"):
+        debiaser.save("")
+    debiaser.save(tmp_path / "pride.json")
+    with pytest.raises(InputError, match="Debiaser.load: an empty path"):
+        Debiaser.load(" ", SyntheticAdapter())
+    for field in ("calibration", "pretrained"):
+        settings = {"pretrained": "synthetic", field: ""}
+        with pytest.raises(ValueError, match="an empty path: name a file or folder"):
+            HarnessConfig(**settings)
+    assert [p.name for p in tmp_path.iterdir()] == ["pride.json"]

@@ -268,6 +268,14 @@ def _usable_path(value: Any) -> Any:
     return value
 
 
+def usable_path(path: str | os.PathLike[str], what: str) -> Path:
+    """``path`` checked as a config file's (not empty: ``Path("")`` is the current folder)."""
+    try:
+        return Path(_usable_path(path))
+    except ValueError as exc:
+        raise InputError(f"{what}: {exc}") from None
+
+
 #: A path or a model id in a config file: refused by validation when no file system could
 #: hold it, so that no later ``Path.is_file`` meets ``ENAMETOOLONG``. A path is written as text,
 #: also where the rest of a model reads its values strictly (as written: ``true`` is no 1).

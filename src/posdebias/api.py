@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from posdebias._inputs import check_setting, excerpt
+from posdebias._inputs import check_setting, excerpt, usable_path
 from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
@@ -520,7 +520,7 @@ class Debiaser:
         """Save the calibration: one JSON file for one calibrator and one N, else a directory
         holding ``<label>.json`` per calibrator (``<label>.n<N>.json`` when several N are
         calibrated). Returns the path written."""
-        fitted = self._fitted
+        path, fitted = usable_path(path, "Debiaser.save"), self._fitted
         missing = [
             label for label in self.calibrators if not any(label in s for s in fitted.values())
         ]
@@ -555,7 +555,7 @@ class Debiaser:
         order); refused if made with another adapter or prompt, or on another model unless
         ``transfer`` says that is intended."""
         refusals = StateRefusals()  # unreadable files and refused states, named together
-        states = load_states(Path(path), refusals)
+        states = load_states(path := usable_path(path, "Debiaser.load"), refusals)
         registry = get_registry()
         calibrators: dict[str, Calibrator] = {}
         for stem, state in states.items():

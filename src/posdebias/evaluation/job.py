@@ -234,10 +234,10 @@ def load_instances(
                 f"adapter {adapter.name!r} needs {wanted}: pass --benchmark DIR (build one "
                 f"with `posdebias build`{'' if task == 'retrieval' else f' --task {task}'})"
             )
-        if task != "retrieval":  # it was run on retrieval instances, reported as the task's
-            raise InputError(
-                f"the simulated model makes retrieval instances of its own; for --task {task} "
-                f"pass --benchmark DIR with {task} questions (`posdebias build --task {task}`)"
+        if task != "retrieval" or config.calibration_benchmark is not None:
+            raise InputError(  # another task was run on retrieval instances, reported as its own
+                f"the simulated model makes retrieval instances of its own, to test and to "
+                f"calibrate; pass --benchmark DIR with {task} instances (`posdebias build`)"
             )
         test = synthetic_instances(config.count, config.n, config.seed, "test")
         if get_protocol(config.protocol).calibration_from_test:
@@ -259,9 +259,11 @@ def load_instances(
             )
         calibration = benchmark.instances[: config.calibration_count]
         return InstanceSource(calibration, benchmark.instances[: config.count], description)
-    # the test instances are those of a run without calibration_benchmark (the benchmark less
-    # its own held-out calibration): the two runs, and a transfer study's pairs, pair up
-    calibration, test = split_held_out(benchmark.instances, config.calibration_count, config.seed)
+    # the test: a run's without calibration_benchmark (the benchmark less its own held-out M),
+    # so the two and a transfer study's pairs pair up; one too small to hold M out: all of it
+    calibration, test = [], benchmark.instances
+    if config.calibration_benchmark is None or config.calibration_count < len(test):
+        calibration, test = split_held_out(test, config.calibration_count, config.seed)
     if config.calibration_benchmark is not None:
         held, count = load_benchmark(config.calibration_benchmark), config.calibration_count
         check_task(config.task or benchmark.task, held.task, config.calibration_benchmark)

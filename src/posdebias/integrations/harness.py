@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import posdebias.defaults as defaults
-from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
+from posdebias._inputs import CONFIG_LIMIT, UsableName, parse_json, read_input_text
 from posdebias._io import cache_root
 from posdebias._rundir import RunFolder
 from posdebias._version import __version__
@@ -113,12 +113,12 @@ class HarnessConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    pretrained: str = Field(description="model id or local folder (or posdebias/organism)")
+    pretrained: UsableName = Field(description="model id or local folder (or posdebias/organism)")
     calibrators: list[str] = Field(
         default_factory=lambda: ["attention_guided"],
         description="calibrator names; the first answers requests of tasks that name none",
     )
-    calibration: str | None = Field(
+    calibration: UsableName | None = Field(
         default=None,
         description="a saved `posdebias calibrate` state (file or folder), a benchmark folder, "
         "or 'task' (the task's held-out calibration split)",
