@@ -989,3 +989,21 @@ def test_a_harness_calibration_count_the_task_cannot_hold_is_refused():
             harness.calibrate(lambda: items)
             assert harness.provenance is not None
             assert harness.provenance["calibration_ids"] == [item.id for item in items]
+
+
+def test_an_n_study_of_a_model_not_bundled_labels_its_task_as_evaluate(tmp_path, organism, capsys):
+    """The n study's adapter is built from the benchmarks' pattern (``.../n{n}``), a folder
+    that does not exist: it was labelled as retrieval (digits), which the text model cannot
+    tell apart, where `evaluate` on each benchmark uses multiple choice's letters."""
+    import shutil
+
+    model = shutil.copytree(organism.path, tmp_path / "model")
+    folders = [organism.benchmark(n) for n in (3, 4)]
+    pattern = str(folders[1].parent / "n{n}")
+    assert folders[1].name == "n4" and folders[0] == folders[1].parent / "n3"
+    out = tmp_path / "sweep"
+    study = ["sweep", "n", "--model", str(model), "--benchmark", pattern, "--values", "3,4",
+             "--count", "4", "--orders", "1", "--calibration-count", "3",
+             "--calibrators", "vanilla,pride", "--out", str(out)]  # fmt: skip
+    assert main(study) == 0, capsys.readouterr().err
+    assert (out / "results.csv").read_text().count("\n") == 1 + 2 * 2

@@ -111,8 +111,10 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
     if protocol.query_trailing_space and _takes_option(config, "answer_space"):
         options.setdefault("answer_space", True)  # the protocol's prompt, as an option
     if model is not None or _takes_option(config, "label_set"):
-        # the task's labels (run.json names them); a model asked no task (rank): each query's
-        task = config_task(config) if config.task or config.benchmark or model is None else None
+        # the task's labels (run.json names them); a model asked no task (rank) or given the
+        # pattern of an n study's benchmarks: each query's own task's
+        known = config.benchmark is not None and "{n}" not in str(config.benchmark)
+        task = config_task(config) if config.task or known or model is None else None
         options.setdefault("label_set", default_label_set(task, model))
     adapter: Adapter
     if model is not None:
