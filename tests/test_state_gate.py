@@ -15,7 +15,7 @@ import pytest
 from posdebias import Debiaser
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.cli import main
-from posdebias.errors import CalibrationError, CalibrationErrors
+from posdebias.errors import CalibrationError, CalibrationErrors, InputError
 from posdebias.evaluation.config import config_from_data
 from posdebias.evaluation.job import build_adapter
 from posdebias.loading import default_label_set, load_adapter
@@ -43,6 +43,9 @@ def test_every_door_prompts_a_task_with_the_same_labels(adapter):
     assert default_label_set("multiple_choice") == default_label_set("pairwise_judge") == "upper"
     assert default_label_set("retrieval") == default_label_set("rerank") == "digits"
     assert default_label_set(None, "posdebias/text-organism") == "upper"  # its own task
+    assert default_label_set("rerank", "posdebias/text-organism") == "upper"  # its own words
+    with pytest.raises(InputError, match="unknown task 'bogus'"):
+        default_label_set("bogus", "posdebias/text-organism")
     assert adapter.labels_for(4) == ["A", "B", "C", "D"]
 
 

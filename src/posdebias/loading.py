@@ -524,12 +524,10 @@ def default_label_set(
     :func:`~posdebias.core.tasks.task_label_set`. A bundled model's own task decides whatever
     the task (it knows its own words only); without a task, None: the adapter labels each
     instance by its task's own set. A task that does not exist is an InputError."""
-    task = bundled_task(model) or task
-    if task is None:
-        return None
-    if task not in TASK_LABEL_SETS:
+    if task not in (None, *TASK_LABEL_SETS):
         raise InputError(f"unknown task {task!r}; choose one of: {', '.join(TASK_LABEL_SETS)}")
-    return task_label_set(task)
+    task = bundled_task(model) or task
+    return None if task is None else task_label_set(task)
 
 
 def get_adapter(
