@@ -171,6 +171,10 @@ def test_judge_metrics_by_hand():
     assert row.first_preference == 50.0 and row.ties == 50.0
     # one vote per pair for answer 1: agreed on p0 only; the two ties never agree
     assert (row.agreement, row.agreement_with_ties, row.human_votes) == (50.0, 25.0, 4)
+    # a results file edited past 100% (or below 0) is refused, not drawn
+    for field, value in (("consistency", 150.0), ("agreement", -1.0), ("ties", 1e300)):
+        with pytest.raises(ValueError, match="than or equal to"):
+            type(row).model_validate({**row.model_dump(), field: value})
     # a run of one order per pair has no judge measures
     single = [InstanceRecord("p0", [[0, 1]], [0], {"judge": [0]}, {"judge": [0]})]
     assert judge_metrics(single, pairs[:1], ["judge"]) is None

@@ -694,8 +694,14 @@ def test_report_on_a_corrupt_results_file_writes_nothing(tmp_path, capsys, monke
     def selection_over_100(payload):
         payload["calibrators"]["pride"]["metrics"]["selection_rate"][0] = 100.5
 
+    def interval_absurd(payload):
+        payload["statistics"]["rows"]["pride"]["accuracy"]["high"] = 1e300
+
+    def p_value_over_1(payload):
+        payload["statistics"]["comparisons"][0]["p_value"] = 3.0
+
     damages = (confusion_3x3, recall_short, divergence_wrong, no_calibrators, accuracy_below_zero,
-               rstd_absurd, selection_over_100, None)  # fmt: skip
+               rstd_absurd, selection_over_100, interval_absurd, p_value_over_1, None)  # fmt: skip
     for damage in damages:
         payload = json.loads(json.dumps(good))
         if damage is None:

@@ -652,6 +652,7 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
 def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch):
     """``Debiaser.load("")``, ``save("")`` and a harness's ``calibration=`` of an unset
     variable read or wrote the current folder's states."""
+    import posdebias
     from posdebias import Debiaser
     from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
     from posdebias.errors import InputError
@@ -665,6 +666,8 @@ def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch
     debiaser.save(tmp_path / "pride.json")
     with pytest.raises(InputError, match="Debiaser.load: an empty path"):
         Debiaser.load(" ", SyntheticAdapter())
+    with pytest.raises(InputError, match="the model: an empty path"):
+        posdebias.load_adapter("")
     for field in ("calibration", "pretrained"):
         settings = {"pretrained": "synthetic", field: ""}
         with pytest.raises(ValueError, match="an empty path: name a file or folder"):

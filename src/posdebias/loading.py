@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from posdebias._gguf import GGUF_MAGIC, GGUFDamaged, read_gguf_header
-from posdebias._inputs import excerpt
+from posdebias._inputs import excerpt, usable_path
 from posdebias._weights import check_safetensors_only
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
@@ -400,7 +400,7 @@ def load_adapter(
             is used where the model's family takes it and ``options`` do not set it.
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).
     """
-    named = options.pop("model", None)
+    named, _ = options.pop("model", None), usable_path(model_id_or_path, "the model")
     if named is not None and os.fspath(named) != os.fspath(model_id_or_path):
         raise InputError(
             f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"

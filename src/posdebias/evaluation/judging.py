@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from posdebias.core.instance import Instance
+from posdebias.evaluation.metrics import Percent
 from posdebias.evaluation.runner import InstanceRecord
 
 #: The verdict of a pair that was not answered alike in both orders.
@@ -51,26 +52,26 @@ class JudgeMetrics(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     pairs: int = Field(description="pairs shown in both orders")
-    consistency: float = Field(description="% of pairs with the same answer in both orders")
-    first_position: float = Field(description="% of pairs answered position 1 in both orders")
-    second_position: float = Field(description="% of pairs answered position 2 in both orders")
-    no_verdict: float = Field(description="% of pairs without an answer in some order")
-    first_preference: float | None = Field(
+    consistency: Percent = Field(description="% of pairs with the same answer in both orders")
+    first_position: Percent = Field(description="% of pairs answered position 1 in both orders")
+    second_position: Percent = Field(description="% of pairs answered position 2 in both orders")
+    no_verdict: Percent = Field(description="% of pairs without an answer in some order")
+    first_preference: Percent | None = Field(
         description="% of the position-biased pairs that favour position 1 (50: no side)"
     )
-    ties: float = Field(
+    ties: Percent = Field(
         description="% of pairs whose verdict is a tie (not alike in both orders, or the tie "
         "label in both)"
     )
     human_votes: int = Field(description="human votes on the pairs")
-    agreement: float | None = Field(description="% agreement with the votes, ties left out")
-    agreement_with_ties: float | None = Field(
+    agreement: Percent | None = Field(description="% agreement with the votes, ties left out")
+    agreement_with_ties: Percent | None = Field(
         description="% agreement with every vote, a tie verdict agreeing with a tie vote"
     )
-    tie_answers: float | None = Field(
+    tie_answers: Percent | None = Field(
         default=None, description="% of the answers (two per pair) that are the tie label"
     )
-    one_tie: float | None = Field(
+    one_tie: Percent | None = Field(
         default=None, description="% of pairs answered with the tie label in one order only"
     )
 

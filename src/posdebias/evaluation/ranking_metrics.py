@@ -57,7 +57,7 @@ class RankingComparison(BaseModel):
     baseline: str
     measure: str
     difference: Interval = Field(description="measure(row) - measure(baseline), points")
-    p_value: float = Field(description="two-sided paired randomisation test over instances")
+    p_value: float = Field(ge=0, le=1, description="two-sided paired randomisation test")
 
 
 class RankingStatistics(BaseModel):

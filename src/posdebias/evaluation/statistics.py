@@ -49,9 +49,9 @@ class Interval(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: float = Field(description="the estimate on all instances")
-    low: float = Field(description="lower end of the 95% interval (<= value)")
-    high: float = Field(description="upper end of the 95% interval (>= value)")
+    value: float = Field(ge=-100, le=100, description="the estimate on all instances (%, points)")
+    low: float = Field(ge=-100, le=100, description="lower end of the 95% interval (<= value)")
+    high: float = Field(ge=-100, le=100, description="upper end of the 95% interval (>= value)")
 
 
 class BootstrapSettings(BaseModel):
@@ -110,7 +110,7 @@ class PairedComparison(BaseModel):
     instances: int = Field(description="instances they come from")
     row_only: int = Field(description="decisions the row got right and the baseline wrong")
     baseline_only: int = Field(description="decisions the baseline got right and the row wrong")
-    p_value: float = Field(description="exact McNemar test (two-sided binomial, p = 1/2)")
+    p_value: float = Field(ge=0, le=1, description="exact McNemar test (two-sided, p = 1/2)")
 
 
 class RunStatistics(BaseModel):
