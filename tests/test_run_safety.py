@@ -597,7 +597,6 @@ def test_leftovers_of_killed_writers_are_cleaned_by_the_next_run(tmp_path, capsy
     assert cli(capsys, *SIM, "--calibrators", "vanilla", "--count", "3", "--out", run)[0] == 0
     dead = _dead_pid()
     leftovers = [
-        run / ".report.md.k3j2h1g0.tmp",  # version 0.1 names
         run / f".results.json.{dead}.abc123.tmp",
         run / "figures" / f".files.{dead}.x1.staging" / "confusion.png",
         run / "states" / f".vanilla.json.{dead}.q.tmp",
@@ -607,13 +606,15 @@ def test_leftovers_of_killed_writers_are_cleaned_by_the_next_run(tmp_path, capsy
         path.write_bytes(b"\0" * 1000)
     alive = run / f".results.json.{os.getpid()}.live.tmp"  # a live writer's file is kept
     alive.write_text("x")
+    foreign = run / ".report.md.k3j2h1g0.tmp"  # a name without a pid is not ours: kept
+    foreign.write_text("x")
     code, err = cli(
         capsys, *SIM, "--calibrators", "vanilla", "--count", "3", "--out", run, "--resume"
     )
     assert code == 0, err
     assert not any(p.exists() for p in leftovers)
     assert not (run / "figures" / f".files.{dead}.x1.staging").exists()
-    assert alive.exists()
+    assert alive.exists() and foreign.exists()
 
 
 def test_staging_folders_of_a_killed_shapes_build_are_cleaned(tmp_path, capsys):

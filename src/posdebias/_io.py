@@ -60,8 +60,6 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _TEMP_NAME = re.compile(
     r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<rand>[A-Za-z0-9_]+)\.(?P<kind>tmp|staging)\Z"
 )
-#: Names of version 0.1 (no pid): removed only where a lock says nobody else writes.
-_LEGACY_TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp\Z")
 
 
 def temp_prefix(name: str) -> str:
@@ -81,12 +79,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(folder: str | os.PathLike[str], *, locked: bool = False) -> list[Path]:
+def remove_stale(folder: str | os.PathLike[str]) -> list[Path]:
     """Delete temporary files and staging folders a killed writer left in ``folder``.
 
     Only names this package makes (``.NAME.PID.RANDOM.tmp`` / ``.staging``) whose process is
-    gone are removed; with ``locked`` (the caller holds the folder's lock, so nobody else writes
-    there) version 0.1's names without a pid too. Returns what was removed.
+    gone are removed. Returns what was removed.
     """
     root = Path(folder)
     removed: list[Path] = []
@@ -97,8 +94,6 @@ def remove_stale(folder: str | os.PathLike[str], *, locked: bool = False) -> lis
     for entry in entries:
         match = _TEMP_NAME.fullmatch(entry.name)
         stale = match is not None and not _alive(int(match["pid"]))
-        if not stale and locked and match is None and _LEGACY_TEMP_NAME.fullmatch(entry.name):
-            stale = True
         if not stale:
             continue
         with contextlib.suppress(OSError):

@@ -190,7 +190,7 @@ class RunFolder:
         self._lock.acquire()
         for folder in (self.root, *(self.root / sub for sub in self.subfolders)):
             if folder.is_dir() and not folder.is_symlink():
-                remove_stale(folder, locked=True)
+                remove_stale(folder)
 
     def unlock(self, *, remove: bool = False) -> None:
         """Release the lock; ``remove`` also deletes the lock file, for a folder that is
