@@ -18,7 +18,10 @@ SIMULATED = ("--adapter", "synthetic")
 
 
 def run(args, capsys):
-    code = main([str(a) for a in args])
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as usage:  # argparse's usage errors (typed paths among them) exit 2 too
+        code = usage.code
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err and "internal error" not in captured.err, captured.err
     return code, captured.out, captured.err
@@ -627,6 +630,8 @@ def test_a_path_too_long_for_any_file_system_on_the_command_line(tmp_path, capsy
         ["sweep", "top_k", "--adapter", "synthetic", "--values", "1", "--out", ""],
         ["build", "--source", "shapes", "--root", "shapes", "--count", "4", "--out", ""],
         ["evaluate", "--adapter", "synthetic", "--benchmark", ""],
+        ["evaluate", "--model", " ", "--count", "2"],
+        ["rank", "--adapter", "synthetic", "--calibration", "s", "--task", "retrieval", "q", ""],
         ["evaluate", "--config", "{config}"],
     ],
 )
@@ -640,12 +645,8 @@ def test_an_empty_path_is_refused_not_read_as_the_current_folder(
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
-    try:
-        code = main([arg.replace("{config}", str(config)) for arg in argv])
-    except SystemExit as usage:  # argparse's usage error
-        code = usage.code
-    assert code == 2
-    assert "an empty path: name a file or folder" in capsys.readouterr().err
+    code, _, err = run([arg.replace("{config}", str(config)) for arg in argv], capsys)
+    assert code == 2 and "an empty path: name a file or folder" in err
     assert not list(here.iterdir())
 
 

@@ -259,21 +259,29 @@ def path_name_problem(name: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def path_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` names no usable file or folder (None if it does), the rule of every door:
+    empty (``Path("")`` is the current folder) or no file system can hold it."""
+    text = os.fspath(path)
+    if not text.strip():
+        return "an empty path: name a file or folder"
+    problem = path_name_problem(text)
+    return None if problem is None else f"the path {excerpt(text)} {problem}"
+
+
 def _usable_path(value: Any) -> Any:
-    if isinstance(value, str) and not value.strip():  # else Path("") is the current folder
-        raise ValueError("an empty path: name a file or folder")
-    problem = path_name_problem(value) if isinstance(value, str | os.PathLike) else None
+    problem = path_problem(value) if isinstance(value, str | os.PathLike) else None
     if problem is not None:
-        raise ValueError(f"the path {problem}")
+        raise ValueError(problem)
     return value
 
 
 def usable_path(path: str | os.PathLike[str], what: str) -> Path:
-    """``path`` checked as a config file's (not empty: ``Path("")`` is the current folder)."""
-    try:
-        return Path(_usable_path(path))
-    except ValueError as exc:
-        raise InputError(f"{what}: {exc}") from None
+    """``path`` checked as a config file's (:func:`path_problem`), or InputError naming ``what``."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise InputError(f"{what}: {problem}")
+    return Path(path)
 
 
 #: A path or a model id in a config file: refused by validation when no file system could

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from posdebias._inputs import excerpt, path_name_problem
+from posdebias._inputs import path_problem
 from posdebias._text import SafeConsole, printable
 from posdebias._threads import check_threads, torch_threads
 from posdebias._version import __version__
@@ -54,8 +54,9 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
-        if action.type is Path and not arg_string.strip():
-            raise argparse.ArgumentError(action, "an empty path: name a file or folder")
+        problem = path_problem(arg_string) if action.type is Path else None
+        if problem is not None:
+            raise argparse.ArgumentError(action, problem)
         return super()._get_value(action, arg_string)
 
     def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
@@ -122,24 +123,25 @@ def _command(args: Sequence[str]) -> str | None:
     return None
 
 
-#: Arguments given as text that name files or folders (the rest are typed ``Path``).
+#: Arguments given as text that name files or folders (the others are typed ``Path``).
 _PATH_TEXTS = ("model", "benchmark", "images")  # rank's candidates: in rank
 
 
 def check_path_arguments(args: argparse.Namespace) -> None:
-    """Refuse, before a command starts, a path argument no file system can hold (a NUL, a
-    name part over 255 bytes): the operating system's answer would surface mid-command."""
-    for name, value in vars(args).items():
+    """Refuse, before a command starts, a text argument naming no usable file or folder (typed
+    ``Path`` arguments are checked as they are parsed), not mid-command."""
+    for name in _PATH_TEXTS:
+        value = getattr(args, name, None)
         for item in value if isinstance(value, list | tuple) else (value,):
-            if isinstance(item, Path) or (name in _PATH_TEXTS and isinstance(item, str)):
+            if isinstance(item, str):
                 check_path_text(item)
 
 
-def check_path_text(path: str | Path) -> None:
-    """Refuse a path no file system can hold (an argument that is a path only in some uses)."""
-    problem = path_name_problem(path)
+def check_path_text(path: str) -> None:
+    """Refuse a path :func:`path_problem` refuses (an argument that is a path in some uses)."""
+    problem = path_problem(path)
     if problem is not None:
-        raise InputError(f"the path {excerpt(str(path))} {problem}")
+        raise InputError(problem)
 
 
 def _show_warning(
