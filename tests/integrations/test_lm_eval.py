@@ -15,6 +15,7 @@ import pytest
 from harness_helpers import page_blocks, require_lm_eval
 
 import posdebias
+from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import CalibrationError, ConfigError, InputError
 from posdebias.integrations.harness import TaskMappingError
 
@@ -23,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def model(organism_benchmark):
-    """The plugin as lm-eval builds it from `--model_args`, calibrated on the benchmark's
-    first 5 items."""
+    """The plugin as lm-eval builds it from `--model_args`, calibrated on 20 of the
+    benchmark's 45 items (chosen by seed 0, as `posdebias calibrate` holds them out)."""
     require_lm_eval()
     from lm_eval.api.registry import get_model
 
@@ -228,6 +229,43 @@ def _module(path: Path):
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+@pytest.mark.parametrize(("count", "seed"), [(5, 0), (7, 3)])
+def test_calibration_on_a_benchmark_fits_the_items_posdebias_calibrate_fits(
+    organism_benchmark, tmp_path, count, seed
+):
+    """`calibration=<benchmark>` with M fewer than it holds fits the M items that `posdebias
+    calibrate --benchmark --count M --seed S` fits (it took the first M: a second rule)."""
+    require_lm_eval()
+    from posdebias.cli import main
+    from posdebias.core.state import CalibrationState
+    from posdebias.integrations.lm_eval import PosdebiasLM
+
+    out = tmp_path / "states"
+    args = ["calibrate", "--benchmark", organism_benchmark, "--count", count, "--seed", seed]
+    assert main([*map(str, args), "--calibrators", "attention_guided", "--out", str(out)]) == 0
+    state = CalibrationState.load(out / "attention_guided.json")
+    lm = PosdebiasLM(
+        pretrained="posdebias/organism",
+        calibrators="attention_guided",
+        calibration=str(organism_benchmark),
+        calibration_count=count,
+        seed=seed,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    lm.harness.calibrate()
+    assert lm.provenance["calibration_ids"] == state.calibration_ids
+    fitted = lm.harness.debiaser.states_for(state.n)["attention_guided"]
+    # the same fit up to float32 rounding (the CLI observes 20 views per forward, the harness 1)
+    numbers = ("observed_profile", "bias_matrix", "gamma", "logit_prior", "attention_prior")
+    for name in numbers:
+        np.testing.assert_allclose(getattr(fitted, name), getattr(state, name), atol=1e-5)
+    assert fitted.model_dump(exclude={*numbers, "diagnostics"}) == state.model_dump(
+        exclude={*numbers, "diagnostics"}
+    )
+    first = [item.id for item in load_benchmark(organism_benchmark).instances[:count]]
+    assert state.calibration_ids != first  # the seed chose them, not the file order
 
 
 def test_rotating_an_mmlu_layout_moves_the_choices_and_the_zero_based_answer():

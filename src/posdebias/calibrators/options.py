@@ -97,7 +97,8 @@ class LayerSelectionOptions(CalibratorOptions):
         default=defaults.TOP_K,
         ge=1,
         le=defaults.MAX_LAYERS,
-        description="K layers read",
+        description="K layers read at most (fewer where the model has fewer candidate layers "
+        "or, under evidence selection, fewer beat chance)",
     )
     layer_range: tuple[LayerIndex, LayerIndex] | None = Field(
         default=None,

@@ -208,6 +208,13 @@ def split_held_out(
     ]
 
 
+def calibration_items(instances: list[Instance], count: int, seed: int) -> list[Instance]:
+    """The M calibration instances of a file given to calibrate on: all of it when M is its
+    size or more (the choice of every seed), else M by seed, as :func:`split_held_out` holds
+    them out of a benchmark. The one rule of ``--calibration-benchmark`` and the harnesses."""
+    return instances if count >= len(instances) else split_held_out(instances, count, seed)[0]
+
+
 def check_task(wanted: str | None, task: str, path: Path) -> None:
     """Refuse a benchmark of another task than the one asked for (``--task``)."""
     if wanted is not None and wanted != task:
@@ -274,9 +281,7 @@ def load_instances(
                 f"the calibration benchmark {config.calibration_benchmark} has "
                 f"{len(held.instances)} instances, fewer than the calibration count {count}"
             )
-        calibration = held.instances  # all of it (the choice of every one), or M by seed:
-        if count < len(held.instances):
-            calibration = split_held_out(held.instances, count, config.seed)[0]
+        calibration = calibration_items(held.instances, count, config.seed)
         description["calibration_benchmark_sha256"] = held.fingerprint
     return InstanceSource(calibration, test[: config.count], description)
 

@@ -40,6 +40,7 @@ from posdebias.errors import (
     PosdebiasError,
     validation_message,
 )
+from posdebias.evaluation.job import calibration_items
 from posdebias.evaluation.states import (
     StateRefusals,
     load_states,
@@ -128,6 +129,12 @@ class HarnessConfig(BaseModel):
         ge=1,
         le=defaults.MAX_CALIBRATION,
         description="items M to calibrate on",
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=defaults.MAX_SEED,
+        description="which calibration_count items of a larger calibration (as evaluate's seed)",
     )
     calibration_transfer: bool = Field(
         default=False, description="allow a saved state fitted on another model"
@@ -373,7 +380,7 @@ class HarnessDebiaser:
                 f"calibration_count={count}, but the {origin['source']}'s calibration holds "
                 f"{len(items)} items; ask for at most {len(items)} (or write the task with more)"
             )
-        items = items[:count]
+        items = calibration_items(items, count, self.config.seed)
         origin["calibration_ids"] = [item.id for item in items]
         self._fit_shared(items, origin)
 
