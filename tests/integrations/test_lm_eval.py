@@ -293,6 +293,22 @@ def test_rotating_an_mmlu_layout_moves_the_choices_and_the_zero_based_answer():
     assert record["acc"]["choice"] == 1 and record["acc"]["chosen"] == 2
 
 
+@pytest.mark.parametrize("field", ["choices", "options", "texts"])
+def test_the_task_functions_read_a_document_as_the_model_does(field):
+    """doc_to_text, doc_labels and the model read one document alike: an MMLU document's
+    `choices` are text options (doc_to_text took it for retrieval with 0 images)."""
+    from posdebias.integrations import lm_eval_tasks as tasks
+    from posdebias.integrations.harness import doc_instance
+    from posdebias.integrations.lmms_eval_tasks import doc_labels
+
+    doc = {"question": "Which is a fruit?", field: ["rock", "apple", "car"], "answer": 1}
+    instance = doc_instance(doc, "t")
+    assert instance.task == "multiple_choice" and instance.texts == ("rock", "apple", "car")
+    assert doc_labels(doc) == tasks.doc_choices(doc) == ["A", "B", "C"]
+    text = tasks.doc_to_text(doc)
+    assert "(A to C)" in text and "B. apple" in text and "image" not in text
+
+
 def test_a_foreign_mmlu_task_rotated_in_lm_eval_equals_posdebias_metrics(tmp_path):
     """An lm-eval task you have (lm-eval's own MMLU template over local questions), rotated by
     `rotated_docs` in its own YAML: the model posdebias (a tiny Llama posing lm-eval's prompt,

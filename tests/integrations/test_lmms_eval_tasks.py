@@ -301,3 +301,34 @@ def test_a_name_taken_while_the_files_are_written_leaves_none_of_them(tmp_path):
     assert (out / "b.yaml").is_symlink()
     assert write_files_together(tmp_path / "fresh", files, new=True)
     assert (tmp_path / "fresh" / "c.yaml").read_bytes() == b"c"
+
+
+@pytest.mark.parametrize(
+    ("answer", "position"),
+    [("B", 1), ("(b)", 1), ("B.", 1), (" c ", 2), (2, 1), ("2", 1), ("(3)", 2),
+     ("ß", None), ("É", None), ("٢", None), ("²", None), (True, None), (2.0, None),
+     ("0", None), (4, None), ("D", None), ("", None), ("AB", None)],
+)  # fmt: skip
+def test_every_door_reads_an_answer_alike(tmp_path, capsys, answer, position):
+    """A benchmark file (`posdebias build`), a harness document and a rotated task read an
+    `answer` by one rule: `B.` was refused by the harness, `ß` crashed it (ord of "SS")."""
+    doc = {"id": "x", "question": "q", "options": ["a", "b", "c"], "answer": answer}
+    data = tmp_path / "mcq.jsonl"
+    data.write_text(json.dumps(doc) + "\n")
+    out = tmp_path / "bench"
+    code = main(["build", "--source", "mcq", "--data", str(data), "--out", str(out)])
+    err = capsys.readouterr().err
+    if position is None:
+        assert code == 2 and "answer" in err and "Traceback" not in err
+        with pytest.raises(InputError, match="names no candidate"):
+            tasks.rotate_doc(doc, 1)
+        with pytest.raises(InputError):  # no truth: the model cannot score the document
+            doc_instance(doc, "t").target  # noqa: B018
+        return
+    assert code == 0, err
+    assert load_benchmark(out).instances[0].target == position
+    assert doc_instance(doc, "t").target == position
+    rotated = tasks.rotate_doc(doc, 1)  # the options move by one; the answer is written alike
+    assert rotated["options"][rotated["target"]] == "abc"[position]
+    again = tasks.rotate_doc({**rotated, "target": None}, 0)
+    assert again["target"] == rotated["target"]

@@ -46,7 +46,7 @@ from posdebias.core.instance import (
     Instance,
     text_key,
 )
-from posdebias.errors import Advice, BenchmarkError, validation_problems
+from posdebias.errors import Advice, BenchmarkError, InputError, validation_problems
 
 BENCHMARK_FILE = "benchmark.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -404,7 +404,7 @@ def benchmark_task(path: str | os.PathLike[str]) -> str | None:
     try:
         _, manifest = _locate(Path(path))
         return None if manifest is None else load_manifest(manifest).task_kind
-    except (BenchmarkError, OSError):
+    except (InputError, OSError):  # a benchmark error among them
         return None
 
 

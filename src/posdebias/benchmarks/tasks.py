@@ -141,23 +141,29 @@ def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     return relative
 
 
-def _answer(value: Any, n: int, problems: Problems, line: int, field: str = "answer") -> int | None:
-    """A 1-based index (a JSON integer or ASCII digits, read by :func:`file_whole_number`) or
-    a letter (``B``, ``(B)``, ``b``) -> 0-based."""
-    index: int | None = None
+def answer_index(value: Any, n: int, *, base: int = 1, field: str = "answer") -> int:
+    """The 0-based position an answer names: a letter (``B``, ``(b)``, ``B.``) or an index
+    counted from ``base`` (a JSON integer or ASCII digits: 1 in posdebias's and lmms-eval's
+    files, 0 in lm-eval's); InputError saying why not. The one reading of every door."""
     text = value.strip().strip("().").strip() if isinstance(value, str) else None
     if text is not None and len(text) == 1 and text.isascii() and text.isalpha():
-        index = ord(text.upper()) - ord("A") + 1
+        index, base = ord(text.upper()) - ord("A"), 0
     else:
         try:
             index = file_whole_number(value if text is None else text, field, 0, 10**9)
         except InputError as exc:
-            problems.add(f"{exc}; write a 1-based index or a letter", line=line)
-            return None
-    if not 1 <= index <= n:
-        problems.add(f"{field} {excerpt(value)} is out of range for {n} options", line=line)
+            raise InputError(f"{exc}; write a {base}-based index or a letter") from None
+    if not base <= index < n + base:
+        raise InputError(f"{field} {excerpt(value)} is out of range for {n} options")
+    return index - base
+
+
+def _answer(value: Any, n: int, problems: Problems, line: int, field: str = "answer") -> int | None:
+    try:
+        return answer_index(value, n, field=field)
+    except InputError as exc:
+        problems.add(str(exc), line=line)
         return None
-    return index - 1
 
 
 def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int, Any]]:

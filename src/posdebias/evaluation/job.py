@@ -41,7 +41,7 @@ import numpy as np
 from posdebias._io import JsonlAppender, open_log
 from posdebias.adapters.base import Adapter, describe_adapter
 from posdebias.adapters.families.synthetic import SyntheticAdapter, synthetic_instances
-from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, load_manifest
+from posdebias.benchmarks.files import benchmark_task, load_benchmark
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import Instance, candidate_noun, check_order_count
 from posdebias.core.state import CalibrationState
@@ -154,12 +154,7 @@ def config_task(config: EvaluateConfig) -> str:
         return config.task
     if config.benchmark is None:
         return bundled_task(named_model(config)) or "retrieval"
-    folder = Path(config.benchmark)
-    manifest = folder / MANIFEST_FILE if folder.is_dir() else folder.parent / MANIFEST_FILE
-    try:
-        return load_manifest(manifest).task_kind if manifest.is_file() else "retrieval"
-    except InputError:
-        return "retrieval"
+    return benchmark_task(config.benchmark) or "retrieval"
 
 
 def build_decoders(config: EvaluateConfig) -> dict[str, Decoder]:

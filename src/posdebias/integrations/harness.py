@@ -30,6 +30,7 @@ from posdebias._version import __version__
 from posdebias.adapters.base import Adapter
 from posdebias.api import Debiaser, Ranking
 from posdebias.benchmarks.files import MANIFEST_FILE, load_benchmark, sha256_file
+from posdebias.benchmarks.tasks import answer_index
 from posdebias.core.instance import Instance
 from posdebias.core.observation import Prediction
 from posdebias.core.state import CalibrationState
@@ -173,20 +174,24 @@ def _list(value: Any) -> list[Any] | None:
     return list(value) if isinstance(value, (list, tuple)) and value else None
 
 
+def doc_texts(doc: Mapping[str, Any]) -> list[Any] | None:
+    """A document's text candidates: ``texts``, ``options`` (MuirBench) or ``choices`` (MMLU)."""
+    return _list(doc.get("texts")) or _list(doc.get("options")) or _list(doc.get("choices"))
+
+
+def doc_kind(doc: Mapping[str, Any]) -> str:
+    """The task kind of a document: its ``task``, else multiple choice with text candidates,
+    else retrieval (the one rule of the model and the task files' functions)."""
+    return str(doc.get("task") or ("multiple_choice" if doc_texts(doc) else "retrieval"))
+
+
 def answer_position(answer: Any, n: int, *, base: int = 1) -> int | None:
-    """A foreign layout's ``answer``: a letter (``"B"``, ``"(b)"``) or an index counted from
-    ``base`` (1 in lmms-eval's layouts; 0 in lm-eval's, whose index names a choice)."""
-    if isinstance(answer, bool):
+    """A foreign layout's ``answer`` as :func:`~posdebias.benchmarks.tasks.answer_index`
+    reads it (``base``: 1 in lmms-eval's layouts; 0 in lm-eval's), None when it names none."""
+    try:
+        return answer_index(answer, n, base=base)
+    except InputError:
         return None
-    if isinstance(answer, int):
-        return answer - base if base <= answer < n + base else None
-    if isinstance(answer, str):
-        letter = answer.strip().strip("()").strip()
-        if len(letter) == 1 and letter.isalpha() and ord(letter.upper()) - 65 < n:
-            return ord(letter.upper()) - 65
-        if letter.isdigit() and base <= int(letter) < n + base:
-            return int(letter) - base
-    return None
 
 
 def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
@@ -205,8 +210,7 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
         (doc[key] for key in ("query", "question", "caption") if isinstance(doc.get(key), str)),
         None,
     )
-    images = _list(doc.get("images"))
-    texts = _list(doc.get("texts")) or _list(doc.get("options")) or _list(doc.get("choices"))
+    images, texts = _list(doc.get("images")), doc_texts(doc)
     n = len(texts or images or [])
     if query is None or n < 2 or (images and texts and len(images) != len(texts)):
         fields = ", ".join(sorted(str(key) for key in doc)[:20]) or "none"
@@ -226,7 +230,7 @@ def doc_instance(doc: Mapping[str, Any], task: str) -> Instance:
             f"task {task!r}, item {item!r}: {ORDER} {list(order)[:12]} is not a permutation of "
             f"its {n} candidates"
         )
-    kind = doc.get("task") or ("multiple_choice" if texts else "retrieval")
+    kind = doc_kind(doc)
     target = doc.get("target")
     if target is None and doc.get("answer") is not None:
         target = answer_position(doc["answer"], n)

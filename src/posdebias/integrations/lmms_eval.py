@@ -38,7 +38,7 @@ from lmms_eval.api.model import lmms
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
 from posdebias.core.observation import Prediction
-from posdebias.core.tasks import TASK_LABEL_SETS
+from posdebias.core.tasks import task_label_set
 from posdebias.errors import InputError
 from posdebias.integrations.harness import (
     CALIBRATION_SPLIT,
@@ -125,5 +125,5 @@ def _expected_labels(doc: Mapping[str, Any], instance: Instance) -> list[str] | 
     """A rotated task's own labels, else a foreign multiple-choice task's letters."""
     expected = doc.get(LABELS)
     if expected is None and instance.task != "retrieval":
-        expected = get_label_set(TASK_LABEL_SETS[instance.task]).labels(instance.n)
+        expected = get_label_set(task_label_set(instance.task)).labels(instance.n)
     return expected

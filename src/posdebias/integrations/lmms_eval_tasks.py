@@ -41,7 +41,7 @@ from posdebias._text import printable
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.labels import LABEL_SETS, get_label_set
-from posdebias.core.tasks import TASK_LABEL_SETS, task_template
+from posdebias.core.tasks import task_label_set, task_template
 from posdebias.errors import InputError, PosdebiasError
 from posdebias.evaluation.config import label_problem
 from posdebias.evaluation.job import split_held_out
@@ -59,6 +59,8 @@ from posdebias.integrations.harness import (
     answer_position,
     current_provenance,
     doc_instance,
+    doc_kind,
+    doc_texts,
 )
 from posdebias.registry import get_registry
 
@@ -187,13 +189,13 @@ def rotate_doc(
 
 
 def _answer_like(answer: Any, position: int, base: int = 1) -> Any:
-    """``position`` written as ``answer`` was: an index from ``base``, or a letter in its case
-    and brackets (``"(B)"``)."""
+    """``position`` written as ``answer`` was: an index from ``base``, or a letter in its case,
+    brackets and full stop (``"(B)"``, ``"b."``)."""
     if isinstance(answer, int):
         return position + base
     text = str(answer)
     letter = chr(ord("A") + position)
-    stripped = text.strip().strip("()").strip()
+    stripped = text.strip().strip("().").strip()
     if stripped.isdigit():
         return text.replace(stripped, str(position + base))
     return text.replace(stripped, letter if stripped.isupper() else letter.lower())
@@ -284,13 +286,8 @@ def doc_labels(doc: Mapping[str, Any]) -> list[str]:
     labels = doc.get(LABELS)
     if labels:
         return list(labels)
-    return get_label_set(TASK_LABEL_SETS.get(_kind(doc), "digits")).labels(candidate_count(doc))
-
-
-def _kind(doc: Mapping[str, Any]) -> str:
-    """The task kind of a document: its ``task``, else multiple choice with text options."""
-    texts = doc.get("texts") or doc.get("options")
-    return str(doc.get("task") or ("multiple_choice" if texts else "retrieval"))
+    n = max(candidate_count(doc), len(doc_texts(doc) or ()))
+    return get_label_set(task_label_set(doc_kind(doc))).labels(n)
 
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list[Any]:
@@ -305,10 +302,10 @@ def doc_to_text(doc: Mapping[str, Any]) -> str:
     """The text of the task's default posdebias prompt, for models that need a prompt."""
     labels = doc_labels(doc)
     n = len(labels)
-    kind = _kind(doc)
+    kind = doc_kind(doc)
     label_set = next(
         (ls for ls in LABEL_SETS.values() if n <= ls.capacity and ls.labels(n) == labels),
-        get_label_set(TASK_LABEL_SETS.get(kind, "upper")),
+        get_label_set(task_label_set(kind)),
     )
     messages = task_template(kind).messages(doc_instance(doc, kind), label_set)
     return "".join(item.get("text", "") for message in messages for item in message["content"])
@@ -503,7 +500,7 @@ def write_rotated_tasks(
     n = test[0].n
     if rotations is not None:
         check_whole_number(f"rotations of {n} candidates", rotations, 1, n)
-    labels = get_label_set(answer_label_set(test[0].task, label_set)).labels(n)
+    labels = get_label_set(task_label_set(test[0].task, label_set)).labels(n)
     out = Path(out)
     module = f"{name}_posdebias"
     test_docs = [_base_doc(instance, labels) for instance in test]
@@ -564,12 +561,6 @@ def write_rotated_tasks(
     return folder.write_files(files, new=True)
 
 
-def answer_label_set(task: str, label_set: str | None = None) -> str:
-    """The label set a rotated task's answers use: ``label_set``, else the task's (``upper``
-    for multiple choice, ``digits`` for retrieval)."""
-    return label_set or TASK_LABEL_SETS.get(task, "digits")
-
-
 def rotated_tasks_command(
     benchmark: str | Path,
     out: str | Path,
@@ -595,8 +586,8 @@ def rotated_tasks_command(
             arguments.append(f"calibration_count={calibration_count}")
     else:
         arguments.append("calibration=CALIBRATION")
-    labels = answer_label_set(task, label_set)
-    if labels != answer_label_set(task):  # the model answers each task in its own by default
+    labels = task_label_set(task, label_set)
+    if labels != task_label_set(task):  # the model answers each task in its own by default
         arguments.append(f"label_set={labels}")
     return shlex.join(
         [
