@@ -6,13 +6,16 @@ third-party exceptions, tampered logs, broken plugins), each with several varian
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from helpers import build_shapes_benchmark
 from posdebias.cli import main, printable
+from posdebias.errors import InputError, OutputError
 
 SIMULATED = ("--adapter", "synthetic")
 
@@ -669,8 +672,65 @@ def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch
         Debiaser.load(" ", SyntheticAdapter())
     with pytest.raises(InputError, match="the model: an empty path"):
         posdebias.load_adapter("")
-    for field in ("calibration", "pretrained"):
-        settings = {"pretrained": "synthetic", field: ""}
-        with pytest.raises(ValueError, match="an empty path: name a file or folder"):
-            HarnessConfig(**settings)
-    assert [p.name for p in tmp_path.iterdir()] == ["pride.json"]
+    for field in ("calibration", "pretrained", "cache_dir", "adapter_options"):
+        for value in ("", " ", "a\x00b", "x" * 300):
+            settings = {"pretrained": "synthetic", field: value}
+            with pytest.raises(ValueError, match="an empty path|NUL|too long"):
+                HarnessConfig(**settings)
+    state = debiaser.state
+    organism = Debiaser(posdebias.load_adapter("posdebias/organism"), "vanilla")
+    (tmp_path / "images").mkdir()
+    images = [str(tmp_path / "images" / f"{k}.png") for k in range(3)]
+    for k, image in enumerate(images):
+        Image.new("RGB", (32, 32), (80 * k, 0, 0)).save(image)
+    for path in ("", " ", "a\x00.json", "x" * 300):  # the one writer and the one reader
+        with pytest.raises(OutputError, match="an empty path|NUL|too long"):
+            state.save(path)
+        with pytest.raises(InputError, match="an empty path|NUL|too long"):
+            type(state).load(path)
+        with pytest.raises(InputError, match="image file: (an empty path|the path)"):
+            organism.rank("q", [path, *images])  # was "image file . is not a regular file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "pride.json"]
+
+
+@pytest.mark.parametrize("seed", [True, 1000.0, 3.0, "3", -1])
+def test_a_harness_reads_its_numbers_as_a_config_file_does(seed):
+    """lm-eval and lmms-eval turn `seed=true` into True and `seed=1e3` into 1000.0; a config
+    file refuses both, so does a harness (it read them as 1 and 1000)."""
+    from posdebias.integrations.harness import HarnessConfig
+
+    for field in ("seed", "calibration_count", "batch_size"):
+        with pytest.raises(InputError) as refused:
+            HarnessConfig.from_arguments({"pretrained": "synthetic", field: seed}, "model args")
+        said = str(refused.value).replace(field, "seed", 1)
+        typed = "seed: Input should be a valid integer" in said
+        assert typed or (seed == -1 and "seed: Input should be greater" in said), said
+    assert HarnessConfig.from_arguments({"pretrained": "s", "seed": 3}, "model args").seed == 3
+
+
+@pytest.mark.parametrize("name", ["my model", "a..b", "org/na me", "\x1b[31mred", "x-"])
+def test_a_model_name_that_is_no_path_and_no_hub_id_is_refused(tmp_path, capsys, name):
+    """It reached the hub client, whose HFValidationError was an internal error (exit 1)."""
+    import posdebias
+
+    refused = "is neither a local path (none exists) nor a Hugging Face model id"
+
+    code, _, err = run(
+        ["evaluate", "--model", name, "--count", "2", "--out", tmp_path / "o"], capsys
+    )
+    assert code == 2 and refused in err and "\x1b" not in err, err
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"model": name, "count": 2}))
+    code, _, err = run(["evaluate", "--config", config, "--out", tmp_path / "o"], capsys)
+    assert code == 2 and refused in err, err
+    with pytest.raises(InputError, match=re.escape(refused)):
+        posdebias.load_adapter(name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_a_chat_template_too_long_for_a_file_name_is_a_template_error(tmp_path, capsys):
+    """`Path.is_file` raised ENAMETOOLONG on it: an internal error, exit 1."""
+    args = ["evaluate", "--model", "posdebias/text-organism", "--count", "2"]
+    code, _, err = run([*args, "--chat-template", "x" * 300, "--out", tmp_path / "o"], capsys)
+    assert code == 2 and "is not a Jinja template" in err, err
+    assert not (tmp_path / "o").exists()

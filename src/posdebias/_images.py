@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import IMAGE_FILE_LIMIT, check_regular_file
+from posdebias._inputs import IMAGE_FILE_LIMIT, check_regular_file, excerpt
 from posdebias.errors import InputError
 
 #: Pillow format names we open; anything else is refused.
@@ -48,8 +48,8 @@ def open_image(
     """
     from PIL import Image, ImageFile, UnidentifiedImageError
 
-    source = Path(path)
-    check_regular_file(source, f"{what} file", limit=IMAGE_FILE_LIMIT, error=InputError)
+    check_regular_file(path, f"{what} file", limit=IMAGE_FILE_LIMIT, error=InputError)
+    source, shown = Path(path), excerpt(os.fspath(path))
     cap = max_image_pixels()
     try:
         with warnings.catch_warnings():
@@ -58,9 +58,9 @@ def open_image(
             with Image.open(source, formats=ALLOWED_FORMATS) as image:
                 width, height = image.size
                 if width * height > cap:
-                    raise _too_large(what, source, width, height, cap)
+                    raise _too_large(what, shown, width, height, cap)
                 if image.format not in ALLOWED_FORMATS:  # defensive: formats= already limits
-                    raise _not_allowed(what, source, image.format)
+                    raise _not_allowed(what, shown, image.format)
                 if min_side is not None:
                     image.draft("RGB", _draft_size(width, height, min_side))
                 # A truncated file is an error even where another library (lmms-eval does, on
@@ -79,16 +79,16 @@ def open_image(
     except InputError:
         raise  # ours, already clear (InputError is a ValueError: keep it out of the next clause)
     except Image.DecompressionBombError:
-        raise _too_large(what, source, None, None, cap) from None
+        raise _too_large(what, shown, None, None, cap) from None
     except UnidentifiedImageError:
         raise InputError(
-            f"{what} file {source} cannot be read as an image: it is not one of the allowed "
+            f"{what} file {shown} cannot be read as an image: it is not one of the allowed "
             f"formats ({', '.join(ALLOWED_FORMATS)})"
         ) from None
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         # truncated or corrupt data; Pillow raises all of these depending on the format
         raise InputError(
-            f"{what} file {source} cannot be read as an image ({str(exc)[:120]})"
+            f"{what} file {shown} cannot be read as an image ({str(exc)[:120]})"
         ) from None
 
 
@@ -108,7 +108,7 @@ def _reduce_factor(size: tuple[int, int], min_side: int | None) -> int:
 
 
 def _too_large(
-    what: str, source: Path, width: int | None, height: int | None, cap: int
+    what: str, source: str, width: int | None, height: int | None, cap: int
 ) -> InputError:
     size = (
         f"{width} x {height} = {width * height:,} pixels" if width and height else "too many pixels"
@@ -119,7 +119,7 @@ def _too_large(
     )
 
 
-def _not_allowed(what: str, source: Path, fmt: str | None) -> InputError:
+def _not_allowed(what: str, source: str, fmt: str | None) -> InputError:
     return InputError(
         f"{what} file {source} is a {fmt} image; posdebias opens only "
         f"{', '.join(ALLOWED_FORMATS)}: convert it to PNG or JPEG"

@@ -71,6 +71,9 @@ def read_input_bytes(
     devices, directories and sockets are refused before anything is read. Without
     ``follow_links`` a symbolic link is refused too (files of a run directory are our own).
     """
+    problem = path_problem(path)
+    if problem is not None:
+        raise error(f"{what}: {problem}")
     source = Path(path)
     suffix = f"; {hint}" if hint else ""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -305,19 +308,24 @@ def file_identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int, int
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def check_regular_file(path: Path, what: str, *, limit: int, error: type[InputError]) -> None:
-    """Refuse ``path`` unless it is a regular file of at most ``limit`` bytes (for files that a
-    library opens itself, such as images)."""
+def check_regular_file(
+    path: str | os.PathLike[str], what: str, *, limit: int, error: type[InputError]
+) -> None:
+    """Refuse ``path`` unless it is a usable path (:func:`path_problem`) of a regular file of
+    at most ``limit`` bytes (for files that a library opens itself, such as images)."""
+    problem, shown = path_problem(path), excerpt(os.fspath(path))
+    if problem is not None:
+        raise error(f"{what}: {problem}")
     try:
-        info = path.stat()
+        info = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{what} {path} does not exist") from None
+        raise error(f"{what} {shown} does not exist") from None
     except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise error(f"cannot read {what} {shown}: {exc.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"{what} {path} is not a regular file; posdebias reads only regular files")
+        raise error(f"{what} {shown} is not a regular file; posdebias reads only regular files")
     if info.st_size > limit:
-        raise error(f"{what} {path} is {_size(info.st_size)}, over the limit of {_size(limit)}")
+        raise error(f"{what} {shown} is {_size(info.st_size)}, over the limit of {_size(limit)}")
 
 
 def jsonl_lines(text: str) -> list[str]:

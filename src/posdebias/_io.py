@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import DATA_LIMIT, json_failure, loads_json, read_input_bytes
+from posdebias._inputs import DATA_LIMIT, json_failure, loads_json, path_problem, read_input_bytes
 from posdebias.errors import OutputError, ResumeError
 
 try:
@@ -307,6 +307,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
     Readers see either the old file or the complete new one, never a truncated file.
     """
+    problem = path_problem(path)
+    if problem is not None:  # "" is the current folder, " " a file named by a typo
+        raise OutputError(problem)
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

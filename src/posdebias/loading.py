@@ -177,10 +177,17 @@ def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | No
         return str(path)
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text[:1]
     if looks_local:
-        raise InputError(f"model path {text} does not exist")
+        raise InputError(f"model path {excerpt(text)} does not exist")
     from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
 
-    cached = try_to_load_from_cache(text, "config.json", revision=revision)
+    try:
+        cached = try_to_load_from_cache(text, "config.json", revision=revision)
+    except HFValidationError:
+        raise InputError(
+            f"model {excerpt(text)} is neither a local path (none exists) nor a Hugging Face "
+            "model id (ORG/NAME of letters, digits, '-', '_' and '.'); check the name"
+        ) from None
     if isinstance(cached, str):
         return text
     if _offline():

@@ -172,10 +172,11 @@ def _hint(benchmark: Path, out: Path, *flags: str, capsys) -> list[str]:
     command = shlex.split(line.removeprefix("run: "))
     assert command[:3] == ["lmms-eval", "--model", "posdebias"]
     assert command[command.index("--include_path") + 1] == str(out)
-    model_args = dict(
-        a.split("=", 1) for a in command[command.index("--model_args") + 1].split(",")
-    )
-    HarnessConfig.model_validate({**model_args, "pretrained": "m"})  # every argument is known
+    from lmms_eval.utils import simple_parse_args_string
+
+    # as lmms-eval reads them (numbers become numbers): every argument is known and valid
+    model_args = simple_parse_args_string(command[command.index("--model_args") + 1])
+    HarnessConfig.model_validate({**model_args, "pretrained": "m"})
     return sorted(f"{k}={v}" for k, v in model_args.items())
 
 

@@ -134,14 +134,15 @@ def check_path_arguments(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         for item in value if isinstance(value, list | tuple) else (value,):
             if isinstance(item, str):
-                check_path_text(item)
+                check_path_text(item, f"--{name.replace('_', '-')}")
 
 
-def check_path_text(path: str) -> None:
-    """Refuse a path :func:`path_problem` refuses (an argument that is a path in some uses)."""
+def check_path_text(path: str, what: str) -> None:
+    """Refuse a path :func:`path_problem` refuses (an argument that is a path in some uses),
+    naming the argument ``what``."""
     problem = path_problem(path)
     if problem is not None:
-        raise InputError(problem)
+        raise InputError(f"{what}: {problem}")
 
 
 def _show_warning(

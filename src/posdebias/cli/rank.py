@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.task == "retrieval":  # image files: refused before the model loads
-        for candidate in args.candidates:
-            check_path_text(candidate)
+        for k, candidate in enumerate(args.candidates, 1):
+            check_path_text(candidate, f"candidate {k}")
     options = {}
     for item in args.adapter_option:
         key, sep, value = item.partition("=")
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
             f"the {len(args.candidates)} candidates are posed as with --task"
         )
     if task == "retrieval":
-        for candidate in args.candidates:
-            check_path_text(candidate)
+        for k, candidate in enumerate(args.candidates, 1):
+            check_path_text(candidate, f"candidate {k}")
         ranking = debiaser.rank(args.query, args.candidates, explain=args.explain)
     else:
         _warn_of_files(args.candidates, task)

@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import posdebias.defaults as defaults
-from posdebias._inputs import STATE_LIMIT, json_failure, loads_json, read_input_text
+from posdebias._inputs import STATE_LIMIT, json_failure, loads_json, read_input_text, usable_path
 from posdebias._io import atomic_write_text
 from posdebias.core.layers import LayerSet
 from posdebias.errors import Advice, CalibrationError, ObservationError, validation_message
@@ -247,7 +247,7 @@ class CalibrationState(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> CalibrationState:
         """Read and validate a saved state; every failure is a :class:`CalibrationError`."""
-        source = Path(path)
+        source = usable_path(path, "calibration file")
         if not source.exists():
             raise calibration_error(f"calibration file {source} does not exist; ", CREATE)
         try:

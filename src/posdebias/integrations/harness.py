@@ -113,7 +113,7 @@ class HarnessConfig(BaseModel):
     """The settings a harness passes (``--model_args`` in lmms-eval, keyword arguments in
     VLMEvalKit's config); unknown settings are refused with the list of known ones."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     pretrained: UsableName = Field(description="model id or local folder (or posdebias/organism)")
     calibrators: list[str] = Field(
@@ -142,7 +142,7 @@ class HarnessConfig(BaseModel):
     )
     adapter: str | None = Field(default=None, description="adapter name (default: by model)")
     label_set: str | None = Field(default=None, description="digits, upper, ... (default: task's)")
-    adapter_options: str | None = Field(
+    adapter_options: UsableName | None = Field(
         default=None,
         description="a JSON file of further adapter options (task_prompt, answer_prefix, ...)",
     )
@@ -151,7 +151,7 @@ class HarnessConfig(BaseModel):
     batch_size: int = Field(
         default=1, ge=1, le=defaults.MAX_BATCH_SIZE, description="forward batch size"
     )
-    cache_dir: str | None = Field(
+    cache_dir: UsableName | None = Field(
         default=None, description="folder for the calibration shared by the processes"
     )
 
@@ -380,9 +380,10 @@ class HarnessDebiaser:
             raise CalibrationError(f"calibration from {origin['source']}: no items to fit on")
         count = self.config.calibration_count  # the default: as many as there are, up to it
         if len(items) < count and "calibration_count" in self.config.model_fields_set:
+            more = "write the task with more" if source == FROM_TASK else "give a larger benchmark"
             raise ConfigError(
                 f"calibration_count={count}, but the {origin['source']}'s calibration holds "
-                f"{len(items)} items; ask for at most {len(items)} (or write the task with more)"
+                f"{len(items)} items; ask for at most {len(items)} (or {more})"
             )
         items = calibration_items(items, count, self.config.seed)
         origin["calibration_ids"] = [item.id for item in items]
@@ -448,7 +449,11 @@ class HarnessDebiaser:
                 default=str,
             ).encode()
         ).hexdigest()[:16]
-        base = Path(self.config.cache_dir) if self.config.cache_dir else cache_root() / "harness"
+        base = (
+            Path(self.config.cache_dir).expanduser()
+            if self.config.cache_dir
+            else cache_root() / "harness"
+        )
         folder = base / f"calibration-{key}"
         if self.rank == 0:
             shared = _shared_calibration_folder(folder)  # refused before any fit

@@ -63,6 +63,9 @@ class PosdebiasLMM(LaunchedHarness, lmms):
         super().__init__()
         if arguments.get("device") in ("", None):
             arguments.pop("device", None)
+        batch_size = arguments.get("batch_size")  # lmms-eval's own --batch_size comes as text
+        if isinstance(batch_size, str) and batch_size.isascii() and batch_size.isdigit():
+            arguments["batch_size"] = int(batch_size)
         # lmms-eval's multi-process path reads lm.accelerator and lm.device (workaround 4)
         config = self._launch(arguments, "lmms-eval --model_args of posdebias")
         self.batch_size_per_gpu = config.batch_size

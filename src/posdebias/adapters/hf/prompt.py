@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import Field, field_validator
 
-from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, read_input_text
+from posdebias._inputs import CONFIG_LIMIT, excerpt, parse_json, path_problem, read_input_text
 from posdebias.adapters.base import AdapterOptions, LabelSetName
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
@@ -531,7 +531,7 @@ def resolve_chat_template(value: str, tokenizer: Any) -> str:
     if "{{" in value or "{%" in value:
         return value
     path = Path(value).expanduser()
-    if not path.is_file():
+    if path_problem(path) is not None or not path.is_file():  # a long text is no file name
         raise InputError(
             f"chat_template {excerpt(value)} is not a Jinja template (no '{{{{' or '{{%'), not "
             f"{RAW_CHAT_TEMPLATE!r} and not a file that exists; give a template, a file holding "
