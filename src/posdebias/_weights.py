@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from posdebias._inputs import CONFIG_LIMIT, DATA_LIMIT, excerpt, read_input_text
 from posdebias.errors import InputError
@@ -51,20 +52,29 @@ def check_safetensors_only(folder: str | Path) -> None:
             problems.append(f"{name} is a pickled or non-safetensors weights file")
         elif name.endswith(".index.json"):
             problems += _index_problems(root, path)
-    config = root / "config.json"
-    if config.is_file():
-        text = read_input_text(config, "model config", limit=CONFIG_LIMIT)
-        try:
-            payload = json.loads(text)
-        except (ValueError, RecursionError):
-            payload = None  # transformers reports a broken config itself
-        explicit = payload.get("transformers_weights") if isinstance(payload, dict) else None
+    payload = model_config(root)
+    if payload is not None:
+        explicit = payload.get("transformers_weights")
         if explicit is not None and (
             not isinstance(explicit, str) or not explicit.endswith((".safetensors", ".json"))
         ):
             problems.append(f"config.json names the weights file {excerpt(explicit)}")
     if problems:
         raise InputError(f"cannot load model {root}: " + "; ".join(problems[:10]) + f". {_FIX}")
+
+
+def model_config(folder: str | Path) -> dict[str, Any] | None:
+    """A model folder's ``config.json`` as a JSON object (read within the config limit), None
+    where there is none or it is broken (transformers reports a broken config itself)."""
+    config = Path(folder, "config.json")
+    if not config.is_file():
+        return None
+    text = read_input_text(config, "model config", limit=CONFIG_LIMIT)  # too large: refused
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def _index_problems(root: Path, index: Path) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import shlex
 import socket
@@ -28,7 +27,7 @@ import numpy as np
 
 from posdebias._gguf import GGUF_MAGIC, GGUFDamaged, read_gguf_header
 from posdebias._inputs import excerpt, usable_path
-from posdebias._weights import check_safetensors_only
+from posdebias._weights import check_safetensors_only, model_config
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.families.generic import GenericAdapter
 from posdebias.adapters.hf import HFAdapter
@@ -254,14 +253,8 @@ def _refuse_remote_code(source: str) -> None:
     does not know) is refused before transformers sees it."""
     from transformers import CONFIG_MAPPING
 
-    file = Path(source, "config.json")
-    if not file.is_file():
-        return
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # transformers reports the broken file
-    if not isinstance(data, dict):
+    data = model_config(source)
+    if data is None:
         return
     auto_map = data.get("auto_map")
     if auto_map and data.get("model_type") not in CONFIG_MAPPING:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from collections import Counter
@@ -55,7 +54,7 @@ from posdebias._inputs import (
     file_decimal_number,
     file_whole_number,
     jsonl_lines,
-    loads_json,
+    parse_json,
     text_problem,
 )
 from posdebias._version import __version__
@@ -170,10 +169,7 @@ def _json_rows(path: Path, what: str, problems: Problems) -> Iterable[tuple[int,
     """(line number, object) of a JSONL file, or of a JSON array (line = element number)."""
     text = read_data_text(path, what)
     if text.lstrip().startswith("["):
-        try:
-            rows = loads_json(text)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            raise BenchmarkError(f"{path} is not valid JSON ({str(exc)[:120]})") from None
+        rows = parse_json(text, str(path), error=BenchmarkError)
         if not isinstance(rows, list):
             raise BenchmarkError(f"{path}: expected a JSON array of rows")
         yield from enumerate(rows, start=1)
