@@ -399,6 +399,21 @@ def test_rank_many_streams_in_order_and_batch_size_changes_nothing():
     assert list(debiaser.rank_many([])) == []
 
 
+@pytest.mark.parametrize("calibrators", [["vanilla"], ["permutation_average"]])
+def test_queries_sharing_an_id_are_answered_each_by_its_own_content(calibrators):
+    """rank_many observed each (id, candidates) once per batch: the second of two questions
+    named "x" over the same options got the first one's answer."""
+    debiaser = Debiaser(posdebias.load_adapter("posdebias/text-organism"), calibrators)
+    options = ("a red circle", "a blue square", "a green star", "a yellow moon")
+    stems = ("Which is red?", "Which is a star?")
+    queries = [Instance(id="x", stem=s, texts=options, task="multiple_choice") for s in stems]
+    together = list(debiaser.rank_many(queries, batch_size=2))
+    alone = [debiaser.rank(s, texts=list(options), task="multiple_choice") for s in stems]
+    for got, want in zip(together, alone, strict=True):
+        assert np.allclose(got.scores, want.scores, atol=1e-5)
+    assert not np.allclose(together[0].scores, together[1].scores, atol=1e-3)
+
+
 def test_rank_many_rejects_what_is_not_a_query():
     debiaser = Debiaser(SyntheticAdapter(), "vanilla")
     for bad in (["a caption"], [("caption", "one.png")], [42]):

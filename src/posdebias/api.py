@@ -30,7 +30,7 @@ from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
-from posdebias.core.observation import Evidence, Prediction, tie_broken
+from posdebias.core.observation import Evidence, Prediction
 from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
@@ -40,6 +40,8 @@ from posdebias.evaluation.runner import (
     check_targets,
     fit_calibrators,
     observe_cached,
+    predict_view,
+    rotation_views,
 )
 from posdebias.evaluation.states import (
     StateRefusals,
@@ -731,60 +733,35 @@ class Debiaser:
         fitted = self._fitted  # one snapshot for the whole call (see thread safety)
         uses = dict.fromkeys((i.n, i.task) for i in instances)
         states_by_use = {use: self._states(*use, fitted) for use in uses}
-        # every view once: the query as given, plus the orders a calibrator needs (its
-        # permutations; the N cyclic rotations for permutation_average by default)
-        views: list[Instance] = []
-        index: dict[tuple[str, tuple[str, ...]], int] = {}
-
-        def view_index(view: Instance) -> int:
-            key = (view.id, view.candidate_ids)
-            if key not in index:
-                index[key] = len(views)
-                views.append(view)
-            return index[key]
-
-        # per query and calibrator: the orders it predicts from (None: the query alone)
-        orders_of = [
-            {
-                label: calibrator.orders_for(
-                    instance, states_by_use[(instance.n, instance.task)][label]
-                )
-                for label, calibrator in self.calibrators.items()
-            }
+        # the query as given, plus the orders a calibrator needs (its permutations; the N
+        # cyclic rotations for permutation_average by default), each observed once
+        plans = [
+            rotation_views(instance, self.calibrators, states_by_use[(instance.n, instance.task)])
             for instance in instances
         ]
         wanted = [
-            (
-                view_index(instance),
-                {
-                    label: [view_index(instance.permuted(order)) for order in group]
-                    for label, group in orders.items()
-                    if group is not None
-                },
-            )
-            for instance, orders in zip(instances, orders_of, strict=True)
+            view
+            for instance, plan in zip(instances, plans, strict=True)
+            for view in (instance, *(v for got in plan.values() if got for v in got[1]))
         ]
         # through the runner's plugin contract: a broken plugin adapter is named, not a crash
         with self._threads():
             observed = observe_cached(
-                self.adapter, views, ObservationCache(), batch_size=batch_size
+                self.adapter, wanted, ObservationCache(), batch_size=batch_size
             )
+        observations = {id(v): o for v, o in zip(wanted, observed, strict=True)}
         rankings = []
-        for instance, (own, others), orders, explained in zip(
-            instances, wanted, orders_of, explain, strict=True
-        ):
+        for instance, plan, explained in zip(instances, plans, explain, strict=True):
             states = states_by_use[(instance.n, instance.task)]
             predictions = {
-                label: tie_broken(
-                    calibrator.predict(
-                        observed[own],
-                        states[label],
-                        rotations=[observed[i] for i in others[label]] if label in others else None,
-                        orders=orders[label],
-                        explain=explained,
-                    ),
-                    instance.candidate_ids,
-                )
+                label: predict_view(
+                    calibrator,
+                    states[label],
+                    instance,
+                    plan[label],
+                    observations,
+                    explain=explained,
+                )[0]
                 for label, calibrator in self.calibrators.items()
             }
             rankings.append(

@@ -183,6 +183,47 @@ def observe_cached(
     ]
 
 
+#: Per calibrator, the candidate orders of a view it predicts from and their views (None: the
+#: view alone), as :func:`rotation_views` plans them.
+RotationViews = dict[str, tuple[Sequence[np.ndarray], list[Instance]] | None]
+
+
+def rotation_views(
+    view: Instance,
+    calibrators: Mapping[str, Calibrator],
+    states: Mapping[str, CalibrationState],
+) -> RotationViews:
+    """What each calibrator reads besides ``view`` (its :meth:`~Calibrator.orders_for`): the
+    one plan of an evaluation and of :meth:`~posdebias.Debiaser.rank`."""
+    planned: RotationViews = {}
+    for label, calibrator in calibrators.items():
+        group = calibrator.orders_for(view, states[label])
+        planned[label] = None if group is None else (group, [view.permuted(o) for o in group])
+    return planned
+
+
+def predict_view(
+    calibrator: Calibrator,
+    state: CalibrationState,
+    view: Instance,
+    planned: tuple[Sequence[np.ndarray], list[Instance]] | None,
+    observed: Mapping[int, Observation],
+    *,
+    explain: bool = False,
+) -> tuple[Prediction, list[Observation] | None]:
+    """``calibrator``'s tie-broken prediction for ``view`` from the observations (by view
+    object, ``observed[id(v)]``) of ``view`` and of its planned rotations, which it returns."""
+    group = None if planned is None else [observed[id(v)] for v in planned[1]]
+    prediction = calibrator.predict(
+        observed[id(view)],
+        state,
+        rotations=group,
+        orders=None if planned is None else planned[0],
+        explain=explain,
+    )
+    return tie_broken(prediction, view.candidate_ids), group
+
+
 def _with_target(observation: Observation, target: int | None) -> Observation:
     if observation.target == target:
         return observation
@@ -495,21 +536,9 @@ class Evaluator:
             instance, self.orders, self.seed, shared=self.shared, cyclic=self.cyclic
         )
         shown = [instance.permuted(order) for order in orders]
-        # per calibrator and shown view: the orders whose observations it predicts from, if any
-        view_orders = {
-            label: [calibrator.orders_for(view, self.states[label]) for view in shown]
-            for label, calibrator in self.calibrators.items()
-        }
-        rotations = {
-            label: [
-                None if group is None else [view.permuted(order) for order in group]
-                for view, group in zip(shown, groups, strict=True)
-            ]
-            for label, groups in view_orders.items()
-        }
-        wanted = shown + [
-            v for groups in rotations.values() for group in groups if group for v in group
-        ]
+        plans = [rotation_views(view, self.calibrators, self.states) for view in shown]
+        rotated = [got[1] for label in self.calibrators for plan in plans if (got := plan[label])]
+        wanted = shown + [v for views in rotated for v in views]  # by calibrator, as always
         # by view object (each is alive in `wanted` until the end): a view's observation_key
         # stats its image files, and the views are looked up once per calibrator
         observed = observe_cached(self.adapter, wanted, self.cache, batch_size=self.batch_size)
@@ -527,19 +556,11 @@ class Evaluator:
             try:
                 for t, view in enumerate(shown):
                     started = time.perf_counter()
-                    rotated = rotations[label][t]
-                    group = None if rotated is None else [observations[id(r)] for r in rotated]
-                    prediction = tie_broken(
-                        calibrator.predict(
-                            observations[id(view)],
-                            state,
-                            rotations=group,
-                            orders=view_orders[label][t],
-                        ),
-                        view.candidate_ids,
+                    prediction, group = predict_view(
+                        calibrator, state, view, plans[t][label], observations
                     )
                     cost.seconds += time.perf_counter() - started
-                    cost.forward_passes += 1 if rotated is None else len(rotated)
+                    cost.forward_passes += 1 if group is None else len(group)
                     choices.append(prediction.choice)
                     images.append(int(orders[t][prediction.choice]))
                     rankings.append([int(orders[t][k]) for k in prediction.ranking])
