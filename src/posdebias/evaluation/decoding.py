@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
-from posdebias._io import JsonlAppender, read_jsonl_records
 from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
 from posdebias.core.instance import Instance
@@ -22,7 +21,7 @@ from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import tie_label_of
 from posdebias.errors import OutputError
 from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid answer
-from posdebias.evaluation.runner import InstanceRecord, observation_key
+from posdebias.evaluation.runner import InstanceRecord, LoggedStore, observation_key
 
 
 def decision_key(decoder: Decoder, view: Instance) -> str:
@@ -35,33 +34,19 @@ def view_seed(seed: int, view: Instance) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-class DecisionCache:
-    """Decisions by :func:`decision_key`, appended to a JSONL log when one is given."""
+class DecisionCache(LoggedStore[Decision]):
+    """Decisions by :func:`decision_key` (logged in a run directory)."""
 
-    def __init__(self, log: JsonlAppender | None = None) -> None:
-        self._store: dict[str, Decision] = {}
-        self._log = log
+    field = "decision"
 
-    def load(self, paths: Sequence[Path]) -> int:
-        for path in paths:
-            for number, row in enumerate(read_jsonl_records(path), start=1):
-                decision = _logged_decision(row)
-                if decision is None:
-                    raise OutputError(
-                        f"{path}: record {number} is not a decision this version wrote (the log "
-                        "was edited or damaged); delete the run directory and start again "
-                        "without --resume"
-                    )
-                self._store[row["key"]] = decision
-        return len(self._store)
-
-    def get(self, key: str) -> Decision | None:
-        return self._store.get(key)
-
-    def put(self, key: str, decision: Decision) -> None:
-        self._store[key] = decision
-        if self._log is not None:
-            self._log.append({"key": key, "decision": decision.to_dict()})
+    def read(self, row: Any, where: str) -> Decision:
+        decision = _logged_decision(row)
+        if decision is None:
+            raise OutputError(
+                f"{where} is not a decision this version wrote (the log was edited or "
+                "damaged); delete the run directory and start again without --resume"
+            )
+        return decision
 
 
 def _is_count(value: object) -> bool:

@@ -95,7 +95,7 @@ from posdebias.evaluation.states import (
     state_metadata,
 )
 from posdebias.evaluation.statistics import record_outcomes, run_statistics
-from posdebias.evaluation.store import PersistentObservationCache, RunDirectory
+from posdebias.evaluation.store import RunDirectory
 from posdebias.loading import bundled_task, default_label_set, open_adapter, served
 from posdebias.registry import get_registry
 
@@ -639,7 +639,7 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
             if shard.distributed:
                 shard.wait()
         logs.append(open_log(directory.observations_path))
-        cache = PersistentObservationCache(logs[-1])
+        cache = ObservationCache(logs[-1])
         cache.load(directory.observation_logs())
         decisions = DecisionCache()
         if prepared.decoders:
@@ -782,7 +782,7 @@ def merge(prepared: Prepared, evaluated: Evaluated) -> Evaluated | None:
     if not prepared.shard.is_main or prepared.files is None:
         return None
     directory = prepared.files.directory
-    cache = PersistentObservationCache()
+    cache = ObservationCache()
     cache.load(directory.observation_logs())
     decisions = DecisionCache()
     decisions.load(directory.generation_logs())

@@ -11,15 +11,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
 import posdebias.defaults as defaults
 from posdebias._inputs import check_setting, excerpt, file_identity
+from posdebias._io import JsonlAppender, read_jsonl_records
 from posdebias._threads import apply_threads
 from posdebias.adapters.base import Adapter
 from posdebias.benchmarks.files import sha256_file
@@ -36,7 +38,12 @@ from posdebias.core.observation import Observation, Prediction, tie_broken, tie_
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
 from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
-from posdebias.evaluation.logcheck import check_record_row, chosen_key, truth_problem
+from posdebias.evaluation.logcheck import (
+    check_observation_row,
+    check_record_row,
+    chosen_key,
+    truth_problem,
+)
 from posdebias.evaluation.metrics import Metrics, compute_metrics
 from posdebias.evaluation.plugins import failure_message, third_party_origin, warn_plugin
 from posdebias.registry import get_registry
@@ -127,31 +134,69 @@ def instance_orders(
     return random_orders(instance.n, count, stable_seed(seed, instance.id))
 
 
-class ObservationCache:
-    """In-memory observations by :func:`observation_key`; subclasses may persist them.
+class _Loggable(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+Value = TypeVar("Value", bound=_Loggable)
+
+
+class LoggedStore(Generic[Value]):
+    """Values by key, each new one appended to a JSONL log (``{"key": key, FIELD:
+    value.to_dict()}``) when one is given, so that a resumed run reads them back (:meth:`load`)."""
+
+    field: ClassVar[str]
+
+    def __init__(self, log: JsonlAppender | None = None) -> None:
+        self._store: dict[str, Value] = {}
+        self._log = log
+
+    def load(self, paths: Sequence[Path]) -> int:
+        """Read earlier logs (all ranks); returns how many values are held."""
+        for path in paths:
+            for number, row in enumerate(read_jsonl_records(path), start=1):
+                self._store[row["key"]] = self.read(row, f"{path}: record {number}")
+        return len(self._store)
+
+    @abstractmethod
+    def read(self, row: Any, where: str) -> Value:
+        """The value of one log record, or an error naming ``where`` when this version did not
+        write it (an edited or damaged log)."""
+
+    def get(self, key: str) -> Value | None:
+        return self._store.get(key)
+
+    def put(self, key: str, value: Value) -> None:
+        self._store[key] = value
+        if self._log is not None:
+            self._log.append({"key": key, self.field: value.to_dict()})
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
+class ObservationCache(LoggedStore[Observation]):
+    """Observations by :func:`observation_key` (logged in a run directory).
 
     It also keeps the run's one measure of a forward pass's cost: the seconds and the number
     of the passes :func:`observe_cached` ran in this process (observations read from a log or
     reused from the cache cost nothing and are not counted).
     """
 
-    def __init__(self) -> None:
-        self._store: dict[str, Observation] = {}
+    field = "observation"
+
+    def __init__(self, log: JsonlAppender | None = None) -> None:
+        super().__init__(log)
         self.pass_seconds = 0.0
         self.passes = 0
+
+    def read(self, row: Any, where: str) -> Observation:
+        check_observation_row(row)
+        return Observation.from_dict(row["observation"])
 
     def seconds_per_pass(self) -> float | None:
         """Mean wall seconds of one forward pass run in this process; None before any."""
         return self.pass_seconds / self.passes if self.passes else None
-
-    def get(self, key: str) -> Observation | None:
-        return self._store.get(key)
-
-    def put(self, key: str, observation: Observation) -> None:
-        self._store[key] = observation
-
-    def __len__(self) -> int:
-        return len(self._store)
 
 
 def observe_cached(

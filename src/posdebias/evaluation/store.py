@@ -32,15 +32,11 @@ from typing import Any
 
 from posdebias._inputs import excerpt
 from posdebias._io import (
-    JsonlAppender,
     numbered_jsonl_records,
-    read_jsonl_records,
 )
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
-from posdebias.core.observation import Observation
 from posdebias.errors import OutputError, ResumeError
-from posdebias.evaluation.logcheck import check_observation_row
-from posdebias.evaluation.runner import InstanceRecord, ObservationCache
+from posdebias.evaluation.runner import InstanceRecord
 
 RUN_FILE = "run.json"
 RESULTS_FILE = "results.json"
@@ -51,27 +47,6 @@ _OWN_NAMES = re.compile(
     r"^(run\.json|results\.json|report\.md|states|figures|\.posdebias\.lock"
     r"|(observations|records|generations)(\.rank\d+)?\.jsonl)\Z"
 )
-
-
-class PersistentObservationCache(ObservationCache):
-    """An observation cache that also appends every new observation to a JSONL log."""
-
-    def __init__(self, log: JsonlAppender | None = None) -> None:
-        super().__init__()
-        self._log = log
-
-    def load(self, paths: list[Path]) -> int:
-        """Read earlier observation logs (all ranks); returns how many were loaded."""
-        for path in paths:
-            for row in read_jsonl_records(path):
-                check_observation_row(row)
-                self._store[row["key"]] = Observation.from_dict(row["observation"])
-        return len(self._store)
-
-    def put(self, key: str, observation: Observation) -> None:
-        super().put(key, observation)
-        if self._log is not None:
-            self._log.append({"key": key, "observation": observation.to_dict()})
 
 
 def differing(saved: Mapping[str, Any], now: Mapping[str, Any], where: str = "") -> list[str]:

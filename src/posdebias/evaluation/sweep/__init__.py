@@ -44,7 +44,7 @@ from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
 from posdebias.evaluation.job import Prepared, build_adapter, identity_reader
 from posdebias.evaluation.preset import resolve_preset
-from posdebias.evaluation.store import PersistentObservationCache
+from posdebias.evaluation.runner import ObservationCache
 from posdebias.evaluation.sweep.outputs import (
     COLUMNS,
     figure_files,
@@ -221,7 +221,7 @@ def _run_points(
     log = open_log(directory.folder.path(OBSERVATIONS_FILE))
     generation_log = None
     try:
-        cache = PersistentObservationCache(log)
+        cache = ObservationCache(log)
         cache.load([directory.folder.path(OBSERVATIONS_FILE)])  # not made again after a kill
         decisions = DecisionCache()
         if config.decoders:
