@@ -693,6 +693,25 @@ def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["images", "pride.json"]
 
 
+def test_a_tilde_is_the_home_folder_at_every_door(tmp_path, monkeypatch, capsys):
+    """`--benchmark "~/b"` (quoted: no shell expands it) and `benchmark: ~/b` in a config file
+    said "does not exist", while a harness and load_adapter expanded it."""
+    from posdebias.integrations.harness import HarnessConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    bench = build_shapes_benchmark(tmp_path / "b", count=6, n=3)
+    relative = "~/" + str(bench.relative_to(tmp_path))
+    args = [*SIMULATED, "--count", "2", "--calibration-count", "2"]
+    code, _, err = run(["evaluate", *args, "--benchmark", relative, "--out", "~/run1"], capsys)
+    assert code == 0 and (tmp_path / "run1" / "results.json").is_file(), err
+    config = tmp_path / "c.yaml"
+    config.write_text(f"benchmark: {relative}\nout: ~/run2\n")
+    code, _, err = run(["evaluate", *args, "--config", config], capsys)
+    assert code == 0 and (tmp_path / "run2" / "results.json").is_file(), err
+    cache = HarnessConfig(pretrained="m", cache_dir="~/cache").cache_dir
+    assert cache == str(tmp_path / "cache")
+
+
 @pytest.mark.parametrize("seed", [True, 1000.0, 3.0, "3", -1])
 def test_a_harness_reads_its_numbers_as_a_config_file_does(seed):
     """lm-eval and lmms-eval turn `seed=true` into True and `seed=1e3` into 1000.0; a config

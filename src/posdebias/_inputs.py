@@ -273,18 +273,21 @@ def path_problem(path: str | os.PathLike[str]) -> str | None:
 
 
 def _usable_path(value: Any) -> Any:
-    problem = path_problem(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(value, str | os.PathLike):
+        return value  # the field's type refuses it
+    problem = path_problem(value)
     if problem is not None:
         raise ValueError(problem)
-    return value
+    return os.path.expanduser(value)  # ~ is the home folder at every door, as in a shell
 
 
 def usable_path(path: str | os.PathLike[str], what: str) -> Path:
-    """``path`` checked as a config file's (:func:`path_problem`), or InputError naming ``what``."""
-    problem = path_problem(path)
-    if problem is not None:
-        raise InputError(f"{what}: {problem}")
-    return Path(path)
+    """``path`` checked as a config file's (:func:`path_problem`, ``~`` expanded), or
+    InputError naming ``what``."""
+    try:
+        return Path(_usable_path(path))
+    except ValueError as exc:
+        raise InputError(f"{what}: {exc}") from None
 
 
 #: A path or a model id in a config file: refused by validation when no file system could

@@ -54,10 +54,12 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
-        problem = path_problem(arg_string) if action.type is Path else None
+        if action.type is not Path:
+            return super()._get_value(action, arg_string)
+        problem = path_problem(arg_string)
         if problem is not None:
             raise argparse.ArgumentError(action, problem)
-        return super()._get_value(action, arg_string)
+        return Path(arg_string).expanduser()  # also where no shell expanded it ("~/x")
 
     def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)
