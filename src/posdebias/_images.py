@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from posdebias._inputs import IMAGE_FILE_LIMIT, check_regular_file, excerpt
+from posdebias._inputs import IMAGE_FILE_LIMIT, check_regular_file
 from posdebias.errors import InputError
 
 #: Pillow format names we open; anything else is refused.
@@ -49,7 +49,7 @@ def open_image(
     from PIL import Image, ImageFile, UnidentifiedImageError
 
     check_regular_file(path, f"{what} file", limit=IMAGE_FILE_LIMIT, error=InputError)
-    source, shown = Path(path), excerpt(os.fspath(path))
+    source, shown = Path(path), repr(os.fspath(path))  # whole, quoted, escaped
     cap = max_image_pixels()
     try:
         with warnings.catch_warnings():

@@ -316,7 +316,7 @@ def check_regular_file(
 ) -> None:
     """Refuse ``path`` unless it is a usable path (:func:`path_problem`) of a regular file of
     at most ``limit`` bytes (for files that a library opens itself, such as images)."""
-    problem, shown = path_problem(path), excerpt(os.fspath(path))
+    problem, shown = path_problem(path), repr(os.fspath(path))  # whole, quoted, escaped
     if problem is not None:
         raise error(f"{what}: {problem}")
     try:
