@@ -647,6 +647,20 @@ def test_a_build_refused_at_its_out_leaves_the_shapes_root_as_it_was(tmp_path, c
     assert after == before
 
 
+@pytest.mark.parametrize("command", ["lmms-eval-task", "lm-eval-task"])
+@pytest.mark.parametrize("below", [False, True])
+def test_a_task_writer_given_a_file_as_its_folder_says_so(tmp_path, capsys, command, below):
+    """It said "File exists. Choose another output location or free space."."""
+    bench = build_shapes_benchmark(tmp_path / "b", count=6, n=3)
+    taken = tmp_path / "f.txt"
+    taken.write_text("mine")
+    out = taken / "sub" if below else taken
+    code, err = cli(capsys, command, "--benchmark", bench, "--out", out, "--name", "t")
+    expected = "a part of the path is a file, not a folder" if below else "a file stands where"
+    assert code == 2 and expected in err and "free space" not in err, err
+    assert taken.read_text() == "mine"
+
+
 # -- 3. multi-file outputs appear together or not at all -------------------------------------
 
 

@@ -28,13 +28,18 @@ _WHY: dict[int | None, str] = {
     errno.ENOSPC: "the disk is full",
     errno.EFBIG: "the file system refuses a larger file (a disk quota or file-size limit)",
     errno.ELOOP: "it is a symbolic link, and posdebias does not write through links",
+    errno.EEXIST: "a file stands where a folder is needed",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
     **dict.fromkeys((errno.EACCES, errno.EPERM, errno.EROFS), "permission denied"),
 }
 
 
 def _output_error(path: Path, exc: OSError) -> OutputError:
     why = _WHY.get(exc.errno) or exc.strerror or str(exc)
-    return OutputError(f"cannot write {path}: {why}. Choose another output location or free space.")
+    full = exc.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", None))
+    return OutputError(
+        f"cannot write {path}: {why}. Choose another output location{' or free space' * full}."
+    )
 
 
 def cache_root() -> Path:
