@@ -104,6 +104,7 @@ def test_text_candidates_and_in_memory_images_serialise():
         (lambda r: r.update(images="abcd"), "images must be a list, got str"),
         (lambda r: r["predictions"]["vanilla"].pop("scores"), r"misses field\(s\) \['scores'\]"),
         (lambda r: r["predictions"]["vanilla"].update(extra=1), r"unknown field\(s\) \['extra'\]"),
+        (lambda r: r.update(extra=1), r"ranking record has unknown field\(s\) \['extra'\]"),
         (lambda r: r["predictions"]["vanilla"].update(choice=9), "choice 9 is out of range"),
         (lambda r: r["predictions"]["vanilla"].update(scores=["x"] * 4), "must be numeric"),
     ],

@@ -30,7 +30,7 @@ from posdebias._threads import check_threads, torch_threads
 from posdebias.adapters.base import Adapter
 from posdebias.calibrators.base import Calibrator
 from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
-from posdebias.core.observation import Evidence, Prediction
+from posdebias.core.observation import Evidence, Prediction, record_fields
 from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
 from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
@@ -189,13 +189,8 @@ class Ranking:
     def from_dict(cls, payload: Any) -> Ranking:
         """The ranking :meth:`to_dict` wrote (images come back as the text it wrote);
         an ObservationError names what a damaged record lacks."""
-        if not isinstance(payload, dict):
-            raise ObservationError(
-                f"a ranking record must be a JSON object, got {type(payload).__name__}"
-            )
-        missing = sorted(_RANKING_FIELDS - set(payload))
-        if missing:
-            raise ObservationError(f"ranking record misses field(s) {missing}")
+        known = _RANKING_FIELDS | {"choice", "order", "probabilities"}  # derived, for readers
+        payload = record_fields("ranking", payload, known, _RANKING_FIELDS)
         for name in ("images", "texts"):
             if not isinstance(payload[name], list):
                 raise ObservationError(

@@ -243,7 +243,7 @@ class Observation:
             raise ObservationError(f"observation record misses field {exc.args[0]!r}") from exc
 
 
-def _record_fields(kind: str, payload: Any, known: set[str], required: set[str]) -> dict[str, Any]:
+def record_fields(kind: str, payload: Any, known: set[str], required: set[str]) -> dict[str, Any]:
     """The fields of a record read back from JSON: a mapping with every ``required`` key and
     none outside ``known`` (an ObservationError naming what is wrong)."""
     if not isinstance(payload, dict):
@@ -318,7 +318,7 @@ class Evidence:
     @classmethod
     def from_dict(cls, payload: Any) -> Evidence:
         """The evidence :meth:`to_dict` wrote (absent fields are None)."""
-        fields = _record_fields("evidence", payload, set(cls.__dataclass_fields__), set())
+        fields = record_fields("evidence", payload, set(cls.__dataclass_fields__), set())
         return cls(**fields)
 
 
@@ -367,7 +367,7 @@ class Prediction:
     @classmethod
     def from_dict(cls, payload: Any) -> Prediction:
         """The prediction :meth:`to_dict` wrote."""
-        fields = _record_fields(
+        fields = record_fields(
             "prediction",
             payload,
             {"scores", "choice", "evidence", "probabilities", "ranking"},
