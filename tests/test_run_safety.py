@@ -630,23 +630,6 @@ def test_staging_folders_of_a_killed_shapes_build_are_cleaned(tmp_path, capsys):
     assert not stale.exists() and live.exists() and foreign.exists()
 
 
-@pytest.mark.parametrize("existing", [False, True])
-def test_a_build_refused_at_its_out_leaves_the_shapes_root_as_it_was(tmp_path, capsys, existing):
-    """The shapes root was swapped in before --out was refused: a new root stayed behind (14
-    entries), though a failed build leaves no output."""
-    root, taken = tmp_path / "R", tmp_path / "f.txt"
-    if existing:
-        assert cli(capsys, *_shapes(root, tmp_path / "first"))[0] == 0
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    taken.write_text("mine")
-    code, err = cli(capsys, "build", "--source", "shapes", "--root", root, "--count", "4",
-                    "--shapes-seed", "7", "--out", taken)  # fmt: skip
-    assert code == 2 and "is a file" in err
-    assert taken.read_text() == "mine"
-    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p != taken)
-    assert after == before
-
-
 @pytest.mark.parametrize("command", ["lmms-eval-task", "lm-eval-task"])
 @pytest.mark.parametrize("below", [False, True])
 def test_a_task_writer_given_a_file_as_its_folder_says_so(tmp_path, capsys, command, below):

@@ -129,7 +129,6 @@ class StagedFolder:
     def __init__(self, target: Path, folder: Path, *, staged: bool) -> None:
         self.target, self.folder, self.staged = target, folder, staged
         self._old: Path | None = None
-        self._created = False  # commit(keep_old=True) made the target: rollback removes it
 
     def commit(self, *, keep_old: bool = False) -> None:
         """Rename the staged folder into place. The old folder there is removed, or with
@@ -153,16 +152,11 @@ class StagedFolder:
                     shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(self.folder, self.target)
-                self._created = keep_old
         except OSError as exc:
             raise _output_error(self.target, exc) from exc
 
     def rollback(self) -> None:
-        """Put back what the target was before :meth:`commit` (a later step failed): the
-        folder it replaced, or nothing where there was none."""
-        if self._created:
-            shutil.rmtree(self.target, ignore_errors=True)
-            self._created = False
+        """Put back the folder :meth:`commit` replaced (a later step failed)."""
         if self._old is None:
             return
         with contextlib.suppress(OSError):
