@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -362,7 +363,15 @@ def test_tampered_run_logs_are_refused_not_trusted(finished_run, tmp_path, capsy
 
 
 @pytest.mark.parametrize(
-    "row", [[1], {"key": 5, "observation": {}}, {"observation": {}}, {"key": "k", "observation": 3}]
+    "row",
+    [
+        [1],
+        {"key": 5, "observation": {}},
+        {"observation": {}},
+        {"key": "k", "observation": 3},
+        {"key": "k", "observation": {}},  # these two said only what the observation lacked
+        {"key": "k", "observation": {"label_logprobs": [0.0, 0.0, 0.0, 0.0]}},
+    ],
 )
 def test_tampered_observation_logs_are_refused(finished_run, tmp_path, capsys, row):
     out = tmp_path / "run"
@@ -371,7 +380,8 @@ def test_tampered_observation_logs_are_refused(finished_run, tmp_path, capsys, r
     lines[0] = json.dumps(row)
     (out / "observations.jsonl").write_text("\n".join(lines))
     code, _, err = run(["evaluate", *SIMULATED, "--count", "3", "--out", out, "--resume"], capsys)
-    assert code == 2 and "a run log record is corrupt" in err
+    assert code == 2 and "observations.jsonl: record 1: a run log record is corrupt" in err, err
+    assert err.rstrip().endswith("run again without --resume"), err
 
 
 # plugins that break the contract ------------------------------------------------------------------
@@ -455,6 +465,21 @@ def test_a_raising_plugin_calibrator_is_named(capsys):
     assert code in (1, 2)
     assert "calibrator 'exploding' from plugin 'acme-calibrators'" in err
     assert "ZeroDivisionError: oops" in err
+    # ranking names it too (it was Python's own error: "internal error" on the command line)
+    from posdebias import Debiaser
+    from posdebias.adapters.families.synthetic import SyntheticAdapter
+    from posdebias.errors import PluginError
+
+    debiaser = Debiaser(SyntheticAdapter(), ["vanilla", "exploding"])
+    for ask in (
+        lambda: debiaser.rank("q", list("abcd")),
+        lambda: list(debiaser.rank_many([("q", list("abcd"))])),
+    ):
+        with pytest.raises(
+            PluginError,
+            match="'exploding' from plugin 'acme-calibrators' failed on query .*: oops",
+        ):
+            ask()
 
 
 def test_jsonl_lines_split_on_newline_only():
@@ -710,6 +735,17 @@ def test_a_tilde_is_the_home_folder_at_every_door(tmp_path, monkeypatch, capsys)
     assert code == 0 and (tmp_path / "run2" / "results.json").is_file(), err
     cache = HarnessConfig(pretrained="m", cache_dir="~/cache").cache_dir
     assert cache == str(tmp_path / "cache")
+    # a ~ no home folder is known for: refused at every door (an internal error on the
+    # command line, a literal folder "~nosuchuser" from a config file)
+    unknown = "~posdebias-no-such-user/x"
+    code, _, err = run(["evaluate", *args, "--out", unknown], capsys)
+    assert code == 2 and "no home folder is known" in err, err
+    config.write_text(f"out: {unknown}\n")
+    code, _, err = run(["evaluate", *args, "--config", config], capsys)
+    assert code == 2 and "no home folder is known" in err, err
+    with pytest.raises(ValueError, match="no home folder is known"):
+        HarnessConfig(pretrained="m", cache_dir=unknown)
+    assert not list(tmp_path.glob("~*")) and not list(Path.cwd().glob("~posdebias*"))
 
 
 @pytest.mark.parametrize("seed", [True, 1000.0, 3.0, "3", -1])

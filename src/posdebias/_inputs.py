@@ -264,11 +264,14 @@ def path_name_problem(name: str | os.PathLike[str]) -> str | None:
 
 def path_problem(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` names no usable file or folder (None if it does), the rule of every door:
-    empty (``Path("")`` is the current folder) or no file system can hold it."""
+    empty (``Path("")`` is the current folder), no file system can hold it, or a ``~`` no
+    home folder is known for."""
     text = os.fspath(path)
     if not text.strip():
         return "an empty path: name a file or folder"
     problem = path_name_problem(text)
+    if problem is None and text.startswith("~") and os.path.expanduser(text).startswith("~"):
+        problem = "starts with ~, but no home folder is known for it (an unknown user, no HOME)"
     return None if problem is None else f"the path {excerpt(text)} {problem}"
 
 

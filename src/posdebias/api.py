@@ -33,7 +33,8 @@ from posdebias.core.instance import TASK_KINDS, ImageRef, Instance, image_key
 from posdebias.core.observation import Evidence, Prediction, record_fields
 from posdebias.core.state import CalibrationState, calibration_error
 from posdebias.core.tasks import TEXT_TASKS
-from posdebias.errors import Advice, CalibrationError, InputError, ObservationError
+from posdebias.errors import Advice, CalibrationError, InputError, ObservationError, PluginError
+from posdebias.evaluation.plugins import failure_message, third_party_origin
 from posdebias.evaluation.runner import (
     ObservationCache,
     check_calibration_size,
@@ -746,19 +747,27 @@ class Debiaser:
             )
         observations = {id(v): o for v, o in zip(wanted, observed, strict=True)}
         rankings = []
-        for instance, plan, explained in zip(instances, plans, explain, strict=True):
+        for instance, plan, shown in zip(instances, plans, explain, strict=True):
             states = states_by_use[(instance.n, instance.task)]
-            predictions = {
-                label: predict_view(
-                    calibrator,
-                    states[label],
-                    instance,
-                    plan[label],
-                    observations,
-                    explain=explained,
-                )[0]
-                for label, calibrator in self.calibrators.items()
-            }
+            predictions = {}
+            for label, calibrator in self.calibrators.items():
+                try:
+                    predictions[label], _ = predict_view(
+                        calibrator,
+                        states[label],
+                        instance,
+                        plan[label],
+                        observations,
+                        explain=shown,
+                    )
+                except Exception as exc:  # a plugin's calibrator: named, as evaluate names it
+                    origin = third_party_origin("calibrator", calibrator)
+                    if origin is None:
+                        raise  # posdebias's own: a bug, reported as such
+                    where = f"on query {instance.id!r}"
+                    raise PluginError(
+                        failure_message("calibrator", calibrator.name, origin, exc, where)
+                    ) from exc
             rankings.append(
                 Ranking(
                     query=instance.stem,

@@ -103,7 +103,7 @@ def gguf_source(model_id_or_path: str | os.PathLike[str]) -> GGUFSource | None:
 
     A file that is not a GGUF file (by its magic bytes) is refused: the only single-file models
     posdebias loads are GGUF files; everything else is a model folder or a hub id."""
-    path = Path(os.fspath(model_id_or_path)).expanduser()
+    path = Path(os.path.expanduser(os.fspath(model_id_or_path)))
     if not path.is_file():
         return None
     try:
@@ -165,7 +165,7 @@ def _resolve_source(model_id_or_path: str | os.PathLike[str], revision: str | No
     bundled = get_registry().bundled_model(text)
     if bundled is not None:  # shipped inside a package: no hub lookup
         return str(bundled.path)
-    path = Path(text).expanduser()
+    path = Path(os.path.expanduser(text))
     if path.exists():
         if not (path / "config.json").is_file():
             raise InputError(

@@ -1163,7 +1163,7 @@ class ServerAdapter(Adapter):
 
 
 def _local_tokenizer(folder: str) -> Any:
-    path = Path(folder).expanduser()
+    path = Path(os.path.expanduser(folder))
     if not path.is_dir():
         raise InputError(f"tokenizer folder {excerpt(folder)} does not exist")
     from transformers import AutoTokenizer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -59,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
         problem = path_problem(arg_string)
         if problem is not None:
             raise argparse.ArgumentError(action, problem)
-        return Path(arg_string).expanduser()  # also where no shell expanded it ("~/x")
+        return Path(os.path.expanduser(arg_string))  # also where no shell expanded it ("~/x")
 
     def error(self, message: str) -> NoReturn:  # argparse's usage errors: exit 2, one clear line
         self.print_usage(sys.stderr)

@@ -18,7 +18,8 @@ NO_ANSWER = -1
 _FIX = "delete the run directory (or the log) and run again without --resume"
 
 
-def _corrupt(what: str) -> ResumeError:
+def corrupt(what: str) -> ResumeError:
+    """A run log record this version did not write (``what`` says how), and what to do."""
     return ResumeError(f"a run log record is corrupt ({what}); {_FIX}")
 
 
@@ -26,7 +27,7 @@ def _int_list(value: Any, name: str) -> list[int]:
     if not isinstance(value, list) or not all(
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
-        raise _corrupt(f"{name} must be a list of integers, got {excerpt(value, 40)}")
+        raise corrupt(f"{name} must be a list of integers, got {excerpt(value, 40)}")
     return value
 
 
@@ -41,33 +42,33 @@ def check_record_row(row: Any) -> None:
     decoder, T choices in range (a decoder's -1: no valid answer) and the candidates they
     show."""
     if not isinstance(row, Mapping):
-        raise _corrupt(f"expected an object, got {type(row).__name__}")
+        raise corrupt(f"expected an object, got {type(row).__name__}")
     chosen = chosen_key(row)
     for key in ("instance_id", "orders", "targets", "choices", chosen):
         if key not in row:
-            raise _corrupt(f"missing {key!r}")
+            raise corrupt(f"missing {key!r}")
     if not isinstance(row["instance_id"], str) or not row["instance_id"]:
-        raise _corrupt(f"instance_id must be a string, got {excerpt(row['instance_id'], 40)}")
+        raise corrupt(f"instance_id must be a string, got {excerpt(row['instance_id'], 40)}")
     orders = row["orders"]
     if not isinstance(orders, list) or not orders:
-        raise _corrupt("orders must be a non-empty list")
+        raise corrupt("orders must be a non-empty list")
     n = None
     for order in orders:
         order = _int_list(order, "an order")
         n = n or len(order)
         if sorted(order) != list(range(n)):
-            raise _corrupt(f"order {excerpt(order, 40)} is not a permutation of 0..{n - 1}")
+            raise corrupt(f"order {excerpt(order, 40)} is not a permutation of 0..{n - 1}")
     assert n is not None
     targets = _int_list(row["targets"], "targets")
     if len(targets) != len(orders) or any(not 0 <= t < n for t in targets):
-        raise _corrupt(f"targets {excerpt(targets, 40)} do not fit {len(orders)} orders of N={n}")
+        raise corrupt(f"targets {excerpt(targets, 40)} do not fit {len(orders)} orders of N={n}")
     for name in ("choices", chosen):
         if not isinstance(row[name], Mapping):
-            raise _corrupt(f"{name} must be an object of calibrator labels")
+            raise corrupt(f"{name} must be an object of calibrator labels")
     for label, choices in row["choices"].items():
         choices = _int_list(choices, f"choices of {excerpt(label, 40)}")
         if len(choices) != len(orders) or any(not NO_ANSWER <= c < n for c in choices):
-            raise _corrupt(
+            raise corrupt(
                 f"choices of {excerpt(label, 40)} do not fit {len(orders)} orders of N={n}"
             )
         shown = row[chosen].get(label)
@@ -76,7 +77,7 @@ def check_record_row(row: Any) -> None:
             for order, c in zip(orders, choices, strict=True)
         ]
         if shown != expected:
-            raise _corrupt(f"{chosen} of {excerpt(label, 40)} disagree with its choices")
+            raise corrupt(f"{chosen} of {excerpt(label, 40)} disagree with its choices")
     _check_rankings(row, len(orders), n, chosen)
     ties = row.get("ties")
     if ties is not None and not (
@@ -89,7 +90,7 @@ def check_record_row(row: Any) -> None:
             for label, flags in ties.items()
         )
     ):
-        raise _corrupt("ties must hold, per row label with choices, one true/false per order")
+        raise corrupt("ties must hold, per row label with choices, one true/false per order")
 
 
 def _check_rankings(row: Mapping[str, Any], orders: int, n: int, chosen: str) -> None:
@@ -99,15 +100,15 @@ def _check_rankings(row: Mapping[str, Any], orders: int, n: int, chosen: str) ->
     if rankings is None:
         return
     if not isinstance(rankings, Mapping):
-        raise _corrupt("rankings must be an object of calibrator labels")
+        raise corrupt("rankings must be an object of calibrator labels")
     for label, ranked in rankings.items():
         images = row[chosen].get(label)
         if images is None or not isinstance(ranked, list) or len(ranked) != orders:
-            raise _corrupt(f"rankings of {excerpt(label, 40)} do not fit its choices")
+            raise corrupt(f"rankings of {excerpt(label, 40)} do not fit its choices")
         for ranking, image in zip(ranked, images, strict=True):
             ranking = _int_list(ranking, f"a ranking of {excerpt(label, 40)}")
             if sorted(ranking) != list(range(n)) or ranking[0] != image:
-                raise _corrupt(f"a ranking of {excerpt(label, 40)} is no ranking of its choice")
+                raise corrupt(f"a ranking of {excerpt(label, 40)} is no ranking of its choice")
 
 
 def truth_problem(
@@ -134,6 +135,6 @@ def truth_problem(
 def check_observation_row(row: Any) -> None:
     """An observation log row: a string key and an observation object."""
     if not isinstance(row, Mapping):
-        raise _corrupt(f"expected an object, got {type(row).__name__}")
+        raise corrupt(f"expected an object, got {type(row).__name__}")
     if not isinstance(row.get("key"), str) or not isinstance(row.get("observation"), Mapping):
-        raise _corrupt("an observation row needs a string 'key' and an 'observation' object")
+        raise corrupt("an observation row needs a string 'key' and an 'observation' object")

@@ -37,11 +37,12 @@ from posdebias.core.instance import (
 from posdebias.core.observation import Observation, Prediction, tie_broken, tie_label_wins
 from posdebias.core.state import CalibrationState
 from posdebias.core.symmetry import symmetrized_calibration_set
-from posdebias.errors import InputError, PluginError, PosdebiasError, ResumeError
+from posdebias.errors import InputError, ObservationError, PluginError, PosdebiasError, ResumeError
 from posdebias.evaluation.logcheck import (
     check_observation_row,
     check_record_row,
     chosen_key,
+    corrupt,
     truth_problem,
 )
 from posdebias.evaluation.metrics import Metrics, compute_metrics
@@ -191,8 +192,14 @@ class ObservationCache(LoggedStore[Observation]):
         self.passes = 0
 
     def read(self, row: Any, where: str) -> Observation:
-        check_observation_row(row)
-        return Observation.from_dict(row["observation"])
+        try:
+            check_observation_row(row)
+            return Observation.from_dict(row["observation"])
+        except ObservationError as exc:  # written by no version of ours: an edited log
+            problem = corrupt(str(exc))
+        except ResumeError as exc:
+            problem = exc
+        raise ResumeError(f"{where}: {problem}")
 
     def seconds_per_pass(self) -> float | None:
         """Mean wall seconds of one forward pass run in this process; None before any."""

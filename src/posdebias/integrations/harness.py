@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -351,7 +352,7 @@ class HarnessDebiaser:
             self._record({"source": "none", "calibrators": list(self.debiaser.calibrators)})
             return
         assert source is not None
-        path = Path(source).expanduser()
+        path = Path(os.path.expanduser(source))
         if source != FROM_TASK and path.exists() and not _is_benchmark(path):
             self._load_saved(path)
             return
@@ -450,7 +451,7 @@ class HarnessDebiaser:
             ).encode()
         ).hexdigest()[:16]
         base = (
-            Path(self.config.cache_dir).expanduser()
+            Path(os.path.expanduser(self.config.cache_dir))
             if self.config.cache_dir
             else cache_root() / "harness"
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -530,7 +531,7 @@ def resolve_chat_template(value: str, tokenizer: Any) -> str:
         )
     if "{{" in value or "{%" in value:
         return value
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))
     if path_problem(path) is not None or not path.is_file():  # a long text is no file name
         raise InputError(
             f"chat_template {excerpt(value)} is not a Jinja template (no '{{{{' or '{{%'), not "
