@@ -721,6 +721,7 @@ def test_an_empty_path_from_python_or_a_harness_is_refused(tmp_path, monkeypatch
 def test_a_tilde_is_the_home_folder_at_every_door(tmp_path, monkeypatch, capsys):
     """`--benchmark "~/b"` (quoted: no shell expands it) and `benchmark: ~/b` in a config file
     said "does not exist", while a harness and load_adapter expanded it."""
+    from posdebias._images import open_image
     from posdebias.integrations.harness import HarnessConfig
 
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -735,6 +736,8 @@ def test_a_tilde_is_the_home_folder_at_every_door(tmp_path, monkeypatch, capsys)
     assert code == 0 and (tmp_path / "run2" / "results.json").is_file(), err
     cache = HarnessConfig(pretrained="m", cache_dir="~/cache").cache_dir
     assert cache == str(tmp_path / "cache")
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")  # every image opened (Debiaser.rank's)
+    assert open_image("~/a.png").size == (8, 8)
     # a ~ no home folder is known for: refused at every door (an internal error on the
     # command line, a literal folder "~nosuchuser" from a config file)
     unknown = "~posdebias-no-such-user/x"

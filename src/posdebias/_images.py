@@ -48,8 +48,9 @@ def open_image(
     """
     from PIL import Image, ImageFile, UnidentifiedImageError
 
+    path = os.path.expanduser(path)  # ~ is the home folder, as at every door
     check_regular_file(path, f"{what} file", limit=IMAGE_FILE_LIMIT, error=InputError)
-    source, shown = Path(path), repr(os.fspath(path))  # whole, quoted, escaped
+    source, shown = Path(path), repr(path)  # whole, quoted, escaped
     cap = max_image_pixels()
     try:
         with warnings.catch_warnings():
