@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -352,7 +351,7 @@ class HarnessDebiaser:
             self._record({"source": "none", "calibrators": list(self.debiaser.calibrators)})
             return
         assert source is not None
-        path = Path(os.path.expanduser(source))
+        path = Path(source)  # ~ expanded by the settings' validation
         if source != FROM_TASK and path.exists() and not _is_benchmark(path):
             self._load_saved(path)
             return
@@ -450,11 +449,7 @@ class HarnessDebiaser:
                 default=str,
             ).encode()
         ).hexdigest()[:16]
-        base = (
-            Path(os.path.expanduser(self.config.cache_dir))
-            if self.config.cache_dir
-            else cache_root() / "harness"
-        )
+        base = Path(self.config.cache_dir) if self.config.cache_dir else cache_root() / "harness"
         folder = base / f"calibration-{key}"
         if self.rank == 0:
             shared = _shared_calibration_folder(folder)  # refused before any fit
