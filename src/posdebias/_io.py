@@ -10,7 +10,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +126,17 @@ class StagedFolder:
     what the target held (a shapes root other benchmarks are built on). ``staged`` False:
     the target already holds what was wanted (``folder`` is the target), nothing to swap."""
 
-    def __init__(self, target: Path, folder: Path, *, staged: bool) -> None:
+    def __init__(
+        self,
+        target: Path,
+        folder: Path,
+        *,
+        staged: bool,
+        replaceable: Callable[[Path], None] | None = None,
+    ) -> None:
         self.target, self.folder, self.staged = target, folder, staged
+        #: raises unless what stands at the target may be replaced, checked at the swap
+        self.replaceable = replaceable
         self._old: Path | None = None
 
     def commit(self, *, keep_old: bool = False) -> None:
@@ -135,6 +144,8 @@ class StagedFolder:
         ``keep_old`` kept aside until :meth:`discard` (so that :meth:`rollback` restores it)."""
         if not self.staged or not self.folder.exists():
             return
+        if self.replaceable is not None:
+            self.replaceable(self.target)
         try:
             if self.target.exists():
                 old = make_staging_dir(self.target)

@@ -206,3 +206,35 @@ def test_a_huge_count_on_a_small_space_is_refused_at_once():
     with pytest.raises(BenchmarkError, match="gives only about 4 distinct captions"):
         sample_unique_attributes(100_000, 0, space)
     assert time.perf_counter() - started < 10
+
+
+@pytest.mark.parametrize("meanwhile", ["a folder of the user's", "a file", "the same dataset"])
+def test_a_root_made_while_a_build_stages_is_checked_again_at_the_swap(tmp_path, meanwhile):
+    """The root was checked only before staging: a folder the user made meanwhile was moved
+    aside at the swap and deleted with the staging leftovers."""
+    from posdebias.benchmarks.shapes import stage_shapes_dataset
+
+    root = tmp_path / "R"
+    staged = stage_shapes_dataset(root, 4, seed=3)
+    if meanwhile == "a folder of the user's":
+        root.mkdir()
+        (root / "mine.txt").write_text("precious")
+    elif meanwhile == "a file":
+        root.write_text("precious")
+    else:  # another build of the same settings finished first: replacing it is harmless
+        generate_shapes_dataset(root, 4, seed=3)
+    try:
+        if meanwhile == "the same dataset":
+            staged.commit(keep_old=True)
+        else:
+            with pytest.raises(BenchmarkError, match="shapes"):
+                staged.commit(keep_old=True)
+    finally:
+        staged.discard()
+    if meanwhile == "a folder of the user's":
+        assert sorted(p.name for p in root.iterdir()) == ["mine.txt"]
+    elif meanwhile == "a file":
+        assert root.read_text() == "precious"
+    else:
+        assert len(list((root / "images").iterdir())) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R"]  # no staging folder left

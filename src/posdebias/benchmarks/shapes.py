@@ -470,30 +470,15 @@ def stage_shapes_dataset(
     existing = existing_dataset_info(target) if target.exists() else None
     if existing == info:  # the same dataset: nothing to write
         return StagedFolder(target, target, staged=False)
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise BenchmarkError(
-            f"{target} is a file or a link; --root must be a folder for --source shapes"
-        )
-    if target.exists() and any(target.iterdir()):
-        if existing is None:
-            raise BenchmarkError(
-                f"{target} is not empty and is not a shapes dataset; choose an empty or new "
-                "folder as --root for --source shapes"
-            )
-        foreign = _foreign_files(target)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise BenchmarkError(
-                f"{target} holds files that are not part of the shapes dataset ({shown}); "
-                "posdebias replaces only what it made: move them, or choose another --root"
-            )
+    _check_replaceable(target)
     attributes = sample_unique_attributes(count, seed, space)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = make_staging_dir(target)
     except OSError as exc:
         raise OutputError(f"cannot create {target}: {exc.strerror}") from exc
-    staged = StagedFolder(target, staging, staged=True)
+    # checked again as it is swapped in: a folder made there meanwhile is not replaced
+    staged = StagedFolder(target, staging, staged=True, replaceable=_check_replaceable)
     try:
         _write_dataset(staging, attributes, info, space, image_size)
     except OSError as exc:
@@ -503,6 +488,29 @@ def stage_shapes_dataset(
         staged.discard()
         raise
     return staged
+
+
+def _check_replaceable(target: Path) -> None:
+    """Refuse a ``target`` a shapes dataset may not replace: a file, a link, or a folder
+    holding anything but a shapes dataset (posdebias replaces only what it made)."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise BenchmarkError(
+            f"{target} is a file or a link; --root must be a folder for --source shapes"
+        )
+    if not target.exists() or not any(target.iterdir()):
+        return
+    if existing_dataset_info(target) is None:
+        raise BenchmarkError(
+            f"{target} is not empty and is not a shapes dataset; choose an empty or new "
+            "folder as --root for --source shapes"
+        )
+    foreign = _foreign_files(target)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise BenchmarkError(
+            f"{target} holds files that are not part of the shapes dataset ({shown}); "
+            "posdebias replaces only what it made: move them, or choose another --root"
+        )
 
 
 #: The marker file of a generated shapes folder (its generator settings).
