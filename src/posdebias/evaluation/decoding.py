@@ -20,7 +20,7 @@ from posdebias.core.instance import Instance
 from posdebias.decoders.base import Decision, Decoder
 from posdebias.decoders.generated import tie_label_of
 from posdebias.errors import OutputError
-from posdebias.evaluation.logcheck import NO_ANSWER  # an order without a valid answer
+from posdebias.evaluation.logcheck import NO_ANSWER, corrupt  # NO_ANSWER: no valid answer
 from posdebias.evaluation.runner import InstanceRecord, LoggedStore, observation_key
 
 
@@ -39,13 +39,10 @@ class DecisionCache(LoggedStore[Decision]):
 
     field = "decision"
 
-    def read(self, row: Any, where: str) -> Decision:
+    def read(self, row: Any) -> Decision:
         decision = _logged_decision(row)
         if decision is None:
-            raise OutputError(
-                f"{where} is not a decision this version wrote (the log was edited or "
-                "damaged); delete the run directory and start again without --resume"
-            )
+            raise corrupt("not a decision this version wrote")
         return decision
 
 

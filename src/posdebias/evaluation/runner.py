@@ -156,13 +156,16 @@ class LoggedStore(Generic[Value]):
         """Read earlier logs (all ranks); returns how many values are held."""
         for path in paths:
             for number, row in enumerate(read_jsonl_records(path), start=1):
-                self._store[row["key"]] = self.read(row, f"{path}: record {number}")
+                try:
+                    self._store[row["key"]] = self.read(row)
+                except ResumeError as exc:  # named where it stands, as every run log is
+                    raise ResumeError(f"{path}: record {number}: {exc}") from None
         return len(self._store)
 
     @abstractmethod
-    def read(self, row: Any, where: str) -> Value:
-        """The value of one log record, or an error naming ``where`` when this version did not
-        write it (an edited or damaged log)."""
+    def read(self, row: Any) -> Value:
+        """The value of one log record, or a ResumeError (:func:`corrupt`) when this version
+        did not write it (an edited or damaged log)."""
 
     def get(self, key: str) -> Value | None:
         return self._store.get(key)
@@ -191,15 +194,12 @@ class ObservationCache(LoggedStore[Observation]):
         self.pass_seconds = 0.0
         self.passes = 0
 
-    def read(self, row: Any, where: str) -> Observation:
+    def read(self, row: Any) -> Observation:
+        check_observation_row(row)
         try:
-            check_observation_row(row)
             return Observation.from_dict(row["observation"])
         except ObservationError as exc:  # written by no version of ours: an edited log
-            problem = corrupt(str(exc))
-        except ResumeError as exc:
-            problem = exc
-        raise ResumeError(f"{where}: {problem}")
+            raise corrupt(str(exc)) from None
 
     def seconds_per_pass(self) -> float | None:
         """Mean wall seconds of one forward pass run in this process; None before any."""
