@@ -140,11 +140,16 @@ def _image(value: Any, root: Path, problems: Problems, line: int) -> str | None:
     return relative
 
 
+def bare_answer(text: str) -> str:
+    """An answer without the brackets, full stop and spaces it may be written with."""
+    return text.strip().strip("().").strip()
+
+
 def answer_index(value: Any, n: int, *, base: int = 1, field: str = "answer") -> int:
     """The 0-based position an answer names: a letter (``B``, ``(b)``, ``B.``) or an index
     counted from ``base`` (a JSON integer or ASCII digits: 1 in posdebias's and lmms-eval's
     files, 0 in lm-eval's); InputError saying why not. The one reading of every door."""
-    text = value.strip().strip("().").strip() if isinstance(value, str) else None
+    text = bare_answer(value) if isinstance(value, str) else None
     if text is not None and len(text) == 1 and text.isascii() and text.isalpha():
         index, base = ord(text.upper()) - ord("A"), 0
     else:

@@ -39,6 +39,7 @@ from posdebias._inputs import check_whole_number
 from posdebias._rundir import RunFolder
 from posdebias._text import printable
 from posdebias.benchmarks.files import load_benchmark
+from posdebias.benchmarks.tasks import bare_answer
 from posdebias.core.instance import Instance, rotation_order
 from posdebias.core.labels import LABEL_SETS, get_label_set
 from posdebias.core.tasks import task_label_set, task_template
@@ -195,7 +196,7 @@ def _answer_like(answer: Any, position: int, base: int = 1) -> Any:
         return position + base
     text = str(answer)
     letter = chr(ord("A") + position)
-    stripped = text.strip().strip("().").strip()
+    stripped = bare_answer(text)
     if stripped.isdigit():
         return text.replace(stripped, str(position + base))
     return text.replace(stripped, letter if stripped.isupper() else letter.lower())
