@@ -198,9 +198,11 @@ def split_held_out(
             "--calibration-count; calibrate: --count) or give a separate calibration file."
         )
     chosen = set(np.random.default_rng(seed).choice(len(instances), count, replace=False).tolist())
-    return [inst for i, inst in enumerate(instances) if i in chosen], [
-        inst for i, inst in enumerate(instances) if i not in chosen
-    ]
+    calibration: list[Instance] = []
+    test: list[Instance] = []
+    for i, instance in enumerate(instances):  # file order kept in both
+        (calibration if i in chosen else test).append(instance)
+    return calibration, test
 
 
 def calibration_items(instances: list[Instance], count: int, seed: int) -> list[Instance]:
