@@ -31,9 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from posdebias._inputs import excerpt
-from posdebias._io import (
-    numbered_jsonl_records,
-)
+from posdebias._io import numbered_jsonl_records
 from posdebias._rundir import FORMAT_KEY, FORMAT_VERSION, RunFolder
 from posdebias.errors import OutputError, ResumeError
 from posdebias.evaluation.runner import InstanceRecord
