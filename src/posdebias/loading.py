@@ -400,7 +400,8 @@ def load_adapter(
             is used where the model's family takes it and ``options`` do not set it.
         **options: further adapter options (``end_token``, ``answer_prefix``, ...).
     """
-    named, _ = options.pop("model", None), usable_path(model_id_or_path, "the model")
+    usable_path(model_id_or_path, "the model")  # refused before anything is looked up
+    named = options.pop("model", None)
     if named is not None and os.fspath(named) != os.fspath(model_id_or_path):
         raise InputError(
             f"two models given: {os.fspath(model_id_or_path)!r} and the option model={named!r}"
