@@ -282,3 +282,16 @@ def main_without_latency(args) -> int:
         patch.setattr(synthetic, "time", SimpleNamespace(perf_counter=time.perf_counter,
                                                          sleep=lambda _seconds: None))  # fmt: skip
         return main([str(arg) for arg in args])
+
+
+def flat(value, prefix=""):
+    """{"a.b.0": number}: nested metrics as one flat mapping pytest.approx can compare."""
+    if isinstance(value, dict):
+        return {
+            k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()
+        }
+    if isinstance(value, list):
+        return {
+            k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}{i}.").items()
+        }
+    return {prefix.rstrip("."): value}

@@ -10,20 +10,7 @@ import json
 import pytest
 
 from golden import RUNS, path_of, run_metrics
-
-
-def flat(value, prefix=""):
-    """{"a.b.0": number}: nested metrics as one flat mapping pytest.approx can compare."""
-    if isinstance(value, dict):
-        return {
-            k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()
-        }
-    if isinstance(value, list):
-        return {
-            k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}{i}.").items()
-        }
-    return {prefix.rstrip("."): value}
-
+from helpers import flat
 
 #: The real models' runs load a GGUF file each: one worker runs them with the other real tests.
 REAL = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]

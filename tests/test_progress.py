@@ -86,9 +86,9 @@ def test_evaluate_into_a_file_prints_progress_lines_on_stderr(monkeypatch, capsy
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert lines, "no progress line"
-    pattern = (
-        r"evaluating: [\d,]+/40 instances, (\d+s so far|[\d.]+ instances/(s|min), "
-        r"about .+ left)"
+    pattern = (  # before the total is known (a slow start): "preparing"
+        r"evaluating: (preparing, \d+s so far|[\d,]+/40 instances, (\d+s so far|"
+        r"[\d.]+ instances/(s|min), about .+ left))"
     )
     assert all(re.fullmatch(pattern, line) for line in lines[:-1]), lines
     assert re.fullmatch(r"evaluating: 40/40 instances in .+", lines[-1])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import flat
 from posdebias.cli import main
 from posdebias.core.instance import Instance
 from posdebias.core.labels import get_label_set
@@ -142,8 +143,16 @@ def test_a_fresh_run_gives_the_older_runs_numbers(tmp_path):
     for name in ("vanilla", "attention_guided"):
         fresh = json.loads((out / "states" / f"{name}.json").read_text())
         older = json.loads((OLD / "run" / "states" / f"{name}.json").read_text())
-        assert {k: v for k, v in fresh.items() if k != "prompt_hash"} == {
-            k: v for k, v in older.items() if k != "prompt_hash"
+        fresh, older = (
+            flat({k: v for k, v in state.items() if k != "prompt_hash"}) for state in (fresh, older)
+        )
+        # the fitted numbers come from the organism's float32 forwards, whose last bits depend
+        # on the CPU's vector kernels (AVX2 and AVX-512 round differently): equal within float32
+        # rounding; every other field (names, N, layers, labels) exactly
+        assert fresh.keys() == older.keys()
+        assert fresh == {
+            key: pytest.approx(value, rel=1e-6, abs=1e-7) if isinstance(value, float) else value
+            for key, value in older.items()
         }
 
 
