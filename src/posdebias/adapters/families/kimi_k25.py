@@ -12,7 +12,7 @@ cached label steps are the model's own.
 from __future__ import annotations
 
 from posdebias._markers import register_hook
-from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
+from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 _CONTENT = "<|media_content|>"
 
@@ -23,21 +23,16 @@ class KimiK25Adapter(HFAdapter):
     name = "kimi_k25"
     model_types = ("kimi_k25",)
     summary = "Kimi K2.5 / K2.6 (media blocks <|media_begin|> ... <|media_end|>; DeepSeek-V3)"
+    marked_layout = "<|media_begin|>image<|media_content|> pads <|media_end|>"
 
-    def _block(self) -> tuple[int, int]:
+    def span_tokens(self) -> SpanTokens:
         config = self.model.config
-        return int(config.vision_start_token_id), int(config.vision_end_token_id)
+        start, end = int(config.vision_start_token_id), int(config.vision_end_token_id)
+        return SpanTokens(image=super().span_tokens().image, start=start, end=end)
 
     def image_token_ids(self) -> set[int]:
         """Tokens that only ever belong to an image: every one must lie in some span."""
-        return {self.tokens.image, *self._block(), self.vocabulary_id(_CONTENT)}
-
-    def image_spans(
-        self, input_ids: list[int], num_images: int, replacements: list[str] | None
-    ) -> list[ImageSpan]:
-        begin, end = self._block()
-        layout = "<|media_begin|>image<|media_content|> pads <|media_end|>"
-        return find_marked_spans(input_ids, {begin}, end, num_images, layout)
+        return {*super().image_token_ids(), self.vocabulary_id(_CONTENT)}
 
 
 posdebias_register_adapters = register_hook(KimiK25Adapter)

@@ -12,7 +12,7 @@ Positions are 1-D (RoPE over token indices).
 from __future__ import annotations
 
 from posdebias._markers import register_hook
-from posdebias.adapters.hf import HFAdapter, ImageSpan, find_marked_spans
+from posdebias.adapters.hf import HFAdapter, SpanTokens
 
 
 class Lfm2VlAdapter(HFAdapter):
@@ -21,18 +21,15 @@ class Lfm2VlAdapter(HFAdapter):
     name = "lfm2_vl"
     model_types = ("lfm2_vl",)
     summary = "LFM2-VL (convolution + attention layers; image blocks between start/end)"
+    marked_layout = "<|image_start|> tiles and thumbnail <|image_end|>"
+
+    def span_tokens(self) -> SpanTokens:
+        start, end = self.vocabulary_id("<|image_start|>"), self.vocabulary_id("<|image_end|>")
+        return SpanTokens(image=super().span_tokens().image, start=start, end=end)
 
     def image_token_ids(self) -> set[int]:
         """Tokens that only ever belong to an image: every one must lie in some span."""
-        markers = ("<|image_start|>", "<|image_end|>", "<|img_thumbnail|>")
-        return {self.tokens.image, *(self.vocabulary_id(m) for m in markers)}
-
-    def image_spans(
-        self, input_ids: list[int], num_images: int, replacements: list[str] | None
-    ) -> list[ImageSpan]:
-        start, end = self.vocabulary_id("<|image_start|>"), self.vocabulary_id("<|image_end|>")
-        layout = "<|image_start|> tiles and thumbnail <|image_end|>"
-        return find_marked_spans(input_ids, start, end, num_images, layout)
+        return {*super().image_token_ids(), self.vocabulary_id("<|img_thumbnail|>")}
 
 
 posdebias_register_adapters = register_hook(Lfm2VlAdapter)
