@@ -277,13 +277,10 @@ def _qwen_resources() -> Any:
     return resources
 
 
-def _qwen_backend(vocabulary: str) -> str:
-    """The converted BPE tokenizer of a real vocabulary, serialised (built once per process)."""
-    return _converted_ranks("qwen3.5" if vocabulary == "qwen3.5" else "qwen")
-
-
 @functools.cache
 def _converted_ranks(vocabulary: str) -> str:
+    """The converted BPE tokenizer of the Qwen ranks (``qwen3.5``, else ``qwen``: every
+    other real vocabulary), serialised (built once per process)."""
     from tokenizers import normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
@@ -342,7 +339,7 @@ def _real_backend(vocabulary: str, specials: tuple[str, ...]) -> str:
     its id (built once per process and set of specials)."""
     from tokenizers import AddedToken, Tokenizer
 
-    backend = Tokenizer.from_str(_qwen_backend(vocabulary))
+    backend = Tokenizer.from_str(_converted_ranks("qwen3.5" if vocabulary == "qwen3.5" else "qwen"))
     first_special = backend.get_vocab_size()
     backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     for offset, token in enumerate(specials):
