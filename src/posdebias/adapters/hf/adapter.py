@@ -678,12 +678,11 @@ class HFAdapter(Adapter):
     ) -> list[Observation]:
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
-        results: list[Observation | None] = [None] * len(instances)
+        results: dict[int, Observation] = {}
         for chunk in batch_groups(instances, batch_size, self.label_set):
             observed = self._observe_batch([instances[i] for i in chunk])
-            for index, observation in zip(chunk, observed, strict=True):
-                results[index] = observation
-        return results  # type: ignore[return-value]
+            results.update(zip(chunk, observed, strict=True))
+        return [results[index] for index in range(len(instances))]
 
     def prepare_batch(
         self,

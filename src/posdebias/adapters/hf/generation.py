@@ -52,14 +52,13 @@ def generate_many(
     seeds = list(range(len(instances))) if seeds is None else list(seeds)
     if len(seeds) != len(instances):
         raise InputError(f"{len(seeds)} seeds for {len(instances)} instances")
-    results: list[Generation | None] = [None] * len(instances)
+    results: dict[int, Generation] = {}
     for chunk in batch_groups(instances, batch_size, adapter.label_set):
         generated = _generate_batch(
             adapter, [instances[i] for i in chunk], settings, [seeds[i] for i in chunk]
         )
-        for index, generation in zip(chunk, generated, strict=True):
-            results[index] = generation
-    return results  # type: ignore[return-value]
+        results.update(zip(chunk, generated, strict=True))
+    return [results[index] for index in range(len(instances))]
 
 
 def generation_config_processors(model: Any, prompt_ids: Any, mask: Any) -> Any:
