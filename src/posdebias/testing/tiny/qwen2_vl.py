@@ -54,7 +54,6 @@ def qwen_vl_tokenizer(chat_template: str, vocabulary: str | None) -> Any:
 
 
 def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, Any]:
-    from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_5_vl import Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl import (
         Qwen2VLImageProcessor,
@@ -77,7 +76,6 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         video_processor=Qwen2VLVideoProcessor(),
         chat_template=tokenizer.chat_template,
     )
-    ids = tokenizer.convert_tokens_to_ids
     vision: dict[str, Any] = QWEN2_5_VISION
     if model_type == "qwen2_vl":
         vision = {
@@ -90,16 +88,27 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
             "spatial_merge_size": 2,
             "temporal_patch_size": 2,
         }
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+    return qwen_vl_model(model_type, processor, vision, tie=real_vocabulary, rope_parameters=rope)
+
+
+def qwen_vl_model(
+    model_type: str, processor: Any, vision: dict[str, Any], *, tie: bool, **text: Any
+) -> tuple[Any, Any]:
+    """A tiny model of the Qwen-VL layout (Qwen2-VL to Qwen3.5) and ``processor``: the vision
+    tower ``vision``, a ChatML language model of ``text`` sizes without a BOS token, its
+    embeddings tied with ``tie`` (a real vocabulary)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    tokenizer = processor.tokenizer
+    ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
         model_type,
         text_config=chatml_text_config(
-            tokenizer,
-            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]},
-            bos_token_id=None,
-            tie_word_embeddings=real_vocabulary,
+            tokenizer, bos_token_id=None, tie_word_embeddings=tie, **text
         ),
         vision_config=vision,
-        tie_word_embeddings=real_vocabulary,
+        tie_word_embeddings=tie,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),

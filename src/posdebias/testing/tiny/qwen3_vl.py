@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import chatml_text_config, tiny_qwen_vision
-from posdebias.testing.tiny.qwen2_vl import qwen_vl_tokenizer
+from posdebias.testing.tiny.common import tiny_qwen_vision
+from posdebias.testing.tiny.qwen2_vl import qwen_vl_model, qwen_vl_tokenizer
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 REAL_VOCABULARY = MODEL_TYPES
@@ -66,7 +66,6 @@ def qwen3_vl_model(
     """A tiny model of Qwen3-VL's layout (Qwen3.5's too) and its processor: images resized
     within ``pixels`` in 16 px patches merged 2 x 2, a language model of ``text`` sizes without
     a BOS token, its embeddings tied with ``tie`` (a real vocabulary)."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
     from transformers.models.qwen2_vl import Qwen2VLImageProcessor
     from transformers.models.qwen3_vl import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
@@ -78,17 +77,4 @@ def qwen3_vl_model(
         video_processor=Qwen3VLVideoProcessor(size=pixels, patch_size=16),
         chat_template=tokenizer.chat_template,
     )
-    ids = tokenizer.convert_tokens_to_ids
-    config = AutoConfig.for_model(
-        model_type,
-        text_config=chatml_text_config(
-            tokenizer, bos_token_id=None, tie_word_embeddings=tie, **text
-        ),
-        vision_config=vision,
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=tie,
-    )
-    return AutoModelForImageTextToText.from_config(config), processor
+    return qwen_vl_model(model_type, processor, vision, tie=tie, **text)
