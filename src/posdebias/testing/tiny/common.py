@@ -91,11 +91,8 @@ def cohere2_text_config(tokenizer: Any) -> dict[str, Any]:
     positions."""
     return {
         "model_type": "cohere2",
-        **text_config(len(tokenizer), num_hidden_layers=4),
+        **lm_config(tokenizer, num_hidden_layers=4),
         "sliding_window": 4096,
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
     }
 
 
@@ -165,19 +162,20 @@ def text_config(vocab_size: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+def lm_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:
+    """:func:`text_config` on ``tokenizer``'s vocabulary with its end and padding token ids,
+    and its BOS id where it has a BOS (``extra`` adds to or overrides them)."""
+    ids = {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    if tokenizer.bos_token_id is not None:
+        ids["bos_token_id"] = tokenizer.bos_token_id
+    return text_config(len(tokenizer), **(ids | extra))
+
+
 def chatml_tokenizer(tokens: Iterable[str], **options: Any) -> Any:
-    """A tokenizer of the ChatML vocabulary :func:`chatml_text_config` reads: ``<|im_end|>``
-    ends, ``<|endoftext|>`` pads, the family's ``tokens`` follow (``options``: the rest of
-    :func:`build_tokenizer`'s)."""
+    """A tokenizer of the ChatML vocabulary: ``<|im_end|>`` ends, ``<|endoftext|>`` pads, the
+    family's ``tokens`` follow (``options``: the rest of :func:`build_tokenizer`'s)."""
     specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", *tokens]
     return build_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>", **options)
-
-
-def chatml_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:
-    """:func:`text_config` on a ChatML vocabulary: ``<|im_end|>`` ends, ``<|endoftext|>`` pads."""
-    ids = tokenizer.convert_tokens_to_ids
-    extra |= {"eos_token_id": ids("<|im_end|>"), "pad_token_id": ids("<|endoftext|>")}
-    return text_config(len(tokenizer), **extra)
 
 
 def tiny_siglip(image_size: int, patch_size: int) -> dict[str, Any]:

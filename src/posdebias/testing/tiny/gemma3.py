@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import (
-    build_tokenizer,
-    chat_template,
-    text_config,
-    tiny_siglip,
-)
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config, tiny_siglip
 
 MODEL_TYPES = ("gemma3",)
 
@@ -70,13 +65,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     # 12 layers in the checkpoints' 5 local : 1 global pattern: layers 5 and 11 are global.
     text = {
         "model_type": "gemma3_text",
-        **text_config(len(tokenizer), num_hidden_layers=12, head_dim=16),
+        **lm_config(tokenizer, num_hidden_layers=12, head_dim=16),
         "query_pre_attn_scalar": 16,
         "sliding_window": TINY_SLIDING_WINDOW,
         "sliding_window_pattern": 6,
-        "bos_token_id": ids("<bos>"),
-        "eos_token_id": ids("<end_of_turn>"),
-        "pad_token_id": ids("<pad>"),
     }
     config = AutoConfig.for_model(
         model_type,

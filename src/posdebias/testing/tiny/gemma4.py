@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config, tiny_vision
 
 MODEL_TYPES = ("gemma4",)
 
@@ -71,7 +71,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     ids = tokenizer.convert_tokens_to_ids
     text = {
         "model_type": "gemma4_text",
-        **text_config(len(tokenizer), num_hidden_layers=len(TINY_LAYER_TYPES), head_dim=16),
+        **lm_config(tokenizer, num_hidden_layers=len(TINY_LAYER_TYPES), head_dim=16),
         "global_head_dim": 32,
         "layer_types": TINY_LAYER_TYPES,
         "sliding_window": TINY_SLIDING_WINDOW,
@@ -79,9 +79,6 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "hidden_size_per_layer_input": 8,
         "vocab_size_per_layer_input": len(tokenizer),
         "use_bidirectional_attention": "vision",
-        "bos_token_id": ids("<bos>"),
-        "eos_token_id": ids("<turn|>"),
-        "pad_token_id": ids("<pad>"),
     }
     vision = tiny_vision(
         num_key_value_heads=2,

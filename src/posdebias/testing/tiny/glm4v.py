@@ -8,7 +8,7 @@ from typing import Any
 from posdebias.testing.tiny.common import (
     build_tokenizer,
     chat_template,
-    text_config,
+    lm_config,
     tiny_qwen_vision,
 )
 
@@ -72,8 +72,8 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         chat_template=_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
-    text: dict[str, Any] = text_config(
-        len(tokenizer),
+    text: dict[str, Any] = lm_config(
+        tokenizer,
         head_dim=16,
         rope_parameters={
             "rope_type": "default",
@@ -81,8 +81,6 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
             "mrope_section": [2, 3, 3],
             "partial_rotary_factor": 1.0,
         },
-        eos_token_id=ids("<|user|>"),
-        pad_token_id=ids("<|endoftext|>"),
     )
     if model_type == "glm4v_moe":
         text.update(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, tiny_vision
 from posdebias.testing.tiny.idefics3 import CHAT_TEMPLATE
 
 MODEL_TYPES = ("idefics2",)
@@ -46,13 +46,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         chat_template=_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(
-        len(tokenizer),
-        model_type="mistral",
-        eos_token_id=ids("<end_of_utterance>"),
-        pad_token_id=ids("<pad>"),
-        bos_token_id=ids("<s>"),
-    )
+    text = lm_config(tokenizer, model_type="mistral")
     config = AutoConfig.for_model(
         model_type,
         text_config=text,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("idefics3", "smolvlm")
 
@@ -57,13 +57,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     }
     ids = tokenizer.convert_tokens_to_ids
     vision = tiny_vision(image_size=tile, patch_size=16)
-    text = text_config(
-        len(tokenizer),
-        model_type="llama",
-        eos_token_id=ids("<end_of_utterance>"),
-        pad_token_id=ids("<|im_end|>"),
-        bos_token_id=None,
-    )
+    text = lm_config(tokenizer, model_type="llama", bos_token_id=None)
     if model_type == "idefics3":
         from transformers.models.idefics3 import Idefics3ImageProcessor, Idefics3Processor
 

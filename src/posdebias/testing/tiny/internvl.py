@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import chatml, chatml_text_config, chatml_tokenizer, tiny_vision
+from posdebias.testing.tiny.common import chatml, chatml_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("internvl",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -58,7 +58,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         model_type,
         text_config={
             "model_type": "qwen2",
-            **chatml_text_config(tokenizer, tie_word_embeddings=real_vocabulary),
+            **lm_config(tokenizer, tie_word_embeddings=real_vocabulary),
         },
         tie_word_embeddings=real_vocabulary,
         vision_config=tiny_vision(image_size=[size, size], patch_size=[14, 14]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config, tiny_vision
 
 MODEL_TYPES = ("kimi_k25",)
 
@@ -59,7 +59,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         chat_template=_TEMPLATE,
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(len(tokenizer))
+    text = lm_config(tokenizer)
     text.update(
         model_type="deepseek_v3",
         # multi-head latent attention and routed experts, as the checkpoints, in miniature
@@ -77,9 +77,6 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         topk_group=1,
         first_k_dense_replace=1,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=ids("[BOS]"),
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("[PAD]"),
     )
     vision = tiny_vision(
         pos_emb_height=4, pos_emb_width=4, pos_emb_time=4, merge_kernel_size=[2, 2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chatml, lm_config, tiny_vision
 
 MODEL_TYPES = ("lfm2_vl",)
 
@@ -42,13 +42,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(
-        len(tokenizer),
-        num_hidden_layers=len(_LAYER_TYPES),
-        layer_types=_LAYER_TYPES,
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("<|endoftext|>"),
-    )
+    text = lm_config(tokenizer, num_hidden_layers=len(_LAYER_TYPES), layer_types=_LAYER_TYPES)
     text.pop("intermediate_size")
     config = AutoConfig.for_model(
         model_type,

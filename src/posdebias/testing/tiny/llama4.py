@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config, tiny_vision
 
 MODEL_TYPES = ("llama4",)
 
@@ -64,7 +64,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     # 8 layers in the checkpoints' pattern: 3 chunked RoPE layers, then 1 global NoPE layer.
     text = {
         "model_type": "llama4_text",
-        **text_config(len(tokenizer), num_hidden_layers=8, head_dim=16),
+        **lm_config(tokenizer, num_hidden_layers=8, head_dim=16),
         "intermediate_size_mlp": 128,
         "num_local_experts": 2,
         "num_experts_per_tok": 1,
@@ -72,9 +72,6 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         "no_rope_layer_interval": 4,
         "attention_chunk_size": TINY_CHUNK_SIZE,
         "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
-        "bos_token_id": ids("<|begin_of_text|>"),
-        "eos_token_id": ids("<|eot|>"),
-        "pad_token_id": ids("<|finetune_right_pad|>"),
     }
     vision = tiny_vision(
         intermediate_size=128,  # 4 x hidden: the pixel shuffle's output width, as the real

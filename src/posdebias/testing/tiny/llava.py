@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import LLAVA_TEMPLATE, build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import LLAVA_TEMPLATE, build_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("llava",)
 
@@ -43,8 +43,7 @@ def llava_config(model_type: str, tokenizer: Any, image_size: int, **extra: Any)
         model_type,
         text_config={
             "model_type": "llama",
-            **text_config(len(tokenizer), eos_token_id=ids("</s>"), bos_token_id=ids("<s>")),
-            "pad_token_id": ids("<pad>"),
+            **lm_config(tokenizer),
         },
         vision_config={
             "model_type": "clip_vision_model",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import chatml, chatml_text_config, chatml_tokenizer, tiny_vision
+from posdebias.testing.tiny.common import chatml, chatml_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("llava_onevision",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -61,7 +61,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         model_type,
         text_config={
             "model_type": "qwen2",
-            **chatml_text_config(tokenizer, tie_word_embeddings=real_vocabulary),
+            **lm_config(tokenizer, tie_word_embeddings=real_vocabulary),
         },
         tie_word_embeddings=real_vocabulary,
         vision_config={"model_type": "siglip_vision_model", **tiny_vision(image_size=size)},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, message_content, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, message_content, tiny_vision
 
 MODEL_TYPES = ("mistral3",)
 
@@ -43,16 +43,7 @@ def tiny_pixtral_parts(size: int = 64) -> tuple[Any, Any, dict[str, Any], dict[s
         spatial_merge_size=2,
         chat_template=_TEMPLATE,
     )
-    ids = tokenizer.convert_tokens_to_ids
-    text = text_config(
-        len(tokenizer),
-        model_type="mistral",
-        head_dim=16,
-        sliding_window=None,
-        eos_token_id=ids("</s>"),
-        bos_token_id=ids("<s>"),
-        pad_token_id=ids("<pad>"),
-    )
+    text = lm_config(tokenizer, model_type="mistral", head_dim=16, sliding_window=None)
     vision = {"model_type": "pixtral", **tiny_vision(head_dim=16, image_size=size, patch_size=16)}
     return tokenizer, processor, text, vision
 

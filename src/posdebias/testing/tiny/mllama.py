@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config
 
 MODEL_TYPES = ("mllama",)
 
@@ -59,11 +59,8 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     )
     ids = tokenizer.convert_tokens_to_ids
     text = {
-        **text_config(len(tokenizer), num_hidden_layers=4),
+        **lm_config(tokenizer, num_hidden_layers=4),
         "cross_attention_layers": TINY_CROSS_ATTENTION_LAYERS,
-        "bos_token_id": ids("<|begin_of_text|>"),
-        "eos_token_id": ids("<|eot_id|>"),
-        "pad_token_id": ids("<|finetune_right_pad_id|>"),
     }
     vision = {
         "hidden_size": 32,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chatml_text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("ovis2",)
 REAL_VOCABULARY = MODEL_TYPES
@@ -52,7 +52,7 @@ def tiny_model(model_type: str, *, real_vocabulary: bool = False) -> tuple[Any, 
         image_seq_length=4,
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = chatml_text_config(tokenizer)
+    text = lm_config(tokenizer)
     config = AutoConfig.for_model(
         model_type,
         text_config={"model_type": "qwen2", **text},

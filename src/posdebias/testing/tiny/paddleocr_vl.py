@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, tiny_vision
 
 MODEL_TYPES = ("paddleocr_vl",)
 
@@ -66,13 +66,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
         image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = text_config(
-        len(tokenizer),
+    text = lm_config(
+        tokenizer,
         head_dim=16,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-        bos_token_id=ids("<s>"),
-        eos_token_id=ids("</s>"),
-        pad_token_id=ids("<unk>"),
     )
     config = AutoConfig.for_model(
         model_type,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config, tiny_siglip
+from posdebias.testing.tiny.common import build_tokenizer, lm_config, tiny_siglip
 
 MODEL_TYPES = ("paligemma",)
 
@@ -37,13 +37,10 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     ids = tokenizer.convert_tokens_to_ids
     text = {
         "model_type": "gemma2",
-        **text_config(len(tokenizer), head_dim=16),  # sliding, global, sliding
+        **lm_config(tokenizer, head_dim=16),  # sliding, global, sliding
         "query_pre_attn_scalar": 16,  # scale 1/4: peaked attention at this size
         "attn_logit_softcapping": 4.0,  # small enough to change the tiny model's attention
         "sliding_window": 4096,
-        "pad_token_id": ids("<pad>"),
-        "bos_token_id": ids("<bos>"),
-        "eos_token_id": ids("<eos>"),
     }
     config = AutoConfig.for_model(
         model_type,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, chat_template, text_config, tiny_vision
+from posdebias.testing.tiny.common import build_tokenizer, chat_template, lm_config, tiny_vision
 
 MODEL_TYPES = ("phi4_multimodal",)
 
@@ -58,10 +58,7 @@ def tiny_model(model_type: str) -> tuple[Any, Any]:
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
         model_type,
-        **text_config(len(tokenizer)),
-        bos_token_id=ids("<|endoftext|>"),
-        eos_token_id=ids("<|end|>"),
-        pad_token_id=ids("<|endoftext|>"),
+        **lm_config(tokenizer, bos_token_id=ids("<|endoftext|>")),
         vision_config=tiny_vision(image_token_id=ids("<|image|>")),
         audio_config={
             "num_blocks": 2,

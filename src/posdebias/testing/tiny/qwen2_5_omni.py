@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from posdebias.testing.tiny.common import chatml_text_config, chatml_tokenizer
+from posdebias.testing.tiny.common import chatml_tokenizer, lm_config
 from posdebias.testing.tiny.qwen2_vl import QWEN2_5_VISION
 
 MODEL_TYPES = ("qwen2_5_omni_thinker",)
@@ -95,7 +95,7 @@ def omni_tokenizer(tokens: OmniTokens, chat_template: str) -> Any:
 def omni_text_config(tokenizer: Any, **extra: Any) -> dict[str, Any]:
     """The tiny language model: 3-D RoPE sections of a 16-wide head."""
     rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
-    return chatml_text_config(
+    return lm_config(
         tokenizer,
         head_dim=16,
         rope_parameters={**rope, **extra.pop("rope", {})},

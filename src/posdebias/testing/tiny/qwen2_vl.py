@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posdebias.testing.tiny.common import (
-    chatml,
-    chatml_text_config,
-    chatml_tokenizer,
-    tiny_qwen_vision,
-)
+from posdebias.testing.tiny.common import chatml, chatml_tokenizer, lm_config, tiny_qwen_vision
 
 MODEL_TYPES = ("qwen2_5_vl", "qwen2_vl")
 REAL_VOCABULARY = MODEL_TYPES
@@ -104,9 +99,7 @@ def qwen_vl_model(
     ids = tokenizer.convert_tokens_to_ids
     config = AutoConfig.for_model(
         model_type,
-        text_config=chatml_text_config(
-            tokenizer, bos_token_id=None, tie_word_embeddings=tie, **text
-        ),
+        text_config=lm_config(tokenizer, bos_token_id=None, tie_word_embeddings=tie, **text),
         vision_config=vision,
         tie_word_embeddings=tie,
         image_token_id=ids("<|image_pad|>"),

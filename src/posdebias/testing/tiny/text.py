@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from posdebias.testing.tiny.common import build_tokenizer, text_config
+from posdebias.testing.tiny.common import build_tokenizer, lm_config
 
 #: Qwen3 (ChatML; the generation prompt of ``enable_thinking=False``: an empty think block,
 #: which the checkpoints' template also writes before the content of a final assistant turn).
@@ -136,13 +136,10 @@ def tiny_model(
         bos_token=None if vocabulary else family.bos,
         vocabulary=vocabulary,
     )
-    ids = tokenizer.convert_tokens_to_ids
-    settings = text_config(
-        len(tokenizer),
+    settings = lm_config(
+        tokenizer,
         head_dim=head_dim,
-        bos_token_id=None if family.bos is None or vocabulary else ids(family.bos),
-        eos_token_id=ids(family.eos),
-        pad_token_id=ids(family.pad),
+        bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=bool(vocabulary),
         **family.extra,
     )
