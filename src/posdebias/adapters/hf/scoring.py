@@ -116,7 +116,5 @@ def score_labels(
 ) -> torch.Tensor:
     """[B, N] restricted label scores; ``decode(prefix)`` runs one cached decoding step and
     returns the [B, vocab] logits after the prefix (called once per entry of ``plan.steps``)."""
-    step_logits: dict[Prefix, torch.Tensor] = {(): prompt_logits}
-    for prefix in plan.steps:
-        step_logits[prefix] = decode(prefix)
-    return restricted_scores(plan, step_logits)
+    steps = {prefix: decode(prefix) for prefix in plan.steps}
+    return restricted_scores(plan, {(): prompt_logits, **steps})
