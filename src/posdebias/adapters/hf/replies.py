@@ -60,17 +60,15 @@ def score_replies(
         raise InputError(f"batch_size must be at least 1, got {batch_size}")
     refuse_unsupported(adapter)
     encoded = [reply_tokens(adapter, request) for request in requests]
-    scores: list[ReplyScore] = []
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start : start + batch_size]
-        sums = _score_batch(adapter, chunk)
-        for (_, answer), total, request in zip(
-            chunk, sums, requests[start : start + batch_size], strict=True
-        ):
-            scores.append(
-                ReplyScore(logprob=total, tokens=len(answer), characters=len(request.reply))
-            )
-    return scores
+    sums = [
+        total
+        for start in range(0, len(encoded), batch_size)
+        for total in _score_batch(adapter, encoded[start : start + batch_size])
+    ]
+    return [
+        ReplyScore(logprob=total, tokens=len(answer), characters=len(request.reply))
+        for (_, answer), total, request in zip(encoded, sums, requests, strict=True)
+    ]
 
 
 def _score_batch(adapter: HFAdapter, rows: list[tuple[list[int], list[int]]]) -> list[float]:
