@@ -746,27 +746,24 @@ class ServerAdapter(Adapter):
         without ``encode``), or the placeholder text (showing the image's file name, or ``x``
         without ``names``)."""
         images = iter(instance.all_images)
-        messages = []
-        for message in raw:
-            content = message["content"]
-            if isinstance(content, str):
-                messages.append(message)
-                continue
-            parts = []
-            for item in content:
-                if item["type"] != "image":
-                    parts.append(item)
-                elif self.options.images == "placeholder":
-                    image = next(images)
-                    text = self._placeholder(image if names else "x")
-                    parts.append({"type": "text", "text": text})
-                elif encode:
-                    url = _data_url(next(images), instance.id)
-                    parts.append({"type": "image_url", "image_url": {"url": url}})
-                else:
-                    parts.append(item)
-            messages.append({**message, "content": parts})
-        return messages
+
+        def part(item: dict) -> dict:
+            if item["type"] != "image":
+                return item
+            if self.options.images == "placeholder":
+                image = next(images)
+                return {"type": "text", "text": self._placeholder(image if names else "x")}
+            if encode:
+                url = _data_url(next(images), instance.id)
+                return {"type": "image_url", "image_url": {"url": url}}
+            return item
+
+        return [
+            message
+            if isinstance(content := message["content"], str)
+            else {**message, "content": [part(item) for item in content]}
+            for message in raw
+        ]
 
     def render(
         self,
