@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from typing import TYPE_CHECKING, Any
 
 from posdebias.adapters.attention.probe import cap_scores, scoped
@@ -26,14 +27,12 @@ if TYPE_CHECKING:
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "posdebias_shared_prefix_cache", default=None
 )
-_LAYER_CLASS: list[type[Any]] = []
 
 
+@functools.cache
 def layer_class() -> type[Any]:
     """:class:`SharedPrefixLayer`, defined on first use (it subclasses a transformers class,
     and this module must stay importable without torch)."""
-    if _LAYER_CLASS:
-        return _LAYER_CLASS[0]
     import torch
     from transformers.cache_utils import DynamicLayer
 
@@ -65,7 +64,6 @@ def layer_class() -> type[Any]:
         def get_seq_length(self) -> int:
             return int(self.prefix_length + self.keys.shape[-2])
 
-    _LAYER_CLASS.append(SharedPrefixLayer)
     return SharedPrefixLayer
 
 
