@@ -19,6 +19,7 @@ it; the other plugins keep working. Environment variables:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -117,14 +118,9 @@ class Registered(Generic[T]):
     plugin: str
 
 
-@dataclass
-class _Staging:
-    """What the plugin being registered provides, kept until it registered without error."""
-
-    adapters: list[tuple[str, type[Adapter]]] = field(default_factory=list)
-    calibrators: list[tuple[str, type[Calibrator]]] = field(default_factory=list)
-    decoders: list[tuple[str, type[Decoder]]] = field(default_factory=list)
-    models: list[tuple[str, BundledModel]] = field(default_factory=list)
+#: The class a plugin's adapters, calibrators and decoders subclass (a bundled model is checked
+#: by :func:`_check_model`).
+_BASES: dict[str, type] = {"adapter": Adapter, "calibrator": Calibrator, "decoder": Decoder}
 
 
 def adapter_priority(cls: type) -> int:
@@ -182,12 +178,16 @@ class Registry:
             "decoder": self._decoders,
             "model": self._models,
         }
-        self._staging: _Staging | None = None
+        #: what the plugin being registered provides, by kind, kept until it registered without
+        #: error
+        self._staging: dict[str, list[tuple[str, Any]]] | None = None
         hook = self._pm.hook
-        hook.posdebias_register_adapters.call_historic(kwargs={"register": self._adapter})
-        hook.posdebias_register_calibrators.call_historic(kwargs={"register": self._calibrator})
-        hook.posdebias_register_decoders.call_historic(kwargs={"register": self._decoder})
-        hook.posdebias_register_models.call_historic(kwargs={"register": self._model})
+        for kind in _BASES:  # posdebias_register_adapters, _calibrators, _decoders
+            callback = functools.partial(self._register, kind)
+            getattr(hook, f"posdebias_register_{kind}s").call_historic(
+                kwargs={"register": callback}
+            )
+        hook.posdebias_register_models.call_historic(kwargs={"register": self._register_model})
         for module in BUILTIN_PLUGINS:
             self.add_plugin(
                 importlib.import_module(module),
@@ -252,7 +252,7 @@ class Registry:
             raise PluginError(f"a plugin named {name!r} is already registered")
         info = PluginInfo(name, distribution, version)
         self._plugins[name] = info
-        staging = self._staging = _Staging()
+        staging = self._staging = {kind: [] for kind in self._tables}
         try:
             self._pm.register(plugin, name=name)  # pluggy replays the hook calls for it here
         except pluggy.PluginValidationError as exc:
@@ -271,40 +271,27 @@ class Registry:
             self._pm.unregister(name=name)
             self._fail(name, f"implements an unknown hook: {exc}", distribution, version)
             return info
-        self._store("adapter", staging.adapters, self._adapters, info, info.adapters)
-        self._store("calibrator", staging.calibrators, self._calibrators, info, info.calibrators)
-        self._store("decoder", staging.decoders, self._decoders, info, info.decoders)
-        self._store("model", staging.models, self._models, info, info.models)
+        for kind, staged in staging.items():
+            self._store(kind, staged, info)
         return info
 
-    # The ``register`` callbacks the hooks receive: they stage what the plugin being registered
-    # provides; it is stored only if the whole plugin registers cleanly.
+    # The ``register`` callbacks the hooks receive (their documented parameters: ``cls``, and
+    # ``model`` for bundled models): they stage what the plugin being registered provides; it is
+    # stored only if the whole plugin registers cleanly.
 
-    def _stage(self) -> _Staging:
+    def _staged(self, kind: str) -> list[tuple[str, Any]]:
         if self._staging is None:
             raise PluginError("register() may only be called from within a posdebias hook")
-        return self._staging
+        return self._staging[kind]
 
-    def _adapter(self, cls: type[Adapter]) -> None:
-        self._stage().adapters.append((_check_class(cls, Adapter, "adapter"), cls))
+    def _register(self, kind: str, cls: type) -> None:
+        self._staged(kind).append((_check_class(cls, _BASES[kind], kind), cls))
 
-    def _calibrator(self, cls: type[Calibrator]) -> None:
-        self._stage().calibrators.append((_check_class(cls, Calibrator, "calibrator"), cls))
+    def _register_model(self, model: BundledModel) -> None:
+        self._staged("model").append((_check_model(model), model))
 
-    def _decoder(self, cls: type[Decoder]) -> None:
-        self._stage().decoders.append((_check_class(cls, Decoder, "decoder"), cls))
-
-    def _model(self, model: BundledModel) -> None:
-        self._stage().models.append((_check_model(model), model))
-
-    def _store(
-        self,
-        kind: str,
-        staged: list[tuple[str, T]],
-        table: dict[str, Registered[T]],
-        info: PluginInfo,
-        names: list[str],
-    ) -> None:
+    def _store(self, kind: str, staged: list[tuple[str, Any]], info: PluginInfo) -> None:
+        table, names = self._tables[kind], getattr(info, f"{kind}s")
         for name, value in staged:
             if name in table:
                 warnings.warn(
@@ -315,7 +302,7 @@ class Registry:
                 )
                 continue
             if kind == "adapter":
-                self._warn_shared_model_types(info.name, value)  # type: ignore[arg-type]
+                self._warn_shared_model_types(info.name, value)
             table[name] = Registered(value, info.name)
             names.append(name)
 
