@@ -486,9 +486,7 @@ class HarnessDebiaser:
             if key not in self._cache and key not in todo:
                 todo[key] = instance
         if todo:
-            rankings = self.debiaser.rank_many(list(todo.values()))
-            for key, ranking in zip(todo, rankings, strict=True):
-                self._cache[key] = ranking
+            self._cache.update(zip(todo, self.debiaser.rank_many(list(todo.values())), strict=True))
         return [self._cache[key] for key in keys]
 
     def calibrator_label(self, requested: str | None, task: str) -> str:
