@@ -108,14 +108,12 @@ class PosdebiasLMM(LaunchedHarness, lmms):
     def loglikelihood(self, requests: list[Request]) -> list[GenerationResult]:
         """Per (document, label) request: (negated calibrated log-probability, is the argmax),
         wrapped in ``GenerationResult`` so lmms-eval keeps the pair (workarounds 2 and 3)."""
-        results = []
-        for request, (prediction, labels) in zip(requests, self._answer(requests), strict=True):
-            logprob, is_choice = label_loglikelihood(
-                prediction, labels, request.args[1], request.task_name
-            )
-            # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
-            results.append(GenerationResult(text=(-logprob, is_choice)))
-        return results
+        pairs = [
+            label_loglikelihood(prediction, labels, request.args[1], request.task_name)
+            for request, (prediction, labels) in zip(requests, self._answer(requests), strict=True)
+        ]
+        # lmms-eval's unwrap_generation_output returns .text unchanged: the pair survives
+        return [GenerationResult(text=(-logprob, is_choice)) for logprob, is_choice in pairs]
 
     @refusals_stop_the_command()
     def generate_until_multi_round(self, requests: list[Request]) -> list[str]:
