@@ -80,10 +80,7 @@ def check_root(root: Path) -> Path:
 
 
 def _find_one(folders: Sequence[Path], pattern: str, what: str, flag: str) -> Path:
-    found: list[Path] = []
-    for folder in folders:
-        if folder.is_dir():
-            found.extend(sorted(folder.glob(pattern)))
+    found = (path for folder in folders if folder.is_dir() for path in sorted(folder.glob(pattern)))
     unique = list(dict.fromkeys(path.resolve() for path in found))
     if len(unique) == 1:
         return unique[0]
