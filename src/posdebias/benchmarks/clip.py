@@ -108,10 +108,8 @@ class ClipEncoder:
 
         chunks = []
         for start in range(0, len(paths), self.batch_size):
-            batch = []
-            for path in paths[start : start + self.batch_size]:
-                # one image at a time at full size: the batch holds preprocessed tensors only
-                batch.append(self.preprocess(open_image(path)))
+            # one image at a time at full size: the batch holds preprocessed tensors only
+            batch = [self.preprocess(open_image(p)) for p in paths[start : start + self.batch_size]]
             with torch.inference_mode():
                 features = self.model.encode_image(torch.stack(batch).to(self.device))
             chunks.append(_normalised(features))
