@@ -775,7 +775,6 @@ def candidate_char_spans(
     pieces: list[str] = []
     spans: list[tuple[int, int] | None] = [None] * len(texts)
     cursor = 0
-    length = 0
     for match in pattern.finditer(marked):
         index = int(match.group(1))
         text = texts[index] if index < len(texts) else None
@@ -784,12 +783,10 @@ def candidate_char_spans(
                 f"the chat template rendered candidate {index + 1}'s text more than once or for "
                 "a candidate without text; posdebias cannot place its span"
             )
-        before = marked[cursor : match.start()]
-        pieces.append(before)
-        length += len(before)
-        spans[index] = (length, length + len(text))
+        pieces.append(marked[cursor : match.start()])
+        start = sum(map(len, pieces))  # where the text starts in the rendered prompt
+        spans[index] = (start, start + len(text))
         pieces.append(text)
-        length += len(text)
         cursor = match.end()
     pieces.append(marked[cursor:])
     missing = [k + 1 for k, text in enumerate(texts) if text is not None and spans[k] is None]
