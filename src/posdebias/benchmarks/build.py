@@ -89,39 +89,25 @@ class BuildReport:
 
 
 class _Steps:
-    """Rich progress bars when a console is given; silent otherwise (library use, tests)."""
+    """Rich progress bars when a console is given; silent otherwise (library use, tests): a
+    disabled progress displays nothing. Shown while ``progress`` is entered."""
 
     def __init__(self, console: Console | None) -> None:
-        self.progress = (
-            Progress(
-                TextColumn("{task.description:<28}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=console,
-                transient=False,
-            )
-            if console is not None
-            else None
+        self.progress = Progress(
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=console is None,
         )
 
     @contextmanager
     def task(self, description: str, total: int) -> Iterator[Any]:
-        if self.progress is None:
-            yield lambda advance: None
-            return
         task_id = self.progress.add_task(description, total=total)
         yield lambda advance: self.progress.advance(task_id, advance)
         self.progress.update(task_id, completed=total)
-
-    def __enter__(self) -> _Steps:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def _check_options(config: BuildConfig) -> None:
@@ -230,7 +216,8 @@ def _build(
     seconds["read source"] = time.perf_counter() - mark
 
     index = clip_info = filters = cache = None
-    with _Steps(console) as steps:
+    steps = _Steps(console)
+    with steps.progress:
         if setting == "adversarial":
             model_name = clip.clip_model or DEFAULT_CLIP_MODEL
             weights = clip.clip_pretrained or DEFAULT_CLIP_PRETRAINED
