@@ -232,10 +232,9 @@ def _build(
                 identity=encoder.identity,
                 random_weights=bool(encoder.identity.get("random_weights")),
             )
-            folder = None
-            if clip.use_cache:
-                folder = clip.cache_dir if clip.cache_dir is not None else default_cache_dir()
-            cache = EmbeddingCache(folder)
+            cache = EmbeddingCache(
+                (clip.cache_dir or default_cache_dir()) if clip.use_cache else None
+            )
             mark = time.perf_counter()
             index = _HardNegativeIndex.encode(
                 source_pool.root,
