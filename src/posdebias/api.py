@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import threading
 import warnings
@@ -650,7 +651,7 @@ class Debiaser:
         """
         task = self._posed_as(task, texts)
         instance = _query_instance(query, images, texts, stem_images, task)
-        return self._rank_chunk([instance], self.batch_size, [explain])[0]
+        return self._rank_chunk([instance], [explain], self.batch_size)[0]
 
     def _posed_as(self, task: str | None, texts: Sequence[str | None] | None) -> str | None:
         """A text query's task when it names none: the text task its N's states were fitted on."""
@@ -679,7 +680,7 @@ class Debiaser:
             chunk = [_as_instance(query) for query in islice(iterator, size)]
             if not chunk:
                 return
-            yield from self._rank_chunk(chunk, size, [explain] * len(chunk))
+            yield from self._rank_chunk(chunk, [explain] * len(chunk), size)
 
     async def arank(
         self,
@@ -715,16 +716,12 @@ class Debiaser:
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
             if batcher is None:
-                batcher = self._batchers[loop] = _MicroBatcher(
-                    self._rank_batch, self.max_batch, self.max_wait
-                )
+                run = functools.partial(self._rank_chunk, batch_size=self.max_batch)
+                batcher = self._batchers[loop] = _MicroBatcher(run, self.max_batch, self.max_wait)
         return await batcher.submit(instance, explain)
 
-    def _rank_batch(self, instances: list[Instance], explain: list[bool]) -> list[Ranking]:
-        return self._rank_chunk(instances, self.max_batch, explain)
-
     def _rank_chunk(
-        self, instances: list[Instance], batch_size: int, explain: Sequence[bool]
+        self, instances: list[Instance], explain: Sequence[bool], batch_size: int
     ) -> list[Ranking]:
         fitted = self._fitted  # one snapshot for the whole call (see thread safety)
         uses = dict.fromkeys((i.n, i.task) for i in instances)
