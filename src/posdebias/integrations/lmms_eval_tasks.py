@@ -126,10 +126,9 @@ ID_FIELDS = ("id", "question_id", "idx", "index", "sample_id")
 
 def item_id(doc: Mapping[str, Any], index: int | None = None) -> str:
     """The identity of ``doc``'s item, shared by its rotations (the metrics group by it): the
-    first of :data:`ID_FIELDS` it has, else its position ``index`` in the task."""
-    if doc.get(ITEM) is not None:
-        return str(doc[ITEM])
-    for field in ID_FIELDS:
+    first of :data:`ID_FIELDS` it has (after a rotated document's own), else its position
+    ``index`` in the task."""
+    for field in (ITEM, *ID_FIELDS):
         if doc.get(field) is not None:
             return str(doc[field])
     if index is None:
