@@ -167,14 +167,11 @@ def rotate_doc(
     if n < 2:
         raise InputError(f"item {ident!r}: no candidates to rotate (fields {tuple(fields)})")
     order = rotation_order(n, rotation).tolist()
-    rotated = dict(doc)
+    rotated = {**doc, ITEM: ident, ROTATION: rotation, ORDER: order}
     for field in fields:
         values = doc.get(field)
         if values:
             rotated[field] = [values[k] for k in order]
-    rotated[ITEM] = ident
-    rotated[ROTATION] = rotation
-    rotated[ORDER] = order
     target = doc.get("target")
     answer = doc.get("answer")
     if target is None and answer is not None:
