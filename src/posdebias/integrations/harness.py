@@ -99,10 +99,7 @@ def parse_names(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         items = [str(item) for item in value]
     else:
-        text = str(value).strip().strip("'\"")
-        for separator in (";", "+", "|"):
-            text = text.replace(separator, ",")
-        items = text.split(",")
+        items = re.split(r"[,;+|]", str(value).strip().strip("'\""))
     names = [item.strip() for item in items if item.strip()]
     if not names:
         raise ConfigError("calibrators: give at least one name, e.g. calibrators=attention_guided")
