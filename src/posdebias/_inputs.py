@@ -10,6 +10,7 @@ resolved), and an error message quotes at most :data:`EXCERPT_CHARS` characters 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -192,10 +193,8 @@ def file_decimal_number(
     ``nan``, ``inf``, ``1_000`` or ``\u00b2``). Else an :class:`InputError` naming the field."""
     number: float | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
+        with contextlib.suppress(OverflowError):  # an integer beyond any float
             number = float(value)
-        except OverflowError:
-            number = None
     elif isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
         number = float(value.strip())
     if number is None or not math.isfinite(number):
