@@ -143,10 +143,7 @@ class BiasProfiler:
                     f"no calibration observation has its truth at position {i + 1}; symmetrise "
                     "the calibration set (all cyclic rotations of each instance)"
                 )
-            if self.average == "log":
-                profile[i] = rows.mean(axis=0)
-            else:
-                profile[i] = log_mean_exp(rows, axis=0)
+            profile[i] = rows.mean(axis=0) if self.average == "log" else log_mean_exp(rows, axis=0)
         return profile
 
     @staticmethod
