@@ -209,8 +209,7 @@ class Registry:
             ):
                 continue
             dist = getattr(entry_point, "dist", None)
-            distribution = dist.name if dist else None
-            version = dist.version if dist else None
+            distribution, version = (dist.name, dist.version) if dist else (None, None)
             try:
                 plugin = entry_point.load()
             except Exception as exc:  # a broken plugin must not break the tool
