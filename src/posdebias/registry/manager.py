@@ -335,10 +335,8 @@ class Registry:
 
     def plugin_of(self, kind: str, cls: type) -> PluginInfo | None:
         """The plugin that registered ``cls`` as an adapter, calibrator or decoder, or None."""
-        for entry in self._tables[kind].values():
-            if entry.value is cls:
-                return self._plugins[entry.plugin]
-        return None
+        plugins = (self._plugins[e.plugin] for e in self._tables[kind].values() if e.value is cls)
+        return next(plugins, None)
 
     def calibrator_names(self) -> list[str]:
         return list(self._calibrators)
