@@ -577,21 +577,19 @@ def _write_dataset(
                     "iscrowd": 0,
                 }
             )
-    (folder / MARKER_FILE).write_text(_dump(info), encoding="utf-8")
     plain_images = [{k: v for k, v in image.items() if k != "attributes"} for image in images]
-    (folder / CAPTIONS_FILE).write_text(
-        _dump({"info": info, "licenses": [], "images": images, "annotations": captions}),
-        encoding="utf-8",
-    )
-    (folder / INSTANCES_FILE).write_text(
-        _dump(
+    head = {"info": info, "licenses": []}
+    for name, payload in (
+        (MARKER_FILE, info),
+        (CAPTIONS_FILE, {**head, "images": images, "annotations": captions}),
+        (
+            INSTANCES_FILE,
             {
-                "info": info,
-                "licenses": [],
+                **head,
                 "images": plain_images,
                 "annotations": objects,
                 "categories": space.coco_categories(),
-            }
+            },
         ),
-        encoding="utf-8",
-    )
+    ):
+        (folder / name).write_text(_dump(payload), encoding="utf-8")
