@@ -263,12 +263,9 @@ def sample_shape_attributes(
     )
 
 
-def _object_phrase(obj: ShapeObject) -> str:
-    return f"a {obj.size} {obj.colour} {obj.shape} at the {obj.position}"
-
-
 def _caption(objects: tuple[ShapeObject, ...], background: str) -> str:
-    return " and ".join(_object_phrase(o) for o in objects) + f" on a {background} background"
+    phrases = (f"a {o.size} {o.colour} {o.shape} at the {o.position}" for o in objects)
+    return " and ".join(phrases) + f" on a {background} background"
 
 
 def caption_for(attributes: ShapeAttributes) -> str:
