@@ -419,8 +419,7 @@ def read_jsonl_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]
     A torn line can only be the last one (we append and fsync line by line); a bad line
     anywhere else means the file was edited, so it raises.
     """
-    for _, record in numbered_jsonl_records(path):
-        yield record
+    yield from (record for _, record in numbered_jsonl_records(path))
 
 
 def numbered_jsonl_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
