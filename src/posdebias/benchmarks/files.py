@@ -308,8 +308,7 @@ def write_benchmark(
     """
     folder = benchmark_folder(Path(out_dir))
     folder.check()
-    text = "".join(record_line(record) + "\n" for record in records)
-    data = text.encode("utf-8")
+    data = "".join(record_line(record) + "\n" for record in records).encode("utf-8")
     final = manifest.model_copy(update={"benchmark_sha256": sha256_bytes(data)})
     manifest_text = json.dumps(final.dump(), indent=2, sort_keys=True) + "\n"
     folder.create()
