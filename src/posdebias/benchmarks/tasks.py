@@ -755,8 +755,11 @@ def build_task_benchmark(
     kept = _unique_ids(with_n, data)[:count]
     records = _records(task, kept, data)
     counts: dict[str, int | float] = {"instances": len(records), "read": len(read.items)}
+    warnings = []
     if skipped_n:
         counts["skipped_other_n"] = skipped_n
+        warnings.append(f"{skipped_n} instances with another number of candidates than N="
+                        f"{chosen_n} were left out (-N chooses)")  # fmt: skip
     counts.update(read.skipped)
     images = {path for item in kept for path in (*item.stem_images, *item.images) if path}
     manifest = BenchmarkManifest(
@@ -780,10 +783,6 @@ def build_task_benchmark(
         seed=seed,
         counts=counts,
     )
-    warnings = []
-    if skipped_n:
-        warnings.append(f"{skipped_n} instances with another number of candidates than N="
-                        f"{chosen_n} were left out (-N chooses)")  # fmt: skip
     written = write_benchmark(out, records, manifest)
     return BuildReport(out_dir=Path(out), manifest=written, warnings=warnings)
 
