@@ -581,9 +581,7 @@ class BM25:
         self.counts = [Counter(_tokens(doc)) for doc in documents]
         self.lengths = np.array([sum(c.values()) for c in self.counts], dtype=np.float64)
         self.mean_length = float(self.lengths.mean()) if len(self.counts) else 0.0
-        frequency: Counter[str] = Counter()
-        for counts in self.counts:
-            frequency.update(counts.keys())
+        frequency = Counter(term for counts in self.counts for term in counts)  # documents per term
         size = len(self.counts)
         self.idf = {t: math.log(1 + (size - df + 0.5) / (df + 0.5)) for t, df in frequency.items()}
         self.postings: dict[str, list[tuple[int, int]]] = {}
