@@ -486,8 +486,7 @@ def write_rotated_tasks(
     check_whole_number("the seed", seed, 0, defaults.MAX_SEED)
     if count is not None:
         check_whole_number("the count", count, 1, defaults.MAX_INSTANCES)
-    loaded = load_benchmark(benchmark)
-    instances = loaded.instances
+    instances = load_benchmark(benchmark).instances
     if calibration_count:
         calibration, test = split_held_out(instances, calibration_count, seed)
     else:
