@@ -639,8 +639,7 @@ def _task_yaml(
             "  do_sample: false",
             '  until: ["\\n"]',
         ]
-    lines.append(f"process_results: !function {module}.process_results")
-    lines.append("metric_list:")
+    lines += [f"process_results: !function {module}.process_results", "metric_list:"]
     for metric, function, better in (
         ("acc", "accuracy", "true"),
         ("rstd", "rstd", "false"),
