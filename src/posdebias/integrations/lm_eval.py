@@ -34,7 +34,7 @@ from lm_eval.api.instance import Instance as Request
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from posdebias._inputs import CONFIG_LIMIT, parse_json, read_input_text
+from posdebias._inputs import CONFIG_LIMIT, jsonl_lines, parse_json, read_input_text
 from posdebias.adapters.base import Adapter
 from posdebias.adapters.hf.prompt import RAW_CHAT_TEMPLATE
 from posdebias.core.instance import Instance
@@ -143,7 +143,7 @@ class PosdebiasLM(LaunchedHarness, LM):
                 text = read_input_text(path, "calibration split", limit=64 * CONFIG_LIMIT)
                 calibration = [
                     parse_json(line, f"{path}:{number}")
-                    for number, line in enumerate(text.splitlines(), start=1)
+                    for number, line in enumerate(jsonl_lines(text), start=1)
                     if line.strip()
                 ]
                 check_calibration_items(task, calibration, [doc])
