@@ -15,7 +15,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -152,15 +152,15 @@ class LoggedStore(Generic[Value]):
         self._store: dict[str, Value] = {}
         self._log = log
 
-    def load(self, paths: Sequence[Path]) -> int:
-        """Read earlier logs (all ranks); returns how many values are held."""
+    def load(self, paths: Sequence[Path]) -> Self:
+        """Read earlier logs (all ranks) into this store; returns it."""
         for path in paths:
             for number, row in enumerate(read_jsonl_records(path), start=1):
                 try:
                     self._store[row["key"]] = self.read(row)
                 except ResumeError as exc:  # named where it stands, as every run log is
                     raise ResumeError(f"{path}: record {number}: {exc}") from None
-        return len(self._store)
+        return self
 
     @abstractmethod
     def read(self, row: Any) -> Value:

@@ -221,13 +221,12 @@ def _run_points(
     log = open_log(directory.folder.path(OBSERVATIONS_FILE))
     generation_log = None
     try:
-        cache = ObservationCache(log)
-        cache.load([directory.folder.path(OBSERVATIONS_FILE)])  # not made again after a kill
+        cache = ObservationCache(log).load([log.path])  # not made again after a kill
         decisions = DecisionCache()
         if config.decoders:
             generation_log = open_log(directory.folder.path(GENERATIONS_FILE))
-            decisions = DecisionCache(generation_log)
-            decisions.load([directory.folder.path(GENERATIONS_FILE)])  # nor its generated answers
+            # nor its generated answers
+            decisions = DecisionCache(generation_log).load([generation_log.path])
         timing = directory.read_timing()
         done: list[dict[str, Any]] = []
         for point, ready in zip(points, prepared, strict=True):
