@@ -231,31 +231,6 @@ def layer_readout_accuracy(observations: Sequence[Observation]) -> np.ndarray:
     return (purified.argmax(axis=-1) == targets[:, None]).mean(axis=0)
 
 
-def left_out_layers(
-    observations: Sequence[Observation], layer_range: tuple[int, int]
-) -> tuple[list[int], np.ndarray]:
-    """Model layers outside ``layer_range`` whose attention the calibration set shows to be
-    informative (readout at least :data:`INFORMATIVE_MARGIN` above chance and
-    :data:`LEFT_OUT_MARGIN` above every layer inside the range), and every row's readout."""
-    accuracy = layer_readout_accuracy(observations)
-    if accuracy.size == 0:
-        return [], accuracy
-    layers = observations[0].layers
-    indices = np.asarray(layers.indices if layers is not None else range(accuracy.size))
-    start, stop = layer_range
-    inside = (indices >= start) & (indices < stop)
-    chance = 1.0 / observations[0].n
-    best_inside = float(accuracy[inside].max()) if inside.any() else 0.0
-    left = [
-        int(layer)
-        for layer, value, kept in zip(indices, accuracy, inside, strict=True)
-        if not kept
-        and value >= chance + INFORMATIVE_MARGIN
-        and value >= best_inside + LEFT_OUT_MARGIN
-    ]
-    return left, accuracy
-
-
 def warn_left_out_layers(
     protocol: Protocol,
     observations: Sequence[Observation],
@@ -265,28 +240,37 @@ def warn_left_out_layers(
 ) -> dict[str, Any]:
     """``states`` with a warning in the diagnostics of every calibrator that selects among the
     mapped layers when the reference protocol's layer mapping leaves out layers the model's own
-    attention shows to be informative on the labelled calibration set, so results.json, the
-    report and the command line carry it (``states`` as they are when nothing is left out, or
-    the protocol maps no layers)."""
+    attention shows to be informative on the labelled calibration set (readout at least
+    :data:`INFORMATIVE_MARGIN` above chance and :data:`LEFT_OUT_MARGIN` above every layer
+    inside the range), so results.json, the report and the command line carry it (``states``
+    as they are when nothing is left out, or the protocol maps no layers)."""
     if not protocol.reference_layers or num_layers is None or num_layers >= REFERENCE_DEPTH:
         return states
     start, stop = reference_layer_range(num_layers)
-    left, accuracy = left_out_layers(observations, (start, stop))
-    if not left:
+    accuracy = layer_readout_accuracy(observations)
+    if accuracy.size == 0:
         return states
     layers = observations[0].layers
-    indices = list(layers.indices if layers is not None else range(accuracy.size))
-    shown = ", ".join(f"{layer} ({100 * accuracy[indices.index(layer)]:.0f}%)" for layer in left)
-    inside = [
-        f"{100 * value:.0f}%"
-        for layer, value in zip(indices, accuracy, strict=True)
-        if start <= layer < stop
+    indices = layers.indices if layers is not None else range(accuracy.size)
+    readout = dict(zip(indices, accuracy.tolist(), strict=True))  # model layer -> its readout
+    inside = [value for layer, value in readout.items() if start <= layer < stop]
+    chance = 1.0 / observations[0].n
+    left = [
+        layer
+        for layer, value in readout.items()
+        if not start <= layer < stop
+        and value >= chance + INFORMATIVE_MARGIN
+        and value >= max(inside, default=0.0) + LEFT_OUT_MARGIN
     ]
+    if not left:
+        return states
+    shown = ", ".join(f"{layer} ({100 * readout[layer]:.0f}%)" for layer in left)
+    kept = ", ".join(f"{100 * value:.0f}%" for value in inside) or "none"
     message = (
         f"protocol reference maps this {num_layers}-layer model's candidate layers to "
         f"{start}..{stop - 1}, leaving out layer(s) {shown} whose attention alone finds the "
         f"truth on the calibration set far more often than the layers kept "
-        f"({', '.join(inside) or 'none'}); the layer-selecting calibrators will be weaker "
+        f"({kept}); the layer-selecting calibrators will be weaker "
         f"than on all layers. Set layer_range: [0, {num_layers}] on them (or use protocol "
         "default) to keep every layer."
     )
