@@ -28,6 +28,7 @@ uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -218,13 +219,12 @@ def _run_points(
     on_point: Callable[[Point, dict[str, Any]], None] | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every point not finished before (its file read back), with the shared logs open."""
-    log = open_log(directory.folder.path(OBSERVATIONS_FILE))
-    generation_log = None
-    try:
+    with contextlib.ExitStack() as logs:
+        log = logs.enter_context(open_log(directory.folder.path(OBSERVATIONS_FILE)))
         cache = ObservationCache(log).load([log.path])  # not made again after a kill
         decisions = DecisionCache()
         if config.decoders:
-            generation_log = open_log(directory.folder.path(GENERATIONS_FILE))
+            generation_log = logs.enter_context(open_log(directory.folder.path(GENERATIONS_FILE)))
             # nor its generated answers
             decisions = DecisionCache(generation_log).load([generation_log.path])
         timing = directory.read_timing()
@@ -248,7 +248,3 @@ def _run_points(
             if on_point is not None:
                 on_point(point, payload)
         return done, timing
-    finally:
-        log.close()
-        if generation_log is not None:
-            generation_log.close()
