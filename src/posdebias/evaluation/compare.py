@@ -77,7 +77,7 @@ class _Run:
 def _open(root: Path) -> _Run:
     results = EvaluationResults.load(root / "results.json")
     directory = RunDirectory(root)
-    if not directory.record_logs():
+    if not directory.logs("records"):
         raise InputError(
             f"{root} holds results.json but no records.jsonl: a comparison pairs the "
             "per-instance decisions a run directory of `posdebias evaluate --out DIR` keeps"

@@ -641,11 +641,11 @@ def open_run_directory(prepared: Prepared, out: Path, *, resume: bool) -> Prepar
             if shard.distributed:
                 shard.wait()
         logs.append(open_log(directory.observations_path))
-        cache = ObservationCache(logs[-1]).load(directory.observation_logs())
+        cache = ObservationCache(logs[-1]).load(directory.logs("observations"))
         decisions = DecisionCache()
         if prepared.decoders:
             logs.append(open_log(directory.generations_path))
-            decisions = DecisionCache(logs[-1]).load(directory.generation_logs())
+            decisions = DecisionCache(logs[-1]).load(directory.logs("generations"))
         earlier = logged_records(prepared, directory)
     except BaseException:
         RunFiles(directory, tuple(logs)).close()
@@ -782,8 +782,8 @@ def merge(prepared: Prepared, evaluated: Evaluated) -> Evaluated | None:
     if not prepared.shard.is_main or prepared.files is None:
         return None
     directory = prepared.files.directory
-    cache = ObservationCache().load(directory.observation_logs())
-    decisions = DecisionCache().load(directory.generation_logs())
+    cache = ObservationCache().load(directory.logs("observations"))
+    decisions = DecisionCache().load(directory.logs("generations"))
     records = logged_records(prepared, directory)
     return replace(evaluated, records=records, cache=cache, decisions=decisions)
 

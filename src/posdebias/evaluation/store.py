@@ -28,7 +28,7 @@ import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from posdebias._inputs import excerpt
 from posdebias._io import numbered_jsonl_records
@@ -104,7 +104,7 @@ class RunDirectory:
         """Whether the run has produced anything beyond its set-up (a record or results)."""
         if self.results_path.exists():
             return True
-        return any(path.stat().st_size > 0 for path in self.record_logs())
+        return any(path.stat().st_size > 0 for path in self.logs("records"))
 
     def prepare(
         self,
@@ -152,26 +152,21 @@ class RunDirectory:
     def _reset(self) -> None:
         """Forget a run that never produced a record (its observations belong to another
         configuration): only files of ours are removed."""
-        for path in self.observation_logs() + self.generation_logs() + self.record_logs():
+        for path in self.logs("observations") + self.logs("generations") + self.logs("records"):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         if self.states_dir.is_dir() and not self.states_dir.is_symlink():
             shutil.rmtree(self.states_dir, ignore_errors=True)
 
-    def observation_logs(self) -> list[Path]:
-        return sorted(self.root.glob("observations*.jsonl"))
-
-    def record_logs(self) -> list[Path]:
-        return sorted(self.root.glob("records*.jsonl"))
-
-    def generation_logs(self) -> list[Path]:
-        return sorted(self.root.glob("generations*.jsonl"))
+    def logs(self, kind: Literal["observations", "records", "generations"]) -> list[Path]:
+        """Every rank's log of ``kind`` (``observations[.rankR].jsonl``, ...)."""
+        return sorted(self.root.glob(f"{kind}*.jsonl"))
 
     def read_records(self) -> dict[str, InstanceRecord]:
         """Completed instance records from every rank's log; a later line for the same
         instance (re-evaluated with more or changed calibrators) replaces the earlier one."""
         records: dict[str, InstanceRecord] = {}
-        for path in self.record_logs():
+        for path in self.logs("records"):
             for number, row in numbered_jsonl_records(path):
                 try:
                     record = InstanceRecord.from_dict(row, logged_at=f"{path}:{number}")
