@@ -286,19 +286,26 @@ def confusion_figure(results: EvaluationResults) -> Any:
     )
 
 
+def _position_bars(
+    results: EvaluationResults, metric: str, field: str, title: str, **bars: Any
+) -> Any:
+    """Each row's ``metric`` per position as :func:`grouped_bars`, with the intervals of its
+    statistics' ``field`` where the run has them (95% CI)."""
+    labels = list(results.calibrators)
+    values = [list(getattr(results.calibrators[k].metrics, metric)) for k in labels]
+    stats = results.statistics
+    intervals = None if stats is None else [list(getattr(stats.rows[k], field)) for k in labels]
+    title += " (95% CI)" if stats else ""
+    return grouped_bars(labels, values, intervals, title=title, **bars)
+
+
 def position_accuracy_figure(results: EvaluationResults) -> Any:
     """Accuracy (recall) per truth position with 95% bootstrap intervals."""
-    labels = list(results.calibrators)
-    values = [list(results.calibrators[k].metrics.recall_per_position) for k in labels]
-    stats = results.statistics
-    intervals = (
-        None if stats is None else [list(stats.rows[k].accuracy_by_position) for k in labels]
-    )
-    return grouped_bars(
-        labels,
-        values,
-        intervals,
-        title="Accuracy by truth position" + (" (95% CI)" if stats else ""),
+    return _position_bars(
+        results,
+        "recall_per_position",
+        "accuracy_by_position",
+        title="Accuracy by truth position",
         xlabel="truth position",
         ylabel="accuracy (%)",
         ylim=(0, 105),
@@ -308,23 +315,15 @@ def position_accuracy_figure(results: EvaluationResults) -> Any:
 def choice_figure(results: EvaluationResults) -> Any:
     """Where the rows choose whatever the truth (the model's preference) against the uniform
     share 100/N of an unbiased chooser."""
-    labels = list(results.calibrators)
-    values: list[list[float | None]] = [
-        list(results.calibrators[k].metrics.selection_rate) for k in labels
-    ]
-    stats = results.statistics
-    intervals: list[list[Interval | None]] | None = (
-        None if stats is None else [list(stats.rows[k].choice_by_position) for k in labels]
-    )
-    top = max((v or 0.0) for row in values for v in row) if values else 100.0
-    return grouped_bars(
-        labels,
-        values,
-        intervals,
-        title="Choice distribution by position" + (" (95% CI)" if stats else ""),
+    rates = [v for result in results.calibrators.values() for v in result.metrics.selection_rate]
+    return _position_bars(
+        results,
+        "selection_rate",
+        "choice_by_position",
+        title="Choice distribution by position",
         xlabel="chosen position",
         ylabel="decisions (%)",
-        ylim=(0, min(105.0, top * 1.15 + 5)),
+        ylim=(0, min(105.0, max(rates, default=100.0) * 1.15 + 5)),
         reference=(100.0 / results.n, f"uniform (100/N = {100.0 / results.n:.0f}%)"),
     )
 
