@@ -16,7 +16,7 @@ from posdebias._text import one_line
 from posdebias.errors import InputError
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import Interval
-from posdebias.evaluation.table import value_interval_text
+from posdebias.evaluation.table import markdown_table, value_interval_text
 
 FORMATS = ("csv", "latex", "markdown")
 #: The headline measures: the results' key and the name a table shows.
@@ -149,11 +149,8 @@ def to_csv(results: EvaluationResults) -> str:
 
 
 def _markdown(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = [f"**{markdown_text(title)}**", ""]
-    lines.append("| " + " | ".join(markdown_text(h) for h in header) + " |")
-    lines.append("|---|" + "---:|" * (len(header) - 1))
-    lines += ["| " + " | ".join(markdown_text(c) for c in row) + " |" for row in rows]
-    return [*lines, ""]
+    escaped = [[markdown_text(cell) for cell in row] for row in [header, *rows]]
+    return [f"**{markdown_text(title)}**", "", *markdown_table(escaped[0], escaped[1:]), ""]
 
 
 def markdown_tables(

@@ -17,11 +17,13 @@ from posdebias.evaluation.figures import FORMATS, REPORT_FIGURES, plain, render
 from posdebias.evaluation.results import EvaluationResults
 from posdebias.evaluation.statistics import (
     INTERVAL_METHOD,
+    Interval,
     PairedComparison,
     RunStatistics,
 )
 from posdebias.evaluation.table import (
     judge_legend,
+    markdown_table,
     plain_judge_table,
     plain_results_table,
     value_interval_text,
@@ -49,18 +51,19 @@ def p_value_text(p: float) -> str:
 
 def comparison_lines(comparisons: list[PairedComparison]) -> list[str]:
     """The paired comparisons as a markdown table."""
-    lines = [
-        "| row | baseline | ΔAcc (pp) [95% CI] | row only right | baseline only right "
-        "| decisions | McNemar p |",
-        "|---|---|---:|---:|---:|---:|---:|",
+    header = ["row", "baseline", "ΔAcc (pp) [95% CI]", "row only right", "baseline only right"]
+    rows = [
+        [c.row, c.baseline, difference_text(c.difference)]
+        + [str(count) for count in (c.row_only, c.baseline_only, c.decisions)]
+        + [p_value_text(c.p_value)]
+        for c in comparisons
     ]
-    for c in comparisons:
-        d = c.difference
-        lines.append(
-            f"| {c.row} | {c.baseline} | {d.value:+.2f} [{d.low:+.1f}, {d.high:+.1f}] "
-            f"| {c.row_only} | {c.baseline_only} | {c.decisions} | {p_value_text(c.p_value)} |"
-        )
-    return lines
+    return markdown_table([*header, "decisions", "McNemar p"], rows, left=2)
+
+
+def difference_text(d: Interval) -> str:
+    """A paired difference and its interval, in points: ``+1.23 [-0.5, +2.9]``."""
+    return f"{d.value:+.2f} [{d.low:+.1f}, {d.high:+.1f}]"
 
 
 def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[str]:
@@ -100,16 +103,12 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
             "choice",
         ),
     ):
-        lines += [
-            "",
-            intro,
-            "",
-            "| row | " + " | ".join(f"{column} {i + 1}" for i in range(n)) + " |",
-            "|---|" + "---:|" * n,
+        rows = [
+            [label, *map(value_interval_text, getattr(row, f"{field}_by_position"))]
+            for label, row in stats.rows.items()
         ]
-        for label, row in stats.rows.items():
-            cells = [value_interval_text(ci) for ci in getattr(row, f"{field}_by_position")]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += ["", intro, ""]
+        lines += markdown_table(["row", *(f"{column} {i + 1}" for i in range(n))], rows)
     circular = any(row.circular is not None for row in stats.rows.values())
     lines += [
         "",
@@ -121,15 +120,14 @@ def _statistics_lines(results: EvaluationResults, stats: RunStatistics) -> list[
             else " CircularEval is absent: the orders are not the N cyclic rotations of one order."
         ),
         "",
-        "| row | flip rate [95% CI] |" + (" CircularEval [95% CI] |" if circular else ""),
-        "|---|---:|" + ("---:|" if circular else ""),
     ]
-    for label, row in stats.rows.items():
-        line = f"| {label} | {value_interval_text(row.flip_rate)} |"
-        if circular:
-            line += f" {value_interval_text(row.circular)} |"
-        lines.append(line)
-    return lines
+    header = ["row", "flip rate [95% CI]", *(["CircularEval [95% CI]"] if circular else [])]
+    rows = [
+        [label, value_interval_text(row.flip_rate)]
+        + ([value_interval_text(row.circular)] if circular else [])
+        for label, row in stats.rows.items()
+    ]
+    return lines + markdown_table(header, rows)
 
 
 def _ranking_lines(results: EvaluationResults) -> list[str]:
@@ -157,15 +155,18 @@ def _ranking_lines(results: EvaluationResults) -> list[str]:
             "Paired differences (points) against the baseline with their bootstrap interval, "
             f"and p from a {ranking.test}:",
             "",
-            "| row | baseline | measure | Δ [95% CI] | p |",
-            "|---|---|---|---:|---:|",
         ]
-        for c in ranking.comparisons:
-            d = c.difference
-            lines.append(
-                f"| {markdown_text(c.row)} | {markdown_text(c.baseline)} | {c.measure} "
-                f"| {d.value:+.2f} [{d.low:+.1f}, {d.high:+.1f}] | {p_value_text(c.p_value)} |"
-            )
+        rows = [
+            [
+                markdown_text(c.row),
+                markdown_text(c.baseline),
+                c.measure,
+                difference_text(c.difference),
+                p_value_text(c.p_value),
+            ]
+            for c in ranking.comparisons
+        ]
+        lines += markdown_table(["row", "baseline", "measure", "Δ [95% CI]", "p"], rows, left=3)
     return lines
 
 
@@ -256,18 +257,14 @@ def write_report(results: EvaluationResults, out: str | Path) -> Path:
         "Cost per test instance (all orders): forward passes (prompt passes plus decoding "
         "steps), generated tokens, seconds (model and method).",
         "",
-        "| row | forward passes | generated tokens | seconds |",
-        "|---|---:|---:|---:|",
     ]
     seconds = results.timing.seconds_per_instance
+    rows = []
     for label, result in results.calibrators.items():
-        cost = result.cost
-        spent = seconds.get(label)
-        lines.append(
-            f"| {label} | {cost.forward_passes_per_instance:g} "
-            f"| {cost.generated_tokens_per_instance:g} "
-            f"| {'-' if spent is None else f'{spent:.4f}'} |"
-        )
+        cost, spent = result.cost, seconds.get(label)
+        passes, tokens = cost.forward_passes_per_instance, cost.generated_tokens_per_instance
+        rows.append([label, f"{passes:g}", f"{tokens:g}", "-" if spent is None else f"{spent:.4f}"])
+    lines += markdown_table(["row", "forward passes", "generated tokens", "seconds"], rows)
     warnings = [
         (label, result.diagnostics["warning"])
         for label, result in results.calibrators.items()

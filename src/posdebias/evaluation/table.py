@@ -13,7 +13,7 @@ the terminal, where the paper's table stays within 80 columns without them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +26,15 @@ from posdebias.evaluation.statistics import Interval, RunStatistics
 
 def _parse_failures(label: str, row: Metrics, generated: Collection[str]) -> str:
     return f"{row.no_answer:6.2f}" if label in generated else "-"
+
+
+def markdown_table(
+    header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1
+) -> list[str]:
+    """The lines of a markdown table: ``header``, its rule (the first ``left`` columns aligned
+    left, the others right) and a line per row; cells as given (user text escaped first)."""
+    lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
+    return [lines[0], "|" + "---|" * left + "---:|" * (len(header) - left), *lines[1:]]
 
 
 def interval_text(interval: Interval | None) -> str:
@@ -100,19 +109,16 @@ def plain_results_table(
     """The same table as markdown (summaries, logs); with ``statistics`` every metric carries
     its 95% interval."""
     suffix = " [95% CI]" if statistics is not None else ""
-    header = f"| calibrator | Acc{suffix} | RStd{suffix} | Cons.{suffix} |"
-    rule = "|---|---:|---:|---:|"
-    if generated:
-        header += " Parse fail. % |"
-        rule += "---:|"
-    lines = [header, rule]
-    for label, row in metrics.items():
-        cells = _cells(label, row, statistics, False, label in order_independent)
-        line = f"| {label} | " + " | ".join(cells) + " |"
-        if generated:
-            line += f" {_parse_failures(label, row, generated).strip()} |"
-        lines.append(line)
-    return "\n".join(lines)
+    header = ["calibrator", f"Acc{suffix}", f"RStd{suffix}", f"Cons.{suffix}"]
+    rows = [
+        [
+            label,
+            *_cells(label, row, statistics, False, label in order_independent),
+            *([_parse_failures(label, row, generated).strip()] if generated else []),
+        ]
+        for label, row in metrics.items()
+    ]
+    return "\n".join(markdown_table([*header, *(["Parse fail. %"] if generated else [])], rows))
 
 
 #: The pairwise judge table's columns: header, JudgeMetrics field.
@@ -175,11 +181,8 @@ def judge_table(judge: Mapping[str, JudgeMetrics]) -> Table:
 def plain_judge_table(judge: Mapping[str, JudgeMetrics]) -> str:
     """The same as :func:`judge_table`, in markdown."""
     columns = judge_columns(judge)
-    lines = [
-        "| calibrator | " + " | ".join(header for header, _ in columns) + " |",
-        "|---|" + "---:|" * len(columns),
+    rows = [
+        [label, *(_judge_cell(getattr(row, field)) for _, field in columns)]
+        for label, row in judge.items()
     ]
-    for label, row in judge.items():
-        cells = " | ".join(_judge_cell(getattr(row, field)) for _, field in columns)
-        lines.append(f"| {label} | {cells} |")
-    return "\n".join(lines)
+    return "\n".join(markdown_table(["calibrator", *(header for header, _ in columns)], rows))

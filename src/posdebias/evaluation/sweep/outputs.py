@@ -16,6 +16,7 @@ from posdebias.evaluation.export import HEADLINE
 from posdebias.evaluation.figures import render, row_interval, sweep_figure
 from posdebias.evaluation.sweep.plan import Point
 from posdebias.evaluation.sweep.store import PointRow
+from posdebias.evaluation.table import markdown_table
 
 #: The columns of results.csv: a point's row (:class:`PointRow`), then the point's costs.
 COLUMNS = (*PointRow.model_fields, "point_forward_passes", "point_new_forward_passes")
@@ -103,8 +104,8 @@ def sweep_report_text(
             "",
         ]
     for metric, title in HEADLINE:
-        lines += [f"## {title}", "", "| point | " + " | ".join(labels) + " |"]
-        lines.append("|---" * (len(labels) + 1) + "|")
+        lines += [f"## {title}", ""]
+        table = []
         for point in dict.fromkeys(row["point"] for row in rows):
             mine = {r["calibrator"]: r for r in rows if r["point"] == point}
             cells = []
@@ -122,8 +123,8 @@ def sweep_report_text(
                 if interval is not None:
                     cell += f" [{interval.low:.1f}, {interval.high:.1f}]"
                 cells.append(cell)
-            lines.append(f"| {point} | " + " | ".join(cells) + " |")
-        lines.append("")
+            table.append([point, *cells])
+        lines += [*markdown_table(["point", *labels], table, len(labels) + 1), ""]
     lines += [
         "## Cost",
         "",
