@@ -353,15 +353,11 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
     changed calibrator has its choices predicted again from the cached observations.
     """
     task = source.test[0].task if source.test else None
-    described = {
-        k: v
-        for k, v in describe_adapter(adapter, n, task, images=source.shows_images).items()
-        if k not in ("device", "served_models")
-    }
+    described = adapter_identity(adapter, n, task, source.shows_images, "device", "served_models")
     # the benchmark is identified by its content hash: a moved folder still resumes
     source_identity = {k: v for k, v in source.description.items() if k != "benchmark"}
     return {
-        "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
+        "adapter": described,
         "source": source_identity,
         "seed": config.seed,
         "protocol": config.protocol,
@@ -370,6 +366,16 @@ def run_identity(config: EvaluateConfig, adapter: Adapter, source: InstanceSourc
         "count": config.count,
         "calibration_count": config.calibration_count,
     }
+
+
+def adapter_identity(
+    adapter: Adapter, n: int | None, task: str | None, images: bool, *left_out: str
+) -> dict[str, Any]:
+    """The adapter's description (:func:`describe_adapter`) as a run or study identity records
+    it, in JSON values, less the keys ``left_out`` (what does not decide its observations)."""
+    described = describe_adapter(adapter, n, task, images=images)
+    kept = {key: value for key, value in described.items() if key not in left_out}
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
 
 
 def saved_identity(

@@ -38,12 +38,11 @@ from typing import Any
 
 from posdebias._inputs import excerpt
 from posdebias._io import open_log
-from posdebias.adapters.base import describe_adapter
 from posdebias.benchmarks.files import load_benchmark
 from posdebias.errors import ConfigError, ResumeError
 from posdebias.evaluation.config import EvaluateConfig, checked_config
 from posdebias.evaluation.decoding import DecisionCache
-from posdebias.evaluation.job import Prepared, build_adapter, identity_reader
+from posdebias.evaluation.job import Prepared, adapter_identity, build_adapter, identity_reader
 from posdebias.evaluation.preset import resolve_preset
 from posdebias.evaluation.runner import ObservationCache
 from posdebias.evaluation.sweep.outputs import (
@@ -101,11 +100,6 @@ def sweep_identity(
     ``images``, no image option), every point's settings, and the content hash of every
     benchmark a point reads (a benchmark swapped under the same path refuses ``--resume``
     instead of mixing old points with new ones)."""
-    described = {
-        k: v
-        for k, v in describe_adapter(adapter, None, task, images=images).items()
-        if k not in ("device", "labels")
-    }
     paths = {
         str(path)
         for point in points
@@ -114,7 +108,7 @@ def sweep_identity(
     }
     return {
         "study": study,
-        "adapter": json.loads(json.dumps(described, sort_keys=True, default=str)),
+        "adapter": adapter_identity(adapter, None, task, images, "device", "labels"),
         "benchmarks_sha256": {
             path: load_benchmark(Path(path)).fingerprint for path in sorted(paths)
         },
