@@ -80,11 +80,8 @@ def print_results_table(
     """The paper's table in the terminal (its 95% intervals with ``statistics``)."""
     table = Table(title=title, title_justify="left")
     table.add_column("calibrator", style="bold")
-    table.add_column("Acc ↑", justify="right")
-    table.add_column("RStd ↓", justify="right")
-    table.add_column("Cons. ↑", justify="right")
-    if generated:
-        table.add_column("Parse fail. % ↓", justify="right")
+    for header in ("Acc ↑", "RStd ↓", "Cons. ↑", *(["Parse fail. % ↓"] if generated else [])):
+        table.add_column(header, justify="right")
     for label, row in metrics.items():
         cells = [label, *_cells(label, row, statistics, True, label in order_independent)]
         if generated:
