@@ -9,6 +9,7 @@ directories still report; their tables show no intervals.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import platform
 from collections.abc import Mapping
@@ -48,10 +49,8 @@ def package_versions() -> dict[str, str]:
     """Versions of posdebias and the libraries that change numbers."""
     versions = {"posdebias": __version__, "python": platform.python_version()}
     for name in ("numpy", "torch", "transformers", "open_clip_torch", "pydantic"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):  # not installed: not recorded
             versions[name] = version(name)
-        except PackageNotFoundError:
-            continue
     return versions
 
 
