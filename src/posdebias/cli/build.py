@@ -141,10 +141,7 @@ def check_whole_numbers(*checks: tuple[str, int | None, int, int]) -> None:
 
 def task_of(source: str | None) -> str | None:
     """The candidate task a source builds (None: a retrieval source)."""
-    for task, sources in TASK_SOURCES.items():
-        if source in sources:
-            return task
-    return None
+    return next((task for task, sources in TASK_SOURCES.items() if source in sources), None)
 
 
 def run_task(args: argparse.Namespace, task: str) -> int:
