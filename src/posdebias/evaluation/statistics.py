@@ -223,17 +223,13 @@ def _rstd(recall: np.ndarray) -> np.ndarray:
 def cyclic_orders(orders: np.ndarray) -> bool:
     """Whether every instance's T orders are exactly the N cyclic rotations of one order."""
     orders = np.asarray(orders)
-    if orders.ndim != 3:
+    if orders.ndim != 3 or orders.shape[1] != orders.shape[2]:
         return False
-    _, count, n = orders.shape
-    if count != n:
-        return False
-    for instance in orders:
-        shown = {tuple(order) for order in instance.tolist()}
-        rotations = {tuple(np.roll(instance[0], shift).tolist()) for shift in range(n)}
-        if shown != rotations:
-            return False
-    return True
+    return all(
+        {tuple(order) for order in instance.tolist()}
+        == {tuple(np.roll(instance[0], shift).tolist()) for shift in range(len(instance))}
+        for instance in orders
+    )
 
 
 #: The headline measures (the paper's table) and the range each lives in.
