@@ -102,9 +102,8 @@ class RunDirectory:
 
     def started(self) -> bool:
         """Whether the run has produced anything beyond its set-up (a record or results)."""
-        if self.results_path.exists():
-            return True
-        return any(path.stat().st_size > 0 for path in self.logs("records"))
+        records = self.logs("records")
+        return self.results_path.exists() or any(path.stat().st_size > 0 for path in records)
 
     def prepare(
         self,
