@@ -157,11 +157,7 @@ def markdown_tables(
     results: EvaluationResults, keep: Callable[[str], bool] = lambda title: True
 ) -> list[str]:
     """The run's tables in markdown (those whose title ``keep`` accepts)."""
-    lines: list[str] = []
-    for title, header, rows in tables(results):
-        if keep(title):
-            lines += _markdown(title, header, rows)
-    return lines
+    return [line for table in tables(results) if keep(table[0]) for line in _markdown(*table)]
 
 
 def _latex(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
