@@ -94,10 +94,7 @@ def _constraints(metadata: list[Any]) -> tuple[Any, Any]:
 
 def _inner(annotation: Any) -> list[Any]:
     """The types inside ``annotation``: union members, list and tuple items, recursively."""
-    found = []
-    for arg in typing.get_args(annotation):
-        found += [arg, *_inner(arg)]
-    return found
+    return [found for arg in typing.get_args(annotation) for found in (arg, *_inner(arg))]
 
 
 def option_range(info: FieldInfo) -> str:
