@@ -116,21 +116,18 @@ def build_adapter(config: EvaluateConfig, shard: Shard | None = None) -> Adapter
         known = config.benchmark is not None and "{n}" not in str(config.benchmark)
         task = config_task(config) if config.task or known or model is None else None
         options.setdefault("label_set", default_label_set(task, model))
-    adapter: Adapter
     if model is not None:
         if not served(config.adapter.name):
             options = placement(options, shard or Shard(), config.gpus_per_process)
             options["defaults"] = adapter_defaults(protocol)
-        adapter = open_adapter(model, adapter=config.adapter.name, **options)
-    elif config.adapter.name is None:
+        return open_adapter(model, adapter=config.adapter.name, **options)
+    if config.adapter.name is None:
         none = "" if config.task is None else f"; none poses {config.task}"
         raise InputError(
             "no model to evaluate: pass --model ID_OR_PATH or --adapter NAME (the command "
             f"line's default run takes the task's bundled model{none})"
         )
-    else:
-        adapter = get_registry().create_adapter(config.adapter.name, **options)
-    return adapter
+    return get_registry().create_adapter(config.adapter.name, **options)
 
 
 def _takes_option(config: EvaluateConfig, name: str) -> bool:
