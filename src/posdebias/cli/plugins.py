@@ -113,23 +113,18 @@ def option_range(info: FieldInfo) -> str:
         each = "each " if any(typing.get_origin(a) in (list, tuple) for a in containers) else ""
     if low is None and high is None:
         return ""
-    start = (
-        ""
-        if low is None
-        else f"above {_number(low.gt)}"
-        if isinstance(low, Gt)
-        else _number(low.ge)
-    )
-    end = (
-        ""
-        if high is None
-        else f"below {_number(high.lt)}"
-        if isinstance(high, Lt)
-        else _number(high.le)
-    )
+    start, end = _bound(low), _bound(high)
     if start and end:
         return f"{each}{start} to {end}"
     return f"{each}from {start}" if start else f"{each}up to {end}"
+
+
+def _bound(limit: Ge | Gt | Le | Lt | None) -> str:
+    """One end of a range: its number, after ``above`` or ``below`` where it is excluded."""
+    if limit is None:
+        return ""
+    (name,) = [name for name in ("gt", "ge", "lt", "le") if hasattr(limit, name)]
+    return {"gt": "above ", "lt": "below "}.get(name, "") + _number(getattr(limit, name))
 
 
 def _type_name(annotation: Any) -> str:
