@@ -418,11 +418,13 @@ class _Checks:
             + (" (multi-token labels included)" if multi else "")
             + f", tolerance {self.score_tolerance:g}"
         )
+        if worst <= self.score_tolerance:
+            return PASS, figure, ""
         cause = self.adapter.position_problem() or (
             "the adapter's position ids (prompt_position_ids / decode_position_ids) or its "
             "processor inputs are not what the model computes for itself"
         )
-        return _verdict(worst <= self.score_tolerance, figure, cause)
+        return FAIL, figure, cause
 
     def probe(self) -> tuple[str, str, str]:
         import torch
