@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import threading
 import warnings
@@ -716,8 +715,12 @@ class Debiaser:
         with self._batchers_lock:
             batcher = self._batchers.get(loop)
             if batcher is None:
-                run = functools.partial(self._rank_chunk, batch_size=self.max_batch)
-                batcher = self._batchers[loop] = _MicroBatcher(run, self.max_batch, self.max_wait)
+                batcher = self._batchers[loop] = _MicroBatcher(
+                    # max_batch read at each chunk: a caller may change it between calls
+                    lambda chunk, explain: self._rank_chunk(chunk, explain, self.max_batch),
+                    self.max_batch,
+                    self.max_wait,
+                )
         return await batcher.submit(instance, explain)
 
     def _rank_chunk(
