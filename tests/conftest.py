@@ -156,3 +156,32 @@ def site(tmp_path, monkeypatch):
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
     return site
+
+
+@pytest.fixture(scope="session")
+def real_models(tmp_path_factory):
+    """The real pretrained models (tests/real_models.py), loaded once per test process from
+    their GGUF files, with how many times each load parsed its file's metadata (``parses``)."""
+    import gguf
+    import torch
+
+    from real_models import LoadedModels, gemma3_gguf, smollm2_gguf
+
+    torch.set_num_threads(1)
+    files = {"smollm2": smollm2_gguf(), "gemma3": gemma3_gguf(tmp_path_factory.mktemp("gguf"))}
+    models, parses = LoadedModels(), {}
+    reader = gguf.gguf_reader.GGUFReader  # a parse is its __init__, in any subclass too
+    original = reader.__init__
+    for name, path in files.items():
+
+        def counted(self, *args, _model=name, **kwargs):
+            parses[_model] = parses.get(_model, 0) + 1
+            return original(self, *args, **kwargs)
+
+        reader.__init__ = counted
+        try:
+            models.load(name, str(path))
+        finally:
+            reader.__init__ = original
+    models.parses = parses
+    return models

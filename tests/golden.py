@@ -50,14 +50,19 @@ RUNS: dict[str, list[str]] = {
 REAL_INPUTS = ("{smollm2}", "{gemma3}", "{capitals}")
 
 
-def real_inputs(args: list[str], scratch: Path) -> list[str]:
-    """``args`` with the real runs' placeholders replaced by the GGUF files and a benchmark of
-    WordNet questions (built once per scratch folder)."""
+def real_inputs(args: list[str], scratch: Path, files: dict[str, str] | None = None) -> list[str]:
+    """``args`` with the real runs' placeholders replaced by the GGUF files (``files``: those
+    already at hand, by model name) and a benchmark of WordNet questions (built once per
+    scratch folder)."""
     if not any(arg in REAL_INPUTS for arg in args):
         return args
     from real_models import gemma3_gguf, smollm2_gguf, wordnet_benchmark
 
-    paths = {"{smollm2}": lambda: smollm2_gguf(), "{gemma3}": lambda: gemma3_gguf(scratch)}
+    files = files or {}
+    paths = {
+        "{smollm2}": lambda: files.get("smollm2") or smollm2_gguf(),
+        "{gemma3}": lambda: files.get("gemma3") or gemma3_gguf(scratch),
+    }
     capitals = scratch / "capitals"
     if not capitals.exists():
         wordnet_benchmark("capitals", 45, 4, 0, capitals)
@@ -65,13 +70,16 @@ def real_inputs(args: list[str], scratch: Path) -> list[str]:
     return [str(paths[arg]()) if arg in paths else arg for arg in args]
 
 
-def run_metrics(args: list[str], scratch: Path | None = None) -> dict[str, Any]:
+def run_metrics(
+    args: list[str], scratch: Path | None = None, files: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The metrics of one CLI run, as the golden files store them (``scratch``: where the real
-    runs' inputs are made; the run is recorded with its placeholders)."""
+    runs' inputs are made, ``files``: GGUF files at hand; the run is recorded with its
+    placeholders)."""
     from posdebias.evaluation.config import load_config
     from posdebias.evaluation.job import run_evaluation
 
-    resolved = args if scratch is None else real_inputs(args, scratch)
+    resolved = args if scratch is None else real_inputs(args, scratch, files)
     flags = dict(zip(resolved[::2], resolved[1::2], strict=True))
     options = {"chat_template": flags["--chat-template"]} if "--chat-template" in flags else {}
     config = load_config(

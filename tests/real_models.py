@@ -35,6 +35,50 @@ def gemma3_gguf(folder: Path) -> Path:
     return Path(gemma.assemble(target))
 
 
+#: the adapter options of each real model's runs (Gemma 3 270M is a base model: a raw prompt)
+OPTIONS: dict[str, dict[str, str]] = {"smollm2": {}, "gemma3": {"chat_template": "raw"}}
+
+
+class LoadedModels:
+    """The real models, each loaded once per test process as ``posdebias evaluate`` loads it
+    (the loading takes longer than a test's forwards: Gemma 3's 262k-token vocabulary alone
+    parses in seconds). :meth:`open_adapter` stands in for the loader of a run: it hands back
+    a loaded model for the same file and options, and loads anything else."""
+
+    def __init__(self) -> None:
+        from posdebias.evaluation import job
+
+        self._open = job.open_adapter
+        self._loaded: dict[str, Any] = {}
+        self.by_name: dict[str, Any] = {}
+        self.files: dict[str, str] = {}
+        self.parses: dict[str, int] = {}  # GGUF metadata parses per load (the fixture counts)
+        self.reused = 0
+
+    def load(self, name: str, path: str) -> None:
+        """Load real model ``name`` from its GGUF file through ``posdebias evaluate``'s own
+        :func:`~posdebias.evaluation.job.build_adapter`, for a multiple-choice run."""
+        from posdebias.evaluation import job
+        from posdebias.evaluation.config import load_config
+
+        adapter = {"options": OPTIONS[name]} if OPTIONS[name] else None
+        config = load_config(None, model=path, adapter=adapter, task="multiple_choice")
+        job.open_adapter = self.open_adapter  # its loader, recorded here
+        try:
+            self.by_name[name] = job.build_adapter(config)
+        finally:
+            job.open_adapter = self._open
+        self.files[name] = path
+
+    def open_adapter(self, model: str, *, adapter: str | None = None, **options: Any) -> Any:
+        key = json.dumps([model, adapter, options], sort_keys=True, default=repr)
+        if key in self._loaded:
+            self.reused += 1
+        else:
+            self._loaded[key] = self._open(model, adapter=adapter, **options)
+        return self._loaded[key]
+
+
 def save_dequantised(adapter: Any, folder: Path) -> Path:
     """A GGUF adapter's weights (plain float32 tensors once transformers has dequantised them)
     and tokenizer, saved as a safetensors folder (transformers refuses to save a GGUF model)."""

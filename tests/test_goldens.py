@@ -20,11 +20,18 @@ REAL = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]
     "name",
     [pytest.param(name, marks=REAL if name.startswith("real_") else []) for name in RUNS],
 )
-def test_default_run_matches_its_golden_metrics(name, tmp_path, monkeypatch):
+def test_default_run_matches_its_golden_metrics(name, tmp_path, monkeypatch, request):
     monkeypatch.setenv("POSDEBIAS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     expected = json.loads(path_of(name).read_text())
-    got = json.loads(json.dumps(run_metrics(RUNS[name], tmp_path)))
+    files, real = None, None
+    if name.startswith("real_"):  # the models the worker has loaded, if the run loads them so
+        real = request.getfixturevalue("real_models")
+        monkeypatch.setattr("posdebias.evaluation.job.open_adapter", real.open_adapter)
+        files, reused = real.files, real.reused
+    got = json.loads(json.dumps(run_metrics(RUNS[name], tmp_path, files)))
+    if real is not None:  # the fixture loads each model as the run does: one load each
+        assert real.reused == reused + 1
     assert got["run"] == expected["run"]
     assert (got["n"], got["orders"], got["num_instances"]) == (
         expected["n"], expected["orders"], expected["num_instances"],

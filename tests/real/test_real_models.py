@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from real_models import gemma3_gguf, save_dequantised, smollm2_gguf, wordnet_questions
+from real_models import save_dequantised, wordnet_questions
 
 pytestmark = [pytest.mark.xdist_group("real_models"), pytest.mark.slow]
 
@@ -20,48 +20,16 @@ MODELS = ("smollm2", "gemma3")
 
 
 @pytest.fixture(scope="session")
-def gguf_files(tmp_path_factory) -> dict[str, str]:
-    folder = tmp_path_factory.mktemp("gguf")
-    return {"smollm2": str(smollm2_gguf()), "gemma3": str(gemma3_gguf(folder))}
+def adapters(real_models):
+    """Each real model loaded once, from its GGUF file, as ``posdebias evaluate`` loads it
+    (tests/conftest.py; the goldens' runs reuse these loads)."""
+    return real_models.by_name
 
 
-#: how many times each real model's load parsed its GGUF file's metadata (``adapters``)
-PARSES: dict[str, int] = {}
-
-
-@pytest.fixture(scope="session")
-def adapters(gguf_files):
-    """Each real model loaded once, from its GGUF file, as a user would (counting the gguf
-    package's parses of the file on the way)."""
-    import gguf
-    import torch
-
-    from posdebias.loading import load_adapter
-
-    torch.set_num_threads(1)
-    options = {"smollm2": {}, "gemma3": {"chat_template": "raw"}}  # gemma3: a base model
-    reader = gguf.gguf_reader.GGUFReader  # a parse is its __init__, in any subclass too
-    original, loaded = reader.__init__, {}
-
-    def counted(self, *args, **kwargs):
-        PARSES[name] = PARSES.get(name, 0) + 1
-        return original(self, *args, **kwargs)
-
-    reader.__init__ = counted
-    try:
-        for name in MODELS:
-            loaded[name] = load_adapter(
-                gguf_files[name], label_set="upper", device="cpu", **options[name]
-            )
-    finally:
-        reader.__init__ = original
-    return loaded
-
-
-def test_a_load_parses_its_gguf_file_once(adapters):
+def test_a_load_parses_its_gguf_file_once(real_models):
     """transformers reads the config, the tokenizer and the weights, each of which parsed the
     file's metadata (3 x 9.5 s for Gemma 3's vocabulary): posdebias lends it one reader."""
-    assert PARSES == {"smollm2": 1, "gemma3": 1}
+    assert real_models.parses == {"smollm2": 1, "gemma3": 1}
 
 
 @pytest.fixture(scope="session")
