@@ -40,10 +40,10 @@ def fresh_model(family: str, implementation: str):
 
 
 def forward(family: str, model, **inputs):
-    """The model's forward as the family's adapter runs it (``HFAdapter.model_forward``: the
+    """The model's forward as the family's adapter runs it (``HFAdapter.own_forward``: the
     model itself, except where transformers' own forward cannot run, see docs/adapters.md)."""
     adapter_class = get_registry().adapter_for_model_type(model.config.model_type) or HFAdapter
-    return adapter_class.model_forward(SimpleNamespace(model=model), **inputs)
+    return adapter_class.own_forward(SimpleNamespace(model=model), **inputs)
 
 
 def language_model(model):

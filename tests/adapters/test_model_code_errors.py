@@ -101,3 +101,27 @@ def test_errors_of_posdebias_own_code_inside_the_forward_stay_ours():
         Observation(label_logprobs=[float("nan"), 0.0])
     except Exception as exc:
         assert _raised_in_posdebias(exc)
+
+
+@pytest.mark.parametrize(
+    ("family", "part"),
+    [
+        # the model's forward checked first, then run (a vision tower hooked apart is refused)
+        ("phi4_multimodal", lambda model: model),
+        # transformers' own forward cannot run: the adapter composes it from the model's parts
+        ("llama4", lambda model: model.language_model),
+    ],
+)
+def test_a_family_that_runs_its_own_forward_still_reports_the_models_error(family, part):
+    model, processor = tiny_model_and_processor(family, seed=0)
+
+    def forward(*args, **kwargs):  # the checkpoint's own code fails inside the family's forward
+        raise KeyError("rows")
+
+    part(model).forward = forward
+    adapter = get_adapter(model, processor)
+    with pytest.raises(ModelCodeError) as caught:
+        adapter.observe(check_instances(2)[0])
+    message = str(caught.value)
+    assert "the model's forward raised KeyError" in message and "not posdebias" in message
+    assert f"family {family}" in message and caught.value.exit_code == 2

@@ -49,7 +49,7 @@ class Llama4Adapter(HFAdapter):
             end=int(ids(self.processor.end_of_img_token)),
         )
 
-    def model_forward(self, **inputs: Any) -> Any:
+    def own_forward(self, **inputs: Any) -> Any:
         """The conditional-generation forward, composed from the model's own parts.
 
         ``Llama4ForConditionalGeneration.forward`` of transformers 5.x builds its output from

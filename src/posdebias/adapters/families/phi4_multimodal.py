@@ -76,7 +76,7 @@ class Phi4MultimodalAdapter(HFAdapter):
         _MERGED[merged] = f"merged from {VISION_LORA}/"
         return merged
 
-    def model_forward(self, **inputs: Any) -> Any:
+    def own_forward(self, **inputs: Any) -> Any:
         """The model's forward; refused when it would ask for attention maps or hidden states of
         a model whose vision tower was hooked on its own (see :func:`_hooked_apart`)."""
         if (inputs.get("output_attentions") or inputs.get("output_hidden_states")) and (

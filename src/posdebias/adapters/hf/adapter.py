@@ -460,14 +460,20 @@ class HFAdapter(Adapter):
 
     def model_forward(self, **inputs: Any) -> Any:
         """One forward of the model (prompt or decoding step); an output with ``logits`` and the
-        cache. A family whose own forward cannot run as is overrides this (Llama 4)."""
+        cache. An exception of the model's own code is reported as the model's
+        (:meth:`model_code_error`), whatever :meth:`own_forward` a family runs."""
         try:
-            return self.model(**inputs)
+            return self.own_forward(**inputs)
         except Exception as exc:
             error = self.model_code_error("forward", exc)
             if error is exc:
                 raise
             raise error from exc
+
+    def own_forward(self, **inputs: Any) -> Any:
+        """The model's forward itself: a family whose forward cannot run as is, or must be
+        checked first, overrides this (Llama 4, Phi-4-multimodal)."""
+        return self.model(**inputs)
 
     def extended_inputs(self, inputs: dict[str, Any], extra: Any) -> dict[str, Any]:
         """The model inputs of one unpadded prompt with the tokens ``extra`` ([1, k]) appended,
