@@ -650,7 +650,7 @@ class Debiaser:
         """
         task = self._posed_as(task, texts)
         instance = _query_instance(query, images, texts, stem_images, task)
-        return self._rank_chunk([instance], [explain], self.batch_size)[0]
+        return self._rank_chunk([instance], self.batch_size, [explain])[0]
 
     def _posed_as(self, task: str | None, texts: Sequence[str | None] | None) -> str | None:
         """A text query's task when it names none: the text task its N's states were fitted on."""
@@ -679,7 +679,7 @@ class Debiaser:
             chunk = [_as_instance(query) for query in islice(iterator, size)]
             if not chunk:
                 return
-            yield from self._rank_chunk(chunk, [explain] * len(chunk), size)
+            yield from self._rank_chunk(chunk, size, [explain] * len(chunk))
 
     async def arank(
         self,
@@ -717,14 +717,14 @@ class Debiaser:
             if batcher is None:
                 batcher = self._batchers[loop] = _MicroBatcher(
                     # max_batch read at each chunk: a caller may change it between calls
-                    lambda chunk, explain: self._rank_chunk(chunk, explain, self.max_batch),
+                    lambda chunk, explain: self._rank_chunk(chunk, self.max_batch, explain),
                     self.max_batch,
                     self.max_wait,
                 )
         return await batcher.submit(instance, explain)
 
     def _rank_chunk(
-        self, instances: list[Instance], explain: Sequence[bool], batch_size: int
+        self, instances: list[Instance], batch_size: int, explain: Sequence[bool]
     ) -> list[Ranking]:
         fitted = self._fitted  # one snapshot for the whole call (see thread safety)
         uses = dict.fromkeys((i.n, i.task) for i in instances)
