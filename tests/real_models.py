@@ -43,7 +43,7 @@ class LoadedModels:
     """The real models, each loaded once per test process as ``posdebias evaluate`` loads it
     (the loading takes longer than a test's forwards: Gemma 3's 262k-token vocabulary alone
     parses in seconds). :meth:`open_adapter` stands in for the loader of a run: it hands back
-    a loaded model for the same file and options, and loads anything else."""
+    a model loaded here for the same file and options, and loads anything else afresh."""
 
     def __init__(self) -> None:
         from posdebias.evaluation import job
@@ -63,7 +63,13 @@ class LoadedModels:
 
         adapter = {"options": OPTIONS[name]} if OPTIONS[name] else None
         config = load_config(None, model=path, adapter=adapter, task="multiple_choice")
-        job.open_adapter = self.open_adapter  # its loader, recorded here
+
+        def recorded(model: str, *, adapter: str | None = None, **options: Any) -> Any:
+            loaded = self._open(model, adapter=adapter, **options)
+            self._loaded[_load_key(model, adapter, options)] = loaded
+            return loaded
+
+        job.open_adapter = recorded  # build_adapter's loader
         try:
             self.by_name[name] = job.build_adapter(config)
         finally:
@@ -71,22 +77,35 @@ class LoadedModels:
         self.files[name] = path
 
     def open_adapter(self, model: str, *, adapter: str | None = None, **options: Any) -> Any:
-        key = json.dumps([model, adapter, options], sort_keys=True, default=repr)
-        if key in self._loaded:
-            self.reused += 1
-        else:
-            self._loaded[key] = self._open(model, adapter=adapter, **options)
-        return self._loaded[key]
+        loaded = self._loaded.get(_load_key(model, adapter, options))
+        if loaded is None:
+            return self._open(model, adapter=adapter, **options)
+        self.reused += 1
+        from posdebias.adapters.hf.verify import forget_verdicts
+
+        forget_verdicts(loaded.model)  # the run verifies the model as after a fresh load
+        return loaded
+
+
+def _load_key(model: str, adapter: str | None, options: dict[str, Any]) -> str:
+    return json.dumps([model, adapter, options], sort_keys=True, default=repr)
 
 
 def save_dequantised(adapter: Any, folder: Path) -> Path:
     """A GGUF adapter's weights (plain float32 tensors once transformers has dequantised them)
     and tokenizer, saved as a safetensors folder (transformers refuses to save a GGUF model)."""
     model = adapter.model
+    quantizer, config = model.hf_quantizer, model.config
     model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(folder)
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is not None:
+        del config.quantization_config
+    try:
+        model.save_pretrained(folder)
+    finally:  # the adapter's model as it was: other tests run on it
+        model.hf_quantizer = quantizer
+        if quantization is not None:
+            config.quantization_config = quantization
     adapter.tokenizer.save_pretrained(folder)
     return folder
 

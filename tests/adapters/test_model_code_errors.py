@@ -80,27 +80,82 @@ def test_a_forward_that_raises_is_the_models_error(error):
 
 
 def test_errors_of_posdebias_own_code_inside_the_forward_stay_ours():
-    # an exception whose innermost frame is posdebias's (the attention probe, a hook) is not
-    # blamed on the model
+    # an exception whose innermost frame is posdebias's (the attention probe, a hook) or an
+    # adapter class's own module (a plugin's family) is not blamed on the model
+    from posdebias.adapters.hf import HFAdapter
     from posdebias.adapters.hf.adapter import _raised_in_posdebias
 
     def ours():
         raise ValueError("ours")
 
+    class PluginFamily(HFAdapter):  # defined in this file: its errors here are the plugin's
+        pass
+
     try:
         ours()
     except ValueError as exc:
-        assert not _raised_in_posdebias(exc)  # raised in a test file, outside the package
+        assert not _raised_in_posdebias(exc, HFAdapter)  # a test file, outside the package
+        assert _raised_in_posdebias(exc, PluginFamily)
     try:
         torch.zeros(2) @ torch.zeros(3)
     except RuntimeError as exc:
-        assert not _raised_in_posdebias(exc)
+        assert not _raised_in_posdebias(exc, HFAdapter)
     from posdebias.core.observation import Observation
 
     try:
         Observation(label_logprobs=[float("nan"), 0.0])
     except Exception as exc:
-        assert _raised_in_posdebias(exc)
+        assert _raised_in_posdebias(exc, HFAdapter)
+
+
+def test_a_plugin_familys_own_forward_is_its_code_and_the_model_inside_it_the_models():
+    from posdebias.adapters.families.qwen2_vl import Qwen2VLAdapter
+
+    model, processor = tiny_model_and_processor("qwen2_vl", seed=0)
+    instance = check_instances(2)[0]
+
+    class Buggy(Qwen2VLAdapter):
+        def own_forward(self, **inputs):
+            return self.modle(**inputs)  # the plugin's own bug
+
+    with pytest.raises(AttributeError, match="modle"):  # the plugin's, not "the model's"
+        Buggy(model, processor).observe(instance)
+
+    class Checked(Qwen2VLAdapter):
+        def own_forward(self, **inputs):
+            return self.model(**inputs)
+
+    # the checkpoint's own (remote) code, in a file of its own, fails inside the plugin's forward
+    model.forward = eval(compile("lambda *args, **kwargs: {}['rows']", "modeling_x.py", "eval"))
+    with pytest.raises(ModelCodeError, match="the model's forward raised KeyError"):
+        Checked(model, processor).observe(instance)
+
+
+def test_a_familys_own_position_ids_or_tokenizer_failing_is_the_models_error():
+    """Qwen2-VL's positions come from the model's own get_rope_index, a text family's tokens
+    from its tokenizer alone (its own processor_inputs): both are the model's code."""
+    model, processor = tiny_model_and_processor("qwen2_vl", seed=0)
+
+    def rope_index(*args, **kwargs):
+        raise IndexError("grid")
+
+    model.model.get_rope_index = rope_index
+    with pytest.raises(ModelCodeError, match="the model's position ids raised IndexError"):
+        get_adapter(model, processor).observe(check_instances(2)[0])
+
+    adapter = get_adapter(*tiny_model_and_processor("qwen3", seed=0), label_set="upper")
+
+    tokenizer = adapter.tokenizer
+
+    def tokenize(*args, **kwargs):  # the batch's padded tokens: the family's processor_inputs
+        if kwargs.get("padding"):
+            raise KeyError("merges")
+        return tokenizer(*args, **kwargs)
+
+    adapter.tokenizer = tokenize
+    text = check_instances(2, task="multiple_choice", with_images=False)[0]
+    with pytest.raises(ModelCodeError, match="the model's processor .* raised KeyError"):
+        adapter.observe(text)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,9 @@ def test_gguf_and_the_same_weights_as_a_folder_give_the_same_scores(adapters, ca
 
     adapter = adapters["smollm2"]
     folder = save_dequantised(adapter, tmp_path / "smollm2")
-    again = load_adapter(str(folder), label_set="upper", device="cpu", dtype="float32")
+    again = load_adapter(
+        str(folder), label_set="upper", device=str(adapter.device), dtype="float32"
+    )
     for first, second in zip(
         adapter.observe_many(capitals[:3]), again.observe_many(capitals[:3]), strict=True
     ):

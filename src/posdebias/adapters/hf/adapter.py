@@ -26,7 +26,7 @@ import hashlib
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -122,6 +122,9 @@ def load_image(reference: Any, instance_id: str, min_side: int | None = None) ->
 #: instance may have): a run shows each instance's images once per order and rotation in a row,
 #: and decoding them again took 13% of an N = 12 run.
 DECODED_IMAGES = 32
+
+#: the processor call as an error of the model's own code names it
+PROCESSOR_CALL = "processor (the prompt's tokens and images)"
 
 
 class BatchingUnsafe(AdapterError):
@@ -403,21 +406,30 @@ class HFAdapter(Adapter):
         limit = self.tile_limit(len(images[0]) if images else 0)
         tiles = {} if limit is None else {"max_patches": limit}
         try:
-            return self.processor(
-                text=texts,
-                images=images if any(images) else None,
-                padding=True,
-                padding_side="left",
-                return_tensors="pt",
-                return_text_replacement_offsets=True,
-                **tiles,
-            )
+            # the processor's own code failing otherwise (KeyError: 'rows', ...) is the model's
+            with self.model_code(PROCESSOR_CALL):
+                return self.processor(
+                    text=texts,
+                    images=images if any(images) else None,
+                    padding=True,
+                    padding_side="left",
+                    return_tensors="pt",
+                    return_text_replacement_offsets=True,
+                    **tiles,
+                )
         except ValueError as exc:
             raise AdapterError(
                 f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
             ) from exc
-        except Exception as exc:  # the processor's own code failed (KeyError: 'rows', ...)
-            error = self.model_code_error("processor (the prompt's tokens and images)", exc)
+
+    @contextlib.contextmanager
+    def model_code(self, call: str) -> Iterator[None]:
+        """Run the model's own ``call`` (its processor, its forward, its position ids): an
+        exception of the model's code leaves as :meth:`model_code_error` words it."""
+        try:
+            yield
+        except Exception as exc:
+            error = self.model_code_error(call, exc)
             if error is exc:
                 raise
             raise error from exc
@@ -427,7 +439,7 @@ class HFAdapter(Adapter):
         :class:`ModelCodeError` naming the family, the call, the error and what to try; our
         own errors, and exceptions raised in posdebias's code (the attention probe, a hook),
         are returned as they are: those are ours to report."""
-        if isinstance(exc, (PosdebiasError, MemoryError)) or _raised_in_posdebias(exc):
+        if isinstance(exc, (PosdebiasError, MemoryError)) or _raised_in_posdebias(exc, type(self)):
             return exc
         if type(exc).__name__ == "OutOfMemoryError":  # torch's: not the model's fault
             return exc
@@ -462,13 +474,8 @@ class HFAdapter(Adapter):
         """One forward of the model (prompt or decoding step); an output with ``logits`` and the
         cache. An exception of the model's own code is reported as the model's
         (:meth:`model_code_error`), whatever :meth:`own_forward` a family runs."""
-        try:
+        with self.model_code("forward"):
             return self.own_forward(**inputs)
-        except Exception as exc:
-            error = self.model_code_error("forward", exc)
-            if error is exc:
-                raise
-            raise error from exc
 
     def own_forward(self, **inputs: Any) -> Any:
         """The model's forward itself: a family whose forward cannot run as is, or must be
@@ -722,7 +729,8 @@ class HFAdapter(Adapter):
             [self._load_image(im, inst.id, side) for im in inst.all_images] for inst in instances
         ]
         _, plan = self.plan_for(n, texts[0], instances[0].task)
-        inputs = self.processor_inputs(texts, images)
+        with self.model_code(PROCESSOR_CALL):  # a family's own processor_inputs too
+            inputs = self.processor_inputs(texts, images)
         offsets = inputs.pop("text_replacement_offsets", None)
         spans, image_spans = [], []
         covered = self.image_token_ids()
@@ -744,7 +752,8 @@ class HFAdapter(Adapter):
             row_spans = candidate_spans(instance, row_images, text_spans)
             check_candidate_spans(row_spans, ids, n)
             spans.append(row_spans)
-        positions = self.prompt_position_ids(inputs)
+        with self.model_code("position ids"):  # a family's may ask the model's own code
+            positions = self.prompt_position_ids(inputs)
         inputs = inputs.to(self.device)
         model_dtype = getattr(self.model, "dtype", None)
         if model_dtype is not None and "pixel_values" in inputs:
@@ -1018,15 +1027,27 @@ def _row_offsets(offsets: Any, row: int) -> list[dict[str, Any]] | None:
 _PACKAGE = Path(__file__).resolve().parents[2]
 
 
-def _raised_in_posdebias(exc: BaseException) -> bool:
-    """Whether the innermost frame of ``exc``'s traceback is posdebias's own code (then the
-    error is ours, e.g. in the attention probe the model calls, not the model's)."""
+def _raised_in_posdebias(exc: BaseException, adapter: type) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is posdebias's own code or the
+    module of an adapter class (a plugin's family): then the error is ours or the plugin's,
+    e.g. in the attention probe the model calls or in a family's own forward, not the
+    model's."""
     tb = exc.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
     try:
-        return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_PACKAGE)
+        where = Path(tb.tb_frame.f_code.co_filename).resolve()
     except (OSError, ValueError):
         return False
+    return where.is_relative_to(_PACKAGE) or where in _class_files(adapter)
+
+
+def _class_files(adapter: type) -> set[Path]:
+    """The source files of an adapter class and of the adapter classes it extends."""
+    files = set()
+    for cls in (c for c in adapter.__mro__ if issubclass(c, Adapter)):
+        with contextlib.suppress(TypeError, OSError):  # a class made at run time has none
+            files.add(Path(inspect.getfile(cls)).resolve())
+    return files

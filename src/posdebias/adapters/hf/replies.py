@@ -82,7 +82,8 @@ def _score_batch(adapter: HFAdapter, rows: list[tuple[list[int], list[int]]]) ->
     length = max(len(row) for row in full)
     ids = torch.tensor([[pad] * (length - len(row)) + row for row in full], dtype=torch.long)
     mask = torch.tensor([[0] * (length - len(row)) + [1] * len(row) for row in full])
-    positions = adapter.prompt_position_ids({"attention_mask": mask})
+    with adapter.model_code("position ids"):  # a family's may ask the model's own code
+        positions = adapter.prompt_position_ids({"attention_mask": mask})
     # the logits at position p predict token p + 1: a reply of r tokens at the end of its row
     # is predicted by the r positions before the last; keep the last (longest r) + 1
     keep = max(len(answer) for _, answer in rows) + 1
