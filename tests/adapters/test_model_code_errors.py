@@ -180,3 +180,21 @@ def test_a_family_that_runs_its_own_forward_still_reports_the_models_error(famil
     message = str(caught.value)
     assert "the model's forward raised KeyError" in message and "not posdebias" in message
     assert f"family {family}" in message and caught.value.exit_code == 2
+
+
+def test_a_processor_refusing_its_input_is_still_the_inputs_problem():
+    """A ValueError of the processor says the prompt or its images are refused (the family
+    coverage table shows such refusals): an AdapterError naming it, not the model's error."""
+    from posdebias.errors import AdapterError
+
+    model, processor = tiny_model_and_processor("qwen2_vl", seed=0)
+    adapter = get_adapter(model, processor)
+    processor_class = type(adapter.processor)
+    refuse = eval(  # in a file of its own, as transformers' code is
+        compile("lambda *args, **kwargs: int('two images')", "processing_x.py", "eval")
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(processor_class, "__call__", refuse)
+        with pytest.raises(AdapterError, match="rejected the prompt and its images") as caught:
+            adapter.observe(check_instances(2)[0])
+    assert not isinstance(caught.value, ModelCodeError)

@@ -405,9 +405,9 @@ class HFAdapter(Adapter):
         and without images (:func:`batch_groups`)."""
         limit = self.tile_limit(len(images[0]) if images else 0)
         tiles = {} if limit is None else {"max_patches": limit}
-        try:
-            # the processor's own code failing otherwise (KeyError: 'rows', ...) is the model's
-            with self.model_code(PROCESSOR_CALL):
+        # the processor's own code failing otherwise (KeyError: 'rows', ...) is the model's
+        with self.model_code(PROCESSOR_CALL):
+            try:
                 return self.processor(
                     text=texts,
                     images=images if any(images) else None,
@@ -417,10 +417,10 @@ class HFAdapter(Adapter):
                     return_text_replacement_offsets=True,
                     **tiles,
                 )
-        except ValueError as exc:
-            raise AdapterError(
-                f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
-            ) from exc
+            except ValueError as exc:  # a prompt or images it refuses: the input's problem
+                raise AdapterError(
+                    f"the processor of {self.model_id} rejected the prompt and its images: {exc}"
+                ) from exc
 
     @contextlib.contextmanager
     def model_code(self, call: str) -> Iterator[None]:
