@@ -198,3 +198,23 @@ def test_a_processor_refusing_its_input_is_still_the_inputs_problem():
         with pytest.raises(AdapterError, match="rejected the prompt and its images") as caught:
             adapter.observe(check_instances(2)[0])
     assert not isinstance(caught.value, ModelCodeError)
+
+
+@pytest.mark.parametrize("door", ["score", "generate"])
+def test_a_generation_config_whose_processors_fail_is_the_models_error(door):
+    """The checkpoint's generation-config logits processors (``logits_processors:
+    generation_config``) are the model's code: a broken setting of its generation config
+    fails there, in label scoring as in generation."""
+    from posdebias.adapters.base import GenerationSettings
+
+    model, tokenizer = tiny_model_and_processor("qwen3", seed=0)
+    model.generation_config.repetition_penalty = -1.0  # a penalty must be a positive float
+    adapter = get_adapter(
+        model, tokenizer, label_set="upper", logits_processors="generation_config"
+    )
+    question = check_instances(2, task="multiple_choice", with_images=False)[0]
+    with pytest.raises(ModelCodeError, match="the model's generation-config logits processors"):
+        if door == "score":
+            adapter.observe(question)
+        else:
+            adapter.generate_many([question], GenerationSettings(max_new_tokens=2))

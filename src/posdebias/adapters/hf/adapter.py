@@ -39,7 +39,7 @@ from posdebias.adapters.attention.sofa import sofa_attention, sofa_scope
 from posdebias.adapters.base import Adapter, AdapterOptions, SofaSettings, split_tie
 from posdebias.adapters.hf import generation
 from posdebias.adapters.hf.cache import PromptCache
-from posdebias.adapters.hf.generation import generation_config_processors
+from posdebias.adapters.hf.generation import PROCESSORS_CALL, generation_config_processors
 from posdebias.adapters.hf.layers import attention_layers
 from posdebias.adapters.hf.model import LogitsProcessor, PreparedBatch, batch_groups, kv_cache
 from posdebias.adapters.hf.options import IMAGE_OPTIONS, LOADING_OPTIONS, HFAdapterOptions
@@ -931,12 +931,14 @@ class HFAdapter(Adapter):
             return lambda prefix, logits: logits
         import torch
 
-        processors = generation_config_processors(self.model, prompt_ids, mask)
+        with self.model_code(PROCESSORS_CALL):
+            processors = generation_config_processors(self.model, prompt_ids, mask)
 
         def apply(prefix: Prefix, logits: Any) -> Any:
             extra = torch.tensor([list(prefix)] * prompt_ids.shape[0], dtype=prompt_ids.dtype)
             ids = torch.cat([prompt_ids, extra.to(prompt_ids.device)], dim=1)
-            return processors(ids, logits.float())
+            with self.model_code(PROCESSORS_CALL):
+                return processors(ids, logits.float())
 
         return apply
 

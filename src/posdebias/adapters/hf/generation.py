@@ -61,6 +61,11 @@ def generate_many(
     return [results[index] for index in range(len(instances))]
 
 
+#: the generation config's logits processors and sampling warpers, as an error of the model's
+#: own code names them
+PROCESSORS_CALL = "generation-config logits processors"
+
+
 def generation_config_processors(model: Any, prompt_ids: Any, mask: Any) -> Any:
     """The checkpoint's generation-config logits processors for these prompts, as greedy
     ``generate`` builds them (no sampling warpers); called as ``processors(ids, logits)``
@@ -165,20 +170,19 @@ def _generate_batch(
             mask = mask.repeat_interleave(samples, dim=0)
             positions = positions.repeat_interleave(samples, dim=positions.ndim - 2)
             extra = {name: value.repeat_interleave(samples, dim=0) for name, value in extra.items()}
-        warpers = (  # the generation config's sampling warpers, where the settings ask for them
-            generation_config_warpers(adapter.model, settings)
-            if settings.do_sample and settings.sampling_config == "generation_config"
-            else None
-        )
-        processors = None
-        if adapter.options.logits_processors != "none":
-            prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
-            processors = generation_config_processors(adapter.model, prompt_ids, mask)
-            history = prompt_ids
+        warpers, processors = None, None
+        with adapter.model_code(PROCESSORS_CALL):  # the checkpoint's generation config's
+            if settings.do_sample and settings.sampling_config == "generation_config":
+                warpers = generation_config_warpers(adapter.model, settings)
+            if adapter.options.logits_processors != "none":
+                prompt_ids = batch.inputs["input_ids"].repeat_interleave(samples, dim=0)
+                processors = generation_config_processors(adapter.model, prompt_ids, mask)
+                history = prompt_ids
         for step in range(1, settings.max_new_tokens + 1):
-            if processors is not None:
-                logits = processors(history, logits.float())
-            chosen = _choose(logits, settings, generators, warpers)
+            with adapter.model_code(PROCESSORS_CALL):
+                if processors is not None:
+                    logits = processors(history, logits.float())
+                chosen = _choose(logits, settings, generators, warpers)
             for row, token in enumerate(chosen):
                 if finished[row]:
                     continue

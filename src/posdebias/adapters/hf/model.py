@@ -9,6 +9,7 @@ circle does not exist, and they read nothing private of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -121,6 +122,9 @@ class ModelAdapter(Protocol):
     def run_batch(self, batch: PreparedBatch, *, attention: bool = True) -> tuple[Any, Any]: ...
 
     def model_forward(self, **inputs: Any) -> Any: ...
+
+    def model_code(self, call: str) -> AbstractContextManager[None]:
+        """A scope whose exceptions of the model's own code are reported as the model's."""
 
     def prompt_forward(
         self, batch: PreparedBatch, *, attention: bool = True, sofa: SofaSettings | None = None
